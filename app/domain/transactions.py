@@ -1,0 +1,319 @@
+"""The transaction coordinator's state machine, event-sourced.
+
+The seven states and their valid previous states are declared once, as data (Kafka's
+TransactionState). Every change of a transaction is a ``TxnEvent``: a frozen value produced by a
+pure function here, persisted by storage (event row + current-state row in one database
+transaction), and folded by ``apply`` — replaying a transactional id's events rebuilds its current
+state exactly. Time is passed in as ``now`` (epoch milliseconds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Iterable, Literal
+
+from app.errors import ErrorCode, TxlogError
+from app.domain.producer_state import MAX_EPOCH, fenced
+
+TopicPartition = tuple[str, int]
+Result = Literal["commit", "abort"]
+
+
+class TxnState(Enum):
+    """Stored by name; the names are Kafka's."""
+
+    EMPTY = "Empty"  # InitProducerId, or a transaction just ended: nothing in flight
+    ONGOING = "Ongoing"  # AddPartitionsToTxn / transactional produce / AddOffsetsToTxn
+    PREPARE_COMMIT = "PrepareCommit"  # EndTxn(commit): the decision is durable, markers follow
+    PREPARE_ABORT = "PrepareAbort"  # EndTxn(abort), timeout, operator abort, or fencing init
+    COMPLETE_COMMIT = "CompleteCommit"  # every partition carries its COMMIT marker
+    COMPLETE_ABORT = "CompleteAbort"  # every partition carries its ABORT marker
+    DEAD = "Dead"  # the transactional id expired; it is removed next
+
+    @property
+    def is_open(self) -> bool:
+        return self in (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+
+    @property
+    def is_prepared(self) -> bool:
+        return self in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+
+    @property
+    def expiration_allowed(self) -> bool:
+        return self in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+
+
+S = TxnState
+_ENDED = frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT})
+
+# Which states each state may be entered from. ``None`` is "the transactional id did not exist".
+VALID_PREVIOUS: dict[TxnState, frozenset[TxnState | None]] = {
+    S.EMPTY: frozenset({None, *_ENDED}),
+    S.ONGOING: frozenset({S.ONGOING, *_ENDED}),
+    # Ending a transaction with nothing in it is allowed (transactions V2): from Empty/Complete*.
+    S.PREPARE_COMMIT: frozenset({S.ONGOING, *_ENDED}),
+    S.PREPARE_ABORT: frozenset({S.ONGOING, *_ENDED}),
+    S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
+    S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
+    S.DEAD: frozenset(_ENDED),
+}
+
+
+def check_transition(from_state: TxnState | None, to_state: TxnState) -> None:
+    """The one place a transition is validated."""
+    if from_state not in VALID_PREVIOUS[to_state]:
+        name = from_state.value if from_state else "(none)"
+        raise TxlogError(
+            ErrorCode.INVALID_TXN_STATE,
+            f"Transaction cannot move from {name} to {to_state.value}",
+        )
+
+
+# Why a producer epoch stopped being current (the "reason" of a PRODUCER_FENCED error).
+FenceReason = Literal["newer_epoch", "timed_out", "aborted_by_operator", "expired"]
+
+
+@dataclass(frozen=True)
+class TxnMetadata:
+    """The current state of a transactional id: the fold of its events."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int  # the epoch of the open transaction, or of the next one
+    state: TxnState
+    timeout_ms: int
+    version: int
+    updated_at_ms: int
+    epoch_changed_at_ms: int
+    started_at_ms: int | None = None
+    partitions: tuple[TopicPartition, ...] = ()
+    groups: tuple[str, ...] = ()
+    # The last transaction that ended: its producer id and epoch and the decision taken, so that a
+    # late or repeated EndTxn for it is recognised as a retry (transactions V2, KIP-890).
+    last_producer_id: int | None = None
+    last_producer_epoch: int | None = None
+    last_result: Result | None = None
+    fence_reason: FenceReason | None = None  # why the previous epoch was superseded
+
+
+@dataclass(frozen=True)
+class TxnEvent:
+    """One state transition. Scalar fields are the state after the event; collections are deltas."""
+
+    transactional_id: str
+    version: int
+    from_state: TxnState | None
+    to_state: TxnState
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    at_ms: int
+    partitions_added: tuple[TopicPartition, ...] = ()
+    groups_added: tuple[str, ...] = ()
+    last_producer_id: int | None = None
+    last_producer_epoch: int | None = None
+    result: Result | None = None
+    reason: FenceReason | None = None
+
+
+def apply(meta: TxnMetadata | None, event: TxnEvent) -> TxnMetadata:
+    """Fold one event into the state. Pure; replay is ``functools.reduce(apply, events, None)``."""
+    check_transition(meta.state if meta else None, event.to_state)
+    if meta is not None and event.version != meta.version + 1:
+        raise ValueError(f"event version {event.version} does not follow {meta.version}")
+    to = event.to_state
+    starts_new = to is S.ONGOING and (meta is None or meta.state is not S.ONGOING)
+    if meta is None or to is S.EMPTY:
+        partitions: tuple[TopicPartition, ...] = ()
+        groups: tuple[str, ...] = ()
+    elif starts_new:
+        partitions, groups = (), ()
+    else:
+        partitions, groups = meta.partitions, meta.groups
+    partitions = tuple(sorted(set(partitions) | set(event.partitions_added)))
+    groups = tuple(sorted(set(groups) | set(event.groups_added)))
+    epoch_changed = meta is None or (meta.producer_id, meta.producer_epoch) != (event.producer_id, event.producer_epoch)
+    if starts_new:
+        started = event.at_ms
+    elif to is S.EMPTY:
+        started = None
+    else:
+        started = meta.started_at_ms if meta else None
+    return TxnMetadata(
+        transactional_id=event.transactional_id,
+        producer_id=event.producer_id,
+        producer_epoch=event.producer_epoch,
+        state=to,
+        timeout_ms=event.timeout_ms,
+        version=event.version,
+        updated_at_ms=event.at_ms,
+        epoch_changed_at_ms=event.at_ms if epoch_changed else meta.epoch_changed_at_ms,
+        started_at_ms=started,
+        partitions=partitions,
+        groups=groups,
+        last_producer_id=event.last_producer_id,
+        last_producer_epoch=event.last_producer_epoch,
+        last_result=event.result if to in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT) else (meta.last_result if meta and to is not S.EMPTY else None),
+        fence_reason=event.reason,
+    )
+
+
+def replay(events: Iterable[TxnEvent]) -> TxnMetadata | None:
+    meta: TxnMetadata | None = None
+    for event in events:
+        meta = apply(meta, event)
+    return meta
+
+
+def _event(meta: TxnMetadata, to: TxnState, now: int, **changes: object) -> TxnEvent:
+    check_transition(meta.state, to)
+    base = dict(
+        transactional_id=meta.transactional_id,
+        version=meta.version + 1,
+        from_state=meta.state,
+        to_state=to,
+        producer_id=meta.producer_id,
+        producer_epoch=meta.producer_epoch,
+        timeout_ms=meta.timeout_ms,
+        at_ms=now,
+        last_producer_id=meta.last_producer_id,
+        last_producer_epoch=meta.last_producer_epoch,
+        reason=meta.fence_reason,
+    )
+    base.update(changes)
+    return TxnEvent(**base)  # type: ignore[arg-type]
+
+
+def needs_new_producer_id(epoch: int) -> bool:
+    """Raising the epoch past 32767 needs a new producer id (at epoch 0)."""
+    return epoch >= MAX_EPOCH
+
+
+def bumped(producer_id: int, epoch: int, new_producer_id: int | None) -> tuple[int, int]:
+    if needs_new_producer_id(epoch):
+        if new_producer_id is None:
+            raise ValueError("epoch exhausted: a new producer id is required")
+        return new_producer_id, 0
+    return producer_id, epoch + 1
+
+
+# --- the transitions, one function per cause --------------------------------------------------
+
+
+def created(transactional_id: str, producer_id: int, timeout_ms: int, now: int) -> TxnEvent:
+    """InitProducerId for an unknown transactional id."""
+    return TxnEvent(transactional_id, 1, None, S.EMPTY, producer_id, 0, timeout_ms, now)
+
+
+def reinitialized(meta: TxnMetadata, timeout_ms: int, now: int, new_producer_id: int | None = None) -> TxnEvent:
+    """InitProducerId for a known, ended transactional id: raise the epoch, fencing older holders."""
+    pid, epoch = bumped(meta.producer_id, meta.producer_epoch, new_producer_id)
+    return _event(
+        meta, S.EMPTY, now, producer_id=pid, producer_epoch=epoch, timeout_ms=timeout_ms,
+        last_producer_id=None, last_producer_epoch=None, reason="newer_epoch",
+    )
+
+
+def partitions_added(meta: TxnMetadata, partitions: Iterable[TopicPartition], now: int, groups: Iterable[str] = ()) -> TxnEvent | None:
+    """AddPartitionsToTxn / AddOffsetsToTxn (explicit or by a transactional produce). Starts the
+    transaction if none is open. ``None`` when nothing changes."""
+    new_parts = tuple(sorted(set(partitions) - (set(meta.partitions) if meta.state is S.ONGOING else set())))
+    new_groups = tuple(sorted(set(groups) - (set(meta.groups) if meta.state is S.ONGOING else set())))
+    if meta.state is S.ONGOING and not new_parts and not new_groups:
+        return None
+    if meta.state.is_prepared:
+        raise TxlogError(
+            ErrorCode.CONCURRENT_TRANSACTIONS,
+            f"Transaction {meta.transactional_id!r} is in {meta.state.value}; retry when it completes",
+        )
+    return _event(meta, S.ONGOING, now, partitions_added=new_parts, groups_added=new_groups)
+
+
+def prepared(meta: TxnMetadata, result: Result, now: int, reason: FenceReason | None = None) -> TxnEvent:
+    """EndTxn, a timeout, an operator abort or a fencing init decides the transaction's outcome."""
+    to = S.PREPARE_COMMIT if result == "commit" else S.PREPARE_ABORT
+    return _event(meta, to, now, reason=reason)
+
+
+def completed(meta: TxnMetadata, now: int, new_producer_id: int | None = None) -> TxnEvent:
+    """Every marker is written: the transaction is complete and the epoch moves on, so the next
+    transaction (or, after a fencing abort, nobody) uses a fresh epoch."""
+    if not meta.state.is_prepared:
+        raise TxlogError(ErrorCode.INVALID_TXN_STATE, f"Transaction is in {meta.state.value}, not prepared")
+    result: Result = "commit" if meta.state is S.PREPARE_COMMIT else "abort"
+    to = S.COMPLETE_COMMIT if result == "commit" else S.COMPLETE_ABORT
+    pid, epoch = bumped(meta.producer_id, meta.producer_epoch, new_producer_id)
+    return _event(
+        meta, to, now, producer_id=pid, producer_epoch=epoch, last_producer_id=meta.producer_id,
+        last_producer_epoch=meta.producer_epoch, result=result,
+    )
+
+
+def expired(meta: TxnMetadata, now: int) -> TxnEvent:
+    """The transactional id was idle past transactional.id.expiration.ms."""
+    return _event(meta, S.DEAD, now, reason="expired")
+
+
+def is_timed_out(meta: TxnMetadata, now: int) -> bool:
+    return meta.state is S.ONGOING and meta.started_at_ms is not None and now - meta.started_at_ms > meta.timeout_ms
+
+
+def deadline_ms(meta: TxnMetadata) -> int | None:
+    if meta.state is not S.ONGOING or meta.started_at_ms is None:
+        return None
+    return meta.started_at_ms + meta.timeout_ms
+
+
+# --- checks of a client's producer id and epoch --------------------------------------------------
+
+
+def check_producer(meta: TxnMetadata, producer_id: int, producer_epoch: int) -> None:
+    """The request's producer id and epoch must be the transactional id's current ones."""
+    if producer_id != meta.producer_id and producer_id != meta.last_producer_id:
+        raise TxlogError(
+            ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+            f"Producer id {producer_id} is not assigned to transactional id {meta.transactional_id!r}",
+        )
+    if meta.state is S.DEAD:
+        raise fenced_error(meta, producer_epoch, "expired")
+    if (producer_id, producer_epoch) == (meta.producer_id, meta.producer_epoch):
+        return
+    if producer_id == meta.producer_id and producer_epoch > meta.producer_epoch:
+        raise TxlogError(
+            ErrorCode.INVALID_PRODUCER_EPOCH,
+            f"Producer epoch {producer_epoch} is newer than the current epoch {meta.producer_epoch}",
+            reason="newer_epoch",
+        )
+    raise fenced_error(meta, producer_epoch)
+
+
+def fenced_error(meta: TxnMetadata, producer_epoch: int, reason: FenceReason | None = None) -> TxlogError:
+    since = datetime.fromtimestamp(meta.epoch_changed_at_ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
+    if reason is None:
+        # The epoch just before the current one knows exactly why it was superseded.
+        just_superseded = producer_epoch == meta.last_producer_epoch
+        reason = (meta.fence_reason if just_superseded else None) or "newer_epoch"
+    return fenced(meta.producer_epoch, producer_epoch, reason, since)
+
+
+def is_retry_of_last_end(meta: TxnMetadata, producer_id: int, producer_epoch: int) -> bool:
+    return (
+        meta.last_result is not None
+        and (producer_id, producer_epoch) == (meta.last_producer_id, meta.last_producer_epoch)
+    )
+
+
+def check_end_retry(meta: TxnMetadata, result: Result) -> None:
+    """An EndTxn for the transaction that already ended (late or repeated). It may only repeat the
+    decision the producer itself took; it never touches the newer transaction. If the server ended
+    that transaction (timeout, operator, a newer producer), its producer is fenced."""
+    if meta.fence_reason is not None:
+        raise fenced_error(meta, meta.last_producer_epoch or 0, meta.fence_reason)
+    if meta.last_result != result:
+        raise TxlogError(
+            ErrorCode.INVALID_TXN_STATE,
+            f"Transaction at epoch {meta.last_producer_epoch} already ended with {meta.last_result}; "
+            f"cannot {result} it",
+        )

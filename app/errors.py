@@ -1,0 +1,81 @@
+"""The closed vocabulary of txlog errors, named and numbered as in Kafka's ``Errors``.
+
+Every failure a client can see is one of these. Kafka's numeric code never changes; the HTTP status
+and the retriable flag are txlog's. The API maps them in one exception handler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+@dataclass(frozen=True)
+class _Spec:
+    kafka_code: int
+    http_status: int
+    retriable: bool
+    default_message: str
+
+
+class ErrorCode(Enum):
+    UNKNOWN_SERVER_ERROR = _Spec(-1, 500, False, "The server experienced an unexpected error.")
+    OFFSET_OUT_OF_RANGE = _Spec(1, 416, False, "The requested offset is not within the range of offsets maintained by the server.")
+    UNKNOWN_TOPIC_OR_PARTITION = _Spec(3, 404, False, "This server does not host this topic-partition.")
+    MESSAGE_TOO_LARGE = _Spec(10, 413, False, "The request included a message larger than the max message size the server will accept.")
+    COORDINATOR_NOT_AVAILABLE = _Spec(15, 503, True, "The coordinator is not available.")
+    INVALID_TOPIC_EXCEPTION = _Spec(17, 400, False, "The request attempted to perform an operation on an invalid topic.")
+    TOPIC_AUTHORIZATION_FAILED = _Spec(29, 403, False, "Topic authorization failed.")
+    GROUP_AUTHORIZATION_FAILED = _Spec(30, 403, False, "Group authorization failed.")
+    CLUSTER_AUTHORIZATION_FAILED = _Spec(31, 403, False, "Cluster authorization failed.")
+    TOPIC_ALREADY_EXISTS = _Spec(36, 409, False, "Topic with this name already exists.")
+    INVALID_PARTITIONS = _Spec(37, 400, False, "Number of partitions is below 1.")
+    INVALID_REQUEST = _Spec(42, 400, False, "This most likely occurs because of a request being malformed.")
+    OUT_OF_ORDER_SEQUENCE_NUMBER = _Spec(45, 409, False, "The broker received an out of order sequence number.")
+    INVALID_PRODUCER_EPOCH = _Spec(47, 409, False, "Producer attempted to produce with an old epoch.")
+    INVALID_TXN_STATE = _Spec(48, 409, False, "The producer attempted a transactional operation in an invalid state.")
+    INVALID_PRODUCER_ID_MAPPING = _Spec(49, 409, False, "The producer attempted to use a producer id which is not currently assigned to its transactional id.")
+    INVALID_TRANSACTION_TIMEOUT = _Spec(50, 400, False, "The transaction timeout is larger than the maximum value allowed by the broker.")
+    CONCURRENT_TRANSACTIONS = _Spec(51, 409, True, "The producer attempted to update a transaction while another concurrent operation on the same transaction was ongoing.")
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = _Spec(53, 403, False, "Transactional Id authorization failed.")
+    SASL_AUTHENTICATION_FAILED = _Spec(58, 401, False, "SASL Authentication failed.")
+    UNKNOWN_PRODUCER_ID = _Spec(59, 409, False, "This exception is raised by the broker if it could not locate the producer metadata.")
+    INVALID_RECORD = _Spec(87, 400, False, "This record has failed the validation on broker and hence will be rejected.")
+    UNSTABLE_OFFSET_COMMIT = _Spec(88, 409, True, "There are unstable offsets that need to be cleared.")
+    PRODUCER_FENCED = _Spec(90, 409, False, "There is a newer producer with the same transactionalId which fences the current one.")
+    TRANSACTIONAL_ID_NOT_FOUND = _Spec(105, 404, False, "The transactionalId could not be found.")
+
+    @property
+    def kafka_code(self) -> int:
+        return self.value.kafka_code
+
+    @property
+    def http_status(self) -> int:
+        return self.value.http_status
+
+    @property
+    def retriable(self) -> bool:
+        return self.value.retriable
+
+
+class TxlogError(Exception):
+    """A failure with a Kafka name. ``details`` are extra fields of the error object (e.g. ``reason``)."""
+
+    def __init__(self, code: ErrorCode, message: str | None = None, **details: object) -> None:
+        self.code = code
+        self.message = message or code.value.default_message
+        self.details = details
+        super().__init__(f"{code.name}: {self.message}")
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "code": self.code.name,
+            "kafka_code": self.code.kafka_code,
+            "message": self.message,
+            "retriable": self.code.retriable,
+            **self.details,
+        }
+
+
+def error(code: ErrorCode, message: str | None = None, **details: object) -> TxlogError:
+    return TxlogError(code, message, **details)

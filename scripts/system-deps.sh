@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what pip cannot: the PostgreSQL JDBC driver (for Spark) and Chromium (for page tests).
+# Skips what is present; says what is missing when it cannot install (no root, no apt).
+set -euo pipefail
+need=()
+[[ -f /usr/share/java/postgresql.jar || -n "${TXLOG_JDBC_JAR:-}" ]] || need+=(libpostgresql-jdbc-java)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+((${#need[@]})) || exit 0
+if command -v apt-get >/dev/null 2>&1; then
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  echo "installing ${need[*]} with apt-get" >&2
+  $sudo apt-get update -qq >/dev/null || true
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+else
+  echo "warning: please install ${need[*]} (Spark and browser tests need them)" >&2
+fi
