@@ -144,12 +144,12 @@ def upgrade() -> None:
     )
     op.execute(sa.schema.CreateSequence(sa.Sequence('producer_id_seq', schema='txlog', start=1000)))
     for statement in views.ALL:
-    op.execute(statement)
+        op.execute(statement)
 
 
 def downgrade() -> None:
     for statement in views.DROP_ALL:
-    op.execute(statement)
+        op.execute(statement)
     op.execute(sa.schema.DropSequence(sa.Sequence('producer_id_seq', schema='txlog')))
     op.drop_table('partitions', schema='txlog')
     op.drop_index('transactions_state_started', table_name='transactions', schema='txlog')
