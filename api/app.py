@@ -1,0 +1,103 @@
+"""The FastAPI application: v1 API, health, metrics, docs; admin pages mounted under /admin."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
+
+from api import errors
+from api.limits import MaxBodySize
+from api.metrics import RequestMetrics, metrics_response
+from api.notify import AppendNotifier
+from api.v1.routes import router as v1_router
+from app.config import Settings, load_settings
+from app.errors import ErrorCode, TxlogError
+from app.services import Broker
+from app.services.sweeper import SweeperThread
+from app.storage import migrate
+from app.storage.db import Database
+
+log = logging.getLogger("txlog")
+
+
+def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> FastAPI:
+    settings = settings or load_settings()
+    if not settings.database_url:
+        raise RuntimeError("TXLOG_DATABASE_URL is not set (txlog serve sets it)")
+    db = Database(settings.database_url, pool_size=settings.db_pool_size)
+    broker = Broker(db, settings)
+    head = migrate.head_revision(settings.database_url)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        notifier = AppendNotifier(settings.database_url)  # type: ignore[arg-type]
+        notifier.start()
+        app.state.notifier = notifier
+        sweeper = SweeperThread(broker) if run_sweeper else None
+        if sweeper:
+            sweeper.start()
+        try:
+            yield
+        finally:
+            if sweeper:
+                sweeper.stop()
+            await notifier.stop()
+            db.dispose()
+
+    app = FastAPI(
+        title="txlog",
+        version="0.1.0",
+        description="Kafka's exactly-once machinery on PostgreSQL: idempotent producers, transactions, "
+        "transaction markers and read_committed reads.",
+        lifespan=lifespan,
+    )
+    app.state.broker = broker
+    app.state.settings = settings
+    errors.install(app)
+    app.include_router(v1_router)
+
+    @app.get("/healthz", tags=["ops"])
+    def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["ops"])
+    async def readyz() -> Response:
+        def check() -> str | None:
+            with db.read() as conn:
+                return migrate.current_revision(conn)
+
+        try:
+            current = await run_in_threadpool(check)
+        except TxlogError as exc:
+            return errors.error_response(exc)
+        if current != head:
+            return errors.error_response(
+                TxlogError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"Schema at {current}, expected {head}: run `txlog migrate`")
+            )
+        return JSONResponse({"status": "ready", "schema": current})
+
+    @app.get("/metrics", tags=["ops"])
+    def metrics() -> Response:
+        return metrics_response()
+
+    try:
+        from api.admin import mount as mount_admin
+    except ImportError:
+        pass
+    else:
+        mount_admin(app, broker)
+
+    app.add_middleware(MaxBodySize, max_bytes=settings.max_request_bytes)
+    app.add_middleware(RequestMetrics)
+    return app
+
+
+def app_factory() -> FastAPI:
+    """Entry point for uvicorn workers (``--factory``): settings come from the environment."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    return create_app()

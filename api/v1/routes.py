@@ -1,0 +1,270 @@
+"""The v1 HTTP API. Routes parse and shape; the services decide."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Literal
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.concurrency import run_in_threadpool
+
+from api.metrics import DUPLICATES, RECORDS_APPENDED, TXN_ENDED
+from api.v1 import schemas as s
+from app.domain.partitioner import coordinator_partition
+from app.domain.records import NewRecord, decode_bytes, encode_bytes
+from app.domain.transactions import TxnEvent, TxnMetadata
+from app.errors import ErrorCode, TxlogError
+from app.services import Broker, fetch as fetch_service, groups, produce as produce_service, topics, transactions
+from app.storage.queries import GroupOffset
+
+router = APIRouter(prefix="/v1")
+
+
+def broker(request: Request) -> Broker:
+    return request.app.state.broker
+
+
+def _no_nul(value: str, what: str) -> str:
+    if "\x00" in value:
+        raise TxlogError(ErrorCode.INVALID_RECORD, f"{what} must not contain NUL characters")
+    return value
+
+
+def _records(body_records: list[s.RecordIn], encoding: Literal["utf8", "base64"]) -> list[NewRecord]:
+    out = []
+    for i, r in enumerate(body_records):
+        headers = {}
+        for k, v in (r.headers or {}).items():
+            headers[_no_nul(k, f"records[{i}].headers key")] = _no_nul(v or "", f"records[{i}].headers value")
+        out.append(
+            NewRecord(
+                key=decode_bytes(r.key, encoding, f"records[{i}].key"),
+                value=decode_bytes(r.value, encoding, f"records[{i}].value"),
+                headers=headers,
+                timestamp_ms=r.timestamp_ms,
+            )
+        )
+    return out
+
+
+# --- topics ---------------------------------------------------------------------------------------
+
+@router.post("/topics", status_code=201, response_model=s.TopicInfo, tags=["topics"])
+def create_topic(body: s.TopicCreate, b: Broker = Depends(broker)) -> s.TopicInfo:
+    name, n = topics.create_topic(b, body.name, body.partitions, body.config)
+    return s.TopicInfo(name=name, partitions=n)
+
+
+@router.get("/topics", tags=["topics"])
+def list_topics(b: Broker = Depends(broker)) -> dict:
+    return {"topics": [{"name": n, "partitions": p} for n, p in topics.list_topics(b)]}
+
+
+@router.get("/topics/{topic}", response_model=s.TopicDescription, tags=["topics"])
+def describe_topic(topic: str, b: Broker = Depends(broker)) -> s.TopicDescription:
+    parts = topics.describe_topic(b, topic)
+    return s.TopicDescription(
+        name=topic,
+        partitions=[
+            s.PartitionInfo(
+                partition=p.partition,
+                log_start_offset=p.log_start_offset,
+                high_watermark=p.high_watermark,
+                last_stable_offset=p.last_stable_offset,
+            )
+            for p in parts
+        ],
+    )
+
+
+# --- produce --------------------------------------------------------------------------------------
+
+def _produced(topic: str, result: produce_service.ProduceResult) -> s.ProduceResponse:
+    if result.duplicate:
+        DUPLICATES.labels(topic).inc()
+    else:
+        RECORDS_APPENDED.labels(topic).inc(result.last_offset - result.base_offset + 1)
+    return s.ProduceResponse(**result.__dict__)
+
+
+@router.post(
+    "/topics/{topic}/partitions/{partition}/records",
+    response_model=s.ProduceResponse,
+    response_model_exclude_none=True,
+    tags=["produce"],
+)
+def produce(topic: str, partition: int, body: s.ProduceBody, b: Broker = Depends(broker)) -> s.ProduceResponse:
+    req = produce_service.ProduceRequest(
+        records=_records(body.records, body.encoding),
+        producer_id=body.producer_id,
+        producer_epoch=body.producer_epoch,
+        base_sequence=body.base_sequence,
+        transactional_id=body.transactional_id,
+    )
+    return _produced(topic, produce_service.produce(b, topic, partition, req))
+
+
+@router.post("/topics/{topic}/records", response_model=s.ProduceResponse, tags=["produce"])
+def produce_to_topic(topic: str, body: s.PlainProduceBody, b: Broker = Depends(broker)) -> s.ProduceResponse:
+    return _produced(topic, produce_service.produce_to_topic(b, topic, _records(body.records, body.encoding)))
+
+
+# --- fetch ----------------------------------------------------------------------------------------
+
+@router.get("/topics/{topic}/partitions/{partition}/records", tags=["fetch"])
+async def fetch(
+    request: Request,
+    topic: str,
+    partition: int,
+    offset: int = Query(0, ge=0, le=s.INT64),
+    max_records: int = Query(500, ge=1, le=100_000),
+    max_bytes: int = Query(1_048_576, ge=1, le=2**31 - 1),
+    isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted",
+    encoding: Literal["utf8", "base64"] = "utf8",
+    wait_ms: int = Query(0, ge=0, le=60_000),
+) -> dict:
+    b: Broker = request.app.state.broker
+
+    def once() -> fetch_service.FetchResult:
+        return fetch_service.fetch(b, topic, partition, offset, max_records, max_bytes, isolation_level)
+
+    if wait_ms <= 0:
+        result = await run_in_threadpool(once)
+    else:
+        deadline = time.monotonic() + wait_ms / 1000
+        async with request.app.state.notifier.subscribe(topic, partition) as sub:
+            result = await run_in_threadpool(once)
+            while not result.records and (remaining := deadline - time.monotonic()) > 0:
+                if await sub.wait(remaining):
+                    result = await run_in_threadpool(once)
+                elif await request.is_disconnected():
+                    break
+    return {
+        "topic": topic,
+        "partition": partition,
+        "records": [
+            {
+                "offset": r.offset,
+                "key": encode_bytes(r.key, encoding),
+                "value": encode_bytes(r.value, encoding),
+                "headers": r.headers or {},
+                "timestamp_ms": r.timestamp_ms,
+            }
+            for r in result.records
+        ],
+        "next_offset": result.next_offset,
+        "high_watermark": result.high_watermark,
+        "last_stable_offset": result.last_stable_offset,
+        "log_start_offset": result.log_start_offset,
+    }
+
+
+# --- consumer group offsets -----------------------------------------------------------------------
+
+def _offsets(items: list[s.OffsetIn]) -> list[GroupOffset]:
+    return [GroupOffset(o.topic, o.partition, o.offset, _no_nul(o.metadata or "", "metadata")) for o in items]
+
+
+def _offsets_out(offsets: list[GroupOffset]) -> list[dict]:
+    return [{"topic": o.topic, "partition": o.partition, "offset": o.offset, "metadata": o.metadata} for o in offsets]
+
+
+@router.post("/groups/{group}/offsets", tags=["groups"])
+def offset_commit(group: str, body: s.GroupOffsetsBody, b: Broker = Depends(broker)) -> dict:
+    offsets = _offsets(body.offsets)
+    groups.offset_commit(b, group, offsets)
+    return {"offsets": _offsets_out(offsets)}
+
+
+@router.get("/groups/{group}/offsets", tags=["groups"])
+def offset_fetch(group: str, require_stable: bool = False, b: Broker = Depends(broker)) -> dict:
+    return {"offsets": _offsets_out(groups.offset_fetch(b, group, require_stable))}
+
+
+# --- producers and transactions -------------------------------------------------------------------
+
+@router.post("/producers", response_model=s.ProducerIdAndEpoch, tags=["transactions"])
+def init_producer_id(body: s.InitProducerBody, b: Broker = Depends(broker)) -> s.ProducerIdAndEpoch:
+    r = transactions.init_producer_id(b, body.transactional_id, body.transaction_timeout_ms)
+    return s.ProducerIdAndEpoch(producer_id=r.producer_id, producer_epoch=r.producer_epoch)
+
+
+def txn_json(meta: TxnMetadata, b: Broker) -> dict:
+    return {
+        "transactional_id": meta.transactional_id,
+        "producer_id": meta.producer_id,
+        "producer_epoch": meta.producer_epoch,
+        "state": meta.state.value,
+        "timeout_ms": meta.timeout_ms,
+        "started_at_ms": meta.started_at_ms,
+        "updated_at_ms": meta.updated_at_ms,
+        "partitions": [{"topic": t, "partition": p} for t, p in meta.partitions],
+        "groups": list(meta.groups),
+        "coordinator": coordinator_partition(meta.transactional_id, b.settings.transaction_state_partitions),
+        "last_producer_id": meta.last_producer_id,
+        "last_producer_epoch": meta.last_producer_epoch,
+        "last_result": meta.last_result,
+        "fence_reason": meta.fence_reason,
+    }
+
+
+def event_json(e: TxnEvent) -> dict:
+    return {
+        "version": e.version,
+        "from_state": e.from_state.value if e.from_state else None,
+        "to_state": e.to_state.value,
+        "producer_id": e.producer_id,
+        "producer_epoch": e.producer_epoch,
+        "timeout_ms": e.timeout_ms,
+        "at_ms": e.at_ms,
+        "partitions_added": [{"topic": t, "partition": p} for t, p in e.partitions_added],
+        "groups_added": list(e.groups_added),
+        "result": e.result,
+        "reason": e.reason,
+    }
+
+
+@router.post("/transactions/{tid}/partitions", tags=["transactions"])
+def add_partitions_to_txn(tid: str, body: s.AddPartitionsBody, b: Broker = Depends(broker)) -> dict:
+    meta = transactions.add_partitions_to_txn(
+        b, tid, body.producer_id, body.producer_epoch, [(p.topic, p.partition) for p in body.partitions]
+    )
+    return txn_json(meta, b)
+
+
+@router.post("/transactions/{tid}/offsets", tags=["transactions"])
+def txn_offset_commit(tid: str, body: s.TxnOffsetsBody, b: Broker = Depends(broker)) -> dict:
+    meta = transactions.txn_offset_commit(b, tid, body.producer_id, body.producer_epoch, body.group_id, _offsets(body.offsets))
+    return txn_json(meta, b)
+
+
+@router.post("/transactions/{tid}/end", response_model=s.EndTxnResponse, tags=["transactions"])
+def end_txn(tid: str, body: s.EndTxnBody, b: Broker = Depends(broker)) -> s.EndTxnResponse:
+    outcome = transactions.end_txn(b, tid, body.producer_id, body.producer_epoch, body.result)
+    TXN_ENDED.labels(body.result).inc()
+    return s.EndTxnResponse(state=outcome.state.value, producer_id=outcome.producer_id, producer_epoch=outcome.producer_epoch)
+
+
+@router.post("/transactions/{tid}/abort", tags=["transactions"])
+def abort_transaction(tid: str, b: Broker = Depends(broker)) -> dict:
+    return txn_json(transactions.abort_by_operator(b, tid), b)
+
+
+@router.get("/transactions", tags=["transactions"])
+def list_transactions(
+    state: str | None = None,
+    older_than_ms: int | None = Query(None, ge=0, le=s.INT64),
+    b: Broker = Depends(broker),
+) -> dict:
+    return {"transactions": [txn_json(m, b) for m in transactions.list_transactions(b, state, older_than_ms)]}
+
+
+@router.get("/transactions/{tid}", tags=["transactions"])
+def describe_transaction(tid: str, b: Broker = Depends(broker)) -> dict:
+    return txn_json(transactions.describe(b, tid), b)
+
+
+@router.get("/transactions/{tid}/events", tags=["transactions"])
+def transaction_events(tid: str, b: Broker = Depends(broker)) -> dict:
+    return {"transactional_id": tid, "events": [event_json(e) for e in transactions.events(b, tid)]}

@@ -1,0 +1,117 @@
+"""Request and response bodies of the v1 API (validation only; no rules live here)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+INT32 = 2**31 - 1
+INT64 = 2**63 - 1
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class TopicCreate(Model):
+    name: str = Field(max_length=1000)
+    partitions: int = Field(1, ge=-INT32, le=INT32)
+    config: dict = Field(default_factory=dict)
+
+
+class TopicInfo(Model):
+    name: str
+    partitions: int
+
+
+class PartitionInfo(Model):
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+
+
+class TopicDescription(Model):
+    name: str
+    partitions: list[PartitionInfo]
+
+
+class RecordIn(Model):
+    key: str | None = None
+    value: str | None = None
+    headers: dict[str, str | None] | None = None
+    timestamp_ms: int | None = Field(None, ge=0, le=253402300799999)
+
+
+class ProduceBody(Model):
+    producer_id: int | None = Field(None, ge=0, le=INT64)
+    producer_epoch: int | None = Field(None, ge=0, le=32767)
+    base_sequence: int | None = Field(None, ge=0, le=INT32)
+    transactional_id: str | None = Field(None, min_length=1, max_length=32767)
+    encoding: Literal["utf8", "base64"] = "utf8"
+    records: list[RecordIn] = Field(min_length=1, max_length=100_000)
+
+
+class PlainProduceBody(Model):
+    encoding: Literal["utf8", "base64"] = "utf8"
+    records: list[RecordIn] = Field(min_length=1, max_length=100_000)
+
+
+class ProduceResponse(Model):
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+    duplicate: bool = False
+    partition: int | None = None
+
+
+class InitProducerBody(Model):
+    transactional_id: str | None = Field(None, min_length=1, max_length=32767)
+    transaction_timeout_ms: int | None = Field(None, ge=-INT32, le=INT32)
+
+
+class ProducerIdAndEpoch(Model):
+    producer_id: int
+    producer_epoch: int
+
+
+class TopicPartitionIn(Model):
+    topic: str = Field(max_length=1000)
+    partition: int = Field(ge=0, le=INT32)
+
+
+class TxnProducer(Model):
+    producer_id: int = Field(ge=0, le=INT64)
+    producer_epoch: int = Field(ge=0, le=32767)
+
+
+class AddPartitionsBody(TxnProducer):
+    partitions: list[TopicPartitionIn] = Field(min_length=1, max_length=10_000)
+
+
+class OffsetIn(Model):
+    topic: str = Field(max_length=1000)
+    partition: int = Field(ge=0, le=INT32)
+    offset: int = Field(ge=0, le=INT64)
+    metadata: str | None = Field("", max_length=4096)
+
+
+class TxnOffsetsBody(TxnProducer):
+    group_id: str = Field(min_length=1, max_length=1000)
+    offsets: list[OffsetIn] = Field(max_length=10_000)
+
+
+class EndTxnBody(TxnProducer):
+    result: Literal["commit", "abort"]
+
+
+class EndTxnResponse(Model):
+    state: str
+    producer_id: int
+    producer_epoch: int
+
+
+class GroupOffsetsBody(Model):
+    offsets: list[OffsetIn] = Field(max_length=10_000)

@@ -1,0 +1,83 @@
+"""The transaction coordinator's write path, shared by every operation that moves a transaction.
+
+Lock order, everywhere: the transaction row (``transactions``, FOR UPDATE) first, then partition
+rows in (topic, partition) order, then producer state and group offset rows in the same order.
+A database transaction touches at most one transaction row, so no two can wait on each other in a
+cycle.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import Connection
+
+from app.domain import transactions as txn
+from app.domain.producer_state import after_marker
+from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT
+from app.domain.transactions import TxnEvent, TxnMetadata, TxnState
+from app.domain.partitioner import coordinator_partition
+from app.errors import ErrorCode, TxlogError
+from app.services import Broker
+from app.storage import queries as q
+
+
+def record(conn: Connection, broker: Broker, meta: TxnMetadata | None, event: TxnEvent) -> TxnMetadata:
+    """Persist one transition: append the event and update the current-state row, in the caller's
+    database transaction. Returns the new state (the fold of the event)."""
+    new = txn.apply(meta, event)
+    q.txn_event_insert(conn, event)
+    q.txn_put(conn, new, coordinator_partition(new.transactional_id, broker.settings.transaction_state_partitions), txn.deadline_ms(new))
+    return new
+
+
+def locked(conn: Connection, transactional_id: str) -> TxnMetadata:
+    meta = q.txn_get(conn, transactional_id, for_update=True)
+    if meta is None:
+        raise TxlogError(
+            ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+            f"Transactional id {transactional_id!r} is unknown: call InitProducerId (POST /v1/producers) first",
+        )
+    return meta
+
+
+def new_producer_id_if_exhausted(conn: Connection, epoch: int) -> int | None:
+    return q.producer_id_next(conn) if txn.needs_new_producer_id(epoch) else None
+
+
+def complete(conn: Connection, broker: Broker, meta: TxnMetadata) -> TxnMetadata:
+    """From PrepareCommit/PrepareAbort: write the marker on every partition of the transaction,
+    apply or drop its pending group offsets, and record CompleteCommit/CompleteAbort — all in the
+    caller's database transaction, so a crash leaves either the prepared state or all of it."""
+    assert meta.state.is_prepared
+    commit = meta.state is TxnState.PREPARE_COMMIT
+    now = broker.now()
+    for topic, partition in sorted(meta.partitions):
+        try:
+            offset, _ = q.partition_lock(conn, topic, partition)
+        except TxlogError:
+            continue  # the topic is gone: nothing to mark
+        q.control_record_insert(
+            conn, topic, partition, offset, CONTROL_COMMIT if commit else CONTROL_ABORT,
+            meta.producer_id, meta.producer_epoch, now,
+        )
+        q.partition_advance(conn, topic, partition, offset + 1)
+        entry = q.producer_state_get(conn, topic, partition, meta.producer_id)
+        if entry is not None:
+            if not commit and entry.txn_first_offset is not None:
+                q.aborted_txn_insert(conn, topic, partition, meta.producer_id, meta.producer_epoch, entry.txn_first_offset, offset)
+            q.producer_state_put(conn, topic, partition, after_marker(entry, meta.producer_id, meta.producer_epoch, now))
+    pending = q.pending_offsets_take(conn, meta.transactional_id)
+    if commit:
+        for group_id in sorted(pending):
+            q.group_offsets_upsert(conn, group_id, pending[group_id])
+    return record(conn, broker, meta, txn.completed(meta, now, new_producer_id_if_exhausted(conn, meta.producer_epoch)))
+
+
+def finish_open(conn: Connection, broker: Broker, meta: TxnMetadata, reason: txn.FenceReason) -> TxnMetadata:
+    """End whatever is open, in one database transaction (timeouts, operator aborts, fencing inits):
+    an Ongoing transaction is aborted for ``reason``; a prepared one keeps its decision — a
+    PrepareCommit always completes as a commit."""
+    if meta.state is TxnState.ONGOING:
+        meta = record(conn, broker, meta, txn.prepared(meta, "abort", broker.now(), reason))
+    if meta.state.is_prepared:
+        meta = complete(conn, broker, meta)
+    return meta

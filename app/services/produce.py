@@ -1,0 +1,129 @@
+"""Produce: plain, idempotent and transactional appends to a partition log.
+
+Reads top to bottom as one database transaction: (transactional: lock the transaction row, check
+the producer, join the partition to the transaction) → lock the partition row → check the
+producer's sequence → insert the batch → advance the high watermark → save producer state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from app.domain import transactions as txn
+from app.domain.partitioner import partition_for_key
+from app.domain.producer_state import Append, Duplicate, after_append, check_append
+from app.domain.records import NewRecord
+from app.errors import ErrorCode, TxlogError
+from app.services import Broker, coordinator
+from app.services.topics import partition_count
+from app.storage import queries as q
+
+
+@dataclass(frozen=True)
+class ProduceRequest:
+    records: Sequence[NewRecord]
+    producer_id: int | None = None
+    producer_epoch: int | None = None
+    base_sequence: int | None = None
+    transactional_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ProduceResult:
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+    duplicate: bool = False
+    partition: int | None = None
+
+
+def _validate(broker: Broker, req: ProduceRequest) -> None:
+    if not req.records:
+        raise TxlogError(ErrorCode.INVALID_RECORD, "A batch must contain at least one record")
+    if sum(r.size() for r in req.records) > broker.settings.max_request_bytes:
+        raise TxlogError(ErrorCode.MESSAGE_TOO_LARGE, f"The batch is larger than {broker.settings.max_request_bytes} bytes")
+    idempotent_fields = (req.producer_id, req.producer_epoch, req.base_sequence)
+    if req.producer_id is not None and None in idempotent_fields:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, "producer_id, producer_epoch and base_sequence go together")
+    if req.producer_id is None and (req.producer_epoch is not None or req.base_sequence is not None):
+        raise TxlogError(ErrorCode.INVALID_REQUEST, "producer_epoch and base_sequence need a producer_id")
+    if req.transactional_id is not None and req.producer_id is None:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, "A transactional produce needs producer_id, producer_epoch and base_sequence")
+
+
+def produce(broker: Broker, topic: str, partition: int, req: ProduceRequest) -> ProduceResult:
+    _validate(broker, req)
+    now = broker.now()
+    pid, epoch, seq = req.producer_id, req.producer_epoch, req.base_sequence
+    transactional = req.transactional_id is not None
+    with broker.db.transaction() as conn:
+        meta = None
+        if transactional:
+            meta = coordinator.locked(conn, req.transactional_id)  # type: ignore[arg-type]
+            txn.check_producer(meta, pid, epoch)  # type: ignore[arg-type]
+            if meta.state.is_prepared:
+                raise TxlogError(
+                    ErrorCode.CONCURRENT_TRANSACTIONS,
+                    f"Transaction is in {meta.state.value}; produce after it completes (retriable)",
+                )
+        elif pid is not None:
+            open_tid = q.producer_has_open_txn(conn, pid)
+            if open_tid is not None:
+                raise TxlogError(
+                    ErrorCode.INVALID_TXN_STATE,
+                    f"Producer {pid} has an open transaction ({open_tid!r}); send its batches with that transactional_id",
+                )
+        base_offset, log_start = q.partition_lock(conn, topic, partition)
+        entry = None
+        if pid is not None:
+            entry = q.producer_state_get(conn, topic, partition, pid)
+            decision = check_append(entry, pid, epoch, seq, len(req.records))  # type: ignore[arg-type]
+            if isinstance(decision, Duplicate):
+                b = decision.batch
+                return ProduceResult(b.first_offset, b.last_offset, b.timestamp_ms, log_start, duplicate=True)
+        if meta is not None:
+            event = txn.partitions_added(meta, [(topic, partition)], now)
+            if event is not None:
+                coordinator.record(conn, broker, meta, event)
+        last_offset = base_offset + len(req.records) - 1
+        q.records_insert(conn, topic, partition, base_offset, req.records, now, pid, epoch, seq, transactional)
+        q.partition_advance(conn, topic, partition, last_offset + 1)
+        if pid is not None:
+            assert isinstance(decision, Append)
+            q.producer_state_put(
+                conn, topic, partition,
+                after_append(entry, pid, epoch, decision, base_offset, last_offset, now, transactional),  # type: ignore[arg-type]
+            )
+    return ProduceResult(base_offset, last_offset, now, log_start)
+
+
+class _RoundRobin:
+    """Null keys spread over partitions in turn (per process, as a Kafka client does per producer)."""
+
+    def __init__(self) -> None:
+        import itertools
+        import threading
+
+        self._counter = itertools.count()
+        self._lock = threading.Lock()
+
+    def next(self, n: int) -> int:
+        with self._lock:
+            return next(self._counter) % n
+
+
+_round_robin = _RoundRobin()
+
+
+def produce_to_topic(broker: Broker, topic: str, records: Sequence[NewRecord]) -> ProduceResult:
+    """Plain produce to a topic: Kafka's murmur2 partitioner for keyed records, round-robin for
+    null keys. The whole batch goes to the partition of its first record, as one Kafka batch does."""
+    n = partition_count(broker, topic)
+    if not records:
+        raise TxlogError(ErrorCode.INVALID_RECORD, "A batch must contain at least one record")
+    key = records[0].key
+    partition = partition_for_key(key, n) if key is not None else _round_robin.next(n)
+    result = produce(broker, topic, partition, ProduceRequest(records))
+    return ProduceResult(result.base_offset, result.last_offset, result.log_append_time_ms, result.log_start_offset, False, partition)

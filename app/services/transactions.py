@@ -1,0 +1,195 @@
+"""InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn + TxnOffsetCommit, EndTxn, the operator's
+abort, and the read side (describe, list, events)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from sqlalchemy import exc as sa_exc
+
+from app.domain import transactions as txn
+from app.domain.transactions import Result, TopicPartition, TxnEvent, TxnMetadata, TxnState
+from app.errors import ErrorCode, TxlogError
+from app.services import Broker
+from app.services import coordinator
+from app.storage import queries as q
+from app.storage.queries import GroupOffset
+
+
+@dataclass(frozen=True)
+class ProducerIdAndEpoch:
+    producer_id: int
+    producer_epoch: int
+
+
+def _check_timeout(broker: Broker, timeout_ms: int | None) -> int:
+    timeout = broker.settings.default_transaction_timeout_ms if timeout_ms is None else timeout_ms
+    if not 0 < timeout <= broker.settings.max_transaction_timeout_ms:
+        raise TxlogError(
+            ErrorCode.INVALID_TRANSACTION_TIMEOUT,
+            f"Transaction timeout {timeout} ms must be positive and at most {broker.settings.max_transaction_timeout_ms} ms",
+        )
+    return timeout
+
+
+def _check_tid(transactional_id: str) -> None:
+    if not transactional_id or "\x00" in transactional_id or len(transactional_id) > 32767:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, "A transactional id must be a non-empty string without NUL characters")
+
+
+def init_producer_id(broker: Broker, transactional_id: str | None, timeout_ms: int | None = None) -> ProducerIdAndEpoch:
+    timeout = _check_timeout(broker, timeout_ms)
+    if transactional_id is None:
+        with broker.db.transaction() as conn:
+            return ProducerIdAndEpoch(q.producer_id_next(conn), 0)
+    _check_tid(transactional_id)
+    for attempt in range(3):
+        try:
+            return _init_transactional(broker, transactional_id, timeout)
+        except sa_exc.IntegrityError:
+            # Two first inits of one transactional id raced on its primary key; the loser retries
+            # and now finds the row.
+            if attempt == 2:
+                raise TxlogError(ErrorCode.CONCURRENT_TRANSACTIONS, "Concurrent InitProducerId; retry") from None
+    raise AssertionError("unreachable")
+
+
+def _init_transactional(broker: Broker, transactional_id: str, timeout: int) -> ProducerIdAndEpoch:
+    with broker.db.transaction() as conn:
+        meta = q.txn_get(conn, transactional_id, for_update=True)
+        if meta is not None and meta.state is TxnState.DEAD:
+            q.txn_delete(conn, transactional_id)
+            meta = None
+        if meta is None:
+            meta = coordinator.record(conn, broker, None, txn.created(transactional_id, q.producer_id_next(conn), timeout, broker.now()))
+        else:
+            # Fence the previous producer: abort its open transaction (or finish a prepared one),
+            # then raise the epoch.
+            meta = coordinator.finish_open(conn, broker, meta, "newer_epoch")
+            new_pid = coordinator.new_producer_id_if_exhausted(conn, meta.producer_epoch)
+            meta = coordinator.record(conn, broker, meta, txn.reinitialized(meta, timeout, broker.now(), new_pid))
+        return ProducerIdAndEpoch(meta.producer_id, meta.producer_epoch)
+
+
+def _check_partitions_exist(conn, partitions: Sequence[TopicPartition]) -> None:  # type: ignore[no-untyped-def]
+    missing = q.partitions_missing(conn, partitions)
+    if missing:
+        raise TxlogError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            "Unknown topic-partitions: " + ", ".join(f"{t}-{p}" for t, p in missing),
+        )
+
+
+def add_partitions_to_txn(
+    broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
+) -> TxnMetadata:
+    with broker.db.transaction() as conn:
+        meta = coordinator.locked(conn, transactional_id)
+        txn.check_producer(meta, producer_id, producer_epoch)
+        _check_partitions_exist(conn, partitions)
+        event = txn.partitions_added(meta, partitions, broker.now())
+        return coordinator.record(conn, broker, meta, event) if event else meta
+
+
+def txn_offset_commit(
+    broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str, offsets: Sequence[GroupOffset]
+) -> TxnMetadata:
+    """AddOffsetsToTxn and TxnOffsetCommit in one: the group joins the transaction and the offsets
+    wait, invisible to the group, until the transaction commits (dropped if it aborts)."""
+    if not group_id or "\x00" in group_id:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, "group_id must be a non-empty string")
+    with broker.db.transaction() as conn:
+        meta = coordinator.locked(conn, transactional_id)
+        txn.check_producer(meta, producer_id, producer_epoch)
+        _check_partitions_exist(conn, [(o.topic, o.partition) for o in offsets])
+        event = txn.partitions_added(meta, (), broker.now(), groups=[group_id])
+        if event:
+            meta = coordinator.record(conn, broker, meta, event)
+        if offsets:
+            q.pending_offsets_upsert(conn, group_id, transactional_id, producer_id, producer_epoch, offsets)
+        return meta
+
+
+@dataclass(frozen=True)
+class EndTxnOutcome:
+    state: TxnState
+    producer_id: int  # for the next transaction
+    producer_epoch: int
+
+
+def end_txn(broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, result: Result) -> EndTxnOutcome:
+    """EndTxn. Step 1 makes the decision durable (PrepareCommit/PrepareAbort); step 2 writes the
+    markers, applies the offsets and completes. A crash between them leaves a prepared transaction
+    that the sweeper, the next InitProducerId or a retried EndTxn completes the same way."""
+    if result not in ("commit", "abort"):
+        raise TxlogError(ErrorCode.INVALID_REQUEST, "result must be 'commit' or 'abort'")
+    done = "CompleteCommit" if result == "commit" else "CompleteAbort"
+    with broker.db.transaction() as conn:
+        meta = coordinator.locked(conn, transactional_id)
+        if txn.is_retry_of_last_end(meta, producer_id, producer_epoch):
+            txn.check_end_retry(meta, result)
+            return EndTxnOutcome(TxnState(done), meta.producer_id, meta.producer_epoch)
+        txn.check_producer(meta, producer_id, producer_epoch)
+        if meta.state.is_prepared:
+            if meta.state.value != ("PrepareCommit" if result == "commit" else "PrepareAbort"):
+                raise TxlogError(
+                    ErrorCode.INVALID_TXN_STATE,
+                    f"Transaction is in {meta.state.value}; it cannot {result}",
+                )
+        else:
+            coordinator.record(conn, broker, meta, txn.prepared(meta, result, broker.now()))
+    with broker.db.transaction() as conn:
+        meta = coordinator.locked(conn, transactional_id)
+        if meta.state.is_prepared and (meta.producer_id, meta.producer_epoch) == (producer_id, producer_epoch):
+            meta = coordinator.complete(conn, broker, meta)
+        if (meta.last_producer_id, meta.last_producer_epoch) != (producer_id, producer_epoch):
+            # Completed by someone else and the transactional id has moved on since (a newer
+            # producer took over): the decision stands, but the epoch is no longer ours to hand out.
+            raise txn.fenced_error(meta, producer_epoch)
+        return EndTxnOutcome(TxnState(done), meta.producer_id, meta.producer_epoch)
+
+
+def abort_by_operator(broker: Broker, transactional_id: str) -> TxnMetadata:
+    """kafka-transactions.sh abort: abort the open transaction and fence its producer. A prepared
+    transaction keeps its decision (a PrepareCommit completes as a commit)."""
+    with broker.db.transaction() as conn:
+        meta = q.txn_get(conn, transactional_id, for_update=True)
+        if meta is None:
+            raise TxlogError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"Transactional id {transactional_id!r} not found")
+        if not meta.state.is_open:
+            raise TxlogError(ErrorCode.INVALID_TXN_STATE, f"Transaction {transactional_id!r} is {meta.state.value}: nothing to abort")
+        return coordinator.finish_open(conn, broker, meta, "aborted_by_operator")
+
+
+# --- read side ------------------------------------------------------------------------------------
+
+def describe(broker: Broker, transactional_id: str) -> TxnMetadata:
+    with broker.db.read() as conn:
+        meta = q.txn_get(conn, transactional_id)
+    if meta is None:
+        raise TxlogError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"Transactional id {transactional_id!r} not found")
+    return meta
+
+
+def list_transactions(
+    broker: Broker, state: str | None = None, older_than_ms: int | None = None, prefix: str | None = None, limit: int = 1000
+) -> list[TxnMetadata]:
+    if state is not None and state not in {s.value for s in TxnState}:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, f"Unknown state {state!r}; one of {', '.join(s.value for s in TxnState)}")
+    started_before = broker.now() - older_than_ms if older_than_ms is not None else None
+    with broker.db.read() as conn:
+        return q.txn_list(conn, state, started_before, prefix, limit)
+
+
+def events(broker: Broker, transactional_id: str) -> list[TxnEvent]:
+    with broker.db.read() as conn:
+        evs = q.txn_events(conn, transactional_id)
+    if not evs:
+        raise TxlogError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"Transactional id {transactional_id!r} not found")
+    return evs
+
+
+def pending_offsets(broker: Broker, transactional_id: str) -> list[dict]:
+    with broker.db.read() as conn:
+        return q.pending_offsets_of_txn(conn, transactional_id)

@@ -1,0 +1,656 @@
+"""The SQL of txlog, one function per statement, named noun-first (``partition_lock``,
+``producer_state_get``, ``txn_event_insert``). Every statement is served by an index; none scans a
+log. Services call these inside the transaction scopes they open."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Sequence
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from app.domain.producer_state import BatchMetadata, ProducerStateEntry
+from app.domain.records import NewRecord
+from app.domain.transactions import TxnEvent, TxnMetadata, TxnState
+from app.errors import ErrorCode, TxlogError
+
+NOTIFY_CHANNEL = "txlog_append"
+
+
+def _ms(col: str) -> str:
+    return f"(extract(epoch FROM {col}) * 1000)::bigint"
+
+
+# --- topics and partitions ------------------------------------------------------------------------
+
+def topic_insert(conn: Connection, name: str, partitions: int, config: dict) -> bool:
+    row = conn.execute(
+        text(
+            "INSERT INTO txlog.topics (name, partitions, config) VALUES (:name, :n, CAST(:config AS jsonb)) "
+            "ON CONFLICT (name) DO NOTHING RETURNING name"
+        ),
+        {"name": name, "n": partitions, "config": json.dumps(config)},
+    ).first()
+    if row is None:
+        return False
+    conn.execute(
+        text(
+            "INSERT INTO txlog.partitions (topic, partition) "
+            "SELECT :name, g FROM generate_series(0, :n - 1) AS g"
+        ),
+        {"name": name, "n": partitions},
+    )
+    return True
+
+
+def topic_list(conn: Connection) -> list[tuple[str, int]]:
+    return [tuple(r) for r in conn.execute(text("SELECT name, partitions FROM txlog.topics ORDER BY name"))]  # type: ignore[misc]
+
+
+def topic_partitions(conn: Connection, name: str) -> int | None:
+    return conn.execute(text("SELECT partitions FROM txlog.topics WHERE name = :name"), {"name": name}).scalar()
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    topic: str
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+    open_transactions: int = 0
+
+
+_STATUS_SELECT = """
+SELECT topic, partition, log_start_offset, high_watermark, last_stable_offset, open_transactions
+FROM txlog.partition_status
+"""
+
+
+def partition_status(conn: Connection, topic: str, partition: int) -> PartitionStatus:
+    row = conn.execute(
+        text(_STATUS_SELECT + " WHERE topic = :topic AND partition = :partition"),
+        {"topic": topic, "partition": partition},
+    ).first()
+    if row is None:
+        raise unknown_partition(topic, partition)
+    return PartitionStatus(*row)
+
+
+def partition_status_all(conn: Connection, topic: str | None = None) -> list[PartitionStatus]:
+    where = " WHERE topic = :topic" if topic is not None else ""
+    rows = conn.execute(text(_STATUS_SELECT + where + " ORDER BY topic, partition"), {"topic": topic})
+    return [PartitionStatus(*r) for r in rows]
+
+
+def unknown_partition(topic: str, partition: int) -> TxlogError:
+    return TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic-partition {topic}-{partition} does not exist")
+
+
+def partition_lock(conn: Connection, topic: str, partition: int) -> tuple[int, int]:
+    """Take the partition's append lock (held until commit); returns (next offset, log start offset)."""
+    row = conn.execute(
+        text(
+            "SELECT next_offset, log_start_offset FROM txlog.partitions "
+            "WHERE topic = :topic AND partition = :partition FOR UPDATE"
+        ),
+        {"topic": topic, "partition": partition},
+    ).first()
+    if row is None:
+        raise unknown_partition(topic, partition)
+    return row[0], row[1]
+
+
+def partition_advance(conn: Connection, topic: str, partition: int, next_offset: int) -> None:
+    conn.execute(
+        text("UPDATE txlog.partitions SET next_offset = :n WHERE topic = :topic AND partition = :partition"),
+        {"topic": topic, "partition": partition, "n": next_offset},
+    )
+    conn.execute(text("SELECT pg_notify(:ch, :payload)"), {"ch": NOTIFY_CHANNEL, "payload": f"{topic}:{partition}"})
+
+
+def partitions_missing(conn: Connection, wanted: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+    if not wanted:
+        return []
+    rows = conn.execute(
+        text(
+            "SELECT w.topic, w.partition FROM unnest(CAST(:topics AS text[]), CAST(:parts AS int[])) AS w(topic, partition) "
+            "WHERE NOT EXISTS (SELECT 1 FROM txlog.partitions p WHERE p.topic = w.topic AND p.partition = w.partition)"
+        ),
+        {"topics": [t for t, _ in wanted], "parts": [p for _, p in wanted]},
+    )
+    return [(r[0], r[1]) for r in rows]
+
+
+# --- the log --------------------------------------------------------------------------------------
+
+def records_insert(
+    conn: Connection,
+    topic: str,
+    partition: int,
+    base_offset: int,
+    records: Sequence[NewRecord],
+    append_time_ms: int,
+    producer_id: int | None = None,
+    producer_epoch: int | None = None,
+    base_sequence: int | None = None,
+    transactional: bool = False,
+) -> None:
+    conn.execute(
+        text(
+            """
+            INSERT INTO txlog.records (topic, partition, "offset", key, value, headers, "timestamp",
+                                       producer_id, producer_epoch, sequence, is_transactional)
+            SELECT :topic, :partition, :base + u.o - 1, u.k, u.v, CAST(u.h AS jsonb),
+                   to_timestamp(u.ts / 1000.0), :pid, :epoch,
+                   CASE WHEN CAST(:seq AS int) IS NULL THEN NULL ELSE ((CAST(:seq AS bigint) + u.o - 1) % 2147483648)::int END,
+                   :txn
+            FROM unnest(CAST(:keys AS bytea[]), CAST(:values AS bytea[]), CAST(:headers AS text[]),
+                        CAST(:ts AS bigint[])) WITH ORDINALITY AS u(k, v, h, ts, o)
+            """
+        ),
+        {
+            "topic": topic,
+            "partition": partition,
+            "base": base_offset,
+            "pid": producer_id,
+            "epoch": producer_epoch,
+            "seq": base_sequence,
+            "txn": transactional,
+            "keys": [r.key for r in records],
+            "values": [r.value for r in records],
+            "headers": [json.dumps(r.headers) if r.headers else None for r in records],
+            "ts": [r.timestamp_ms if r.timestamp_ms is not None else append_time_ms for r in records],
+        },
+    )
+
+
+def control_record_insert(
+    conn: Connection, topic: str, partition: int, offset: int, control_type: int, producer_id: int, producer_epoch: int, at_ms: int
+) -> None:
+    conn.execute(
+        text(
+            """
+            INSERT INTO txlog.records (topic, partition, "offset", "timestamp", producer_id, producer_epoch,
+                                       is_transactional, control_type)
+            VALUES (:topic, :partition, :offset, to_timestamp(:ts / 1000.0), :pid, :epoch, true, :ctype)
+            """
+        ),
+        {"topic": topic, "partition": partition, "offset": offset, "ts": at_ms, "pid": producer_id, "epoch": producer_epoch, "ctype": control_type},
+    )
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict | None
+    timestamp_ms: int
+    producer_id: int | None
+    producer_epoch: int | None
+    sequence: int | None
+    is_transactional: bool
+    control_type: int | None
+    aborted: bool
+
+
+_NOT_ABORTED = """
+NOT (r.is_transactional AND EXISTS (
+    SELECT 1 FROM txlog.aborted_txns a
+    WHERE a.topic = r.topic AND a.partition = r.partition
+      AND a.producer_id = r.producer_id AND a.producer_epoch = r.producer_epoch))
+"""
+
+_RECORD_COLUMNS = f"""
+r."offset", r.key, r.value, r.headers, {_ms('r."timestamp"')}, r.producer_id, r.producer_epoch,
+r.sequence, r.is_transactional, r.control_type
+"""
+
+
+def records_fetch(
+    conn: Connection, topic: str, partition: int, start: int, upper: int, limit: int, committed_only: bool
+) -> list[StoredRecord]:
+    """Data records in [start, upper), in offset order, at most ``limit``. With ``committed_only``
+    records of aborted transactions are left out (an index lookup per transactional record)."""
+    sql = f"""
+        SELECT {_RECORD_COLUMNS}, false
+        FROM txlog.records r
+        WHERE r.topic = :topic AND r.partition = :partition
+          AND r."offset" >= :start AND r."offset" < :upper
+          AND r.control_type IS NULL
+          {"AND " + _NOT_ABORTED if committed_only else ""}
+        ORDER BY r."offset"
+        LIMIT :limit
+    """
+    rows = conn.execute(text(sql), {"topic": topic, "partition": partition, "start": start, "upper": upper, "limit": limit})
+    return [StoredRecord(*r) for r in rows]
+
+
+def records_browse(conn: Connection, topic: str, partition: int, start: int, limit: int) -> list[StoredRecord]:
+    """Every record from ``start`` (control records too), each flagged if its transaction aborted."""
+    sql = f"""
+        SELECT {_RECORD_COLUMNS}, NOT ({_NOT_ABORTED})
+        FROM txlog.records r
+        WHERE r.topic = :topic AND r.partition = :partition AND r."offset" >= :start
+        ORDER BY r."offset"
+        LIMIT :limit
+    """
+    rows = conn.execute(text(sql), {"topic": topic, "partition": partition, "start": start, "limit": limit})
+    return [StoredRecord(*r) for r in rows]
+
+
+# --- producer state -------------------------------------------------------------------------------
+
+def producer_id_next(conn: Connection) -> int:
+    return conn.execute(text("SELECT nextval('txlog.producer_id_seq')")).scalar_one()
+
+
+def producer_state_get(conn: Connection, topic: str, partition: int, producer_id: int) -> ProducerStateEntry | None:
+    row = conn.execute(
+        text(
+            f"SELECT producer_epoch, batches, txn_first_offset, {_ms('last_timestamp')} FROM txlog.producer_partitions "
+            "WHERE topic = :topic AND partition = :partition AND producer_id = :pid"
+        ),
+        {"topic": topic, "partition": partition, "pid": producer_id},
+    ).first()
+    if row is None:
+        return None
+    return ProducerStateEntry(producer_id, row[0], tuple(BatchMetadata.from_json(b) for b in row[1]), row[2], row[3])
+
+
+def producer_state_put(conn: Connection, topic: str, partition: int, entry: ProducerStateEntry) -> None:
+    conn.execute(
+        text(
+            """
+            INSERT INTO txlog.producer_partitions (topic, partition, producer_id, producer_epoch, batches,
+                                                   txn_first_offset, last_timestamp)
+            VALUES (:topic, :partition, :pid, :epoch, CAST(:batches AS jsonb), :txn_first, to_timestamp(:ts / 1000.0))
+            ON CONFLICT (topic, partition, producer_id) DO UPDATE
+            SET producer_epoch = EXCLUDED.producer_epoch, batches = EXCLUDED.batches,
+                txn_first_offset = EXCLUDED.txn_first_offset, last_timestamp = EXCLUDED.last_timestamp
+            """
+        ),
+        {
+            "topic": topic,
+            "partition": partition,
+            "pid": entry.producer_id,
+            "epoch": entry.producer_epoch,
+            "batches": json.dumps([b.to_json() for b in entry.batches]),
+            "txn_first": entry.txn_first_offset,
+            "ts": entry.last_timestamp_ms,
+        },
+    )
+
+
+def producer_has_open_txn(conn: Connection, producer_id: int) -> str | None:
+    return conn.execute(
+        text(
+            "SELECT transactional_id FROM txlog.transactions WHERE producer_id = :pid "
+            "AND state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort') LIMIT 1"
+        ),
+        {"pid": producer_id},
+    ).scalar()
+
+
+def aborted_txn_insert(
+    conn: Connection, topic: str, partition: int, producer_id: int, producer_epoch: int, first_offset: int, last_offset: int
+) -> None:
+    conn.execute(
+        text(
+            "INSERT INTO txlog.aborted_txns (topic, partition, producer_id, producer_epoch, first_offset, last_offset) "
+            "VALUES (:topic, :partition, :pid, :epoch, :first, :last) ON CONFLICT DO NOTHING"
+        ),
+        {"topic": topic, "partition": partition, "pid": producer_id, "epoch": producer_epoch, "first": first_offset, "last": last_offset},
+    )
+
+
+def producer_states_expire(conn: Connection, older_than_ms: int, limit: int = 1000) -> int:
+    return conn.execute(
+        text(
+            """
+            DELETE FROM txlog.producer_partitions WHERE ctid IN (
+                SELECT ctid FROM txlog.producer_partitions
+                WHERE txn_first_offset IS NULL AND last_timestamp < to_timestamp(:t / 1000.0)
+                LIMIT :limit FOR UPDATE SKIP LOCKED)
+            """
+        ),
+        {"t": older_than_ms, "limit": limit},
+    ).rowcount
+
+
+def producer_states_of(conn: Connection, producer_id: int | None = None, limit: int = 500) -> list[dict]:
+    where = "WHERE producer_id = :pid" if producer_id is not None else ""
+    rows = conn.execute(
+        text(
+            f"SELECT topic, partition, producer_id, producer_epoch, batches, txn_first_offset, {_ms('last_timestamp')} "
+            f"FROM txlog.producer_partitions {where} ORDER BY producer_id DESC, topic, partition LIMIT :limit"
+        ),
+        {"pid": producer_id, "limit": limit},
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+# --- transactions ---------------------------------------------------------------------------------
+
+_TXN_COLUMNS = f"""
+transactional_id, producer_id, producer_epoch, state, timeout_ms, version, {_ms('updated_at')},
+{_ms('epoch_changed_at')}, {_ms('started_at')}, partitions, groups, last_producer_id, last_producer_epoch,
+last_result, fence_reason
+"""
+
+
+def _txn_from_row(row) -> TxnMetadata:  # type: ignore[no-untyped-def]
+    return TxnMetadata(
+        transactional_id=row[0],
+        producer_id=row[1],
+        producer_epoch=row[2],
+        state=TxnState(row[3]),
+        timeout_ms=row[4],
+        version=row[5],
+        updated_at_ms=row[6],
+        epoch_changed_at_ms=row[7],
+        started_at_ms=row[8],
+        partitions=tuple((t, p) for t, p in row[9]),
+        groups=tuple(row[10]),
+        last_producer_id=row[11],
+        last_producer_epoch=row[12],
+        last_result=row[13],
+        fence_reason=row[14],
+    )
+
+
+def txn_get(conn: Connection, transactional_id: str, for_update: bool = False, skip_locked: bool = False) -> TxnMetadata | None:
+    lock = " FOR UPDATE" + (" SKIP LOCKED" if skip_locked else "") if for_update else ""
+    row = conn.execute(
+        text(f"SELECT {_TXN_COLUMNS} FROM txlog.transactions WHERE transactional_id = :tid{lock}"),
+        {"tid": transactional_id},
+    ).first()
+    return _txn_from_row(row) if row else None
+
+
+def txn_put(conn: Connection, meta: TxnMetadata, coordinator: int, deadline_ms: int | None) -> None:
+    conn.execute(
+        text(
+            """
+            INSERT INTO txlog.transactions (transactional_id, producer_id, producer_epoch, state, timeout_ms, version,
+                started_at, updated_at, epoch_changed_at, deadline, partitions, groups, last_producer_id,
+                last_producer_epoch, last_result, fence_reason, coordinator)
+            VALUES (:tid, :pid, :epoch, :state, :timeout, :version, to_timestamp(:started / 1000.0),
+                to_timestamp(:updated / 1000.0), to_timestamp(:epoch_changed / 1000.0), to_timestamp(:deadline / 1000.0),
+                CAST(:partitions AS jsonb), CAST(:groups AS jsonb), :last_pid, :last_epoch, :last_result, :reason, :coordinator)
+            ON CONFLICT (transactional_id) DO UPDATE SET
+                producer_id = EXCLUDED.producer_id, producer_epoch = EXCLUDED.producer_epoch, state = EXCLUDED.state,
+                timeout_ms = EXCLUDED.timeout_ms, version = EXCLUDED.version, started_at = EXCLUDED.started_at,
+                updated_at = EXCLUDED.updated_at, epoch_changed_at = EXCLUDED.epoch_changed_at,
+                deadline = EXCLUDED.deadline, partitions = EXCLUDED.partitions, groups = EXCLUDED.groups,
+                last_producer_id = EXCLUDED.last_producer_id, last_producer_epoch = EXCLUDED.last_producer_epoch,
+                last_result = EXCLUDED.last_result, fence_reason = EXCLUDED.fence_reason
+            """
+        ),
+        {
+            "tid": meta.transactional_id,
+            "pid": meta.producer_id,
+            "epoch": meta.producer_epoch,
+            "state": meta.state.value,
+            "timeout": meta.timeout_ms,
+            "version": meta.version,
+            "started": meta.started_at_ms,
+            "updated": meta.updated_at_ms,
+            "epoch_changed": meta.epoch_changed_at_ms,
+            "deadline": deadline_ms,
+            "partitions": json.dumps([list(tp) for tp in meta.partitions]),
+            "groups": json.dumps(list(meta.groups)),
+            "last_pid": meta.last_producer_id,
+            "last_epoch": meta.last_producer_epoch,
+            "last_result": meta.last_result,
+            "reason": meta.fence_reason,
+            "coordinator": coordinator,
+        },
+    )
+
+
+def txn_event_insert(conn: Connection, event: TxnEvent) -> None:
+    conn.execute(
+        text(
+            """
+            INSERT INTO txlog.transaction_events (transactional_id, version, from_state, to_state, producer_id,
+                producer_epoch, timeout_ms, at, partitions_added, groups_added, last_producer_id,
+                last_producer_epoch, result, reason)
+            VALUES (:tid, :version, :from_state, :to_state, :pid, :epoch, :timeout, to_timestamp(:at / 1000.0),
+                CAST(:partitions AS jsonb), CAST(:groups AS jsonb), :last_pid, :last_epoch, :result, :reason)
+            """
+        ),
+        {
+            "tid": event.transactional_id,
+            "version": event.version,
+            "from_state": event.from_state.value if event.from_state else None,
+            "to_state": event.to_state.value,
+            "pid": event.producer_id,
+            "epoch": event.producer_epoch,
+            "timeout": event.timeout_ms,
+            "at": event.at_ms,
+            "partitions": json.dumps([list(tp) for tp in event.partitions_added]),
+            "groups": json.dumps(list(event.groups_added)),
+            "last_pid": event.last_producer_id,
+            "last_epoch": event.last_producer_epoch,
+            "result": event.result,
+            "reason": event.reason,
+        },
+    )
+
+
+def txn_events(conn: Connection, transactional_id: str) -> list[TxnEvent]:
+    rows = conn.execute(
+        text(
+            f"""
+            SELECT transactional_id, version, from_state, to_state, producer_id, producer_epoch, timeout_ms,
+                   {_ms('at')}, partitions_added, groups_added, last_producer_id, last_producer_epoch, result, reason
+            FROM txlog.transaction_events WHERE transactional_id = :tid ORDER BY version
+            """
+        ),
+        {"tid": transactional_id},
+    )
+    return [
+        TxnEvent(
+            transactional_id=r[0],
+            version=r[1],
+            from_state=TxnState(r[2]) if r[2] else None,
+            to_state=TxnState(r[3]),
+            producer_id=r[4],
+            producer_epoch=r[5],
+            timeout_ms=r[6],
+            at_ms=r[7],
+            partitions_added=tuple((t, p) for t, p in r[8]),
+            groups_added=tuple(r[9]),
+            last_producer_id=r[10],
+            last_producer_epoch=r[11],
+            result=r[12],
+            reason=r[13],
+        )
+        for r in rows
+    ]
+
+
+def txn_delete(conn: Connection, transactional_id: str) -> None:
+    for table in ("pending_group_offsets", "transaction_events", "transactions"):
+        conn.execute(text(f"DELETE FROM txlog.{table} WHERE transactional_id = :tid"), {"tid": transactional_id})
+
+
+def txn_list(
+    conn: Connection, state: str | None, started_before_ms: int | None, prefix: str | None = None, limit: int = 1000
+) -> list[TxnMetadata]:
+    clauses = ["true"]
+    if state is not None:
+        clauses.append("state = :state")
+    if started_before_ms is not None:
+        clauses.append("started_at < to_timestamp(:before / 1000.0)")
+    if prefix:
+        clauses.append("transactional_id LIKE :prefix ESCAPE '\\'")
+    rows = conn.execute(
+        text(f"SELECT {_TXN_COLUMNS} FROM txlog.transactions WHERE {' AND '.join(clauses)} ORDER BY transactional_id LIMIT :limit"),
+        {
+            "state": state,
+            "before": started_before_ms,
+            "prefix": (prefix or "").replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",
+            "limit": limit,
+        },
+    )
+    return [_txn_from_row(r) for r in rows]
+
+
+def txn_ids_timed_out(conn: Connection, now_ms: int, limit: int = 100) -> list[str]:
+    return list(
+        conn.execute(
+            text(
+                "SELECT transactional_id FROM txlog.transactions WHERE state = 'Ongoing' "
+                "AND deadline < to_timestamp(:now / 1000.0) ORDER BY deadline LIMIT :limit"
+            ),
+            {"now": now_ms, "limit": limit},
+        ).scalars()
+    )
+
+
+def txn_ids_prepared(conn: Connection, limit: int = 100) -> list[str]:
+    return list(
+        conn.execute(
+            text(
+                "SELECT transactional_id FROM txlog.transactions WHERE state IN ('PrepareCommit', 'PrepareAbort') "
+                "ORDER BY updated_at LIMIT :limit"
+            ),
+            {"limit": limit},
+        ).scalars()
+    )
+
+
+def txn_ids_idle(conn: Connection, states: Sequence[str], idle_before_ms: int, limit: int = 100) -> list[str]:
+    return list(
+        conn.execute(
+            text(
+                "SELECT transactional_id FROM txlog.transactions WHERE state = ANY(CAST(:states AS text[])) "
+                "AND updated_at < to_timestamp(:before / 1000.0) ORDER BY updated_at LIMIT :limit"
+            ),
+            {"states": list(states), "before": idle_before_ms, "limit": limit},
+        ).scalars()
+    )
+
+
+def txn_state_counts(conn: Connection) -> dict[str, int]:
+    return {r[0]: r[1] for r in conn.execute(text("SELECT state, count(*) FROM txlog.transactions GROUP BY state"))}
+
+
+# --- consumer group offsets -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GroupOffset:
+    topic: str
+    partition: int
+    offset: int
+    metadata: str
+
+
+def group_offsets_upsert(conn: Connection, group_id: str, offsets: Sequence[GroupOffset]) -> None:
+    offsets = sorted(offsets, key=lambda o: (o.topic, o.partition))  # fixed lock order
+    conn.execute(
+        text(
+            """
+            INSERT INTO txlog.group_offsets (group_id, topic, partition, "offset", metadata, committed_at)
+            SELECT :group_id, u.topic, u.partition, u.off, u.meta, now()
+            FROM unnest(CAST(:topics AS text[]), CAST(:parts AS int[]), CAST(:offs AS bigint[]), CAST(:metas AS text[]))
+                 AS u(topic, partition, off, meta)
+            ON CONFLICT (group_id, topic, partition) DO UPDATE
+            SET "offset" = EXCLUDED."offset", metadata = EXCLUDED.metadata, committed_at = EXCLUDED.committed_at
+            """
+        ),
+        {
+            "group_id": group_id,
+            "topics": [o.topic for o in offsets],
+            "parts": [o.partition for o in offsets],
+            "offs": [o.offset for o in offsets],
+            "metas": [o.metadata for o in offsets],
+        },
+    )
+
+
+def group_offsets_get(conn: Connection, group_id: str) -> list[GroupOffset]:
+    rows = conn.execute(
+        text('SELECT topic, partition, "offset", metadata FROM txlog.group_offsets WHERE group_id = :g ORDER BY topic, partition'),
+        {"g": group_id},
+    )
+    return [GroupOffset(*r) for r in rows]
+
+
+def group_ids(conn: Connection) -> list[str]:
+    rows = conn.execute(
+        text("SELECT group_id FROM txlog.group_offsets UNION SELECT group_id FROM txlog.pending_group_offsets ORDER BY 1")
+    )
+    return list(rows.scalars())
+
+
+def pending_offsets_upsert(
+    conn: Connection, group_id: str, transactional_id: str, producer_id: int, producer_epoch: int, offsets: Sequence[GroupOffset]
+) -> None:
+    offsets = sorted(offsets, key=lambda o: (o.topic, o.partition))
+    conn.execute(
+        text(
+            """
+            INSERT INTO txlog.pending_group_offsets (group_id, topic, partition, transactional_id, producer_id,
+                                                     producer_epoch, "offset", metadata)
+            SELECT :group_id, u.topic, u.partition, :tid, :pid, :epoch, u.off, u.meta
+            FROM unnest(CAST(:topics AS text[]), CAST(:parts AS int[]), CAST(:offs AS bigint[]), CAST(:metas AS text[]))
+                 AS u(topic, partition, off, meta)
+            ON CONFLICT (group_id, topic, partition, transactional_id) DO UPDATE
+            SET "offset" = EXCLUDED."offset", metadata = EXCLUDED.metadata, producer_id = EXCLUDED.producer_id,
+                producer_epoch = EXCLUDED.producer_epoch, committed_at = now()
+            """
+        ),
+        {
+            "group_id": group_id,
+            "tid": transactional_id,
+            "pid": producer_id,
+            "epoch": producer_epoch,
+            "topics": [o.topic for o in offsets],
+            "parts": [o.partition for o in offsets],
+            "offs": [o.offset for o in offsets],
+            "metas": [o.metadata for o in offsets],
+        },
+    )
+
+
+def pending_offsets_take(conn: Connection, transactional_id: str) -> dict[str, list[GroupOffset]]:
+    """Remove and return a transaction's pending offsets, by group."""
+    rows = conn.execute(
+        text(
+            'DELETE FROM txlog.pending_group_offsets WHERE transactional_id = :tid '
+            'RETURNING group_id, topic, partition, "offset", metadata'
+        ),
+        {"tid": transactional_id},
+    )
+    out: dict[str, list[GroupOffset]] = {}
+    for g, t, p, o, m in rows:
+        out.setdefault(g, []).append(GroupOffset(t, p, o, m))
+    return out
+
+
+def pending_offsets_of_group(conn: Connection, group_id: str) -> list[dict]:
+    rows = conn.execute(
+        text(
+            'SELECT topic, partition, "offset", metadata, transactional_id, producer_id, producer_epoch '
+            "FROM txlog.pending_group_offsets WHERE group_id = :g ORDER BY topic, partition"
+        ),
+        {"g": group_id},
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+def pending_offsets_of_txn(conn: Connection, transactional_id: str) -> list[dict]:
+    rows = conn.execute(
+        text(
+            'SELECT group_id, topic, partition, "offset", metadata FROM txlog.pending_group_offsets '
+            "WHERE transactional_id = :tid ORDER BY group_id, topic, partition"
+        ),
+        {"tid": transactional_id},
+    )
+    return [dict(r._mapping) for r in rows]
