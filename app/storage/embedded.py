@@ -64,7 +64,10 @@ class EmbeddedPostgres:
         argv = [str(_bin_dir() / cmd), *args]
         if self.system_user:
             argv = ["runuser", "-u", self.system_user, "--", *argv]
-        return subprocess.run(argv, check=True, capture_output=True, text=True, timeout=timeout, cwd="/")
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd="/")
+        if proc.returncode != 0:
+            raise subprocess.CalledProcessError(proc.returncode, argv, proc.stdout, proc.stderr)
+        return proc
 
     def _prepare_root(self) -> None:
         """As root: make sure the helper user exists and can reach the binaries and the data."""
@@ -75,9 +78,9 @@ class EmbeddedPostgres:
         utils.ensure_prefix_permissions(bins)
         utils.ensure_folder_permissions(bins, stat.S_IRGRP | stat.S_IROTH | stat.S_IXGRP | stat.S_IXOTH)
         utils.ensure_folder_permissions(bins.parent / "lib", stat.S_IRGRP | stat.S_IROTH)
-        utils.ensure_prefix_permissions(self.data_dir)
         pw = pwd.getpwnam(self.system_user)
         self.pgdata.mkdir(parents=True, exist_ok=True)
+        utils.ensure_prefix_permissions(self.pgdata)  # every parent traversable by the helper user
         os.chown(self.pgdata, pw.pw_uid, pw.pw_gid)
 
     @property
