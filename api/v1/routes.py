@@ -28,6 +28,11 @@ def broker(request: Request) -> Broker:
 def _no_nul(value: str, what: str) -> str:
     if "\x00" in value:
         raise TxlogError(ErrorCode.INVALID_RECORD, f"{what} must not contain NUL characters")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise TxlogError(ErrorCode.INVALID_RECORD, f"{what} is not valid Unicode (lone surrogate)") from None
     return value
 
 

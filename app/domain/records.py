@@ -23,7 +23,7 @@ CONTROL_NAMES = {CONTROL_ABORT: "ABORT", CONTROL_COMMIT: "COMMIT"}
 
 
 def validate_topic_name(name: str) -> None:
-    if name in (".", "..") or not TOPIC_NAME.match(name):
+    if name in (".", "..") or not TOPIC_NAME.fullmatch(name):  # fullmatch: "$" would accept a trailing newline
         raise TxlogError(
             ErrorCode.INVALID_TOPIC_EXCEPTION,
             f"Topic name {name!r} is illegal: it must match [A-Za-z0-9._-]{{1,249}} and not be '.' or '..'",

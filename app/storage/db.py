@@ -56,6 +56,8 @@ def translate_errors() -> Iterator[None]:
         raise
     except sa_exc.TimeoutError as exc:
         raise TxlogError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "Timed out waiting for a database connection") from exc
+    except UnicodeEncodeError as exc:  # psycopg cannot send text holding a lone surrogate
+        raise TxlogError(ErrorCode.INVALID_REQUEST, f"Text is not valid Unicode: {exc.reason} at position {exc.start}") from exc
 
 
 def _first_line(exc: BaseException) -> str:
