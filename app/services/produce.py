@@ -68,17 +68,16 @@ def produce(broker: Broker, topic: str, partition: int, req: ProduceRequest) -> 
                     ErrorCode.CONCURRENT_TRANSACTIONS,
                     f"Transaction is in {meta.state.value}; produce after it completes (retriable)",
                 )
-        elif pid is not None:
-            open_tid = q.producer_has_open_txn(conn, pid)
-            if open_tid is not None:
-                raise TxlogError(
-                    ErrorCode.INVALID_TXN_STATE,
-                    f"Producer {pid} has an open transaction ({open_tid!r}); send its batches with that transactional_id",
-                )
-        base_offset, log_start = q.partition_lock(conn, topic, partition)
-        entry = None
+        position = q.partition_lock_for_append(conn, topic, partition, pid)
+        base_offset, log_start, entry = position.next_offset, position.log_start_offset, position.producer_state
+        if not transactional and position.open_transactional_id is not None:
+            raise TxlogError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"Producer {pid} has an open transaction ({position.open_transactional_id!r}); "
+                "send its batches with that transactional_id",
+            )
+        state = None
         if pid is not None:
-            entry = q.producer_state_get(conn, topic, partition, pid)
             decision = check_append(entry, pid, epoch, seq, len(req.records))  # type: ignore[arg-type]
             if isinstance(decision, Duplicate):
                 b = decision.batch
@@ -88,14 +87,10 @@ def produce(broker: Broker, topic: str, partition: int, req: ProduceRequest) -> 
             if event is not None:
                 coordinator.record(conn, broker, meta, event)
         last_offset = base_offset + len(req.records) - 1
-        q.records_insert(conn, topic, partition, base_offset, req.records, now, pid, epoch, seq, transactional)
-        q.partition_advance(conn, topic, partition, last_offset + 1)
         if pid is not None:
             assert isinstance(decision, Append)
-            q.producer_state_put(
-                conn, topic, partition,
-                after_append(entry, pid, epoch, decision, base_offset, last_offset, now, transactional),  # type: ignore[arg-type]
-            )
+            state = after_append(entry, pid, epoch, decision, base_offset, last_offset, now, transactional)  # type: ignore[arg-type]
+        q.log_append(conn, topic, partition, base_offset, req.records, now, pid, epoch, seq, transactional, state)
     return ProduceResult(base_offset, last_offset, now, log_start)
 
 

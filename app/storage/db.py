@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Iterator
 
 import sqlalchemy as sa
+from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 
@@ -25,16 +27,41 @@ def libpq_url(url: str) -> str:
     return "postgresql://" + sqlalchemy_url(url)[len("postgresql+psycopg://"):]
 
 
+IDLE_PING_SECONDS = 1.0
+
+
 def create_engine(url: str, pool_size: int = 10, max_overflow: int = 20) -> Engine:
-    return sa.create_engine(
+    engine = sa.create_engine(
         sqlalchemy_url(url),
         pool_size=pool_size,
         max_overflow=max_overflow,
         pool_timeout=10,
-        pool_pre_ping=True,
         pool_recycle=1800,
         connect_args={"connect_timeout": 5, "application_name": "txlog"},
     )
+    _ping_idle_connections(engine)
+    return engine
+
+
+def _ping_idle_connections(engine: Engine) -> None:
+    """Check a pooled connection before use only when it sat idle for a while (the database may
+    have restarted meanwhile). A busy pool pays no extra round trip per request; a connection
+    found dead is replaced transparently; a disconnect seen mid-request invalidates the whole pool."""
+
+    @event.listens_for(engine, "checkin")
+    def _checkin(dbapi_conn, record) -> None:  # type: ignore[no-untyped-def]
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checkout(dbapi_conn, record, proxy) -> None:  # type: ignore[no-untyped-def]
+        idle_since = record.info.get("idle_since")
+        if idle_since is None or time.monotonic() - idle_since < IDLE_PING_SECONDS:
+            return
+        try:
+            dbapi_conn.execute("SELECT 1")
+            dbapi_conn.rollback()
+        except Exception as exc:
+            raise sa_exc.DisconnectionError(str(exc)) from exc
 
 
 _UNAVAILABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)

@@ -124,9 +124,75 @@ def partitions_missing(conn: Connection, wanted: Sequence[tuple[str, int]]) -> l
     return [(r[0], r[1]) for r in rows]
 
 
+@dataclass(frozen=True)
+class AppendPosition:
+    next_offset: int
+    log_start_offset: int
+    producer_state: ProducerStateEntry | None
+    open_transactional_id: str | None  # the producer id's open transaction, if any
+
+
+def partition_lock_for_append(conn: Connection, topic: str, partition: int, producer_id: int | None) -> AppendPosition:
+    """The append lock and, in the same round trip, the producer's state on the partition and
+    its open transaction, if any."""
+    row = conn.execute(
+        _LOCK_FOR_APPEND, {"topic": topic, "partition": partition, "pid": producer_id}
+    ).first()
+    if row is None:
+        raise unknown_partition(topic, partition)
+    entry = None
+    if row[2] is not None:
+        entry = ProducerStateEntry(producer_id, row[2], tuple(BatchMetadata.from_json(b) for b in row[3]), row[4], row[5])  # type: ignore[arg-type]
+    return AppendPosition(row[0], row[1], entry, row[6])
+
+
+_LOCK_FOR_APPEND = text(
+    f"""
+    SELECT p.next_offset, p.log_start_offset, pp.producer_epoch, pp.batches, pp.txn_first_offset,
+           {_ms('pp.last_timestamp')},
+           (SELECT t.transactional_id FROM txlog.transactions t
+            WHERE t.producer_id = CAST(:pid AS bigint) AND t.state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort')
+            LIMIT 1) AS open_transactional_id
+    FROM txlog.partitions p
+    LEFT JOIN txlog.producer_partitions pp
+      ON pp.topic = p.topic AND pp.partition = p.partition AND pp.producer_id = CAST(:pid AS bigint)
+    WHERE p.topic = :topic AND p.partition = :partition
+    FOR UPDATE OF p
+    """
+)
+
+
 # --- the log --------------------------------------------------------------------------------------
 
-def records_insert(
+_LOG_APPEND = text(
+    """
+    WITH appended AS (
+        INSERT INTO txlog.records (topic, partition, "offset", key, value, headers, "timestamp",
+                                   producer_id, producer_epoch, sequence, is_transactional)
+        SELECT :topic, :partition, :base + u.o - 1, u.k, u.v, CAST(u.h AS jsonb),
+               to_timestamp(u.ts / 1000.0), :pid, :epoch,
+               CASE WHEN CAST(:seq AS int) IS NULL THEN NULL
+                    ELSE ((CAST(:seq AS bigint) + u.o - 1) % 2147483648)::int END,
+               :txn
+        FROM unnest(CAST(:keys AS bytea[]), CAST(:values AS bytea[]), CAST(:headers AS text[]),
+                    CAST(:ts AS bigint[])) WITH ORDINALITY AS u(k, v, h, ts, o)
+    ), advanced AS (
+        UPDATE txlog.partitions SET next_offset = :next WHERE topic = :topic AND partition = :partition
+    ), producer_state AS (
+        INSERT INTO txlog.producer_partitions (topic, partition, producer_id, producer_epoch, batches,
+                                               txn_first_offset, last_timestamp)
+        SELECT :topic, :partition, :pid, :epoch, CAST(:batches AS jsonb), :txn_first, to_timestamp(:append_ts / 1000.0)
+        WHERE CAST(:pid AS bigint) IS NOT NULL
+        ON CONFLICT (topic, partition, producer_id) DO UPDATE
+        SET producer_epoch = EXCLUDED.producer_epoch, batches = EXCLUDED.batches,
+            txn_first_offset = EXCLUDED.txn_first_offset, last_timestamp = EXCLUDED.last_timestamp
+    )
+    SELECT pg_notify(:channel, :payload)
+    """
+)
+
+
+def log_append(
     conn: Connection,
     topic: str,
     partition: int,
@@ -137,24 +203,18 @@ def records_insert(
     producer_epoch: int | None = None,
     base_sequence: int | None = None,
     transactional: bool = False,
+    producer_state: ProducerStateEntry | None = None,
 ) -> None:
+    """Append a batch at ``base_offset`` (the caller holds the partition lock): insert the records,
+    advance the high watermark, save the producer's state and notify long-polling fetches — one
+    statement, one round trip."""
     conn.execute(
-        text(
-            """
-            INSERT INTO txlog.records (topic, partition, "offset", key, value, headers, "timestamp",
-                                       producer_id, producer_epoch, sequence, is_transactional)
-            SELECT :topic, :partition, :base + u.o - 1, u.k, u.v, CAST(u.h AS jsonb),
-                   to_timestamp(u.ts / 1000.0), :pid, :epoch,
-                   CASE WHEN CAST(:seq AS int) IS NULL THEN NULL ELSE ((CAST(:seq AS bigint) + u.o - 1) % 2147483648)::int END,
-                   :txn
-            FROM unnest(CAST(:keys AS bytea[]), CAST(:values AS bytea[]), CAST(:headers AS text[]),
-                        CAST(:ts AS bigint[])) WITH ORDINALITY AS u(k, v, h, ts, o)
-            """
-        ),
+        _LOG_APPEND,
         {
             "topic": topic,
             "partition": partition,
             "base": base_offset,
+            "next": base_offset + len(records),
             "pid": producer_id,
             "epoch": producer_epoch,
             "seq": base_sequence,
@@ -163,6 +223,11 @@ def records_insert(
             "values": [r.value for r in records],
             "headers": [json.dumps(r.headers) if r.headers else None for r in records],
             "ts": [r.timestamp_ms if r.timestamp_ms is not None else append_time_ms for r in records],
+            "batches": json.dumps([b.to_json() for b in producer_state.batches]) if producer_state else None,
+            "txn_first": producer_state.txn_first_offset if producer_state else None,
+            "append_ts": append_time_ms,
+            "channel": NOTIFY_CHANNEL,
+            "payload": f"{topic}:{partition}",
         },
     )
 
@@ -283,16 +348,6 @@ def producer_state_put(conn: Connection, topic: str, partition: int, entry: Prod
             "ts": entry.last_timestamp_ms,
         },
     )
-
-
-def producer_has_open_txn(conn: Connection, producer_id: int) -> str | None:
-    return conn.execute(
-        text(
-            "SELECT transactional_id FROM txlog.transactions WHERE producer_id = :pid "
-            "AND state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort') LIMIT 1"
-        ),
-        {"pid": producer_id},
-    ).scalar()
 
 
 def aborted_txn_insert(
