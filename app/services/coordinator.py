@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection
 
 from app.domain import transactions as txn
 from app.domain.producer_state import after_marker
-from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT
+from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT, NewRecord
 from app.domain.transactions import TxnEvent, TxnMetadata, TxnState
 from app.domain.partitioner import coordinator_partition
 from app.errors import ErrorCode, TxlogError
@@ -24,8 +24,7 @@ def record(conn: Connection, broker: Broker, meta: TxnMetadata | None, event: Tx
     """Persist one transition: append the event and update the current-state row, in the caller's
     database transaction. Returns the new state (the fold of the event)."""
     new = txn.apply(meta, event)
-    q.txn_event_insert(conn, event)
-    q.txn_put(conn, new, coordinator_partition(new.transactional_id, broker.settings.transaction_state_partitions), txn.deadline_ms(new))
+    q.txn_record(conn, event, new, coordinator_partition(new.transactional_id, broker.settings.transaction_state_partitions), txn.deadline_ms(new))
     return new
 
 
@@ -50,21 +49,21 @@ def complete(conn: Connection, broker: Broker, meta: TxnMetadata) -> TxnMetadata
     assert meta.state.is_prepared
     commit = meta.state is TxnState.PREPARE_COMMIT
     now = broker.now()
+    marker = [NewRecord(None, None, {}, None)]
     for topic, partition in sorted(meta.partitions):
         try:
-            offset, _ = q.partition_lock(conn, topic, partition)
+            position = q.partition_lock_for_append(conn, topic, partition, meta.producer_id)
         except TxlogError:
             continue  # the topic is gone: nothing to mark
-        q.control_record_insert(
-            conn, topic, partition, offset, CONTROL_COMMIT if commit else CONTROL_ABORT,
-            meta.producer_id, meta.producer_epoch, now,
+        entry = position.producer_state
+        aborted_first = entry.txn_first_offset if entry is not None and not commit else None
+        q.log_append(
+            conn, topic, partition, position.next_offset, marker, now, meta.producer_id, meta.producer_epoch,
+            transactional=True,
+            producer_state=after_marker(entry, meta.producer_id, meta.producer_epoch, now) if entry else None,
+            control_type=CONTROL_COMMIT if commit else CONTROL_ABORT,
+            aborted_first_offset=aborted_first,
         )
-        q.partition_advance(conn, topic, partition, offset + 1)
-        entry = q.producer_state_get(conn, topic, partition, meta.producer_id)
-        if entry is not None:
-            if not commit and entry.txn_first_offset is not None:
-                q.aborted_txn_insert(conn, topic, partition, meta.producer_id, meta.producer_epoch, entry.txn_first_offset, offset)
-            q.producer_state_put(conn, topic, partition, after_marker(entry, meta.producer_id, meta.producer_epoch, now))
     pending = q.pending_offsets_take(conn, meta.transactional_id)
     if commit:
         for group_id in sorted(pending):

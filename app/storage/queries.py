@@ -1,5 +1,5 @@
 """The SQL of txlog, one function per statement, named noun-first (``partition_lock``,
-``producer_state_get``, ``txn_event_insert``). Every statement is served by an index; none scans a
+``producer_state_get``, ``txn_record``). Every statement is served by an index; none scans a
 log. Services call these inside the transaction scopes they open."""
 
 from __future__ import annotations
@@ -89,28 +89,6 @@ def unknown_partition(topic: str, partition: int) -> TxlogError:
     return TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic-partition {topic}-{partition} does not exist")
 
 
-def partition_lock(conn: Connection, topic: str, partition: int) -> tuple[int, int]:
-    """Take the partition's append lock (held until commit); returns (next offset, log start offset)."""
-    row = conn.execute(
-        text(
-            "SELECT next_offset, log_start_offset FROM txlog.partitions "
-            "WHERE topic = :topic AND partition = :partition FOR UPDATE"
-        ),
-        {"topic": topic, "partition": partition},
-    ).first()
-    if row is None:
-        raise unknown_partition(topic, partition)
-    return row[0], row[1]
-
-
-def partition_advance(conn: Connection, topic: str, partition: int, next_offset: int) -> None:
-    conn.execute(
-        text("UPDATE txlog.partitions SET next_offset = :n WHERE topic = :topic AND partition = :partition"),
-        {"topic": topic, "partition": partition, "n": next_offset},
-    )
-    conn.execute(text("SELECT pg_notify(:ch, :payload)"), {"ch": NOTIFY_CHANNEL, "payload": f"{topic}:{partition}"})
-
-
 def partitions_missing(conn: Connection, wanted: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
     if not wanted:
         return []
@@ -168,12 +146,12 @@ _LOG_APPEND = text(
     """
     WITH appended AS (
         INSERT INTO txlog.records (topic, partition, "offset", key, value, headers, "timestamp",
-                                   producer_id, producer_epoch, sequence, is_transactional)
+                                   producer_id, producer_epoch, sequence, is_transactional, control_type)
         SELECT :topic, :partition, :base + u.o - 1, u.k, u.v, CAST(u.h AS jsonb),
                to_timestamp(u.ts / 1000.0), :pid, :epoch,
                CASE WHEN CAST(:seq AS int) IS NULL THEN NULL
                     ELSE ((CAST(:seq AS bigint) + u.o - 1) % 2147483648)::int END,
-               :txn
+               :txn, CAST(:control_type AS smallint)
         FROM unnest(CAST(:keys AS bytea[]), CAST(:values AS bytea[]), CAST(:headers AS text[]),
                     CAST(:ts AS bigint[])) WITH ORDINALITY AS u(k, v, h, ts, o)
     ), advanced AS (
@@ -181,11 +159,16 @@ _LOG_APPEND = text(
     ), producer_state AS (
         INSERT INTO txlog.producer_partitions (topic, partition, producer_id, producer_epoch, batches,
                                                txn_first_offset, last_timestamp)
-        SELECT :topic, :partition, :pid, :epoch, CAST(:batches AS jsonb), :txn_first, to_timestamp(:append_ts / 1000.0)
-        WHERE CAST(:pid AS bigint) IS NOT NULL
+        SELECT :topic, :partition, :pid, :state_epoch, CAST(:batches AS jsonb), :txn_first, to_timestamp(:append_ts / 1000.0)
+        WHERE CAST(:batches AS text) IS NOT NULL
         ON CONFLICT (topic, partition, producer_id) DO UPDATE
         SET producer_epoch = EXCLUDED.producer_epoch, batches = EXCLUDED.batches,
             txn_first_offset = EXCLUDED.txn_first_offset, last_timestamp = EXCLUDED.last_timestamp
+    ), aborted AS (
+        INSERT INTO txlog.aborted_txns (topic, partition, producer_id, producer_epoch, first_offset, last_offset)
+        SELECT :topic, :partition, :pid, :epoch, :aborted_first, :base
+        WHERE CAST(:aborted_first AS bigint) IS NOT NULL
+        ON CONFLICT DO NOTHING
     )
     SELECT pg_notify(:channel, :payload)
     """
@@ -204,10 +187,14 @@ def log_append(
     base_sequence: int | None = None,
     transactional: bool = False,
     producer_state: ProducerStateEntry | None = None,
+    control_type: int | None = None,
+    aborted_first_offset: int | None = None,
 ) -> None:
     """Append a batch at ``base_offset`` (the caller holds the partition lock): insert the records,
     advance the high watermark, save the producer's state and notify long-polling fetches — one
-    statement, one round trip."""
+    statement, one round trip. A transaction marker is a batch of one control record
+    (``control_type``); an ABORT marker also indexes the aborted transaction's range
+    [``aborted_first_offset``, marker offset] (Kafka's .txnindex)."""
     conn.execute(
         _LOG_APPEND,
         {
@@ -224,26 +211,14 @@ def log_append(
             "headers": [json.dumps(r.headers) if r.headers else None for r in records],
             "ts": [r.timestamp_ms if r.timestamp_ms is not None else append_time_ms for r in records],
             "batches": json.dumps([b.to_json() for b in producer_state.batches]) if producer_state else None,
+            "state_epoch": producer_state.producer_epoch if producer_state else None,
+            "control_type": control_type,
+            "aborted_first": aborted_first_offset,
             "txn_first": producer_state.txn_first_offset if producer_state else None,
             "append_ts": append_time_ms,
             "channel": NOTIFY_CHANNEL,
             "payload": f"{topic}:{partition}",
         },
-    )
-
-
-def control_record_insert(
-    conn: Connection, topic: str, partition: int, offset: int, control_type: int, producer_id: int, producer_epoch: int, at_ms: int
-) -> None:
-    conn.execute(
-        text(
-            """
-            INSERT INTO txlog.records (topic, partition, "offset", "timestamp", producer_id, producer_epoch,
-                                       is_transactional, control_type)
-            VALUES (:topic, :partition, :offset, to_timestamp(:ts / 1000.0), :pid, :epoch, true, :ctype)
-            """
-        ),
-        {"topic": topic, "partition": partition, "offset": offset, "ts": at_ms, "pid": producer_id, "epoch": producer_epoch, "ctype": control_type},
     )
 
 
@@ -326,42 +301,6 @@ def producer_state_get(conn: Connection, topic: str, partition: int, producer_id
     return ProducerStateEntry(producer_id, row[0], tuple(BatchMetadata.from_json(b) for b in row[1]), row[2], row[3])
 
 
-def producer_state_put(conn: Connection, topic: str, partition: int, entry: ProducerStateEntry) -> None:
-    conn.execute(
-        text(
-            """
-            INSERT INTO txlog.producer_partitions (topic, partition, producer_id, producer_epoch, batches,
-                                                   txn_first_offset, last_timestamp)
-            VALUES (:topic, :partition, :pid, :epoch, CAST(:batches AS jsonb), :txn_first, to_timestamp(:ts / 1000.0))
-            ON CONFLICT (topic, partition, producer_id) DO UPDATE
-            SET producer_epoch = EXCLUDED.producer_epoch, batches = EXCLUDED.batches,
-                txn_first_offset = EXCLUDED.txn_first_offset, last_timestamp = EXCLUDED.last_timestamp
-            """
-        ),
-        {
-            "topic": topic,
-            "partition": partition,
-            "pid": entry.producer_id,
-            "epoch": entry.producer_epoch,
-            "batches": json.dumps([b.to_json() for b in entry.batches]),
-            "txn_first": entry.txn_first_offset,
-            "ts": entry.last_timestamp_ms,
-        },
-    )
-
-
-def aborted_txn_insert(
-    conn: Connection, topic: str, partition: int, producer_id: int, producer_epoch: int, first_offset: int, last_offset: int
-) -> None:
-    conn.execute(
-        text(
-            "INSERT INTO txlog.aborted_txns (topic, partition, producer_id, producer_epoch, first_offset, last_offset) "
-            "VALUES (:topic, :partition, :pid, :epoch, :first, :last) ON CONFLICT DO NOTHING"
-        ),
-        {"topic": topic, "partition": partition, "pid": producer_id, "epoch": producer_epoch, "first": first_offset, "last": last_offset},
-    )
-
-
 def producer_states_expire(conn: Connection, older_than_ms: int, limit: int = 1000) -> int:
     return conn.execute(
         text(
@@ -426,73 +365,61 @@ def txn_get(conn: Connection, transactional_id: str, for_update: bool = False, s
     return _txn_from_row(row) if row else None
 
 
-def txn_put(conn: Connection, meta: TxnMetadata, coordinator: int, deadline_ms: int | None) -> None:
+_TXN_RECORD = text(
+    """
+    WITH event AS (
+        INSERT INTO txlog.transaction_events (transactional_id, version, from_state, to_state, producer_id,
+            producer_epoch, timeout_ms, at, partitions_added, groups_added, last_producer_id,
+            last_producer_epoch, result, reason)
+        VALUES (:tid, :version, :from_state, :state, :pid, :epoch, :timeout, to_timestamp(:updated / 1000.0),
+            CAST(:partitions_added AS jsonb), CAST(:groups_added AS jsonb), :last_pid, :last_epoch, :result, :reason)
+    )
+    INSERT INTO txlog.transactions (transactional_id, producer_id, producer_epoch, state, timeout_ms, version,
+        started_at, updated_at, epoch_changed_at, deadline, partitions, groups, last_producer_id,
+        last_producer_epoch, last_result, fence_reason, coordinator)
+    VALUES (:tid, :pid, :epoch, :state, :timeout, :version, to_timestamp(:started / 1000.0),
+        to_timestamp(:updated / 1000.0), to_timestamp(:epoch_changed / 1000.0), to_timestamp(:deadline / 1000.0),
+        CAST(:partitions AS jsonb), CAST(:groups AS jsonb), :last_pid, :last_epoch, :last_result, :reason, :coordinator)
+    ON CONFLICT (transactional_id) DO UPDATE SET
+        producer_id = EXCLUDED.producer_id, producer_epoch = EXCLUDED.producer_epoch, state = EXCLUDED.state,
+        timeout_ms = EXCLUDED.timeout_ms, version = EXCLUDED.version, started_at = EXCLUDED.started_at,
+        updated_at = EXCLUDED.updated_at, epoch_changed_at = EXCLUDED.epoch_changed_at,
+        deadline = EXCLUDED.deadline, partitions = EXCLUDED.partitions, groups = EXCLUDED.groups,
+        last_producer_id = EXCLUDED.last_producer_id, last_producer_epoch = EXCLUDED.last_producer_epoch,
+        last_result = EXCLUDED.last_result, fence_reason = EXCLUDED.fence_reason
+    """
+)
+
+
+def txn_record(conn: Connection, event: TxnEvent, meta: TxnMetadata, coordinator: int, deadline_ms: int | None) -> None:
+    """Append a transition to the transactional id's events and store the state it leads to
+    (``meta``, the fold of the event), in one statement. A second writer of the same version fails
+    on the events' primary key."""
+    assert (event.transactional_id, event.version, event.to_state) == (meta.transactional_id, meta.version, meta.state)
     conn.execute(
-        text(
-            """
-            INSERT INTO txlog.transactions (transactional_id, producer_id, producer_epoch, state, timeout_ms, version,
-                started_at, updated_at, epoch_changed_at, deadline, partitions, groups, last_producer_id,
-                last_producer_epoch, last_result, fence_reason, coordinator)
-            VALUES (:tid, :pid, :epoch, :state, :timeout, :version, to_timestamp(:started / 1000.0),
-                to_timestamp(:updated / 1000.0), to_timestamp(:epoch_changed / 1000.0), to_timestamp(:deadline / 1000.0),
-                CAST(:partitions AS jsonb), CAST(:groups AS jsonb), :last_pid, :last_epoch, :last_result, :reason, :coordinator)
-            ON CONFLICT (transactional_id) DO UPDATE SET
-                producer_id = EXCLUDED.producer_id, producer_epoch = EXCLUDED.producer_epoch, state = EXCLUDED.state,
-                timeout_ms = EXCLUDED.timeout_ms, version = EXCLUDED.version, started_at = EXCLUDED.started_at,
-                updated_at = EXCLUDED.updated_at, epoch_changed_at = EXCLUDED.epoch_changed_at,
-                deadline = EXCLUDED.deadline, partitions = EXCLUDED.partitions, groups = EXCLUDED.groups,
-                last_producer_id = EXCLUDED.last_producer_id, last_producer_epoch = EXCLUDED.last_producer_epoch,
-                last_result = EXCLUDED.last_result, fence_reason = EXCLUDED.fence_reason
-            """
-        ),
+        _TXN_RECORD,
         {
             "tid": meta.transactional_id,
+            "version": meta.version,
+            "from_state": event.from_state.value if event.from_state else None,
+            "state": meta.state.value,
             "pid": meta.producer_id,
             "epoch": meta.producer_epoch,
-            "state": meta.state.value,
             "timeout": meta.timeout_ms,
-            "version": meta.version,
             "started": meta.started_at_ms,
             "updated": meta.updated_at_ms,
             "epoch_changed": meta.epoch_changed_at_ms,
             "deadline": deadline_ms,
             "partitions": json.dumps([list(tp) for tp in meta.partitions]),
             "groups": json.dumps(list(meta.groups)),
+            "partitions_added": json.dumps([list(tp) for tp in event.partitions_added]),
+            "groups_added": json.dumps(list(event.groups_added)),
             "last_pid": meta.last_producer_id,
             "last_epoch": meta.last_producer_epoch,
             "last_result": meta.last_result,
+            "result": event.result,
             "reason": meta.fence_reason,
             "coordinator": coordinator,
-        },
-    )
-
-
-def txn_event_insert(conn: Connection, event: TxnEvent) -> None:
-    conn.execute(
-        text(
-            """
-            INSERT INTO txlog.transaction_events (transactional_id, version, from_state, to_state, producer_id,
-                producer_epoch, timeout_ms, at, partitions_added, groups_added, last_producer_id,
-                last_producer_epoch, result, reason)
-            VALUES (:tid, :version, :from_state, :to_state, :pid, :epoch, :timeout, to_timestamp(:at / 1000.0),
-                CAST(:partitions AS jsonb), CAST(:groups AS jsonb), :last_pid, :last_epoch, :result, :reason)
-            """
-        ),
-        {
-            "tid": event.transactional_id,
-            "version": event.version,
-            "from_state": event.from_state.value if event.from_state else None,
-            "to_state": event.to_state.value,
-            "pid": event.producer_id,
-            "epoch": event.producer_epoch,
-            "timeout": event.timeout_ms,
-            "at": event.at_ms,
-            "partitions": json.dumps([list(tp) for tp in event.partitions_added]),
-            "groups": json.dumps(list(event.groups_added)),
-            "last_pid": event.last_producer_id,
-            "last_epoch": event.last_producer_epoch,
-            "result": event.result,
-            "reason": event.reason,
         },
     )
 
