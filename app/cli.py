@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 
@@ -47,6 +48,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.workers > 1 and "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="txlog-metrics-")
     print(f"txlog serving on http://{args.host}:{args.port} (docs at /docs, admin at /admin), database {url}", file=sys.stderr)
+    if server is not None:
+        # uvicorn re-raises SIGTERM after its graceful shutdown; with the default handler the process
+        # would die there and leave the embedded PostgreSQL running. Exit through `finally` instead.
+        signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         uvicorn.run(
             "api.app:app_factory",
@@ -61,6 +66,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if server is not None:
             server.stop()  # type: ignore[attr-defined]
     return 0
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
