@@ -143,7 +143,13 @@ def after_append(
 
 
 def after_marker(entry: ProducerStateEntry | None, producer_id: int, producer_epoch: int, timestamp_ms: int) -> ProducerStateEntry:
-    """A transaction marker closes the producer's open transaction on the partition."""
+    """A transaction marker closes the producer's open transaction on the partition. A marker at a
+    newer epoch moves the entry to that epoch and forgets the older epoch's batches (as Kafka's
+    maybeUpdateProducerEpoch): they must not be taken for duplicates at the new epoch."""
     if entry is None:
         return ProducerStateEntry(producer_id, producer_epoch, (), None, timestamp_ms)
-    return replace(entry, txn_first_offset=None, producer_epoch=max(entry.producer_epoch, producer_epoch), last_timestamp_ms=timestamp_ms)
+    batches = entry.batches if producer_epoch <= entry.producer_epoch else ()
+    return replace(
+        entry, txn_first_offset=None, producer_epoch=max(entry.producer_epoch, producer_epoch), batches=batches,
+        last_timestamp_ms=timestamp_ms,
+    )

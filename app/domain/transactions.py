@@ -124,7 +124,10 @@ def apply(meta: TxnMetadata | None, event: TxnEvent) -> TxnMetadata:
     if meta is not None and event.version != meta.version + 1:
         raise ValueError(f"event version {event.version} does not follow {meta.version}")
     to = event.to_state
-    starts_new = to is S.ONGOING and (meta is None or meta.state is not S.ONGOING)
+    # A transaction starts when a partition or group joins it (Ongoing) or, for an empty
+    # transaction, when it is ended straight from Empty/Complete*: the previous transaction's
+    # partitions and groups are not carried into it (no markers there).
+    starts_new = (to is S.ONGOING or to.is_prepared) and (meta is None or meta.state in _ENDED)
     if meta is None or to is S.EMPTY:
         partitions: tuple[TopicPartition, ...] = ()
         groups: tuple[str, ...] = ()
