@@ -143,6 +143,27 @@ def test_database_outage_and_recovery(own_database, tmp_path):
             assert api.get(f"/v1/transactions/{tid}").json()["state"] == "Empty"
             assert api.post("/v1/groups/g/offsets", json={"offsets": [{"topic": topic, "partition": 0, "offset": 1}]}).status_code == 200
 
+            # long polls are woken by appends again once the server's LISTEN connection is back
+            def long_poll_is_woken() -> bool:
+                quiet = f"/v1/topics/{topic}/partitions/1/records"
+                hw = api.get(quiet).json()["high_watermark"]
+                woken: dict = {}
+
+                def poll_once() -> None:
+                    with server.client(timeout=20) as c:
+                        start = time.monotonic()
+                        woken["records"] = c.get(quiet, params={"offset": hw, "wait_ms": 5000}).json()["records"]
+                        woken["elapsed"] = time.monotonic() - start
+
+                t = threading.Thread(target=poll_once)
+                t.start()
+                t.join(0.3)
+                api.post(quiet, json={"records": [{"value": "wake"}]})
+                t.join(15)
+                return bool(woken["records"]) and woken["elapsed"] < 3
+
+            wait_until(long_poll_is_woken, timeout=40, interval=0.1, message="long polls woken after recovery")
+
             # every acknowledged record is in the log at its acknowledged offset; offsets stay dense
             log: dict[int, str] = {}
             offset = 0
