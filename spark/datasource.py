@@ -10,8 +10,9 @@ Options: ``url`` and ``topic`` (required); ``isolationLevel`` (``read_committed`
 ``startingOffsets`` for a stream without a checkpoint (``earliest``, the default, or ``latest``) —
 or ``group``, to start from that consumer group's committed offsets; ``maxOffsetsPerTrigger``
 (at most that many offsets per micro-batch); ``commitOffsets`` (``true`` by default when ``group``
-is set: each finished micro-batch commits its end offsets to the group, for txlog's tools to see;
-the Spark checkpoint remains what a restarted query resumes from).
+is set: finished micro-batches commit their end offsets to the group, for txlog's tools to see.
+Spark reports a batch finished when it plans the next one, so the group lags the query by one
+batch; the Spark checkpoint remains what a restarted query resumes from).
 
 The same pushed-down SQL as the JDBC reader runs in PostgreSQL, so the rows are the same; but they
 are read by Python workers with psycopg and handed to the JVM as Arrow batches, which costs far more
@@ -24,6 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from spark.reader import SLICE_SESSION_INIT, OffsetRange, records_select, record_schema, snapshot, split_ranges
 
@@ -154,12 +156,17 @@ def _as_json(d: dict[int, int]) -> dict[str, int]:
     return {str(k): v for k, v in sorted(d.items())}
 
 
-class TxlogStreamReader(DataSourceStreamReader):
+class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of what a consumer of the isolation level sees: each batch ends at the last
     stable offsets of the moment Spark asks (Kafka's ``endOffsets()``)."""
 
     def __init__(self, options) -> None:  # type: ignore[no-untyped-def]
         self.opts = _Options(options)
+        self.target: dict[int, int] | None = None  # Trigger.AvailableNow: the ends fixed at its start
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        o = self.opts
+        self.target = dict(snapshot(o.url, o.topic, o.isolation_level).end_offsets)  # type: ignore[arg-type]
 
     def initialOffset(self) -> dict:  # type: ignore[type-arg]
         o = self.opts
@@ -172,9 +179,10 @@ class TxlogStreamReader(DataSourceStreamReader):
 
         o = self.opts
         begin = _as_offsets(start)
-        snap = snapshot(o.url, o.topic, o.isolation_level, start_offsets=begin)  # type: ignore[arg-type]
+        ends = self.target if self.target is not None else "latest_stable"
+        snap = snapshot(o.url, o.topic, o.isolation_level, start_offsets=begin, end_offsets=ends)  # type: ignore[arg-type]
         end = dict(snap.end_offsets)
-        budget = limit.maxRows if isinstance(limit, ReadMaxRows) else None
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if budget is not None:
             for p in sorted(end):
                 take = min(end[p] - snap.start_offsets[p], budget)

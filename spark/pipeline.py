@@ -23,8 +23,6 @@ Amounts are summed as DECIMAL(38, 9): exact for up to nine decimal places.
 from __future__ import annotations
 
 import json
-import os
-import sys
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Iterable, Iterator
@@ -35,8 +33,9 @@ from app.errors import ErrorCode, TxlogError
 from app.services import produce, topics, transactions
 from app.services.produce import ProduceRequest
 from app.storage.queries import GroupOffset
+from spark import faults
 from spark.progress import say
-from spark.reader import TopicSnapshot, _broker, read_snapshot, snapshot
+from spark.reader import TopicSnapshot, service_broker, read_snapshot, snapshot
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -50,11 +49,7 @@ BATCH_RECORDS = 500
 
 
 def crash_point(name: str) -> None:
-    """Die like ``kill -9`` at ``name`` when $TXLOG_PIPELINE_CRASH_AT says so (for crash tests)."""
-    if os.environ.get(CRASH_ENV) == name:
-        say(f"pipeline: crashing at {name} ({CRASH_ENV})")
-        sys.stdout.flush()
-        os._exit(137)
+    faults.crash_point(CRASH_ENV, name)
 
 
 def transactional_id(group_id: str, output_topic: str) -> str:
@@ -159,7 +154,7 @@ def run_pipeline(
     if input_topic == output_topic:
         raise TxlogError(ErrorCode.INVALID_REQUEST, "The pipeline's input and output topics must differ")
     tid = transactional_id(group_id, output_topic)
-    with _broker(url) as broker:
+    with service_broker(url) as broker:
         topics.partition_count(broker, output_topic)  # fail early if the output topic is missing
         producer = transactions.init_producer_id(broker, tid, transaction_timeout_ms)
         pid, epoch = producer.producer_id, producer.producer_epoch

@@ -25,7 +25,6 @@ offsets once the job has succeeded::
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -140,29 +139,25 @@ class OffsetRange:
 
 
 def split_ranges(ranges: Sequence[OffsetRange], num_slices: int) -> list[list[OffsetRange]]:
-    """Cut the ranges into at most ``num_slices`` slices of about equal offset span (control and
-    aborted records count too: they cost a read). A slice may cover pieces of several partitions."""
+    """Cut the ranges into ``num_slices`` slices (fewer only when there are fewer offsets) whose
+    offset spans differ by at most one (control and aborted records count too: they cost a read).
+    A slice may cover pieces of several partitions."""
     if num_slices < 1:
         raise ValueError("num_slices must be at least 1")
     total = sum(r.span for r in ranges)
-    if total == 0:
-        return []
-    target = math.ceil(total / num_slices)
-    slices: list[list[OffsetRange]] = []
-    current: list[OffsetRange] = []
-    filled = 0
+    n = min(num_slices, total)
+    bounds = [total * i // n for i in range(n + 1)] if n else []
+    slices: list[list[OffsetRange]] = [[] for _ in range(n)]
+    position = 0  # where the current range starts, counting the offsets of all ranges in order
     for r in ranges:
-        start = r.start
-        while start < r.end:
-            take = min(r.end - start, target - filled)
-            current.append(OffsetRange(r.partition, start, start + take))
-            filled += take
-            start += take
-            if filled == target:
-                slices.append(current)
-                current, filled = [], 0
-    if current:
-        slices.append(current)
+        if r.span == 0:
+            continue
+        lo, hi = position, position + r.span
+        for i in range(n):
+            a, b = max(lo, bounds[i]), min(hi, bounds[i + 1])
+            if a < b:
+                slices[i].append(OffsetRange(r.partition, r.start + a - lo, r.start + b - lo))
+        position = hi
     return slices
 
 
@@ -224,7 +219,8 @@ def _default_parallelism(spark: "SparkSession") -> int:
 
 
 @contextlib.contextmanager
-def _broker(url: str) -> Iterator["Broker"]:
+def service_broker(url: str) -> Iterator["Broker"]:
+    """txlog's services over ``url`` for the length of a job (one small connection pool)."""
     from app.config import Settings
     from app.services import Broker
     from app.storage.db import Database
@@ -263,7 +259,7 @@ def snapshot(
         raise TxlogError(ErrorCode.INVALID_REQUEST, f"isolation_level must be read_committed or read_uncommitted, not {isolation_level!r}")
     if isinstance(end_offsets, str) and end_offsets not in ("latest_stable", "latest"):
         raise TxlogError(ErrorCode.INVALID_REQUEST, f"end_offsets must be 'latest_stable', 'latest' or a mapping, not {end_offsets!r}")
-    with _broker(url) as broker:
+    with service_broker(url) as broker:
         statuses = {s.partition: s for s in topics.describe_topic(broker, topic)}
         committed: dict[int, int] = {}
         if group_id is not None:
@@ -348,7 +344,7 @@ def commit_offsets(
                 raise TxlogError(ErrorCode.INVALID_REQUEST, "commit_offsets: give topic= with {partition: offset}")
             t, p = topic, k
         offsets.append(GroupOffset(t, int(p), int(v), metadata))
-    with _broker(url) as broker:
+    with service_broker(url) as broker:
         groups.offset_commit(broker, group_id, offsets)
 
 

@@ -20,14 +20,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from app.errors import ErrorCode, TxlogError
+from spark import faults
 from spark.export import Encoding, Format, encode_payload, write_files
 from spark.progress import say
-from spark.reader import IsolationLevel, TopicSnapshot, _broker, commit_offsets, read_snapshot, snapshot
+from spark.reader import IsolationLevel, TopicSnapshot, service_broker, commit_offsets, read_snapshot, snapshot
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 MANIFEST = "_txlog_batch.json"
+CRASH_ENV = "TXLOG_STREAM_CRASH_AT"  # commit: die after the sink wrote a batch, before its offsets are committed
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ def last_batch_id(url: str, group_id: str, topic: str) -> int:
     """The id of the group's last committed batch on the topic (-1 before the first)."""
     from app.services import groups
 
-    with _broker(url) as broker:
+    with service_broker(url) as broker:
         offsets = [o for o in groups.offset_fetch(broker, group_id) if o.topic == topic]
     ids = []
     for o in offsets:
@@ -173,6 +175,7 @@ def run_stream(
             ranges = ", ".join(f"{r.partition}:[{r.start},{r.end})" for r in snap.ranges if r.span)
             say(f"stream: batch {batch_id} of {topic}: {ranges}")
             n = sink.write(batch_id, read_snapshot(spark, snap, num_partitions), snap)
+        faults.crash_point(CRASH_ENV, "commit")
         commit_offsets(url, group_id, snap, metadata=json.dumps({"batch_id": batch_id}))
         say(f"stream: batch {batch_id} done, {n} records; group {group_id} at {snap.end_offsets}")
         batches += 1
