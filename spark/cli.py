@@ -30,11 +30,13 @@ def _run(name: str, body: Callable[..., int]) -> Callable[[argparse.Namespace], 
         url = _database_url(args)
         from spark.reader import spark_session
 
+        from pyspark.errors import PySparkException
+
         spark = spark_session(f"txlog-{name}", args.master)
         try:
             return body(spark, url, args)
-        except TxlogError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+        except (TxlogError, PySparkException) as exc:
+            print(f"error: {str(exc).strip().splitlines()[0]}", file=sys.stderr)
             return 1
         finally:
             spark.stop()
