@@ -113,11 +113,17 @@ class AppendPosition:
 def partition_lock_for_append(conn: Connection, topic: str, partition: int, producer_id: int | None) -> AppendPosition:
     """The append lock and, in the same round trip, the producer's state on the partition and
     its open transaction, if any."""
-    row = conn.execute(
-        _LOCK_FOR_APPEND, {"topic": topic, "partition": partition, "pid": producer_id}
-    ).first()
+    params = {"topic": topic, "partition": partition, "pid": producer_id}
+    row = conn.execute(_LOCK_FOR_APPEND, params).first()
     if row is None:
         raise unknown_partition(topic, partition)
+    if False:
+        # We waited for the lock while another append committed. PostgreSQL then re-reads the
+        # locked partition row (READ COMMITTED) but not the joined producer state, which is from
+        # before that append: a retried batch would not be seen as a duplicate. Now that the lock
+        # is held, the same statement reads everything committed before it.
+        row = conn.execute(_LOCK_FOR_APPEND, params).first()
+        assert row is not None and row[7] == row[0]
     entry = None
     if row[2] is not None:
         entry = ProducerStateEntry(producer_id, row[2], tuple(BatchMetadata.from_json(b) for b in row[3]), row[4], row[5])  # type: ignore[arg-type]
@@ -130,7 +136,9 @@ _LOCK_FOR_APPEND = text(
            {_ms('pp.last_timestamp')},
            (SELECT t.transactional_id FROM txlog.transactions t
             WHERE t.producer_id = CAST(:pid AS bigint) AND t.state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort')
-            LIMIT 1) AS open_transactional_id
+            LIMIT 1) AS open_transactional_id,
+           (SELECT s.next_offset FROM txlog.partitions s
+            WHERE s.topic = p.topic AND s.partition = p.partition) AS seen_next_offset  -- the statement's snapshot
     FROM txlog.partitions p
     LEFT JOIN txlog.producer_partitions pp
       ON pp.topic = p.topic AND pp.partition = p.partition AND pp.producer_id = CAST(:pid AS bigint)
@@ -634,5 +642,338 @@ def pending_offsets_of_txn(conn: Connection, transactional_id: str) -> list[dict
             "WHERE transactional_id = :tid ORDER BY group_id, topic, partition"
         ),
         {"tid": transactional_id},
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+# --- read side of the admin pages (inspection only; every statement is index-served) --------------
+
+def partition_offsets_at(
+    conn: Connection, times_ms: Sequence[int], topic: str | None = None, partition: int | None = None
+) -> dict[tuple[str, int], list[int]]:
+    """Per partition, the first offset whose timestamp is at or after each of ``times_ms`` — the
+    partition's high watermark when there is none (Kafka's ListOffsets by timestamp). Offsets are
+    dense, so the difference between two answers is the number of records appended in between.
+
+    A binary search over the offsets (timestamps grow with offsets, as with log-append time): each
+    step is one primary-key lookup, so a search costs about log2(log size) lookups and no log is
+    scanned."""
+    rows = conn.execute(
+        text(
+            """
+            WITH RECURSIVE search(topic, partition, i, t, lo, hi) AS (
+                SELECT p.topic, p.partition, b.i, to_timestamp(b.t / 1000.0), p.log_start_offset, p.next_offset
+                FROM txlog.partitions p
+                CROSS JOIN unnest(CAST(:times AS bigint[])) WITH ORDINALITY AS b(t, i)
+                WHERE (CAST(:topic AS text) IS NULL OR p.topic = CAST(:topic AS text))
+                  AND (CAST(:partition AS int) IS NULL OR p.partition = CAST(:partition AS int))
+              UNION ALL
+                SELECT s.topic, s.partition, s.i, s.t,
+                       CASE WHEN m.ts >= s.t THEN s.lo ELSE m.mid + 1 END,
+                       CASE WHEN m.ts >= s.t THEN m.mid ELSE s.hi END
+                FROM search s
+                CROSS JOIN LATERAL (
+                    SELECT (s.lo + s.hi) / 2 AS mid,
+                           (SELECT r."timestamp" FROM txlog.records r
+                            WHERE r.topic = s.topic AND r.partition = s.partition
+                              AND r."offset" = (s.lo + s.hi) / 2) AS ts
+                ) m
+                WHERE s.lo < s.hi
+            )
+            SELECT topic, partition, i, lo FROM search WHERE lo = hi ORDER BY topic, partition, i
+            """
+        ),
+        {"times": list(times_ms), "topic": topic, "partition": partition},
+    )
+    out: dict[tuple[str, int], list[int]] = {}
+    for t, p, _, offset in rows:
+        out.setdefault((t, p), []).append(offset)
+    return out
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    """A record as an operator browses it: data or control, with what became of its transaction."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict | None
+    timestamp_ms: int
+    producer_id: int | None
+    producer_epoch: int | None
+    sequence: int | None
+    is_transactional: bool
+    control_type: int | None
+    aborted: bool  # its transaction aborted (an ABORT marker closed it)
+    open: bool  # its transaction has no marker yet on this partition
+
+
+def records_page(
+    conn: Connection,
+    topic: str,
+    partition: int,
+    start: int,
+    upper: int,
+    limit: int,
+    include_control: bool = True,
+    include_aborted: bool = True,
+    backwards: bool = False,
+) -> list[LogRecord]:
+    """Records in [start, upper), in offset order, at most ``limit``: the first ones, or with
+    ``backwards`` the last ones. A range scan of the primary key; the flags are index lookups in
+    the aborted-transaction index and the producer state."""
+    sql = f"""
+        SELECT {_RECORD_COLUMNS},
+               r.is_transactional AND NOT ({_NOT_ABORTED}) AS aborted,
+               r.is_transactional AND r.control_type IS NULL AND EXISTS (
+                   SELECT 1 FROM txlog.producer_partitions pp
+                   WHERE pp.topic = r.topic AND pp.partition = r.partition AND pp.producer_id = r.producer_id
+                     AND pp.producer_epoch = r.producer_epoch AND pp.txn_first_offset <= r."offset") AS open
+        FROM txlog.records r
+        WHERE r.topic = :topic AND r.partition = :partition AND r."offset" >= :start AND r."offset" < :upper
+          {"" if include_control else "AND r.control_type IS NULL"}
+          {"" if include_aborted else "AND " + _NOT_ABORTED}
+        ORDER BY r."offset" {"DESC" if backwards else ""}
+        LIMIT :limit
+    """
+    rows = conn.execute(text(sql), {"topic": topic, "partition": partition, "start": start, "upper": upper, "limit": limit})
+    records = [LogRecord(*r) for r in rows]
+    return records[::-1] if backwards else records
+
+
+def txn_browse(
+    conn: Connection,
+    states: Sequence[str] | None,
+    started_before_ms: int | None,
+    prefix: str | None,
+    after: str | None,
+    limit: int,
+) -> list[TxnMetadata]:
+    """One page of transactional ids in id order (keyset paging on the primary key)."""
+    clauses = ["true"]
+    if states:
+        clauses.append("state = ANY(CAST(:states AS text[]))")
+    if started_before_ms is not None:
+        clauses.append("started_at < to_timestamp(:before / 1000.0)")
+    if prefix:
+        clauses.append("transactional_id LIKE :prefix ESCAPE '\\'")
+    if after is not None:
+        clauses.append("transactional_id > :after")
+    rows = conn.execute(
+        text(f"SELECT {_TXN_COLUMNS} FROM txlog.transactions WHERE {' AND '.join(clauses)} ORDER BY transactional_id LIMIT :limit"),
+        {
+            "states": list(states or ()),
+            "before": started_before_ms,
+            "prefix": (prefix or "").replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",
+            "after": after,
+            "limit": limit,
+        },
+    )
+    return [_txn_from_row(r) for r in rows]
+
+
+def txn_events_recent(conn: Connection, transactional_id: str, limit: int) -> list[TxnEvent]:
+    """The last ``limit`` events of a transactional id, oldest first (a backward primary-key scan)."""
+    rows = conn.execute(
+        text(
+            f"""
+            SELECT transactional_id, version, from_state, to_state, producer_id, producer_epoch, timeout_ms,
+                   {_ms('at')}, partitions_added, groups_added, last_producer_id, last_producer_epoch, result, reason
+            FROM txlog.transaction_events WHERE transactional_id = :tid ORDER BY version DESC LIMIT :limit
+            """
+        ),
+        {"tid": transactional_id, "limit": limit},
+    )
+    events = [
+        TxnEvent(
+            transactional_id=r[0],
+            version=r[1],
+            from_state=TxnState(r[2]) if r[2] else None,
+            to_state=TxnState(r[3]),
+            producer_id=r[4],
+            producer_epoch=r[5],
+            timeout_ms=r[6],
+            at_ms=r[7],
+            partitions_added=tuple((t, p) for t, p in r[8]),
+            groups_added=tuple(r[9]),
+            last_producer_id=r[10],
+            last_producer_epoch=r[11],
+            result=r[12],
+            reason=r[13],
+        )
+        for r in rows
+    ]
+    return events[::-1]
+
+
+def txns_overdue(conn: Connection, now_ms: int, prepared_before_ms: int, limit: int = 100) -> list[TxnMetadata]:
+    """Ongoing transactions past their timeout (the sweeper's deadline index) and prepared ones
+    not completed since ``prepared_before_ms`` (the prepared index)."""
+    rows = conn.execute(
+        text(
+            f"""
+            (SELECT {_TXN_COLUMNS} FROM txlog.transactions
+             WHERE state = 'Ongoing' AND deadline < to_timestamp(:now / 1000.0) ORDER BY deadline LIMIT :limit)
+            UNION ALL
+            (SELECT {_TXN_COLUMNS} FROM txlog.transactions
+             WHERE state IN ('PrepareCommit', 'PrepareAbort') AND updated_at < to_timestamp(:before / 1000.0)
+             ORDER BY updated_at LIMIT :limit)
+            """
+        ),
+        {"now": now_ms, "before": prepared_before_ms, "limit": limit},
+    )
+    return [_txn_from_row(r) for r in rows]
+
+
+@dataclass(frozen=True)
+class LsoHolder:
+    """The open transaction whose first offset is a partition's last stable offset."""
+
+    topic: str
+    partition: int
+    last_stable_offset: int
+    high_watermark: int
+    producer_id: int
+    producer_epoch: int
+    transactional_id: str | None
+    state: str | None
+    started_at_ms: int | None
+    last_append_ms: int
+
+
+def lso_holders(conn: Connection) -> list[LsoHolder]:
+    """Per partition with an open transaction, the one holding its last stable offset back. Reads
+    only the partial index of open transactions' first offsets, then primary-key lookups."""
+    rows = conn.execute(
+        text(
+            f"""
+            SELECT h.topic, h.partition, h.txn_first_offset, p.next_offset, h.producer_id, h.producer_epoch,
+                   t.transactional_id, t.state, {_ms('t.started_at')}, {_ms('h.last_timestamp')}
+            FROM (
+                SELECT DISTINCT ON (pp.topic, pp.partition) pp.topic, pp.partition, pp.producer_id,
+                       pp.producer_epoch, pp.txn_first_offset, pp.last_timestamp
+                FROM txlog.producer_partitions pp
+                WHERE pp.txn_first_offset IS NOT NULL
+                ORDER BY pp.topic, pp.partition, pp.txn_first_offset
+            ) h
+            JOIN txlog.partitions p ON p.topic = h.topic AND p.partition = h.partition
+            LEFT JOIN LATERAL (
+                SELECT t.transactional_id, t.state, t.started_at FROM txlog.transactions t
+                WHERE t.producer_id = h.producer_id AND t.state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort')
+                LIMIT 1
+            ) t ON true
+            ORDER BY h.topic, h.partition
+            """
+        )
+    )
+    return [LsoHolder(*r) for r in rows]
+
+
+def _producer_row(r) -> dict:  # type: ignore[no-untyped-def]
+    return dict(r._mapping)
+
+
+_PRODUCER_COLUMNS = f"""
+pp.topic, pp.partition, pp.producer_id, pp.producer_epoch, pp.batches, pp.txn_first_offset,
+{_ms('pp.last_timestamp')} AS last_timestamp_ms,
+(SELECT t.transactional_id FROM txlog.transactions t WHERE t.producer_id = pp.producer_id LIMIT 1) AS transactional_id
+"""
+
+
+def producer_states_page(
+    conn: Connection,
+    after: tuple[str, int, int] | None,
+    limit: int,
+    topic: str | None = None,
+    open_only: bool = False,
+) -> list[dict]:
+    """Producer state entries in primary-key order (topic, partition, producer id), keyset-paged;
+    ``open_only`` reads the partial index of open transactions instead."""
+    clauses = ["true"]
+    if after is not None:
+        clauses.append("(pp.topic, pp.partition, pp.producer_id) > (:a_topic, :a_partition, :a_pid)")
+    if topic is not None:
+        clauses.append("pp.topic = :topic")
+    if open_only:
+        clauses.append("pp.txn_first_offset IS NOT NULL")
+    rows = conn.execute(
+        text(
+            f"SELECT {_PRODUCER_COLUMNS} FROM txlog.producer_partitions pp WHERE {' AND '.join(clauses)} "
+            "ORDER BY pp.topic, pp.partition, pp.producer_id LIMIT :limit"
+        ),
+        {
+            "a_topic": after[0] if after else None,
+            "a_partition": after[1] if after else None,
+            "a_pid": after[2] if after else None,
+            "topic": topic,
+            "limit": limit,
+        },
+    )
+    return [_producer_row(r) for r in rows]
+
+
+def producer_states_by_id(conn: Connection, producer_id: int) -> list[dict]:
+    """One producer id's state on every partition: a primary-key lookup per partition."""
+    rows = conn.execute(
+        text(
+            f"""
+            SELECT {_PRODUCER_COLUMNS}
+            FROM txlog.partitions p
+            JOIN txlog.producer_partitions pp
+              ON pp.topic = p.topic AND pp.partition = p.partition AND pp.producer_id = :pid
+            ORDER BY pp.topic, pp.partition
+            """
+        ),
+        {"pid": producer_id},
+    )
+    return [_producer_row(r) for r in rows]
+
+
+def group_summaries(conn: Connection, limit: int = 1000) -> list[dict]:
+    """Per consumer group: its committed partitions, total lag against the last stable offset, last
+    commit, and its pending transactional offsets."""
+    rows = conn.execute(
+        text(
+            f"""
+            WITH committed AS (
+                SELECT g.group_id, count(*) AS partitions,
+                       sum(GREATEST(s.last_stable_offset - g."offset", 0)) AS lag,
+                       max(g.committed_at) AS last_commit
+                FROM txlog.group_offsets g
+                JOIN txlog.partition_status s ON s.topic = g.topic AND s.partition = g.partition
+                GROUP BY g.group_id
+            ), pending AS (
+                SELECT group_id, count(*) AS pending_offsets, count(DISTINCT transactional_id) AS pending_transactions
+                FROM txlog.pending_group_offsets GROUP BY group_id
+            )
+            SELECT COALESCE(c.group_id, p.group_id) AS group_id, COALESCE(c.partitions, 0) AS partitions,
+                   COALESCE(c.lag, 0)::bigint AS lag, {_ms('c.last_commit')} AS last_commit_ms,
+                   COALESCE(p.pending_offsets, 0) AS pending_offsets,
+                   COALESCE(p.pending_transactions, 0) AS pending_transactions
+            FROM committed c FULL JOIN pending p ON p.group_id = c.group_id
+            ORDER BY 1 LIMIT :limit
+            """
+        ),
+        {"limit": limit},
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+def group_offsets_with_status(conn: Connection, group_id: str) -> list[dict]:
+    """A group's committed offsets beside each partition's log start, last stable offset and high
+    watermark (the group's primary-key prefix, then one status lookup per partition)."""
+    rows = conn.execute(
+        text(
+            f"""
+            SELECT g.topic, g.partition, g."offset", g.metadata, {_ms('g.committed_at')} AS committed_at_ms,
+                   s.log_start_offset, s.last_stable_offset, s.high_watermark
+            FROM txlog.group_offsets g
+            LEFT JOIN txlog.partition_status s ON s.topic = g.topic AND s.partition = g.partition
+            WHERE g.group_id = :g
+            ORDER BY g.topic, g.partition
+            """
+        ),
+        {"g": group_id},
     )
     return [dict(r._mapping) for r in rows]
