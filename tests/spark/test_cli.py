@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -10,6 +12,7 @@ from app.services import groups, topics
 from spark.stream import CRASH_ENV as STREAM_CRASH_ENV
 from tests.spark.cli import run_spark_cli
 from tests.spark.logdata import Txn, consume, group_offsets, mixed_log, plain, rec, spark_rows
+from tests.support import ROOT
 
 
 def json_rows(df) -> list[tuple]:  # type: ignore[no-untyped-def]
@@ -90,3 +93,12 @@ def test_stream_resumes_without_loss_or_duplicates(spark, broker, db_url, topic_
     out = run_spark_cli(db_url, args, tmp_path / "run4.log")  # nothing new: no empty batch
     assert batch_ids() == ["batch=000000", "batch=000001", "batch=000002"]
     assert "0 batches" in out
+
+
+def test_the_spark_commands_do_not_load_pyspark_until_they_run() -> None:
+    code = (
+        "import argparse, sys, spark.cli; p = argparse.ArgumentParser(); spark.cli.register(p.add_subparsers()); "
+        "p.parse_args(['spark', 'export', '--topic', 't', '--output', 'o']); print(sorted(m for m in sys.modules if m.startswith('pyspark')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
