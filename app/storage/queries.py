@@ -113,11 +113,17 @@ class AppendPosition:
 def partition_lock_for_append(conn: Connection, topic: str, partition: int, producer_id: int | None) -> AppendPosition:
     """The append lock and, in the same round trip, the producer's state on the partition and
     its open transaction, if any."""
-    row = conn.execute(
-        _LOCK_FOR_APPEND, {"topic": topic, "partition": partition, "pid": producer_id}
-    ).first()
+    params = {"topic": topic, "partition": partition, "pid": producer_id}
+    row = conn.execute(_LOCK_FOR_APPEND, params).first()
     if row is None:
         raise unknown_partition(topic, partition)
+    if row[7] != row[0]:
+        # We waited for the lock while another append committed. PostgreSQL then re-reads the
+        # locked partition row (READ COMMITTED) but not the joined producer state, which is from
+        # before that append: a retried batch would not be seen as a duplicate. Now that the lock
+        # is held, the same statement reads everything committed before it.
+        row = conn.execute(_LOCK_FOR_APPEND, params).first()
+        assert row is not None and row[7] == row[0]
     entry = None
     if row[2] is not None:
         entry = ProducerStateEntry(producer_id, row[2], tuple(BatchMetadata.from_json(b) for b in row[3]), row[4], row[5])  # type: ignore[arg-type]
@@ -130,7 +136,9 @@ _LOCK_FOR_APPEND = text(
            {_ms('pp.last_timestamp')},
            (SELECT t.transactional_id FROM txlog.transactions t
             WHERE t.producer_id = CAST(:pid AS bigint) AND t.state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort')
-            LIMIT 1) AS open_transactional_id
+            LIMIT 1) AS open_transactional_id,
+           (SELECT s.next_offset FROM txlog.partitions s
+            WHERE s.topic = p.topic AND s.partition = p.partition) AS seen_next_offset  -- the statement's snapshot
     FROM txlog.partitions p
     LEFT JOIN txlog.producer_partitions pp
       ON pp.topic = p.topic AND pp.partition = p.partition AND pp.producer_id = CAST(:pid AS bigint)
