@@ -67,9 +67,11 @@ def duration(ms: int | float | None) -> str:
     ms = abs(ms)
     if ms < 1000:
         return f"{sign}{ms} ms"
+    if ms < 10_000:
+        return f"{sign}{ms // 1000}.{ms % 1000 // 100} s"
     s = ms / 1000
     if s < 60:
-        return f"{sign}{s:.1f} s" if s < 10 else f"{sign}{int(s)} s"
+        return f"{sign}{int(s)} s"
     m, s = divmod(int(s), 60)
     if m < 60:
         return f"{sign}{m}m {s:02d}s"

@@ -53,7 +53,8 @@ def bucket_bounds(now_ms: int, buckets: int = RATE_BUCKETS, width_ms: int = RATE
 
 def _record_rate(conn, now_ms: int, topic: str | None = None, partition: int | None = None) -> list[RatePoint]:  # type: ignore[no-untyped-def]
     bounds = bucket_bounds(now_ms)
-    offsets = q.partition_offsets_at(conn, bounds, topic, partition)
+    # The last bucket includes records stamped exactly now.
+    offsets = q.partition_offsets_at(conn, bounds[:-1] + [now_ms + 1], topic, partition)
     counts = [0] * (len(bounds) - 1)
     for found in offsets.values():
         for i in range(len(counts)):
