@@ -169,7 +169,7 @@ def slice_predicate(ranges: Sequence[OffsetRange]) -> str:
 class TopicSnapshot:
     """What one read covers, fixed before Spark runs: per partition, offsets ``[start, end)``."""
 
-    url: str
+    url: str = field(repr=False)  # may hold a password
     topic: str
     isolation_level: IsolationLevel
     start_offsets: dict[int, int]
