@@ -169,6 +169,7 @@ class Node:
     epoch: str | None  # "pid 1004 · epoch 3", shown where the producer id or epoch changed
     note: str | None  # partitions/groups added, result, reason
     title: str
+    note_y: int = 0  # below the line; staggered when the previous step has a note too
 
 
 @dataclass(frozen=True)
@@ -240,7 +241,11 @@ def timeline(events: list[TxnEvent], now_ms: int, deadline_ms: int | None = None
         delta = e.at_ms - previous.at_ms if previous is not None else None
         versions = f"v{e.version}" if len(run) == 1 else f"v{e.version}–v{run[-1].version}"
         title = f"{versions}: {e.from_state.value if e.from_state else '(new)'} → {e.to_state.value}"
-        nodes.append(Node(PAD_LEFT + i * STEP, e.to_state.value, e.version, e.at_ms, delta, epoch, _note(run), title))
+        note = _note(run)
+        note_y = LINE_Y + (54 if epoch else 39)
+        if note and nodes and nodes[-1].note and nodes[-1].note_y == note_y:
+            note_y += 14
+        nodes.append(Node(PAD_LEFT + i * STEP, e.to_state.value, e.version, e.at_ms, delta, epoch, note, title, note_y))
         previous = run[-1]
     spans: list[Span] = []
     for a, b in zip(nodes, nodes[1:]):
@@ -255,4 +260,4 @@ def timeline(events: list[TxnEvent], now_ms: int, deadline_ms: int | None = None
             deadline_label = f"timed out {_short(-left)} ago" if left < 0 else f"times out in {_short(left)}"
             deadline_x = end if left < 0 else last.x + STEP * 0.75
     width = int(PAD_LEFT + max(len(nodes) - 1, 0) * STEP + STEP + PAD_RIGHT)
-    return Timeline(width, 118, LINE_Y, nodes, spans, hidden, deadline_x, deadline_label)
+    return Timeline(width, 122, LINE_Y, nodes, spans, hidden, deadline_x, deadline_label)

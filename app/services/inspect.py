@@ -299,13 +299,13 @@ class EpochSpan:
 
 def _epoch_cause(e: TxnEvent) -> str:
     if e.from_state is None:
-        return "InitProducerId: transactional id created"
+        return "InitProducerId (new id)"
     if e.to_state is TxnState.EMPTY:
-        return "InitProducerId: earlier epochs fenced"
+        return "InitProducerId (fences older)"
     if e.to_state is TxnState.COMPLETE_COMMIT:
-        return "previous transaction committed"
+        return "after a commit"
     if e.to_state is TxnState.COMPLETE_ABORT:
-        return "previous transaction aborted"
+        return "after an abort"
     return f"{e.to_state.value}"
 
 

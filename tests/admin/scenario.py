@@ -168,6 +168,8 @@ class Scenario:
         enricher.send(self.orders, 0, [self._order(rnd, None) for _ in range(2)])
         enricher.send(self.audit, 0, [{"key": "enricher", "value": "batch 4411 started"}])
         hanging = Producer(self.client, self.hanging, self.hanging_timeout_ms).init()
+        hanging.send(self.inventory, 2, [self._stock(rnd, None) for _ in range(2)])
+        hanging.end("commit")  # one good transaction first, then the one that hangs
         hanging.send(self.inventory, 1, [self._stock(rnd, None) for _ in range(3)])
         hanging.send(self.orders, 3, [self._order(rnd, None)])
         hanging.commit_offsets(self.payments_group, [(self.inventory, 1, 9)])

@@ -210,7 +210,7 @@ def test_transaction_detail_partitions_pending_offsets_and_epoch_history(clocked
     assert [(p.topic, p.partition, p.first_offset, p.holds_lso) for p in d.partitions] == [("out", 1, 0, True)]
     assert d.pending_offsets == [{"group_id": "g1", "topic": "in", "partition": 0, "offset": 5, "metadata": "m"}]
     assert [(e.producer_epoch, e.cause) for e in d.epochs] == [
-        (0, "InitProducerId: transactional id created"), (1, "previous transaction committed"),
+        (0, "InitProducerId (new id)"), (1, "after a commit"),
     ]
     assert d.total_events == d.meta.version == len(d.events)
 
@@ -218,7 +218,7 @@ def test_transaction_detail_partitions_pending_offsets_and_epoch_history(clocked
     d = inspect.transaction_detail(b, "ctp")
     assert d.meta.state is TxnState.COMPLETE_ABORT and d.pending_offsets == [] and d.alert is None
     assert d.partitions[0].first_offset is None and not d.partitions[0].holds_lso
-    assert (d.epochs[-1].producer_epoch, d.epochs[-1].cause, d.epochs[-1].reason) == (2, "previous transaction aborted", "aborted_by_operator")
+    assert (d.epochs[-1].producer_epoch, d.epochs[-1].cause, d.epochs[-1].reason) == (2, "after an abort", "aborted_by_operator")
     assert len(inspect.transaction_detail(b, "ctp", events_limit=3).events) == 3
 
     with pytest.raises(TxlogError) as err:

@@ -177,7 +177,7 @@ def test_timeline_merges_steps_within_a_state_and_marks_the_deadline() -> None:
 def test_epoch_history() -> None:
     spans = epoch_history(HISTORY)
     assert [(s.producer_epoch, s.since_ms, s.cause, s.reason) for s in spans] == [
-        (0, 0, "InitProducerId: transactional id created", None),
-        (1, 90_005, "previous transaction aborted", "aborted_by_operator"),
-        (2, 100_000, "InitProducerId: earlier epochs fenced", None),
+        (0, 0, "InitProducerId (new id)", None),
+        (1, 90_005, "after an abort", "aborted_by_operator"),
+        (2, 100_000, "InitProducerId (fences older)", None),
     ]
