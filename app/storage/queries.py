@@ -657,13 +657,20 @@ def partition_offsets_at(
 
     A binary search over the offsets (timestamps grow with offsets, as with log-append time): each
     step is one primary-key lookup, so a search costs about log2(log size) lookups and no log is
-    scanned."""
+    scanned; a partition idle since before a time costs one lookup."""
     rows = conn.execute(
         text(
             """
             WITH RECURSIVE search(topic, partition, i, t, lo, hi) AS (
-                SELECT p.topic, p.partition, b.i, to_timestamp(b.t / 1000.0), p.log_start_offset, p.next_offset
+                -- A partition whose last record is older than a time needs no search for it.
+                SELECT p.topic, p.partition, b.i, to_timestamp(b.t / 1000.0),
+                       CASE WHEN last.ts >= to_timestamp(b.t / 1000.0) THEN p.log_start_offset ELSE p.next_offset END,
+                       p.next_offset
                 FROM txlog.partitions p
+                LEFT JOIN LATERAL (
+                    SELECT r."timestamp" AS ts FROM txlog.records r
+                    WHERE r.topic = p.topic AND r.partition = p.partition AND r."offset" = p.next_offset - 1
+                ) last ON true
                 CROSS JOIN unnest(CAST(:times AS bigint[])) WITH ORDINALITY AS b(t, i)
                 WHERE (CAST(:topic AS text) IS NULL OR p.topic = CAST(:topic AS text))
                   AND (CAST(:partition AS int) IS NULL OR p.partition = CAST(:partition AS int))
