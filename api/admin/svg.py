@@ -8,9 +8,9 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from api.admin.fmt import duration
 from app.domain.transactions import TxnEvent, TxnState
-from app.services.inspect import RatePoint
-from app.storage.queries import PartitionStatus
+from app.services.inspect import PartitionStatus, RatePoint
 
 # --- partition bar --------------------------------------------------------------------------------
 
@@ -193,12 +193,6 @@ class Timeline:
     deadline_label: str | None
 
 
-def _short(ms: int) -> str:
-    from api.admin.render import duration
-
-    return duration(ms)
-
-
 def _note(run: list[TxnEvent]) -> str | None:
     partitions = sum(len(e.partitions_added) for e in run)
     groups = sum(len(e.groups_added) for e in run)
@@ -249,15 +243,15 @@ def timeline(events: list[TxnEvent], now_ms: int, deadline_ms: int | None = None
         previous = run[-1]
     spans: list[Span] = []
     for a, b in zip(nodes, nodes[1:]):
-        spans.append(Span(a.x, b.x, a.state, _short(b.at_ms - a.at_ms), False))
+        spans.append(Span(a.x, b.x, a.state, duration(b.at_ms - a.at_ms), False))
     deadline_x = deadline_label = None
     if nodes:
         last = nodes[-1]
         end = last.x + STEP
-        spans.append(Span(last.x, end, last.state, f"{_short(max(now_ms - last.at_ms, 0))} so far", True))
+        spans.append(Span(last.x, end, last.state, f"{duration(max(now_ms - last.at_ms, 0))} so far", True))
         if deadline_ms is not None:
             left = deadline_ms - now_ms
-            deadline_label = f"timed out {_short(-left)} ago" if left < 0 else f"times out in {_short(left)}"
+            deadline_label = f"timed out {duration(-left)} ago" if left < 0 else f"times out in {duration(left)}"
             deadline_x = end if left < 0 else last.x + STEP * 0.75
     width = int(PAD_LEFT + max(len(nodes) - 1, 0) * STEP + STEP + PAD_RIGHT)
     return Timeline(width, 122, LINE_Y, nodes, spans, hidden, deadline_x, deadline_label)

@@ -11,7 +11,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from tests.admin.conftest import ADMIN_TOKEN, csrf_of, sign_in
+from tests.admin.conftest import ADMIN_TOKEN, csrf_of
 from tests.admin.scenario import Producer, Scenario
 from tests.support import ServerProcess, wait_until
 
