@@ -661,19 +661,20 @@ def partition_offsets_at(
     rows = conn.execute(
         text(
             """
-            WITH RECURSIVE search(topic, partition, i, t, lo, hi) AS (
-                -- A partition whose last record is older than a time needs no search for it.
-                SELECT p.topic, p.partition, b.i, to_timestamp(b.t / 1000.0),
-                       CASE WHEN last.ts >= to_timestamp(b.t / 1000.0) THEN p.log_start_offset ELSE p.next_offset END,
-                       p.next_offset
+            WITH RECURSIVE tails AS (
+                SELECT p.topic, p.partition, p.log_start_offset, p.next_offset,
+                       (SELECT r."timestamp" FROM txlog.records r
+                        WHERE r.topic = p.topic AND r.partition = p.partition AND r."offset" = p.next_offset - 1) AS last_ts
                 FROM txlog.partitions p
-                LEFT JOIN LATERAL (
-                    SELECT r."timestamp" AS ts FROM txlog.records r
-                    WHERE r.topic = p.topic AND r.partition = p.partition AND r."offset" = p.next_offset - 1
-                ) last ON true
-                CROSS JOIN unnest(CAST(:times AS bigint[])) WITH ORDINALITY AS b(t, i)
                 WHERE (CAST(:topic AS text) IS NULL OR p.topic = CAST(:topic AS text))
                   AND (CAST(:partition AS int) IS NULL OR p.partition = CAST(:partition AS int))
+            ), search(topic, partition, i, t, lo, hi) AS (
+                -- A partition whose last record is older than a time needs no search for it.
+                SELECT p.topic, p.partition, b.i, to_timestamp(b.t / 1000.0),
+                       CASE WHEN p.last_ts >= to_timestamp(b.t / 1000.0) THEN p.log_start_offset ELSE p.next_offset END,
+                       p.next_offset
+                FROM tails p
+                CROSS JOIN unnest(CAST(:times AS bigint[])) WITH ORDINALITY AS b(t, i)
               UNION ALL
                 SELECT s.topic, s.partition, s.i, s.t,
                        CASE WHEN m.ts >= s.t THEN s.lo ELSE m.mid + 1 END,

@@ -270,3 +270,62 @@ def test_groups_lag_against_the_last_stable_offset(clocked_broker: Broker) -> No
         (0, 6, 10, 12, 4), (1, 4, 4, 4, 0)]
     assert [(p["partition"], p["offset"], p["transactional_id"]) for p in detail.pending] == [(1, 3, "writer")]
     assert inspect.group_detail(b, "nobody").offsets == []
+
+
+def test_every_read_is_served_by_an_index(clocked_broker: Broker, clock: ManualClock) -> None:
+    """Run each page's reads, then EXPLAIN every statement with sequential scans discouraged: a
+    statement that still scans a table sequentially has no index to use, and the logs and event
+    histories (records, transaction_events) must only be read through index conditions, never
+    walked whole. Only the partitions table (the cluster's metadata, one row per partition) may be
+    read whole."""
+    from sqlalchemy import event, text
+
+    b = clocked_broker
+    topics.create_topic(b, "ix", 2)
+    t = Txn(b, "ix-txn")
+    t.send("ix", 0, "a", "b")
+    transactions.txn_offset_commit(b, "ix-txn", t.pid, t.epoch, "g", [GroupOffset("ix", 1, 0, "")])
+    groups.offset_commit(b, "g2", [GroupOffset("ix", 0, 1, "")])
+    statements: list[tuple[str, object]] = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        statements.append((statement, parameters))
+
+    event.listen(b.db.engine, "before_cursor_execute", capture)
+    try:
+        inspect.overview(b)
+        inspect.topic_detail(b, "ix")
+        for mode in inspect.BROWSE_MODES:
+            inspect.browse_partition(b, "ix", 0, mode)
+            inspect.browse_partition(b, "ix", 0, mode, offset=1)
+            inspect.browse_partition(b, "ix", 0, mode, before=1)
+        inspect.transactions_page(b, ["Ongoing"], 1000, "ix-", "a")
+        inspect.transaction_detail(b, "ix-txn")
+        inspect.producers_page(b, ("ix", 0, 0), 10, "ix", True)
+        inspect.producers_page(b, producer_id=t.pid)
+        inspect.groups(b)
+        inspect.group_detail(b, "g")
+    finally:
+        event.remove(b.db.engine, "before_cursor_execute", capture)
+    reads = [(s, p) for s, p in statements if s.lstrip().upper().startswith(("SELECT", "WITH", "("))]
+    assert len(reads) > 20
+    with b.db.engine.connect() as conn:
+        conn.execute(text("SET enable_seqscan = off"))
+        for statement, params in reads:
+            plan = conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + statement, params).scalar_one()  # type: ignore[arg-type]
+            bad = [n for n in _plan_nodes(plan[0]["Plan"]) if _walks_a_table(n)]
+            assert not bad, f"{statement}\n{bad}"
+
+
+def _plan_nodes(node: dict) -> list[dict]:
+    return [node] + [n for child in node.get("Plans", []) for n in _plan_nodes(child)]
+
+
+def _walks_a_table(node: dict) -> bool:
+    relation = node.get("Relation Name")
+    if relation is None or relation == "partitions":
+        return False
+    if node["Node Type"] == "Seq Scan":
+        return True
+    unbounded = relation in ("records", "transaction_events")
+    return unbounded and node["Node Type"] in ("Index Scan", "Index Only Scan") and "Index Cond" not in node
