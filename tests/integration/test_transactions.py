@@ -391,7 +391,7 @@ def test_commit_writes_a_marker_on_every_partition_and_moves_the_lso(broker, top
     assert status(broker, topic, 1) == (2, 2)
     assert read(broker, topic, 0) == [b"a0", b"a1", b"a2", b"plain"]
     assert read(broker, topic, 1) == [b"b0"]
-    assert [m for m in markers(broker, topic, 2)] == []
+    assert markers(broker, topic, 2) == []
 
 
 def test_abort_hides_the_records_from_read_committed_only(broker, topic):

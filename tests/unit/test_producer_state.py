@@ -168,7 +168,6 @@ def test_a_new_epoch_clears_the_remembered_batches():
 # --- sequence wrap -----------------------------------------------------------------------------------
 
 def test_a_batch_may_straddle_the_wrap():
-    assert check_append(None, PID, 0, 0, 1) == Append(0, 0)
     entry = ProducerStateEntry(PID, 0, (BatchMetadata(MAX_SEQUENCE - 5, MAX_SEQUENCE - 2, 10, 13, 0),))
     assert check_append(entry, PID, 0, MAX_SEQUENCE - 1, 4) == Append(MAX_SEQUENCE - 1, 1)
 
