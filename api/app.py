@@ -14,6 +14,7 @@ from api import errors
 from api.limits import MaxBodySize
 from api.metrics import RequestMetrics, metrics_response
 from api.notify import AppendNotifier
+from api.admin import mount as mount_admin
 from api.v1.routes import router as v1_router
 from app.config import Settings, load_settings
 from app.errors import ErrorCode, TxlogError
@@ -85,12 +86,7 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
     def metrics() -> Response:
         return metrics_response()
 
-    try:
-        from api.admin import mount as mount_admin
-    except ImportError:
-        pass
-    else:
-        mount_admin(app, broker)
+    mount_admin(app, broker)
 
     app.add_middleware(MaxBodySize, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestMetrics)

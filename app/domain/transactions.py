@@ -210,9 +210,14 @@ def created(transactional_id: str, producer_id: int, timeout_ms: int, now: int) 
     return TxnEvent(transactional_id, 1, None, S.EMPTY, producer_id, 0, timeout_ms, now)
 
 
-def reinitialized(meta: TxnMetadata, timeout_ms: int, now: int, new_producer_id: int | None = None) -> TxnEvent:
-    """InitProducerId for a known, ended transactional id: raise the epoch, fencing older holders."""
-    pid, epoch = bumped(meta.producer_id, meta.producer_epoch, new_producer_id)
+def reinitialized(
+    meta: TxnMetadata, timeout_ms: int, now: int, new_producer_id: int | None = None, *, ended_open: bool = False
+) -> TxnEvent:
+    """InitProducerId for a known, ended transactional id: raise the epoch by one, fencing older
+    holders. When this init had to end the previous epoch's open transaction (``ended_open``), that
+    ending already moved the epoch on and nobody holds the new one yet, so the init takes it as it
+    is: the caller's epoch is raised by exactly one either way."""
+    pid, epoch = (meta.producer_id, meta.producer_epoch) if ended_open else bumped(meta.producer_id, meta.producer_epoch, new_producer_id)
     return _event(
         meta, S.EMPTY, now, producer_id=pid, producer_epoch=epoch, timeout_ms=timeout_ms,
         last_producer_id=None, last_producer_epoch=None, reason="newer_epoch",

@@ -65,10 +65,12 @@ def _init_transactional(broker: Broker, transactional_id: str, timeout: int) -> 
             meta = coordinator.record(conn, broker, None, txn.created(transactional_id, q.producer_id_next(conn), timeout, broker.now()))
         else:
             # Fence the previous producer: abort its open transaction (or finish a prepared one),
-            # then raise the epoch.
+            # which moves the epoch on; otherwise raise the epoch here.
+            ended_open = meta.state.is_open
             meta = coordinator.finish_open(conn, broker, meta, "newer_epoch")
-            new_pid = coordinator.new_producer_id_if_exhausted(conn, meta.producer_epoch)
-            meta = coordinator.record(conn, broker, meta, txn.reinitialized(meta, timeout, broker.now(), new_pid))
+            new_pid = None if ended_open else coordinator.new_producer_id_if_exhausted(conn, meta.producer_epoch)
+            event = txn.reinitialized(meta, timeout, broker.now(), new_pid, ended_open=ended_open)
+            meta = coordinator.record(conn, broker, meta, event)
         return ProducerIdAndEpoch(meta.producer_id, meta.producer_epoch)
 
 

@@ -127,6 +127,16 @@ def test_reinitialized_after_a_completed_transaction_forgets_the_last_transactio
     assert not txn.is_retry_of_last_end(meta, PID, 0)
 
 
+def test_reinitialized_after_ending_the_open_transaction_keeps_the_epoch_that_ending_moved_to():
+    h = History()
+    h.add(("t", 0))
+    h.end("abort", reason="newer_epoch")  # the fencing abort moved the epoch from 0 to 1
+    meta = h.step(txn.reinitialized(h.meta, h.meta.timeout_ms, h.tick(), ended_open=True))
+    assert (meta.state, meta.producer_id, meta.producer_epoch) == (S.EMPTY, PID, 1)
+    assert (meta.last_producer_epoch, meta.last_result, meta.partitions) == (None, None, ())
+    assert not txn.is_retry_of_last_end(meta, PID, 0)
+
+
 def test_reinitialized_is_refused_while_a_transaction_is_open():
     h = History()
     h.add(("t", 0))
