@@ -36,8 +36,8 @@ def sign_in(
     auth = request.app.state.authorizer
     principal = auth.authenticate(token)
     if principal is None:
-        # The form again, with the error (200, as a form with a mistake in it; no session is set).
-        return render(request, "signin.html", next=_safe_next(request, next), failed=True)
+        # The form again, with the error; no session is set.
+        return render(request, "signin.html", status_code=401, next=_safe_next(request, next), failed=True)
     response = RedirectResponse(_safe_next(request, next), status_code=303)
     response.set_cookie(
         SESSION_COOKIE, auth.session_for(principal), httponly=True, samesite="strict",

@@ -90,7 +90,7 @@ def test_sign_in_sets_a_strict_http_only_session_and_returns_to_the_page(anonymo
 def test_sign_in_refuses_a_wrong_token_a_missing_csrf_token_and_foreign_redirects(anonymous: httpx.Client) -> None:
     csrf = csrf_of(anonymous.get("/admin/sign-in").text)
     r = anonymous.post("/admin/sign-in", data={"token": "guess", "csrf_token": csrf})
-    assert r.status_code == 200 and "not right" in r.text and "txlog_admin_session" not in r.headers.get("set-cookie", "")
+    assert r.status_code == 401 and "not right" in r.text and "txlog_admin_session" not in r.headers.get("set-cookie", "")
     r = anonymous.post("/admin/sign-in", data={"token": ADMIN_TOKEN})
     error_page(r, 403, "CLUSTER_AUTHORIZATION_FAILED")
     assert "anti-forgery" in r.text
