@@ -9,6 +9,7 @@ from typing import AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
+from fastapi_offline import FastAPIOffline
 
 from api import errors
 from api.limits import MaxBodySize
@@ -50,7 +51,8 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
             await notifier.stop()
             db.dispose()
 
-    app = FastAPI(
+    # The API docs (/docs, /redoc) serve Swagger UI and ReDoc from the installed package: no CDN.
+    app = FastAPIOffline(
         title="txlog",
         version="0.1.0",
         description="Kafka's exactly-once machinery on PostgreSQL: idempotent producers, transactions, "

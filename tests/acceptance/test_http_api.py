@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import threading
 import time
 import uuid
@@ -621,6 +622,11 @@ def test_docs_and_openapi(api):
     docs = api.get("/docs")
     assert docs.status_code == 200 and "text/html" in docs.headers["content-type"]
     assert "swagger" in docs.text.lower()
+    assets = re.findall(r'(?:src|href)="([^"]+)"', docs.text)
+    assert assets and all(a.startswith("/") for a in assets), assets  # served here, not from a CDN
+    for asset in assets:
+        assert api.get(asset).status_code == 200, asset
+    assert api.get("/redoc").status_code == 200
     spec = api.get("/openapi.json").json()
     assert spec["info"]["title"] == "txlog"
     for path in [
