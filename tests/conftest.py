@@ -36,7 +36,12 @@ def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         yield server.admin_url()
     finally:
+        log = server.pgdata / "server.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
         server.destroy()
+    # A crash of the server fails the run with its own account of what happened.
+    crashes = [line for line in text.splitlines() if "terminated by signal" in line or "PANIC" in line]
+    assert not crashes, "the test PostgreSQL crashed:\n" + "\n".join(text.splitlines()[-200:])
 
 
 @pytest.fixture(scope="session")
