@@ -6,7 +6,7 @@ import contextlib
 import logging
 from typing import AsyncIterator
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline

@@ -126,12 +126,17 @@ def end_txn(broker: Broker, transactional_id: str, producer_id: int, producer_ep
     that the sweeper, the next InitProducerId or a retried EndTxn completes the same way."""
     if result not in ("commit", "abort"):
         raise TxlogError(ErrorCode.INVALID_REQUEST, "result must be 'commit' or 'abort'")
-    done = "CompleteCommit" if result == "commit" else "CompleteAbort"
+    retried = end_txn_prepare(broker, transactional_id, producer_id, producer_epoch, result)
+    return retried or end_txn_complete(broker, transactional_id, producer_id, producer_epoch, result)
+
+
+def end_txn_prepare(broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, result: Result) -> EndTxnOutcome | None:
+    """EndTxn's first step: the decision made durable. Answers a retry of an ended transaction itself."""
     with broker.db.transaction() as conn:
         meta = coordinator.locked(conn, transactional_id)
         if txn.is_retry_of_last_end(meta, producer_id, producer_epoch):
             txn.check_end_retry(meta, result)
-            return EndTxnOutcome(TxnState(done), meta.producer_id, meta.producer_epoch)
+            return EndTxnOutcome(_complete_state(result), meta.producer_id, meta.producer_epoch)
         txn.check_producer(meta, producer_id, producer_epoch)
         if meta.state.is_prepared:
             if meta.state.value != ("PrepareCommit" if result == "commit" else "PrepareAbort"):
@@ -141,6 +146,15 @@ def end_txn(broker: Broker, transactional_id: str, producer_id: int, producer_ep
                 )
         else:
             coordinator.record(conn, broker, meta, txn.prepared(meta, result, broker.now()))
+    return None
+
+
+def _complete_state(result: Result) -> TxnState:
+    return TxnState.COMPLETE_COMMIT if result == "commit" else TxnState.COMPLETE_ABORT
+
+
+def end_txn_complete(broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, result: Result) -> EndTxnOutcome:
+    """EndTxn's second step: markers, offsets, the completed state and the next epoch."""
     with broker.db.transaction() as conn:
         meta = coordinator.locked(conn, transactional_id)
         if meta.state.is_prepared and (meta.producer_id, meta.producer_epoch) == (producer_id, producer_epoch):
@@ -148,8 +162,12 @@ def end_txn(broker: Broker, transactional_id: str, producer_id: int, producer_ep
         if (meta.last_producer_id, meta.last_producer_epoch) != (producer_id, producer_epoch):
             # Completed by someone else and the transactional id has moved on since (a newer
             # producer took over): the decision stands, but the epoch is no longer ours to hand out.
-            raise txn.fenced_error(meta, producer_epoch)
-        return EndTxnOutcome(TxnState(done), meta.producer_id, meta.producer_epoch)
+            # Say so, since a prepared decision is never reversed.
+            err = txn.fenced_error(meta, producer_epoch)
+            err.message += f"; this transaction's {result} was completed before the producer was fenced"
+            err.details["transaction_result"] = result
+            raise err
+        return EndTxnOutcome(_complete_state(result), meta.producer_id, meta.producer_epoch)
 
 
 def abort_by_operator(broker: Broker, transactional_id: str) -> TxnMetadata:

@@ -183,7 +183,7 @@ def test_an_idle_transactional_id_expires_then_is_removed(expiring, clock):
     open_ = Producer(b, "open")
     open_.send("t", 1, "open")
     clock.advance(30_000)
-    busy = Producer(b, "busy")
+    Producer(b, "busy")
     clock.advance(30_001)  # idle/empty/open: 60.001 s without change; busy: 30.001 s
 
     report = sweeper.sweep(b)

@@ -12,13 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sqlalchemy import text
 
-from app.domain import transactions as txn
 from app.domain.producer_state import MAX_EPOCH
 from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT, NewRecord
 from app.domain.transactions import TxnState
 from app.errors import ErrorCode, TxlogError
 from app.services import fetch as fetch_service
-from app.services import coordinator, groups
+from app.services import groups
 from app.services import produce as produce_service
 from app.services import topics, transactions
 from app.services.produce import ProduceRequest
@@ -125,9 +124,8 @@ def set_epoch(broker, tid: str, epoch: int) -> None:  # type: ignore[no-untyped-
 
 def prepare_only(broker, tid: str, result: str) -> None:  # type: ignore[no-untyped-def]
     """Step 1 of EndTxn alone (the decision made durable), as if the process died before step 2."""
-    with broker.db.transaction() as conn:
-        meta = coordinator.locked(conn, tid)
-        coordinator.record(conn, broker, meta, txn.prepared(meta, result, broker.now()))  # type: ignore[arg-type]
+    meta = describe(broker, tid)
+    assert transactions.end_txn_prepare(broker, tid, meta.producer_id, meta.producer_epoch, result) is None  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -560,6 +558,18 @@ def test_delayed_ends_of_transaction_n_never_touch_transaction_n_plus_1(broker, 
     # once N+1 ended, N's epoch is two behind: no longer a retry, plainly fenced
     err = error_of(copy.copy(late).end, n_decision)
     assert err.code is ErrorCode.PRODUCER_FENCED
+
+
+def test_an_end_whose_commit_a_newer_init_completed_between_its_steps_is_told_it_committed(broker, topic):
+    old = Producer(broker, "tx")
+    old.send(topic, 0, "a")
+    assert transactions.end_txn_prepare(broker, "tx", old.pid, old.epoch, "commit") is None
+    new = copy.copy(old).init()  # completes the PrepareCommit as a commit, then fences
+    err = error_of(transactions.end_txn_complete, broker, "tx", old.pid, old.epoch, "commit")
+    assert (err.code, err.details["reason"], err.details["transaction_result"]) == (ErrorCode.PRODUCER_FENCED, "newer_epoch", "commit")
+    assert "commit was completed" in err.message
+    assert read(broker, topic, 0) == [b"a"]
+    assert describe(broker, "tx").producer_epoch == new.epoch
 
 
 def test_a_late_end_after_the_transaction_was_ended_by_a_newer_init_is_fenced(broker, topic):
