@@ -354,7 +354,7 @@ def transaction_detail(broker: Broker, transactional_id: str, events_limit: int 
         meta = q.txn_get(conn, transactional_id)
         if meta is None:
             raise TxlogError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"Transactional id {transactional_id!r} not found")
-        events = q.txn_events_recent(conn, transactional_id, events_limit)
+        events = q.txn_events(conn, transactional_id, events_limit)
         pending = q.pending_offsets_of_txn(conn, transactional_id)
         states = {(s["topic"], s["partition"]): s for s in q.producer_states_by_id(conn, meta.producer_id)} if meta.partitions else {}
         statuses = {}

@@ -432,18 +432,20 @@ def txn_record(conn: Connection, event: TxnEvent, meta: TxnMetadata, coordinator
     )
 
 
-def txn_events(conn: Connection, transactional_id: str) -> list[TxnEvent]:
+def txn_events(conn: Connection, transactional_id: str, limit: int | None = None) -> list[TxnEvent]:
+    """A transactional id's events, oldest first; with ``limit``, only the last ``limit`` of them
+    (a backward primary-key scan)."""
     rows = conn.execute(
         text(
             f"""
             SELECT transactional_id, version, from_state, to_state, producer_id, producer_epoch, timeout_ms,
                    {_ms('at')}, partitions_added, groups_added, last_producer_id, last_producer_epoch, result, reason
-            FROM txlog.transaction_events WHERE transactional_id = :tid ORDER BY version
+            FROM txlog.transaction_events WHERE transactional_id = :tid ORDER BY version DESC LIMIT :limit
             """
         ),
-        {"tid": transactional_id},
+        {"tid": transactional_id, "limit": limit},
     )
-    return [
+    events = [
         TxnEvent(
             transactional_id=r[0],
             version=r[1],
@@ -462,6 +464,7 @@ def txn_events(conn: Connection, transactional_id: str) -> list[TxnEvent]:
         )
         for r in rows
     ]
+    return events[::-1]
 
 
 def txn_delete(conn: Connection, transactional_id: str) -> None:
@@ -779,40 +782,6 @@ def txn_browse(
         },
     )
     return [_txn_from_row(r) for r in rows]
-
-
-def txn_events_recent(conn: Connection, transactional_id: str, limit: int) -> list[TxnEvent]:
-    """The last ``limit`` events of a transactional id, oldest first (a backward primary-key scan)."""
-    rows = conn.execute(
-        text(
-            f"""
-            SELECT transactional_id, version, from_state, to_state, producer_id, producer_epoch, timeout_ms,
-                   {_ms('at')}, partitions_added, groups_added, last_producer_id, last_producer_epoch, result, reason
-            FROM txlog.transaction_events WHERE transactional_id = :tid ORDER BY version DESC LIMIT :limit
-            """
-        ),
-        {"tid": transactional_id, "limit": limit},
-    )
-    events = [
-        TxnEvent(
-            transactional_id=r[0],
-            version=r[1],
-            from_state=TxnState(r[2]) if r[2] else None,
-            to_state=TxnState(r[3]),
-            producer_id=r[4],
-            producer_epoch=r[5],
-            timeout_ms=r[6],
-            at_ms=r[7],
-            partitions_added=tuple((t, p) for t, p in r[8]),
-            groups_added=tuple(r[9]),
-            last_producer_id=r[10],
-            last_producer_epoch=r[11],
-            result=r[12],
-            reason=r[13],
-        )
-        for r in rows
-    ]
-    return events[::-1]
 
 
 def txns_overdue(conn: Connection, now_ms: int, prepared_before_ms: int, limit: int = 100) -> list[TxnMetadata]:
