@@ -33,7 +33,7 @@ from app.errors import ErrorCode, TxlogError
 from app.services import produce, topics, transactions
 from app.services.produce import ProduceRequest
 from app.storage.queries import GroupOffset
-from spark import faults
+from app import faults
 from spark.progress import say
 from spark.reader import TopicSnapshot, service_broker, read_snapshot, snapshot
 

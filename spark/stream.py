@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from app.errors import ErrorCode, TxlogError
-from spark import faults
+from app import faults
 from spark.export import Encoding, Format, encode_payload, write_files
 from spark.progress import say
 from spark.reader import IsolationLevel, TopicSnapshot, service_broker, commit_offsets, read_snapshot, snapshot

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from app import faults
 from app.domain import transactions as txn
 from app.domain.partitioner import partition_for_key
 from app.domain.producer_state import Append, Duplicate, after_append, check_append
@@ -91,6 +92,7 @@ def produce(broker: Broker, topic: str, partition: int, req: ProduceRequest) -> 
             assert isinstance(decision, Append)
             state = after_append(entry, pid, epoch, decision, base_offset, last_offset, now, transactional)  # type: ignore[arg-type]
         q.log_append(conn, topic, partition, base_offset, req.records, now, pid, epoch, seq, transactional, state)
+    faults.crash_point(faults.SERVER_CRASH_ENV, "produce_appended")
     return ProduceResult(base_offset, last_offset, now, log_start)
 
 

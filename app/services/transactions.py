@@ -10,6 +10,7 @@ from sqlalchemy import exc as sa_exc
 
 from app.domain import transactions as txn
 from app.domain.transactions import Result, TopicPartition, TxnEvent, TxnMetadata, TxnState
+from app import faults
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.services import coordinator
@@ -127,7 +128,10 @@ def end_txn(broker: Broker, transactional_id: str, producer_id: int, producer_ep
     if result not in ("commit", "abort"):
         raise TxlogError(ErrorCode.INVALID_REQUEST, "result must be 'commit' or 'abort'")
     retried = end_txn_prepare(broker, transactional_id, producer_id, producer_epoch, result)
-    return retried or end_txn_complete(broker, transactional_id, producer_id, producer_epoch, result)
+    if retried is not None:
+        return retried
+    faults.crash_point(faults.SERVER_CRASH_ENV, "end_txn_prepared")
+    return end_txn_complete(broker, transactional_id, producer_id, producer_epoch, result)
 
 
 def end_txn_prepare(broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, result: Result) -> EndTxnOutcome | None:
