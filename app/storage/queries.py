@@ -245,11 +245,15 @@ class StoredRecord:
     aborted: bool
 
 
+# One primary-key probe of the aborted-transaction index per transactional record. ``OFFSET 0``
+# keeps the planner from turning the EXISTS into a hashed subplan, which would read every aborted
+# transaction of every partition on each fetch: a cost that grows with the history.
 _NOT_ABORTED = """
 NOT (r.is_transactional AND EXISTS (
     SELECT 1 FROM txlog.aborted_txns a
     WHERE a.topic = r.topic AND a.partition = r.partition
-      AND a.producer_id = r.producer_id AND a.producer_epoch = r.producer_epoch))
+      AND a.producer_id = r.producer_id AND a.producer_epoch = r.producer_epoch
+    OFFSET 0))
 """
 
 _RECORD_COLUMNS = f"""

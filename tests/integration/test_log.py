@@ -273,12 +273,12 @@ def test_group_offset_commit_rejects_bad_input(broker):
 
 # --- the fetch query stays an index range scan ----------------------------------------------------
 
-def _statements_of(broker, fn):  # type: ignore[no-untyped-def]
-    """Run ``fn`` and return the (SQL, parameters) it sent that read the records table."""
+def _statements_of(broker, fn, touching: str = "txlog.records"):  # type: ignore[no-untyped-def]
+    """Run ``fn`` and return the (SQL, parameters) it sent that name ``touching`` (the records table)."""
     seen: list[tuple[str, object]] = []
 
     def capture(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
-        if "txlog.records" in statement:
+        if touching in statement:
             seen.append((statement, parameters))
 
     event.listen(broker.db.engine, "before_cursor_execute", capture)
