@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Installs what pip cannot: the PostgreSQL JDBC driver (for Spark) and Chromium (for page tests).
+# Installs what pip cannot: Java and the PostgreSQL JDBC driver (for Spark) and Chromium (for page
+# tests).
 # Skips what is present; says what is missing when it cannot install (no root, no apt).
 set -euo pipefail
 need=()
+command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 [[ -f /usr/share/java/postgresql.jar || -n "${TXLOG_JDBC_JAR:-}" ]] || need+=(libpostgresql-jdbc-java)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 ((${#need[@]})) || exit 0
