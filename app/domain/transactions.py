@@ -239,10 +239,17 @@ def partitions_added(meta: TxnMetadata, partitions: Iterable[TopicPartition], no
     return _event(meta, S.ONGOING, now, partitions_added=new_parts, groups_added=new_groups)
 
 
+def prepare_state(result: Result) -> TxnState:
+    return S.PREPARE_COMMIT if result == "commit" else S.PREPARE_ABORT
+
+
+def complete_state(result: Result) -> TxnState:
+    return S.COMPLETE_COMMIT if result == "commit" else S.COMPLETE_ABORT
+
+
 def prepared(meta: TxnMetadata, result: Result, now: int, reason: FenceReason | None = None) -> TxnEvent:
     """EndTxn, a timeout, an operator abort or a fencing init decides the transaction's outcome."""
-    to = S.PREPARE_COMMIT if result == "commit" else S.PREPARE_ABORT
-    return _event(meta, to, now, reason=reason)
+    return _event(meta, prepare_state(result), now, reason=reason)
 
 
 def completed(meta: TxnMetadata, now: int, new_producer_id: int | None = None) -> TxnEvent:
@@ -251,10 +258,9 @@ def completed(meta: TxnMetadata, now: int, new_producer_id: int | None = None) -
     if not meta.state.is_prepared:
         raise TxlogError(ErrorCode.INVALID_TXN_STATE, f"Transaction is in {meta.state.value}, not prepared")
     result: Result = "commit" if meta.state is S.PREPARE_COMMIT else "abort"
-    to = S.COMPLETE_COMMIT if result == "commit" else S.COMPLETE_ABORT
     pid, epoch = bumped(meta.producer_id, meta.producer_epoch, new_producer_id)
     return _event(
-        meta, to, now, producer_id=pid, producer_epoch=epoch, last_producer_id=meta.producer_id,
+        meta, complete_state(result), now, producer_id=pid, producer_epoch=epoch, last_producer_id=meta.producer_id,
         last_producer_epoch=meta.producer_epoch, result=result,
     )
 

@@ -8,9 +8,9 @@ from typing import Sequence
 
 from sqlalchemy import exc as sa_exc
 
+from app import faults
 from app.domain import transactions as txn
 from app.domain.transactions import Result, TopicPartition, TxnEvent, TxnMetadata, TxnState
-from app import faults
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.services import coordinator
@@ -140,10 +140,10 @@ def end_txn_prepare(broker: Broker, transactional_id: str, producer_id: int, pro
         meta = coordinator.locked(conn, transactional_id)
         if txn.is_retry_of_last_end(meta, producer_id, producer_epoch):
             txn.check_end_retry(meta, result)
-            return EndTxnOutcome(_complete_state(result), meta.producer_id, meta.producer_epoch)
+            return EndTxnOutcome(txn.complete_state(result), meta.producer_id, meta.producer_epoch)
         txn.check_producer(meta, producer_id, producer_epoch)
         if meta.state.is_prepared:
-            if meta.state.value != ("PrepareCommit" if result == "commit" else "PrepareAbort"):
+            if meta.state is not txn.prepare_state(result):
                 raise TxlogError(
                     ErrorCode.INVALID_TXN_STATE,
                     f"Transaction is in {meta.state.value}; it cannot {result}",
@@ -151,10 +151,6 @@ def end_txn_prepare(broker: Broker, transactional_id: str, producer_id: int, pro
         else:
             coordinator.record(conn, broker, meta, txn.prepared(meta, result, broker.now()))
     return None
-
-
-def _complete_state(result: Result) -> TxnState:
-    return TxnState.COMPLETE_COMMIT if result == "commit" else TxnState.COMPLETE_ABORT
 
 
 def end_txn_complete(broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, result: Result) -> EndTxnOutcome:
@@ -171,7 +167,7 @@ def end_txn_complete(broker: Broker, transactional_id: str, producer_id: int, pr
             err.message += f"; this transaction's {result} was completed before the producer was fenced"
             err.details["transaction_result"] = result
             raise err
-        return EndTxnOutcome(_complete_state(result), meta.producer_id, meta.producer_epoch)
+        return EndTxnOutcome(txn.complete_state(result), meta.producer_id, meta.producer_epoch)
 
 
 def abort_by_operator(broker: Broker, transactional_id: str) -> TxnMetadata:
