@@ -165,10 +165,10 @@ def test_overview(admin: httpx.Client, scenario: Scenario) -> None:
     counted = 0
     for t in (scenario.orders, scenario.payments, scenario.inventory, scenario.audit):
         for p in admin.get(f"/v1/topics/{t}").json()["partitions"]:
-            before = admin.get(f"/v1/topics/{t}/partitions/{p['partition']}/records",
+            records = admin.get(f"/v1/topics/{t}/partitions/{p['partition']}/records",
                                params={"offset": 0, "max_records": 10_000}).json()["records"]
             # control records have no entry in a fetch; they are stamped when appended, inside the window
-            counted += p["high_watermark"] - sum(1 for r in before if r["timestamp_ms"] < window_start)
+            counted += p["high_watermark"] - sum(1 for r in records if r["timestamp_ms"] < window_start)
     assert re.search(rf"<b>{counted:,}</b>\s*records, 15 min", page)
     # Transactions by state: 2 Ongoing, 2 CompleteCommit (the refunds id committed after its abort)
     states = dict(re.findall(r'<span class="badge state-\w+">(\w+)</span>\s*<svg class="meter".*?<span class="n[^"]*">(\d+)</span>', page, re.S))
