@@ -97,6 +97,9 @@ def test_abort_a_hanging_transaction_in_the_browser(browser: Browser, cluster: t
 
         # The overview: partitions, the rate chart, and (once its 1.5 s timeout passes) the hanging transaction.
         def hanging_shown() -> bool:
+            # Chromium refuses a reload issued while the page that a click navigated to is still
+            # loading ("Not attached to an active page"), so each reload waits for the load first.
+            page.wait_for_load_state("load")
             page.reload()
             return page.locator(".alert-row").count() == 1
         wait_until(hanging_shown, timeout=30, interval=0.3, message="the hanging transaction on the overview")
