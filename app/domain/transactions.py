@@ -247,6 +247,12 @@ def complete_state(result: Result) -> TxnState:
     return S.COMPLETE_COMMIT if result == "commit" else S.COMPLETE_ABORT
 
 
+def prepared_result(state: TxnState) -> Result:
+    """The decision a PrepareCommit/PrepareAbort state holds."""
+    assert state.is_prepared, state
+    return "commit" if state is S.PREPARE_COMMIT else "abort"
+
+
 def prepared(meta: TxnMetadata, result: Result, now: int, reason: FenceReason | None = None) -> TxnEvent:
     """EndTxn, a timeout, an operator abort or a fencing init decides the transaction's outcome."""
     return _event(meta, prepare_state(result), now, reason=reason)
@@ -257,7 +263,7 @@ def completed(meta: TxnMetadata, now: int, new_producer_id: int | None = None) -
     transaction (or, after a fencing abort, nobody) uses a fresh epoch."""
     if not meta.state.is_prepared:
         raise TxlogError(ErrorCode.INVALID_TXN_STATE, f"Transaction is in {meta.state.value}, not prepared")
-    result: Result = "commit" if meta.state is S.PREPARE_COMMIT else "abort"
+    result = prepared_result(meta.state)
     pid, epoch = bumped(meta.producer_id, meta.producer_epoch, new_producer_id)
     return _event(
         meta, complete_state(result), now, producer_id=pid, producer_epoch=epoch, last_producer_id=meta.producer_id,

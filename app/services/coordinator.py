@@ -46,8 +46,7 @@ def complete(conn: Connection, broker: Broker, meta: TxnMetadata) -> TxnMetadata
     """From PrepareCommit/PrepareAbort: write the marker on every partition of the transaction,
     apply or drop its pending group offsets, and record CompleteCommit/CompleteAbort — all in the
     caller's database transaction, so a crash leaves either the prepared state or all of it."""
-    assert meta.state.is_prepared
-    commit = meta.state is TxnState.PREPARE_COMMIT
+    commit = txn.prepared_result(meta.state) == "commit"
     now = broker.now()
     marker = [NewRecord(None, None, {}, None)]
     for topic, partition in sorted(meta.partitions):

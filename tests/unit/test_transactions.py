@@ -97,6 +97,14 @@ def test_state_properties():
     ]
 
 
+@pytest.mark.parametrize("result, prepared, complete", [
+    ("commit", S.PREPARE_COMMIT, S.COMPLETE_COMMIT), ("abort", S.PREPARE_ABORT, S.COMPLETE_ABORT),
+])
+def test_a_result_names_its_prepare_and_complete_states_and_back(result, prepared, complete):
+    assert txn.prepare_state(result) is prepared and txn.complete_state(result) is complete
+    assert txn.prepared_result(prepared) == result
+
+
 # --- created / reinitialized -------------------------------------------------------------------------
 
 def test_created_is_empty_at_epoch_zero():
