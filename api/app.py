@@ -22,7 +22,7 @@ from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.services.sweeper import SweeperThread
 from app.storage import migrate
-from app.storage.db import Database
+from app.storage.db import Database, SessionLimits
 
 log = logging.getLogger("txlog")
 
@@ -31,7 +31,7 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
     settings = settings or load_settings()
     if not settings.database_url:
         raise RuntimeError("TXLOG_DATABASE_URL is not set (txlog serve sets it)")
-    db = Database(settings.database_url, pool_size=settings.db_pool_size)
+    db = Database(settings.database_url, pool_size=settings.db_pool_size, limits=SessionLimits.from_settings(settings))
     broker = Broker(db, settings)
     head = migrate.head_revision(settings.database_url)
 

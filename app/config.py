@@ -20,8 +20,23 @@ class Settings(BaseSettings):
     producer_id_expiration_ms: int = Field(86_400_000, gt=0)
     transaction_state_partitions: int = Field(50, gt=0)  # transaction.state.log.num.partitions
     max_request_bytes: int = Field(1_048_576, gt=0)  # message.max.bytes
+    # Defaults for topics without retention.ms / retention.bytes (-1: keep everything). Kafka's
+    # log.retention.ms is 7 days; txlog keeps every record unless told otherwise.
+    log_retention_ms: int = Field(-1, ge=-1)  # log.retention.ms
+    log_retention_bytes: int = Field(-1, ge=-1)  # log.retention.bytes
     db_pool_size: int = Field(10, gt=0)
     admin_token: str | None = None
+    # What keeps one stuck process (a VM stall, SIGSTOP, a partition TCP does not notice) from
+    # freezing the log for everyone: limits PostgreSQL enforces on every txlog session.
+    db_lock_timeout_ms: int = Field(5_000, ge=0)  # a lock wait longer than this is REQUEST_TIMED_OUT (retriable)
+    db_statement_timeout_ms: int = Field(30_000, ge=0)  # a statement running longer is REQUEST_TIMED_OUT
+    # A session idle inside a transaction this long is ended by the server, its locks released.
+    db_idle_in_transaction_timeout_ms: int = Field(10_000, ge=0)
+    # TCP keepalives both ways and a bound on unacknowledged data, so a dead peer is noticed.
+    db_keepalives_idle_s: int = Field(10, gt=0)
+    db_keepalives_interval_s: int = Field(5, gt=0)
+    db_keepalives_count: int = Field(3, gt=0)
+    db_tcp_user_timeout_ms: int = Field(30_000, ge=0)
 
     @field_validator("database_url")
     @classmethod

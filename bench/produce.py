@@ -31,7 +31,7 @@ def main() -> None:
     args = ap.parse_args()
     n, size = args.batches, args.batch_size
     rows = n * size
-    records = [NewRecord(f"key-{i}".encode(), b"x" * 100, {}, None) for i in range(size)]
+    records = [NewRecord(f"key-{i}".encode(), b"x" * 100) for i in range(size)]
 
     with bench_database() as url:
         reset(url)

@@ -73,7 +73,7 @@ def generate(url: str, records: int, partitions: int, txn_size: int, aborted_eve
         producer = transactions.init_producer_id(broker, tid)
         pid, epoch = producer.producer_id, producer.producer_epoch
         for p in range(partitions):
-            late = NewRecord(b"late", f'{{"customer": "late", "amount": 1, "outcome": "{outcome}"}}'.encode(), {}, None)
+            late = NewRecord(b"late", f'{{"customer": "late", "amount": 1, "outcome": "{outcome}"}}'.encode())
             produce.produce(broker, TOPIC, p, ProduceRequest([late], pid, epoch, 0, tid))
         if outcome != "open":
             transactions.end_txn(broker, tid, pid, epoch, outcome)  # type: ignore[arg-type]

@@ -21,7 +21,8 @@ def include_name(name, type_, parent_names):  # type: ignore[no-untyped-def]
 def run_migrations_online() -> None:
     connectable = config.attributes.get("connection")
     if connectable is None:
-        engine = create_engine(config.get_main_option("sqlalchemy.url"), pool_size=1, max_overflow=0)
+        # No session limits: a migration may wait for locks and run long.
+        engine = create_engine(config.get_main_option("sqlalchemy.url"), pool_size=1, max_overflow=0, limits=None)
         with engine.connect() as connection:
             _run(connection)
         engine.dispose()

@@ -72,7 +72,7 @@ def format_decimal(d: Decimal) -> str:
 
 def total_record(customer: str, total: Decimal, orders: int) -> NewRecord:
     value = f'{{"customer": {json.dumps(customer)}, "total": {format_decimal(total)}, "orders": {orders}}}'
-    return NewRecord(customer.encode("utf-8"), value.encode("utf-8"), {}, None)
+    return NewRecord(customer.encode("utf-8"), value.encode("utf-8"))
 
 
 def parse_orders(orders: "DataFrame") -> "DataFrame":

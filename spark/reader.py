@@ -83,20 +83,16 @@ def record_schema() -> "StructType":
 # --- the pushed-down SQL --------------------------------------------------------------------------
 
 # What a read_committed reader may see, as txlog.committed_records, minus the last-stable-offset
-# bound (a snapshot brings its own end offsets, all at or below the LSO). Written against the tables
-# rather than the view: the anti-join on the aborted-transaction index is planned as one hash of the
-# topic's aborted transactions per slice, where the view's correlated form hashes every topic's.
+# bound (a snapshot brings its own end offsets, all at or below the LSO). Read from
+# txlog.log_records, whose ``aborted`` column is the one definition of an aborted record.
 _SELECT = """
 SELECT r.topic, r.partition, r."offset", r.key, r.value, r.headers::text AS headers, r."timestamp", r.producer_id
-FROM txlog.records r
+FROM txlog.log_records r
 WHERE r.topic = {topic} AND r.control_type IS NULL
 """
 
 _NOT_ABORTED = """
-  AND NOT EXISTS (
-      SELECT 1 FROM txlog.aborted_txns a
-      WHERE r.is_transactional AND a.topic = r.topic AND a.partition = r.partition
-        AND a.producer_id = r.producer_id AND a.producer_epoch = r.producer_epoch)
+  AND NOT r.aborted
 """
 
 

@@ -13,7 +13,7 @@ import pytest
 from app.config import Settings
 from app.services import Broker
 from app.storage import migrate
-from app.storage.db import Database, libpq_url
+from app.storage.db import Database, SessionLimits, libpq_url
 from tests.support import ServerProcess
 
 
@@ -98,7 +98,7 @@ def clock() -> ManualClock:
 
 def make_broker(url: str, clock=None, **settings: object) -> Broker:  # type: ignore[no-untyped-def]
     s = Settings(database_url=url, **settings)  # type: ignore[arg-type]
-    b = Broker(Database(url, pool_size=5), s)
+    b = Broker(Database(url, pool_size=5, limits=SessionLimits.from_settings(s)), s)
     if clock is not None:
         b.clock = clock
     return b

@@ -11,10 +11,19 @@ from fastapi.concurrency import run_in_threadpool
 from api.metrics import DUPLICATES, RECORDS_APPENDED, TXN_ENDED
 from api.v1 import schemas as s
 from app.domain.partitioner import coordinator_partition
-from app.domain.records import NewRecord, decode_bytes, encode_bytes
+from app.domain.records import (
+    Encoding,
+    Headers,
+    NewRecord,
+    decode_bytes,
+    encode_bytes,
+    headers_from_object,
+    headers_object,
+    validate_headers,
+)
 from app.domain.transactions import TxnEvent, TxnMetadata
 from app.errors import ErrorCode, TxlogError
-from app.services import Broker, fetch as fetch_service, groups, produce as produce_service, topics, transactions
+from app.services import Broker, fetch as fetch_service, groups, produce as produce_service, retention, topics, transactions
 from app.storage.queries import GroupOffset
 
 router = APIRouter(prefix="/v1")
@@ -35,21 +44,27 @@ def _no_nul(value: str, what: str) -> str:
     return value
 
 
-def _records(body_records: list[s.RecordIn], encoding: Literal["utf8", "base64"]) -> list[NewRecord]:
-    out = []
-    for i, r in enumerate(body_records):
-        headers = {}
-        for k, v in (r.headers or {}).items():
-            headers[_no_nul(k, f"records[{i}].headers key")] = _no_nul(v or "", f"records[{i}].headers value")
-        out.append(
-            NewRecord(
-                key=decode_bytes(r.key, encoding, f"records[{i}].key"),
-                value=decode_bytes(r.value, encoding, f"records[{i}].value"),
-                headers=headers,
-                timestamp_ms=r.timestamp_ms,
-            )
-        )
+def _headers_in(headers: list[s.HeaderIn] | dict[str, str | None] | None, encoding: Encoding, i: int) -> Headers:
+    if not headers:
+        return ()
+    if isinstance(headers, dict):
+        out = headers_from_object({k: None if v is None else _no_nul(v, f"records[{i}].headers value") for k, v in headers.items()})
+    else:
+        out = tuple((h.key, decode_bytes(h.value, encoding, f"records[{i}].headers[{j}].value")) for j, h in enumerate(headers))
+    validate_headers(out, f"records[{i}].headers")
     return out
+
+
+def _records(body_records: list[s.RecordIn], encoding: Encoding) -> list[NewRecord]:
+    return [
+        NewRecord(
+            key=decode_bytes(r.key, encoding, f"records[{i}].key"),
+            value=decode_bytes(r.value, encoding, f"records[{i}].value"),
+            headers=_headers_in(r.headers, encoding, i),
+            timestamp_ms=r.timestamp_ms,
+        )
+        for i, r in enumerate(body_records)
+    ]
 
 
 # --- topics ---------------------------------------------------------------------------------------
@@ -70,6 +85,7 @@ def describe_topic(topic: str, b: Broker = Depends(broker)) -> s.TopicDescriptio
     parts = topics.describe_topic(b, topic)
     return s.TopicDescription(
         name=topic,
+        config=topics.topic_config(b, topic),
         partitions=[
             s.PartitionInfo(
                 partition=p.partition,
@@ -80,6 +96,23 @@ def describe_topic(topic: str, b: Broker = Depends(broker)) -> s.TopicDescriptio
             for p in parts
         ],
     )
+
+
+@router.patch("/topics/{topic}", response_model=s.TopicConfigInfo, tags=["topics"])
+def alter_topic(topic: str, body: s.TopicAlter, b: Broker = Depends(broker)) -> s.TopicConfigInfo:
+    """Change a topic's config (Kafka's IncrementalAlterConfigs): each key given is set, each key
+    given as null removed. ``retention.ms`` and ``retention.bytes`` (-1: no limit) take effect at
+    the sweeper's next round."""
+    return s.TopicConfigInfo(name=topic, config=topics.alter_topic_config(b, topic, body.config))
+
+
+@router.post("/topics/{topic}/partitions/{partition}/delete-records", response_model=s.DeleteRecordsResponse, tags=["topics"])
+def delete_records(topic: str, partition: int, body: s.DeleteRecordsBody, b: Broker = Depends(broker)) -> s.DeleteRecordsResponse:
+    """Kafka's DeleteRecords: the partition's log start moves to ``before_offset`` (-1: the last
+    stable offset), never past the last stable offset. Readers below it get OFFSET_OUT_OF_RANGE;
+    the space is freed by the sweeper."""
+    r = retention.delete_records(b, topic, partition, body.before_offset)
+    return s.DeleteRecordsResponse(topic=r.topic, partition=r.partition, log_start_offset=r.log_start_offset)
 
 
 # --- produce --------------------------------------------------------------------------------------
@@ -139,7 +172,7 @@ async def fetch(
         deadline = time.monotonic() + wait_ms / 1000
         async with request.app.state.notifier.subscribe(topic, partition) as sub:
             result = await run_in_threadpool(once)
-            while not result.records and (remaining := deadline - time.monotonic()) > 0:
+            while not result.records and result.next_offset == offset and (remaining := deadline - time.monotonic()) > 0:
                 if await sub.wait(remaining):
                     result = await run_in_threadpool(once)
                 elif await request.is_disconnected():
@@ -152,7 +185,8 @@ async def fetch(
                 "offset": r.offset,
                 "key": encode_bytes(r.key, encoding),
                 "value": encode_bytes(r.value, encoding),
-                "headers": r.headers or {},
+                "headers": headers_object(r.headers),
+                "header_list": [{"key": k, "value": encode_bytes(v, encoding)} for k, v in r.headers],
                 "timestamp_ms": r.timestamp_ms,
             }
             for r in result.records
@@ -270,5 +304,15 @@ def describe_transaction(tid: str, b: Broker = Depends(broker)) -> dict:
 
 
 @router.get("/transactions/{tid}/events", tags=["transactions"])
-def transaction_events(tid: str, b: Broker = Depends(broker)) -> dict:
-    return {"transactional_id": tid, "events": [event_json(e) for e in transactions.events(b, tid)]}
+def transaction_events(
+    tid: str,
+    limit: int = Query(transactions.MAX_EVENTS_PAGE, ge=1, le=transactions.MAX_EVENTS_PAGE),
+    before_version: int | None = Query(None, ge=1, le=s.INT32),
+    b: Broker = Depends(broker),
+) -> dict:
+    """The transactional id's history, oldest first, a page at a time: the ``limit`` most recent
+    events before ``before_version``. ``next_before_version`` asks for the page before this one
+    (null when this page reaches the first event)."""
+    evs = transactions.events(b, tid, limit, before_version)
+    older = evs[0].version if evs and evs[0].version > 1 else None
+    return {"transactional_id": tid, "events": [event_json(e) for e in evs], "next_before_version": older}

@@ -35,12 +35,39 @@ class PartitionInfo(Model):
 class TopicDescription(Model):
     name: str
     partitions: list[PartitionInfo]
+    config: dict = Field(default_factory=dict)
+
+
+class TopicAlter(Model):
+    config: dict = Field(max_length=1000)
+
+
+class TopicConfigInfo(Model):
+    name: str
+    config: dict
+
+
+class DeleteRecordsBody(Model):
+    before_offset: int = Field(ge=-1, le=INT64)
+
+
+class DeleteRecordsResponse(Model):
+    topic: str
+    partition: int
+    log_start_offset: int
+
+
+class HeaderIn(Model):
+    key: str = Field(max_length=32767)
+    value: str | None = None  # follows the request's encoding
 
 
 class RecordIn(Model):
     key: str | None = None
     value: str | None = None
-    headers: dict[str, str | None] | None = None
+    # Kafka's headers: an ordered list of {"key", "value"} (keys may repeat, values follow
+    # ``encoding``, null allowed), or an object {"key": "text value"} for the simple case.
+    headers: list[HeaderIn] | dict[str, str | None] | None = None
     timestamp_ms: int | None = Field(None, ge=0, le=253402300799999)
 
 

@@ -54,25 +54,71 @@ def encode_bytes(value: bytes | None, encoding: Encoding) -> str | None:
     return base64.b64encode(value).decode("ascii")
 
 
+# Kafka's record headers: an ordered list of (key, value) pairs; keys may repeat, values are bytes
+# or null.
+Header = tuple[str, "bytes | None"]
+Headers = tuple[Header, ...]
+
+
 @dataclass(frozen=True)
 class NewRecord:
     """A record as a producer sends it, already decoded to bytes."""
 
     key: bytes | None
     value: bytes | None
-    headers: dict[str, str]
-    timestamp_ms: int | None
+    headers: Headers = ()
+    timestamp_ms: int | None = None
 
     def size(self) -> int:
         return record_size(self.key, self.value, self.headers)
 
 
-def record_size(key: bytes | None, value: bytes | None, headers: dict[str, str] | None) -> int:
-    """Bytes a record counts for against fetch ``max_bytes`` (key + value + headers)."""
+def record_size(key: bytes | None, value: bytes | None, headers: Iterable[Header] | None) -> int:
+    """Bytes a record counts for: against fetch ``max_bytes``, in the log's positions and for
+    ``retention.bytes`` (key + value + header keys and values)."""
     n = len(key or b"") + len(value or b"")
-    for k, v in (headers or {}).items():
-        n += len(k.encode()) + len((v or "").encode())
+    for k, v in headers or ():
+        n += len(k.encode("utf-8", errors="surrogatepass")) + len(v or b"")
     return n
+
+
+def headers_object(headers: Iterable[Header]) -> dict[str, str | None]:
+    """The headers as one JSON object, as the HTTP API and ``txlog.committed_records.headers`` show
+    them: the last value of each key, as UTF-8 text (null stays null; bytes that are not UTF-8, and
+    NUL, which JSON in PostgreSQL cannot hold, read as U+FFFD). Lossy where the list has repeated
+    keys or such bytes; the list itself is exact."""
+    return {k: (None if v is None else v.decode("utf-8", errors="replace").replace("\x00", "\ufffd")) for k, v in headers}
+
+
+def headers_from_object(obj: dict[str, str | None]) -> Headers:
+    """The headers of the HTTP API's object form: values are text, sent as UTF-8."""
+    return tuple((k, None if v is None else v.encode("utf-8", errors="surrogatepass")) for k, v in obj.items())
+
+
+def validate_headers(headers: Iterable[Header], where: str) -> None:
+    for k, _ in headers:
+        if "\x00" in k:
+            raise TxlogError(ErrorCode.INVALID_RECORD, f"{where}: a header key must not contain NUL characters")
+        if not k.isascii():
+            try:
+                k.encode("utf-8")
+            except UnicodeEncodeError:
+                raise TxlogError(ErrorCode.INVALID_RECORD, f"{where}: a header key is not valid Unicode (lone surrogate)") from None
+
+
+# A fetch reads at most this many offsets per record it may return (and at least
+# FETCH_MIN_SCAN): enough that markers and aborted records rarely cut a page short, few enough
+# that a fetch over a long aborted range or run of markers costs what its page costs.
+FETCH_SCAN_PER_RECORD = 4
+FETCH_MIN_SCAN = 1000
+
+
+def fetch_scan_end(start: int, upper: int, max_records: int) -> int:
+    """Where a fetch from ``start`` stops reading the log: ``upper`` (the high watermark or the last
+    stable offset), or sooner when that is more than the request's window away. Offsets are dense,
+    so the window bounds the rows read; a fetch that finds nothing to return in it still moves
+    ``next_offset`` to its end."""
+    return min(upper, start + max(FETCH_MIN_SCAN, FETCH_SCAN_PER_RECORD * (max_records + 1)))
 
 
 def next_offset_after_fetch(returned_last_offset: int | None, upper: int, truncated: bool, start: int) -> int:

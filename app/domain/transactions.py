@@ -71,8 +71,11 @@ def check_transition(from_state: TxnState | None, to_state: TxnState) -> None:
         )
 
 
-# Why a producer epoch stopped being current (the "reason" of a PRODUCER_FENCED error).
-FenceReason = Literal["newer_epoch", "timed_out", "aborted_by_operator", "expired"]
+# Why a producer epoch stopped being current (the "reason" of a PRODUCER_FENCED error):
+# another InitProducerId took over, the server aborted the transaction at its timeout, an operator
+# aborted it, the transactional id expired, or the producer's own EndTxn ended the transaction
+# (its next transaction has the next epoch).
+FenceReason = Literal["newer_epoch", "timed_out", "aborted_by_operator", "expired", "transaction_ended"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,10 @@ class TxnMetadata:
     last_producer_epoch: int | None = None
     last_result: Result | None = None
     fence_reason: FenceReason | None = None  # why the previous epoch was superseded
+    # How the producer ends its transactions: 2 (Kafka's transactions V2, KIP-890; the HTTP API)
+    # gives every transaction its own epoch; 1 (Kafka clients before V2) keeps the epoch across
+    # transactions of one producer session.
+    transaction_version: int = 2
 
 
 @dataclass(frozen=True)
@@ -116,6 +123,7 @@ class TxnEvent:
     last_producer_epoch: int | None = None
     result: Result | None = None
     reason: FenceReason | None = None
+    transaction_version: int = 2
 
 
 def apply(meta: TxnMetadata | None, event: TxnEvent) -> TxnMetadata:
@@ -124,17 +132,12 @@ def apply(meta: TxnMetadata | None, event: TxnEvent) -> TxnMetadata:
     if meta is not None and event.version != meta.version + 1:
         raise ValueError(f"event version {event.version} does not follow {meta.version}")
     to = event.to_state
-    # A transaction starts when a partition or group joins it (Ongoing) or, for an empty
-    # transaction, when it is ended straight from Empty/Complete*: the previous transaction's
-    # partitions and groups are not carried into it (no markers there).
-    starts_new = (to is S.ONGOING or to.is_prepared) and (meta is None or meta.state in _ENDED)
-    if meta is None or to is S.EMPTY:
+    starts_new = starts_transaction(meta, event)
+    if resets_members(meta, event):
         partitions: tuple[TopicPartition, ...] = ()
         groups: tuple[str, ...] = ()
-    elif starts_new:
-        partitions, groups = (), ()
     else:
-        partitions, groups = meta.partitions, meta.groups
+        partitions, groups = meta.partitions, meta.groups  # type: ignore[union-attr]
     partitions = tuple(sorted(set(partitions) | set(event.partitions_added)))
     groups = tuple(sorted(set(groups) | set(event.groups_added)))
     epoch_changed = meta is None or (meta.producer_id, meta.producer_epoch) != (event.producer_id, event.producer_epoch)
@@ -160,7 +163,20 @@ def apply(meta: TxnMetadata | None, event: TxnEvent) -> TxnMetadata:
         last_producer_epoch=event.last_producer_epoch,
         last_result=event.result if to in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT) else (meta.last_result if meta and to is not S.EMPTY else None),
         fence_reason=event.reason,
+        transaction_version=event.transaction_version,
     )
+
+
+def starts_transaction(meta: TxnMetadata | None, event: TxnEvent) -> bool:
+    """A transaction starts when a partition or group joins it (Ongoing) or, for an empty
+    transaction, when it is ended straight from Empty/Complete*."""
+    return (event.to_state is S.ONGOING or event.to_state.is_prepared) and (meta is None or meta.state in _ENDED)
+
+
+def resets_members(meta: TxnMetadata | None, event: TxnEvent) -> bool:
+    """Whether the event leaves the previous transaction's partitions and groups behind: a new
+    transaction starts (no markers go there), or a producer (re)initialises."""
+    return meta is None or event.to_state is S.EMPTY or starts_transaction(meta, event)
 
 
 def replay(events: Iterable[TxnEvent]) -> TxnMetadata | None:
@@ -184,6 +200,7 @@ def _event(meta: TxnMetadata, to: TxnState, now: int, **changes: object) -> TxnE
         last_producer_id=meta.last_producer_id,
         last_producer_epoch=meta.last_producer_epoch,
         reason=meta.fence_reason,
+        transaction_version=meta.transaction_version,
     )
     base.update(changes)
     return TxnEvent(**base)  # type: ignore[arg-type]
@@ -253,18 +270,30 @@ def prepared_result(state: TxnState) -> Result:
     return "commit" if state is S.PREPARE_COMMIT else "abort"
 
 
-def prepared(meta: TxnMetadata, result: Result, now: int, reason: FenceReason | None = None) -> TxnEvent:
-    """EndTxn, a timeout, an operator abort or a fencing init decides the transaction's outcome."""
-    return _event(meta, prepare_state(result), now, reason=reason)
+def prepared(
+    meta: TxnMetadata, result: Result, now: int, reason: FenceReason | None = None, transaction_version: int = 2
+) -> TxnEvent:
+    """EndTxn, a timeout, an operator abort or a fencing init decides the transaction's outcome.
+    ``transaction_version`` 1 (an EndTxn from a client before transactions V2) keeps the producer's
+    epoch once the transaction completes; the server's own aborts always move it on."""
+    if transaction_version not in (1, 2):
+        raise TxlogError(ErrorCode.INVALID_REQUEST, f"Unknown transaction version {transaction_version}")
+    if reason is not None:
+        transaction_version = 2
+    return _event(meta, prepare_state(result), now, reason=reason, transaction_version=transaction_version)
 
 
 def completed(meta: TxnMetadata, now: int, new_producer_id: int | None = None) -> TxnEvent:
     """Every marker is written: the transaction is complete and the epoch moves on, so the next
-    transaction (or, after a fencing abort, nobody) uses a fresh epoch."""
+    transaction (or, after a fencing abort, nobody) uses a fresh epoch — except for a version 1
+    transaction, whose producer keeps its epoch (and its sequences) for the next one."""
     if not meta.state.is_prepared:
         raise TxlogError(ErrorCode.INVALID_TXN_STATE, f"Transaction is in {meta.state.value}, not prepared")
     result = prepared_result(meta.state)
-    pid, epoch = bumped(meta.producer_id, meta.producer_epoch, new_producer_id)
+    if meta.transaction_version == 1:
+        pid, epoch = meta.producer_id, meta.producer_epoch
+    else:
+        pid, epoch = bumped(meta.producer_id, meta.producer_epoch, new_producer_id)
     return _event(
         meta, complete_state(result), now, producer_id=pid, producer_epoch=epoch, last_producer_id=meta.producer_id,
         last_producer_epoch=meta.producer_epoch, result=result,
@@ -312,17 +341,48 @@ def check_producer(meta: TxnMetadata, producer_id: int, producer_epoch: int) -> 
 def fenced_error(meta: TxnMetadata, producer_epoch: int, reason: FenceReason | None = None) -> TxlogError:
     since = datetime.fromtimestamp(meta.epoch_changed_at_ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
     if reason is None:
-        # The epoch just before the current one knows exactly why it was superseded.
-        just_superseded = producer_epoch == meta.last_producer_epoch
-        reason = (meta.fence_reason if just_superseded else None) or "newer_epoch"
+        # The epoch just before the current one knows exactly why it was superseded: the server
+        # or an operator ended its transaction (fence_reason), or its producer's own EndTxn did.
+        just_superseded = producer_epoch == meta.last_producer_epoch and meta.last_result is not None
+        if just_superseded:
+            reason = meta.fence_reason or "transaction_ended"
+        else:
+            reason = "newer_epoch"
     return fenced(meta.producer_epoch, producer_epoch, reason, since)
 
 
+def check_batch_producer(
+    transactional_id: str, meta: TxnMetadata | None, retire_reason: FenceReason | None, producer_id: int, producer_epoch: int
+) -> None:
+    """A batch from a producer id that was given to ``transactional_id``, wherever it is appended
+    and whether or not it names the transactional id: only the transactional id's current producer
+    id and epoch may write. ``meta`` is the transactional id's state (``None``: removed since);
+    ``retire_reason`` is set when the producer id is no longer the transactional id's."""
+    if meta is None or meta.state is S.DEAD:
+        raise TxlogError(
+            ErrorCode.PRODUCER_FENCED,
+            f"Producer id {producer_id} is fenced: its transactional id {transactional_id!r} expired; reason: expired",
+            reason="expired",
+        )
+    if retire_reason is not None or producer_id not in (meta.producer_id, meta.last_producer_id):
+        err = fenced_error(meta, producer_epoch, retire_reason or "newer_epoch")
+        err.message = (
+            f"Producer id {producer_id} is fenced: transactional id {transactional_id!r} now uses producer id "
+            f"{meta.producer_id} at epoch {meta.producer_epoch}; reason: {err.details['reason']}"
+        )
+        raise err
+    check_producer(meta, producer_id, producer_epoch)
+
+
 def is_retry_of_last_end(meta: TxnMetadata, producer_id: int, producer_epoch: int) -> bool:
-    return (
-        meta.last_result is not None
-        and (producer_id, producer_epoch) == (meta.last_producer_id, meta.last_producer_epoch)
-    )
+    """An EndTxn for the transaction that ended last: with transactions V2 its epoch is behind the
+    current one; with version 1 (same epoch) only while no newer transaction has started — once
+    one has, a late EndTxn cannot be told from the new transaction's own (Kafka's known hole of
+    version 1, closed by V2)."""
+    if meta.last_result is None or (producer_id, producer_epoch) != (meta.last_producer_id, meta.last_producer_epoch):
+        return False
+    same_epoch = (producer_id, producer_epoch) == (meta.producer_id, meta.producer_epoch)
+    return not same_epoch or meta.state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
 
 
 def check_end_retry(meta: TxnMetadata, result: Result) -> None:

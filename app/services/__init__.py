@@ -3,25 +3,25 @@ admin pages call these and nothing else."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 from app.config import Settings
-from app.storage.db import Database
-
-
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
+from app.storage.db import Database, DatabaseClock
 
 
 @dataclass
 class Broker:
-    """What every service needs: the database, the settings and a clock (replaceable in tests)."""
+    """What every service needs: the database, the settings and a clock — the database's own, so
+    that every host agrees on deadlines and expiry (replaceable in tests)."""
 
     db: Database
     settings: Settings
-    clock: Callable[[], int] = field(default=wall_clock_ms)
+    clock: Callable[[], int] = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.clock is None:
+            self.clock = DatabaseClock(self.db)
 
     def now(self) -> int:
         return self.clock()

@@ -21,15 +21,29 @@ from app.storage import queries as q
 
 
 def record(conn: Connection, broker: Broker, meta: TxnMetadata | None, event: TxnEvent) -> TxnMetadata:
-    """Persist one transition: append the event and update the current-state row, in the caller's
-    database transaction. Returns the new state (the fold of the event)."""
+    """Persist one transition: append the event and update the current-state row (and the rows of
+    the partitions and groups it adds), in the caller's database transaction. A new producer id
+    is recorded as the transactional id's and the previous ones retired, so that no partition
+    takes a batch of theirs again. Returns the new state (the fold of the event)."""
     new = txn.apply(meta, event)
-    q.txn_record(conn, event, new, coordinator_partition(new.transactional_id, broker.settings.transaction_state_partitions), txn.deadline_ms(new))
+    tid = new.transactional_id
+    if meta is not None and txn.resets_members(meta, event):
+        q.txn_members_clear(conn, tid)
+    q.txn_record(conn, event, new, coordinator_partition(tid, broker.settings.transaction_state_partitions), txn.deadline_ms(new))
+    if meta is None or new.producer_id != meta.producer_id:
+        q.producer_id_assign(conn, new.producer_id, tid, event.at_ms)
+        q.producer_ids_retire(conn, tid, new.producer_id, "newer_epoch", event.at_ms)
+    if new.state is TxnState.DEAD:
+        q.producer_ids_retire(conn, tid, None, "expired", event.at_ms)
     return new
 
 
-def locked(conn: Connection, transactional_id: str) -> TxnMetadata:
-    meta = q.txn_get(conn, transactional_id, for_update=True)
+def locked(
+    conn: Connection, transactional_id: str, partitions: list[txn.TopicPartition] | None = None, groups: list[str] | None = None
+) -> TxnMetadata:
+    """The transactional id's state, its row locked. With ``partitions``/``groups``, only those of
+    them are read back as members (enough to know whether they are in the transaction already)."""
+    meta = q.txn_get(conn, transactional_id, for_update=True, partitions=partitions, groups=groups)
     if meta is None:
         raise TxlogError(
             ErrorCode.INVALID_PRODUCER_ID_MAPPING,
@@ -48,7 +62,7 @@ def complete(conn: Connection, broker: Broker, meta: TxnMetadata) -> TxnMetadata
     caller's database transaction, so a crash leaves either the prepared state or all of it."""
     commit = txn.prepared_result(meta.state) == "commit"
     now = broker.now()
-    marker = [NewRecord(None, None, {}, None)]
+    marker = [NewRecord(None, None)]
     for topic, partition in sorted(meta.partitions):
         try:
             position = q.partition_lock_for_append(conn, topic, partition, meta.producer_id)
@@ -57,7 +71,8 @@ def complete(conn: Connection, broker: Broker, meta: TxnMetadata) -> TxnMetadata
         entry = position.producer_state
         aborted_first = entry.txn_first_offset if entry is not None and not commit else None
         q.log_append(
-            conn, topic, partition, position.next_offset, marker, now, meta.producer_id, meta.producer_epoch,
+            conn, topic, partition, position.next_offset, position.next_position, marker, now,
+            meta.producer_id, meta.producer_epoch,
             transactional=True,
             producer_state=after_marker(entry, meta.producer_id, meta.producer_epoch, now) if entry else None,
             control_type=CONTROL_COMMIT if commit else CONTROL_ABORT,
@@ -67,7 +82,8 @@ def complete(conn: Connection, broker: Broker, meta: TxnMetadata) -> TxnMetadata
     if commit:
         for group_id in sorted(pending):
             q.group_offsets_upsert(conn, group_id, pending[group_id])
-    return record(conn, broker, meta, txn.completed(meta, now, new_producer_id_if_exhausted(conn, meta.producer_epoch)))
+    new_pid = new_producer_id_if_exhausted(conn, meta.producer_epoch) if meta.transaction_version >= 2 else None
+    return record(conn, broker, meta, txn.completed(meta, now, new_pid))
 
 
 def finish_open(conn: Connection, broker: Broker, meta: TxnMetadata, reason: txn.FenceReason) -> TxnMetadata:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.domain.records import IsolationLevel, next_offset_after_fetch, record_size, take_within_limits
+from app.domain.records import IsolationLevel, fetch_scan_end, next_offset_after_fetch, take_within_limits
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.storage import queries as q
@@ -46,10 +46,13 @@ def fetch(
                 high_watermark=status.high_watermark,
             )
         upper = status.last_stable_offset if committed else status.high_watermark
-        rows = q.records_fetch(conn, topic, partition, offset, upper, max_records + 1, committed) if offset < upper else []
-    count, truncated = take_within_limits((record_size(r.key, r.value, r.headers) for r in rows), max_records, max_bytes)
+        # The work of one fetch is bounded by the request, however long the aborted ranges or runs
+        # of markers it meets: it reads at most a window of offsets past ``offset``.
+        scan_end = fetch_scan_end(offset, upper, max_records)
+        rows = q.records_fetch(conn, topic, partition, offset, scan_end, max_records + 1, committed) if offset < scan_end else []
+    count, truncated = take_within_limits((r.size for r in rows), max_records, max_bytes)
     rows = rows[:count]
-    next_offset = next_offset_after_fetch(rows[-1].offset if rows else None, upper, truncated, offset)
+    next_offset = next_offset_after_fetch(rows[-1].offset if rows else None, scan_end, truncated, offset)
     return FetchResult(
         topic, partition, rows, next_offset, status.high_watermark, status.last_stable_offset, status.log_start_offset
     )

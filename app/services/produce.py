@@ -62,7 +62,7 @@ def produce(broker: Broker, topic: str, partition: int, req: ProduceRequest) -> 
     with broker.db.transaction() as conn:
         meta = None
         if transactional:
-            meta = coordinator.locked(conn, req.transactional_id)  # type: ignore[arg-type]
+            meta = coordinator.locked(conn, req.transactional_id, partitions=[(topic, partition)])  # type: ignore[arg-type]
             txn.check_producer(meta, pid, epoch)  # type: ignore[arg-type]
             if meta.state.is_prepared:
                 raise TxlogError(
@@ -71,12 +71,17 @@ def produce(broker: Broker, topic: str, partition: int, req: ProduceRequest) -> 
                 )
         position = q.partition_lock_for_append(conn, topic, partition, pid)
         base_offset, log_start, entry = position.next_offset, position.log_start_offset, position.producer_state
-        if not transactional and position.open_transactional_id is not None:
-            raise TxlogError(
-                ErrorCode.INVALID_TXN_STATE,
-                f"Producer {pid} has an open transaction ({position.open_transactional_id!r}); "
-                "send its batches with that transactional_id",
-            )
+        owner = position.owner
+        if owner is not None:
+            # The producer id is a transactional id's: fenced epochs write nowhere, and while its
+            # transaction is open every batch of it belongs to that transaction.
+            txn.check_batch_producer(owner.transactional_id, owner.meta, owner.retire_reason, pid, epoch)  # type: ignore[arg-type]
+            if not transactional and owner.meta is not None and owner.meta.state.is_open:
+                raise TxlogError(
+                    ErrorCode.INVALID_TXN_STATE,
+                    f"Producer {pid} has an open transaction ({owner.transactional_id!r}); "
+                    "send its batches with that transactional_id",
+                )
         state = None
         if pid is not None:
             decision = check_append(entry, pid, epoch, seq, len(req.records))  # type: ignore[arg-type]
@@ -91,7 +96,9 @@ def produce(broker: Broker, topic: str, partition: int, req: ProduceRequest) -> 
         if pid is not None:
             assert isinstance(decision, Append)
             state = after_append(entry, pid, epoch, decision, base_offset, last_offset, now, transactional)  # type: ignore[arg-type]
-        q.log_append(conn, topic, partition, base_offset, req.records, now, pid, epoch, seq, transactional, state)
+        q.log_append(
+            conn, topic, partition, base_offset, position.next_position, req.records, now, pid, epoch, seq, transactional, state
+        )
     faults.crash_point(faults.SERVER_CRASH_ENV, "produce_appended")
     return ProduceResult(base_offset, last_offset, now, log_start)
 

@@ -1,8 +1,12 @@
 """The background sweeper: aborts timed-out transactions (fencing their producers), completes
-prepared transactions left behind by a crash, expires idle transactional ids and producer state.
+prepared transactions left behind by a crash, expires idle transactional ids and producer state,
+and applies retention.
 
-Safe with many workers on many hosts at once: each transaction is handled in its own database
-transaction under ``FOR UPDATE SKIP LOCKED``, and every condition is re-checked under the lock.
+Every worker on every host runs one, and they share the work: each due item is claimed with
+``FOR UPDATE SKIP LOCKED`` and handled in its own database transaction, its condition re-checked
+under the lock, until nothing is due. One item that fails is logged and left for the next round;
+it does not end this one. Time is the database's clock (``Broker.now``), so hosts whose own clocks
+disagree still agree on what is due.
 """
 
 from __future__ import annotations
@@ -10,15 +14,21 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from dataclasses import dataclass
+from typing import Callable
 
 from app.domain import transactions as txn
-from app.domain.transactions import TxnState
+from app.domain.transactions import TxnMetadata, TxnState
 from app.errors import TxlogError
-from app.services import Broker, coordinator
+from app.services import Broker, coordinator, retention
 from app.storage import queries as q
+from sqlalchemy.engine import Connection
 
 log = logging.getLogger("txlog.sweeper")
+
+# Rows one statement of a bulk job deletes at most.
+BATCH_ROWS = 1000
 
 
 @dataclass
@@ -28,77 +38,164 @@ class SweepReport:
     expired: int = 0
     removed: int = 0
     producer_states_expired: int = 0
+    producer_ids_forgotten: int = 0
+    log_start_moved: int = 0
+    records_deleted: int = 0
+    failed: int = 0
 
 
-def abort_timed_out(broker: Broker) -> int:
-    with broker.db.read() as conn:
-        candidates = q.txn_ids_timed_out(conn, broker.now())
+def _each_claimed(
+    broker: Broker,
+    what: str,
+    claim: Callable[[Connection, list[str]], TxnMetadata | None],
+    handle: Callable[[Connection, TxnMetadata], bool],
+    budget_s: float,
+    report: SweepReport,
+) -> int:
+    """Claim and handle due transactions one at a time, each in its own database transaction,
+    until none is due or ``budget_s`` is spent. ``claim`` skips the ids it is given (those that
+    failed in this round)."""
     done = 0
-    for tid in candidates:
-        with broker.db.transaction() as conn:
-            meta = q.txn_get(conn, tid, for_update=True, skip_locked=True)
-            if meta is None or not txn.is_timed_out(meta, broker.now()):
-                continue
-            coordinator.finish_open(conn, broker, meta, "timed_out")
-            done += 1
-            log.info("aborted transaction %r at epoch %d: timed out after %d ms", tid, meta.producer_epoch, meta.timeout_ms)
+    failed: list[str] = []
+    deadline = time.monotonic() + budget_s
+    while time.monotonic() < deadline:
+        tid = None
+        try:
+            with broker.db.transaction() as conn:
+                meta = claim(conn, failed)
+                if meta is None:
+                    break
+                tid = meta.transactional_id
+                if handle(conn, meta):
+                    done += 1
+        except Exception as exc:  # one bad item does not end the round
+            if tid is None:
+                raise
+            failed.append(tid)
+            report.failed += 1
+            log.warning("sweeper could not %s transaction %r: %s", what, tid, exc)
     return done
 
 
-def complete_prepared(broker: Broker) -> int:
-    """A prepared transaction not locked by anyone is one whose EndTxn died between its steps."""
-    with broker.db.read() as conn:
-        candidates = q.txn_ids_prepared(conn)
-    done = 0
-    for tid in candidates:
-        with broker.db.transaction() as conn:
-            meta = q.txn_get(conn, tid, for_update=True, skip_locked=True)
-            if meta is None or not meta.state.is_prepared:
-                continue
-            coordinator.complete(conn, broker, meta)
-            done += 1
-            log.info("completed prepared transaction %r (%s)", tid, meta.state.value)
-    return done
+def abort_timed_out(broker: Broker, report: SweepReport | None = None, budget_s: float = 60.0) -> int:
+    """Ongoing transactions past their timeout: aborted, their producers fenced (``timed_out``)."""
+    report = report or SweepReport()
+
+    def claim(conn: Connection, skip: list[str]) -> TxnMetadata | None:
+        return q.txn_claim(conn, "timed_out", now_ms=broker.now(), skip=skip)
+
+    def handle(conn: Connection, meta: TxnMetadata) -> bool:
+        if not txn.is_timed_out(meta, broker.now()):
+            return False
+        coordinator.finish_open(conn, broker, meta, "timed_out")
+        log.info("aborted transaction %r at epoch %d: timed out after %d ms", meta.transactional_id, meta.producer_epoch, meta.timeout_ms)
+        return True
+
+    return _each_claimed(broker, "abort", claim, handle, budget_s, report)
 
 
-def expire_transactional_ids(broker: Broker) -> tuple[int, int]:
+def complete_prepared(broker: Broker, report: SweepReport | None = None, budget_s: float = 60.0, older_than_ms: int = 0) -> int:
+    """A prepared transaction not locked by anyone is one whose EndTxn died between its steps (or is
+    between them right now: ``older_than_ms`` leaves those alone for a moment)."""
+    report = report or SweepReport()
+
+    def claim(conn: Connection, skip: list[str]) -> TxnMetadata | None:
+        return q.txn_claim(conn, "prepared", before_ms=broker.now() - older_than_ms + 1, skip=skip)
+
+    def handle(conn: Connection, meta: TxnMetadata) -> bool:
+        if not meta.state.is_prepared:
+            return False
+        coordinator.complete(conn, broker, meta)
+        log.info("completed prepared transaction %r (%s)", meta.transactional_id, meta.state.value)
+        return True
+
+    return _each_claimed(broker, "complete", claim, handle, budget_s, report)
+
+
+def expire_transactional_ids(broker: Broker, report: SweepReport | None = None, budget_s: float = 60.0) -> tuple[int, int]:
     """Idle past transactional.id.expiration.ms: Dead; Dead for another interval: removed."""
-    now = broker.now()
+    report = report or SweepReport()
     expiration = broker.settings.transactional_id_expiration_ms
     ended = [s.value for s in TxnState if s.expiration_allowed]
-    with broker.db.read() as conn:
-        idle = q.txn_ids_idle(conn, ended, now - expiration)
-        dead = q.txn_ids_idle(conn, [TxnState.DEAD.value], now - broker.settings.transaction_abort_check_interval_ms)
-    expired = removed = 0
-    for tid in idle:
-        with broker.db.transaction() as conn:
-            meta = q.txn_get(conn, tid, for_update=True, skip_locked=True)
-            if meta is None or not meta.state.expiration_allowed or meta.updated_at_ms >= now - expiration:
-                continue
-            coordinator.record(conn, broker, meta, txn.expired(meta, broker.now()))
-            expired += 1
-    for tid in dead:
-        with broker.db.transaction() as conn:
-            meta = q.txn_get(conn, tid, for_update=True, skip_locked=True)
-            if meta is None or meta.state is not TxnState.DEAD:
-                continue
-            q.txn_delete(conn, tid)
-            removed += 1
+
+    def claim_idle(conn: Connection, skip: list[str]) -> TxnMetadata | None:
+        return q.txn_claim(conn, "idle", before_ms=broker.now() - expiration, states=ended, skip=skip)
+
+    def expire(conn: Connection, meta: TxnMetadata) -> bool:
+        if not meta.state.expiration_allowed or meta.updated_at_ms >= broker.now() - expiration:
+            return False
+        coordinator.record(conn, broker, meta, txn.expired(meta, broker.now()))
+        return True
+
+    def claim_dead(conn: Connection, skip: list[str]) -> TxnMetadata | None:
+        before = broker.now() - broker.settings.transaction_abort_check_interval_ms
+        return q.txn_claim(conn, "idle", before_ms=before, states=[TxnState.DEAD.value], skip=skip)
+
+    def remove(conn: Connection, meta: TxnMetadata) -> bool:
+        q.txn_delete(conn, meta.transactional_id)
+        return True
+
+    expired = _each_claimed(broker, "expire", claim_idle, expire, budget_s, report)
+    removed = _each_claimed(broker, "remove", claim_dead, remove, budget_s, report)
     return expired, removed
 
 
-def expire_producer_states(broker: Broker) -> int:
-    with broker.db.transaction() as conn:
-        return q.producer_states_expire(conn, broker.now() - broker.settings.producer_id_expiration_ms)
+def _until_done(broker: Broker, step: Callable[[Connection], int], budget_s: float) -> int:
+    """Run a bulk step (each in its own database transaction, at most BATCH_ROWS rows) until it
+    finds less than a full batch to do, or the budget is spent."""
+    total = 0
+    deadline = time.monotonic() + budget_s
+    while time.monotonic() < deadline:
+        with broker.db.transaction() as conn:
+            n = step(conn)
+        total += n
+        if n < BATCH_ROWS:
+            break
+    return total
 
 
-def sweep(broker: Broker) -> SweepReport:
+def expire_producer_states(broker: Broker, budget_s: float = 60.0) -> int:
+    older_than = broker.now() - broker.settings.producer_id_expiration_ms
+    return _until_done(broker, lambda conn: q.producer_states_expire(conn, older_than, BATCH_ROWS), budget_s)
+
+
+def forget_producer_ids(broker: Broker, budget_s: float = 60.0) -> int:
+    """Producer ids retired longer than producer.id.expiration.ms ago are forgotten."""
+    older_than = broker.now() - broker.settings.producer_id_expiration_ms
+    return _until_done(broker, lambda conn: q.producer_ids_forget(conn, older_than, BATCH_ROWS), budget_s)
+
+
+def sweep(broker: Broker, budget_s: float | None = None) -> SweepReport:
+    """One round of every job. Each job gets ``budget_s`` (default: the check interval, at least a
+    second) before the next one runs; whatever is left is for the next round."""
+    budget = budget_s if budget_s is not None else max(1.0, broker.settings.transaction_abort_check_interval_ms / 1000)
     report = SweepReport()
-    report.timed_out = abort_timed_out(broker)
-    report.recovered = complete_prepared(broker)
-    report.expired, report.removed = expire_transactional_ids(broker)
-    report.producer_states_expired = expire_producer_states(broker)
+    jobs: list[tuple[str, Callable[[], None]]] = [
+        ("timed_out", lambda: setattr(report, "timed_out", abort_timed_out(broker, report, budget))),
+        ("recovered", lambda: setattr(report, "recovered", complete_prepared(broker, report, budget))),
+        ("expired", lambda: _set_pair(report, expire_transactional_ids(broker, report, budget))),
+        ("producer_states_expired", lambda: setattr(report, "producer_states_expired", expire_producer_states(broker, budget))),
+        ("producer_ids_forgotten", lambda: setattr(report, "producer_ids_forgotten", forget_producer_ids(broker, budget))),
+        ("retention", lambda: _set_retention(report, retention.apply(broker, budget))),
+    ]
+    for name, job in jobs:
+        try:
+            job()
+        except TxlogError as exc:  # the database is away, say: the next job and round try again
+            report.failed += 1
+            log.warning("sweeper job %s failed: %s", name, exc)
+        except Exception:
+            report.failed += 1
+            log.exception("sweeper job %s failed", name)
     return report
+
+
+def _set_pair(report: SweepReport, pair: tuple[int, int]) -> None:
+    report.expired, report.removed = pair
+
+
+def _set_retention(report: SweepReport, result: "retention.RetentionReport") -> None:
+    report.log_start_moved, report.records_deleted = result.log_start_moved, result.records_deleted
 
 
 class SweeperThread(threading.Thread):
@@ -116,8 +213,6 @@ class SweeperThread(threading.Thread):
         while not self._stop_event.is_set():
             try:
                 sweep(self.broker)
-            except TxlogError as exc:
-                log.warning("sweep failed: %s", exc)
             except Exception:  # keep sweeping whatever one round hit
                 log.exception("sweep failed")
             self._stop_event.wait(interval * random.uniform(0.8, 1.0))

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from app.domain.records import validate_partition_count, validate_topic_name
+from app.domain.retention import altered_config, validate_topic_config
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.storage import queries as q
@@ -10,8 +11,9 @@ from app.storage.queries import PartitionStatus
 def create_topic(broker: Broker, name: str, partitions: int, config: dict | None = None) -> tuple[str, int]:
     validate_topic_name(name)
     validate_partition_count(partitions)
+    config = {k: v for k, v in validate_topic_config(config or {}).items() if v is not None}
     with broker.db.transaction() as conn:
-        if not q.topic_insert(conn, name, partitions, config or {}):
+        if not q.topic_insert(conn, name, partitions, config):
             raise TxlogError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic {name!r} already exists")
     return name, partitions
 
@@ -35,3 +37,23 @@ def partition_count(broker: Broker, name: str) -> int:
     if n is None:
         raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name!r} does not exist")
     return n
+
+
+def topic_config(broker: Broker, name: str) -> dict:
+    with broker.db.read() as conn:
+        config = q.topic_config_get(conn, name)
+    if config is None:
+        raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name!r} does not exist")
+    return config
+
+
+def alter_topic_config(broker: Broker, name: str, changes: dict) -> dict:
+    """Kafka's IncrementalAlterConfigs on a topic: set the keys given, remove those given as null.
+    Retention changes take effect at the sweeper's next round."""
+    with broker.db.transaction() as conn:
+        current = q.topic_config_get(conn, name, for_update=True)
+        if current is None:
+            raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name!r} does not exist")
+        config = altered_config(current, changes)
+        q.topic_config_set(conn, name, config)
+    return config

@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from sqlalchemy import exc as sa_exc
-
 from app import faults
 from app.domain import transactions as txn
 from app.domain.transactions import Result, TopicPartition, TxnEvent, TxnMetadata, TxnState
@@ -48,11 +46,11 @@ def init_producer_id(broker: Broker, transactional_id: str | None, timeout_ms: i
     for attempt in range(3):
         try:
             return _init_transactional(broker, transactional_id, timeout)
-        except sa_exc.IntegrityError:
-            # Two first inits of one transactional id raced on its primary key; the loser retries
-            # and now finds the row.
-            if attempt == 2:
-                raise TxlogError(ErrorCode.CONCURRENT_TRANSACTIONS, "Concurrent InitProducerId; retry") from None
+        except TxlogError as exc:
+            # Two first inits of one transactional id raced on its primary key (a duplicate key is
+            # CONCURRENT_TRANSACTIONS); the loser retries and now finds the row.
+            if exc.code is not ErrorCode.CONCURRENT_TRANSACTIONS or attempt == 2:
+                raise
     raise AssertionError("unreachable")
 
 
@@ -88,7 +86,7 @@ def add_partitions_to_txn(
     broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
 ) -> TxnMetadata:
     with broker.db.transaction() as conn:
-        meta = coordinator.locked(conn, transactional_id)
+        meta = coordinator.locked(conn, transactional_id, partitions=list(partitions), groups=[])
         txn.check_producer(meta, producer_id, producer_epoch)
         _check_partitions_exist(conn, partitions)
         event = txn.partitions_added(meta, partitions, broker.now())
@@ -103,7 +101,7 @@ def txn_offset_commit(
     if not group_id or "\x00" in group_id:
         raise TxlogError(ErrorCode.INVALID_REQUEST, "group_id must be a non-empty string")
     with broker.db.transaction() as conn:
-        meta = coordinator.locked(conn, transactional_id)
+        meta = coordinator.locked(conn, transactional_id, partitions=[], groups=[group_id])
         txn.check_producer(meta, producer_id, producer_epoch)
         _check_partitions_exist(conn, [(o.topic, o.partition) for o in offsets])
         event = txn.partitions_added(meta, (), broker.now(), groups=[group_id])
@@ -121,23 +119,29 @@ class EndTxnOutcome:
     producer_epoch: int
 
 
-def end_txn(broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, result: Result) -> EndTxnOutcome:
+def end_txn(
+    broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, result: Result, transaction_version: int = 2
+) -> EndTxnOutcome:
     """EndTxn. Step 1 makes the decision durable (PrepareCommit/PrepareAbort); step 2 writes the
     markers, applies the offsets and completes. A crash between them leaves a prepared transaction
-    that the sweeper, the next InitProducerId or a retried EndTxn completes the same way."""
+    that the sweeper, the next InitProducerId or a retried EndTxn completes the same way.
+    ``transaction_version`` 2 (the HTTP API, Kafka's transactions V2) answers the next
+    transaction's epoch; 1 (Kafka clients before V2) keeps the producer's epoch."""
     if result not in ("commit", "abort"):
         raise TxlogError(ErrorCode.INVALID_REQUEST, "result must be 'commit' or 'abort'")
-    retried = end_txn_prepare(broker, transactional_id, producer_id, producer_epoch, result)
+    retried = end_txn_prepare(broker, transactional_id, producer_id, producer_epoch, result, transaction_version)
     if retried is not None:
         return retried
     faults.crash_point(faults.SERVER_CRASH_ENV, "end_txn_prepared")
     return end_txn_complete(broker, transactional_id, producer_id, producer_epoch, result)
 
 
-def end_txn_prepare(broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, result: Result) -> EndTxnOutcome | None:
+def end_txn_prepare(
+    broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, result: Result, transaction_version: int = 2
+) -> EndTxnOutcome | None:
     """EndTxn's first step: the decision made durable. Answers a retry of an ended transaction itself."""
     with broker.db.transaction() as conn:
-        meta = coordinator.locked(conn, transactional_id)
+        meta = coordinator.locked(conn, transactional_id, partitions=[], groups=[])
         if txn.is_retry_of_last_end(meta, producer_id, producer_epoch):
             txn.check_end_retry(meta, result)
             return EndTxnOutcome(txn.complete_state(result), meta.producer_id, meta.producer_epoch)
@@ -149,7 +153,7 @@ def end_txn_prepare(broker: Broker, transactional_id: str, producer_id: int, pro
                     f"Transaction is in {meta.state.value}; it cannot {result}",
                 )
         else:
-            coordinator.record(conn, broker, meta, txn.prepared(meta, result, broker.now()))
+            coordinator.record(conn, broker, meta, txn.prepared(meta, result, broker.now(), transaction_version=transaction_version))
     return None
 
 
@@ -202,11 +206,21 @@ def list_transactions(
         return q.txn_list(conn, state, started_before, prefix, limit)
 
 
-def events(broker: Broker, transactional_id: str) -> list[TxnEvent]:
+MAX_EVENTS_PAGE = 1000
+
+
+def events(
+    broker: Broker, transactional_id: str, limit: int = MAX_EVENTS_PAGE, before_version: int | None = None
+) -> list[TxnEvent]:
+    """One page of a transactional id's history, oldest first: the ``limit`` most recent events
+    older than ``before_version`` (all of the newest when it is not given). A page costs its size,
+    however long the history is."""
+    if not 1 <= limit <= MAX_EVENTS_PAGE:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, f"limit must be between 1 and {MAX_EVENTS_PAGE}")
     with broker.db.read() as conn:
-        evs = q.txn_events(conn, transactional_id)
-    if not evs:
-        raise TxlogError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"Transactional id {transactional_id!r} not found")
+        evs = q.txn_events(conn, transactional_id, limit, before_version)
+        if not evs and q.txn_get(conn, transactional_id) is None:
+            raise TxlogError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"Transactional id {transactional_id!r} not found")
     return evs
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import logging
+import threading
 import time
+from dataclasses import dataclass
 from typing import Iterator
 
 import sqlalchemy as sa
@@ -29,15 +32,70 @@ def libpq_url(url: str) -> str:
 
 IDLE_PING_SECONDS = 1.0
 
+log = logging.getLogger("txlog.db")
 
-def create_engine(url: str, pool_size: int = 10, max_overflow: int = 20) -> Engine:
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """What PostgreSQL enforces on each of txlog's sessions so that a process that stops mid-request
+    (and keeps its sessions and row locks) cannot hold the others up for long: its idle
+    transaction is ended by the server, lock waits and long statements end with a retriable error,
+    and TCP keepalives (both ways) and a user timeout notice a peer that is gone. Zero disables a
+    timeout."""
+
+    lock_timeout_ms: int = 5_000
+    statement_timeout_ms: int = 30_000
+    idle_in_transaction_timeout_ms: int = 10_000
+    keepalives_idle_s: int = 10
+    keepalives_interval_s: int = 5
+    keepalives_count: int = 3
+    tcp_user_timeout_ms: int = 30_000
+
+    @classmethod
+    def from_settings(cls, settings) -> "SessionLimits":  # type: ignore[no-untyped-def]
+        return cls(
+            settings.db_lock_timeout_ms,
+            settings.db_statement_timeout_ms,
+            settings.db_idle_in_transaction_timeout_ms,
+            settings.db_keepalives_idle_s,
+            settings.db_keepalives_interval_s,
+            settings.db_keepalives_count,
+            settings.db_tcp_user_timeout_ms,
+        )
+
+    def connect_args(self) -> dict[str, object]:
+        server = {
+            "lock_timeout": self.lock_timeout_ms,
+            "statement_timeout": self.statement_timeout_ms,
+            "idle_in_transaction_session_timeout": self.idle_in_transaction_timeout_ms,
+            # the server's side of the same connection
+            "tcp_keepalives_idle": self.keepalives_idle_s,
+            "tcp_keepalives_interval": self.keepalives_interval_s,
+            "tcp_keepalives_count": self.keepalives_count,
+            "tcp_user_timeout": self.tcp_user_timeout_ms,
+        }
+        return {
+            "keepalives": 1,
+            "keepalives_idle": self.keepalives_idle_s,
+            "keepalives_interval": self.keepalives_interval_s,
+            "keepalives_count": self.keepalives_count,
+            "tcp_user_timeout": self.tcp_user_timeout_ms,
+            "options": " ".join(f"-c {k}={v}" for k, v in server.items()),
+        }
+
+
+def create_engine(url: str, pool_size: int = 10, max_overflow: int = 20, limits: SessionLimits | None = SessionLimits()) -> Engine:
+    """An engine whose sessions carry ``limits`` (none for migrations, which may run long)."""
+    connect_args: dict[str, object] = {"connect_timeout": 5, "application_name": "txlog"}
+    if limits is not None:
+        connect_args.update(limits.connect_args())
     engine = sa.create_engine(
         sqlalchemy_url(url),
         pool_size=pool_size,
         max_overflow=max_overflow,
         pool_timeout=10,
         pool_recycle=1800,
-        connect_args={"connect_timeout": 5, "application_name": "txlog"},
+        connect_args=connect_args,
     )
     _ping_idle_connections(engine)
     return engine
@@ -66,21 +124,57 @@ def _ping_idle_connections(engine: Engine) -> None:
 
 _UNAVAILABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
 
+# SQLSTATEs and SQLSTATE classes as Kafka-named errors. A lock wait or statement past its limit
+# is a retriable timeout (the row is held by a stuck or slow session); a serialization failure or
+# deadlock a retriable conflict; a duplicate key a race with a concurrent request; bad data a
+# client error.
+_BY_SQLSTATE = {
+    "55P03": ErrorCode.REQUEST_TIMED_OUT,  # lock_not_available (lock_timeout)
+    "57014": ErrorCode.REQUEST_TIMED_OUT,  # query_canceled (statement_timeout)
+    "40001": ErrorCode.CONCURRENT_TRANSACTIONS,  # serialization_failure
+    "40P01": ErrorCode.CONCURRENT_TRANSACTIONS,  # deadlock_detected
+    "23505": ErrorCode.CONCURRENT_TRANSACTIONS,  # unique_violation: a concurrent request won
+}
+_BY_SQLSTATE_CLASS = {
+    "21": ErrorCode.INVALID_REQUEST,  # cardinality_violation
+    "22": ErrorCode.INVALID_REQUEST,  # data_exception
+    "23": ErrorCode.INVALID_REQUEST,  # integrity_constraint_violation
+    "42": ErrorCode.INVALID_REQUEST,  # syntax_error_or_access_rule_violation (e.g. a name too long)
+    "54": ErrorCode.INVALID_REQUEST,  # program_limit_exceeded
+}
+
+
+def _sqlstate(exc: sa_exc.DBAPIError) -> str | None:
+    return getattr(getattr(exc, "orig", None), "sqlstate", None)
+
+
+def error_for(exc: sa_exc.DBAPIError) -> TxlogError | None:
+    """The Kafka-named error for a database failure, ``None`` for one txlog does not expect."""
+    state = _sqlstate(exc)
+    code = _BY_SQLSTATE.get(state or "") or _BY_SQLSTATE_CLASS.get((state or "")[:2])
+    if code is ErrorCode.REQUEST_TIMED_OUT:
+        return TxlogError(code, f"The database did not answer in time: {_first_line(exc)} (retriable)")
+    if code is not None:
+        return TxlogError(code, f"Rejected by the database: {_first_line(exc)}")
+    if isinstance(exc, (sa_exc.DataError, sa_exc.IntegrityError)):  # refused before it reached the server
+        return TxlogError(ErrorCode.INVALID_REQUEST, f"Rejected by the database: {_first_line(exc)}")
+    if isinstance(exc, _UNAVAILABLE) or exc.connection_invalidated:
+        return TxlogError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"Database unavailable: {_first_line(exc)}")
+    return None
+
 
 @contextlib.contextmanager
 def translate_errors() -> Iterator[None]:
-    """psycopg/SQLAlchemy failures → TxlogError. A lost or refused connection is the coordinator
-    being unavailable (retriable); bad data the database refused is an invalid request."""
+    """psycopg/SQLAlchemy failures → TxlogError (see ``error_for``)."""
     try:
         yield
     except TxlogError:
         raise
     except sa_exc.DBAPIError as exc:
-        if isinstance(exc, _UNAVAILABLE) or exc.connection_invalidated:
-            raise TxlogError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"Database unavailable: {_first_line(exc)}") from exc
-        if isinstance(exc, sa_exc.DataError):
-            raise TxlogError(ErrorCode.INVALID_REQUEST, f"Rejected by the database: {_first_line(exc)}") from exc
-        raise
+        err = error_for(exc)
+        if err is None:
+            raise
+        raise err from exc
     except sa_exc.TimeoutError as exc:
         raise TxlogError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "Timed out waiting for a database connection") from exc
     except UnicodeEncodeError as exc:  # psycopg cannot send text holding a lone surrogate
@@ -96,9 +190,9 @@ class Database:
     """The engine plus transaction scopes. Services open their own transactions: each protocol step
     that must be durable before the next is one ``transaction()``."""
 
-    def __init__(self, url: str, pool_size: int = 10, max_overflow: int = 20) -> None:
+    def __init__(self, url: str, pool_size: int = 10, max_overflow: int = 20, limits: SessionLimits | None = SessionLimits()) -> None:
         self.url = url
-        self.engine = create_engine(url, pool_size, max_overflow)
+        self.engine = create_engine(url, pool_size, max_overflow, limits)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Connection]:
@@ -117,3 +211,43 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+class DatabaseClock:
+    """The database server's clock, in epoch milliseconds: every host that serves one database
+    reads the same time, whatever its own clock says, so deadlines and expiry agree across hosts.
+    Read with one query every ``resync_s`` seconds and carried forward in between with this
+    process's monotonic clock (no round trip per call; never goes backwards)."""
+
+    def __init__(self, db: "Database", resync_s: float = 10.0) -> None:
+        self.db = db
+        self.resync_s = resync_s
+        self._lock = threading.Lock()
+        self._base_ms: int | None = None  # the database's time at monotonic ``_base_mono``
+        self._base_mono = 0.0
+        self._next_sync = 0.0
+        self._last_ms = 0
+
+    def __call__(self) -> int:
+        with self._lock:
+            if time.monotonic() >= self._next_sync:
+                self._sync()
+            assert self._base_ms is not None
+            now = self._base_ms + int((time.monotonic() - self._base_mono) * 1000)
+            self._last_ms = max(now, self._last_ms)
+            return self._last_ms
+
+    def _sync(self) -> None:
+        try:
+            with self.db.engine.connect() as conn:
+                before = time.monotonic()
+                db_ms = conn.execute(sa.text("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")).scalar_one()
+                after = time.monotonic()
+                conn.rollback()
+            self._base_ms, self._base_mono = int(db_ms), (before + after) / 2
+            self._next_sync = after + self.resync_s
+        except Exception as exc:  # the database is away: keep counting, try again in a second
+            if self._base_ms is None:
+                log.warning("cannot read the database clock (%s); using this host's clock meanwhile", exc)
+                self._base_ms, self._base_mono = int(time.time() * 1000), time.monotonic()
+            self._next_sync = time.monotonic() + 1.0

@@ -12,8 +12,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from app.domain.producer_state import BatchMetadata, ProducerStateEntry
-from app.domain.records import NewRecord
-from app.domain.transactions import TxnEvent, TxnMetadata, TxnState
+from app.domain.records import Headers, NewRecord, headers_object, record_size
+from app.domain.transactions import TopicPartition, TxnEvent, TxnMetadata, TxnState
 from app.errors import ErrorCode, TxlogError
 
 NOTIFY_CHANNEL = "txlog_append"
@@ -21,6 +21,59 @@ NOTIFY_CHANNEL = "txlog_append"
 
 def _ms(col: str) -> str:
     return f"(extract(epoch FROM {col}) * 1000)::bigint"
+
+
+def _txn_columns(alias: str, members: str = "all") -> str:
+    """The columns of a transactions row as ``_txn_from_row`` reads them. ``members``: "all" the
+    transaction's partitions and groups (read from their own rows), "asked" only those among
+    ``:m_topics``/``:m_parts`` and ``:m_groups``, "none" neither."""
+    a = alias
+    if members == "none":
+        parts, groups = "NULL::jsonb", "NULL::jsonb"
+    else:
+        part_filter = group_filter = ""
+        if members == "asked":
+            part_filter = (
+                "AND (m.topic, m.partition) IN (SELECT * FROM unnest(CAST(:m_topics AS text[]), CAST(:m_parts AS int[])))"
+            )
+            group_filter = "AND g.group_id = ANY(CAST(:m_groups AS text[]))"
+        parts = (
+            f"(SELECT jsonb_agg(jsonb_build_array(m.topic, m.partition) ORDER BY m.topic, m.partition) "
+            f"FROM txlog.transaction_partitions m WHERE m.transactional_id = {a}.transactional_id {part_filter})"
+        )
+        groups = (
+            f"(SELECT jsonb_agg(g.group_id ORDER BY g.group_id) "
+            f"FROM txlog.transaction_groups g WHERE g.transactional_id = {a}.transactional_id {group_filter})"
+        )
+    return f"""
+{a}.transactional_id, {a}.producer_id, {a}.producer_epoch, {a}.state, {a}.timeout_ms, {a}.version,
+{_ms(a + '.updated_at')}, {_ms(a + '.epoch_changed_at')}, {_ms(a + '.started_at')}, {parts}, {groups},
+{a}.last_producer_id, {a}.last_producer_epoch, {a}.last_result, {a}.fence_reason, {a}.transaction_version
+"""
+
+
+_TXN_COLUMNS = _txn_columns("t")
+
+
+def _txn_from_row(row) -> TxnMetadata:  # type: ignore[no-untyped-def]
+    return TxnMetadata(
+        transactional_id=row[0],
+        producer_id=row[1],
+        producer_epoch=row[2],
+        state=TxnState(row[3]),
+        timeout_ms=row[4],
+        version=row[5],
+        updated_at_ms=row[6],
+        epoch_changed_at_ms=row[7],
+        started_at_ms=row[8],
+        partitions=tuple((t, p) for t, p in row[9] or ()),
+        groups=tuple(row[10] or ()),
+        last_producer_id=row[11],
+        last_producer_epoch=row[12],
+        last_result=row[13],
+        fence_reason=row[14],
+        transaction_version=row[15],
+    )
 
 
 # --- topics and partitions ------------------------------------------------------------------------
@@ -47,6 +100,17 @@ def topic_insert(conn: Connection, name: str, partitions: int, config: dict) -> 
 
 def topic_list(conn: Connection) -> list[tuple[str, int]]:
     return [tuple(r) for r in conn.execute(text("SELECT name, partitions FROM txlog.topics ORDER BY name"))]  # type: ignore[misc]
+
+
+def topic_config_get(conn: Connection, name: str, for_update: bool = False) -> dict | None:
+    row = conn.execute(
+        text("SELECT config FROM txlog.topics WHERE name = :name" + (" FOR UPDATE" if for_update else "")), {"name": name}
+    ).first()
+    return dict(row[0]) if row else None
+
+
+def topic_config_set(conn: Connection, name: str, config: dict) -> None:
+    conn.execute(text("UPDATE txlog.topics SET config = CAST(:config AS jsonb) WHERE name = :name"), {"name": name, "config": json.dumps(config)})
 
 
 def topic_partitions(conn: Connection, name: str) -> int | None:
@@ -106,42 +170,63 @@ def partitions_missing(conn: Connection, wanted: Sequence[tuple[str, int]]) -> l
 class AppendPosition:
     next_offset: int
     log_start_offset: int
+    next_position: int
     producer_state: ProducerStateEntry | None
-    open_transactional_id: str | None  # the producer id's open transaction, if any
+    # When the producer id was given to a transactional id: that transactional id's current state
+    # (``None`` inside if it was removed since), and why the id was retired, if it was.
+    owner: "ProducerOwner | None"
+
+
+@dataclass(frozen=True)
+class ProducerOwner:
+    transactional_id: str
+    retire_reason: str | None
+    meta: TxnMetadata | None
 
 
 def partition_lock_for_append(conn: Connection, topic: str, partition: int, producer_id: int | None) -> AppendPosition:
-    """The append lock and, in the same round trip, the producer's state on the partition and
-    its open transaction, if any."""
+    """The append lock and, in the same round trip, the producer's state on the partition and the
+    transactional id its producer id belongs to, if any, with that transactional id's state."""
     params = {"topic": topic, "partition": partition, "pid": producer_id}
     row = conn.execute(_LOCK_FOR_APPEND, params).first()
     if row is None:
         raise unknown_partition(topic, partition)
-    if row[7] != row[0]:
+    if row.seen_next_offset != row.next_offset:
         # We waited for the lock while another append committed. PostgreSQL then re-reads the
-        # locked partition row (READ COMMITTED) but not the joined producer state, which is from
-        # before that append: a retried batch would not be seen as a duplicate. Now that the lock
-        # is held, the same statement reads everything committed before it.
+        # locked partition row (READ COMMITTED) but not the joined rows, which are from before
+        # that append: a retried batch would not be seen as a duplicate, a fencing not seen. Now
+        # that the lock is held, the same statement reads everything committed before it.
         row = conn.execute(_LOCK_FOR_APPEND, params).first()
-        assert row is not None and row[7] == row[0]
+        assert row is not None and row.seen_next_offset == row.next_offset
     entry = None
-    if row[2] is not None:
-        entry = ProducerStateEntry(producer_id, row[2], tuple(BatchMetadata.from_json(b) for b in row[3]), row[4], row[5])  # type: ignore[arg-type]
-    return AppendPosition(row[0], row[1], entry, row[6])
+    if row.pp_epoch is not None:
+        entry = ProducerStateEntry(
+            producer_id, row.pp_epoch, tuple(BatchMetadata.from_json(b) for b in row.pp_batches),  # type: ignore[arg-type]
+            row.pp_txn_first_offset, row.pp_last_timestamp,
+        )
+    owner = None
+    if row.owner_tid is not None:
+        meta = _txn_from_row(row[_LOCK_OWNER_COLUMNS:]) if row.transactional_id is not None else None
+        owner = ProducerOwner(row.owner_tid, row.retire_reason, meta)
+    return AppendPosition(row.next_offset, row.log_start_offset, row.next_position, entry, owner)
 
+
+_LOCK_OWNER_COLUMNS = 11  # the transaction's columns start here
 
 _LOCK_FOR_APPEND = text(
     f"""
-    SELECT p.next_offset, p.log_start_offset, pp.producer_epoch, pp.batches, pp.txn_first_offset,
-           {_ms('pp.last_timestamp')},
-           (SELECT t.transactional_id FROM txlog.transactions t
-            WHERE t.producer_id = CAST(:pid AS bigint) AND t.state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort')
-            LIMIT 1) AS open_transactional_id,
+    SELECT p.next_offset, p.log_start_offset, p.next_position,
            (SELECT s.next_offset FROM txlog.partitions s
-            WHERE s.topic = p.topic AND s.partition = p.partition) AS seen_next_offset  -- the statement's snapshot
+            WHERE s.topic = p.topic AND s.partition = p.partition) AS seen_next_offset,  -- the statement's snapshot
+           pp.producer_epoch AS pp_epoch, pp.batches AS pp_batches, pp.txn_first_offset AS pp_txn_first_offset,
+           {_ms('pp.last_timestamp')} AS pp_last_timestamp,
+           pi.transactional_id AS owner_tid, pi.retire_reason, pi.retired_at,
+           {_txn_columns('t', 'none')}
     FROM txlog.partitions p
     LEFT JOIN txlog.producer_partitions pp
       ON pp.topic = p.topic AND pp.partition = p.partition AND pp.producer_id = CAST(:pid AS bigint)
+    LEFT JOIN txlog.producer_ids pi ON pi.producer_id = CAST(:pid AS bigint)
+    LEFT JOIN txlog.transactions t ON t.transactional_id = pi.transactional_id
     WHERE p.topic = :topic AND p.partition = :partition
     FOR UPDATE OF p
     """
@@ -153,17 +238,22 @@ _LOCK_FOR_APPEND = text(
 _LOG_APPEND = text(
     """
     WITH appended AS (
-        INSERT INTO txlog.records (topic, partition, "offset", key, value, headers, "timestamp",
-                                   producer_id, producer_epoch, sequence, is_transactional, control_type)
+        INSERT INTO txlog.records (topic, partition, "offset", key, value, headers, header_keys, header_values,
+                                   "timestamp", producer_id, producer_epoch, sequence, is_transactional,
+                                   control_type, position)
         SELECT :topic, :partition, :base + u.o - 1, u.k, u.v, CAST(u.h AS jsonb),
+               CASE WHEN u.hs IS NOT NULL THEN (CAST(:hk AS text[]))[u.hs:u.he] END,
+               CASE WHEN u.hs IS NOT NULL THEN (CAST(:hv AS bytea[]))[u.hs:u.he] END,
                to_timestamp(u.ts / 1000.0), :pid, :epoch,
                CASE WHEN CAST(:seq AS int) IS NULL THEN NULL
                     ELSE ((CAST(:seq AS bigint) + u.o - 1) % 2147483648)::int END,
-               :txn, CAST(:control_type AS smallint)
+               :txn, CAST(:control_type AS smallint), u.pos
         FROM unnest(CAST(:keys AS bytea[]), CAST(:values AS bytea[]), CAST(:headers AS text[]),
-                    CAST(:ts AS bigint[])) WITH ORDINALITY AS u(k, v, h, ts, o)
+                    CAST(:hstart AS int[]), CAST(:hend AS int[]), CAST(:ts AS bigint[]),
+                    CAST(:positions AS bigint[])) WITH ORDINALITY AS u(k, v, h, hs, he, ts, pos, o)
     ), advanced AS (
-        UPDATE txlog.partitions SET next_offset = :next WHERE topic = :topic AND partition = :partition
+        UPDATE txlog.partitions SET next_offset = :next, next_position = :next_position
+        WHERE topic = :topic AND partition = :partition
     ), producer_state AS (
         INSERT INTO txlog.producer_partitions (topic, partition, producer_id, producer_epoch, batches,
                                                txn_first_offset, last_timestamp)
@@ -173,10 +263,9 @@ _LOG_APPEND = text(
         SET producer_epoch = EXCLUDED.producer_epoch, batches = EXCLUDED.batches,
             txn_first_offset = EXCLUDED.txn_first_offset, last_timestamp = EXCLUDED.last_timestamp
     ), aborted AS (
-        INSERT INTO txlog.aborted_txns (topic, partition, producer_id, producer_epoch, first_offset, last_offset)
-        SELECT :topic, :partition, :pid, :epoch, :aborted_first, :base
+        INSERT INTO txlog.aborted_txns (topic, partition, producer_id, first_offset, last_offset, producer_epoch)
+        SELECT :topic, :partition, :pid, :aborted_first, :base, :epoch
         WHERE CAST(:aborted_first AS bigint) IS NOT NULL
-        ON CONFLICT DO NOTHING
     )
     SELECT pg_notify(:channel, :payload)
     """
@@ -188,6 +277,7 @@ def log_append(
     topic: str,
     partition: int,
     base_offset: int,
+    base_position: int,
     records: Sequence[NewRecord],
     append_time_ms: int,
     producer_id: int | None = None,
@@ -199,10 +289,28 @@ def log_append(
     aborted_first_offset: int | None = None,
 ) -> None:
     """Append a batch at ``base_offset`` (the caller holds the partition lock): insert the records,
-    advance the high watermark, save the producer's state and notify long-polling fetches — one
-    statement, one round trip. A transaction marker is a batch of one control record
-    (``control_type``); an ABORT marker also indexes the aborted transaction's range
-    [``aborted_first_offset``, marker offset] (Kafka's .txnindex)."""
+    advance the high watermark and the log position, save the producer's state and notify
+    long-polling fetches — one statement, one round trip. A transaction marker is a batch of one
+    control record (``control_type``); an ABORT marker also indexes the aborted transaction's
+    range [``aborted_first_offset``, marker offset] (Kafka's .txnindex)."""
+    positions = []
+    position = base_position
+    hstart: list[int | None] = []
+    hend: list[int | None] = []
+    hk: list[str] = []
+    hv: list[bytes | None] = []
+    for r in records:
+        positions.append(position)
+        if control_type is None:
+            position += r.size()
+        if r.headers:
+            hstart.append(len(hk) + 1)
+            hk.extend(k for k, _ in r.headers)
+            hv.extend(v for _, v in r.headers)
+            hend.append(len(hk))
+        else:
+            hstart.append(None)
+            hend.append(None)
     conn.execute(
         _LOG_APPEND,
         {
@@ -210,14 +318,20 @@ def log_append(
             "partition": partition,
             "base": base_offset,
             "next": base_offset + len(records),
+            "next_position": position,
             "pid": producer_id,
             "epoch": producer_epoch,
             "seq": base_sequence,
             "txn": transactional,
             "keys": [r.key for r in records],
             "values": [r.value for r in records],
-            "headers": [json.dumps(r.headers) if r.headers else None for r in records],
+            "headers": [json.dumps(headers_object(r.headers)) if r.headers else None for r in records],
+            "hstart": hstart,
+            "hend": hend,
+            "hk": hk,
+            "hv": hv,
             "ts": [r.timestamp_ms if r.timestamp_ms is not None else append_time_ms for r in records],
+            "positions": positions,
             "batches": json.dumps([b.to_json() for b in producer_state.batches]) if producer_state else None,
             "state_epoch": producer_state.producer_epoch if producer_state else None,
             "control_type": control_type,
@@ -235,63 +349,196 @@ class StoredRecord:
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: dict | None
+    headers: Headers
     timestamp_ms: int
     producer_id: int | None
     producer_epoch: int | None
     sequence: int | None
     is_transactional: bool
     control_type: int | None
-    aborted: bool
+    aborted: bool  # its transaction aborted (txlog.log_records.aborted)
+
+    @property
+    def size(self) -> int:
+        return record_size(self.key, self.value, self.headers)
 
 
-# One primary-key probe of the aborted-transaction index per transactional record. ``OFFSET 0``
-# keeps the planner from turning the EXISTS into a hashed subplan, which would read every aborted
-# transaction of every partition on each fetch: a cost that grows with the history.
-_NOT_ABORTED = """
-NOT (r.is_transactional AND EXISTS (
-    SELECT 1 FROM txlog.aborted_txns a
-    WHERE a.topic = r.topic AND a.partition = r.partition
-      AND a.producer_id = r.producer_id AND a.producer_epoch = r.producer_epoch
-    OFFSET 0))
-"""
+def _headers(keys: list[str] | None, values: list[bytes | None] | None) -> Headers:
+    return tuple(zip(keys, values)) if keys else ()  # type: ignore[arg-type]
 
+
+# Every read of the log goes through txlog.log_records, which defines "aborted" once.
 _RECORD_COLUMNS = f"""
-r."offset", r.key, r.value, r.headers, {_ms('r."timestamp"')}, r.producer_id, r.producer_epoch,
-r.sequence, r.is_transactional, r.control_type
+r."offset", r.key, r.value, r.header_keys, r.header_values, {_ms('r."timestamp"')}, r.producer_id,
+r.producer_epoch, r.sequence, r.is_transactional, r.control_type
 """
+
+
+def _stored(row) -> StoredRecord:  # type: ignore[no-untyped-def]
+    return StoredRecord(row[0], row[1], row[2], _headers(row[3], row[4]), *row[5:])
 
 
 def records_fetch(
     conn: Connection, topic: str, partition: int, start: int, upper: int, limit: int, committed_only: bool
 ) -> list[StoredRecord]:
     """Data records in [start, upper), in offset order, at most ``limit``. With ``committed_only``
-    records of aborted transactions are left out (an index lookup per transactional record)."""
+    records of aborted transactions are left out. Reads at most ``upper - start`` rows of the log
+    (offsets are dense): the caller bounds the range."""
     sql = f"""
-        SELECT {_RECORD_COLUMNS}, false
-        FROM txlog.records r
+        SELECT {_RECORD_COLUMNS}, {"false" if committed_only else "r.aborted"}
+        FROM txlog.log_records r
         WHERE r.topic = :topic AND r.partition = :partition
           AND r."offset" >= :start AND r."offset" < :upper
           AND r.control_type IS NULL
-          {"AND " + _NOT_ABORTED if committed_only else ""}
+          {"AND NOT r.aborted" if committed_only else ""}
         ORDER BY r."offset"
         LIMIT :limit
     """
     rows = conn.execute(text(sql), {"topic": topic, "partition": partition, "start": start, "upper": upper, "limit": limit})
-    return [StoredRecord(*r) for r in rows]
+    return [_stored(r) for r in rows]
 
 
 def records_browse(conn: Connection, topic: str, partition: int, start: int, limit: int) -> list[StoredRecord]:
     """Every record from ``start`` (control records too), each flagged if its transaction aborted."""
     sql = f"""
-        SELECT {_RECORD_COLUMNS}, NOT ({_NOT_ABORTED})
-        FROM txlog.records r
+        SELECT {_RECORD_COLUMNS}, r.aborted
+        FROM txlog.log_records r
         WHERE r.topic = :topic AND r.partition = :partition AND r."offset" >= :start
         ORDER BY r."offset"
         LIMIT :limit
     """
     rows = conn.execute(text(sql), {"topic": topic, "partition": partition, "start": start, "limit": limit})
-    return [StoredRecord(*r) for r in rows]
+    return [_stored(r) for r in rows]
+
+
+# --- retention ------------------------------------------------------------------------------------
+
+def partition_lock(conn: Connection, topic: str, partition: int) -> PartitionStatus:
+    """The append lock of a partition, and its status read under it (nothing can open a
+    transaction or write a marker on it meanwhile, so its last stable offset holds until commit)."""
+    row = conn.execute(
+        text("SELECT 1 FROM txlog.partitions WHERE topic = :topic AND partition = :partition FOR UPDATE"),
+        {"topic": topic, "partition": partition},
+    ).first()
+    if row is None:
+        raise unknown_partition(topic, partition)
+    return partition_status(conn, topic, partition)
+
+
+def log_start_advance(conn: Connection, topic: str, partition: int, offset: int) -> None:
+    """Move the log start offset forward (the caller holds the partition lock and has checked it
+    stays at or below the last stable offset)."""
+    conn.execute(
+        text(
+            "UPDATE txlog.partitions SET log_start_offset = GREATEST(log_start_offset, :offset) "
+            "WHERE topic = :topic AND partition = :partition"
+        ),
+        {"topic": topic, "partition": partition, "offset": offset},
+    )
+
+
+@dataclass(frozen=True)
+class RetainedPartition:
+    topic: str
+    partition: int
+    log_start_offset: int
+    last_stable_offset: int
+    retention_ms: int | None
+    retention_bytes: int | None
+    next_position: int  # the log position of the high watermark
+    size_bytes: int  # bytes of data from the log start to the high watermark
+
+
+def partitions_with_retention(conn: Connection, default_ms: int, default_bytes: int) -> list[RetainedPartition]:
+    """Every partition with a time or size limit (its topic's retention.ms / retention.bytes, else
+    the defaults; -1 is none) and some log above its log start."""
+    rows = conn.execute(
+        text(
+            """
+            SELECT s.topic, s.partition, s.log_start_offset, s.last_stable_offset,
+                   NULLIF(COALESCE((t.config->>'retention.ms')::bigint, :default_ms), -1),
+                   NULLIF(COALESCE((t.config->>'retention.bytes')::bigint, :default_bytes), -1),
+                   p.next_position,
+                   p.next_position - COALESCE((SELECT r.position FROM txlog.records r
+                       WHERE r.topic = p.topic AND r.partition = p.partition AND r."offset" = p.log_start_offset), p.next_position)
+            FROM txlog.topics t
+            JOIN txlog.partitions p ON p.topic = t.name
+            JOIN txlog.partition_status s ON s.topic = p.topic AND s.partition = p.partition
+            WHERE p.log_start_offset < p.next_offset
+              AND (COALESCE((t.config->>'retention.ms')::bigint, :default_ms) >= 0
+                   OR COALESCE((t.config->>'retention.bytes')::bigint, :default_bytes) >= 0)
+            ORDER BY s.topic, s.partition
+            """
+        ),
+        {"default_ms": default_ms, "default_bytes": default_bytes},
+    )
+    return [RetainedPartition(*r) for r in rows]
+
+
+def partition_offset_at_position(conn: Connection, topic: str, partition: int, position: int) -> int:
+    """The first offset at or after the log start whose log position is at least ``position`` (the
+    high watermark if none): a binary search over the offsets, one primary-key lookup a step."""
+    row = conn.execute(
+        text(
+            """
+            WITH RECURSIVE search(lo, hi) AS (
+                SELECT p.log_start_offset, p.next_offset FROM txlog.partitions p
+                WHERE p.topic = :topic AND p.partition = :partition
+              UNION ALL
+                SELECT CASE WHEN m.pos >= :position THEN s.lo ELSE m.mid + 1 END,
+                       CASE WHEN m.pos >= :position THEN m.mid ELSE s.hi END
+                FROM search s
+                CROSS JOIN LATERAL (
+                    SELECT (s.lo + s.hi) / 2 AS mid,
+                           (SELECT r.position FROM txlog.records r
+                            WHERE r.topic = :topic AND r.partition = :partition AND r."offset" = (s.lo + s.hi) / 2) AS pos
+                ) m
+                WHERE s.lo < s.hi
+            )
+            SELECT lo FROM search WHERE lo = hi
+            """
+        ),
+        {"topic": topic, "partition": partition, "position": position},
+    ).first()
+    assert row is not None
+    return row[0]
+
+
+def partitions_to_trim(conn: Connection, limit: int = 1000) -> list[tuple[str, int, int, int]]:
+    """Partitions with records still stored below their log start: (topic, partition, stored
+    start, log start)."""
+    rows = conn.execute(
+        text(
+            "SELECT topic, partition, stored_start_offset, log_start_offset FROM txlog.partitions "
+            "WHERE stored_start_offset < log_start_offset ORDER BY topic, partition LIMIT :limit"
+        ),
+        {"limit": limit},
+    )
+    return [tuple(r) for r in rows]  # type: ignore[misc]
+
+
+def log_trim(conn: Connection, topic: str, partition: int, start: int, end: int) -> int:
+    """Delete the records in [start, end) (all below the log start) and the aborted ranges that end
+    before ``end``, then record that nothing below ``end`` is stored. The partition row is updated
+    last, so the append lock is held only for that one statement until commit."""
+    deleted = conn.execute(
+        text('DELETE FROM txlog.records WHERE topic = :topic AND partition = :partition AND "offset" >= :start AND "offset" < :end'),
+        {"topic": topic, "partition": partition, "start": start, "end": end},
+    ).rowcount
+    conn.execute(
+        text(
+            "DELETE FROM txlog.aborted_txns WHERE topic = :topic AND partition = :partition AND last_offset < :end"
+        ),
+        {"topic": topic, "partition": partition, "end": end},
+    )
+    conn.execute(
+        text(
+            "UPDATE txlog.partitions SET stored_start_offset = GREATEST(stored_start_offset, :end) "
+            "WHERE topic = :topic AND partition = :partition"
+        ),
+        {"topic": topic, "partition": partition, "end": end},
+    )
+    return deleted
 
 
 # --- producer state -------------------------------------------------------------------------------
@@ -341,39 +588,38 @@ def producer_states_of(conn: Connection, producer_id: int | None = None, limit: 
 
 # --- transactions ---------------------------------------------------------------------------------
 
-_TXN_COLUMNS = f"""
-transactional_id, producer_id, producer_epoch, state, timeout_ms, version, {_ms('updated_at')},
-{_ms('epoch_changed_at')}, {_ms('started_at')}, partitions, groups, last_producer_id, last_producer_epoch,
-last_result, fence_reason
-"""
-
-
-def _txn_from_row(row) -> TxnMetadata:  # type: ignore[no-untyped-def]
-    return TxnMetadata(
-        transactional_id=row[0],
-        producer_id=row[1],
-        producer_epoch=row[2],
-        state=TxnState(row[3]),
-        timeout_ms=row[4],
-        version=row[5],
-        updated_at_ms=row[6],
-        epoch_changed_at_ms=row[7],
-        started_at_ms=row[8],
-        partitions=tuple((t, p) for t, p in row[9]),
-        groups=tuple(row[10]),
-        last_producer_id=row[11],
-        last_producer_epoch=row[12],
-        last_result=row[13],
-        fence_reason=row[14],
+def txn_get(
+    conn: Connection,
+    transactional_id: str,
+    for_update: bool = False,
+    skip_locked: bool = False,
+    partitions: Sequence[TopicPartition] | None = None,
+    groups: Sequence[str] | None = None,
+) -> TxnMetadata | None:
+    """A transactional id's state. Its partitions and groups are all of them, or with
+    ``partitions``/``groups`` only those of them asked for (what a produce or an offset commit
+    needs to know: is this one already in the transaction?) — a read that does not grow with the
+    transaction."""
+    lock = " FOR UPDATE OF t" + (" SKIP LOCKED" if skip_locked else "") if for_update else ""
+    asked = partitions is not None or groups is not None
+    # The version as of the statement's snapshot: when we waited for the row lock while another
+    # transition committed, PostgreSQL re-reads the locked row but not the members, which are from
+    # before that transition. Read again, now that the lock is held.
+    seen = ", (SELECT s.version FROM txlog.transactions s WHERE s.transactional_id = t.transactional_id)" if for_update else ""
+    statement = text(
+        f"SELECT {_txn_columns('t', 'asked' if asked else 'all')}{seen} FROM txlog.transactions t "
+        f"WHERE t.transactional_id = :tid{lock}"
     )
-
-
-def txn_get(conn: Connection, transactional_id: str, for_update: bool = False, skip_locked: bool = False) -> TxnMetadata | None:
-    lock = " FOR UPDATE" + (" SKIP LOCKED" if skip_locked else "") if for_update else ""
-    row = conn.execute(
-        text(f"SELECT {_TXN_COLUMNS} FROM txlog.transactions WHERE transactional_id = :tid{lock}"),
-        {"tid": transactional_id},
-    ).first()
+    params = {
+        "tid": transactional_id,
+        "m_topics": [t for t, _ in partitions or ()],
+        "m_parts": [p for _, p in partitions or ()],
+        "m_groups": list(groups or ()),
+    }
+    row = conn.execute(statement, params).first()
+    if row is not None and for_update and row[-1] != row[5]:
+        row = conn.execute(statement, params).first()
+        assert row is not None and row[-1] == row[5]
     return _txn_from_row(row) if row else None
 
 
@@ -382,31 +628,48 @@ _TXN_RECORD = text(
     WITH event AS (
         INSERT INTO txlog.transaction_events (transactional_id, version, from_state, to_state, producer_id,
             producer_epoch, timeout_ms, at, partitions_added, groups_added, last_producer_id,
-            last_producer_epoch, result, reason)
+            last_producer_epoch, result, reason, transaction_version)
         VALUES (:tid, :version, :from_state, :state, :pid, :epoch, :timeout, to_timestamp(:updated / 1000.0),
-            CAST(:partitions_added AS jsonb), CAST(:groups_added AS jsonb), :last_pid, :last_epoch, :result, :reason)
+            CAST(:partitions_added AS jsonb), CAST(:groups_added AS jsonb), :last_pid, :last_epoch, :result, :reason,
+            :txn_version)
+    ), members_added AS (
+        INSERT INTO txlog.transaction_partitions (transactional_id, topic, partition)
+        SELECT :tid, u.topic, u.partition
+        FROM unnest(CAST(:added_topics AS text[]), CAST(:added_parts AS int[])) AS u(topic, partition)
+    ), groups_added AS (
+        INSERT INTO txlog.transaction_groups (transactional_id, group_id)
+        SELECT :tid, u.group_id FROM unnest(CAST(:added_groups AS text[])) AS u(group_id)
     )
     INSERT INTO txlog.transactions (transactional_id, producer_id, producer_epoch, state, timeout_ms, version,
-        started_at, updated_at, epoch_changed_at, deadline, partitions, groups, last_producer_id,
-        last_producer_epoch, last_result, fence_reason, coordinator)
+        started_at, updated_at, epoch_changed_at, deadline, last_producer_id,
+        last_producer_epoch, last_result, fence_reason, coordinator, transaction_version)
     VALUES (:tid, :pid, :epoch, :state, :timeout, :version, to_timestamp(:started / 1000.0),
         to_timestamp(:updated / 1000.0), to_timestamp(:epoch_changed / 1000.0), to_timestamp(:deadline / 1000.0),
-        CAST(:partitions AS jsonb), CAST(:groups AS jsonb), :last_pid, :last_epoch, :last_result, :reason, :coordinator)
+        :last_pid, :last_epoch, :last_result, :reason, :coordinator, :txn_version)
     ON CONFLICT (transactional_id) DO UPDATE SET
         producer_id = EXCLUDED.producer_id, producer_epoch = EXCLUDED.producer_epoch, state = EXCLUDED.state,
         timeout_ms = EXCLUDED.timeout_ms, version = EXCLUDED.version, started_at = EXCLUDED.started_at,
         updated_at = EXCLUDED.updated_at, epoch_changed_at = EXCLUDED.epoch_changed_at,
-        deadline = EXCLUDED.deadline, partitions = EXCLUDED.partitions, groups = EXCLUDED.groups,
+        deadline = EXCLUDED.deadline,
         last_producer_id = EXCLUDED.last_producer_id, last_producer_epoch = EXCLUDED.last_producer_epoch,
-        last_result = EXCLUDED.last_result, fence_reason = EXCLUDED.fence_reason
+        last_result = EXCLUDED.last_result, fence_reason = EXCLUDED.fence_reason,
+        transaction_version = EXCLUDED.transaction_version
     """
 )
 
 
+def txn_members_clear(conn: Connection, transactional_id: str) -> None:
+    """Forget the partitions and groups of the transactional id's previous transaction (a new one
+    starts, or a producer re-initialises): as many rows as that transaction had, once."""
+    conn.execute(text("DELETE FROM txlog.transaction_partitions WHERE transactional_id = :tid"), {"tid": transactional_id})
+    conn.execute(text("DELETE FROM txlog.transaction_groups WHERE transactional_id = :tid"), {"tid": transactional_id})
+
+
 def txn_record(conn: Connection, event: TxnEvent, meta: TxnMetadata, coordinator: int, deadline_ms: int | None) -> None:
     """Append a transition to the transactional id's events and store the state it leads to
-    (``meta``, the fold of the event), in one statement. A second writer of the same version fails
-    on the events' primary key."""
+    (``meta``, the fold of the event), in one statement: the current-state row, and a row for each
+    partition or group the event adds. A second writer of the same version fails on the events'
+    primary key."""
     assert (event.transactional_id, event.version, event.to_state) == (meta.transactional_id, meta.version, meta.state)
     conn.execute(
         _TXN_RECORD,
@@ -422,32 +685,82 @@ def txn_record(conn: Connection, event: TxnEvent, meta: TxnMetadata, coordinator
             "updated": meta.updated_at_ms,
             "epoch_changed": meta.epoch_changed_at_ms,
             "deadline": deadline_ms,
-            "partitions": json.dumps([list(tp) for tp in meta.partitions]),
-            "groups": json.dumps(list(meta.groups)),
             "partitions_added": json.dumps([list(tp) for tp in event.partitions_added]),
             "groups_added": json.dumps(list(event.groups_added)),
+            "added_topics": [t for t, _ in event.partitions_added],
+            "added_parts": [p for _, p in event.partitions_added],
+            "added_groups": list(event.groups_added),
             "last_pid": meta.last_producer_id,
             "last_epoch": meta.last_producer_epoch,
             "last_result": meta.last_result,
             "result": event.result,
             "reason": meta.fence_reason,
             "coordinator": coordinator,
+            "txn_version": meta.transaction_version,
         },
     )
 
 
-def txn_events(conn: Connection, transactional_id: str, limit: int | None = None) -> list[TxnEvent]:
-    """A transactional id's events, oldest first; with ``limit``, only the last ``limit`` of them
-    (a backward primary-key scan)."""
+def producer_id_assign(conn: Connection, producer_id: int, transactional_id: str, now_ms: int) -> None:
+    """Record that ``producer_id`` is now the transactional id's (InitProducerId, or a new id once
+    the epoch is exhausted)."""
+    conn.execute(
+        text(
+            "INSERT INTO txlog.producer_ids (producer_id, transactional_id, created_at) "
+            "VALUES (:pid, :tid, to_timestamp(:now / 1000.0))"
+        ),
+        {"pid": producer_id, "tid": transactional_id, "now": now_ms},
+    )
+
+
+def producer_ids_retire(conn: Connection, transactional_id: str, keep: int | None, reason: str, now_ms: int) -> None:
+    """Every producer id of the transactional id but ``keep`` is no longer its: each epoch of them
+    is fenced, for ``reason``."""
+    conn.execute(
+        text(
+            "UPDATE txlog.producer_ids SET retired_at = to_timestamp(:now / 1000.0), retire_reason = :reason "
+            "WHERE transactional_id = :tid AND retired_at IS NULL AND producer_id IS DISTINCT FROM CAST(:keep AS bigint)"
+        ),
+        {"tid": transactional_id, "keep": keep, "reason": reason, "now": now_ms},
+    )
+
+
+def producer_ids_forget(conn: Connection, retired_before_ms: int, limit: int = 1000) -> int:
+    """Forget producer ids retired longer ago than producer.id.expiration.ms."""
+    return conn.execute(
+        text(
+            """
+            DELETE FROM txlog.producer_ids WHERE producer_id IN (
+                SELECT producer_id FROM txlog.producer_ids
+                WHERE retired_at < to_timestamp(:t / 1000.0) LIMIT :limit FOR UPDATE SKIP LOCKED)
+            """
+        ),
+        {"t": retired_before_ms, "limit": limit},
+    ).rowcount
+
+
+_EVENT_COLUMNS = f"""
+transactional_id, version, from_state, to_state, producer_id, producer_epoch, timeout_ms,
+{_ms('at')}, partitions_added, groups_added, last_producer_id, last_producer_epoch, result, reason,
+transaction_version
+"""
+
+
+def txn_events(
+    conn: Connection, transactional_id: str, limit: int | None = None, before_version: int | None = None
+) -> list[TxnEvent]:
+    """A transactional id's events, oldest first; with ``limit``, only the last ``limit`` of them,
+    and with ``before_version`` only those older than that version (a backward primary-key scan:
+    one page costs its size, however long the history)."""
     rows = conn.execute(
         text(
             f"""
-            SELECT transactional_id, version, from_state, to_state, producer_id, producer_epoch, timeout_ms,
-                   {_ms('at')}, partitions_added, groups_added, last_producer_id, last_producer_epoch, result, reason
-            FROM txlog.transaction_events WHERE transactional_id = :tid ORDER BY version DESC LIMIT :limit
+            SELECT {_EVENT_COLUMNS} FROM txlog.transaction_events
+            WHERE transactional_id = :tid AND (CAST(:before AS int) IS NULL OR version < CAST(:before AS int))
+            ORDER BY version DESC LIMIT :limit
             """
         ),
-        {"tid": transactional_id, "limit": limit},
+        {"tid": transactional_id, "limit": limit, "before": before_version},
     )
     events = [
         TxnEvent(
@@ -465,6 +778,7 @@ def txn_events(conn: Connection, transactional_id: str, limit: int | None = None
             last_producer_epoch=r[11],
             result=r[12],
             reason=r[13],
+            transaction_version=r[14],
         )
         for r in rows
     ]
@@ -472,7 +786,7 @@ def txn_events(conn: Connection, transactional_id: str, limit: int | None = None
 
 
 def txn_delete(conn: Connection, transactional_id: str) -> None:
-    for table in ("pending_group_offsets", "transaction_events", "transactions"):
+    for table in ("pending_group_offsets", "transaction_partitions", "transaction_groups", "transaction_events", "transactions"):
         conn.execute(text(f"DELETE FROM txlog.{table} WHERE transactional_id = :tid"), {"tid": transactional_id})
 
 
@@ -481,57 +795,48 @@ def txn_list(
 ) -> list[TxnMetadata]:
     clauses = ["true"]
     if state is not None:
-        clauses.append("state = :state")
+        clauses.append("t.state = :state")
     if started_before_ms is not None:
-        clauses.append("started_at < to_timestamp(:before / 1000.0)")
+        clauses.append("t.started_at < to_timestamp(:before / 1000.0)")
     if prefix:
-        clauses.append("transactional_id LIKE :prefix ESCAPE '\\'")
+        clauses.append("t.transactional_id LIKE :prefix ESCAPE '\\'")
     rows = conn.execute(
-        text(f"SELECT {_TXN_COLUMNS} FROM txlog.transactions WHERE {' AND '.join(clauses)} ORDER BY transactional_id LIMIT :limit"),
+        text(f"SELECT {_TXN_COLUMNS} FROM txlog.transactions t WHERE {' AND '.join(clauses)} ORDER BY t.transactional_id LIMIT :limit"),
         {
             "state": state,
             "before": started_before_ms,
-            "prefix": (prefix or "").replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",
+            "prefix": _like_prefix(prefix),
             "limit": limit,
         },
     )
     return [_txn_from_row(r) for r in rows]
 
 
-def txn_ids_timed_out(conn: Connection, now_ms: int, limit: int = 100) -> list[str]:
-    return list(
-        conn.execute(
-            text(
-                "SELECT transactional_id FROM txlog.transactions WHERE state = 'Ongoing' "
-                "AND deadline < to_timestamp(:now / 1000.0) ORDER BY deadline LIMIT :limit"
-            ),
-            {"now": now_ms, "limit": limit},
-        ).scalars()
-    )
+def _like_prefix(prefix: str | None) -> str:
+    return (prefix or "").replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-def txn_ids_prepared(conn: Connection, limit: int = 100) -> list[str]:
-    return list(
-        conn.execute(
-            text(
-                "SELECT transactional_id FROM txlog.transactions WHERE state IN ('PrepareCommit', 'PrepareAbort') "
-                "ORDER BY updated_at LIMIT :limit"
-            ),
-            {"limit": limit},
-        ).scalars()
-    )
+# The sweeper's claims: the next due transaction that nobody holds, locked, in the caller's
+# database transaction. Several sweepers on several hosts each take a different one.
+_CLAIM = {
+    "timed_out": "t.state = 'Ongoing' AND t.deadline < to_timestamp(:now / 1000.0) ORDER BY t.deadline",
+    "prepared": "t.state IN ('PrepareCommit', 'PrepareAbort') AND t.updated_at < to_timestamp(:before / 1000.0) ORDER BY t.updated_at",
+    "idle": "t.state = ANY(CAST(:states AS text[])) AND t.updated_at < to_timestamp(:before / 1000.0) ORDER BY t.updated_at",
+}
 
 
-def txn_ids_idle(conn: Connection, states: Sequence[str], idle_before_ms: int, limit: int = 100) -> list[str]:
-    return list(
-        conn.execute(
-            text(
-                "SELECT transactional_id FROM txlog.transactions WHERE state = ANY(CAST(:states AS text[])) "
-                "AND updated_at < to_timestamp(:before / 1000.0) ORDER BY updated_at LIMIT :limit"
-            ),
-            {"states": list(states), "before": idle_before_ms, "limit": limit},
-        ).scalars()
-    )
+def txn_claim(
+    conn: Connection, kind: str, now_ms: int = 0, before_ms: int = 0, states: Sequence[str] = (), skip: Sequence[str] = ()
+) -> TxnMetadata | None:
+    """Lock and return the next due transaction of ``kind`` ("timed_out": Ongoing past its
+    deadline; "prepared": PrepareCommit/PrepareAbort not completed since ``before_ms``; "idle": in
+    one of ``states`` since before ``before_ms``), skipping those locked by others and ``skip``."""
+    where = _CLAIM[kind].replace(" ORDER BY", " AND t.transactional_id <> ALL(CAST(:skip AS text[])) ORDER BY")
+    row = conn.execute(
+        text(f"SELECT {_TXN_COLUMNS} FROM txlog.transactions t WHERE {where} LIMIT 1 FOR UPDATE OF t SKIP LOCKED"),
+        {"now": now_ms, "before": before_ms, "states": list(states), "skip": list(skip)},
+    ).first()
+    return _txn_from_row(row) if row else None
 
 
 def txn_state_counts(conn: Connection) -> dict[str, int]:
@@ -713,14 +1018,14 @@ class LogRecord:
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: dict | None
+    headers: Headers
     timestamp_ms: int
     producer_id: int | None
     producer_epoch: int | None
     sequence: int | None
     is_transactional: bool
     control_type: int | None
-    aborted: bool  # its transaction aborted (an ABORT marker closed it)
+    aborted: bool  # its transaction aborted (txlog.log_records.aborted)
     open: bool  # its transaction has no marker yet on this partition
 
 
@@ -739,21 +1044,20 @@ def records_page(
     ``backwards`` the last ones. A range scan of the primary key; the flags are index lookups in
     the aborted-transaction index and the producer state."""
     sql = f"""
-        SELECT {_RECORD_COLUMNS},
-               r.is_transactional AND NOT ({_NOT_ABORTED}) AS aborted,
+        SELECT {_RECORD_COLUMNS}, r.aborted,
                r.is_transactional AND r.control_type IS NULL AND EXISTS (
                    SELECT 1 FROM txlog.producer_partitions pp
                    WHERE pp.topic = r.topic AND pp.partition = r.partition AND pp.producer_id = r.producer_id
-                     AND pp.producer_epoch = r.producer_epoch AND pp.txn_first_offset <= r."offset") AS open
-        FROM txlog.records r
+                     AND pp.txn_first_offset <= r."offset") AS open
+        FROM txlog.log_records r
         WHERE r.topic = :topic AND r.partition = :partition AND r."offset" >= :start AND r."offset" < :upper
           {"" if include_control else "AND r.control_type IS NULL"}
-          {"" if include_aborted else "AND " + _NOT_ABORTED}
+          {"" if include_aborted else "AND NOT r.aborted"}
         ORDER BY r."offset" {"DESC" if backwards else ""}
         LIMIT :limit
     """
     rows = conn.execute(text(sql), {"topic": topic, "partition": partition, "start": start, "upper": upper, "limit": limit})
-    records = [LogRecord(*r) for r in rows]
+    records = [LogRecord(r[0], r[1], r[2], _headers(r[3], r[4]), *r[5:]) for r in rows]
     return records[::-1] if backwards else records
 
 
@@ -768,19 +1072,19 @@ def txn_browse(
     """One page of transactional ids in id order (keyset paging on the primary key)."""
     clauses = ["true"]
     if states:
-        clauses.append("state = ANY(CAST(:states AS text[]))")
+        clauses.append("t.state = ANY(CAST(:states AS text[]))")
     if started_before_ms is not None:
-        clauses.append("started_at < to_timestamp(:before / 1000.0)")
+        clauses.append("t.started_at < to_timestamp(:before / 1000.0)")
     if prefix:
-        clauses.append("transactional_id LIKE :prefix ESCAPE '\\'")
+        clauses.append("t.transactional_id LIKE :prefix ESCAPE '\\'")
     if after is not None:
-        clauses.append("transactional_id > :after")
+        clauses.append("t.transactional_id > :after")
     rows = conn.execute(
-        text(f"SELECT {_TXN_COLUMNS} FROM txlog.transactions WHERE {' AND '.join(clauses)} ORDER BY transactional_id LIMIT :limit"),
+        text(f"SELECT {_TXN_COLUMNS} FROM txlog.transactions t WHERE {' AND '.join(clauses)} ORDER BY t.transactional_id LIMIT :limit"),
         {
             "states": list(states or ()),
             "before": started_before_ms,
-            "prefix": (prefix or "").replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",
+            "prefix": _like_prefix(prefix),
             "after": after,
             "limit": limit,
         },
@@ -794,12 +1098,12 @@ def txns_overdue(conn: Connection, now_ms: int, prepared_before_ms: int, limit: 
     rows = conn.execute(
         text(
             f"""
-            (SELECT {_TXN_COLUMNS} FROM txlog.transactions
-             WHERE state = 'Ongoing' AND deadline < to_timestamp(:now / 1000.0) ORDER BY deadline LIMIT :limit)
+            (SELECT {_TXN_COLUMNS} FROM txlog.transactions t
+             WHERE t.state = 'Ongoing' AND t.deadline < to_timestamp(:now / 1000.0) ORDER BY t.deadline LIMIT :limit)
             UNION ALL
-            (SELECT {_TXN_COLUMNS} FROM txlog.transactions
-             WHERE state IN ('PrepareCommit', 'PrepareAbort') AND updated_at < to_timestamp(:before / 1000.0)
-             ORDER BY updated_at LIMIT :limit)
+            (SELECT {_TXN_COLUMNS} FROM txlog.transactions t
+             WHERE t.state IN ('PrepareCommit', 'PrepareAbort') AND t.updated_at < to_timestamp(:before / 1000.0)
+             ORDER BY t.updated_at LIMIT :limit)
             """
         ),
         {"now": now_ms, "before": prepared_before_ms, "limit": limit},
@@ -858,7 +1162,7 @@ def _producer_row(r) -> dict:  # type: ignore[no-untyped-def]
 _PRODUCER_COLUMNS = f"""
 pp.topic, pp.partition, pp.producer_id, pp.producer_epoch, pp.batches, pp.txn_first_offset,
 {_ms('pp.last_timestamp')} AS last_timestamp_ms,
-(SELECT t.transactional_id FROM txlog.transactions t WHERE t.producer_id = pp.producer_id LIMIT 1) AS transactional_id
+(SELECT pi.transactional_id FROM txlog.producer_ids pi WHERE pi.producer_id = pp.producer_id) AS transactional_id
 """
 
 

@@ -22,7 +22,7 @@ from sqlalchemy import (
     Text,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 SCHEMA = "txlog"
 metadata = MetaData(schema=SCHEMA)
@@ -48,6 +48,11 @@ partitions = Table(
     Column("partition", Integer, nullable=False),
     Column("log_start_offset", BigInteger, nullable=False, server_default=text("0")),
     Column("next_offset", BigInteger, nullable=False, server_default=text("0")),  # the high watermark
+    # Bytes of data records appended so far (key + value + headers): records.position of the next
+    # record. next_position - position(o) is the size of the log from offset o (retention.bytes).
+    Column("next_position", BigInteger, nullable=False, server_default=text("0")),
+    # Records below this offset are deleted (retention trails log_start_offset, in batches).
+    Column("stored_start_offset", BigInteger, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("topic", "partition"),
     ForeignKeyConstraint(["topic"], ["txlog.topics.name"], ondelete="CASCADE"),
 )
@@ -61,13 +66,20 @@ records = Table(
     Column("offset", BigInteger, nullable=False),
     Column("key", LargeBinary),
     Column("value", LargeBinary),
+    # Kafka's headers exactly: an ordered list of (key, value) pairs, keys may repeat, values are
+    # bytes or null. ``headers`` is the same list as a JSON object for convenience (the last value
+    # of each key, as UTF-8 text).
     Column("headers", JSONB),
+    Column("header_keys", ARRAY(Text)),
+    Column("header_values", ARRAY(LargeBinary)),
     Column("timestamp", TS, nullable=False),
     Column("producer_id", BigInteger),
     Column("producer_epoch", SmallInteger),
     Column("sequence", Integer),
     Column("is_transactional", Boolean, nullable=False, server_default=text("false")),
     Column("control_type", SmallInteger),  # NULL for data; 0 ABORT, 1 COMMIT (Kafka's ControlRecordType)
+    # Bytes of data records before this one in the partition (Kafka's log position).
+    Column("position", BigInteger, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("topic", "partition", "offset"),
 )
 
@@ -94,21 +106,42 @@ producer_partitions = Table(
     Index("producer_partitions_last_timestamp", "last_timestamp", postgresql_where=text("txn_first_offset IS NULL")),
 )
 
-# Kafka's transaction index (.txnindex): one row per aborted transaction per partition.
-# With a fresh epoch per transaction, (producer id, epoch) names a transaction exactly.
+# Kafka's transaction index (.txnindex): one row per aborted transaction per partition, its offset
+# range from the producer's first record in it to its ABORT marker. A producer's ranges on a
+# partition never overlap, so "is offset o of producer p aborted?" is one probe: p's range with
+# the largest first offset <= o, and whether it reaches o. Exact whatever the epochs: clients that
+# keep one epoch for many transactions get one row per aborted transaction too.
 aborted_txns = Table(
     "aborted_txns",
     metadata,
     Column("topic", Text, nullable=False),
     Column("partition", Integer, nullable=False),
     Column("producer_id", BigInteger, nullable=False),
-    Column("producer_epoch", SmallInteger, nullable=False),
     Column("first_offset", BigInteger, nullable=False),
     Column("last_offset", BigInteger, nullable=False),  # the ABORT marker's offset
-    PrimaryKeyConstraint("topic", "partition", "producer_id", "producer_epoch"),
+    Column("producer_epoch", SmallInteger, nullable=False),  # the marker's epoch (for inspection)
+    PrimaryKeyConstraint("topic", "partition", "producer_id", "first_offset"),
+    Index("aborted_txns_last_offset", "topic", "partition", "last_offset"),  # retention drops ranges below the log start
 )
 
 producer_id_seq = Sequence("producer_id_seq", metadata=metadata, start=1000)
+
+# The producer ids a transactional id has been given. A batch of a producer id found here is
+# checked against its transactional id's current producer id and epoch wherever it is appended, so
+# a fenced producer cannot write anywhere, with or without its transactional id. ``retired_at``:
+# the id is no longer its transactional id's (epoch exhausted, or the transactional id expired);
+# every epoch of it is fenced, for ``retire_reason``.
+producer_ids = Table(
+    "producer_ids",
+    metadata,
+    Column("producer_id", BigInteger, primary_key=True),
+    Column("transactional_id", Text, nullable=False),
+    Column("created_at", TS, nullable=False),
+    Column("retired_at", TS),
+    Column("retire_reason", Text),
+    Index("producer_ids_transactional_id", "transactional_id"),
+    Index("producer_ids_retired", "retired_at", postgresql_where=text("retired_at IS NOT NULL")),
+)
 
 # The transaction coordinator's current state per transactional id: the fold of its events.
 transactions = Table(
@@ -124,18 +157,37 @@ transactions = Table(
     Column("updated_at", TS, nullable=False),
     Column("epoch_changed_at", TS, nullable=False),
     Column("deadline", TS),  # started_at + timeout while Ongoing: what the sweeper looks for
-    Column("partitions", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
-    Column("groups", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
     Column("last_producer_id", BigInteger),
     Column("last_producer_epoch", SmallInteger),
     Column("last_result", Text),
     Column("fence_reason", Text),
     Column("coordinator", Integer, nullable=False),
+    # 2: each transaction gets its own epoch (KIP-890); 1: the producer keeps its epoch
+    Column("transaction_version", SmallInteger, nullable=False, server_default=text("2")),
     Index("transactions_producer_id", "producer_id"),
     Index("transactions_state_started", "state", "started_at"),
     Index("transactions_deadline", "deadline", postgresql_where=text("state = 'Ongoing'")),
     Index("transactions_prepared", "updated_at", postgresql_where=text("state IN ('PrepareCommit', 'PrepareAbort')")),
     Index("transactions_idle", "updated_at", postgresql_where=text("state IN ('Empty', 'CompleteCommit', 'CompleteAbort', 'Dead')")),
+)
+
+# The partitions and consumer groups of each transactional id's current (or last) transaction: a
+# row per member, so adding one never rewrites the others, however long the transaction runs.
+transaction_partitions = Table(
+    "transaction_partitions",
+    metadata,
+    Column("transactional_id", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    PrimaryKeyConstraint("transactional_id", "topic", "partition"),
+)
+
+transaction_groups = Table(
+    "transaction_groups",
+    metadata,
+    Column("transactional_id", Text, nullable=False),
+    Column("group_id", Text, nullable=False),
+    PrimaryKeyConstraint("transactional_id", "group_id"),
 )
 
 # Append-only history: one row per transition, keyed by (transactional id, version) so a second
@@ -157,6 +209,7 @@ transaction_events = Table(
     Column("last_producer_epoch", SmallInteger),
     Column("result", Text),
     Column("reason", Text),
+    Column("transaction_version", SmallInteger, nullable=False, server_default=text("2")),
     PrimaryKeyConstraint("transactional_id", "version"),
 )
 

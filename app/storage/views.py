@@ -1,4 +1,44 @@
-"""The stable SQL views of the contract (columns may be added, never renamed or removed)."""
+"""The SQL views: the contract's stable ones (columns may be added, never renamed or removed) and
+``txlog.log_records``, which holds the one definition of an aborted record.
+
+Each migration that changes a view carries its own frozen copy of the SQL; these are the current
+definitions, and a test checks that a migrated database has exactly these.
+"""
+
+# The log with what became of each record's transaction. THE definition of "aborted", used by the
+# HTTP fetch, txlog.committed_records, the Spark reader and the admin record browser alike: a
+# transactional record is aborted when an aborted range of its producer id on its partition
+# (Kafka's .txnindex, keyed by offset range) contains its offset. A producer's ranges on a partition
+# never overlap, so one backward probe of the index's primary key finds the only candidate: the
+# range with the largest first offset at or below the record's. The LIMIT keeps it a probe per
+# record (never a hash of every aborted transaction of every partition).
+LOG_RECORDS = """
+CREATE OR REPLACE VIEW txlog.log_records AS
+SELECT r.topic,
+       r.partition,
+       r."offset",
+       r.key,
+       r.value,
+       r.headers,
+       r.header_keys,
+       r.header_values,
+       r."timestamp",
+       r.producer_id,
+       r.producer_epoch,
+       r.sequence,
+       r.is_transactional,
+       r.control_type,
+       r.position,
+       r.is_transactional AND EXISTS (
+           SELECT 1 FROM (
+               SELECT a.last_offset FROM txlog.aborted_txns a
+               WHERE a.topic = r.topic AND a.partition = r.partition AND a.producer_id = r.producer_id
+                 AND a.first_offset <= r."offset"
+               ORDER BY a.first_offset DESC
+               LIMIT 1) n
+           WHERE n.last_offset >= r."offset") AS aborted
+FROM txlog.records r
+"""
 
 PARTITION_STATUS = """
 CREATE OR REPLACE VIEW txlog.partition_status AS
@@ -16,8 +56,8 @@ LEFT JOIN LATERAL (
 ) o ON true
 """
 
-# Exactly what a read_committed reader may see: below the last stable offset, control records
-# excluded, records of aborted transactions (found in the aborted-transaction index) excluded.
+# Exactly what a read_committed reader may see: from the log start to the last stable offset,
+# control records excluded, aborted records (txlog.log_records.aborted) excluded.
 COMMITTED_RECORDS = """
 CREATE OR REPLACE VIEW txlog.committed_records AS
 SELECT r.topic,
@@ -27,28 +67,35 @@ SELECT r.topic,
        r.value,
        r.headers,
        r."timestamp",
-       r.producer_id
-FROM txlog.records r
+       r.producer_id,
+       r.header_keys,
+       r.header_values
+FROM txlog.log_records r
 JOIN txlog.partition_status s ON s.topic = r.topic AND s.partition = r.partition
 WHERE r."offset" < s.last_stable_offset
   AND r."offset" >= s.log_start_offset
   AND r.control_type IS NULL
-  AND NOT (r.is_transactional AND EXISTS (
-        SELECT 1 FROM txlog.aborted_txns a
-        WHERE a.topic = r.topic AND a.partition = r.partition
-          AND a.producer_id = r.producer_id AND a.producer_epoch = r.producer_epoch))
+  AND NOT r.aborted
 """
 
 TRANSACTION_STATE = """
 CREATE OR REPLACE VIEW txlog.transaction_state AS
-SELECT transactional_id, producer_id, producer_epoch, state, timeout_ms, started_at, updated_at,
-       coordinator, partitions, groups, last_producer_id, last_producer_epoch, last_result, fence_reason
-FROM txlog.transactions
+SELECT t.transactional_id, t.producer_id, t.producer_epoch, t.state, t.timeout_ms, t.started_at, t.updated_at,
+       t.coordinator,
+       COALESCE((SELECT jsonb_agg(jsonb_build_array(m.topic, m.partition) ORDER BY m.topic, m.partition)
+                 FROM txlog.transaction_partitions m WHERE m.transactional_id = t.transactional_id),
+                '[]'::jsonb) AS partitions,
+       COALESCE((SELECT jsonb_agg(g.group_id ORDER BY g.group_id)
+                 FROM txlog.transaction_groups g WHERE g.transactional_id = t.transactional_id),
+                '[]'::jsonb) AS groups,
+       t.last_producer_id, t.last_producer_epoch, t.last_result, t.fence_reason
+FROM txlog.transactions t
 """
 
-ALL = [PARTITION_STATUS, COMMITTED_RECORDS, TRANSACTION_STATE]
+ALL = [LOG_RECORDS, PARTITION_STATUS, COMMITTED_RECORDS, TRANSACTION_STATE]
 DROP_ALL = [
     "DROP VIEW IF EXISTS txlog.transaction_state",
     "DROP VIEW IF EXISTS txlog.committed_records",
     "DROP VIEW IF EXISTS txlog.partition_status",
+    "DROP VIEW IF EXISTS txlog.log_records",
 ]

@@ -69,6 +69,7 @@ def test_topic_create_list_describe(api, topic_name):
         "partitions": [
             {"partition": p, "log_start_offset": 0, "high_watermark": 0, "last_stable_offset": 0} for p in range(3)
         ],
+        "config": {"cleanup.policy": "delete"},
     }
 
 
@@ -138,7 +139,7 @@ def test_unparseable_bodies_are_invalid_request(api, body):
         {"records": [None]},
         {"records": [{"value": 5}]},
         {"records": [{"key": ["a"]}]},
-        {"records": [{"headers": []}]},
+        {"records": [{"headers": [{"value": "no key"}]}]},
         {"records": [{"headers": {"h": 1}}]},
         {"records": [{"value": "v", "timestamp_ms": -1}]},
         {"records": [{"value": "v", "timestamp_ms": 2**70}]},
@@ -250,9 +251,10 @@ def test_produce_and_fetch_round_trip(api, topic_name):
     got = api.get(records_url(topic_name, 1), params={"offset": 0}).json()
     assert got["topic"] == topic_name and got["partition"] == 1
     assert got["records"] == [
-        {"offset": 0, "key": "k1", "value": "v1", "headers": {"h": "1"}, "timestamp_ms": 1_600_000_000_000},
-        {"offset": 1, "key": None, "value": None, "headers": {}, "timestamp_ms": body["log_append_time_ms"]},
-        {"offset": 2, "key": None, "value": "v3", "headers": {}, "timestamp_ms": second["log_append_time_ms"]},
+        {"offset": 0, "key": "k1", "value": "v1", "headers": {"h": "1"}, "header_list": [{"key": "h", "value": "1"}],
+         "timestamp_ms": 1_600_000_000_000},
+        {"offset": 1, "key": None, "value": None, "headers": {}, "header_list": [], "timestamp_ms": body["log_append_time_ms"]},
+        {"offset": 2, "key": None, "value": "v3", "headers": {}, "header_list": [], "timestamp_ms": second["log_append_time_ms"]},
     ]
     assert (got["next_offset"], got["high_watermark"], got["last_stable_offset"], got["log_start_offset"]) == (3, 3, 3, 0)
     assert api.get(records_url(topic_name, 0)).json()["records"] == []

@@ -18,7 +18,7 @@ MINUTE = 60_000
 
 
 def rec(key: str, ts: int | None = None) -> NewRecord:
-    return NewRecord(key.encode(), f"value of {key}".encode(), {"h": "1"}, ts)
+    return NewRecord(key.encode(), f"value of {key}".encode(), (("h", b"1"),), ts)
 
 
 class Txn:

@@ -21,7 +21,7 @@ from tests.conftest import make_broker
 
 
 def recs(*values: str) -> list[NewRecord]:
-    return [NewRecord(None, v.encode(), {}, None) for v in values]
+    return [NewRecord(None, v.encode()) for v in values]
 
 
 def send(broker, pid: int, epoch: int, seq: int, *values: str, partition: int = 0, topic: str = "t", tid: str | None = None):  # type: ignore[no-untyped-def]

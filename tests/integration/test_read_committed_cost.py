@@ -25,7 +25,7 @@ def _history(broker, topic: str, transactions: int) -> None:  # type: ignore[no-
     partition; transactions of three producers, every other one aborted; then one left open."""
     for _ in range(transactions):
         pid = init_producer_id(broker, None).producer_id
-        produce(broker, topic, 0, ProduceRequest([NewRecord(None, b"plain", {}, None)], pid, 0, 0))
+        produce(broker, topic, 0, ProduceRequest([NewRecord(None, b"plain")], pid, 0, 0))
     producers = [Producer(broker, f"{topic}-p{i}") for i in range(3)]
     for n in range(transactions):
         p = producers[n % 3]
@@ -58,7 +58,7 @@ def test_read_committed_cost_does_not_grow_with_the_transactions_seen(broker):  
                 assert got.records and all(r.value.endswith(b"-a") or r.value.endswith(b"-b") for r in got.records)
                 assert all(int(r.value[1:].split(b"-")[0]) % 2 == 0 for r in got.records)  # committed ones only
             total = 0
-            for statement, parameters in _statements_of(broker, fetch, touching="txlog."):
+            for statement, parameters in _statements_of(broker, fetch, touching=("txlog.",)):
                 nodes, buffers = _explain(broker, statement, parameters)
                 scans = [x for x in nodes if x.get("Relation Name") in GROWING]
                 assert scans and not [x for x in scans if x["Node Type"] == "Seq Scan"], (statement, scans)

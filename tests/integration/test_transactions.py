@@ -33,9 +33,10 @@ class Producer:
     """A transactional producer: its producer id and epoch and its next sequence per partition.
     ``copy.copy(p)`` keeps a stale view — a zombie, or a request delayed in the network."""
 
-    def __init__(self, broker, tid: str, timeout_ms: int | None = None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, broker, tid: str, timeout_ms: int | None = None, transaction_version: int = 2) -> None:  # type: ignore[no-untyped-def]
         self.broker = broker
         self.tid = tid
+        self.transaction_version = transaction_version  # 1: keeps its epoch across transactions, as Kafka clients before V2
         self.init(timeout_ms)
 
     def init(self, timeout_ms: int | None = None) -> "Producer":
@@ -45,7 +46,7 @@ class Producer:
 
     def send(self, topic: str, partition: int, *values: str) -> produce_service.ProduceResult:
         seq = self.seqs.get((topic, partition), 0)
-        records = [NewRecord(f"{self.tid}".encode(), v.encode(), {}, None) for v in values]
+        records = [NewRecord(f"{self.tid}".encode(), v.encode()) for v in values]
         result = produce_service.produce(
             self.broker, topic, partition, ProduceRequest(records, self.pid, self.epoch, seq, self.tid)
         )
@@ -61,8 +62,9 @@ class Producer:
         )
 
     def end(self, result: str) -> transactions.EndTxnOutcome:
-        out = transactions.end_txn(self.broker, self.tid, self.pid, self.epoch, result)  # type: ignore[arg-type]
-        self.pid, self.epoch, self.seqs = out.producer_id, out.producer_epoch, {}
+        out = transactions.end_txn(self.broker, self.tid, self.pid, self.epoch, result, self.transaction_version)  # type: ignore[arg-type]
+        if (out.producer_id, out.producer_epoch) != (self.pid, self.epoch):
+            self.pid, self.epoch, self.seqs = out.producer_id, out.producer_epoch, {}
         return out
 
     def commit(self) -> transactions.EndTxnOutcome:
@@ -283,7 +285,7 @@ def test_an_unknown_transactional_id_is_an_invalid_mapping(broker, topic):
     for call in (
         lambda: transactions.add_partitions_to_txn(broker, "nobody", 1, 0, [(topic, 0)]),
         lambda: transactions.end_txn(broker, "nobody", 1, 0, "commit"),
-        lambda: produce_service.produce(broker, topic, 0, ProduceRequest([NewRecord(None, b"v", {}, None)], 1, 0, 0, "nobody")),
+        lambda: produce_service.produce(broker, topic, 0, ProduceRequest([NewRecord(None, b"v")], 1, 0, 0, "nobody")),
     ):
         assert error_of(call).code is ErrorCode.INVALID_PRODUCER_ID_MAPPING
 
@@ -374,7 +376,7 @@ def test_commit_writes_a_marker_on_every_partition_and_moves_the_lso(broker, top
     p.send(topic, 0, "a0", "a1")
     p.send(topic, 1, "b0")
     p.send(topic, 0, "a2")
-    produce_service.produce(broker, topic, 0, ProduceRequest([NewRecord(None, b"plain", {}, None)]))
+    produce_service.produce(broker, topic, 0, ProduceRequest([NewRecord(None, b"plain")]))
     assert status(broker, topic, 0) == (4, 0)
     assert status(broker, topic, 1) == (1, 0)
     assert read(broker, topic, 0) == []  # the plain record is above the LSO too
@@ -395,7 +397,7 @@ def test_commit_writes_a_marker_on_every_partition_and_moves_the_lso(broker, top
 def test_abort_hides_the_records_from_read_committed_only(broker, topic):
     p = Producer(broker, "tx")
     p.send(topic, 0, "x", "y")
-    produce_service.produce(broker, topic, 0, ProduceRequest([NewRecord(None, b"plain", {}, None)]))
+    produce_service.produce(broker, topic, 0, ProduceRequest([NewRecord(None, b"plain")]))
     out = p.abort()
     assert (out.state, out.producer_epoch) == (S.COMPLETE_ABORT, 1)
     assert status(broker, topic, 0) == (4, 4)
@@ -428,7 +430,7 @@ def test_next_offset_moves_past_markers_and_aborted_records(broker, topic):
 
 def test_lso_is_the_first_offset_of_the_earliest_open_transaction(broker, topic):
     a, b = Producer(broker, "a"), Producer(broker, "b")
-    produce_service.produce(broker, topic, 0, ProduceRequest([NewRecord(None, b"p0", {}, None)]))  # 0
+    produce_service.produce(broker, topic, 0, ProduceRequest([NewRecord(None, b"p0")]))  # 0
     a.send(topic, 0, "a1")  # 1
     b.send(topic, 0, "b2")  # 2
     a.send(topic, 0, "a3")  # 3

@@ -7,13 +7,13 @@ import json
 import uuid
 from dataclasses import dataclass, field
 
-from app.domain.records import NewRecord
+from app.domain.records import NewRecord, headers_from_object, headers_object
 from app.services import Broker, fetch, groups, produce, topics, transactions
 from app.services.produce import ProduceRequest
 
 
 def rec(value: str, key: str | None = None, headers: dict[str, str] | None = None) -> NewRecord:
-    return NewRecord(key.encode() if key is not None else None, value.encode(), headers or {}, None)
+    return NewRecord(key.encode() if key is not None else None, value.encode(), headers_from_object(headers or {}))
 
 
 @dataclass
@@ -80,7 +80,7 @@ def consume(broker: Broker, topic: str, isolation_level: str = "read_committed",
         end = status.last_stable_offset if isolation_level == "read_committed" else status.high_watermark
         while offset < end:
             r = fetch.fetch(broker, topic, p, offset, max_records=1000, isolation_level=isolation_level)  # type: ignore[arg-type]
-            out += [(p, x.offset, x.key, x.value, x.headers or None) for x in r.records]
+            out += [(p, x.offset, x.key, x.value, headers_object(x.headers) or None) for x in r.records]
             offset = r.next_offset
     return sorted(out)
 

@@ -9,9 +9,13 @@ from app.domain.records import (
     NewRecord,
     decode_bytes,
     encode_bytes,
+    fetch_scan_end,
+    headers_from_object,
+    headers_object,
     next_offset_after_fetch,
     record_size,
     take_within_limits,
+    validate_headers,
     validate_partition_count,
     validate_topic_name,
 )
@@ -115,9 +119,39 @@ def test_non_utf8_bytes_read_as_utf8_never_fail():
 def test_record_size_counts_key_value_and_headers_in_bytes():
     assert record_size(None, None, None) == 0
     assert record_size(b"ab", b"cde", None) == 5
-    assert record_size(b"", b"", {"h": "vv"}) == 3
-    assert record_size(None, b"x", {"é": "✓", "k": None}) == 1 + 2 + 3 + 1  # type: ignore[dict-item]
-    assert NewRecord(b"k", b"value", {"a": "b"}, None).size() == 1 + 5 + 2
+    assert record_size(b"", b"", [("h", b"vv")]) == 3
+    assert record_size(None, b"x", [("é", "✓".encode()), ("k", None)]) == 1 + 2 + 3 + 1
+    assert record_size(None, None, [("k", b"1"), ("k", b"22")]) == 2 + 3  # a repeated key counts each time
+    assert NewRecord(b"k", b"value", (("a", b"b"),)).size() == 1 + 5 + 2
+
+
+# --- headers --------------------------------------------------------------------------------------
+
+def test_headers_object_keeps_the_last_value_of_each_key_as_text():
+    headers = (("k", b"1"), ("bin", b"\xff"), ("k", b"2"), ("none", None))
+    assert headers_object(headers) == {"k": "2", "bin": "\ufffd", "none": None}
+    assert headers_object(()) == {}
+
+
+def test_headers_from_the_object_form_are_utf8_text_in_order():
+    assert headers_from_object({"b": "✓", "a": None}) == (("b", "✓".encode()), ("a", None))
+
+
+def test_header_keys_must_be_text_without_nul():
+    validate_headers([("ok", b"\x00 values may hold anything")], "records[0].headers")
+    for bad in ("a\x00b", "\ud800"):
+        with pytest.raises(TxlogError) as info:
+            validate_headers([(bad, b"")], "records[0].headers")
+        assert info.value.code is ErrorCode.INVALID_RECORD and "records[0].headers" in info.value.message
+
+
+# --- the fetch window -----------------------------------------------------------------------------
+
+def test_a_fetch_reads_a_window_bounded_by_the_request_not_the_log():
+    assert fetch_scan_end(0, 10, 500) == 10  # everything up to the end
+    assert fetch_scan_end(100, 10**9, 500) == 100 + 4 * 501  # a window of the request's size
+    assert fetch_scan_end(100, 10**9, 1) == 100 + 1000  # never smaller than the minimum
+    assert fetch_scan_end(7, 7, 500) == 7
 
 
 # --- fetch limits ---------------------------------------------------------------------------------

@@ -546,8 +546,41 @@ def test_fenced_error_carries_the_reason_the_epoch_and_when():
     assert err.to_dict()["retriable"] is False
 
 
-def test_fenced_error_without_a_reason_defaults_to_newer_epoch():
+def test_fenced_error_names_the_producers_own_end_for_the_epoch_it_ended_and_newer_epoch_before():
     h = History()
     h.add(("a", 0))
     h.end("commit")
+    assert txn.fenced_error(h.meta, 0).details["reason"] == "transaction_ended"
+    h.add(("a", 0))
+    h.end("abort")
+    assert txn.fenced_error(h.meta, 1).details["reason"] == "transaction_ended"
     assert txn.fenced_error(h.meta, 0).details["reason"] == "newer_epoch"
+    h.reinit()
+    assert txn.fenced_error(h.meta, 2).details["reason"] == "newer_epoch"
+
+
+# --- a batch of a transactional id's producer id, wherever it is appended ------------------------
+
+def test_only_the_current_producer_id_and_epoch_of_a_transactional_id_write_batches():
+    h = History()
+    txn.check_batch_producer(TID, h.meta, None, PID, 0)
+    h.add(("a", 0))
+    h.end("commit")  # the epoch moves on to 1
+    txn.check_batch_producer(TID, h.meta, None, PID, 1)
+    err = error_of(txn.check_batch_producer, TID, h.meta, None, PID, 0)
+    assert (err.code, err.details["reason"]) == (ErrorCode.PRODUCER_FENCED, "transaction_ended")
+    assert error_of(txn.check_batch_producer, TID, h.meta, None, PID, 2).code is ErrorCode.INVALID_PRODUCER_EPOCH
+    h.add(("a", 0))
+    h.prepare("abort", "timed_out")
+    h.complete()
+    assert error_of(txn.check_batch_producer, TID, h.meta, None, PID, 1).details["reason"] == "timed_out"
+
+
+def test_a_retired_or_expired_producer_id_is_fenced_at_every_epoch():
+    h = History()
+    err = error_of(txn.check_batch_producer, TID, h.meta, "newer_epoch", PID, 0)
+    assert err.code is ErrorCode.PRODUCER_FENCED and f"now uses producer id {PID}" in err.message
+    assert error_of(txn.check_batch_producer, TID, None, None, PID, 5).details["reason"] == "expired"
+    h.step(txn.expired(h.meta, h.tick()))
+    assert error_of(txn.check_batch_producer, TID, h.meta, None, PID, 0).details["reason"] == "expired"
+    assert error_of(txn.check_batch_producer, TID, h.meta, None, PID + 1, 0).details["reason"] == "expired"
