@@ -19,6 +19,7 @@ from app.domain.records import (
     encode_bytes,
     headers_from_object,
     headers_object,
+    valid_text,
     validate_headers,
 )
 from app.domain.transactions import TxnEvent, TxnMetadata
@@ -33,22 +34,13 @@ def broker(request: Request) -> Broker:
     return request.app.state.broker
 
 
-def _no_nul(value: str, what: str) -> str:
-    if "\x00" in value:
-        raise TxlogError(ErrorCode.INVALID_RECORD, f"{what} must not contain NUL characters")
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise TxlogError(ErrorCode.INVALID_RECORD, f"{what} is not valid Unicode (lone surrogate)") from None
-    return value
 
 
 def _headers_in(headers: list[s.HeaderIn] | dict[str, str | None] | None, encoding: Encoding, i: int) -> Headers:
     if not headers:
         return ()
     if isinstance(headers, dict):
-        out = headers_from_object({k: None if v is None else _no_nul(v, f"records[{i}].headers value") for k, v in headers.items()})
+        out = headers_from_object({k: None if v is None else valid_text(v, f"records[{i}].headers value") for k, v in headers.items()})
     else:
         out = tuple((h.key, decode_bytes(h.value, encoding, f"records[{i}].headers[{j}].value")) for j, h in enumerate(headers))
     validate_headers(out, f"records[{i}].headers")
@@ -201,7 +193,7 @@ async def fetch(
 # --- consumer group offsets -----------------------------------------------------------------------
 
 def _offsets(items: list[s.OffsetIn]) -> list[GroupOffset]:
-    return [GroupOffset(o.topic, o.partition, o.offset, _no_nul(o.metadata or "", "metadata")) for o in items]
+    return [GroupOffset(o.topic, o.partition, o.offset, valid_text(o.metadata or "", "metadata")) for o in items]
 
 
 def _offsets_out(offsets: list[GroupOffset]) -> list[dict]:

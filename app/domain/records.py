@@ -95,15 +95,21 @@ def headers_from_object(obj: dict[str, str | None]) -> Headers:
     return tuple((k, None if v is None else v.encode("utf-8", errors="surrogatepass")) for k, v in obj.items())
 
 
+def valid_text(value: str, what: str) -> str:
+    """Text stored as PostgreSQL text: no NUL characters, and valid Unicode (no lone surrogate)."""
+    if "\x00" in value:
+        raise TxlogError(ErrorCode.INVALID_RECORD, f"{what} must not contain NUL characters")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise TxlogError(ErrorCode.INVALID_RECORD, f"{what} is not valid Unicode (lone surrogate)") from None
+    return value
+
+
 def validate_headers(headers: Iterable[Header], where: str) -> None:
     for k, _ in headers:
-        if "\x00" in k:
-            raise TxlogError(ErrorCode.INVALID_RECORD, f"{where}: a header key must not contain NUL characters")
-        if not k.isascii():
-            try:
-                k.encode("utf-8")
-            except UnicodeEncodeError:
-                raise TxlogError(ErrorCode.INVALID_RECORD, f"{where}: a header key is not valid Unicode (lone surrogate)") from None
+        valid_text(k, f"{where}: a header key")
 
 
 # A fetch reads at most this many offsets per record it may return (and at least

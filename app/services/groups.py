@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from app.domain.groups import last_per_partition
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.storage import queries as q
@@ -15,8 +16,11 @@ def _check_group(group_id: str) -> None:
         raise TxlogError(ErrorCode.INVALID_REQUEST, "A group id must be a non-empty string without NUL characters")
 
 
-def offset_commit(broker: Broker, group_id: str, offsets: Sequence[GroupOffset]) -> None:
+def offset_commit(broker: Broker, group_id: str, offsets: Sequence[GroupOffset]) -> list[GroupOffset]:
+    """OffsetCommit; a partition given more than once keeps its last offset. Answers the offsets
+    as stored."""
     _check_group(group_id)
+    offsets = last_per_partition(offsets)
     for o in offsets:
         if o.offset < 0:
             raise TxlogError(ErrorCode.INVALID_REQUEST, f"Offset for {o.topic}-{o.partition} must not be negative")
@@ -27,6 +31,7 @@ def offset_commit(broker: Broker, group_id: str, offsets: Sequence[GroupOffset])
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "Unknown topic-partitions: " + ", ".join(f"{t}-{p}" for t, p in missing)
             )
         q.group_offsets_upsert(conn, group_id, offsets)
+    return offsets
 
 
 def offset_fetch(broker: Broker, group_id: str, require_stable: bool = False) -> list[GroupOffset]:

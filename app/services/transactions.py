@@ -8,6 +8,7 @@ from typing import Sequence
 
 from app import faults
 from app.domain import transactions as txn
+from app.domain.groups import last_per_partition
 from app.domain.transactions import Result, TopicPartition, TxnEvent, TxnMetadata, TxnState
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
@@ -97,9 +98,11 @@ def txn_offset_commit(
     broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str, offsets: Sequence[GroupOffset]
 ) -> TxnMetadata:
     """AddOffsetsToTxn and TxnOffsetCommit in one: the group joins the transaction and the offsets
-    wait, invisible to the group, until the transaction commits (dropped if it aborts)."""
+    wait, invisible to the group, until the transaction commits (dropped if it aborts). A partition
+    given more than once keeps its last offset."""
     if not group_id or "\x00" in group_id:
         raise TxlogError(ErrorCode.INVALID_REQUEST, "group_id must be a non-empty string")
+    offsets = last_per_partition(offsets)
     with broker.db.transaction() as conn:
         meta = coordinator.locked(conn, transactional_id, partitions=[], groups=[group_id])
         txn.check_producer(meta, producer_id, producer_epoch)

@@ -214,3 +214,50 @@ def test_contract_views_exist_with_their_columns(empty_database):
         )
     assert kinds["committed_records"] == kinds["partition_status"] == kinds["transaction_state"] == "v"
     assert kinds["transaction_events"] in ("r", "v")  # the append-only history is itself readable
+
+
+def test_upgrading_a_database_with_data_keeps_every_record_and_transaction(empty_database):
+    """Data written by the first schema reads the same after the upgrade: aborted transactions as
+    offset ranges, headers as lists, log positions, producer ids of transactional ids, and a
+    transaction's partitions and groups as rows."""
+    url = empty_database()
+    migrate.upgrade(url, "0001")
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        conn.execute(
+            """
+            INSERT INTO txlog.topics (name, partitions) VALUES ('t', 1);
+            INSERT INTO txlog.partitions (topic, partition, next_offset) VALUES ('t', 0, 6);
+            INSERT INTO txlog.records (topic, partition, "offset", key, value, headers, "timestamp", producer_id,
+                                       producer_epoch, sequence, is_transactional, control_type) VALUES
+              ('t', 0, 0, 'k', 'plain', '{"h": "1", "a": null}', now(), NULL, NULL, NULL, false, NULL),
+              ('t', 0, 1, NULL, 'aborted', NULL, now(), 1000, 0, 0, true, NULL),
+              ('t', 0, 2, NULL, NULL, NULL, now(), 1000, 0, NULL, true, 0),
+              ('t', 0, 3, NULL, 'committed', NULL, now(), 1000, 1, 0, true, NULL),
+              ('t', 0, 4, NULL, NULL, NULL, now(), 1000, 1, NULL, true, 1),
+              ('t', 0, 5, 'kk', 'last', NULL, now(), NULL, NULL, NULL, false, NULL);
+            INSERT INTO txlog.aborted_txns VALUES ('t', 0, 1000, 0, 1, 2);
+            INSERT INTO txlog.transactions (transactional_id, producer_id, producer_epoch, state, timeout_ms, version,
+                updated_at, epoch_changed_at, partitions, groups, last_producer_id, last_producer_epoch, last_result,
+                coordinator)
+              VALUES ('tx', 1001, 0, 'CompleteCommit', 60000, 3, now(), now(), '[["t", 0]]', '["g"]', 1000, 1, 'commit', 7);
+            """
+        )
+    migrate.upgrade(url)
+    with psycopg.connect(libpq_url(url)) as conn:
+        committed = conn.execute(
+            'SELECT "offset", value, header_keys, header_values, headers FROM txlog.committed_records ORDER BY "offset"'
+        ).fetchall()
+        assert [(o, v) for o, v, *_ in committed] == [(0, b"plain"), (3, b"committed"), (5, b"last")]
+        assert committed[0][2:] == (["a", "h"], [None, b"1"], {"h": "1", "a": None})
+        assert conn.execute(
+            "SELECT producer_id, first_offset, last_offset, producer_epoch FROM txlog.aborted_txns"
+        ).fetchall() == [(1000, 1, 2, 0)]
+        positions = conn.execute('SELECT "offset", position FROM txlog.records ORDER BY "offset"').fetchall()
+        sizes = [1 + 5 + 2 + 1, 7, 0, 9, 0]  # key + value + header keys and values of each record before
+        assert positions == [(o, sum(sizes[:o])) for o in range(6)]
+        assert conn.execute("SELECT next_position FROM txlog.partitions").fetchone() == (sum(sizes) + 2 + 4,)
+        assert conn.execute("SELECT producer_id, transactional_id, retired_at IS NOT NULL FROM txlog.producer_ids ORDER BY 1").fetchall() == [
+            (1000, "tx", True),
+            (1001, "tx", False),
+        ]
+        assert conn.execute("SELECT partitions, groups FROM txlog.transaction_state").fetchone() == ([["t", 0]], ["g"])
