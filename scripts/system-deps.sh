@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Installs what pip cannot: Java and the PostgreSQL JDBC driver (for Spark) and Chromium (for page
-# tests).
+# Installs what pip cannot: Java and the PostgreSQL JDBC driver (for Spark), Chromium (for page
+# tests) and libfaketime (runs a server with its clock set apart from the database's, for clock tests).
 # Skips what is present; says what is missing when it cannot install (no root, no apt).
 set -euo pipefail
 need=()
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 [[ -f /usr/share/java/postgresql.jar || -n "${TXLOG_JDBC_JAR:-}" ]] || need+=(libpostgresql-jdbc-java)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v faketime >/dev/null 2>&1 || need+=(faketime)
 ((${#need[@]})) || exit 0
 if command -v apt-get >/dev/null 2>&1; then
   sudo=""
@@ -15,5 +16,5 @@ if command -v apt-get >/dev/null 2>&1; then
   $sudo apt-get update -qq >/dev/null || true
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
 else
-  echo "warning: please install ${need[*]} (Spark and browser tests need them)" >&2
+  echo "warning: please install ${need[*]} (Spark, browser and clock tests need them)" >&2
 fi

@@ -7,9 +7,11 @@ from typing import Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
 
 from api.metrics import DUPLICATES, RECORDS_APPENDED, TXN_ENDED
 from api.v1 import schemas as s
+from api.v1.responses import errors
 from app.domain.partitioner import coordinator_partition
 from app.domain.records import (
     Encoding,
@@ -61,18 +63,18 @@ def _records(body_records: list[s.RecordIn], encoding: Encoding) -> list[NewReco
 
 # --- topics ---------------------------------------------------------------------------------------
 
-@router.post("/topics", status_code=201, response_model=s.TopicInfo, tags=["topics"])
+@router.post("/topics", status_code=201, response_model=s.TopicInfo, responses=errors(400, 409, 413), tags=["topics"])
 def create_topic(body: s.TopicCreate, b: Broker = Depends(broker)) -> s.TopicInfo:
     name, n = topics.create_topic(b, body.name, body.partitions, body.config)
     return s.TopicInfo(name=name, partitions=n)
 
 
-@router.get("/topics", tags=["topics"])
+@router.get("/topics", response_model=s.TopicList, responses=errors(), tags=["topics"])
 def list_topics(b: Broker = Depends(broker)) -> dict:
     return {"topics": [{"name": n, "partitions": p} for n, p in topics.list_topics(b)]}
 
 
-@router.get("/topics/{topic}", response_model=s.TopicDescription, tags=["topics"])
+@router.get("/topics/{topic}", response_model=s.TopicDescription, responses=errors(400, 404), tags=["topics"])
 def describe_topic(topic: str, b: Broker = Depends(broker)) -> s.TopicDescription:
     parts = topics.describe_topic(b, topic)
     return s.TopicDescription(
@@ -90,7 +92,7 @@ def describe_topic(topic: str, b: Broker = Depends(broker)) -> s.TopicDescriptio
     )
 
 
-@router.patch("/topics/{topic}", response_model=s.TopicConfigInfo, tags=["topics"])
+@router.patch("/topics/{topic}", response_model=s.TopicConfigInfo, responses=errors(400, 404, 409, 413), tags=["topics"])
 def alter_topic(topic: str, body: s.TopicAlter, b: Broker = Depends(broker)) -> s.TopicConfigInfo:
     """Change a topic's config (Kafka's IncrementalAlterConfigs): each key given is set, each key
     given as null removed. ``retention.ms`` and ``retention.bytes`` (-1: no limit) take effect at
@@ -98,7 +100,12 @@ def alter_topic(topic: str, body: s.TopicAlter, b: Broker = Depends(broker)) -> 
     return s.TopicConfigInfo(name=topic, config=topics.alter_topic_config(b, topic, body.config))
 
 
-@router.post("/topics/{topic}/partitions/{partition}/delete-records", response_model=s.DeleteRecordsResponse, tags=["topics"])
+@router.post(
+    "/topics/{topic}/partitions/{partition}/delete-records",
+    response_model=s.DeleteRecordsResponse,
+    responses=errors(400, 404, 409, 413, 416),
+    tags=["topics"],
+)
 def delete_records(topic: str, partition: int, body: s.DeleteRecordsBody, b: Broker = Depends(broker)) -> s.DeleteRecordsResponse:
     """Kafka's DeleteRecords: the partition's log start moves to ``before_offset`` (-1: the last
     stable offset), never past the last stable offset. Readers below it get OFFSET_OUT_OF_RANGE;
@@ -121,6 +128,7 @@ def _produced(topic: str, result: produce_service.ProduceResult) -> s.ProduceRes
     "/topics/{topic}/partitions/{partition}/records",
     response_model=s.ProduceResponse,
     response_model_exclude_none=True,
+    responses=errors(400, 404, 409, 413),
     tags=["produce"],
 )
 def produce(topic: str, partition: int, body: s.ProduceBody, b: Broker = Depends(broker)) -> s.ProduceResponse:
@@ -134,14 +142,16 @@ def produce(topic: str, partition: int, body: s.ProduceBody, b: Broker = Depends
     return _produced(topic, produce_service.produce(b, topic, partition, req))
 
 
-@router.post("/topics/{topic}/records", response_model=s.ProduceResponse, tags=["produce"])
+@router.post("/topics/{topic}/records", response_model=s.ProduceResponse, responses=errors(400, 404, 409, 413), tags=["produce"])
 def produce_to_topic(topic: str, body: s.PlainProduceBody, b: Broker = Depends(broker)) -> s.ProduceResponse:
     return _produced(topic, produce_service.produce_to_topic(b, topic, _records(body.records, body.encoding)))
 
 
 # --- fetch ----------------------------------------------------------------------------------------
 
-@router.get("/topics/{topic}/partitions/{partition}/records", tags=["fetch"])
+@router.get(
+    "/topics/{topic}/partitions/{partition}/records", response_model=s.FetchResponse, responses=errors(400, 404, 416), tags=["fetch"]
+)
 async def fetch(
     request: Request,
     topic: str,
@@ -152,7 +162,7 @@ async def fetch(
     isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted",
     encoding: Literal["utf8", "base64"] = "utf8",
     wait_ms: int = Query(0, ge=0, le=60_000),
-) -> dict:
+) -> JSONResponse:
     b: Broker = request.app.state.broker
 
     def once() -> fetch_service.FetchResult:
@@ -169,7 +179,9 @@ async def fetch(
                     result = await run_in_threadpool(once)
                 elif await request.is_disconnected():
                     break
-    return {
+    # Sent as built, its values already JSON: encoding it again, or checking each record against
+    # FetchResponse (declared in the OpenAPI document), makes a 500-record fetch 12% to 40% slower.
+    return JSONResponse({
         "topic": topic,
         "partition": partition,
         "records": [
@@ -187,7 +199,7 @@ async def fetch(
         "high_watermark": result.high_watermark,
         "last_stable_offset": result.last_stable_offset,
         "log_start_offset": result.log_start_offset,
-    }
+    })
 
 
 # --- consumer group offsets -----------------------------------------------------------------------
@@ -200,21 +212,21 @@ def _offsets_out(offsets: list[GroupOffset]) -> list[dict]:
     return [{"topic": o.topic, "partition": o.partition, "offset": o.offset, "metadata": o.metadata} for o in offsets]
 
 
-@router.post("/groups/{group}/offsets", tags=["groups"])
+@router.post("/groups/{group}/offsets", response_model=s.GroupOffsets, responses=errors(400, 404, 409, 413), tags=["groups"])
 def offset_commit(group: str, body: s.GroupOffsetsBody, b: Broker = Depends(broker)) -> dict:
-    offsets = _offsets(body.offsets)
-    groups.offset_commit(b, group, offsets)
-    return {"offsets": _offsets_out(offsets)}
+    """Kafka's OffsetCommit. A partition given more than once keeps its last offset; the answer
+    shows the offsets as stored."""
+    return {"offsets": _offsets_out(groups.offset_commit(b, group, _offsets(body.offsets)))}
 
 
-@router.get("/groups/{group}/offsets", tags=["groups"])
+@router.get("/groups/{group}/offsets", response_model=s.GroupOffsets, responses=errors(400, 409), tags=["groups"])
 def offset_fetch(group: str, require_stable: bool = False, b: Broker = Depends(broker)) -> dict:
     return {"offsets": _offsets_out(groups.offset_fetch(b, group, require_stable))}
 
 
 # --- producers and transactions -------------------------------------------------------------------
 
-@router.post("/producers", response_model=s.ProducerIdAndEpoch, tags=["transactions"])
+@router.post("/producers", response_model=s.ProducerIdAndEpoch, responses=errors(400, 409, 413), tags=["transactions"])
 def init_producer_id(body: s.InitProducerBody, b: Broker = Depends(broker)) -> s.ProducerIdAndEpoch:
     r = transactions.init_producer_id(b, body.transactional_id, body.transaction_timeout_ms)
     return s.ProducerIdAndEpoch(producer_id=r.producer_id, producer_epoch=r.producer_epoch)
@@ -255,7 +267,7 @@ def event_json(e: TxnEvent) -> dict:
     }
 
 
-@router.post("/transactions/{tid}/partitions", tags=["transactions"])
+@router.post("/transactions/{tid}/partitions", response_model=s.TxnDescription, responses=errors(400, 404, 409, 413), tags=["transactions"])
 def add_partitions_to_txn(tid: str, body: s.AddPartitionsBody, b: Broker = Depends(broker)) -> dict:
     meta = transactions.add_partitions_to_txn(
         b, tid, body.producer_id, body.producer_epoch, [(p.topic, p.partition) for p in body.partitions]
@@ -263,25 +275,25 @@ def add_partitions_to_txn(tid: str, body: s.AddPartitionsBody, b: Broker = Depen
     return txn_json(meta, b)
 
 
-@router.post("/transactions/{tid}/offsets", tags=["transactions"])
+@router.post("/transactions/{tid}/offsets", response_model=s.TxnDescription, responses=errors(400, 404, 409, 413), tags=["transactions"])
 def txn_offset_commit(tid: str, body: s.TxnOffsetsBody, b: Broker = Depends(broker)) -> dict:
     meta = transactions.txn_offset_commit(b, tid, body.producer_id, body.producer_epoch, body.group_id, _offsets(body.offsets))
     return txn_json(meta, b)
 
 
-@router.post("/transactions/{tid}/end", response_model=s.EndTxnResponse, tags=["transactions"])
+@router.post("/transactions/{tid}/end", response_model=s.EndTxnResponse, responses=errors(400, 409, 413), tags=["transactions"])
 def end_txn(tid: str, body: s.EndTxnBody, b: Broker = Depends(broker)) -> s.EndTxnResponse:
     outcome = transactions.end_txn(b, tid, body.producer_id, body.producer_epoch, body.result)
     TXN_ENDED.labels(body.result).inc()
     return s.EndTxnResponse(state=outcome.state.value, producer_id=outcome.producer_id, producer_epoch=outcome.producer_epoch)
 
 
-@router.post("/transactions/{tid}/abort", tags=["transactions"])
+@router.post("/transactions/{tid}/abort", response_model=s.TxnDescription, responses=errors(400, 404, 409, 413), tags=["transactions"])
 def abort_transaction(tid: str, b: Broker = Depends(broker)) -> dict:
     return txn_json(transactions.abort_by_operator(b, tid), b)
 
 
-@router.get("/transactions", tags=["transactions"])
+@router.get("/transactions", response_model=s.TxnList, responses=errors(400), tags=["transactions"])
 def list_transactions(
     state: str | None = None,
     older_than_ms: int | None = Query(None, ge=0, le=s.INT64),
@@ -290,12 +302,12 @@ def list_transactions(
     return {"transactions": [txn_json(m, b) for m in transactions.list_transactions(b, state, older_than_ms)]}
 
 
-@router.get("/transactions/{tid}", tags=["transactions"])
+@router.get("/transactions/{tid}", response_model=s.TxnDescription, responses=errors(400, 404), tags=["transactions"])
 def describe_transaction(tid: str, b: Broker = Depends(broker)) -> dict:
     return txn_json(transactions.describe(b, tid), b)
 
 
-@router.get("/transactions/{tid}/events", tags=["transactions"])
+@router.get("/transactions/{tid}/events", response_model=s.TxnEvents, responses=errors(400, 404), tags=["transactions"])
 def transaction_events(
     tid: str,
     limit: int = Query(transactions.MAX_EVENTS_PAGE, ge=1, le=transactions.MAX_EVENTS_PAGE),

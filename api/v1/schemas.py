@@ -6,6 +6,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.domain.records import TOPIC_NAME
+from app.domain.transactions import Result
+from app.errors import ErrorCode
+
 INT32 = 2**31 - 1
 INT64 = 2**63 - 1
 
@@ -15,7 +19,8 @@ class Model(BaseModel):
 
 
 class TopicCreate(Model):
-    name: str = Field(max_length=1000)
+    # The pattern is documented, not enforced here: a name off it is INVALID_TOPIC_EXCEPTION (400).
+    name: str = Field(max_length=1000, json_schema_extra={"pattern": TOPIC_NAME.pattern})
     partitions: int = Field(1, ge=-INT32, le=INT32)
     config: dict = Field(default_factory=dict)
 
@@ -142,3 +147,103 @@ class EndTxnResponse(Model):
 
 class GroupOffsetsBody(Model):
     offsets: list[OffsetIn] = Field(max_length=10_000)
+
+
+class TopicList(Model):
+    topics: list[TopicInfo]
+
+
+class HeaderOut(Model):
+    key: str
+    value: str | None  # in the request's encoding
+
+
+class FetchedRecord(Model):
+    offset: int
+    key: str | None
+    value: str | None
+    headers: dict[str, str | None]  # the last value of each key, as text
+    header_list: list[HeaderOut]  # exact: every header in order
+    timestamp_ms: int
+
+
+class FetchResponse(Model):
+    topic: str
+    partition: int
+    records: list[FetchedRecord]
+    next_offset: int
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+
+
+class GroupOffsetOut(Model):
+    topic: str
+    partition: int
+    offset: int
+    metadata: str
+
+
+class GroupOffsets(Model):
+    offsets: list[GroupOffsetOut]
+
+
+class TopicPartitionOut(Model):
+    topic: str
+    partition: int
+
+
+class TxnDescription(Model):
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: str
+    timeout_ms: int
+    started_at_ms: int | None
+    updated_at_ms: int
+    partitions: list[TopicPartitionOut]
+    groups: list[str]
+    coordinator: int
+    last_producer_id: int | None
+    last_producer_epoch: int | None
+    last_result: Result | None
+    fence_reason: str | None
+
+
+class TxnList(Model):
+    transactions: list[TxnDescription]
+
+
+class TxnEventOut(Model):
+    version: int
+    from_state: str | None
+    to_state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    at_ms: int
+    partitions_added: list[TopicPartitionOut]
+    groups_added: list[str]
+    result: Result | None
+    reason: str | None
+
+
+class TxnEvents(Model):
+    transactional_id: str
+    events: list[TxnEventOut]
+    next_before_version: int | None
+
+
+class ErrorDetail(BaseModel):
+    """A Kafka-named error. Some codes add fields, e.g. ``reason`` of PRODUCER_FENCED."""
+
+    model_config = ConfigDict(extra="allow")
+
+    code: str = Field(json_schema_extra={"enum": [c.name for c in ErrorCode]})
+    kafka_code: int
+    message: str
+    retriable: bool
+
+
+class ErrorResponse(Model):
+    error: ErrorDetail

@@ -21,7 +21,8 @@ from app.storage import queries as q
 
 log = logging.getLogger("txlog.retention")
 
-TRIM_BATCH = 1000  # records one delete takes at most
+TRIM_BATCH = 1000  # offsets one delete takes at most
+TIME_SCAN_WINDOW = 10_000  # offsets one read for retention.ms looks at
 
 
 @dataclass(frozen=True)
@@ -59,58 +60,88 @@ def delete_records(broker: Broker, topic: str, partition: int, before_offset: in
 class RetentionReport:
     log_start_moved: int = 0  # partitions whose log start moved
     records_deleted: int = 0
+    failed: int = 0  # partitions left for the next round after an error
 
 
-def enforce_limits(broker: Broker, report: RetentionReport) -> None:
+def enforce_limits(broker: Broker, report: RetentionReport, deadline: float) -> None:
     """Move the log start of every partition past what its retention.ms / retention.bytes no longer
-    keeps (never past the last stable offset)."""
+    keeps (never past the last stable offset). One partition that fails is logged and left for the
+    next round."""
     now = broker.now()
     with broker.db.read() as conn:
         partitions = q.partitions_with_retention(conn, broker.settings.log_retention_ms, broker.settings.log_retention_bytes)
-        by_time: dict[tuple[str, int], int] = {}
-        for p in partitions:
-            if p.retention_ms is not None:
-                found = q.partition_offsets_at(conn, [now - p.retention_ms], p.topic, p.partition)
-                by_time[(p.topic, p.partition)] = found[(p.topic, p.partition)][0]
-        by_size: dict[tuple[str, int], int] = {}
-        for p in partitions:
-            if p.retention_bytes is not None and p.size_bytes > p.retention_bytes:
-                # the first offset from which the log holds at most retention.bytes
-                keep_from = p.next_position - p.retention_bytes
-                by_size[(p.topic, p.partition)] = q.partition_offset_at_position(conn, p.topic, p.partition, keep_from)
     for p in partitions:
-        key = (p.topic, p.partition)
-        wanted = log_start_for_retention(p.log_start_offset, p.last_stable_offset, by_time.get(key), by_size.get(key))
-        if wanted is None:
-            continue
-        with broker.db.transaction() as conn:
-            status = q.partition_lock(conn, p.topic, p.partition)
-            target = min(wanted, status.last_stable_offset)
-            if target > status.log_start_offset:
-                q.log_start_advance(conn, p.topic, p.partition, target)
-                report.log_start_moved += 1
-                log.info("log start of %s-%d moved to %d (retention)", p.topic, p.partition, target)
+        if time.monotonic() >= deadline:
+            return
+        try:
+            _enforce(broker, p, now, deadline, report)
+        except Exception as exc:  # one partition (a lock wait, say) does not end the round
+            report.failed += 1
+            log.warning("retention of %s-%d failed: %s", p.topic, p.partition, exc)
 
 
-def trim(broker: Broker, report: RetentionReport, budget_s: float) -> None:
+def _enforce(broker: Broker, p: q.RetainedPartition, now: int, deadline: float, report: RetentionReport) -> None:
+    by_time = by_size = None
+    with broker.db.read() as conn:
+        cutoff = None if p.retention_ms is None else now - p.retention_ms
+        if cutoff is not None and cutoff > 0:  # no record is older than 1970
+            # Past every record older than the cutoff, from the log start up to the first young one
+            # (a record is kept while any before it is young, as Kafka keeps a segment while its
+            # newest record is). Read a window at a time; a window that is all old is passed.
+            by_time = p.log_start_offset
+            while by_time < p.last_stable_offset and time.monotonic() < deadline:
+                end = min(by_time + TIME_SCAN_WINDOW, p.last_stable_offset)
+                found = q.partition_offset_at_time(conn, p.topic, p.partition, by_time, end, cutoff)
+                by_time = found
+                if found < end:
+                    break
+        if p.retention_bytes is not None and p.size_bytes > p.retention_bytes:
+            # the first offset from which the log holds at most retention.bytes
+            keep_from = p.next_position - p.retention_bytes
+            by_size = q.partition_offset_at_position(conn, p.topic, p.partition, keep_from)
+    wanted = log_start_for_retention(p.log_start_offset, p.last_stable_offset, by_time, by_size)
+    if wanted is None:
+        return
+    with broker.db.transaction() as conn:
+        status = q.partition_lock(conn, p.topic, p.partition)
+        target = min(wanted, status.last_stable_offset)
+        if target > status.log_start_offset:
+            q.log_start_advance(conn, p.topic, p.partition, target)
+            report.log_start_moved += 1
+            log.info("log start of %s-%d moved to %d (retention)", p.topic, p.partition, target)
+
+
+def trim(broker: Broker, report: RetentionReport, deadline: float) -> None:
     """Delete records below each log start, a batch per database transaction, until none is left
-    or the budget is spent."""
-    deadline = time.monotonic() + budget_s
+    or the time is up. A partition another sweeper is trimming (or one that failed) is left alone
+    for the rest of this round."""
+    passed: set[tuple[str, int]] = set()
     while time.monotonic() < deadline:
         with broker.db.read() as conn:
-            todo = q.partitions_to_trim(conn)
+            todo = [tp for tp in q.partitions_to_trim(conn) if tp not in passed]
         if not todo:
             return
-        for topic, partition, stored_start, log_start in todo:
+        for topic, partition in todo:
             if time.monotonic() >= deadline:
                 return
-            end = min(log_start, stored_start + TRIM_BATCH)
-            with broker.db.transaction() as conn:
-                report.records_deleted += q.log_trim(conn, topic, partition, stored_start, end)
+            try:
+                with broker.db.transaction() as conn:
+                    deleted = q.log_trim(conn, topic, partition, TRIM_BATCH)
+            except Exception as exc:
+                passed.add((topic, partition))
+                report.failed += 1
+                log.warning("trimming %s-%d failed: %s", topic, partition, exc)
+                continue
+            if deleted is None:
+                passed.add((topic, partition))
+            else:
+                report.records_deleted += deleted
 
 
 def apply(broker: Broker, budget_s: float) -> RetentionReport:
+    """One round of retention: move log starts, then delete below them, within ``budget_s``."""
     report = RetentionReport()
-    enforce_limits(broker, report)
-    trim(broker, report, budget_s)
+    deadline = time.monotonic() + budget_s
+    enforce_limits(broker, report, deadline)
+    trim(broker, report, deadline)
     return report

@@ -196,6 +196,7 @@ def _set_pair(report: SweepReport, pair: tuple[int, int]) -> None:
 
 def _set_retention(report: SweepReport, result: "retention.RetentionReport") -> None:
     report.log_start_moved, report.records_deleted = result.log_start_moved, result.records_deleted
+    report.failed += result.failed
 
 
 class SweeperThread(threading.Thread):
