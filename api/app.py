@@ -8,7 +8,7 @@ from typing import AsyncIterator
 
 from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi_offline import FastAPIOffline
 
 from api import errors
@@ -16,6 +16,7 @@ from api.limits import MaxBodySize
 from api.metrics import RequestMetrics, metrics_response
 from api.notify import AppendNotifier
 from api.admin import mount as mount_admin
+from api.v1.responses import errors as error_responses
 from api.v1.routes import router as v1_router
 from app.config import Settings, load_settings
 from app.errors import ErrorCode, TxlogError
@@ -68,7 +69,7 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
     def healthz() -> dict:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["ops"])
+    @app.get("/readyz", tags=["ops"], responses=error_responses())
     async def readyz() -> Response:
         def check() -> str | None:
             with db.read() as conn:
@@ -84,7 +85,7 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
             )
         return JSONResponse({"status": "ready", "schema": current})
 
-    @app.get("/metrics", tags=["ops"])
+    @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse)
     def metrics() -> Response:
         return metrics_response()
 

@@ -53,7 +53,7 @@ def schemathesis_run(server: ServerProcess, report: Path) -> subprocess.Complete
         "--max-examples", str(CASES_PER_OPERATION),
         "--generation-deterministic",
         "--workers", "1",
-        "--request-timeout", "30",
+        "--request-timeout", "65",  # above the longest long poll (wait_ms up to 60 s)
         "--report", "json", "--report-json-path", str(report),
         "--no-color",
     ]
@@ -66,10 +66,13 @@ def test_every_operation_answers_as_its_openapi_document_says(fuzz_server: Serve
     run = schemathesis_run(fuzz_server, report_path)
     assert run.returncode == 0, run.stdout[-20_000:] + run.stderr[-5_000:]
     report = json.loads(report_path.read_text())
-    operations = {f"{m.upper()} {p}" for p, ops in httpx.get(fuzz_server.url + "/openapi.json").json()["paths"].items() for m in ops}
+    cases = report["test_cases"]
+    print(f"schemathesis: {cases['generated']} cases, {report['operations']['tested']} operations, {report['running_time']:.0f} s")
+    paths = httpx.get(fuzz_server.url + "/openapi.json").json()["paths"]
+    operations = {f"{method.upper()} {path}" for path, ops in paths.items() for method in ops}
     assert report["operations"]["tested"] == len(operations) == report["operations"]["total"]
-    assert report["test_cases"]["generated"] >= len(operations) * CASES_PER_OPERATION // 2
-    assert report["test_cases"]["with_failures"] == report["test_cases"]["errored"] == 0
+    assert cases["generated"] >= len(operations) * CASES_PER_OPERATION // 2
+    assert cases["with_failures"] == cases["errored"] == 0
     # Generated requests get past validation to the services, and some are accepted, for most
     # operations (not, say, for the abort of a transactional id that is not open).
     accepted = {op for op, phases in report["valid_rates"].items() if any(r["accepted"] for r in phases.values())}
