@@ -80,6 +80,28 @@ class ServerProcess:
     def stop(self) -> None:
         self.kill(signal.SIGTERM)
 
+    def signal_group(self, sig: int) -> None:
+        """Send ``sig`` to every process of the server and return at once (SIGSTOP freezes it as a
+        stalled host, SIGCONT resumes it)."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, sig)
+
+    def processes(self) -> dict[int, str]:
+        """The server's processes (its process group) and the state of each: ``T`` is stopped."""
+        assert self.proc is not None
+        found = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:  # gone meanwhile
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, ...
+            if int(fields[2]) == self.proc.pid:
+                found[int(entry.name)] = fields[0]
+        return found
+
     def client(self, timeout: float = 30) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=timeout)
 

@@ -70,6 +70,7 @@ def produce(broker: Broker, topic: str, partition: int, req: ProduceRequest) -> 
                     f"Transaction is in {meta.state.value}; produce after it completes (retriable)",
                 )
         position = q.partition_lock_for_append(conn, topic, partition, pid)
+        faults.stop_point(faults.SERVER_STOP_ENV, "produce_locked")  # tests only: freeze holding the locks
         base_offset, log_start, entry = position.next_offset, position.log_start_offset, position.producer_state
         owner = position.owner
         if owner is not None:

@@ -4,9 +4,10 @@ and applies retention.
 
 Every worker on every host runs one, and they share the work: each due item is claimed with
 ``FOR UPDATE SKIP LOCKED`` and handled in its own database transaction, its condition re-checked
-under the lock, until nothing is due. One item that fails is logged and left for the next round;
-it does not end this one. Time is the database's clock (``Broker.now``), so hosts whose own clocks
-disagree still agree on what is due.
+under the lock, until nothing is due (a round that runs out of time is followed by the next one at
+once). One item that fails is logged and left for the next round; it does not end this one. Time
+is the database's clock (``Broker.now``), so hosts whose own clocks disagree still agree on what
+is due.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ class SweepReport:
     log_start_moved: int = 0
     records_deleted: int = 0
     failed: int = 0
+    more_due: bool = False  # a job spent its budget with items still due: the next round should not wait
+
+    def add(self, other: "SweepReport") -> None:
+        for name, value in vars(other).items():
+            if name != "more_due":
+                setattr(self, name, getattr(self, name) + value)
 
 
 def _each_claimed(
@@ -53,25 +60,30 @@ def _each_claimed(
     report: SweepReport,
 ) -> int:
     """Claim and handle due transactions one at a time, each in its own database transaction,
-    until none is due or ``budget_s`` is spent. ``claim`` skips the ids it is given (those that
-    failed in this round)."""
+    until none is due or ``budget_s`` is spent. ``claim`` skips the ids it is given: those that
+    failed in this round, and those found not due after all once locked."""
     done = 0
-    failed: list[str] = []
+    passed: list[str] = []
     deadline = time.monotonic() + budget_s
-    while time.monotonic() < deadline:
+    while True:
+        if time.monotonic() >= deadline:
+            report.more_due = True
+            break
         tid = None
         try:
             with broker.db.transaction() as conn:
-                meta = claim(conn, failed)
+                meta = claim(conn, passed)
                 if meta is None:
                     break
                 tid = meta.transactional_id
                 if handle(conn, meta):
                     done += 1
+                else:
+                    passed.append(tid)
         except Exception as exc:  # one bad item does not end the round
             if tid is None:
                 raise
-            failed.append(tid)
+            passed.append(tid)
             report.failed += 1
             log.warning("sweeper could not %s transaction %r: %s", what, tid, exc)
     return done
@@ -201,22 +213,29 @@ def _set_retention(report: SweepReport, result: "retention.RetentionReport") -> 
 
 class SweeperThread(threading.Thread):
     """Runs ``sweep`` every transaction.abort.timed.out.transaction.cleanup.interval.ms (with jitter,
-    so several workers do not all wake together)."""
+    so several workers do not all wake together), and again at once after a round that left items
+    due (many transactions timing out together). ``totals`` adds up its rounds' reports."""
 
     def __init__(self, broker: Broker) -> None:
         super().__init__(name="txlog-sweeper", daemon=True)
         self.broker = broker
+        self.totals = SweepReport()
+        self.rounds = 0
         self._stop_event = threading.Event()
 
     def run(self) -> None:
         interval = self.broker.settings.transaction_abort_check_interval_ms / 1000
         self._stop_event.wait(random.uniform(0, min(interval, 1.0)))
         while not self._stop_event.is_set():
+            report = None
             try:
-                sweep(self.broker)
+                report = sweep(self.broker)
+                self.totals.add(report)
             except Exception:  # keep sweeping whatever one round hit
                 log.exception("sweep failed")
-            self._stop_event.wait(interval * random.uniform(0.8, 1.0))
+            self.rounds += 1
+            if report is None or not report.more_due:
+                self._stop_event.wait(interval * random.uniform(0.8, 1.0))
 
     def stop(self) -> None:
         self._stop_event.set()

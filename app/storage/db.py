@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -217,37 +217,65 @@ class DatabaseClock:
     """The database server's clock, in epoch milliseconds: every host that serves one database
     reads the same time, whatever its own clock says, so deadlines and expiry agree across hosts.
     Read with one query every ``resync_s`` seconds and carried forward in between with this
-    process's monotonic clock (no round trip per call; never goes backwards)."""
+    process's monotonic clock (no round trip per call). It never goes backwards: when the
+    database's clock steps back, this one waits for it. While the database is away it keeps
+    counting from its last reading; before a first reading there is no time to tell, and asking is
+    COORDINATOR_NOT_AVAILABLE, as any request of the database would be."""
 
-    def __init__(self, db: "Database", resync_s: float = 10.0) -> None:
+    def __init__(
+        self, db: "Database", resync_s: float = 10.0, retry_s: float = 1.0, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
         self.db = db
         self.resync_s = resync_s
-        self._lock = threading.Lock()
+        self.retry_s = retry_s
+        self._monotonic = monotonic
+        self._lock = threading.Lock()  # guards the reading
+        self._sync_lock = threading.Lock()  # one thread asks the database at a time, outside ``_lock``
         self._base_ms: int | None = None  # the database's time at monotonic ``_base_mono``
         self._base_mono = 0.0
         self._next_sync = 0.0
         self._last_ms = 0
+        self._failure: str | None = None  # why the last reading failed
 
     def __call__(self) -> int:
+        if self._monotonic() >= self._next_sync:
+            self._sync()
         with self._lock:
-            if time.monotonic() >= self._next_sync:
-                self._sync()
-            assert self._base_ms is not None
-            now = self._base_ms + int((time.monotonic() - self._base_mono) * 1000)
+            if self._base_ms is None:
+                raise TxlogError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"Cannot read the database's clock: {self._failure}")
+            now = self._base_ms + int((self._monotonic() - self._base_mono) * 1000)
             self._last_ms = max(now, self._last_ms)
             return self._last_ms
 
     def _sync(self) -> None:
+        """Read the database's clock. While another thread is at it, the last reading serves;
+        only without one does a caller wait for it."""
+        if not self._sync_lock.acquire(blocking=self._base_ms is None):
+            return
         try:
-            with self.db.engine.connect() as conn:
-                before = time.monotonic()
-                db_ms = conn.execute(sa.text("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")).scalar_one()
-                after = time.monotonic()
-                conn.rollback()
-            self._base_ms, self._base_mono = int(db_ms), (before + after) / 2
+            if self._monotonic() < self._next_sync:  # read meanwhile by the thread we waited for
+                return
+            try:
+                before = self._monotonic()
+                db_ms = self.read_database_ms()
+                after = self._monotonic()
+            except Exception as exc:  # the database is away: keep counting, try again soon
+                if self._failure is None:
+                    log.warning("cannot read the database clock (%s); trying again every %s s", _first_line(exc), self.retry_s)
+                self._failure = _first_line(exc)
+                self._next_sync = self._monotonic() + self.retry_s
+                return
+            with self._lock:
+                self._base_ms, self._base_mono = db_ms, (before + after) / 2
+            self._failure = None
             self._next_sync = after + self.resync_s
-        except Exception as exc:  # the database is away: keep counting, try again in a second
-            if self._base_ms is None:
-                log.warning("cannot read the database clock (%s); using this host's clock meanwhile", exc)
-                self._base_ms, self._base_mono = int(time.time() * 1000), time.monotonic()
-            self._next_sync = time.monotonic() + 1.0
+        finally:
+            self._sync_lock.release()
+
+    def read_database_ms(self) -> int:
+        """One reading of the database server's clock (``clock_timestamp()``, not the start of a
+        transaction)."""
+        with self.db.engine.connect() as conn:
+            db_ms = conn.execute(sa.text("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")).scalar_one()
+            conn.rollback()
+        return int(db_ms)
