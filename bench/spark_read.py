@@ -32,7 +32,7 @@ TOPIC = "bench-orders"
 
 _BULK = """
 INSERT INTO txlog.records (topic, partition, "offset", key, value, headers, "timestamp", producer_id,
-                           producer_epoch, sequence, is_transactional, control_type)
+                           producer_epoch, sequence, is_transactional, control_type, txn_first_offset)
 SELECT %(topic)s, %(partition)s, o,
        CASE WHEN o %% (%(size)s + 1) < %(size)s THEN convert_to('customer-' || (o %% 997), 'UTF8') END,
        CASE WHEN o %% (%(size)s + 1) < %(size)s
@@ -42,7 +42,8 @@ SELECT %(topic)s, %(partition)s, o,
        CASE WHEN o %% (%(size)s + 1) < %(size)s THEN (o %% (%(size)s + 1))::int END,
        true,
        CASE WHEN o %% (%(size)s + 1) = %(size)s
-            THEN (CASE WHEN (o / (%(size)s + 1)) %% %(every)s = %(every)s - 1 THEN 0 ELSE 1 END)::smallint END
+            THEN (CASE WHEN (o / (%(size)s + 1)) %% %(every)s = %(every)s - 1 THEN 0 ELSE 1 END)::smallint END,
+       (o / (%(size)s + 1)) * (%(size)s + 1)
 FROM generate_series(0, %(offsets)s - 1) AS o
 """
 

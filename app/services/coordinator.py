@@ -77,6 +77,7 @@ def complete(conn: Connection, broker: Broker, meta: TxnMetadata) -> TxnMetadata
             producer_state=after_marker(entry, meta.producer_id, meta.producer_epoch, now) if entry else None,
             control_type=CONTROL_COMMIT if commit else CONTROL_ABORT,
             aborted_first_offset=aborted_first,
+            txn_first_offset=entry.txn_first_offset if entry is not None else None,
         )
     pending = q.pending_offsets_take(conn, meta.transactional_id)
     if commit:

@@ -240,14 +240,14 @@ _LOG_APPEND = text(
     WITH appended AS (
         INSERT INTO txlog.records (topic, partition, "offset", key, value, headers, header_keys, header_values,
                                    "timestamp", producer_id, producer_epoch, sequence, is_transactional,
-                                   control_type, position)
+                                   control_type, position, txn_first_offset)
         SELECT :topic, :partition, :base + u.o - 1, u.k, u.v, CAST(u.h AS jsonb),
                CASE WHEN u.hs IS NOT NULL THEN (CAST(:hk AS text[]))[u.hs:u.he] END,
                CASE WHEN u.hs IS NOT NULL THEN (CAST(:hv AS bytea[]))[u.hs:u.he] END,
                to_timestamp(u.ts / 1000.0), :pid, :epoch,
                CASE WHEN CAST(:seq AS int) IS NULL THEN NULL
                     ELSE ((CAST(:seq AS bigint) + u.o - 1) % 2147483648)::int END,
-               :txn, CAST(:control_type AS smallint), u.pos
+               :txn, CAST(:control_type AS smallint), u.pos, CAST(:record_txn_first AS bigint)
         FROM unnest(CAST(:keys AS bytea[]), CAST(:values AS bytea[]), CAST(:headers AS text[]),
                     CAST(:hstart AS int[]), CAST(:hend AS int[]), CAST(:ts AS bigint[]),
                     CAST(:positions AS bigint[])) WITH ORDINALITY AS u(k, v, h, hs, he, ts, pos, o)
@@ -287,12 +287,14 @@ def log_append(
     producer_state: ProducerStateEntry | None = None,
     control_type: int | None = None,
     aborted_first_offset: int | None = None,
+    txn_first_offset: int | None = None,
 ) -> None:
     """Append a batch at ``base_offset`` (the caller holds the partition lock): insert the records,
     advance the high watermark and the log position, save the producer's state and notify
     long-polling fetches — one statement, one round trip. A transaction marker is a batch of one
     control record (``control_type``); an ABORT marker also indexes the aborted transaction's
-    range [``aborted_first_offset``, marker offset] (Kafka's .txnindex)."""
+    range [``aborted_first_offset``, marker offset] (Kafka's .txnindex). Transactional records and
+    markers carry ``txn_first_offset``, the first offset of their transaction on the partition."""
     positions = []
     position = base_position
     hstart: list[int | None] = []
@@ -336,6 +338,7 @@ def log_append(
             "state_epoch": producer_state.producer_epoch if producer_state else None,
             "control_type": control_type,
             "aborted_first": aborted_first_offset,
+            "record_txn_first": txn_first_offset,
             "txn_first": producer_state.txn_first_offset if producer_state else None,
             "append_ts": append_time_ms,
             "channel": NOTIFY_CHANNEL,
@@ -382,10 +385,10 @@ def records_fetch(
     conn: Connection, topic: str, partition: int, start: int, upper: int, limit: int, committed_only: bool
 ) -> list[StoredRecord]:
     """Data records in [start, upper), in offset order, at most ``limit``. With ``committed_only``
-    records of aborted transactions are left out. Reads at most ``upper - start`` rows of the log
+    records of aborted transactions are left out (without, they are returned and not flagged). Reads at most ``upper - start`` rows of the log
     (offsets are dense): the caller bounds the range."""
     sql = f"""
-        SELECT {_RECORD_COLUMNS}, {"false" if committed_only else "r.aborted"}
+        SELECT {_RECORD_COLUMNS}, false  -- not asked: read_uncommitted reads no aborted-transaction index
         FROM txlog.log_records r
         WHERE r.topic = :topic AND r.partition = :partition
           AND r."offset" >= :start AND r."offset" < :upper

@@ -80,6 +80,9 @@ records = Table(
     Column("control_type", SmallInteger),  # NULL for data; 0 ABORT, 1 COMMIT (Kafka's ControlRecordType)
     # Bytes of data records before this one in the partition (Kafka's log position).
     Column("position", BigInteger, nullable=False, server_default=text("0")),
+    # For a transactional record (a marker too): the first offset of its transaction on this
+    # partition, so (producer_id, txn_first_offset) is the key of its range in aborted_txns.
+    Column("txn_first_offset", BigInteger),
     PrimaryKeyConstraint("topic", "partition", "offset"),
 )
 

@@ -9,9 +9,10 @@ definitions, and a test checks that a migrated database has exactly these.
 # HTTP fetch, txlog.committed_records, the Spark reader and the admin record browser alike: a
 # transactional record is aborted when an aborted range of its producer id on its partition
 # (Kafka's .txnindex, keyed by offset range) contains its offset. A producer's ranges on a partition
-# never overlap, so one backward probe of the index's primary key finds the only candidate: the
-# range with the largest first offset at or below the record's. The LIMIT keeps it a probe per
-# record (never a hash of every aborted transaction of every partition).
+# never overlap and a transaction's records all carry its first offset (txn_first_offset), so the
+# range containing a record is the one keyed (producer id, txn_first_offset): an equality on the
+# index's primary key, which PostgreSQL serves as a probe per record for a page and as one hash
+# join for a bulk read, and leaves out entirely when ``aborted`` is not asked for.
 LOG_RECORDS = """
 CREATE OR REPLACE VIEW txlog.log_records AS
 SELECT r.topic,
@@ -29,15 +30,12 @@ SELECT r.topic,
        r.is_transactional,
        r.control_type,
        r.position,
-       r.is_transactional AND EXISTS (
-           SELECT 1 FROM (
-               SELECT a.last_offset FROM txlog.aborted_txns a
-               WHERE a.topic = r.topic AND a.partition = r.partition AND a.producer_id = r.producer_id
-                 AND a.first_offset <= r."offset"
-               ORDER BY a.first_offset DESC
-               LIMIT 1) n
-           WHERE n.last_offset >= r."offset") AS aborted
+       r.txn_first_offset,
+       a.producer_id IS NOT NULL AS aborted
 FROM txlog.records r
+LEFT JOIN txlog.aborted_txns a
+  ON a.topic = r.topic AND a.partition = r.partition AND a.producer_id = r.producer_id
+ AND a.first_offset = r.txn_first_offset
 """
 
 PARTITION_STATUS = """

