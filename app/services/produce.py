@@ -40,10 +40,12 @@ class ProduceResult:
     partition: int | None = None
 
 
-def _validate(broker: Broker, req: ProduceRequest) -> None:
+def _validate(broker: Broker, req: ProduceRequest) -> list[int]:
+    """Refuse a malformed batch; the records' sizes otherwise."""
     if not req.records:
         raise TxlogError(ErrorCode.INVALID_RECORD, "A batch must contain at least one record")
-    if sum(r.size() for r in req.records) > broker.settings.max_request_bytes:
+    sizes = [r.size() for r in req.records]
+    if sum(sizes) > broker.settings.max_request_bytes:
         raise TxlogError(ErrorCode.MESSAGE_TOO_LARGE, f"The batch is larger than {broker.settings.max_request_bytes} bytes")
     idempotent_fields = (req.producer_id, req.producer_epoch, req.base_sequence)
     if req.producer_id is not None and None in idempotent_fields:
@@ -52,10 +54,11 @@ def _validate(broker: Broker, req: ProduceRequest) -> None:
         raise TxlogError(ErrorCode.INVALID_REQUEST, "producer_epoch and base_sequence need a producer_id")
     if req.transactional_id is not None and req.producer_id is None:
         raise TxlogError(ErrorCode.INVALID_REQUEST, "A transactional produce needs producer_id, producer_epoch and base_sequence")
+    return sizes
 
 
 def produce(broker: Broker, topic: str, partition: int, req: ProduceRequest) -> ProduceResult:
-    _validate(broker, req)
+    sizes = _validate(broker, req)
     now = broker.now()
     pid, epoch, seq = req.producer_id, req.producer_epoch, req.base_sequence
     transactional = req.transactional_id is not None
@@ -99,7 +102,7 @@ def produce(broker: Broker, topic: str, partition: int, req: ProduceRequest) -> 
             state = after_append(entry, pid, epoch, decision, base_offset, last_offset, now, transactional)  # type: ignore[arg-type]
         q.log_append(
             conn, topic, partition, base_offset, position.next_position, req.records, now, pid, epoch, seq, transactional, state,
-            txn_first_offset=state.txn_first_offset if transactional and state is not None else None,
+            txn_first_offset=state.txn_first_offset if transactional and state is not None else None, sizes=sizes,
         )
     faults.crash_point(faults.SERVER_CRASH_ENV, "produce_appended")
     return ProduceResult(base_offset, last_offset, now, log_start)

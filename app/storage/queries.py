@@ -288,23 +288,28 @@ def log_append(
     control_type: int | None = None,
     aborted_first_offset: int | None = None,
     txn_first_offset: int | None = None,
+    sizes: Sequence[int] | None = None,
 ) -> None:
     """Append a batch at ``base_offset`` (the caller holds the partition lock): insert the records,
     advance the high watermark and the log position, save the producer's state and notify
     long-polling fetches — one statement, one round trip. A transaction marker is a batch of one
     control record (``control_type``); an ABORT marker also indexes the aborted transaction's
     range [``aborted_first_offset``, marker offset] (Kafka's .txnindex). Transactional records and
-    markers carry ``txn_first_offset``, the first offset of their transaction on the partition."""
+    markers carry ``txn_first_offset``, the first offset of their transaction on the partition.
+    ``sizes``: the records' sizes when the caller has them already (control records count 0)."""
+    if control_type is not None:
+        sizes = [0] * len(records)
+    elif sizes is None:
+        sizes = [r.size() for r in records]
     positions = []
     position = base_position
     hstart: list[int | None] = []
     hend: list[int | None] = []
     hk: list[str] = []
     hv: list[bytes | None] = []
-    for r in records:
+    for r, size in zip(records, sizes):
         positions.append(position)
-        if control_type is None:
-            position += r.size()
+        position += size
         if r.headers:
             hstart.append(len(hk) + 1)
             hk.extend(k for k, _ in r.headers)
@@ -864,10 +869,10 @@ def _like_prefix(prefix: str | None) -> str:
 
 # The sweeper's claims: the next due transaction that nobody holds, locked, in the caller's
 # database transaction. Several sweepers on several hosts each take a different one.
-_CLAIM = {
-    "timed_out": "t.state = 'Ongoing' AND t.deadline < to_timestamp(:now / 1000.0) ORDER BY t.deadline",
-    "prepared": "t.state IN ('PrepareCommit', 'PrepareAbort') AND t.updated_at < to_timestamp(:before / 1000.0) ORDER BY t.updated_at",
-    "idle": "t.state = ANY(CAST(:states AS text[])) AND t.updated_at < to_timestamp(:before / 1000.0) ORDER BY t.updated_at",
+_CLAIM = {  # kind: (what is due, in which order)
+    "timed_out": ("t.state = 'Ongoing' AND t.deadline < to_timestamp(:now / 1000.0)", "t.deadline"),
+    "prepared": ("t.state IN ('PrepareCommit', 'PrepareAbort') AND t.updated_at < to_timestamp(:before / 1000.0)", "t.updated_at"),
+    "idle": ("t.state = ANY(CAST(:states AS text[])) AND t.updated_at < to_timestamp(:before / 1000.0)", "t.updated_at"),
 }
 
 
@@ -877,9 +882,13 @@ def txn_claim(
     """Lock and return the next due transaction of ``kind`` ("timed_out": Ongoing past its
     deadline; "prepared": PrepareCommit/PrepareAbort not completed since ``before_ms``; "idle": in
     one of ``states`` since before ``before_ms``), skipping those locked by others and ``skip``."""
-    where = _CLAIM[kind].replace(" ORDER BY", " AND t.transactional_id <> ALL(CAST(:skip AS text[])) ORDER BY")
+    due, order = _CLAIM[kind]
     row = conn.execute(
-        text(f"SELECT {_TXN_COLUMNS} FROM txlog.transactions t WHERE {where} LIMIT 1 FOR UPDATE OF t SKIP LOCKED"),
+        text(
+            f"SELECT {_TXN_COLUMNS} FROM txlog.transactions t "
+            f"WHERE {due} AND t.transactional_id <> ALL(CAST(:skip AS text[])) "
+            f"ORDER BY {order} LIMIT 1 FOR UPDATE OF t SKIP LOCKED"
+        ),
         {"now": now_ms, "before": before_ms, "states": list(states), "skip": list(skip)},
     ).first()
     return _txn_from_row(row) if row else None
