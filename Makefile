@@ -4,6 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: run test install bench chaos clean system-deps
 
@@ -25,8 +26,14 @@ run: $(STAMP)
 test: $(STAMP) system-deps
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q
 
-bench: $(STAMP) system-deps
-	$(PY) -m bench
+# The benchmark's own extras (PgQueuer, matplotlib, orjson); `make test` does not need them.
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(PIP) install -q -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+# make bench QUICK=1: 3 short rounds, a few minutes in all.
+bench: $(STAMP) system-deps $(BENCH_STAMP)
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m bench $(if $(QUICK),--quick,)
 
 # Longer fault runs: 10,000 transactions timing out together, and a frozen server a few times over.
 CHAOS_ROUNDS ?= 3

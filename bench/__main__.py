@@ -1,14 +1,47 @@
-"""Run every benchmark: ``python -m bench``."""
+"""Run every benchmark: ``python -m bench [--quick]``.
 
-import importlib
+1. bench.http — txlog over HTTP against raw PostgreSQL baselines and PgQueuer, in one run
+   (writes bench/results/latest.json and latest.png).
+2. bench.spark_read — Spark's committed read against a plain JDBC read (needs Java and the
+   PostgreSQL JDBC driver; skipped with a note when they or pyspark are missing). With --quick it
+   reads a smaller log once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
 import sys
+import time
 
-for name in ("bench.produce", "bench.spark_read"):
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        print(f"skipping {name}: {exc}", file=sys.stderr)
-        continue
-    print(f"== {name}")
-    sys.argv = [name]
-    module.main()
+
+def main() -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench")
+    ap.add_argument("--quick", action="store_true", help="fewer and shorter rounds: a few minutes in all")
+    ap.add_argument("--skip-spark", action="store_true")
+    args = ap.parse_args()
+    started = time.perf_counter()
+
+    from bench import http
+
+    print("== bench.http", flush=True)
+    summary = http.run(["--quick"] if args.quick else [])
+
+    if not args.skip_spark:
+        print("\n== bench.spark_read", flush=True)
+        if importlib.util.find_spec("pyspark") is None:
+            print("skipped: pyspark is not installed (make install)", file=sys.stderr)
+        else:
+            from bench import spark_read
+
+            sys.argv = ["bench.spark_read"]
+            if args.quick:
+                sys.argv += ["--records", "200000", "--repeat", "1", "--slices", "2"]
+            spark_read.main()
+    print(f"\nall benchmarks: {time.perf_counter() - started:.0f} s")
+    print("summary: " + summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

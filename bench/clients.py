@@ -1,0 +1,468 @@
+"""Load generators, run in client processes of their own (multiprocessing, spawn) so that the
+process timing the benchmark never shares a GIL with the load.
+
+A *lane* is one producer or reader: one thread, one keep-alive connection, one partition. A client
+process runs the lanes it is given in threads for one window: it sets them up (connections,
+InitProducerId) before the window starts, runs them through a warm-up and the measured window, and
+answers what they completed inside the window and its own CPU time during it (getrusage).
+
+The HTTP clients are lean on purpose: ``http.client`` with keep-alive, a batch's JSON encoded once
+per lane with only the producer id, epoch and sequence spliced in per request, and a produce
+answer's status checked without decoding its body. A fetch answer is decoded (orjson) since its
+``next_offset`` drives the next request. The client CPU per 1000 rows is reported beside every
+figure, so a load generator that became the bottleneck shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import random
+import resource
+import string
+import threading
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+from multiprocessing.connection import Connection
+from typing import Any, Callable, Protocol
+
+import orjson
+
+BATCH = 100  # records per produce batch, per raw append, per PgQueuer enqueue/dequeue
+KEY_BYTES = 16
+VALUE_BYTES = 1024
+PAGE = 1000  # records per fetch
+PGQ_SCHEMA = "pgqueuer"
+PGQ_ENQUEUE = "bench-enqueue"  # entrypoint of the enqueue workload (deleted after each window)
+PGQ_DEQUEUE = "bench-dequeue"  # entrypoint of the pre-filled queue the dequeue workload drains
+
+
+def batch_keys() -> list[bytes]:
+    return [b"key-%012d" % i for i in range(BATCH)]
+
+
+def batch_values() -> list[bytes]:
+    """1 KiB printable values (no JSON escaping needed), a different one per record of the batch."""
+    alphabet = string.ascii_letters + string.digits
+    text = "".join(random.Random(7).choices(alphabet, k=VALUE_BYTES + BATCH))
+    return [text[i:i + VALUE_BYTES].encode() for i in range(BATCH)]
+
+
+def records_json() -> bytes:
+    return orjson.dumps([{"key": k.decode(), "value": v.decode()} for k, v in zip(batch_keys(), batch_values())])
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One producer or reader. ``target`` is ``host:port`` for HTTP lanes, a database URL otherwise."""
+
+    kind: str  # produce | raw_append | fetch | raw_fetch | pgq_enqueue | pgq_dequeue
+    target: str
+    topic: str = ""
+    partition: int = 0
+    mode: str = ""  # produce: plain | idempotent | transactional; fetch: read_committed | read_uncommitted
+    commit_every: int = 0  # transactional: batches per transaction
+    transactional_id: str = ""
+    offset: int = 0  # fetch: where the walk starts
+    end: int = 0  # fetch: where the walk wraps to the log start (0: at the high watermark or LSO)
+
+
+@dataclass
+class LaneResult:
+    rows: int = 0  # records completed inside the window
+    latencies_ms: list[float] = field(default_factory=list)  # EndTxn, inside the window
+    offset: int = 0  # fetch: where the walk stopped
+    empty: int = 0  # PgQueuer dequeues that found the queue empty
+    error: str | None = None
+
+
+@dataclass
+class ClientResult:
+    lanes: list[LaneResult]
+    cpu_s: float  # the client process's CPU time inside the window
+
+
+class Runner(Protocol):
+    latencies: list[tuple[float, float]]  # (completed at, milliseconds)
+    offset: int
+    empty: int
+
+    def step(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+# --- HTTP -----------------------------------------------------------------------------------------
+
+class Http:
+    """One keep-alive HTTP/1.1 connection."""
+
+    def __init__(self, target: str) -> None:
+        host, port = target.rsplit(":", 1)
+        self.conn = http.client.HTTPConnection(host, int(port), timeout=120)
+
+    def call(self, method: str, path: str, body: bytes | None = None) -> bytes:
+        headers = {"content-type": "application/json"} if body is not None else {}
+        self.conn.request(method, path, body=body, headers=headers)
+        resp = self.conn.getresponse()
+        data = resp.read()
+        if resp.status not in (200, 201):
+            raise RuntimeError(f"{method} {path}: HTTP {resp.status}: {data[:500]!r}")
+        return data
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class ProduceRunner:
+    """Plain, idempotent or transactional produce of one pre-encoded batch, over and over."""
+
+    def __init__(self, lane: Lane) -> None:
+        self.lane = lane
+        self.http = Http(lane.target)
+        self.path = f"/v1/topics/{lane.topic}/partitions/{lane.partition}/records"
+        self.latencies: list[tuple[float, float]] = []
+        self.offset = 0
+        self.empty = 0
+        self.open_batches = 0
+        self.seq = 0
+        head = b'{"encoding":"utf8","records":' + records_json()
+        if lane.mode == "plain":
+            self.plain = head + b"}"
+            return
+        self.head = head + b',"producer_id":'
+        self.tail = b"}"
+        init = b"{}"
+        if lane.mode == "transactional":
+            tid = orjson.dumps(lane.transactional_id)
+            self.tail = b',"transactional_id":' + tid + b"}"
+            init = b'{"transactional_id":' + tid + b"}"
+        out = orjson.loads(self.http.call("POST", "/v1/producers", init))
+        self.pid, self.epoch = out["producer_id"], out["producer_epoch"]
+
+    def step(self) -> int:
+        if self.lane.mode == "plain":
+            self.http.call("POST", self.path, self.plain)
+            return BATCH
+        ids = b'%d,"producer_epoch":%d,"base_sequence":%d' % (self.pid, self.epoch, self.seq)
+        self.http.call("POST", self.path, self.head + ids + self.tail)
+        self.seq += BATCH
+        if self.lane.mode == "transactional":
+            self.open_batches += 1
+            if self.open_batches >= self.lane.commit_every:
+                self._commit()
+        return BATCH
+
+    def _commit(self) -> None:
+        body = b'{"producer_id":%d,"producer_epoch":%d,"result":"commit"}' % (self.pid, self.epoch)
+        started = time.monotonic()
+        out = orjson.loads(self.http.call("POST", f"/v1/transactions/{self.lane.transactional_id}/end", body))
+        done = time.monotonic()
+        self.latencies.append((done, (done - started) * 1000))
+        self.pid, self.epoch, self.seq, self.open_batches = out["producer_id"], out["producer_epoch"], 0, 0
+
+    def close(self) -> None:
+        if self.open_batches:  # never leave a transaction open: it would hold the last stable offset
+            self._commit()
+        self.http.close()
+
+
+class FetchRunner:
+    """Pages of 1000 records from ``offset``, following ``next_offset``, wrapping to the log start."""
+
+    def __init__(self, lane: Lane) -> None:
+        self.http = Http(lane.target)
+        self.offset = lane.offset
+        self.bound = "last_stable_offset" if lane.mode == "read_committed" else "high_watermark"
+        self.end = lane.end
+        self.path = (f"/v1/topics/{lane.topic}/partitions/{lane.partition}/records"
+                     f"?max_records={PAGE}&max_bytes=16777216&isolation_level={lane.mode}&offset=")
+        self.latencies: list[tuple[float, float]] = []
+        self.empty = 0
+
+    def step(self) -> int:
+        doc = orjson.loads(self.http.call("GET", self.path + str(self.offset)))
+        n = len(doc["records"])
+        nxt = doc["next_offset"]
+        wrap = nxt >= doc[self.bound] or (self.end and nxt >= self.end)
+        self.offset = doc["log_start_offset"] if wrap else nxt
+        return n
+
+    def close(self) -> None:
+        self.http.close()
+
+
+# --- PostgreSQL directly --------------------------------------------------------------------------
+
+_RAW_LOCK = "SELECT next FROM public.bench_counter WHERE p = %b FOR UPDATE"
+_RAW_ADVANCE = "UPDATE public.bench_counter SET next = next + %b WHERE p = %b"
+_RAW_INSERT = (
+    'INSERT INTO public.bench_raw (topic, partition, "offset", key, value, "timestamp") '
+    "SELECT %b, %b, %b + u.o - 1, u.k, u.v, now() "
+    "FROM unnest(%b::bytea[], %b::bytea[]) WITH ORDINALITY AS u(k, v, o)"
+)
+_RAW_PAGE = (
+    'SELECT "offset", key, value, header_keys, header_values, "timestamp" FROM txlog.records '
+    'WHERE topic = %b AND partition = %b AND "offset" >= %b ORDER BY "offset" LIMIT %b'
+)
+
+
+class RawAppendRunner:
+    """The least a durable append at dense offsets costs: one transaction per batch that locks the
+    partition's counter row, advances it and inserts the batch (binary parameters)."""
+
+    def __init__(self, lane: Lane) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(lane.target)
+        self.cur = self.conn.cursor()
+        self.partition = lane.partition
+        self.keys, self.values = batch_keys(), batch_values()
+        self.latencies: list[tuple[float, float]] = []
+        self.offset = 0
+        self.empty = 0
+
+    def step(self) -> int:
+        cur = self.cur
+        cur.execute(_RAW_LOCK, (self.partition,))
+        (base,) = cur.fetchone()  # type: ignore[misc]
+        cur.execute(_RAW_ADVANCE, (BATCH, self.partition))
+        cur.execute(_RAW_INSERT, ("raw", self.partition, base, self.keys, self.values))
+        self.conn.commit()
+        return BATCH
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class RawFetchRunner:
+    """A page of the log by its primary key, binary results, no filtering at all."""
+
+    def __init__(self, lane: Lane) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(lane.target, autocommit=True)
+        self.cur = self.conn.cursor(binary=True)
+        self.topic, self.partition, self.offset, self.end = lane.topic, lane.partition, lane.offset, lane.end
+        self.latencies: list[tuple[float, float]] = []
+        self.empty = 0
+
+    def step(self) -> int:
+        self.cur.execute(_RAW_PAGE, (self.topic, self.partition, self.offset, PAGE))
+        rows = self.cur.fetchall()
+        nxt = rows[-1][0] + 1 if len(rows) == PAGE else 0
+        self.offset = 0 if self.end and nxt >= self.end else nxt
+        return len(rows)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+# --- PgQueuer -------------------------------------------------------------------------------------
+
+def pgq_queries(conn: Any) -> Any:
+    """PgQueuer's query layer on a psycopg async connection, its objects in their own schema."""
+    from pgqueuer.adapters.drivers.psycopg import PsycopgDriver
+    from pgqueuer.adapters.persistence.qb import QueryBuilderEnvironment, QueryQueueBuilder, QuerySchedulerBuilder
+    from pgqueuer.adapters.persistence.queries import Queries
+    from pgqueuer.domain.settings import DBSettings
+
+    settings = DBSettings(db_schema=PGQ_SCHEMA)
+    return Queries(
+        PsycopgDriver(conn),
+        qbe=QueryBuilderEnvironment(settings),
+        qbq=QueryQueueBuilder(settings),
+        qbs=QuerySchedulerBuilder(settings),
+    )
+
+
+class PgqRunner:
+    """PgQueuer called in-process (its own asyncio loop in this lane's thread): ``enqueue`` of a batch,
+    or ``dequeue`` of a batch followed by its ack (``log_jobs`` with status successful)."""
+
+    def __init__(self, lane: Lane) -> None:
+        import psycopg
+
+        self.loop = asyncio.new_event_loop()
+        self.conn = self.loop.run_until_complete(psycopg.AsyncConnection.connect(lane.target, autocommit=True))
+        self.q = pgq_queries(self.conn)
+        self.dequeue = lane.kind == "pgq_dequeue"
+        self.payloads: list[bytes | None] = list(batch_values())
+        self.manager = uuid.uuid4()
+        self.latencies: list[tuple[float, float]] = []
+        self.offset = 0
+        self.empty = 0
+
+    def step(self) -> int:
+        return self.loop.run_until_complete(self._dequeue_ack() if self.dequeue else self._enqueue())
+
+    async def _enqueue(self) -> int:
+        await self.q.enqueue([PGQ_ENQUEUE] * BATCH, self.payloads, [0] * BATCH)
+        return BATCH
+
+    async def _dequeue_ack(self) -> int:
+        from pgqueuer.ports.repository import EntrypointExecutionParameter
+
+        jobs = await self.q.dequeue(
+            batch_size=BATCH,
+            entrypoints={PGQ_DEQUEUE: EntrypointExecutionParameter(concurrency_limit=0)},
+            queue_manager_id=self.manager,
+            global_concurrency_limit=None,
+            heartbeat_timeout=timedelta(seconds=60),
+        )
+        if not jobs:
+            self.empty += 1
+            return 0
+        await self.q.log_jobs([(job, "successful", None) for job in jobs])
+        return len(jobs)
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.conn.close())
+        self.loop.close()
+
+
+_RUNNERS: dict[str, Callable[[Lane], Runner]] = {
+    "produce": ProduceRunner,
+    "fetch": FetchRunner,
+    "raw_append": RawAppendRunner,
+    "raw_fetch": RawFetchRunner,
+    "pgq_enqueue": PgqRunner,
+    "pgq_dequeue": PgqRunner,
+}
+
+
+# --- the client process ---------------------------------------------------------------------------
+
+def _cpu_seconds() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _sleep_until(t: float) -> None:
+    delay = t - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def _drive(runner: Runner, start: float, warm: float, end: float, out: LaneResult) -> None:
+    try:
+        _sleep_until(start)
+        while time.monotonic() < end:
+            n = runner.step()
+            done = time.monotonic()
+            if warm <= done <= end:
+                out.rows += n
+    except Exception:
+        out.error = traceback.format_exc()
+    finally:
+        try:
+            runner.close()
+        except Exception:
+            out.error = out.error or traceback.format_exc()
+    out.latencies_ms = [ms for at, ms in runner.latencies if warm <= at <= end]
+    out.offset = runner.offset
+    out.empty = runner.empty
+
+
+def client_main(conn: Connection) -> None:
+    """A client process: ``(lanes, warmup, window)`` → sets up and answers ``ready`` (or an error)
+    → ``start`` (a time.monotonic() instant, the same clock in every process; ``None`` calls the
+    window off) → runs → answers a ClientResult. ``None`` instead of lanes ends the process."""
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        lanes, warmup, window = msg
+        runners: list[Runner] = []
+        try:
+            for lane in lanes:
+                runners.append(_RUNNERS[lane.kind](lane))
+        except Exception:
+            for r in runners:
+                r.close()
+            conn.send(("error", traceback.format_exc()))
+            continue
+        conn.send(("ready", None))
+        start = conn.recv()
+        if start is None:  # another client's set-up failed: the window is called off
+            for r in runners:
+                r.close()
+            continue
+        warm, end = start + warmup, start + warmup + window
+        results = [LaneResult() for _ in runners]
+        threads = [
+            threading.Thread(target=_drive, args=(r, start, warm, end, out), daemon=True)
+            for r, out in zip(runners, results)
+        ]
+        for t in threads:
+            t.start()
+        _sleep_until(warm)
+        cpu0 = _cpu_seconds()
+        _sleep_until(end)
+        cpu1 = _cpu_seconds()
+        for t in threads:
+            t.join()
+        conn.send(("done", ClientResult(results, cpu1 - cpu0)))
+
+
+class ClientPool:
+    """Client processes started once (spawn) and given lanes window after window."""
+
+    def __init__(self, processes: int) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self._pipes: list[Connection] = []
+        self._procs = []
+        for i in range(processes):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=client_main, args=(child,), name=f"bench-client-{i}", daemon=True)
+            proc.start()
+            child.close()
+            self._pipes.append(parent)
+            self._procs.append(proc)
+
+    @property
+    def size(self) -> int:
+        return len(self._procs)
+
+    def run(
+        self, assignment: list[list[Lane]], warmup: float, window: float, sample: Callable[[], Any]
+    ) -> tuple[list[tuple[list[Lane], ClientResult]], Any, Any]:
+        """Run a window: process i drives ``assignment[i]``. Answers each busy process's lanes with
+        its result, and the readings ``sample`` took here at the start and at the end of the
+        measured window (server and database CPU)."""
+        busy = [(pipe, lanes) for pipe, lanes in zip(self._pipes, assignment) if lanes]
+        for pipe, lanes in busy:
+            pipe.send((lanes, warmup, window))
+        answers = [(pipe, pipe.recv()) for pipe, _ in busy]
+        failures = [detail for _, (status, detail) in answers if status != "ready"]
+        start = time.monotonic() + 0.05
+        for pipe, (status, _) in answers:
+            if status == "ready":
+                pipe.send(None if failures else start)
+        if failures:
+            raise RuntimeError("client set-up failed:\n" + failures[0])
+        _sleep_until(start + warmup)
+        first = sample()
+        _sleep_until(start + warmup + window)
+        last = sample()
+        results = [(lanes, pipe.recv()[1]) for pipe, lanes in busy]
+        errors = [lane.error for _, r in results for lane in r.lanes if lane.error]
+        if errors:
+            raise RuntimeError("client error:\n" + errors[0])
+        return results, first, last
+
+    def close(self) -> None:
+        for pipe in self._pipes:
+            try:
+                pipe.send(None)
+            except OSError:
+                pass
+        for proc in self._procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.terminate()

@@ -1,0 +1,616 @@
+"""txlog over HTTP against the least PostgreSQL itself needs for the same work, in one run.
+
+Everything runs on one machine: a real ``txlog serve --workers 2`` (a subprocess) on a throwaway
+embedded PostgreSQL with fsync on (or ``TXLOG_DATABASE_URL``), and the load from separate client
+processes (bench/clients.py). Batches are 100 records of 16-byte keys and 1 KiB values, sent as
+JSON with encoding utf8; fetches ask for pages of 1000 records.
+
+Every figure is a ratio to a baseline measured in the same run. A round runs one window per
+workload, each baseline's window right before the windows compared with it; a figure is the
+median over rounds of the ratio within each round, so drift of the machine (a checkpoint, another
+tenant) falls on both sides. Throughput is rows completed per second in a fixed window after a
+warm-up.
+
+Baselines, and why:
+- *raw append*: psycopg with binary parameters, one transaction per batch that locks a counter row
+  (``SELECT … FOR UPDATE``), advances it and inserts the batch with ``INSERT … SELECT FROM
+  unnest(…) WITH ORDINALITY`` into a table like txlog.records — what any durable log with dense
+  offsets per partition must do at least. 8 producers are 8 connections, one partition each.
+  txlog adds HTTP and JSON, the producer-state check, the high watermark and log position, the
+  NOTIFY for long polls (and for transactions the coordinator).
+- *idempotent produce* for transactions: a transaction's price is what it adds to a producer that
+  already has idempotence (the transaction row, the durable PrepareCommit, the markers).
+- *raw page fetch*: psycopg with binary results reading 1000 rows of txlog.records by primary key,
+  no filtering — what a reader pays at least. txlog adds HTTP and JSON, the last stable offset,
+  leaving out markers and aborted records (10% of the transactions here).
+- *scale*: the same workload on a small log / short history, in the same run.
+- *PgQueuer*: a PostgreSQL job queue (PyPI ``pgqueuer``) called in-process on the same database,
+  its schema installed by its installer, durable tables: ``enqueue`` of a batch of 100 against
+  txlog's idempotent produce, ``dequeue`` of 100 + their ack (``log_jobs``) against txlog's
+  read_committed fetch. The queue is filled and vacuumed before its window. The comparison says
+  what a user gives up or gains by putting a log over HTTP where a queue library would go.
+
+The small scale cases live in the main database; the 10^6-record log and the history of 10^5
+transactions in a second database of the same PostgreSQL, served by a second ``txlog serve``
+(the coordinator's tables are shared by all of a database's transactional ids, so a short and a
+long history cannot share one). Both servers are up throughout; only one is under load at a time.
+
+Beside every figure: the CPU seconds per 1000 rows of the client processes (getrusage), of the
+two servers' processes and of PostgreSQL (both from /proc), and how busy the whole machine was,
+so a saturated machine or a load generator that became the bottleneck shows.
+
+    python -m bench.http [--quick] [--rounds N] [--window S] [--only produce1,produce8,fetch1,fetch8,scale]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import orjson
+import psycopg
+
+from app.storage import migrate
+from app.storage.db import libpq_url
+from bench import datasets, procs, report
+from bench.clients import (
+    BATCH,
+    KEY_BYTES,
+    PAGE,
+    PGQ_DEQUEUE,
+    PGQ_ENQUEUE,
+    PGQ_SCHEMA,
+    VALUE_BYTES,
+    ClientPool,
+    Http,
+    Lane,
+    LaneResult,
+    batch_values,
+    pgq_queries,
+)
+from bench.common import bench_database, reset
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+PARTITIONS = 8
+FETCH_LOG = datasets.LogShape(transactions=200, txn_size=100, producers=1)  # per partition of the fetch topic
+
+# A round: each group's windows in this order, every baseline right before what it is compared with.
+GROUPS = {
+    "produce1": ["raw_append/1", "plain/1", "idempotent/1", "pgq_enqueue/1", "txn10/1", "txn1/1"],
+    "produce8": ["raw_append/8", "plain/8", "idempotent/8", "pgq_enqueue/8", "txn10/8", "txn1/8"],
+    "fetch1": ["raw_fetch/1", "read_committed/1", "read_uncommitted/1", "pgq_dequeue/1"],
+    "fetch8": ["raw_fetch/8", "read_committed/8", "read_uncommitted/8", "pgq_dequeue/8"],
+    "scale": ["scale_produce_small", "scale_produce_big", "scale_fetch_small", "scale_fetch_big",
+              "scale_txn_small", "scale_txn_big"],
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    rounds: int
+    window: float
+    warmup: float
+    clients: int
+    big_transactions: int  # of 9 records + marker: 10^5 make the 10^6-record log
+    small_transactions: int
+    quick: bool
+
+    @property
+    def big(self) -> datasets.LogShape:
+        return datasets.LogShape(self.big_transactions, 9, 1000)
+
+    @property
+    def small(self) -> datasets.LogShape:
+        return datasets.LogShape(self.small_transactions, 9, 10)
+
+
+# --- servers --------------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """``txlog serve`` in a session of its own (its process group is the supervisor and workers)."""
+
+    def __init__(self, url: str, workers: int, log: Path) -> None:
+        self.url, self.workers, self.log = url, workers, log
+        self.port = _free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pgid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout: float = 90) -> None:
+        env = {**os.environ, "TXLOG_DATABASE_URL": self.url}
+        env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port), "--workers", str(self.workers),
+                 "--log-level", "warning"],
+                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"txlog serve exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+            probe = Http(self.target)
+            try:
+                probe.call("GET", "/readyz")
+                return
+            except (OSError, RuntimeError):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"txlog serve not ready after {timeout}s:\n{self.log.read_text()[-3000:]}")
+                time.sleep(0.2)
+            finally:
+                probe.close()
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+def _with_database(url: str, name: str) -> str:
+    parts = urlsplit(libpq_url(url))
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+@contextlib.contextmanager
+def sibling_database(url: str, name: str) -> Iterator[str]:
+    """A second, migrated database on the same PostgreSQL, dropped afterwards."""
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    other = _with_database(url, name)
+    try:
+        migrate.upgrade(other)
+        yield other
+    finally:
+        with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# --- windows --------------------------------------------------------------------------------------
+
+@dataclass
+class Window:
+    rows: int
+    seconds: float
+    client_cpu: float
+    busiest_client_cpu: float
+    server_cpu: float
+    postgres_cpu: float | None
+    latencies_ms: list[float]
+    empty: int
+    machine_busy: float  # cores busy on the whole machine, on average
+    machine_iowait: float  # cores idle waiting for I/O, on average
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds
+
+
+@dataclass
+class Workload:
+    key: str
+    lanes: Callable[[], list[Lane]]
+    before: Callable[[], None] | None = None  # outside the window
+    after: Callable[[list[tuple[Lane, LaneResult]]], None] | None = None
+    windows: list[Window] = field(default_factory=list)
+
+
+class Bench:
+    def __init__(self, config: Config, main_url: str, big_url: str, main: Server, big: Server, pool: ClientPool) -> None:
+        self.config = config
+        self.main_url, self.big_url = libpq_url(main_url), libpq_url(big_url)
+        self.main, self.big, self.pool = main, big, pool
+        with psycopg.connect(self.main_url) as conn:  # a local PostgreSQL: its postmaster, for its CPU time
+            self.postmaster = procs.postmaster_of(conn.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
+        self.cursors: dict[tuple[str, int], int] = {}  # where each fetch lane's walk stopped
+        self.dequeue_rate: dict[str, float] = {}
+        self.workloads: dict[str, Workload] = {}
+        self._define()
+
+    # -- set-up ----------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        started = time.perf_counter()
+        main, big = Http(self.main.target), Http(self.big.target)
+        for name in ("b-plain", "b-idem", "b-txn10", "b-txn1", "b-fetch"):
+            main.call("POST", "/v1/topics", b'{"name":"%s","partitions":%d}' % (name.encode(), PARTITIONS))
+        main.call("POST", "/v1/topics", b'{"name":"scale","partitions":1}')
+        big.call("POST", "/v1/topics", b'{"name":"scale","partitions":1}')
+        main.close()
+        big.close()
+        with psycopg.connect(self.main_url) as conn:
+            for p in range(PARTITIONS):
+                datasets.fill_log(conn, "b-fetch", p, FETCH_LOG, datasets.allocate_producer_ids(conn, 1))
+            small = self.config.small
+            base = datasets.allocate_producer_ids(conn, small.producers)
+            datasets.fill_log(conn, "scale", 0, small, base)
+            datasets.fill_history(conn, "hist-", "scale", 0, small, base)
+            conn.execute("DROP TABLE IF EXISTS public.bench_raw, public.bench_counter")
+            conn.execute("CREATE TABLE public.bench_raw (LIKE txlog.records INCLUDING ALL)")
+            conn.execute("CREATE TABLE public.bench_counter (p int PRIMARY KEY, next bigint NOT NULL)")
+            conn.execute("INSERT INTO public.bench_counter SELECT p, 0 FROM generate_series(0, %s) AS p", (PARTITIONS - 1,))
+            conn.commit()
+            # One transaction in ten aborted: exactly what txlog's definition of visible leaves.
+            for topic, shape in (("b-fetch", FETCH_LOG), ("scale", small)):
+                (visible,) = conn.execute(
+                    "SELECT count(*) FROM txlog.committed_records WHERE topic = %s AND partition = 0", (topic,)
+                ).fetchone()  # type: ignore[misc]
+                assert visible == shape.transactions * shape.txn_size * 9 // 10, (topic, visible)
+        with psycopg.connect(self.big_url) as conn:
+            big_shape = self.config.big
+            base = datasets.allocate_producer_ids(conn, big_shape.producers)
+            datasets.fill_log(conn, "scale", 0, big_shape, base)
+            datasets.fill_history(conn, "hist-", "scale", 0, big_shape, base)
+        asyncio.run(self._install_pgqueuer())
+        datasets.vacuum(self.main_url)
+        datasets.vacuum(self.big_url)
+        # What was built is what txlog serves: the watermarks, and a history it can read.
+        for server, shape in ((self.main, self.config.small), (self.big, self.config.big)):
+            client = Http(server.target)  # a new connection: the server has closed the idle ones
+            doc = orjson.loads(client.call("GET", "/v1/topics/scale"))
+            part = doc["partitions"][0]
+            assert part["high_watermark"] == part["last_stable_offset"] == shape.offsets, part
+            txn = orjson.loads(client.call("GET", "/v1/transactions/hist-0"))
+            assert txn["state"] in ("CompleteCommit", "CompleteAbort"), txn
+            client.close()
+        print(f"set-up: logs of {FETCH_LOG.offsets:,} offsets x {PARTITIONS} partitions (fetch), "
+              f"{self.config.small.offsets:,} and {self.config.big.offsets:,} offsets (scale), histories of "
+              f"{self.config.small.transactions:,} and {self.config.big.transactions:,} transactions, built in "
+              f"{time.perf_counter() - started:.1f} s", flush=True)
+
+    async def _install_pgqueuer(self) -> None:
+        conn = await psycopg.AsyncConnection.connect(self.main_url, autocommit=True)
+        try:
+            q = pgq_queries(conn)
+            if await q.schema_is_installed():
+                await q.uninstall()
+            await q.install()
+        finally:
+            await conn.close()
+
+    # -- workloads -------------------------------------------------------------------------------
+    def _define(self) -> None:
+        m, b = self.main, self.big
+        small_end, big_end = self.config.small.offsets, self.config.big.offsets
+        for n in (1, PARTITIONS):
+            self._add(f"raw_append/{n}", self._lanes("raw_append", self.main_url, n))
+            for key, topic, mode, every in (("plain", "b-plain", "plain", 0), ("idempotent", "b-idem", "idempotent", 0),
+                                            ("txn10", "b-txn10", "transactional", 10), ("txn1", "b-txn1", "transactional", 1)):
+                self._add(f"{key}/{n}", self._produce_lanes(f"{key}-{n}", m, topic, mode, every, n))
+            self._add(f"pgq_enqueue/{n}", self._lanes("pgq_enqueue", self.main_url, n), after=self._drop_enqueued)
+            self._add(f"raw_fetch/{n}", self._fetch_lanes(f"raw_fetch/{n}", "raw_fetch", self.main_url, "b-fetch", "", n))
+            for iso in ("read_committed", "read_uncommitted"):
+                self._add(f"{iso}/{n}", self._fetch_lanes(f"{iso}/{n}", "fetch", m.target, "b-fetch", iso, n))
+            self._add(f"pgq_dequeue/{n}", self._lanes("pgq_dequeue", self.main_url, n),
+                      before=functools.partial(self._fill_queue, f"pgq_dequeue/{n}", n))
+        for size, server, end in (("small", m, small_end), ("big", b, big_end)):
+            self._add(f"scale_produce_{size}", self._produce_lanes(f"scale-idem-{size}", server, "scale", "idempotent", 0, 1))
+            self._add(f"scale_fetch_{size}",
+                      self._fetch_lanes(f"scale_fetch_{size}", "fetch", server.target, "scale", "read_committed", 1, end))
+            self._add(f"scale_txn_{size}", self._produce_lanes(f"scale-txn-{size}", server, "scale", "transactional", 1, 1))
+
+    def _add(self, key: str, lanes: Callable[[], list[Lane]], before: Callable[[], None] | None = None,
+             after: Callable[[list[tuple[Lane, LaneResult]]], None] | None = None) -> None:
+        self.workloads[key] = Workload(key, lanes, before, after or self._keep_cursors(key))
+
+    @staticmethod
+    def _lanes(kind: str, target: str, n: int) -> Callable[[], list[Lane]]:
+        """``n`` lanes of ``kind``, lane i on partition i (where a partition applies)."""
+        return lambda: [Lane(kind, target, partition=i) for i in range(n)]
+
+    @staticmethod
+    def _produce_lanes(name: str, server: Server, topic: str, mode: str, every: int, n: int) -> Callable[[], list[Lane]]:
+        return lambda: [
+            Lane("produce", server.target, topic, i, mode, every, transactional_id=f"bench-{name}-{i}") for i in range(n)
+        ]
+
+    def _fetch_lanes(self, key: str, kind: str, target: str, topic: str, mode: str, n: int, end: int = 0) -> Callable[[], list[Lane]]:
+        return lambda: [
+            Lane(kind, target, topic, i, mode, offset=self.cursors.get((key, i), 0), end=end) for i in range(n)
+        ]
+
+    def _keep_cursors(self, key: str) -> Callable[[list[tuple[Lane, LaneResult]]], None]:
+        def keep(done: list[tuple[Lane, LaneResult]]) -> None:
+            for lane, result in done:
+                if lane.kind in ("fetch", "raw_fetch"):
+                    self.cursors[(key, lane.partition)] = result.offset
+        return keep
+
+    def _drop_enqueued(self, done: list[tuple[Lane, LaneResult]]) -> None:
+        """Empty the enqueue workload's jobs (and vacuum now, not during a later window)."""
+        with psycopg.connect(self.main_url, autocommit=True) as conn:
+            conn.execute(f"DELETE FROM {PGQ_SCHEMA}.pgqueuer WHERE entrypoint = %s", (PGQ_ENQUEUE,))
+            conn.execute(f"VACUUM {PGQ_SCHEMA}.pgqueuer")
+
+    def _fill_queue(self, key: str, lanes: int) -> None:
+        """Enough queued jobs for the window at the rate seen so far (and half again), vacuumed."""
+        rate = self.dequeue_rate.get(key, 10_000.0 if lanes == 1 else 20_000.0)
+        target = int(rate * (self.config.warmup + self.config.window + 0.5) * 1.5) + 20 * BATCH * lanes
+        with psycopg.connect(self.main_url, autocommit=True) as conn:
+            (queued,) = conn.execute(
+                f"SELECT count(*) FROM {PGQ_SCHEMA}.pgqueuer WHERE entrypoint = %s AND status = 'queued'", (PGQ_DEQUEUE,)
+            ).fetchone()  # type: ignore[misc]
+            if queued < target:
+                conn.execute(
+                    f"INSERT INTO {PGQ_SCHEMA}.pgqueuer (priority, entrypoint, payload, status) "
+                    "SELECT 0, %s, (%s::bytea[])[1 + mod(g, 100)], 'queued' FROM generate_series(1, %s) AS g",
+                    (PGQ_DEQUEUE, batch_values(), target - queued),
+                )
+            conn.execute(f"VACUUM ANALYZE {PGQ_SCHEMA}.pgqueuer")
+
+    # -- running ---------------------------------------------------------------------------------
+    def _sample(self) -> tuple[float, float, float | None, tuple[float, float, float]]:
+        return (time.monotonic(), procs.group_cpu([self.main.pgid, self.big.pgid]), procs.postgres_cpu(self.postmaster),
+                procs.machine_cpu())
+
+    def run_window(self, workload: Workload, warmup: float | None = None, window: float | None = None) -> Window:
+        warmup = self.config.warmup if warmup is None else warmup
+        window = self.config.window if window is None else window
+        if workload.before:
+            workload.before()
+        lanes = workload.lanes()
+        assignment: list[list[Lane]] = [[] for _ in range(self.pool.size)]
+        for i, lane in enumerate(lanes):
+            assignment[i % self.pool.size].append(lane)
+        results, first, last = self.pool.run(assignment, warmup, window, self._sample)
+        done = [(lane, res) for ls, r in results for lane, res in zip(ls, r.lanes)]
+        cores, total = os.cpu_count() or 1, last[3][2] - first[3][2]
+        if workload.after:
+            workload.after(done)
+        return Window(
+            rows=sum(res.rows for _, res in done),
+            seconds=window,
+            client_cpu=sum(r.cpu_s for _, r in results),
+            busiest_client_cpu=max(r.cpu_s for _, r in results),
+            server_cpu=last[1] - first[1],
+            postgres_cpu=None if first[2] is None or last[2] is None else last[2] - first[2],
+            latencies_ms=[ms for _, res in done for ms in res.latencies_ms],
+            empty=sum(res.empty for _, res in done),
+            machine_busy=cores * (last[3][0] - first[3][0]) / total if total else 0.0,
+            machine_iowait=cores * (last[3][1] - first[3][1]) / total if total else 0.0,
+        )
+
+    def rounds(self, groups: list[str]) -> None:
+        order = [GROUPS[g] for g in groups]
+        assert sorted(k for g in GROUPS.values() for k in g) == sorted(self.workloads), "every workload in a group"
+        # Prime both servers (connection pools, caches, prepared statements) before anything counts.
+        for key in ("idempotent/8", "txn1/8", "read_committed/8", "scale_produce_big", "scale_fetch_big", "scale_txn_big"):
+            self.run_window(self.workloads[key], warmup=0.0, window=0.3)
+        for r in range(self.config.rounds):
+            started = time.perf_counter()
+            for group in order:
+                for key in group:
+                    w = self.workloads[key]
+                    result = self.run_window(w)
+                    w.windows.append(result)
+                    if key.startswith("pgq_dequeue"):
+                        self.dequeue_rate[key] = max(result.rate, 1000.0)
+            line = "  ".join(f"{k}={self.workloads[k].windows[-1].rate:,.0f}" for g in order for k in g[:3])
+            print(f"round {r + 1}/{self.config.rounds} ({time.perf_counter() - started:.0f} s): rows/s {line}", flush=True)
+
+
+# --- figures --------------------------------------------------------------------------------------
+
+def _ratio_cell(bench: Bench, num: str, den: str, goal: report.Goal) -> report.Cell:
+    a, b = bench.workloads[num].windows, bench.workloads[den].windows
+    rounds = [x.rate / y.rate for x, y in zip(a, b) if y.rows]
+    cpu = [w.client_cpu / w.rows * 1000 for w in a if w.rows]
+    return report.Cell(report.median(rounds), rounds, goal, report.median(cpu))
+
+
+def _latency_cells(bench: Bench, key: str, p50_goal: float, p99_goal: float) -> dict[str, report.Cell]:
+    lat = [ms for w in bench.workloads[key].windows for ms in w.latencies_ms]
+    per_round = [w.latencies_ms for w in bench.workloads[key].windows]
+    return {
+        "p50": report.Cell(report.percentile(lat, 50), [report.percentile(x, 50) or 0.0 for x in per_round],
+                           report.Goal("<=", p50_goal), None),
+        "p99": report.Cell(report.percentile(lat, 99), [report.percentile(x, 99) or 0.0 for x in per_round],
+                           report.Goal("<=", p99_goal), None),
+    }
+
+
+def figures(bench: Bench) -> list[report.Row]:
+    cfg = bench.config
+
+    def ratio(key: str, label: str, num: str, den: str, goal: report.Goal) -> report.Row:
+        row = report.Row(key, label, "ratio")
+        for n in ("1", "8"):
+            row.cells[n] = _ratio_cell(bench, num.format(n=n), den.format(n=n), goal)
+        return row
+
+    rows = [
+        ratio("idem_raw", "idempotent produce ÷ raw append", "idempotent/{n}", "raw_append/{n}", report.Goal(">=", 0.5)),
+        ratio("plain_raw", "plain produce ÷ raw append", "plain/{n}", "raw_append/{n}", report.Goal(">=", 0.5)),
+        ratio("txn10_idem", "transactional, commit every 10 batches ÷ idempotent", "txn10/{n}", "idempotent/{n}",
+              report.Goal(">=", 0.9)),
+        ratio("txn1_idem", "transactional, commit every batch ÷ idempotent", "txn1/{n}", "idempotent/{n}",
+              report.Goal(">=", 0.8)),
+    ]
+    endtxn = report.Row("endtxn_ms", "EndTxn p50 / p99 ms (commit every batch)", "ms")
+    for n, (g50, g99) in (("1", (3.0, 10.0)), ("8", (15.0, 50.0))):
+        for q, cell in _latency_cells(bench, f"txn1/{n}", g50, g99).items():
+            endtxn.cells[f"{n}.{q}"] = cell
+    rows.append(endtxn)
+    rows += [
+        ratio("rc_raw", "read_committed fetch ÷ raw page fetch", "read_committed/{n}", "raw_fetch/{n}", report.Goal(">=", 0.5)),
+        ratio("ru_raw", "read_uncommitted fetch ÷ raw page fetch", "read_uncommitted/{n}", "raw_fetch/{n}",
+              report.Goal(">=", 0.6)),
+    ]
+    within = report.Goal("~", 0.10)
+    big, small = cfg.big, cfg.small
+    for key, label, workload in (
+        ("scale_produce", f"scale: idempotent produce, {big.offsets:,}- ÷ {small.offsets:,}-record log", "scale_produce"),
+        ("scale_fetch", f"scale: read_committed fetch, {big.offsets:,}- ÷ {small.offsets:,}-record log", "scale_fetch"),
+        ("scale_txn", f"scale: commit every batch after {big.transactions:,} ÷ {small.transactions:,} txns", "scale_txn"),
+    ):
+        row = report.Row(key, label, "ratio")
+        row.cells["1"] = _ratio_cell(bench, f"{workload}_big", f"{workload}_small", within)
+        rows.append(row)
+    rows += [
+        ratio("pgq_enqueue", "PgQueuer enqueue ÷ txlog idempotent produce", "pgq_enqueue/{n}", "idempotent/{n}",
+              report.Goal("<=", 1.0)),
+        ratio("pgq_dequeue", "PgQueuer dequeue+ack ÷ txlog read_committed fetch", "pgq_dequeue/{n}", "read_committed/{n}",
+              report.Goal("<=", 0.3)),
+    ]
+    return rows
+
+
+def summaries(bench: Bench) -> list[report.WorkloadSummary]:
+    out = []
+    for w in bench.workloads.values():
+        ws = [x for x in w.windows if x.rows]
+        if not ws:
+            continue
+
+        def per_krow(f: Callable[[Window], float | None]) -> float | None:
+            vals = [f(x) for x in ws]
+            return None if any(v is None for v in vals) else report.median([v / x.rows * 1000 for v, x in zip(vals, ws)])  # type: ignore[operator]
+
+        out.append(report.WorkloadSummary(
+            key=w.key,
+            windows=len(ws),
+            rows_per_s=report.median([x.rate for x in ws]) or 0.0,
+            client_cpu_per_krow=per_krow(lambda x: x.client_cpu) or 0.0,
+            server_cpu_per_krow=per_krow(lambda x: x.server_cpu) or 0.0,
+            postgres_cpu_per_krow=per_krow(lambda x: x.postgres_cpu),
+            busiest_client_core=max(x.busiest_client_cpu / x.seconds for x in ws),
+            busy_cores=report.median([(x.client_cpu + x.server_cpu + (x.postgres_cpu or 0.0)) / x.seconds for x in ws]) or 0.0,
+            machine_busy_cores=report.median([x.machine_busy for x in ws]) or 0.0,
+            machine_iowait_cores=report.median([x.machine_iowait for x in ws]) or 0.0,
+            rows_per_s_rounds=[x.rate for x in w.windows],
+            endtxn_ms=[ms for x in ws for ms in x.latencies_ms] if w.key.startswith("txn1") or w.key.startswith("scale_txn") else [],
+            empty_dequeues=sum(x.empty for x in w.windows),
+        ))
+    return out
+
+
+# --- main -----------------------------------------------------------------------------------------
+
+def parse(argv: list[str] | None) -> tuple[Config, argparse.Namespace]:
+    ap = argparse.ArgumentParser(prog="python -m bench.http", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="3 rounds of 1 s windows (under 4 minutes with set-up)")
+    ap.add_argument("--rounds", type=int, help="rounds (5; 3 with --quick)")
+    ap.add_argument("--window", type=float, help="measured seconds per window (3; 1 with --quick)")
+    ap.add_argument("--warmup", type=float, help="seconds before each window (0.5; 0.3 with --quick)")
+    ap.add_argument("--clients", type=int, default=4, help="client processes (8 producers are spread over them)")
+    ap.add_argument("--big-transactions", type=int, default=100_000,
+                    help="transactions of the big log, 10 offsets each, over 1000 transactional ids (a multiple of 1000)")
+    ap.add_argument("--small-transactions", type=int, default=1_000,
+                    help="the same for the small log, over 10 transactional ids (a multiple of 10)")
+    ap.add_argument("--only", default=",".join(GROUPS), help=f"groups of windows to run (of {','.join(GROUPS)})")
+    ap.add_argument("--output", type=Path, default=RESULTS, help="where latest.json and latest.png go")
+    args = ap.parse_args(argv)
+    args.only = [g.strip() for g in args.only.split(",") if g.strip()]
+    unknown = set(args.only) - set(GROUPS)
+    if unknown:
+        ap.error(f"unknown groups {sorted(unknown)}; choose from {','.join(GROUPS)}")
+    cfg = Config(
+        rounds=args.rounds or (3 if args.quick else 5),
+        window=args.window or (1.0 if args.quick else 3.0),
+        warmup=args.warmup if args.warmup is not None else (0.3 if args.quick else 0.5),
+        clients=args.clients,
+        big_transactions=args.big_transactions,
+        small_transactions=args.small_transactions,
+        quick=args.quick,
+    )
+    return cfg, args
+
+
+def main(argv: list[str] | None = None) -> int:
+    run(argv)
+    return 0
+
+
+def run(argv: list[str] | None = None) -> str:
+    """Set up, run every round, print and write the results; answers the summary line."""
+    cfg, args = parse(argv)
+    started = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(bench_database())
+        reset(url)
+        with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+            settings = {k: conn.execute(f"SHOW {k}").fetchone()[0] for k in ("fsync", "synchronous_commit", "shared_buffers")}  # type: ignore[index]
+            pg_version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+        if settings["fsync"] != "on" or settings["synchronous_commit"] != "on":
+            print(f"warning: PostgreSQL runs with {settings}: figures are not for durable writes", file=sys.stderr)
+        big_url = stack.enter_context(sibling_database(url, "txlog_bench_big"))
+        logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="txlog-bench-logs-")))
+        main_server, big_server = Server(url, 2, logs / "main.log"), Server(big_url, 2, logs / "big.log")
+        for server in (main_server, big_server):
+            stack.callback(server.stop)
+            server.start()
+        pool = ClientPool(cfg.clients)
+        stack.callback(pool.close)
+        bench = Bench(cfg, url, big_url, main_server, big_server, pool)
+        print(f"txlog serve --workers 2 x2 (main and big database), {cfg.clients} client processes, {cfg.rounds} rounds of "
+              f"{cfg.warmup:g} s warm-up + {cfg.window:g} s windows; PostgreSQL {pg_version} {settings}", flush=True)
+        bench.prepare()
+        bench.rounds(args.only)
+        rows = figures(bench)
+        works = summaries(bench)
+        others = [x.machine_busy - (x.client_cpu + x.server_cpu + (x.postgres_cpu or 0.0)) / x.seconds
+                  for w in bench.workloads.values() for x in w.windows]
+        machine = procs.machine(pg_version)
+        elapsed = time.perf_counter() - started
+
+    config = {**cfg.__dict__, "groups": args.only, "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "batch_records": BATCH, "value_bytes": VALUE_BYTES, "key_bytes": KEY_BYTES, "page_records": PAGE,
+              "server_workers": 2, "postgres": settings, "elapsed_s": round(elapsed, 1),
+              "other_load_cores_median": report.median(others), "other_load_cores_max": max(others, default=None),
+              "external_database": bool(os.environ.get("TXLOG_DATABASE_URL"))}
+    summary = report.summary_line(rows)
+    title = (f"txlog over HTTP vs baselines — {machine['cores']} cores, PostgreSQL {pg_version}, "
+             f"commit {str(machine['txlog_commit'])[:10]}{'+' if machine['txlog_worktree_modified'] else ''}")
+    args.output.mkdir(parents=True, exist_ok=True)
+    report.write_json(args.output / "latest.json", report.to_json(rows, works, machine, config, summary))
+    report.chart(args.output / "latest.png", rows, title)
+    print()
+    print(report.workload_table(works))
+    if others:
+        typical = report.median(others) or 0.0
+        shared = " — the machine was shared: expect noisier figures" if typical > 0.3 else ""
+        print(f"other processes and the kernel kept {typical:.2f} cores busy during the windows "
+              f"(at most {max(others):.2f}){shared}")
+    print()
+    print(report.table(rows))
+    print(f"\n{cfg.rounds} rounds, {elapsed:.0f} s; wrote {args.output / 'latest.json'} and {args.output / 'latest.png'}")
+    print("summary: " + summary, flush=True)
+    return summary
+
+
+if __name__ == "__main__":
+    sys.exit(main())
