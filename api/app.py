@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from typing import AsyncIterator
 
@@ -17,10 +18,10 @@ from api.metrics import RequestMetrics, metrics_response
 from api.notify import AppendNotifier
 from api.admin import mount as mount_admin
 from api.v1.responses import errors as error_responses
-from api.v1.routes import router as v1_router
+from api.v1.routes import add_body_schemas, router as v1_router
 from app.config import Settings, load_settings
 from app.errors import ErrorCode, TxlogError
-from app.services import Broker
+from app.services import Broker, fetch as fetch_service
 from app.services.sweeper import SweeperThread
 from app.storage import migrate
 from app.storage.db import Database, SessionLimits
@@ -38,7 +39,7 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        notifier = AppendNotifier(settings.database_url)  # type: ignore[arg-type]
+        notifier = AppendNotifier(settings.database_url, functools.partial(fetch_service.listen, broker))  # type: ignore[arg-type]
         notifier.start()
         app.state.notifier = notifier
         sweeper = SweeperThread(broker) if run_sweeper else None
@@ -90,6 +91,15 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
         return metrics_response()
 
     mount_admin(app, broker)
+
+    default_openapi = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            app.openapi_schema = add_body_schemas(default_openapi())
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     app.add_middleware(MaxBodySize, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestMetrics)

@@ -1,8 +1,10 @@
 """Long-poll support: one LISTEN connection per process wakes the fetches waiting on a partition.
 
-Producers ``NOTIFY txlog_append, 'topic:partition'`` in the appending transaction, so the
-notification arrives only after the records are committed. A fetch subscribes *before* it reads,
-so an append between its read and its wait still wakes it.
+An append ``NOTIFY txlog_append, 'topic:partition'`` in its own transaction (so the notification
+arrives only after the records are committed), and only while some process holds a listening
+lease on the partition: appends nobody waits for pay nothing. A fetch subscribes *before* it
+reads, and the subscription makes sure the process's lease covers the longest wait before the
+fetch reads, so an append between its read and its wait still wakes it.
 """
 
 from __future__ import annotations
@@ -10,8 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import defaultdict
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
+
+from fastapi.concurrency import run_in_threadpool
 
 import psycopg
 
@@ -37,10 +42,21 @@ class Subscription:
         return True
 
 
+# A process's listening lease on a partition lasts LEASE_S and is renewed by a subscription that
+# finds less than RENEW_BELOW_S left, which is more than the longest long-poll (60 s): a lease
+# always outlasts the wait that checked it. A process that dies leaves appends notifying for at
+# most LEASE_S.
+LEASE_S = 120.0
+RENEW_BELOW_S = 65.0
+
+
 class AppendNotifier:
-    def __init__(self, database_url: str) -> None:
+    def __init__(self, database_url: str, listen: Callable[[str, int, int], bool]) -> None:
+        """``listen(topic, partition, lease_ms)`` takes or renews the process's lease."""
         self.url = libpq_url(database_url)
+        self._listen = listen
         self._subs: dict[str, set[Subscription]] = defaultdict(set)
+        self._leases: dict[tuple[str, int], float] = {}  # monotonic time each lease ends
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -52,12 +68,23 @@ class AppendNotifier:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
 
+    async def _ensure_lease(self, topic: str, partition: int) -> None:
+        now = time.monotonic()
+        if self._leases.get((topic, partition), 0.0) - now >= RENEW_BELOW_S:
+            return
+        try:
+            if await run_in_threadpool(self._listen, topic, partition, int(LEASE_S * 1000)):
+                self._leases[(topic, partition)] = now + LEASE_S
+        except Exception as exc:  # the database is away: the fetch itself will say so, or time out
+            log.debug("cannot take a listening lease on %s-%s: %s", topic, partition, exc)
+
     @contextlib.asynccontextmanager
     async def subscribe(self, topic: str, partition: int) -> AsyncIterator[Subscription]:
         key = f"{topic}:{partition}"
         sub = Subscription()
         self._subs[key].add(sub)
         try:
+            await self._ensure_lease(topic, partition)
             yield sub
         finally:
             self._subs[key].discard(sub)

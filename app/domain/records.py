@@ -5,8 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from dataclasses import dataclass
-from typing import Iterable, Literal
+from typing import Iterable, Literal, NamedTuple
 
 from app.errors import ErrorCode, TxlogError
 
@@ -60,9 +59,8 @@ Header = tuple[str, "bytes | None"]
 Headers = tuple[Header, ...]
 
 
-@dataclass(frozen=True)
-class NewRecord:
-    """A record as a producer sends it, already decoded to bytes."""
+class NewRecord(NamedTuple):
+    """A record as a producer sends it, already decoded to bytes (a tuple: a batch makes many)."""
 
     key: bytes | None
     value: bytes | None

@@ -20,21 +20,30 @@ from app.services import Broker
 from app.storage import queries as q
 
 
-def record(conn: Connection, broker: Broker, meta: TxnMetadata | None, event: TxnEvent) -> TxnMetadata:
-    """Persist one transition: append the event and update the current-state row (and the rows of
-    the partitions and groups it adds), in the caller's database transaction. A new producer id
-    is recorded as the transactional id's and the previous ones retired, so that no partition
-    takes a batch of theirs again. Returns the new state (the fold of the event)."""
-    new = txn.apply(meta, event)
+def record(conn: Connection, broker: Broker, meta: TxnMetadata | None, *events: TxnEvent) -> TxnMetadata:
+    """Persist transitions: append the events and update the current-state row (and the rows of
+    the partitions and groups they add), in one statement of the caller's database transaction.
+    Only the first event may leave the previous transaction's members behind. A new producer id is
+    recorded as the transactional id's and the previous ones retired, so that no partition takes a
+    batch of theirs again. Returns the new state (the fold of the events)."""
+    steps: list[tuple[TxnMetadata | None, TxnEvent]] = []  # each event with the state it applies to
+    new = meta
+    for event in events:
+        if steps and txn.resets_members(new, event):
+            raise ValueError(f"{event.to_state.value} would reset the members of the transaction it is recorded with")
+        steps.append((new, event))
+        new = txn.apply(new, event)
+    assert new is not None
     tid = new.transactional_id
-    if meta is not None and txn.resets_members(meta, event):
+    if meta is not None and txn.resets_members(meta, events[0]):
         q.txn_members_clear(conn, tid)
-    q.txn_record(conn, event, new, coordinator_partition(tid, broker.settings.transaction_state_partitions), txn.deadline_ms(new))
-    if meta is None or new.producer_id != meta.producer_id:
-        q.producer_id_assign(conn, new.producer_id, tid, event.at_ms)
-        q.producer_ids_retire(conn, tid, new.producer_id, "newer_epoch", event.at_ms)
+    q.txn_record(conn, events, new, coordinator_partition(tid, broker.settings.transaction_state_partitions), txn.deadline_ms(new))
+    for before, event in steps:
+        if before is None or event.producer_id != before.producer_id:
+            q.producer_id_assign(conn, event.producer_id, tid, event.at_ms)
+            q.producer_ids_retire(conn, tid, event.producer_id, "newer_epoch", event.at_ms)
     if new.state is TxnState.DEAD:
-        q.producer_ids_retire(conn, tid, None, "expired", event.at_ms)
+        q.producer_ids_retire(conn, tid, None, "expired", new.updated_at_ms)
     return new
 
 
@@ -56,10 +65,19 @@ def new_producer_id_if_exhausted(conn: Connection, epoch: int) -> int | None:
     return q.producer_id_next(conn) if txn.needs_new_producer_id(epoch) else None
 
 
-def complete(conn: Connection, broker: Broker, meta: TxnMetadata) -> TxnMetadata:
-    """From PrepareCommit/PrepareAbort: write the marker on every partition of the transaction,
-    apply or drop its pending group offsets, and record CompleteCommit/CompleteAbort — all in the
-    caller's database transaction, so a crash leaves either the prepared state or all of it."""
+def complete(conn: Connection, broker: Broker, meta: TxnMetadata, decision: TxnEvent | None = None) -> TxnMetadata:
+    """Write the marker on every partition of the transaction, apply or drop its pending group
+    offsets, and record CompleteCommit/CompleteAbort — all in the caller's database transaction.
+
+    With ``decision`` (the PrepareCommit/PrepareAbort event of an Ongoing transaction), the decision
+    is taken in the same database transaction and recorded with the completion, in one statement:
+    the history reads PrepareCommit then CompleteCommit, and a crash before the commit leaves the
+    transaction as it was, Ongoing, with nothing written. Without it, ``meta`` is a prepared
+    transaction whose decision was made durable earlier (``end_txn_prepare``), which a crash
+    leaves prepared."""
+    before = meta
+    if decision is not None:
+        meta = txn.apply(meta, decision)
     commit = txn.prepared_result(meta.state) == "commit"
     now = broker.now()
     marker = [NewRecord(None, None)]
@@ -79,12 +97,13 @@ def complete(conn: Connection, broker: Broker, meta: TxnMetadata) -> TxnMetadata
             aborted_first_offset=aborted_first,
             txn_first_offset=entry.txn_first_offset if entry is not None else None,
         )
-    pending = q.pending_offsets_take(conn, meta.transactional_id)
-    if commit:
-        for group_id in sorted(pending):
-            q.group_offsets_upsert(conn, group_id, pending[group_id])
+    if meta.groups:  # pending offsets are only ever written for a group of the transaction
+        q.pending_offsets_apply(conn, meta.transactional_id, commit)
     new_pid = new_producer_id_if_exhausted(conn, meta.producer_epoch) if meta.transaction_version >= 2 else None
-    return record(conn, broker, meta, txn.completed(meta, now, new_pid))
+    completed = txn.completed(meta, now, new_pid)
+    if decision is not None:
+        return record(conn, broker, before, decision, completed)
+    return record(conn, broker, meta, completed)
 
 
 def finish_open(conn: Connection, broker: Broker, meta: TxnMetadata, reason: txn.FenceReason) -> TxnMetadata:
@@ -92,7 +111,7 @@ def finish_open(conn: Connection, broker: Broker, meta: TxnMetadata, reason: txn
     an Ongoing transaction is aborted for ``reason``; a prepared one keeps its decision — a
     PrepareCommit always completes as a commit."""
     if meta.state is TxnState.ONGOING:
-        meta = record(conn, broker, meta, txn.prepared(meta, "abort", broker.now(), reason))
+        return complete(conn, broker, meta, txn.prepared(meta, "abort", broker.now(), reason))
     if meta.state.is_prepared:
-        meta = complete(conn, broker, meta)
+        return complete(conn, broker, meta)
     return meta

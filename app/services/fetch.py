@@ -56,3 +56,10 @@ def fetch(
     return FetchResult(
         topic, partition, rows, next_offset, status.high_watermark, status.last_stable_offset, status.log_start_offset
     )
+
+
+def listen(broker: Broker, topic: str, partition: int, lease_ms: int) -> bool:
+    """Ask appends to ``topic``-``partition`` to notify long-polling fetches for ``lease_ms``
+    (see ``queries.fetch_listener_register``); False if there is no such partition."""
+    with broker.db.transaction() as conn:
+        return q.fetch_listener_register(conn, topic, partition, lease_ms)

@@ -103,6 +103,7 @@ def produce(broker: Broker, topic: str, partition: int, req: ProduceRequest) -> 
         q.log_append(
             conn, topic, partition, base_offset, position.next_position, req.records, now, pid, epoch, seq, transactional, state,
             txn_first_offset=state.txn_first_offset if transactional and state is not None else None, sizes=sizes,
+            commit=True,
         )
     faults.crash_point(faults.SERVER_CRASH_ENV, "produce_appended")
     return ProduceResult(base_offset, last_offset, now, log_start)

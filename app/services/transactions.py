@@ -125,43 +125,76 @@ class EndTxnOutcome:
 def end_txn(
     broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, result: Result, transaction_version: int = 2
 ) -> EndTxnOutcome:
-    """EndTxn. Step 1 makes the decision durable (PrepareCommit/PrepareAbort); step 2 writes the
-    markers, applies the offsets and completes. A crash between them leaves a prepared transaction
-    that the sweeper, the next InitProducerId or a retried EndTxn completes the same way.
-    ``transaction_version`` 2 (the HTTP API, Kafka's transactions V2) answers the next
-    transaction's epoch; 1 (Kafka clients before V2) keeps the producer's epoch."""
+    """EndTxn, in one database transaction: lock the transaction row, record the decision
+    (PrepareCommit/PrepareAbort), write the markers, apply or drop the pending offsets and record
+    CompleteCommit/CompleteAbort with the next epoch. Every partition lives in this database, so
+    the decision and its completion commit together: a crash before the commit leaves the
+    transaction Ongoing with nothing of it acknowledged (the client's retry or the timeout ends it).
+    A transaction found prepared — its decision made durable by ``end_txn_prepare`` alone — is
+    completed the same way. ``transaction_version`` 2 (the HTTP API, Kafka's transactions V2)
+    answers the next transaction's epoch; 1 (Kafka clients before V2) keeps the producer's epoch."""
+    _check_result(result)
+    with broker.db.transaction() as conn:
+        meta = coordinator.locked(conn, transactional_id)
+        retried = _retried_end(meta, producer_id, producer_epoch, result)
+        if retried is not None:
+            return retried
+        decision = _decision(broker, meta, producer_id, producer_epoch, result, transaction_version)
+        meta = coordinator.complete(conn, broker, meta, decision)
+        faults.crash_point(faults.SERVER_CRASH_ENV, "end_txn_uncommitted")  # tests only: all written, nothing committed
+    faults.crash_point(faults.SERVER_CRASH_ENV, "end_txn_committed")  # tests only: committed, not answered
+    return EndTxnOutcome(txn.complete_state(result), meta.producer_id, meta.producer_epoch)
+
+
+def _check_result(result: str) -> None:
     if result not in ("commit", "abort"):
         raise TxlogError(ErrorCode.INVALID_REQUEST, "result must be 'commit' or 'abort'")
-    retried = end_txn_prepare(broker, transactional_id, producer_id, producer_epoch, result, transaction_version)
-    if retried is not None:
-        return retried
-    faults.crash_point(faults.SERVER_CRASH_ENV, "end_txn_prepared")
-    return end_txn_complete(broker, transactional_id, producer_id, producer_epoch, result)
+
+
+def _retried_end(meta: TxnMetadata, producer_id: int, producer_epoch: int, result: Result) -> EndTxnOutcome | None:
+    """The answer to an EndTxn for the transaction that already ended, ``None`` for any other."""
+    if not txn.is_retry_of_last_end(meta, producer_id, producer_epoch):
+        return None
+    txn.check_end_retry(meta, result)
+    return EndTxnOutcome(txn.complete_state(result), meta.producer_id, meta.producer_epoch)
+
+
+def _decision(
+    broker: Broker, meta: TxnMetadata, producer_id: int, producer_epoch: int, result: Result, transaction_version: int
+) -> TxnEvent | None:
+    """The PrepareCommit/PrepareAbort event this EndTxn records, or ``None`` when the transaction is
+    prepared with this decision already."""
+    txn.check_producer(meta, producer_id, producer_epoch)
+    if not meta.state.is_prepared:
+        return txn.prepared(meta, result, broker.now(), transaction_version=transaction_version)
+    if meta.state is not txn.prepare_state(result):
+        raise TxlogError(ErrorCode.INVALID_TXN_STATE, f"Transaction is in {meta.state.value}; it cannot {result}")
+    return None
 
 
 def end_txn_prepare(
     broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, result: Result, transaction_version: int = 2
 ) -> EndTxnOutcome | None:
-    """EndTxn's first step: the decision made durable. Answers a retry of an ended transaction itself."""
+    """EndTxn's decision alone, made durable in its own database transaction: the first step of
+    ending a transaction whose partitions are not all in this database (their markers follow, by
+    ``end_txn_complete``). What a crash between the steps leaves — a prepared transaction — is
+    completed the same way by the sweeper, the next InitProducerId or a retried EndTxn. Answers a
+    retry of an ended transaction itself."""
+    _check_result(result)
     with broker.db.transaction() as conn:
         meta = coordinator.locked(conn, transactional_id, partitions=[], groups=[])
-        if txn.is_retry_of_last_end(meta, producer_id, producer_epoch):
-            txn.check_end_retry(meta, result)
-            return EndTxnOutcome(txn.complete_state(result), meta.producer_id, meta.producer_epoch)
-        txn.check_producer(meta, producer_id, producer_epoch)
-        if meta.state.is_prepared:
-            if meta.state is not txn.prepare_state(result):
-                raise TxlogError(
-                    ErrorCode.INVALID_TXN_STATE,
-                    f"Transaction is in {meta.state.value}; it cannot {result}",
-                )
-        else:
-            coordinator.record(conn, broker, meta, txn.prepared(meta, result, broker.now(), transaction_version=transaction_version))
+        retried = _retried_end(meta, producer_id, producer_epoch, result)
+        if retried is not None:
+            return retried
+        decision = _decision(broker, meta, producer_id, producer_epoch, result, transaction_version)
+        if decision is not None:
+            coordinator.record(conn, broker, meta, decision)
     return None
 
 
 def end_txn_complete(broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, result: Result) -> EndTxnOutcome:
-    """EndTxn's second step: markers, offsets, the completed state and the next epoch."""
+    """The second step after ``end_txn_prepare``: markers, offsets, the completed state and the
+    next epoch."""
     with broker.db.transaction() as conn:
         meta = coordinator.locked(conn, transactional_id)
         if meta.state.is_prepared and (meta.producer_id, meta.producer_epoch) == (producer_id, producer_epoch):

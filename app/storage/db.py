@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
@@ -144,21 +145,23 @@ _BY_SQLSTATE_CLASS = {
 }
 
 
-def _sqlstate(exc: sa_exc.DBAPIError) -> str | None:
-    return getattr(getattr(exc, "orig", None), "sqlstate", None)
+def _sqlstate(exc: sa_exc.DBAPIError | psycopg.Error) -> str | None:
+    orig = exc if isinstance(exc, psycopg.Error) else getattr(exc, "orig", None)
+    return getattr(orig, "sqlstate", None)
 
 
-def error_for(exc: sa_exc.DBAPIError) -> TxlogError | None:
-    """The Kafka-named error for a database failure, ``None`` for one txlog does not expect."""
+def error_for(exc: sa_exc.DBAPIError | psycopg.Error) -> TxlogError | None:
+    """The Kafka-named error for a database failure (raised through SQLAlchemy, or by psycopg on a
+    hot path that uses the driver directly), ``None`` for one txlog does not expect."""
     state = _sqlstate(exc)
     code = _BY_SQLSTATE.get(state or "") or _BY_SQLSTATE_CLASS.get((state or "")[:2])
     if code is ErrorCode.REQUEST_TIMED_OUT:
         return TxlogError(code, f"The database did not answer in time: {_first_line(exc)} (retriable)")
     if code is not None:
         return TxlogError(code, f"Rejected by the database: {_first_line(exc)}")
-    if isinstance(exc, (sa_exc.DataError, sa_exc.IntegrityError)):  # refused before it reached the server
+    if isinstance(exc, (sa_exc.DataError, sa_exc.IntegrityError, psycopg.DataError, psycopg.IntegrityError)):
         return TxlogError(ErrorCode.INVALID_REQUEST, f"Rejected by the database: {_first_line(exc)}")
-    if isinstance(exc, _UNAVAILABLE) or exc.connection_invalidated:
+    if isinstance(exc, (*_UNAVAILABLE, psycopg.OperationalError, psycopg.InterfaceError)) or getattr(exc, "connection_invalidated", False):
         return TxlogError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"Database unavailable: {_first_line(exc)}")
     return None
 
@@ -170,7 +173,7 @@ def translate_errors() -> Iterator[None]:
         yield
     except TxlogError:
         raise
-    except sa_exc.DBAPIError as exc:
+    except (sa_exc.DBAPIError, psycopg.Error) as exc:
         err = error_for(exc)
         if err is None:
             raise
@@ -184,6 +187,13 @@ def translate_errors() -> Iterator[None]:
 def _first_line(exc: BaseException) -> str:
     orig = getattr(exc, "orig", None) or exc
     return str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+
+
+def driver(conn: Connection) -> psycopg.Connection:
+    """The psycopg connection under a SQLAlchemy one, in the same database transaction: for hot
+    paths that send binary parameters, read binary results or build rows without SQLAlchemy.
+    Its failures are translated by ``translate_errors`` as SQLAlchemy's are."""
+    return conn.connection.driver_connection  # type: ignore[return-value]
 
 
 class Database:

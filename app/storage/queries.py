@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
+from psycopg.types.numeric import Int4, Int8
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
@@ -15,8 +16,21 @@ from app.domain.producer_state import BatchMetadata, ProducerStateEntry
 from app.domain.records import Headers, NewRecord, headers_object, record_size
 from app.domain.transactions import TopicPartition, TxnEvent, TxnMetadata, TxnState
 from app.errors import ErrorCode, TxlogError
+from app.storage.db import driver
 
 NOTIFY_CHANNEL = "txlog_append"
+
+
+def _int8(value: int | None) -> Int8 | None:
+    """A number sent binary as a bigint whatever its size (one prepared statement serves all)."""
+    return None if value is None else Int8(value)
+
+
+def _partition(topic: str, partition: int) -> Int4:
+    """A partition number sent binary; one that no int column can hold names no partition."""
+    if not -(2**31) <= partition < 2**31:
+        raise unknown_partition(topic, partition)
+    return Int4(partition)
 
 
 def _ms(col: str) -> str:
@@ -25,8 +39,9 @@ def _ms(col: str) -> str:
 
 def _txn_columns(alias: str, members: str = "all") -> str:
     """The columns of a transactions row as ``_txn_from_row`` reads them. ``members``: "all" the
-    transaction's partitions and groups (read from their own rows), "asked" only those among
-    ``:m_topics``/``:m_parts`` and ``:m_groups``, "none" neither."""
+    transaction's partitions and groups (read from their own rows), "asked" only those among the
+    parameters ``m_topics``/``m_parts`` and ``m_groups`` (psycopg placeholders: ``txn_get`` runs on
+    the driver), "none" neither."""
     a = alias
     if members == "none":
         parts, groups = "NULL::jsonb", "NULL::jsonb"
@@ -34,9 +49,10 @@ def _txn_columns(alias: str, members: str = "all") -> str:
         part_filter = group_filter = ""
         if members == "asked":
             part_filter = (
-                "AND (m.topic, m.partition) IN (SELECT * FROM unnest(CAST(:m_topics AS text[]), CAST(:m_parts AS int[])))"
+                "AND (m.topic, m.partition) IN "
+                "(SELECT * FROM unnest(CAST(%(m_topics)s AS text[]), CAST(%(m_parts)s AS int[])))"
             )
-            group_filter = "AND g.group_id = ANY(CAST(:m_groups AS text[]))"
+            group_filter = "AND g.group_id = ANY(CAST(%(m_groups)s AS text[]))"
         parts = (
             f"(SELECT jsonb_agg(jsonb_build_array(m.topic, m.partition) ORDER BY m.topic, m.partition) "
             f"FROM txlog.transaction_partitions m WHERE m.transactional_id = {a}.transactional_id {part_filter})"
@@ -187,34 +203,37 @@ class ProducerOwner:
 def partition_lock_for_append(conn: Connection, topic: str, partition: int, producer_id: int | None) -> AppendPosition:
     """The append lock and, in the same round trip, the producer's state on the partition and the
     transactional id its producer id belongs to, if any, with that transactional id's state."""
-    params = {"topic": topic, "partition": partition, "pid": producer_id}
-    row = conn.execute(_LOCK_FOR_APPEND, params).first()
+    params = {"topic": topic, "partition": _partition(topic, partition), "pid": _int8(producer_id)}
+    raw = driver(conn)
+    row = raw.execute(_LOCK_FOR_APPEND, params).fetchone()
     if row is None:
         raise unknown_partition(topic, partition)
-    if row.seen_next_offset != row.next_offset:
+    next_offset, log_start_offset, next_position, seen_next_offset, pp_epoch, pp_batches, pp_txn_first, pp_last_ts, owner_tid, retire_reason = row[:10]
+    if seen_next_offset != next_offset:
         # We waited for the lock while another append committed. PostgreSQL then re-reads the
         # locked partition row (READ COMMITTED) but not the joined rows, which are from before
         # that append: a retried batch would not be seen as a duplicate, a fencing not seen. Now
         # that the lock is held, the same statement reads everything committed before it.
-        row = conn.execute(_LOCK_FOR_APPEND, params).first()
-        assert row is not None and row.seen_next_offset == row.next_offset
+        row = raw.execute(_LOCK_FOR_APPEND, params).fetchone()
+        assert row is not None and row[3] == row[0]
+        next_offset, log_start_offset, next_position, seen_next_offset, pp_epoch, pp_batches, pp_txn_first, pp_last_ts, owner_tid, retire_reason = row[:10]
     entry = None
-    if row.pp_epoch is not None:
+    if pp_epoch is not None:
         entry = ProducerStateEntry(
-            producer_id, row.pp_epoch, tuple(BatchMetadata.from_json(b) for b in row.pp_batches),  # type: ignore[arg-type]
-            row.pp_txn_first_offset, row.pp_last_timestamp,
+            producer_id, pp_epoch, tuple(BatchMetadata.from_json(b) for b in pp_batches),  # type: ignore[arg-type]
+            pp_txn_first, pp_last_ts,
         )
     owner = None
-    if row.owner_tid is not None:
-        meta = _txn_from_row(row[_LOCK_OWNER_COLUMNS:]) if row.transactional_id is not None else None
-        owner = ProducerOwner(row.owner_tid, row.retire_reason, meta)
-    return AppendPosition(row.next_offset, row.log_start_offset, row.next_position, entry, owner)
+    if owner_tid is not None:
+        txn_row = row[_LOCK_OWNER_COLUMNS:]
+        meta = _txn_from_row(txn_row) if txn_row[0] is not None else None
+        owner = ProducerOwner(owner_tid, retire_reason, meta)
+    return AppendPosition(next_offset, log_start_offset, next_position, entry, owner)
 
 
 _LOCK_OWNER_COLUMNS = 11  # the transaction's columns start here
 
-_LOCK_FOR_APPEND = text(
-    f"""
+_LOCK_FOR_APPEND = f"""
     SELECT p.next_offset, p.log_start_offset, p.next_position,
            (SELECT s.next_offset FROM txlog.partitions s
             WHERE s.topic = p.topic AND s.partition = p.partition) AS seen_next_offset,  -- the statement's snapshot
@@ -224,52 +243,56 @@ _LOCK_FOR_APPEND = text(
            {_txn_columns('t', 'none')}
     FROM txlog.partitions p
     LEFT JOIN txlog.producer_partitions pp
-      ON pp.topic = p.topic AND pp.partition = p.partition AND pp.producer_id = CAST(:pid AS bigint)
-    LEFT JOIN txlog.producer_ids pi ON pi.producer_id = CAST(:pid AS bigint)
+      ON pp.topic = p.topic AND pp.partition = p.partition AND pp.producer_id = CAST(%(pid)s AS bigint)
+    LEFT JOIN txlog.producer_ids pi ON pi.producer_id = CAST(%(pid)s AS bigint)
     LEFT JOIN txlog.transactions t ON t.transactional_id = pi.transactional_id
-    WHERE p.topic = :topic AND p.partition = :partition
+    WHERE p.topic = %(topic)s AND p.partition = %(partition)s
     FOR UPDATE OF p
     """
-)
 
 
 # --- the log --------------------------------------------------------------------------------------
 
-_LOG_APPEND = text(
-    """
+# One statement, one round trip, parameters sent binary (psycopg's ``%b``: bytes as they are, no
+# hex text to build and parse). Long-polling fetches are notified only when some process has
+# registered to listen on the partition (``fetch_listeners``, see ``fetch_listener_register``):
+# an append nobody waits for takes no notify lock.
+_LOG_APPEND = """
     WITH appended AS (
         INSERT INTO txlog.records (topic, partition, "offset", key, value, headers, header_keys, header_values,
                                    "timestamp", producer_id, producer_epoch, sequence, is_transactional,
                                    control_type, position, txn_first_offset)
-        SELECT :topic, :partition, :base + u.o - 1, u.k, u.v, CAST(u.h AS jsonb),
-               CASE WHEN u.hs IS NOT NULL THEN (CAST(:hk AS text[]))[u.hs:u.he] END,
-               CASE WHEN u.hs IS NOT NULL THEN (CAST(:hv AS bytea[]))[u.hs:u.he] END,
-               to_timestamp(u.ts / 1000.0), :pid, :epoch,
-               CASE WHEN CAST(:seq AS int) IS NULL THEN NULL
-                    ELSE ((CAST(:seq AS bigint) + u.o - 1) % 2147483648)::int END,
-               :txn, CAST(:control_type AS smallint), u.pos, CAST(:record_txn_first AS bigint)
-        FROM unnest(CAST(:keys AS bytea[]), CAST(:values AS bytea[]), CAST(:headers AS text[]),
-                    CAST(:hstart AS int[]), CAST(:hend AS int[]), CAST(:ts AS bigint[]),
-                    CAST(:positions AS bigint[])) WITH ORDINALITY AS u(k, v, h, hs, he, ts, pos, o)
+        SELECT %(topic)b, %(partition)b, %(base)b + u.o - 1, u.k, u.v, CAST(u.h AS jsonb),
+               CASE WHEN u.hs IS NOT NULL THEN (CAST(%(hk)b AS text[]))[u.hs:u.he] END,
+               CASE WHEN u.hs IS NOT NULL THEN (CAST(%(hv)b AS bytea[]))[u.hs:u.he] END,
+               to_timestamp(u.ts / 1000.0), CAST(%(pid)b AS bigint), CAST(%(epoch)b AS smallint),
+               CASE WHEN CAST(%(seq)b AS int) IS NULL THEN NULL
+                    ELSE ((CAST(%(seq)b AS bigint) + u.o - 1) %% 2147483648)::int END,
+               %(txn)b, CAST(%(control_type)b AS smallint), u.pos, CAST(%(record_txn_first)b AS bigint)
+        FROM unnest(CAST(%(keys)b AS bytea[]), CAST(%(values)b AS bytea[]), CAST(%(headers)b AS text[]),
+                    CAST(%(hstart)b AS int[]), CAST(%(hend)b AS int[]), CAST(%(ts)b AS bigint[]),
+                    CAST(%(positions)b AS bigint[])) WITH ORDINALITY AS u(k, v, h, hs, he, ts, pos, o)
     ), advanced AS (
-        UPDATE txlog.partitions SET next_offset = :next, next_position = :next_position
-        WHERE topic = :topic AND partition = :partition
+        UPDATE txlog.partitions SET next_offset = %(next)b, next_position = %(next_position)b
+        WHERE topic = %(topic)b AND partition = %(partition)b
     ), producer_state AS (
         INSERT INTO txlog.producer_partitions (topic, partition, producer_id, producer_epoch, batches,
                                                txn_first_offset, last_timestamp)
-        SELECT :topic, :partition, :pid, :state_epoch, CAST(:batches AS jsonb), :txn_first, to_timestamp(:append_ts / 1000.0)
-        WHERE CAST(:batches AS text) IS NOT NULL
+        SELECT %(topic)b, %(partition)b, CAST(%(pid)b AS bigint), CAST(%(state_epoch)b AS smallint), CAST(%(batches)b AS jsonb),
+               CAST(%(txn_first)b AS bigint), to_timestamp(%(append_ts)b / 1000.0)
+        WHERE CAST(%(batches)b AS text) IS NOT NULL
         ON CONFLICT (topic, partition, producer_id) DO UPDATE
         SET producer_epoch = EXCLUDED.producer_epoch, batches = EXCLUDED.batches,
             txn_first_offset = EXCLUDED.txn_first_offset, last_timestamp = EXCLUDED.last_timestamp
     ), aborted AS (
         INSERT INTO txlog.aborted_txns (topic, partition, producer_id, first_offset, last_offset, producer_epoch)
-        SELECT :topic, :partition, :pid, :aborted_first, :base, :epoch
-        WHERE CAST(:aborted_first AS bigint) IS NOT NULL
+        SELECT %(topic)b, %(partition)b, CAST(%(pid)b AS bigint), CAST(%(aborted_first)b AS bigint), %(base)b, CAST(%(epoch)b AS smallint)
+        WHERE CAST(%(aborted_first)b AS bigint) IS NOT NULL
     )
-    SELECT pg_notify(:channel, :payload)
-    """
-)
+    SELECT pg_notify(%(channel)b, %(payload)b)
+    FROM txlog.fetch_listeners l
+    WHERE l.topic = %(topic)b AND l.partition = %(partition)b AND l.expires_at > now()
+"""
 
 
 def log_append(
@@ -289,14 +312,18 @@ def log_append(
     aborted_first_offset: int | None = None,
     txn_first_offset: int | None = None,
     sizes: Sequence[int] | None = None,
+    commit: bool = False,
 ) -> None:
     """Append a batch at ``base_offset`` (the caller holds the partition lock): insert the records,
     advance the high watermark and the log position, save the producer's state and notify
-    long-polling fetches — one statement, one round trip. A transaction marker is a batch of one
-    control record (``control_type``); an ABORT marker also indexes the aborted transaction's
-    range [``aborted_first_offset``, marker offset] (Kafka's .txnindex). Transactional records and
-    markers carry ``txn_first_offset``, the first offset of their transaction on the partition.
-    ``sizes``: the records' sizes when the caller has them already (control records count 0)."""
+    long-polling fetches if any listens — one statement, one round trip. A transaction marker is a
+    batch of one control record (``control_type``); an ABORT marker also indexes the aborted
+    transaction's range [``aborted_first_offset``, marker offset] (Kafka's .txnindex).
+    Transactional records and markers carry ``txn_first_offset``, the first offset of their
+    transaction on the partition. ``sizes``: the records' sizes when the caller has them already
+    (control records count 0). With ``commit`` the append is the database transaction's last
+    statement: it and the COMMIT go in one round trip (psycopg's pipeline mode), and the caller's
+    scope then has nothing left to commit."""
     if control_type is not None:
         sizes = [0] * len(records)
     elif sizes is None:
@@ -307,6 +334,7 @@ def log_append(
     hend: list[int | None] = []
     hk: list[str] = []
     hv: list[bytes | None] = []
+    headers_json: list[str | None] = []
     for r, size in zip(records, sizes):
         positions.append(position)
         position += size
@@ -315,45 +343,76 @@ def log_append(
             hk.extend(k for k, _ in r.headers)
             hv.extend(v for _, v in r.headers)
             hend.append(len(hk))
+            headers_json.append(json.dumps(headers_object(r.headers)))
         else:
             hstart.append(None)
             hend.append(None)
-    conn.execute(
-        _LOG_APPEND,
-        {
-            "topic": topic,
-            "partition": partition,
-            "base": base_offset,
-            "next": base_offset + len(records),
-            "next_position": position,
-            "pid": producer_id,
-            "epoch": producer_epoch,
-            "seq": base_sequence,
-            "txn": transactional,
-            "keys": [r.key for r in records],
-            "values": [r.value for r in records],
-            "headers": [json.dumps(headers_object(r.headers)) if r.headers else None for r in records],
-            "hstart": hstart,
-            "hend": hend,
-            "hk": hk,
-            "hv": hv,
-            "ts": [r.timestamp_ms if r.timestamp_ms is not None else append_time_ms for r in records],
-            "positions": positions,
-            "batches": json.dumps([b.to_json() for b in producer_state.batches]) if producer_state else None,
-            "state_epoch": producer_state.producer_epoch if producer_state else None,
-            "control_type": control_type,
-            "aborted_first": aborted_first_offset,
-            "record_txn_first": txn_first_offset,
-            "txn_first": producer_state.txn_first_offset if producer_state else None,
-            "append_ts": append_time_ms,
-            "channel": NOTIFY_CHANNEL,
-            "payload": f"{topic}:{partition}",
-        },
-    )
+            headers_json.append(None)
+    params = {
+        "topic": topic,
+        "partition": Int4(partition),
+        "base": Int8(base_offset),
+        "next": Int8(base_offset + len(records)),
+        "next_position": Int8(position),
+        "pid": _int8(producer_id),
+        "epoch": _int8(producer_epoch),
+        "seq": _int8(base_sequence),
+        "txn": transactional,
+        "keys": ([r.key for r in records]),
+        "values": ([r.value for r in records]),
+        "headers": (headers_json),
+        "hstart": (hstart),
+        "hend": (hend),
+        "hk": (hk),
+        "hv": (hv),
+        "ts": ([r.timestamp_ms if r.timestamp_ms is not None else append_time_ms for r in records]),
+        "positions": (positions),
+        "batches": json.dumps([b.to_json() for b in producer_state.batches]) if producer_state else None,
+        "state_epoch": _int8(producer_state.producer_epoch) if producer_state else None,
+        "control_type": _int8(control_type),
+        "aborted_first": _int8(aborted_first_offset),
+        "record_txn_first": _int8(txn_first_offset),
+        "txn_first": _int8(producer_state.txn_first_offset) if producer_state else None,
+        "append_ts": Int8(append_time_ms),
+        "channel": NOTIFY_CHANNEL,
+        "payload": f"{topic}:{partition}",
+    }
+    raw = driver(conn)
+    if not commit:
+        raw.execute(_LOG_APPEND, params)
+        return
+    with raw.pipeline():
+        raw.execute(_LOG_APPEND, params)
+        raw.commit()
 
 
-@dataclass(frozen=True)
-class StoredRecord:
+def fetch_listener_register(conn: Connection, topic: str, partition: int, lease_ms: int) -> bool:
+    """Appends to this partition notify for ``lease_ms`` from now (False: no such partition).
+    Taken under a key-share lock of the partition row, so it waits for an append in flight to
+    commit: every append that commits after it sees the lease, every one before is readable."""
+    row = conn.execute(
+        text(
+            """
+            WITH p AS (
+                SELECT topic, partition FROM txlog.partitions
+                WHERE topic = :topic AND partition = :partition
+                FOR KEY SHARE
+            )
+            INSERT INTO txlog.fetch_listeners (topic, partition, expires_at)
+            SELECT topic, partition, clock_timestamp() + make_interval(secs => :lease_ms / 1000.0) FROM p
+            ON CONFLICT (topic, partition) DO UPDATE
+            SET expires_at = greatest(txlog.fetch_listeners.expires_at, EXCLUDED.expires_at)
+            RETURNING 1
+            """
+        ),
+        {"topic": topic, "partition": partition, "lease_ms": lease_ms},
+    ).first()
+    return row is not None
+
+
+class StoredRecord(NamedTuple):
+    """A record as read from the log (a tuple: a fetch page makes many)."""
+
     offset: int
     key: bytes | None
     value: bytes | None
@@ -386,24 +445,39 @@ def _stored(row) -> StoredRecord:  # type: ignore[no-untyped-def]
     return StoredRecord(row[0], row[1], row[2], _headers(row[3], row[4]), *row[5:])
 
 
+def _stored_rows(cursor) -> Callable[[Sequence[Any]], StoredRecord]:  # type: ignore[no-untyped-def]
+    """psycopg row factory: each row straight into a StoredRecord."""
+    return _stored
+
+
 def records_fetch(
     conn: Connection, topic: str, partition: int, start: int, upper: int, limit: int, committed_only: bool
 ) -> list[StoredRecord]:
     """Data records in [start, upper), in offset order, at most ``limit``. With ``committed_only``
-    records of aborted transactions are left out (without, they are returned and not flagged). Reads at most ``upper - start`` rows of the log
-    (offsets are dense): the caller bounds the range."""
-    sql = f"""
+    records of aborted transactions are left out (without, they are returned and not flagged).
+    Reads at most ``upper - start`` rows of the log (offsets are dense): the caller bounds the
+    range. Binary results (bytes as they are stored, no hex text), one tuple per record."""
+    sql = _FETCH_COMMITTED if committed_only else _FETCH_UNCOMMITTED
+    params = {"topic": topic, "partition": _partition(topic, partition), "start": Int8(start), "upper": Int8(upper), "limit": Int8(limit)}
+    with driver(conn).cursor(row_factory=_stored_rows, binary=True) as cur:
+        return cur.execute(sql, params).fetchall()
+
+
+def _fetch_sql(committed_only: bool) -> str:
+    return f"""
         SELECT {_RECORD_COLUMNS}, false  -- not asked: read_uncommitted reads no aborted-transaction index
         FROM txlog.log_records r
-        WHERE r.topic = :topic AND r.partition = :partition
-          AND r."offset" >= :start AND r."offset" < :upper
+        WHERE r.topic = %(topic)s AND r.partition = %(partition)s
+          AND r."offset" >= %(start)s AND r."offset" < %(upper)s
           AND r.control_type IS NULL
           {"AND NOT r.aborted" if committed_only else ""}
         ORDER BY r."offset"
-        LIMIT :limit
+        LIMIT %(limit)s
     """
-    rows = conn.execute(text(sql), {"topic": topic, "partition": partition, "start": start, "upper": upper, "limit": limit})
-    return [_stored(r) for r in rows]
+
+
+_FETCH_COMMITTED = _fetch_sql(True)
+_FETCH_UNCOMMITTED = _fetch_sql(False)
 
 
 def records_browse(conn: Connection, topic: str, partition: int, start: int, limit: int) -> list[StoredRecord]:
@@ -632,7 +706,7 @@ def producer_states_of(conn: Connection, producer_id: int | None = None, limit: 
             f"SELECT topic, partition, producer_id, producer_epoch, batches, txn_first_offset, {_ms('last_timestamp')} "
             f"FROM txlog.producer_partitions {where} ORDER BY producer_id DESC, topic, partition LIMIT :limit"
         ),
-        {"pid": producer_id, "limit": limit},
+        {"pid": _int8(producer_id), "limit": limit},
     )
     return [dict(r._mapping) for r in rows]
 
@@ -650,39 +724,44 @@ def txn_get(
     """A transactional id's state. Its partitions and groups are all of them, or with
     ``partitions``/``groups`` only those of them asked for (what a produce or an offset commit
     needs to know: is this one already in the transaction?) — a read that does not grow with the
-    transaction."""
+    transaction. Every transactional produce and EndTxn starts here: it runs on the driver, rows
+    as plain tuples."""
     lock = " FOR UPDATE OF t" + (" SKIP LOCKED" if skip_locked else "") if for_update else ""
     asked = partitions is not None or groups is not None
     # The version as of the statement's snapshot: when we waited for the row lock while another
     # transition committed, PostgreSQL re-reads the locked row but not the members, which are from
     # before that transition. Read again, now that the lock is held.
     seen = ", (SELECT s.version FROM txlog.transactions s WHERE s.transactional_id = t.transactional_id)" if for_update else ""
-    statement = text(
+    statement = (
         f"SELECT {_txn_columns('t', 'asked' if asked else 'all')}{seen} FROM txlog.transactions t "
-        f"WHERE t.transactional_id = :tid{lock}"
+        f"WHERE t.transactional_id = %(tid)s{lock}"
     )
-    params = {
-        "tid": transactional_id,
-        "m_topics": [t for t, _ in partitions or ()],
-        "m_parts": [p for _, p in partitions or ()],
-        "m_groups": list(groups or ()),
-    }
-    row = conn.execute(statement, params).first()
+    params: dict[str, object] = {"tid": transactional_id}
+    if asked:
+        params.update(
+            m_topics=[t for t, _ in partitions or ()], m_parts=[p for _, p in partitions or ()], m_groups=list(groups or ())
+        )
+    pg = driver(conn)
+    row = pg.execute(statement, params).fetchone()
     if row is not None and for_update and row[-1] != row[5]:
-        row = conn.execute(statement, params).first()
+        row = pg.execute(statement, params).fetchone()
         assert row is not None and row[-1] == row[5]
     return _txn_from_row(row) if row else None
 
 
 _TXN_RECORD = text(
     """
-    WITH event AS (
+    WITH events AS (
         INSERT INTO txlog.transaction_events (transactional_id, version, from_state, to_state, producer_id,
             producer_epoch, timeout_ms, at, partitions_added, groups_added, last_producer_id,
             last_producer_epoch, result, reason, transaction_version)
-        VALUES (:tid, :version, :from_state, :state, :pid, :epoch, :timeout, to_timestamp(:updated / 1000.0),
-            CAST(:partitions_added AS jsonb), CAST(:groups_added AS jsonb), :last_pid, :last_epoch, :result, :reason,
-            :txn_version)
+        SELECT :tid, e.version, e.from_state, e.to_state, e.producer_id, e.producer_epoch, e.timeout_ms,
+            to_timestamp(e.at_ms / 1000.0), e.partitions_added, e.groups_added, e.last_producer_id,
+            e.last_producer_epoch, e.result, e.reason, e.transaction_version
+        FROM jsonb_to_recordset(CAST(:events AS jsonb)) AS e(
+            version int, from_state text, to_state text, producer_id bigint, producer_epoch smallint, timeout_ms int,
+            at_ms bigint, partitions_added jsonb, groups_added jsonb, last_producer_id bigint,
+            last_producer_epoch smallint, result text, reason text, transaction_version smallint)
     ), members_added AS (
         INSERT INTO txlog.transaction_partitions (transactional_id, topic, partition)
         SELECT :tid, u.topic, u.partition
@@ -711,23 +790,55 @@ _TXN_RECORD = text(
 
 def txn_members_clear(conn: Connection, transactional_id: str) -> None:
     """Forget the partitions and groups of the transactional id's previous transaction (a new one
-    starts, or a producer re-initialises): as many rows as that transaction had, once."""
-    conn.execute(text("DELETE FROM txlog.transaction_partitions WHERE transactional_id = :tid"), {"tid": transactional_id})
-    conn.execute(text("DELETE FROM txlog.transaction_groups WHERE transactional_id = :tid"), {"tid": transactional_id})
+    starts, or a producer re-initialises): as many rows as that transaction had, once. One
+    statement."""
+    conn.execute(
+        text(
+            "WITH partitions_cleared AS (DELETE FROM txlog.transaction_partitions WHERE transactional_id = :tid) "
+            "DELETE FROM txlog.transaction_groups WHERE transactional_id = :tid"
+        ),
+        {"tid": transactional_id},
+    )
 
 
-def txn_record(conn: Connection, event: TxnEvent, meta: TxnMetadata, coordinator: int, deadline_ms: int | None) -> None:
-    """Append a transition to the transactional id's events and store the state it leads to
-    (``meta``, the fold of the event), in one statement: the current-state row, and a row for each
-    partition or group the event adds. A second writer of the same version fails on the events'
-    primary key."""
-    assert (event.transactional_id, event.version, event.to_state) == (meta.transactional_id, meta.version, meta.state)
+def txn_record(
+    conn: Connection, events: Sequence[TxnEvent], meta: TxnMetadata, coordinator: int, deadline_ms: int | None
+) -> None:
+    """Append consecutive transitions to the transactional id's events and store the state they
+    lead to (``meta``, the fold of the events), in one statement: the events, the current-state row,
+    and a row for each partition or group an event adds. A second writer of the same version fails
+    on the events' primary key."""
+    assert events and all(e.transactional_id == meta.transactional_id for e in events)
+    assert [e.version for e in events] == list(range(meta.version - len(events) + 1, meta.version + 1))
+    assert events[-1].to_state is meta.state
+    added = [tp for e in events for tp in e.partitions_added]
+    added_groups = [g for e in events for g in e.groups_added]
     conn.execute(
         _TXN_RECORD,
         {
             "tid": meta.transactional_id,
+            "events": json.dumps(
+                [
+                    {
+                        "version": e.version,
+                        "from_state": e.from_state.value if e.from_state else None,
+                        "to_state": e.to_state.value,
+                        "producer_id": e.producer_id,
+                        "producer_epoch": e.producer_epoch,
+                        "timeout_ms": e.timeout_ms,
+                        "at_ms": e.at_ms,
+                        "partitions_added": e.partitions_added,
+                        "groups_added": e.groups_added,
+                        "last_producer_id": e.last_producer_id,
+                        "last_producer_epoch": e.last_producer_epoch,
+                        "result": e.result,
+                        "reason": e.reason,
+                        "transaction_version": e.transaction_version,
+                    }
+                    for e in events
+                ]
+            ),
             "version": meta.version,
-            "from_state": event.from_state.value if event.from_state else None,
             "state": meta.state.value,
             "pid": meta.producer_id,
             "epoch": meta.producer_epoch,
@@ -736,15 +847,12 @@ def txn_record(conn: Connection, event: TxnEvent, meta: TxnMetadata, coordinator
             "updated": meta.updated_at_ms,
             "epoch_changed": meta.epoch_changed_at_ms,
             "deadline": deadline_ms,
-            "partitions_added": json.dumps([list(tp) for tp in event.partitions_added]),
-            "groups_added": json.dumps(list(event.groups_added)),
-            "added_topics": [t for t, _ in event.partitions_added],
-            "added_parts": [p for _, p in event.partitions_added],
-            "added_groups": list(event.groups_added),
+            "added_topics": [t for t, _ in added],
+            "added_parts": [p for _, p in added],
+            "added_groups": added_groups,
             "last_pid": meta.last_producer_id,
             "last_epoch": meta.last_producer_epoch,
             "last_result": meta.last_result,
-            "result": event.result,
             "reason": meta.fence_reason,
             "coordinator": coordinator,
             "txn_version": meta.transaction_version,
@@ -760,7 +868,7 @@ def producer_id_assign(conn: Connection, producer_id: int, transactional_id: str
             "INSERT INTO txlog.producer_ids (producer_id, transactional_id, created_at) "
             "VALUES (:pid, :tid, to_timestamp(:now / 1000.0))"
         ),
-        {"pid": producer_id, "tid": transactional_id, "now": now_ms},
+        {"pid": _int8(producer_id), "tid": transactional_id, "now": now_ms},
     )
 
 
@@ -966,7 +1074,7 @@ def pending_offsets_upsert(
         {
             "group_id": group_id,
             "tid": transactional_id,
-            "pid": producer_id,
+            "pid": _int8(producer_id),
             "epoch": producer_epoch,
             "topics": [o.topic for o in offsets],
             "parts": [o.partition for o in offsets],
@@ -976,19 +1084,26 @@ def pending_offsets_upsert(
     )
 
 
-def pending_offsets_take(conn: Connection, transactional_id: str) -> dict[str, list[GroupOffset]]:
-    """Remove and return a transaction's pending offsets, by group."""
-    rows = conn.execute(
+def pending_offsets_apply(conn: Connection, transactional_id: str, commit: bool) -> None:
+    """A transaction ends: remove its pending offsets and, when it commits, make them its groups'
+    offsets (group offset rows written in (group, topic, partition) order) — one statement."""
+    conn.execute(
         text(
-            'DELETE FROM txlog.pending_group_offsets WHERE transactional_id = :tid '
-            'RETURNING group_id, topic, partition, "offset", metadata'
+            """
+            WITH taken AS (
+                DELETE FROM txlog.pending_group_offsets WHERE transactional_id = :tid
+                RETURNING group_id, topic, partition, "offset", metadata
+            )
+            INSERT INTO txlog.group_offsets (group_id, topic, partition, "offset", metadata, committed_at)
+            SELECT group_id, topic, partition, "offset", metadata, now() FROM taken
+            WHERE CAST(:commit AS boolean)
+            ORDER BY group_id, topic, partition
+            ON CONFLICT (group_id, topic, partition) DO UPDATE
+            SET "offset" = EXCLUDED."offset", metadata = EXCLUDED.metadata, committed_at = EXCLUDED.committed_at
+            """
         ),
-        {"tid": transactional_id},
+        {"tid": transactional_id, "commit": commit},
     )
-    out: dict[str, list[GroupOffset]] = {}
-    for g, t, p, o, m in rows:
-        out.setdefault(g, []).append(GroupOffset(t, p, o, m))
-    return out
 
 
 def pending_offsets_of_group(conn: Connection, group_id: str) -> list[dict]:

@@ -57,6 +57,19 @@ partitions = Table(
     ForeignKeyConstraint(["topic"], ["txlog.topics.name"], ondelete="CASCADE"),
 )
 
+# Partitions some process has long-polling fetches waiting on, until ``expires_at`` (a lease the
+# process renews while they wait). An append notifies (NOTIFY txlog_append) only when its partition
+# has a live lease, so appends nobody waits for take no notify lock and wake nobody.
+fetch_listeners = Table(
+    "fetch_listeners",
+    metadata,
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("expires_at", TS, nullable=False),
+    PrimaryKeyConstraint("topic", "partition"),
+    ForeignKeyConstraint(["topic", "partition"], ["txlog.partitions.topic", "txlog.partitions.partition"], ondelete="CASCADE"),
+)
+
 # The partition logs. Data records and control records (transaction markers) share the offset space.
 records = Table(
     "records",

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 
+import psycopg
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 from app.domain.partitioner import partition_for_key
 from app.domain.records import NewRecord, headers_from_object
@@ -14,6 +15,7 @@ from app.errors import ErrorCode, TxlogError
 from app.services import fetch as fetch_service
 from app.services import groups, produce as produce_service, topics
 from app.services.produce import ProduceRequest
+from app.storage.db import driver
 from app.storage.queries import GroupOffset
 from tests.conftest import make_broker
 
@@ -275,18 +277,21 @@ def test_group_offset_commit_rejects_bad_input(broker):
 
 def _statements_of(broker, fn, touching: tuple[str, ...] = ("txlog.records", "txlog.log_records")):  # type: ignore[no-untyped-def]
     """Run ``fn`` and return the (SQL, parameters) it sent that name ``touching`` (the records table
-    or the view of it)."""
+    or the view of it), as psycopg received them: through SQLAlchemy or straight to the driver."""
     seen: list[tuple[str, object]] = []
+    execute = psycopg.Cursor.execute
 
-    def capture(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+    def capture(cursor, query, params=None, *args, **kwargs):  # type: ignore[no-untyped-def]
+        statement = query if isinstance(query, str) else bytes(query).decode()
         if any(t in statement for t in touching):
-            seen.append((statement, parameters))
+            seen.append((statement, params))
+        return execute(cursor, query, params, *args, **kwargs)
 
-    event.listen(broker.db.engine, "before_cursor_execute", capture)
+    psycopg.Cursor.execute = capture  # type: ignore[method-assign]
     try:
         fn()
     finally:
-        event.remove(broker.db.engine, "before_cursor_execute", capture)
+        psycopg.Cursor.execute = execute  # type: ignore[method-assign]
     assert seen, "the fetch read no records"
     return seen
 
@@ -299,7 +304,7 @@ def _plan_nodes(node: dict):  # type: ignore[no-untyped-def]
 
 def _explain(broker, statement: str, parameters) -> tuple[list[dict], int]:  # type: ignore[no-untyped-def]
     with broker.db.transaction() as conn:
-        raw = conn.exec_driver_sql("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, parameters).scalar_one()
+        raw = driver(conn).execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, parameters).fetchone()[0]
     plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
     nodes = list(_plan_nodes(plan))
     buffers = sum(n.get("Shared Hit Blocks", 0) + n.get("Shared Read Blocks", 0) for n in nodes if "Relation Name" in n or "Index Name" in n)

@@ -114,7 +114,7 @@ def test_a_prepared_transaction_left_by_a_crash_is_completed_on_every_partition(
     for partition in range(3):
         p.send(topic, partition, f"v{partition}")
     p.commit_offsets("g", (topic, 1, 9))
-    prepare_only(b, "tx", result)  # step 1 of EndTxn, then the process died
+    prepare_only(b, "tx", result)  # the decision of a two-step EndTxn, then the process died
     assert all(read(b, topic, i) == [] for i in range(3))
     assert all(markers(b, topic, i) == [] for i in range(3))
 

@@ -125,7 +125,8 @@ def set_epoch(broker, tid: str, epoch: int) -> None:  # type: ignore[no-untyped-
 
 
 def prepare_only(broker, tid: str, result: str) -> None:  # type: ignore[no-untyped-def]
-    """Step 1 of EndTxn alone (the decision made durable), as if the process died before step 2."""
+    """The decision alone, made durable (``end_txn_prepare``): what an EndTxn in two steps — for
+    partitions not all in one database — leaves when its process dies before the markers."""
     meta = describe(broker, tid)
     assert transactions.end_txn_prepare(broker, tid, meta.producer_id, meta.producer_epoch, result) is None  # type: ignore[arg-type]
 
@@ -211,7 +212,7 @@ def test_reinit_completes_a_prepare_commit_as_a_commit(broker, topic):
     p.send(topic, 0, "a")
     p.send(topic, 3, "b")
     p.commit_offsets("g", (topic, 0, 7))
-    prepare_only(broker, "tx", "commit")  # EndTxn(commit) died after its first step
+    prepare_only(broker, "tx", "commit")  # a two-step EndTxn(commit) died after its decision
     assert describe(broker, "tx").state is S.PREPARE_COMMIT
     assert read(broker, topic, 0) == []
     assert copy.copy(p).init().epoch == p.epoch + 1
@@ -392,6 +393,43 @@ def test_commit_writes_a_marker_on_every_partition_and_moves_the_lso(broker, top
     assert read(broker, topic, 0) == [b"a0", b"a1", b"a2", b"plain"]
     assert read(broker, topic, 1) == [b"b0"]
     assert markers(broker, topic, 2) == []
+
+
+def test_end_txn_is_one_database_transaction(broker, topic):
+    """The decision, every marker, the offsets and the completion commit together: an EndTxn that
+    fails at the last marker leaves nothing behind, and its retry does all of it."""
+    p = Producer(broker, "tx")
+    for partition in range(3):
+        p.send(topic, partition, f"v{partition}")
+    p.commit_offsets("g", (topic, 3, 11))
+    before = describe(broker, "tx")
+    with broker.db.transaction() as conn:  # the marker of the last partition cannot be written
+        conn.execute(text(
+            "CREATE FUNCTION public.refuse_marker() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "IF NEW.partition = 2 AND NEW.control_type IS NOT NULL THEN RAISE EXCEPTION 'marker refused'; END IF; "
+            "RETURN NEW; END $$"
+        ))
+        conn.execute(text("CREATE TRIGGER refuse_marker BEFORE INSERT ON txlog.records FOR EACH ROW EXECUTE FUNCTION public.refuse_marker()"))
+
+    with pytest.raises(Exception, match="marker refused"):
+        copy.copy(p).commit()
+    after = describe(broker, "tx")
+    assert (after.state, after.version, after.producer_epoch) == (S.ONGOING, before.version, p.epoch)
+    assert [e.to_state for e in transactions.events(broker, "tx")][-1] is S.ONGOING
+    assert all(markers(broker, topic, i) == [] for i in range(3))
+    assert all(status(broker, topic, i) == (1, 0) for i in range(3))
+    assert groups.offset_fetch(broker, "g") == []
+    assert [o["offset"] for o in transactions.pending_offsets(broker, "tx")] == [11]
+
+    with broker.db.transaction() as conn:
+        conn.execute(text("DROP TRIGGER refuse_marker ON txlog.records"))
+        conn.execute(text("DROP FUNCTION public.refuse_marker()"))
+    out = p.commit()
+    assert (out.state, out.producer_epoch) == (S.COMPLETE_COMMIT, before.producer_epoch + 1)
+    assert all(markers(broker, topic, i) == [CONTROL_COMMIT] for i in range(3))
+    assert all(read(broker, topic, i) == [f"v{i}".encode()] for i in range(3))
+    assert groups.offset_fetch(broker, "g") == [GroupOffset(topic, 3, 11, "")]
+    assert [e.to_state for e in transactions.events(broker, "tx")][-3:] == [S.ONGOING, S.PREPARE_COMMIT, S.COMPLETE_COMMIT]
 
 
 def test_abort_hides_the_records_from_read_committed_only(broker, topic):
