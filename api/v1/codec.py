@@ -181,7 +181,8 @@ def _fetched_records(records: list[StoredRecord], encoding: Encoding) -> list[di
     out = []
     utf8 = encoding == "utf8"
     for r in records:
-        key, value, headers = r.key, r.value, r.headers
+        key, value = r.key, r.value
+        headers = r.headers if r.header_keys else None
         if utf8 and key is not None and value is not None:  # the common case, inline
             k, v = key.decode("utf-8", "replace"), value.decode("utf-8", "replace")
         else:

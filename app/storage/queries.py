@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
 from psycopg.types.numeric import Int4, Int8
 from sqlalchemy import text
@@ -149,11 +149,12 @@ FROM txlog.partition_status
 """
 
 
+_STATUS_OF_PARTITION = _STATUS_SELECT + " WHERE topic = %(topic)s AND partition = %(partition)s"
+
+
 def partition_status(conn: Connection, topic: str, partition: int) -> PartitionStatus:
-    row = conn.execute(
-        text(_STATUS_SELECT + " WHERE topic = :topic AND partition = :partition"),
-        {"topic": topic, "partition": partition},
-    ).first()
+    """One partition's status (every fetch reads it: on the driver, binary)."""
+    row = driver(conn).execute(_STATUS_OF_PARTITION, {"topic": topic, "partition": _partition(topic, partition)}, binary=True).fetchone()
     if row is None:
         raise unknown_partition(topic, partition)
     return PartitionStatus(*row)
@@ -410,13 +411,19 @@ def fetch_listener_register(conn: Connection, topic: str, partition: int, lease_
     return row is not None
 
 
+def _headers(keys: list[str] | None, values: list[bytes | None] | None) -> Headers:
+    return tuple(zip(keys, values)) if keys else ()  # type: ignore[arg-type]
+
+
 class StoredRecord(NamedTuple):
-    """A record as read from the log (a tuple: a fetch page makes many)."""
+    """A record as read from the log: a row of ``_RECORD_COLUMNS`` as it comes (a tuple: a fetch
+    page makes many, and builds them without a Python call per record)."""
 
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: Headers
+    header_keys: list[str] | None
+    header_values: list[bytes | None] | None
     timestamp_ms: int
     producer_id: int | None
     producer_epoch: int | None
@@ -426,12 +433,12 @@ class StoredRecord(NamedTuple):
     aborted: bool  # its transaction aborted (txlog.log_records.aborted)
 
     @property
+    def headers(self) -> Headers:
+        return _headers(self.header_keys, self.header_values)
+
+    @property
     def size(self) -> int:
-        return record_size(self.key, self.value, self.headers)
-
-
-def _headers(keys: list[str] | None, values: list[bytes | None] | None) -> Headers:
-    return tuple(zip(keys, values)) if keys else ()  # type: ignore[arg-type]
+        return record_size(self.key, self.value, self.headers if self.header_keys else None)
 
 
 # Every read of the log goes through txlog.log_records, which defines "aborted" once.
@@ -441,13 +448,8 @@ r.producer_epoch, r.sequence, r.is_transactional, r.control_type
 """
 
 
-def _stored(row) -> StoredRecord:  # type: ignore[no-untyped-def]
-    return StoredRecord(row[0], row[1], row[2], _headers(row[3], row[4]), *row[5:])
-
-
-def _stored_rows(cursor) -> Callable[[Sequence[Any]], StoredRecord]:  # type: ignore[no-untyped-def]
-    """psycopg row factory: each row straight into a StoredRecord."""
-    return _stored
+def _stored(rows: list[tuple]) -> list[StoredRecord]:
+    return list(map(StoredRecord._make, rows))
 
 
 def records_fetch(
@@ -459,8 +461,7 @@ def records_fetch(
     range. Binary results (bytes as they are stored, no hex text), one tuple per record."""
     sql = _FETCH_COMMITTED if committed_only else _FETCH_UNCOMMITTED
     params = {"topic": topic, "partition": _partition(topic, partition), "start": Int8(start), "upper": Int8(upper), "limit": Int8(limit)}
-    with driver(conn).cursor(row_factory=_stored_rows, binary=True) as cur:
-        return cur.execute(sql, params).fetchall()
+    return _stored(driver(conn).execute(sql, params, binary=True).fetchall())
 
 
 def _fetch_sql(committed_only: bool) -> str:
@@ -490,7 +491,7 @@ def records_browse(conn: Connection, topic: str, partition: int, start: int, lim
         LIMIT :limit
     """
     rows = conn.execute(text(sql), {"topic": topic, "partition": partition, "start": start, "limit": limit})
-    return [_stored(r) for r in rows]
+    return _stored(list(rows))
 
 
 # --- retention ------------------------------------------------------------------------------------
