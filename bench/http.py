@@ -17,9 +17,9 @@ Baselines, and why:
   unnest(…) WITH ORDINALITY`` into a table like txlog.records — what any durable log with dense
   offsets per partition must do at least. 8 producers are 8 connections, one partition each.
   txlog adds HTTP and JSON, the producer-state check, the high watermark and log position, the
-  NOTIFY for long polls (and for transactions the coordinator).
+  check for a long-poll listener (and for transactions the coordinator).
 - *idempotent produce* for transactions: a transaction's price is what it adds to a producer that
-  already has idempotence (the transaction row, the durable PrepareCommit, the markers).
+  already has idempotence (the transaction row and its events, the markers, EndTxn's round trip).
 - *raw page fetch*: psycopg with binary results reading 1000 rows of txlog.records by primary key,
   no filtering — what a reader pays at least. txlog adds HTTP and JSON, the last stable offset,
   leaving out markers and aborted records (10% of the transactions here).
