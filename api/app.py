@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import logging
 from typing import AsyncIterator
 
@@ -42,6 +43,9 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
         notifier = AppendNotifier(settings.database_url, functools.partial(fetch_service.listen, broker))  # type: ignore[arg-type]
         notifier.start()
         app.state.notifier = notifier
+        # Everything built so far lives as long as the process: out of the garbage collector's
+        # reach, so its full collections (a fetch page makes thousands of objects) stay cheap.
+        gc.freeze()
         sweeper = SweeperThread(broker) if run_sweeper else None
         if sweeper:
             sweeper.start()

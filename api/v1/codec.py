@@ -177,6 +177,12 @@ def fetch_page(result: FetchResult, encoding: Encoding) -> bytes:
     })
 
 
+# A record without headers shares these (orjson only reads them): two containers fewer per record
+# for the allocator and the garbage collector.
+_NO_HEADERS: dict[str, Any] = {}
+_NO_HEADER_LIST: list[Any] = []
+
+
 def _fetched_records(records: list[StoredRecord], encoding: Encoding) -> list[dict[str, Any]]:
     out = []
     utf8 = encoding == "utf8"
@@ -191,8 +197,8 @@ def _fetched_records(records: list[StoredRecord], encoding: Encoding) -> list[di
             "offset": r.offset,
             "key": k,
             "value": v,
-            "headers": headers_object(headers) if headers else {},
-            "header_list": [{"key": hk, "value": encode_bytes(hv, encoding)} for hk, hv in headers] if headers else [],
+            "headers": headers_object(headers) if headers else _NO_HEADERS,
+            "header_list": [{"key": hk, "value": encode_bytes(hv, encoding)} for hk, hv in headers] if headers else _NO_HEADER_LIST,
             "timestamp_ms": r.timestamp_ms,
         })
     return out
