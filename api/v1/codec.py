@@ -38,12 +38,12 @@ class _Unusual(Exception):
     """The fast path does not take this body as it is: let the model judge it."""
 
 
-def _model_errors(model: type[BaseModel], obj: Any) -> RequestValidationError | None:
+def _validated(model: type[BaseModel], obj: Any) -> BaseModel:
+    """The model's reading of ``obj``, or its 422."""
     try:
-        model.model_validate(obj)
+        return model.model_validate(obj)
     except ValidationError as exc:
-        return RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)])
-    return None
+        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]) from None
 
 
 def decode_body(raw: bytes, model: type[BaseModel]) -> dict[str, Any]:
@@ -61,7 +61,8 @@ def decode_body(raw: bytes, model: type[BaseModel]) -> dict[str, Any]:
                 [{"type": "json_invalid", "loc": ("body", pos), "msg": "JSON decode error", "input": {}, "ctx": {"error": str(exc)}}]
             ) from None
     if not isinstance(obj, dict):
-        raise _model_errors(model, obj) or AssertionError("the model accepted a non-object body")
+        _validated(model, obj)
+        raise AssertionError("the model accepted a non-object body")
     return obj
 
 
@@ -72,10 +73,6 @@ def _text_or_none(v: Any) -> str | None:
 
 
 def _headers(h: Any, encoding: Encoding, i: int) -> Headers:
-    if not h:
-        if h is None or h == [] or h == {}:
-            return ()
-        raise _Unusual
     if type(h) is dict:
         for v in h.values():
             _text_or_none(v)
@@ -128,40 +125,27 @@ def produce_body(raw: bytes, model: type[BaseModel]) -> tuple[dict[str, Any], li
     valid base64 or text that PostgreSQL cannot store."""
     obj = decode_body(raw, model)
     try:
-        encoding = obj.get("encoding", "utf8")
-        if encoding not in ("utf8", "base64"):
-            raise _Unusual
-        fields: dict[str, Any] = {}
-        if "producer_id" in model.model_fields:
-            fields["producer_id"] = _int_or_none(obj, "producer_id", 2**63 - 1)
-            fields["producer_epoch"] = _int_or_none(obj, "producer_epoch", 32767)
-            fields["base_sequence"] = _int_or_none(obj, "base_sequence", 2**31 - 1)
-            tid = obj.get("transactional_id")
-            if tid is not None and (type(tid) is not str or not 1 <= len(tid) <= 32767):
-                raise _Unusual
-            fields["transactional_id"] = tid
-        return fields, _records(obj.get("records"), encoding)
+        return _read(obj, model)
     except _Unusual:
-        err = _model_errors(model, obj)
-        if err is not None:
-            raise err from None
-    # The model accepts what the fast path did not take as it is (a number sent as "12", say):
-    # take its reading.
-    body = model.model_validate(obj)
-    fields = {name: getattr(body, name) for name in ("producer_id", "producer_epoch", "base_sequence", "transactional_id") if name in model.model_fields}
-    return fields, [
-        NewRecord(
-            decode_bytes(r.key, body.encoding, f"records[{i}].key"),  # type: ignore[attr-defined]
-            decode_bytes(r.value, body.encoding, f"records[{i}].value"),  # type: ignore[attr-defined]
-            _headers(
-                [h.model_dump() for h in r.headers] if isinstance(r.headers, list) else r.headers,  # type: ignore[attr-defined]
-                body.encoding,  # type: ignore[attr-defined]
-                i,
-            ) if r.headers is not None else (),  # type: ignore[attr-defined]
-            r.timestamp_ms,  # type: ignore[attr-defined]
-        )
-        for i, r in enumerate(body.records)  # type: ignore[attr-defined]
-    ]
+        # Not taken as it is: the model judges it, and what it accepts (a number sent as "12",
+        # say) is read as the model reads it.
+        return _read(_validated(model, obj).model_dump(), model)
+
+
+def _read(obj: dict[str, Any], model: type[BaseModel]) -> tuple[dict[str, Any], list[NewRecord]]:
+    encoding = obj.get("encoding", "utf8")
+    if encoding not in ("utf8", "base64"):
+        raise _Unusual
+    fields: dict[str, Any] = {}
+    if "producer_id" in model.model_fields:
+        fields["producer_id"] = _int_or_none(obj, "producer_id", 2**63 - 1)
+        fields["producer_epoch"] = _int_or_none(obj, "producer_epoch", 32767)
+        fields["base_sequence"] = _int_or_none(obj, "base_sequence", 2**31 - 1)
+        tid = obj.get("transactional_id")
+        if tid is not None and (type(tid) is not str or not 1 <= len(tid) <= 32767):
+            raise _Unusual
+        fields["transactional_id"] = tid
+    return fields, _records(obj.get("records"), encoding)
 
 
 def fetch_page(result: FetchResult, encoding: Encoding) -> bytes:

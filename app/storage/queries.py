@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 from psycopg.types.numeric import Int4, Int8
 from sqlalchemy import text
@@ -209,15 +209,14 @@ def partition_lock_for_append(conn: Connection, topic: str, partition: int, prod
     row = raw.execute(_LOCK_FOR_APPEND, params).fetchone()
     if row is None:
         raise unknown_partition(topic, partition)
-    next_offset, log_start_offset, next_position, seen_next_offset, pp_epoch, pp_batches, pp_txn_first, pp_last_ts, owner_tid, retire_reason = row[:10]
-    if seen_next_offset != next_offset:
+    if row[3] != row[0]:  # seen_next_offset != next_offset
         # We waited for the lock while another append committed. PostgreSQL then re-reads the
         # locked partition row (READ COMMITTED) but not the joined rows, which are from before
         # that append: a retried batch would not be seen as a duplicate, a fencing not seen. Now
         # that the lock is held, the same statement reads everything committed before it.
         row = raw.execute(_LOCK_FOR_APPEND, params).fetchone()
         assert row is not None and row[3] == row[0]
-        next_offset, log_start_offset, next_position, seen_next_offset, pp_epoch, pp_batches, pp_txn_first, pp_last_ts, owner_tid, retire_reason = row[:10]
+    next_offset, log_start_offset, next_position, _, pp_epoch, pp_batches, pp_txn_first, pp_last_ts, owner_tid, retire_reason = row[:10]
     entry = None
     if pp_epoch is not None:
         entry = ProducerStateEntry(
@@ -438,7 +437,7 @@ class StoredRecord(NamedTuple):
 
     @property
     def size(self) -> int:
-        return record_size(self.key, self.value, self.headers if self.header_keys else None)
+        return record_size(self.key, self.value, self.headers)
 
 
 # Every read of the log goes through txlog.log_records, which defines "aborted" once.
@@ -448,7 +447,7 @@ r.producer_epoch, r.sequence, r.is_transactional, r.control_type
 """
 
 
-def _stored(rows: list[tuple]) -> list[StoredRecord]:
+def _stored(rows: Iterable[Sequence[Any]]) -> list[StoredRecord]:
     return list(map(StoredRecord._make, rows))
 
 
@@ -491,7 +490,7 @@ def records_browse(conn: Connection, topic: str, partition: int, start: int, lim
         LIMIT :limit
     """
     rows = conn.execute(text(sql), {"topic": topic, "partition": partition, "start": start, "limit": limit})
-    return _stored(list(rows))
+    return _stored(rows)
 
 
 # --- retention ------------------------------------------------------------------------------------
