@@ -29,6 +29,9 @@ _LOCAL = {
     "_FATAL": -150,
     "_INCONSISTENT": -149,
     "_PURGE_QUEUE": -152,
+    "_PURGE_INFLIGHT": -151,
+    "_NOT_CONFIGURED": -145,
+    "_AUTO_OFFSET_RESET": -140,
 }
 
 _NAMES: dict[int, str] = {c.kafka_code: c.name for c in ErrorCode}
