@@ -1,115 +1,134 @@
 """``txlog spark export | pipeline | stream``. PySpark is imported only when one of them runs, so
-``txlog serve`` never loads it."""
+``txlog serve`` never loads it, and its absence is told as what to install, not as a traceback."""
 
 from __future__ import annotations
 
-import argparse
-import sys
-from typing import Callable
+import functools
+import importlib.util
+from typing import Any, Callable
 
+import click
+
+from app.cli.common import EXIT_MISSING_DEPENDENCY
+from app.cli.server import resolve_database_url
 from app.errors import TxlogError
 
-
-def _database_url(args: argparse.Namespace) -> str:
-    from app.cli import _database_url as resolve
-
-    url, _server = resolve(args)  # an embedded server keeps running after we exit, as with db-url
-    return url
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--database-url", default=None, help="txlog database (default: $TXLOG_DATABASE_URL, else the embedded one)")
-    p.add_argument("--master", default="local[2]", help="Spark master (default: local[2])")
-    p.add_argument("--num-partitions", type=int, default=None, help="parallel JDBC slices per read (default: Spark's parallelism)")
+INSTALL_HINT = (
+    "PySpark is not installed. Install txlog's Spark extra: pip install 'txlog[spark]' "
+    "(PySpark 4 with pandas), and Java 17 or newer for Spark itself."
+)
+ISOLATION = click.Choice(["read_committed", "read_uncommitted"])
+ENCODING = click.Choice(["utf8", "base64", "binary"])
 
 
-def _run(name: str, body: Callable[..., int]) -> Callable[[argparse.Namespace], int]:
-    def command(args: argparse.Namespace) -> int:
-        if getattr(args, "check", None):
-            args.check(args)  # before Spark starts
-        url = _database_url(args)
-        from spark.reader import spark_session
-
-        from pyspark.errors import PySparkException
-
-        spark = spark_session(f"txlog-{name}", args.master)
-        try:
-            return body(spark, url, args)
-        except (TxlogError, PySparkException) as exc:
-            print(f"error: {str(exc).strip().splitlines()[0]}", file=sys.stderr)
-            return 1
-        finally:
-            spark.stop()
-
-    return command
+def pyspark_missing() -> bool:
+    try:
+        return importlib.util.find_spec("pyspark") is None
+    except (ImportError, ValueError):
+        return True
 
 
-def _export(spark, url: str, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
-    from spark.export import export
+def spark_job(name: str, check: Callable[[dict], None] | None = None) -> Callable[[Callable[..., int]], Callable[..., int]]:
+    """The options every job takes, and its run: ``check`` the options, check PySpark is there,
+    find the database, start Spark, run ``body(spark, url, **options)``, report a job's error as
+    one line (exit 1)."""
 
-    export(spark, url, args.topic, args.output, args.format, args.isolation_level, args.group, args.num_partitions, args.mode, args.encoding)
+    def decorate(body: Callable[..., int]) -> Callable[..., int]:
+        @click.option("--database-url", default=None, metavar="URL",
+                      help="txlog database (default: $TXLOG_DATABASE_URL, else the embedded one)")
+        @click.option("--master", default="local[2]", show_default=True, help="Spark master")
+        @click.option("--num-partitions", type=int, default=None, help="parallel JDBC slices per read (default: Spark's parallelism)")
+        @functools.wraps(body)
+        def command(database_url: str | None, master: str, **options: Any) -> int:
+            if check is not None:
+                check(options)  # before Spark starts
+            if pyspark_missing():
+                click.echo(f"error: {INSTALL_HINT}", err=True)
+                return EXIT_MISSING_DEPENDENCY
+            url, _server = resolve_database_url(database_url)  # an embedded server keeps running after we exit, as with db-url
+            from pyspark.errors import PySparkException
+
+            from spark.reader import spark_session
+
+            spark = spark_session(f"txlog-{name}", master)
+            try:
+                return body(spark, url, **options)
+            except (TxlogError, PySparkException) as exc:
+                click.echo(f"error: {str(exc).strip().splitlines()[0]}", err=True)
+                return 1
+            finally:
+                spark.stop()
+
+        return command
+
+    return decorate
+
+
+@click.group(context_settings={"max_content_width": 100})
+def spark() -> None:
+    """Spark jobs over txlog's tables (needs Java 17+ and pyspark: pip install 'txlog[spark]')."""
+
+
+@spark.command()
+@click.option("--topic", required=True)
+@click.option("--output", required=True, help="output directory")
+@click.option("--format", "format_", type=click.Choice(["parquet", "json"]), default="parquet", show_default=True)
+@click.option("--isolation-level", type=ISOLATION, default="read_committed", show_default=True)
+@click.option("--group", default=None, help="start from this group's offsets and commit the end offsets after writing")
+@click.option("--mode", type=click.Choice(["errorifexists", "overwrite", "append"]), default="errorifexists", show_default=True)
+@click.option("--encoding", type=ENCODING, default=None,
+              help="keys and values: utf8 text, base64 or bytes (default: bytes for parquet, utf8 for json)")
+@spark_job("export")
+def export(spark, url: str, topic: str, output: str, format_: str, isolation_level: str, group: str | None,  # type: ignore[no-untyped-def]
+           mode: str, encoding: str | None, num_partitions: int | None) -> int:
+    """Write a topic's records as Parquet or JSON files."""
+    from spark.export import export as run_export
+
+    run_export(spark, url, topic, output, format_, isolation_level, group, num_partitions, mode, encoding)
     return 0
 
 
-def _pipeline(spark, url: str, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
+@spark.command()
+@click.option("--input", "input_", required=True, help='input topic (values {"customer": str, "amount": number})')
+@click.option("--output", required=True, help='output topic (key customer, value {"customer", "total", "orders"})')
+@click.option("--group", required=True, help="consumer group whose offsets track the input")
+@click.option("--transaction-timeout-ms", type=int, default=None)
+@spark_job("pipeline")
+def pipeline(spark, url: str, input_: str, output: str, group: str, transaction_timeout_ms: int | None,  # type: ignore[no-untyped-def]
+             num_partitions: int | None) -> int:
+    """Exactly-once job: orders in, per-customer running totals out."""
     from spark.pipeline import run_pipeline
 
-    run_pipeline(spark, url, args.input, args.output, args.group, args.num_partitions, args.transaction_timeout_ms)
+    run_pipeline(spark, url, input_, output, group, num_partitions, transaction_timeout_ms)
     return 0
 
 
-def _stream(spark, url: str, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
+def _check_stream(options: dict) -> None:
+    if options["sink"] == "files" and not options["output"]:
+        raise click.UsageError("--output is required with --sink files", ctx=click.get_current_context())
+
+
+@spark.command()
+@click.option("--topic", required=True)
+@click.option("--group", required=True)
+@click.option("--output", default=None, help="output directory (one batch=N sub-directory per batch)")
+@click.option("--sink", type=click.Choice(["files", "console"]), default="files", show_default=True)
+@click.option("--format", "format_", type=click.Choice(["parquet", "json"]), default="parquet", show_default=True)
+@click.option("--encoding", type=ENCODING, default=None)
+@click.option("--isolation-level", type=ISOLATION, default="read_committed", show_default=True)
+@click.option("--trigger-seconds", type=float, default=5.0, show_default=True)
+@click.option("--max-batches", type=int, default=None, help="stop after this many batches")
+@click.option("--available-now", is_flag=True, help="stop once a trigger finds nothing new")
+@spark_job("stream", check=_check_stream)
+def stream(spark, url: str, topic: str, group: str, output: str | None, sink: str, format_: str, encoding: str | None,  # type: ignore[no-untyped-def]
+           isolation_level: str, trigger_seconds: float, max_batches: int | None, available_now: bool, num_partitions: int | None) -> int:
+    """Micro-batches from a group's offsets to files, resumable exactly once."""
     from spark.stream import ConsoleSink, FileSink, run_stream
 
-    sink = ConsoleSink() if args.sink == "console" else FileSink(args.output, args.format, args.encoding)
+    file_sink = FileSink(output, format_, encoding) if sink == "files" else None
     result = run_stream(
-        spark, url, args.topic, args.group, sink, args.trigger_seconds, args.max_batches, args.available_now,
-        args.isolation_level, args.num_partitions,
+        spark, url, topic, group, file_sink or ConsoleSink(), trigger_seconds, max_batches, available_now,
+        isolation_level, num_partitions,
     )
-    print(f"stream: {result.batches} batches, {result.records} records", file=sys.stderr)
+    click.echo(f"stream: {result.batches} batches, {result.records} records", err=True)
     return 0
-
-
-def register(subparsers) -> None:  # type: ignore[no-untyped-def]
-    spark = subparsers.add_parser("spark", help="Spark jobs over txlog's tables (needs Java 17+ and pyspark)")
-    sub = spark.add_subparsers(dest="spark_command", required=True)
-
-    ex = sub.add_parser("export", help="write a topic's records as Parquet or JSON files")
-    ex.add_argument("--topic", required=True)
-    ex.add_argument("--output", required=True, help="output directory")
-    ex.add_argument("--format", choices=["parquet", "json"], default="parquet")
-    ex.add_argument("--isolation-level", choices=["read_committed", "read_uncommitted"], default="read_committed")
-    ex.add_argument("--group", default=None, help="start from this group's offsets and commit the end offsets after writing")
-    ex.add_argument("--mode", choices=["errorifexists", "overwrite", "append"], default="errorifexists")
-    ex.add_argument("--encoding", choices=["utf8", "base64", "binary"], default=None,
-                    help="keys and values: utf8 text, base64 or bytes (default: bytes for parquet, utf8 for json)")
-    _common(ex)
-    ex.set_defaults(func=_run("export", _export))
-
-    pl = sub.add_parser("pipeline", help="exactly-once job: orders in, per-customer running totals out")
-    pl.add_argument("--input", required=True, help="input topic (values {\"customer\": str, \"amount\": number})")
-    pl.add_argument("--output", required=True, help="output topic (key customer, value {\"customer\", \"total\", \"orders\"})")
-    pl.add_argument("--group", required=True, help="consumer group whose offsets track the input")
-    pl.add_argument("--transaction-timeout-ms", type=int, default=None)
-    _common(pl)
-    pl.set_defaults(func=_run("pipeline", _pipeline))
-
-    st = sub.add_parser("stream", help="micro-batches from a group's offsets to files, resumable exactly once")
-    st.add_argument("--topic", required=True)
-    st.add_argument("--group", required=True)
-    st.add_argument("--output", default=None, help="output directory (one batch=N sub-directory per batch)")
-    st.add_argument("--sink", choices=["files", "console"], default="files")
-    st.add_argument("--format", choices=["parquet", "json"], default="parquet")
-    st.add_argument("--encoding", choices=["utf8", "base64", "binary"], default=None)
-    st.add_argument("--isolation-level", choices=["read_committed", "read_uncommitted"], default="read_committed")
-    st.add_argument("--trigger-seconds", type=float, default=5.0)
-    st.add_argument("--max-batches", type=int, default=None, help="stop after this many batches")
-    st.add_argument("--available-now", action="store_true", help="stop once a trigger finds nothing new")
-    _common(st)
-    st.set_defaults(func=_run("stream", _stream))
-
-    def check_stream(args: argparse.Namespace) -> None:
-        if args.sink == "files" and not args.output:
-            st.error("--output is required with --sink files")
-
-    st.set_defaults(check=check_stream)

@@ -247,3 +247,82 @@ class ErrorDetail(BaseModel):
 
 class ErrorResponse(Model):
     error: ErrorDetail
+
+
+# --- operator reads: consumer groups with lag, open and hanging transactions -----------------------
+
+class GroupSummaryOut(Model):
+    group_id: str
+    partitions: int
+    lag: int
+    last_commit_ms: int | None
+    pending_offsets: int
+    pending_transactions: int
+
+
+class GroupList(Model):
+    groups: list[GroupSummaryOut]
+
+
+class GroupPartitionOut(Model):
+    topic: str
+    partition: int
+    offset: int
+    metadata: str
+    committed_at_ms: int
+    log_start_offset: int | None
+    high_watermark: int | None
+    last_stable_offset: int | None
+    lag: int | None
+
+
+class PendingGroupOffsetOut(Model):
+    topic: str
+    partition: int
+    offset: int
+    metadata: str
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+
+class GroupDescription(Model):
+    group_id: str
+    lag: int
+    offsets: list[GroupPartitionOut]
+    pending_offsets: list[PendingGroupOffsetOut]
+
+
+class OpenTransactionOut(Model):
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    start_offset: int
+    last_timestamp_ms: int
+    transactional_id: str | None
+    coordinator_state: str | None
+    started_at_ms: int | None
+    duration_ms: int
+    hanging: list[str]
+
+
+class OpenTransactions(Model):
+    max_transaction_timeout_ms: int
+    open_transactions: list[OpenTransactionOut]
+
+
+class PartitionAbortBody(Model):
+    producer_id: int | None = Field(None, ge=0, le=INT64)
+    start_offset: int | None = Field(None, ge=0, le=INT64)
+
+
+class PartitionAbortResponse(Model):
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    start_offset: int
+    transactional_id: str | None
+    marker_offset: int | None
+    transaction: TxnDescription | None

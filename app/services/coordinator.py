@@ -80,23 +80,12 @@ def complete(conn: Connection, broker: Broker, meta: TxnMetadata, decision: TxnE
         meta = txn.apply(meta, decision)
     commit = txn.prepared_result(meta.state) == "commit"
     now = broker.now()
-    marker = [NewRecord(None, None)]
     for topic, partition in sorted(meta.partitions):
         try:
             position = q.partition_lock_for_append(conn, topic, partition, meta.producer_id)
         except TxlogError:
             continue  # the topic is gone: nothing to mark
-        entry = position.producer_state
-        aborted_first = entry.txn_first_offset if entry is not None and not commit else None
-        q.log_append(
-            conn, topic, partition, position.next_offset, position.next_position, marker, now,
-            meta.producer_id, meta.producer_epoch,
-            transactional=True,
-            producer_state=after_marker(entry, meta.producer_id, meta.producer_epoch, now) if entry else None,
-            control_type=CONTROL_COMMIT if commit else CONTROL_ABORT,
-            aborted_first_offset=aborted_first,
-            txn_first_offset=entry.txn_first_offset if entry is not None else None,
-        )
+        write_marker(conn, topic, partition, position, meta.producer_id, meta.producer_epoch, commit, now)
     if meta.groups:  # pending offsets are only ever written for a group of the transaction
         q.pending_offsets_apply(conn, meta.transactional_id, commit)
     new_pid = new_producer_id_if_exhausted(conn, meta.producer_epoch) if meta.transaction_version >= 2 else None
@@ -104,6 +93,26 @@ def complete(conn: Connection, broker: Broker, meta: TxnMetadata, decision: TxnE
     if decision is not None:
         return record(conn, broker, before, decision, completed)
     return record(conn, broker, meta, completed)
+
+
+def write_marker(
+    conn: Connection, topic: str, partition: int, position: q.AppendPosition, producer_id: int, producer_epoch: int,
+    commit: bool, now_ms: int,
+) -> int:
+    """Append a COMMIT or ABORT control record for the producer on a partition whose append lock
+    ``position`` holds, closing its open transaction there (Kafka's WriteTxnMarkers). Answers the
+    marker's offset."""
+    entry = position.producer_state
+    q.log_append(
+        conn, topic, partition, position.next_offset, position.next_position, [NewRecord(None, None)], now_ms,
+        producer_id, producer_epoch,
+        transactional=True,
+        producer_state=after_marker(entry, producer_id, producer_epoch, now_ms) if entry else None,
+        control_type=CONTROL_COMMIT if commit else CONTROL_ABORT,
+        aborted_first_offset=entry.txn_first_offset if entry is not None and not commit else None,
+        txn_first_offset=entry.txn_first_offset if entry is not None else None,
+    )
+    return position.next_offset
 
 
 def finish_open(conn: Connection, broker: Broker, meta: TxnMetadata, reason: txn.FenceReason) -> TxnMetadata:

@@ -491,3 +491,109 @@ def group_detail(broker: Broker, group_id: str) -> GroupDetail:
         offsets = [GroupPartition(**r) for r in q.group_offsets_with_status(conn, group_id)]
         pending = q.pending_offsets_of_group(conn, group_id)
     return GroupDetail(group_id, offsets, pending)
+
+
+# --- open transactions on partitions, as kafka-transactions.sh find-hanging reads them (KIP-664) ---
+
+# Why an open transaction on a partition is hanging: the transaction coordinator does not know its
+# producer id, knows it but no longer as this open transaction (another epoch, or ended), or has it
+# open without this partition — then nothing will ever write its marker there; or it has been open
+# longer than the maximum transaction timeout, past which the coordinator should have aborted it.
+HangingReason = Literal["unknown_to_coordinator", "not_ongoing_at_coordinator", "partition_not_in_transaction", "open_too_long"]
+
+
+@dataclass(frozen=True)
+class OpenTransaction:
+    """A producer's open transaction on one partition as the partition's producer state has it
+    (Kafka's DescribeProducers: ``start_offset`` is its currentTxnStartOffset), beside what the
+    transaction coordinator says of it."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    start_offset: int
+    last_timestamp_ms: int
+    transactional_id: str | None
+    coordinator_state: str | None  # the transactional id's current state
+    started_at_ms: int | None  # when the coordinator started it, when the coordinator has it open
+    duration_ms: int
+    hanging: tuple[HangingReason, ...]
+
+    @property
+    def ongoing_at_coordinator(self) -> bool:
+        """The coordinator has this transaction open with this partition: ending it there ends it
+        everywhere, markers included."""
+        return all(r == "open_too_long" for r in self.hanging)
+
+
+def coordinator_reason(
+    topic: str, partition: int, producer_id: int, producer_epoch: int, meta: TxnMetadata | None
+) -> HangingReason | None:
+    """Why the transaction coordinator will never end this open transaction on this partition
+    (``meta``: the state of the transactional id its producer id belongs to), or ``None`` when it
+    has it open with this partition and will."""
+    if meta is None:
+        return "unknown_to_coordinator"
+    if (meta.producer_id, meta.producer_epoch) != (producer_id, producer_epoch) or not meta.state.is_open:
+        return "not_ongoing_at_coordinator"
+    if (topic, partition) not in meta.partitions:
+        return "partition_not_in_transaction"
+    return None
+
+
+def open_transactions(
+    broker: Broker, topic: str | None = None, partition: int | None = None, max_transaction_timeout_ms: int | None = None
+) -> list[OpenTransaction]:
+    """Every open transaction on the partitions asked for (all, a topic's, or one partition's), each
+    with the reasons it is hanging, if any, judged against ``max_transaction_timeout_ms`` (default:
+    the server's maximum transaction timeout). One snapshot: the producer states' partial index of
+    open transactions, then one lookup per transactional id."""
+    if partition is not None and topic is None:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, "A partition needs its topic")
+    max_timeout = broker.settings.max_transaction_timeout_ms if max_transaction_timeout_ms is None else max_transaction_timeout_ms
+    if max_timeout < 0:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, "max_transaction_timeout_ms must not be negative")
+    now = broker.now()
+    with broker.db.read() as conn:
+        if topic is not None:
+            count = q.topic_partitions(conn, topic)
+            if count is None:
+                raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {topic!r} does not exist")
+            if partition is not None and not 0 <= partition < count:
+                raise q.unknown_partition(topic, partition)
+        rows: list[dict] = []
+        after = (topic, partition, -1) if topic is not None and partition is not None else None
+        while True:
+            page = q.producer_states_page(conn, after, 1000, topic, open_only=True)
+            rows.extend(r for r in page if partition is None or r["partition"] == partition)
+            if len(page) < 1000 or (partition is not None and page[-1]["partition"] != partition):
+                break
+            after = (page[-1]["topic"], page[-1]["partition"], page[-1]["producer_id"])
+        metas = {tid: q.txn_get(conn, tid) for tid in {r["transactional_id"] for r in rows} if tid is not None}
+    found = []
+    for r in rows:
+        meta = metas.get(r["transactional_id"]) if r["transactional_id"] is not None else None
+        stale = coordinator_reason(r["topic"], r["partition"], r["producer_id"], r["producer_epoch"], meta)
+        # Open since the coordinator started it, when it has it; else at least since its last append.
+        started = meta.started_at_ms if stale is None and meta is not None else None
+        duration = max(now - (started if started is not None else r["last_timestamp_ms"]), 0)
+        reasons: tuple[HangingReason, ...] = (stale,) if stale is not None else ()
+        if duration > max_timeout:
+            reasons += ("open_too_long",)
+        found.append(
+            OpenTransaction(
+                topic=r["topic"], partition=r["partition"], producer_id=r["producer_id"], producer_epoch=r["producer_epoch"],
+                start_offset=r["txn_first_offset"], last_timestamp_ms=r["last_timestamp_ms"], transactional_id=r["transactional_id"],
+                coordinator_state=meta.state.value if meta is not None else None, started_at_ms=started, duration_ms=duration,
+                hanging=reasons,
+            )
+        )
+    return found
+
+
+def find_hanging(
+    broker: Broker, topic: str | None = None, partition: int | None = None, max_transaction_timeout_ms: int | None = None
+) -> list[OpenTransaction]:
+    """kafka-transactions.sh find-hanging: the open transactions on those partitions that are hanging."""
+    return [o for o in open_transactions(broker, topic, partition, max_transaction_timeout_ms) if o.hanging]

@@ -12,7 +12,7 @@ from app.domain.groups import last_per_partition
 from app.domain.transactions import Result, TopicPartition, TxnEvent, TxnMetadata, TxnState
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
-from app.services import coordinator
+from app.services import coordinator, inspect
 from app.storage import queries as q
 from app.storage.queries import GroupOffset
 
@@ -220,6 +220,62 @@ def abort_by_operator(broker: Broker, transactional_id: str) -> TxnMetadata:
         if not meta.state.is_open:
             raise TxlogError(ErrorCode.INVALID_TXN_STATE, f"Transaction {transactional_id!r} is {meta.state.value}: nothing to abort")
         return coordinator.finish_open(conn, broker, meta, "aborted_by_operator")
+
+
+@dataclass(frozen=True)
+class PartitionAbort:
+    """What ``abort_on_partition`` ended: the whole transaction through its coordinator
+    (``transaction`` set), or only the partition's open transaction by an ABORT marker."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    start_offset: int
+    transactional_id: str | None
+    marker_offset: int | None  # the ABORT marker written on the partition, without the coordinator
+    transaction: TxnMetadata | None  # the transaction as the coordinator's abort left it
+
+
+def abort_on_partition(
+    broker: Broker, topic: str, partition: int, producer_id: int | None = None, start_offset: int | None = None
+) -> PartitionAbort:
+    """kafka-transactions.sh abort ``--topic --partition --start-offset`` (or ``--producer-id``):
+    end the open transaction a producer holds on a partition. One the coordinator has open with
+    this partition is aborted through the coordinator, on every partition, its producer fenced —
+    never torn; one it does not (a hanging transaction) gets an ABORT marker on this partition
+    alone (Kafka's WriteTxnMarkers), which moves the last stable offset past it."""
+    found = [
+        o for o in inspect.open_transactions(broker, topic, partition)
+        if (producer_id is None or o.producer_id == producer_id) and (start_offset is None or o.start_offset == start_offset)
+    ]
+    wanted = " and ".join(
+        w for w in (f"producer id {producer_id}" if producer_id is not None else "",
+                    f"start offset {start_offset}" if start_offset is not None else "") if w
+    )
+    if not found:
+        raise TxlogError(ErrorCode.INVALID_TXN_STATE, f"No open transaction on {topic}-{partition}" + (f" with {wanted}" if wanted else ""))
+    if len(found) > 1:
+        raise TxlogError(
+            ErrorCode.INVALID_REQUEST,
+            f"{len(found)} open transactions on {topic}-{partition}; name one by producer id or start offset: "
+            + ", ".join(f"producer id {o.producer_id} from offset {o.start_offset}" for o in found),
+        )
+    o = found[0]
+    if o.ongoing_at_coordinator:
+        assert o.transactional_id is not None
+        meta = abort_by_operator(broker, o.transactional_id)
+        return PartitionAbort(topic, partition, o.producer_id, o.producer_epoch, o.start_offset, o.transactional_id, None, meta)
+    with broker.db.transaction() as conn:
+        position = q.partition_lock_for_append(conn, topic, partition, o.producer_id)
+        entry = position.producer_state
+        if entry is None or entry.txn_first_offset != o.start_offset or entry.producer_epoch != o.producer_epoch:
+            raise TxlogError(
+                ErrorCode.CONCURRENT_TRANSACTIONS,
+                f"The open transaction of producer id {o.producer_id} on {topic}-{partition} changed meanwhile; look again",
+            )
+        marker = coordinator.write_marker(conn, topic, partition, position, o.producer_id, o.producer_epoch, False, broker.now())
+    return PartitionAbort(topic, partition, o.producer_id, o.producer_epoch, o.start_offset, o.transactional_id, marker, None)
 
 
 # --- read side ------------------------------------------------------------------------------------

@@ -97,8 +97,11 @@ def test_stream_resumes_without_loss_or_duplicates(spark, broker, db_url, topic_
 
 def test_the_spark_commands_do_not_load_pyspark_until_they_run() -> None:
     code = (
-        "import argparse, sys, spark.cli; p = argparse.ArgumentParser(); spark.cli.register(p.add_subparsers()); "
-        "p.parse_args(['spark', 'export', '--topic', 't', '--output', 'o']); print(sorted(m for m in sys.modules if m.startswith('pyspark')))"
+        "import sys; from app.cli.root import cli; args = ['export', '--topic', 't', '--output', 'o']; "
+        "top = cli.make_context('txlog', ['spark', *args]); group = cli.get_command(top, 'spark'); "
+        "ctx = group.make_context('spark', list(args), parent=top); "
+        "export = group.get_command(ctx, 'export'); export.make_context('export', args[1:], parent=ctx); "
+        "print(sorted(m for m in sys.modules if m.startswith('pyspark')))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

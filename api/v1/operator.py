@@ -1,0 +1,84 @@
+"""What an operator's tools read and do besides the client protocol: consumer groups with their lag
+(Kafka's ListGroups and DescribeGroups with kafka-consumer-groups.sh's offsets), the open
+transactions on partitions and the hanging ones among them (kafka-transactions.sh find-hanging of
+KIP-664), and the abort of a partition's open transaction (its abort). Routes parse and shape; the
+services decide."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Query
+
+from api.v1 import schemas as s
+from api.v1.responses import errors
+from api.v1.routes import broker, txn_json
+from app.services import Broker, inspect, transactions
+
+router = APIRouter(prefix="/v1")
+
+
+@router.get("/groups", response_model=s.GroupList, responses=errors(), tags=["groups"])
+def list_groups(b: Broker = Depends(broker)) -> dict:
+    """Every consumer group with committed or pending offsets, its partitions and total lag (what a
+    read_committed consumer of the group still has to read: up to each last stable offset)."""
+    return {"groups": [vars(g) for g in inspect.groups(b)]}
+
+
+@router.get("/groups/{group}", response_model=s.GroupDescription, responses=errors(400), tags=["groups"])
+def describe_group(group: str, b: Broker = Depends(broker)) -> dict:
+    """A group's committed offsets beside each partition's log start, high watermark and last
+    stable offset, with the lag against the last stable offset, and its offsets still pending in
+    open transactions. A group that never committed has none (as Kafka's OffsetFetch answers)."""
+    d = inspect.group_detail(b, group)
+    return {
+        "group_id": d.group_id,
+        "lag": d.lag,
+        "offsets": [{**vars(p), "lag": p.lag} for p in d.offsets],
+        "pending_offsets": d.pending,
+    }
+
+
+def _open_json(o: inspect.OpenTransaction) -> dict:
+    return {**vars(o), "hanging": list(o.hanging)}
+
+
+@router.get("/open-transactions", response_model=s.OpenTransactions, responses=errors(400, 404), tags=["transactions"])
+def open_transactions(
+    topic: str | None = None,
+    partition: int | None = Query(None, ge=0, le=s.INT32),
+    hanging: bool = False,
+    max_transaction_timeout_ms: int | None = Query(None, ge=0, le=s.INT64),
+    b: Broker = Depends(broker),
+) -> dict:
+    """The open transactions on every partition, a topic's or one partition's, as the partitions'
+    producer states have them (Kafka's DescribeProducers), each with the reasons it is hanging:
+    ``unknown_to_coordinator``, ``not_ongoing_at_coordinator``, ``partition_not_in_transaction``
+    (nothing will write its marker there) or ``open_too_long`` (open longer than
+    ``max_transaction_timeout_ms``, default the server's maximum transaction timeout). With
+    ``hanging=true`` only the hanging ones (kafka-transactions.sh find-hanging)."""
+    found = (inspect.find_hanging if hanging else inspect.open_transactions)(b, topic, partition, max_transaction_timeout_ms)
+    limit = b.settings.max_transaction_timeout_ms if max_transaction_timeout_ms is None else max_transaction_timeout_ms
+    return {"max_transaction_timeout_ms": limit, "open_transactions": [_open_json(o) for o in found]}
+
+
+@router.post(
+    "/topics/{topic}/partitions/{partition}/abort-transaction",
+    response_model=s.PartitionAbortResponse,
+    responses=errors(400, 404, 409, 413),
+    tags=["transactions"],
+)
+def abort_on_partition(topic: str, partition: int, body: s.PartitionAbortBody, b: Broker = Depends(broker)) -> dict:
+    """kafka-transactions.sh abort by partition: end the open transaction on the partition (the only
+    one, or the one of ``producer_id`` / starting at ``start_offset``). One its coordinator has open
+    with this partition is aborted whole and its producer fenced (``transaction`` in the answer); a
+    hanging one gets an ABORT marker on this partition alone (``marker_offset``)."""
+    r = transactions.abort_on_partition(b, topic, partition, body.producer_id, body.start_offset)
+    return {
+        "topic": r.topic,
+        "partition": r.partition,
+        "producer_id": r.producer_id,
+        "producer_epoch": r.producer_epoch,
+        "start_offset": r.start_offset,
+        "transactional_id": r.transactional_id,
+        "marker_offset": r.marker_offset,
+        "transaction": txn_json(r.transaction, b) if r.transaction is not None else None,
+    }

@@ -1,0 +1,154 @@
+"""``txlog consume``: records of a topic on stdout (kafka-console-consumer.sh), at either isolation
+level, from the beginning, an offset or a group's committed offsets; to the end of the log, or
+following it."""
+
+from __future__ import annotations
+
+import base64
+import os
+import sys
+
+import click
+
+from app.cli.common import Client, Progress, client_command, print_json_line
+from txlog._http import segment
+
+START = {"earliest", "latest"}
+
+
+def _start_offset(value: str | None, from_beginning: bool) -> str | int:
+    if from_beginning:
+        if value not in (None, "earliest"):
+            raise click.UsageError("--from-beginning and --offset disagree")
+        return "earliest"
+    if value is None:
+        return "earliest"
+    if value in START:
+        return value
+    try:
+        offset = int(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not an offset, earliest or latest", param_hint="--offset") from None
+    if offset < 0:
+        raise click.BadParameter("an offset is not negative", param_hint="--offset")
+    return offset
+
+
+def _text(data: bytes | None) -> str | dict | None:
+    """Bytes for JSON: text when they are UTF-8, else ``{"base64": ...}``."""
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode("ascii")}
+
+
+def _shown(data: bytes | None) -> str:
+    return "null" if data is None else data.decode("utf-8", "backslashreplace")
+
+
+@click.command()
+@click.argument("topic")
+@click.option("--partition", type=click.IntRange(min=0), default=None, help="Only this partition (default: all of them).")
+@click.option("--offset", default=None, metavar="OFFSET|earliest|latest",
+              help="Where to start without a committed group offset (default: earliest). A number needs --partition.")
+@click.option("--from-beginning", is_flag=True, help="Start at the log start (the same as --offset earliest).")
+@click.option("--group", default=None, help="Consume as this group: start at its committed offsets and commit what was read.")
+@click.option("--isolation-level", type=click.Choice(["read_uncommitted", "read_committed"]), default="read_uncommitted",
+              show_default=True, help="read_committed: only committed records, up to the last stable offset.")
+@click.option("--max-messages", type=click.IntRange(min=1), default=None, metavar="N", help="Stop after N records.")
+@click.option("--follow", "-f", is_flag=True, help="Keep waiting for new records (default: stop at the end of the log).")
+@click.option("--print-key", is_flag=True, help="Print each record's key before its value.")
+@click.option("--print-headers", is_flag=True, help="Print each record's headers (k:v,k:v) before its key and value.")
+@click.option("--print-offset", is_flag=True, help="Print each record's partition and offset first.")
+@click.option("--print-timestamp", is_flag=True, help="Print each record's timestamp (epoch ms) first.")
+@click.option("--key-separator", default="\t", show_default="tab", help="Between the printed fields.")
+@click.option("--progress/--no-progress", default=None,
+              help="A count of records read on stderr (default: when stderr is a terminal and stdout is not).")
+@client_command
+def consume(
+    client: Client, topic: str, partition: int | None, offset: str | None, from_beginning: bool, group: str | None,
+    isolation_level: str, max_messages: int | None, follow: bool, print_key: bool, print_headers: bool, print_offset: bool,
+    print_timestamp: bool, key_separator: str, progress: bool | None,
+) -> int:
+    """Print TOPIC's records, one per line (with --json one JSON object per line)."""
+    from txlog import Consumer, TopicPartition
+    from txlog.errors import KafkaError, KafkaException
+
+    start = _start_offset(offset, from_beginning)
+    if isinstance(start, int) and partition is None:
+        raise click.UsageError("--offset with a number needs --partition")
+    if isinstance(start, int) and group is not None:
+        raise click.UsageError("--offset with a number does not go with --group (the group's offsets say where to start)")
+    described = client.http.get(f"/v1/topics/{segment(topic)}")
+    partitions = [p["partition"] for p in described["partitions"]]
+    if partition is not None:
+        if partition not in partitions:
+            raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"Topic-partition {topic}-{partition} does not exist"))
+        partitions = [partition]
+
+    conf = client.config(
+        isolation_level=isolation_level,
+        auto_offset_reset=start if isinstance(start, str) else "earliest",
+        enable_partition_eof=True,
+        enable_auto_commit=False,
+    )
+    conf["group.id"] = group if group is not None else f"txlog-console-consumer-{os.getpid()}"
+    consumer = Consumer(conf)
+    if group is not None:
+        consumer.assign([TopicPartition(topic, p) for p in partitions])  # the group's committed offsets, else the reset
+    else:
+        logical = {"earliest": -2, "latest": -1}
+        consumer.assign([TopicPartition(topic, p, start if isinstance(start, int) else logical[start]) for p in partitions])
+
+    shown = Progress("consumed", progress if progress is not None else (None if not sys.stdout.isatty() else False))
+    at_end: set[int] = set()
+    count = 0
+    out = sys.stdout
+    try:
+        while max_messages is None or count < max_messages:
+            msg = consumer.poll(1.0 if follow else 5.0)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(msg.partition())
+                    if not follow and at_end >= set(partitions):
+                        break
+                    continue
+                raise KafkaException(err)
+            at_end.discard(msg.partition())
+            count += 1
+            shown.advance()
+            if client.json:
+                print_json_line({
+                    "topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset(), "timestamp_ms": msg.timestamp()[1],
+                    "key": _text(msg.key()), "value": _text(msg.value()),
+                    "headers": [[k, _text(v)] for k, v in (msg.headers() or [])],
+                })
+            else:
+                parts = []
+                if print_timestamp:
+                    parts.append(f"CreateTime:{msg.timestamp()[1]}")
+                if print_offset:
+                    parts += [f"Partition:{msg.partition()}", f"Offset:{msg.offset()}"]
+                if print_headers:
+                    parts.append(",".join(f"{k}:{_shown(v)}" for k, v in (msg.headers() or [])) or "NO_HEADERS")
+                if print_key:
+                    parts.append(_shown(msg.key()))
+                parts.append(_shown(msg.value()))
+                out.write(key_separator.join(parts) + "\n")
+            if follow:
+                out.flush()
+        if group is not None:  # the positions reached: past the records handed out, and past markers
+            reached = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
+            if reached:
+                consumer.commit(offsets=reached, asynchronous=False)
+    finally:
+        out.flush()
+        shown.finish()
+        consumer.close()
+    click.echo(f"Processed a total of {count} messages", err=True)
+    return 0

@@ -1,0 +1,92 @@
+"""``txlog serve | migrate | db-url``: the commands that run the server or reach its database
+directly (every other command is a client of the HTTP API)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import tempfile
+
+import click
+
+
+def resolve_database_url(given: str | None) -> tuple[str, object | None]:
+    """The database URL to use (``given``, else ``$TXLOG_DATABASE_URL``, else the embedded
+    server's, started if needed) and, when it is the embedded server, the server object."""
+    from app.config import load_settings
+
+    settings = load_settings(database_url=given)
+    if settings.database_url:
+        return settings.database_url, None
+    from app.storage.embedded import EmbeddedPostgres
+
+    server = EmbeddedPostgres(settings.data_dir)
+    return server.start(), server
+
+
+DATABASE_URL = click.option(
+    "--database-url", default=None, metavar="URL", help="PostgreSQL URL (default: $TXLOG_DATABASE_URL, else the embedded database)"
+)
+
+
+@click.command("db-url")
+def db_url() -> int:
+    """Print the URL of the database serve would use (starting the embedded one if needed)."""
+    url, _ = resolve_database_url(None)
+    click.echo(url)
+    return 0
+
+
+@click.command()
+@DATABASE_URL
+def migrate(database_url: str | None) -> int:
+    """Upgrade the database schema to head."""
+    from app.storage import migrate as migrations
+
+    url, _ = resolve_database_url(database_url)
+    migrations.upgrade(url)
+    click.echo(f"migrated to {migrations.head_revision(url)}", err=True)
+    return 0
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8080, show_default=True)
+@click.option("--workers", type=int, default=1, show_default=True)
+@DATABASE_URL
+@click.option("--log-level", default="info", show_default=True)
+def serve(host: str, port: int, workers: int, database_url: str | None, log_level: str) -> int:
+    """Run the HTTP API and the admin pages."""
+    import uvicorn
+
+    from app.storage import migrate as migrations
+
+    url, server = resolve_database_url(database_url)
+    migrations.upgrade(url)
+    os.environ["TXLOG_DATABASE_URL"] = url  # workers read their settings from the environment
+    if workers > 1 and "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="txlog-metrics-")
+    print(f"txlog serving on http://{host}:{port} (docs at /docs, admin at /admin), database {url}", file=sys.stderr)
+    if server is not None:
+        # uvicorn re-raises SIGTERM after its graceful shutdown; with the default handler the process
+        # would die there and leave the embedded PostgreSQL running. Exit through `finally` instead.
+        signal.signal(signal.SIGTERM, _exit_on_signal)
+    try:
+        uvicorn.run(
+            "api.app:app_factory",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_level=log_level,
+            timeout_graceful_shutdown=5,
+        )
+    finally:
+        if server is not None:
+            server.stop()  # type: ignore[attr-defined]
+    return 0
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
