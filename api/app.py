@@ -19,11 +19,15 @@ from api.metrics import RequestMetrics, metrics_response
 from api.notify import AppendNotifier
 from api.admin import mount as mount_admin
 from api.v1.responses import errors as error_responses
+from api.v1 import operator as v1_operator
 from api.v1.routes import add_body_schemas, router as v1_router
+from api.v1.half_messages import router as half_messages_router
 from app.config import Settings, load_settings
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, fetch as fetch_service
 from app.services.sweeper import SweeperThread
+from app.services.half_messages import CheckerThread
+from app.services.outbox import DrainerThread
 from app.storage import migrate
 from app.storage.db import Database, SessionLimits
 
@@ -49,11 +53,17 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
         sweeper = SweeperThread(broker) if run_sweeper else None
         if sweeper:
             sweeper.start()
+        # Half messages' check-backs and the outbox's drain run beside the sweeper, in every worker.
+        background = [CheckerThread(broker), DrainerThread(broker)] if run_sweeper else []
+        for thread in background:
+            thread.start()
         try:
             yield
         finally:
             if sweeper:
                 sweeper.stop()
+            for thread in background:
+                thread.stop()
             await notifier.stop()
             db.dispose()
 
@@ -69,6 +79,8 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
     app.state.settings = settings
     errors.install(app)
     app.include_router(v1_router)
+    app.include_router(half_messages_router)
+    app.include_router(v1_operator.router)
 
     @app.get("/healthz", tags=["ops"])
     def healthz() -> dict:

@@ -38,6 +38,18 @@ class Settings(BaseSettings):
     db_keepalives_count: int = Field(3, gt=0)
     db_tcp_user_timeout_ms: int = Field(30_000, ge=0)
 
+    # Half messages (RocketMQ's transactional messages). The check-back endpoints the server may
+    # call: host names matched exactly and IP addresses or networks, comma-separated (loopback only
+    # by default, so the server cannot be turned against the network).
+    half_check_allowed_hosts: str = "localhost,127.0.0.0/8,::1"
+    half_check_timeout_ms: int = Field(3_000, gt=0)  # one check-back call, connect to answer
+    half_check_poll_interval_ms: int = Field(1_000, gt=0)  # how often the checker looks for due half messages
+    half_check_concurrency: int = Field(8, gt=0)  # check-back calls in flight per process
+    half_message_retention_ms: int = Field(604_800_000, gt=0)  # decided half messages are kept this long
+    # The outbox drainer: how often it looks for committed rows, and rows per append at most.
+    outbox_poll_interval_ms: int = Field(50, gt=0)
+    outbox_batch_records: int = Field(500, gt=0)
+
     @field_validator("database_url")
     @classmethod
     def _empty_is_none(cls, v: str | None) -> str | None:

@@ -5,6 +5,8 @@
 2. bench.spark_read — Spark's committed read against a plain JDBC read (needs Java and the
    PostgreSQL JDBC driver; skipped with a note when they or pyspark are missing). With --quick it
    reads a smaller log once.
+3. bench.outbox — the in-database outbox: an application's commit to read_committed visibility,
+   p50/p99 (writes bench/results/outbox.json).
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ def main() -> int:
             if args.quick:
                 sys.argv += ["--records", "200000", "--repeat", "1", "--slices", "2"]
             spark_read.main()
+
+    from bench import outbox
+
+    print("\n== bench.outbox", flush=True)
+    outbox.main(["--quick"] if args.quick else [])
     print(f"\nall benchmarks: {time.perf_counter() - started:.0f} s")
     print("summary: " + summary)
     return 0

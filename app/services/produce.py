@@ -19,6 +19,7 @@ from app.errors import ErrorCode, TxlogError
 from app.services import Broker, coordinator
 from app.services.topics import partition_count
 from app.storage import queries as q
+from sqlalchemy.engine import Connection
 
 
 @dataclass(frozen=True)
@@ -60,52 +61,71 @@ def _validate(broker: Broker, req: ProduceRequest) -> list[int]:
 def produce(broker: Broker, topic: str, partition: int, req: ProduceRequest) -> ProduceResult:
     sizes = _validate(broker, req)
     now = broker.now()
+    with broker.db.transaction() as conn:
+        result = append(conn, broker, topic, partition, req, now, sizes, commit=True)
+    faults.crash_point(faults.SERVER_CRASH_ENV, "produce_appended")
+    return result
+
+
+def append(
+    conn: Connection,
+    broker: Broker,
+    topic: str,
+    partition: int,
+    req: ProduceRequest,
+    now: int,
+    sizes: list[int] | None = None,
+    commit: bool = False,
+) -> ProduceResult:
+    """The append path inside a database transaction the caller holds (the caller validated the
+    batch's size, or did not need to): every way into the log goes through here — a produce, a
+    committed half message, a row drained from the outbox — so the lock, producer and sequence
+    rules live in one place. With ``commit`` the append is the transaction's last statement."""
+    sizes = sizes if sizes is not None else [r.size() for r in req.records]
     pid, epoch, seq = req.producer_id, req.producer_epoch, req.base_sequence
     transactional = req.transactional_id is not None
-    with broker.db.transaction() as conn:
-        meta = None
-        if transactional:
-            meta = coordinator.locked(conn, req.transactional_id, partitions=[(topic, partition)])  # type: ignore[arg-type]
-            txn.check_producer(meta, pid, epoch)  # type: ignore[arg-type]
-            if meta.state.is_prepared:
-                raise TxlogError(
-                    ErrorCode.CONCURRENT_TRANSACTIONS,
-                    f"Transaction is in {meta.state.value}; produce after it completes (retriable)",
-                )
-        position = q.partition_lock_for_append(conn, topic, partition, pid)
-        faults.stop_point(faults.SERVER_STOP_ENV, "produce_locked")  # tests only: freeze holding the locks
-        base_offset, log_start, entry = position.next_offset, position.log_start_offset, position.producer_state
-        owner = position.owner
-        if owner is not None:
-            # The producer id is a transactional id's: fenced epochs write nowhere, and while its
-            # transaction is open every batch of it belongs to that transaction.
-            txn.check_batch_producer(owner.transactional_id, owner.meta, owner.retire_reason, pid, epoch)  # type: ignore[arg-type]
-            if not transactional and owner.meta is not None and owner.meta.state.is_open:
-                raise TxlogError(
-                    ErrorCode.INVALID_TXN_STATE,
-                    f"Producer {pid} has an open transaction ({owner.transactional_id!r}); "
-                    "send its batches with that transactional_id",
-                )
-        state = None
-        if pid is not None:
-            decision = check_append(entry, pid, epoch, seq, len(req.records))  # type: ignore[arg-type]
-            if isinstance(decision, Duplicate):
-                b = decision.batch
-                return ProduceResult(b.first_offset, b.last_offset, b.timestamp_ms, log_start, duplicate=True)
-        if meta is not None:
-            event = txn.partitions_added(meta, [(topic, partition)], now)
-            if event is not None:
-                coordinator.record(conn, broker, meta, event)
-        last_offset = base_offset + len(req.records) - 1
-        if pid is not None:
-            assert isinstance(decision, Append)
-            state = after_append(entry, pid, epoch, decision, base_offset, last_offset, now, transactional)  # type: ignore[arg-type]
-        q.log_append(
-            conn, topic, partition, base_offset, position.next_position, req.records, now, pid, epoch, seq, transactional, state,
-            txn_first_offset=state.txn_first_offset if transactional and state is not None else None, sizes=sizes,
-            commit=True,
-        )
-    faults.crash_point(faults.SERVER_CRASH_ENV, "produce_appended")
+    meta = None
+    if transactional:
+        meta = coordinator.locked(conn, req.transactional_id, partitions=[(topic, partition)])  # type: ignore[arg-type]
+        txn.check_producer(meta, pid, epoch)  # type: ignore[arg-type]
+        if meta.state.is_prepared:
+            raise TxlogError(
+                ErrorCode.CONCURRENT_TRANSACTIONS,
+                f"Transaction is in {meta.state.value}; produce after it completes (retriable)",
+            )
+    position = q.partition_lock_for_append(conn, topic, partition, pid)
+    faults.stop_point(faults.SERVER_STOP_ENV, "produce_locked")  # tests only: freeze holding the locks
+    base_offset, log_start, entry = position.next_offset, position.log_start_offset, position.producer_state
+    owner = position.owner
+    if owner is not None:
+        # The producer id is a transactional id's: fenced epochs write nowhere, and while its
+        # transaction is open every batch of it belongs to that transaction.
+        txn.check_batch_producer(owner.transactional_id, owner.meta, owner.retire_reason, pid, epoch)  # type: ignore[arg-type]
+        if not transactional and owner.meta is not None and owner.meta.state.is_open:
+            raise TxlogError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"Producer {pid} has an open transaction ({owner.transactional_id!r}); "
+                "send its batches with that transactional_id",
+            )
+    state = None
+    if pid is not None:
+        decision = check_append(entry, pid, epoch, seq, len(req.records))  # type: ignore[arg-type]
+        if isinstance(decision, Duplicate):
+            b = decision.batch
+            return ProduceResult(b.first_offset, b.last_offset, b.timestamp_ms, log_start, duplicate=True)
+    if meta is not None:
+        event = txn.partitions_added(meta, [(topic, partition)], now)
+        if event is not None:
+            coordinator.record(conn, broker, meta, event)
+    last_offset = base_offset + len(req.records) - 1
+    if pid is not None:
+        assert isinstance(decision, Append)
+        state = after_append(entry, pid, epoch, decision, base_offset, last_offset, now, transactional)  # type: ignore[arg-type]
+    q.log_append(
+        conn, topic, partition, base_offset, position.next_position, req.records, now, pid, epoch, seq, transactional, state,
+        txn_first_offset=state.txn_first_offset if transactional and state is not None else None, sizes=sizes,
+        commit=commit,
+    )
     return ProduceResult(base_offset, last_offset, now, log_start)
 
 
@@ -127,13 +147,18 @@ class _RoundRobin:
 _round_robin = _RoundRobin()
 
 
+def choose_partition(broker: Broker, topic: str, key: bytes | None) -> int:
+    """The partition a record without one goes to: Kafka's murmur2 partitioner for a key, round-robin
+    for a null key (UNKNOWN_TOPIC_OR_PARTITION for a topic that does not exist)."""
+    n = partition_count(broker, topic)
+    return partition_for_key(key, n) if key is not None else _round_robin.next(n)
+
+
 def produce_to_topic(broker: Broker, topic: str, records: Sequence[NewRecord]) -> ProduceResult:
     """Plain produce to a topic: Kafka's murmur2 partitioner for keyed records, round-robin for
     null keys. The whole batch goes to the partition of its first record, as one Kafka batch does."""
-    n = partition_count(broker, topic)
     if not records:
         raise TxlogError(ErrorCode.INVALID_RECORD, "A batch must contain at least one record")
-    key = records[0].key
-    partition = partition_for_key(key, n) if key is not None else _round_robin.next(n)
+    partition = choose_partition(broker, topic, records[0].key)
     result = produce(broker, topic, partition, ProduceRequest(records))
     return ProduceResult(result.base_offset, result.last_offset, result.log_append_time_ms, result.log_start_offset, False, partition)

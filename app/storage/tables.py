@@ -257,3 +257,86 @@ pending_group_offsets = Table(
     PrimaryKeyConstraint("group_id", "topic", "partition", "transactional_id"),
     Index("pending_group_offsets_txn", "transactional_id"),
 )
+
+# --- half messages (RocketMQ's transactional messages) and the outbox -----------------------------
+# None of these tables has a foreign key to ``partitions``: checking one takes a key-share lock on
+# the partition row, which the append lock (FOR UPDATE) waits for — an application transaction
+# holding it for its whole length would hold up every producer of the partition.
+
+# A producer group's check-back endpoint and RocketMQ's knobs (defaults when a group never registered).
+producer_groups = Table(
+    "producer_groups",
+    metadata,
+    Column("producer_group", Text, primary_key=True),
+    Column("check_url", Text),
+    Column("check_interval_ms", BigInteger, nullable=False),
+    Column("check_immunity_ms", BigInteger, nullable=False),
+    Column("max_checks", Integer, nullable=False),
+    Column("updated_at", TS, nullable=False),
+)
+
+# Half messages: stored here, not in their partition (RocketMQ's RMQ_SYS_TRANS_HALF_TOPIC), so an
+# undecided one holds back no reader's last stable offset. A committed one is appended to its
+# partition in the same database transaction that marks it Committed (``offset``: where).
+half_messages = Table(
+    "half_messages",
+    metadata,
+    Column("transaction_id", Text, primary_key=True),
+    Column("producer_group", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("key", LargeBinary),
+    Column("value", LargeBinary),
+    Column("header_keys", ARRAY(Text)),
+    Column("header_values", ARRAY(LargeBinary)),
+    Column("encoding", Text, nullable=False, server_default=text("'utf8'")),  # the producer's, for its check-backs
+    Column("created_at", TS, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("check_count", Integer, nullable=False, server_default=text("0")),
+    Column("next_check_at", TS),  # while Prepared: when the checker asks the producer group next
+    Column("decided_at", TS),
+    Column("decided_by", Text),  # producer, check_back, max_checks
+    Column("reason", Text),
+    Column("offset", BigInteger),
+    CheckConstraint("state IN ('Prepared', 'Committed', 'RolledBack')", name="half_messages_state"),
+    Index("half_messages_due", "next_check_at", postgresql_where=text("state = 'Prepared'")),
+    Index("half_messages_decided", "decided_at", postgresql_where=text("state <> 'Prepared'")),
+    Index("half_messages_group", "producer_group", "created_at"),
+)
+
+# Every check-back asked: when, where, what the group answered (or why there was no answer), and
+# what that did. A row without ``finished_at`` is a check whose checker died before recording it.
+half_message_checks = Table(
+    "half_message_checks",
+    metadata,
+    Column("transaction_id", Text, nullable=False),
+    Column("check_no", Integer, nullable=False),
+    Column("started_at", TS, nullable=False),
+    Column("finished_at", TS),
+    Column("check_url", Text),
+    Column("answer", Text),
+    Column("error", Text),
+    Column("outcome", Text),
+    PrimaryKeyConstraint("transaction_id", "check_no"),
+    ForeignKeyConstraint(["transaction_id"], ["txlog.half_messages.transaction_id"], ondelete="CASCADE"),
+)
+
+# The in-database outbox: rows ``txlog.send()`` inserts inside an application's own transaction,
+# drained into their partitions by the server (each row appended once and deleted in the same
+# database transaction). ``id`` comes from ``outbox_id_seq`` when the row is sent: a row of a
+# transaction that committed before another began has a smaller id than every row of the other.
+outbox_id_seq = Sequence("outbox_id_seq", metadata=metadata, start=1)
+
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=False),
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("key", LargeBinary),
+    Column("value", LargeBinary),
+    Column("header_keys", ARRAY(Text)),
+    Column("header_values", ARRAY(LargeBinary)),
+    Column("created_at", TS, nullable=False),
+    Index("outbox_partition", "topic", "partition", "id"),
+)

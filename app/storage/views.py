@@ -90,8 +90,54 @@ SELECT t.transactional_id, t.producer_id, t.producer_epoch, t.state, t.timeout_m
 FROM txlog.transactions t
 """
 
-ALL = [LOG_RECORDS, PARTITION_STATUS, COMMITTED_RECORDS, TRANSACTION_STATE]
+# Half messages waiting for a decision, with their last check-back (the whole history is the table
+# txlog.half_message_checks). A group that never registered has RocketMQ's default max_checks, 15.
+PENDING_HALF_MESSAGES = """
+CREATE OR REPLACE VIEW txlog.pending_half_messages AS
+SELECT h.transaction_id,
+       h.producer_group,
+       h.topic,
+       h.partition,
+       h.created_at,
+       now() - h.created_at AS age,
+       h.check_count,
+       COALESCE(g.max_checks, 15) AS max_checks,
+       h.next_check_at,
+       g.check_url,
+       c.started_at AS last_check_at,
+       c.answer AS last_answer,
+       c.error AS last_error
+FROM txlog.half_messages h
+LEFT JOIN txlog.producer_groups g ON g.producer_group = h.producer_group
+LEFT JOIN LATERAL (
+    SELECT k.started_at, k.answer, k.error
+    FROM txlog.half_message_checks k
+    WHERE k.transaction_id = h.transaction_id
+    ORDER BY k.check_no DESC
+    LIMIT 1
+) c ON true
+WHERE h.state = 'Prepared'
+"""
+
+# The outbox's backlog per partition: rows of committed application transactions not yet drained
+# into the log (rows of open transactions are invisible here, as to the drainer), and how long the
+# oldest has waited.
+OUTBOX_BACKLOG = """
+CREATE OR REPLACE VIEW txlog.outbox_backlog AS
+SELECT o.topic,
+       o.partition,
+       count(*) AS "rows",
+       min(o.id) AS oldest_id,
+       min(o.created_at) AS oldest_created_at,
+       now() - min(o.created_at) AS age
+FROM txlog.outbox o
+GROUP BY o.topic, o.partition
+"""
+
+ALL = [LOG_RECORDS, PARTITION_STATUS, COMMITTED_RECORDS, TRANSACTION_STATE, PENDING_HALF_MESSAGES, OUTBOX_BACKLOG]
 DROP_ALL = [
+    "DROP VIEW IF EXISTS txlog.outbox_backlog",
+    "DROP VIEW IF EXISTS txlog.pending_half_messages",
     "DROP VIEW IF EXISTS txlog.transaction_state",
     "DROP VIEW IF EXISTS txlog.committed_records",
     "DROP VIEW IF EXISTS txlog.partition_status",
