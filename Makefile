@@ -35,9 +35,12 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 bench: $(STAMP) system-deps $(BENCH_STAMP)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m bench $(if $(QUICK),--quick,)
 
-# Longer fault runs: 10,000 transactions timing out together, and a frozen server a few times over.
+# Longer fault runs: the fault suite for CHAOS_SECONDS under a heavier load, 10,000 transactions
+# timing out together, and a frozen server a few times over.
 CHAOS_ROUNDS ?= 3
+CHAOS_SECONDS ?= 300
 chaos: $(STAMP) system-deps
+	TXLOG_CHAOS_SECONDS=$(CHAOS_SECONDS) TXLOG_CHAOS_PRODUCE_PAUSE_S=0.03 $(PY) -m pytest -q -s -p no:cacheprovider tests/chaos
 	TXLOG_SWEEPER_SCALE_N=10000 $(PY) -m pytest -q -s -p no:cacheprovider tests/integration/test_sweeper_scale.py
 	for i in $$(seq $(CHAOS_ROUNDS)); do \
 	  $(PY) -m pytest -q -s -p no:cacheprovider tests/acceptance/test_frozen_host.py || exit 1; \

@@ -56,7 +56,11 @@ class LossyProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            except OSError:  # the server is down (killed, restarting): refuse this one, keep serving
+                client.close()
+                continue
             conn = _Connection(client, upstream)
             with self._lock:
                 self._connections.append(conn)

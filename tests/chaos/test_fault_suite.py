@@ -1,0 +1,431 @@
+"""The fault suite: txlog's promises checked under every fault at once.
+
+Two server hosts (``txlog serve --workers 2`` each) share one PostgreSQL. Under load:
+- idempotent producers (the Python client) write numbered records to ``in``, one of them through
+  a proxy that loses answers;
+- a consume-transform-produce process (``examples/consume_transform_produce.py``) reads ``in``
+  read_committed and writes each record upper-cased to ``out`` in transactions that also commit
+  its group's offsets, through another lossy proxy;
+- a read_committed consumer follows ``out``.
+
+Meanwhile the suite injects faults: ``kill -9`` of a worker and of a whole server (restarted on its
+port), SIGSTOP pauses, an immediate PostgreSQL restart, the transforming process killed with
+``kill -9`` mid-transaction (and started again), and a zombie: a second transforming process with
+the same transactional id, which fences the first.
+
+When the faults stop, an independent checker reads the log over SQL and HTTP and verifies:
+every acknowledged record present exactly once and nothing written twice; per-producer order;
+dense offsets; every input record transformed exactly once in ``out`` as read_committed, and
+nothing else (no aborted or never-committed record, not even part of a transaction); the group's
+offsets at the end of ``in``; the consumer never went backwards and never skipped a committed
+record; the last stable offset caught up with the high watermark.
+
+``TXLOG_CHAOS_SECONDS`` sets how long faults are injected and ``TXLOG_CHAOS_PRODUCE_PAUSE_S`` the
+load (``make chaos`` runs longer and heavier; the suite's own run is bounded); a failing run
+prints its ``TXLOG_CHAOS_SEED`` to replay the same faults."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+
+from app.storage import migrate
+from app.storage.embedded import EmbeddedPostgres
+from tests.client.proxy import LossyProxy
+from tests.support import ROOT, ServerProcess, wait_until
+from txlog import Consumer, KafkaException, Producer, TopicPartition
+
+pytestmark = pytest.mark.slow
+
+SECONDS = float(os.environ.get("TXLOG_CHAOS_SECONDS", "30"))
+# Each producer sends 20 records, then pauses this long: 0.1 s is about 200 records/s each.
+PRODUCE_PAUSE_S = float(os.environ.get("TXLOG_CHAOS_PRODUCE_PAUSE_S", "0.1"))
+SEED = int(os.environ.get("TXLOG_CHAOS_SEED", str(random.randrange(1 << 30))))
+PARTITIONS = 3
+PRODUCERS = 3
+GROUP = "upper"
+TID = "upper-0"
+ENV = {"TXLOG_TRANSACTION_ABORT_CHECK_INTERVAL_MS": "300", "TXLOG_DB_LOCK_TIMEOUT_MS": "3000"}
+
+
+@dataclass
+class ProducerLog:
+    """What one idempotent producer was told: its acknowledged values, in the order it produced them."""
+
+    name: str
+    produced: list[str] = field(default_factory=list)
+    acked: dict[str, tuple[int, int]] = field(default_factory=dict)  # value -> (partition, offset)
+    failed: list[str] = field(default_factory=list)
+    errors: Counter = field(default_factory=Counter)  # why records failed
+    fatal: list[str] = field(default_factory=list)  # the current producer's fatal error
+    replaced: list[str] = field(default_factory=list)  # every fatal error that replaced a producer
+
+
+class Load:
+    def __init__(self, hosts: list[ServerProcess], lossy_url: str) -> None:
+        self.hosts = hosts
+        self.lossy_url = lossy_url
+        self.stop = threading.Event()  # the producers
+        self.stop_following = threading.Event()  # the read_committed consumer
+        self.logs: list[ProducerLog] = []
+        self.threads: list[threading.Thread] = []
+        self.seen: dict[int, list[tuple[int, str]]] = defaultdict(list)  # out partition -> (offset, source)
+        self.consumer_problems: list[str] = []
+
+    def start(self) -> None:
+        for i in range(PRODUCERS):
+            url = self.lossy_url if i == 0 else self.hosts[i % len(self.hosts)].url
+            log = ProducerLog(f"p{i}")
+            self.logs.append(log)
+            self.threads.append(threading.Thread(target=self._produce, args=(log, url), daemon=True))
+        self.threads.append(threading.Thread(target=self._consume, args=(self.hosts[-1].url,), daemon=True))
+        for t in self.threads:
+            t.start()
+
+    def _produce(self, log: ProducerLog, url: str) -> None:
+        n = 0
+        while not self.stop.is_set():
+            # A producer whose error is fatal is replaced, as an application would do.
+            producer = Producer({
+                "url": url, "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 120_000,
+                "request.timeout.ms": 5000,
+            })
+
+            def report(err, msg) -> None:  # type: ignore[no-untyped-def]
+                value = msg.value().decode()
+                if err is None:
+                    log.acked[value] = (msg.partition(), msg.offset())
+                else:
+                    log.failed.append(value)
+                    log.errors[err.name()] += 1
+                    if err.fatal():
+                        log.fatal.append(str(err))
+
+            try:
+                while not self.stop.is_set() and not log.fatal:
+                    for _ in range(20):
+                        value = f"{log.name}-{n}"
+                        producer.produce("in", value.encode(), key=f"k{n % 17}".encode(), on_delivery=report)
+                        log.produced.append(value)
+                        n += 1
+                    producer.poll(0)
+                    time.sleep(PRODUCE_PAUSE_S)
+            except KafkaException as exc:  # refused at once: the producer has failed fatally
+                log.fatal.append(str(exc))
+            finally:
+                producer.flush(120)
+                producer.close()
+            log.replaced.extend(log.fatal)
+            log.fatal.clear()
+
+    def _consume(self, url: str) -> None:
+        consumer = Consumer({"url": url, "group.id": "follower", "isolation.level": "read_committed",
+                             "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        consumer.assign([TopicPartition("out", p, 0) for p in range(PARTITIONS)])
+        try:
+            while not self.stop_following.is_set():
+                msg = consumer.poll(0.5)
+                if msg is None or msg.error() is not None:
+                    continue
+                source = dict(msg.headers() or []).get("source", b"").decode()
+                self.seen[msg.partition()].append((msg.offset(), source))
+        except Exception as exc:  # noqa: BLE001 — the checker reports it
+            self.consumer_problems.append(repr(exc))
+        finally:
+            consumer.close()
+
+
+class Transformer:
+    """The consume-transform-produce process: started, killed and started again."""
+
+    def __init__(self, url: str, log_dir: Path) -> None:
+        self.url = url
+        self.log_dir = log_dir
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.started = 0
+
+    def spawn(self) -> subprocess.Popen[bytes]:
+        self.started += 1
+        out = open(self.log_dir / f"transformer-{self.started}.log", "wb")
+        proc = subprocess.Popen(
+            [sys.executable, "examples/consume_transform_produce.py", "--url", self.url, "--input", "in", "--output", "out",
+             "--group", GROUP, "--transactional-id", TID, "--batch", "100"],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def live(self) -> list[subprocess.Popen[bytes]]:
+        return [p for p in self.procs if p.poll() is None]
+
+    def kill_all(self) -> None:
+        for p in self.live():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait(30)
+
+
+def worker_pids(host: ServerProcess) -> list[int]:
+    """The uvicorn workers of a host (the processes its supervisor spawned)."""
+    assert host.proc is not None
+    pids = []
+    for pid in host.processes():
+        with contextlib.suppress(OSError):
+            if pid != host.proc.pid and b"multiprocessing.spawn" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                pids.append(pid)
+    return pids
+
+
+def ready(host: ServerProcess) -> bool:
+    try:
+        return httpx.get(host.url + "/readyz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+class Faults:
+    def __init__(self, pg: EmbeddedPostgres, hosts: list[ServerProcess], transformer: Transformer, rng: random.Random) -> None:
+        self.pg = pg
+        self.hosts = hosts
+        self.transformer = transformer
+        self.rng = rng
+        self.injected: list[str] = []
+
+    def kill_worker(self) -> None:
+        host = self.rng.choice(self.hosts)
+        pids = worker_pids(host)
+        if pids:
+            os.kill(self.rng.choice(pids), signal.SIGKILL)
+            self.injected.append(f"kill -9 a worker of :{host.port}")
+
+    def kill_host(self) -> None:
+        host = self.rng.choice(self.hosts)
+        host.kill()
+        time.sleep(self.rng.uniform(0.2, 1.5))
+        host.start()
+        self.injected.append(f"kill -9 server :{host.port}, restarted")
+
+    def pause_host(self) -> None:
+        host = self.rng.choice(self.hosts)
+        host.signal_group(signal.SIGSTOP)
+        pause = self.rng.uniform(1, 4)
+        time.sleep(pause)
+        host.signal_group(signal.SIGCONT)
+        self.injected.append(f"SIGSTOP server :{host.port} for {pause:.1f} s")
+
+    def restart_postgres(self) -> None:
+        self.pg.kill()  # pg_ctl stop -m immediate: no checkpoint, crash recovery on start
+        time.sleep(self.rng.uniform(0.2, 1.0))
+        self.pg.start()
+        self.injected.append("PostgreSQL restarted in immediate mode")
+
+    def kill_transformer(self) -> None:
+        self.transformer.kill_all()
+        self.transformer.spawn()
+        self.injected.append("kill -9 the transforming process mid-transaction, started again")
+
+    def zombie(self) -> None:
+        """A second instance with the same transactional id: it fences the first, which must stop
+        without writing anything more."""
+        older = self.transformer.live()
+        self.transformer.spawn()
+        self.injected.append(f"a second transforming process with the same transactional id ({len(older)} fenced)")
+
+    def run(self, seconds: float) -> None:
+        actions = [self.kill_worker, self.kill_host, self.pause_host, self.restart_postgres, self.kill_transformer, self.zombie]
+        deadline = time.monotonic() + seconds
+        order = actions[:]  # every kind once, then at random
+        self.rng.shuffle(order)
+        while time.monotonic() < deadline:
+            action = order.pop() if order else self.rng.choice(actions)
+            action()
+            wait_until(lambda: all(ready(h) for h in self.hosts), 60, 0.2, "servers ready after a fault")
+            time.sleep(self.rng.uniform(1.0, 3.0))
+
+
+def fetch_all(url: str, topic: str, partition: int, isolation: str) -> list[dict]:
+    """Every record of a partition as a reader at ``isolation`` sees it, following next_offset."""
+    out: list[dict] = []
+    offset = 0
+    with httpx.Client(base_url=url, timeout=30) as c:
+        while True:
+            r = c.get(f"/v1/topics/{topic}/partitions/{partition}/records",
+                      params={"offset": offset, "max_records": 1000, "isolation_level": isolation, "encoding": "utf8"})
+            r.raise_for_status()
+            page = r.json()
+            out.extend(page["records"])
+            if page["next_offset"] == offset:
+                return out
+            offset = page["next_offset"]
+
+
+def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(tmp_path: Path) -> None:
+    rng = random.Random(SEED)
+    print(f"\nfault suite: seed {SEED}, faults for {SECONDS:.0f} s")
+    pg = EmbeddedPostgres(tmp_path / "pg")
+    pg.start()
+    hosts: list[ServerProcess] = []
+    transformer: Transformer | None = None
+    load: Load | None = None
+    try:
+        migrate.upgrade(pg.url)
+        hosts = [ServerProcess(pg.url, workers=2, env=ENV, log_path=tmp_path / f"server-{i}.log").start() for i in range(2)]
+        with httpx.Client(base_url=hosts[0].url, timeout=30) as api:
+            for topic in ("in", "out"):
+                assert api.post("/v1/topics", json={"name": topic, "partitions": PARTITIONS}).status_code == 201
+        with LossyProxy(hosts[0].port, drop_answer=0.05, seed=SEED) as producer_proxy, \
+                LossyProxy(hosts[1].port, drop_answer=0.05, seed=SEED + 1) as transformer_proxy:
+            load = Load(hosts, producer_proxy.url)
+            transformer = Transformer(transformer_proxy.url, tmp_path)
+            transformer.spawn()
+            load.start()
+            faults = Faults(pg, hosts, transformer, rng)
+            faults.run(SECONDS)
+
+            # Faults stop. The producers finish; the transforming process drains its input.
+            load.stop.set()
+            for t in load.threads[:PRODUCERS]:
+                t.join(180)
+                assert not t.is_alive(), "a producer did not finish"
+            if not transformer.live():
+                transformer.spawn()
+            in_end = {}
+            with httpx.Client(base_url=hosts[0].url, timeout=30) as api:
+                for p in range(PARTITIONS):
+                    in_end[p] = api.get("/v1/topics/in").json()["partitions"][p]["high_watermark"]
+
+                def drained() -> bool:
+                    got = {o["partition"]: o["offset"] for o in api.get(f"/v1/groups/{GROUP}/offsets").json()["offsets"] if o["topic"] == "in"}
+                    return all(got.get(p, 0) >= in_end[p] for p in range(PARTITIONS))
+
+                wait_until(drained, 180, 0.5, "the transforming process to consume all of its input")
+            transformer.kill_all()
+            answers_lost = producer_proxy.dropped_answers + transformer_proxy.dropped_answers
+
+        url = hosts[0].url
+        with httpx.Client(base_url=url, timeout=30) as api:
+            def stable() -> bool:
+                parts = [p for t in ("in", "out") for p in api.get(f"/v1/topics/{t}").json()["partitions"]]
+                return all(p["last_stable_offset"] == p["high_watermark"] for p in parts)
+
+            wait_until(stable, 60, 0.5, "the last stable offset to catch up with the high watermark")
+        committed_out = {p: fetch_all(url, "out", p, "read_committed") for p in range(PARTITIONS)}
+        wait_until(lambda: all(len(load.seen[p]) >= len(committed_out[p]) for p in range(PARTITIONS)),
+                   60, 0.5, "the read_committed consumer to reach the end of the output")
+        load.stop_following.set()
+        load.threads[-1].join(30)
+
+        checked = check(pg.url, url, load, in_end, committed_out)
+        print(f"load: {sum(len(l.acked) for l in load.logs)} records acknowledged to 'in' by {PRODUCERS} idempotent producers "
+              f"(+{sum(len(l.failed) for l in load.logs)} failed: {sum((l.errors for l in load.logs), Counter())}, producers replaced after {[f for l in load.logs for f in l.replaced][:3]}), {checked['transactions']} transactions committed by "
+              f"{transformer.started} transforming processes, {checked['read']} records followed read_committed; "
+              f"{answers_lost} answers lost by the proxies")
+        print("faults: " + "; ".join(faults.injected))
+        print("invariants held: " + "; ".join(checked["invariants"]))
+    finally:
+        if load is not None:
+            load.stop.set()
+            load.stop_following.set()
+        if transformer is not None:
+            transformer.kill_all()
+        for h in hosts:
+            with contextlib.suppress(Exception):
+                h.signal_group(signal.SIGCONT)
+            h.kill()
+        pg.destroy()
+
+
+def check(db_url: str, url: str, load: Load, in_end: dict[int, int], committed_out: dict[int, list[dict]]) -> dict:
+    invariants: list[str] = []
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute(
+            'SELECT topic, partition, "offset", convert_from(value, \'UTF8\'), producer_id, sequence, control_type '
+            "FROM txlog.records WHERE topic IN ('in', 'out') ORDER BY topic, partition, \"offset\""
+        ).fetchall()
+        status = {(t, p): (ls, hw) for t, p, ls, hw in conn.execute(
+            "SELECT topic, partition, log_start_offset, high_watermark FROM txlog.partition_status")}
+        transactions = conn.execute(
+            "SELECT count(*) FROM txlog.transaction_events WHERE transactional_id = %s AND to_state = 'CompleteCommit'", (TID,)
+        ).fetchone()[0]
+
+    # Dense offsets: every offset from the log start to the high watermark is there, once.
+    by_partition: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for topic, partition, offset, *_ in rows:
+        by_partition[(topic, partition)].append(offset)
+    for key, (log_start, hw) in status.items():
+        if key[0] in ("in", "out"):
+            assert by_partition.get(key, []) == list(range(log_start, hw)), f"offsets of {key} are not dense"
+    invariants.append("dense offsets")
+
+    # Every acknowledged record exactly once, where it was acknowledged; nothing written twice.
+    data_in = [(p, o, v) for t, p, o, v, _pid, _seq, ct in rows if t == "in" and ct is None]
+    where: dict[str, tuple[int, int]] = {}
+    for p, o, v in data_in:
+        assert v not in where, f"{v} appended twice: at {where[v]} and {(p, o)}"
+        where[v] = (p, o)
+    produced = {v for log in load.logs for v in log.produced}
+    assert set(where) <= produced, "records nobody produced"
+    for log in load.logs:
+        for value, at in log.acked.items():
+            assert where.get(value) == at, f"acknowledged {value} at {at}, found at {where.get(value)}"
+    invariants.append("every acknowledged record present exactly once, nothing duplicated")
+
+    # Per-producer order: within a partition, a producer's records are in the order it produced them.
+    for log in load.logs:
+        rank = {v: i for i, v in enumerate(log.produced)}
+        per_partition: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        for v in log.produced:
+            if v in where:
+                p, o = where[v]
+                per_partition[p].append((o, rank[v]))
+        for p, pairs in per_partition.items():
+            ranks = [r for _, r in sorted(pairs)]
+            assert ranks == sorted(ranks), f"{log.name}'s records out of order on in-{p}"
+    invariants.append("per-producer order")
+
+    # The output as read_committed: each input record transformed exactly once, nothing else.
+    sources: dict[str, str] = {}
+    for p, records in committed_out.items():
+        for r in records:
+            source = r["headers"].get("source")
+            assert source not in sources, f"input {source} transformed twice"
+            sources[source] = r["value"]
+    expected = {f"in:{p}:{o}": v.upper() for p, o, v in data_in}
+    assert sources == expected, (
+        f"output differs from the input: missing {len(expected.keys() - sources.keys())}, "
+        f"unexpected {len(sources.keys() - expected.keys())}"
+    )
+    invariants.append("each input transformed exactly once in the read_committed output, nothing aborted or partial visible")
+
+    # The group's offsets at the end of the input, matching the output.
+    with httpx.Client(base_url=url, timeout=30) as api:
+        got = {o["partition"]: o["offset"] for o in api.get(f"/v1/groups/{GROUP}/offsets").json()["offsets"] if o["topic"] == "in"}
+    assert got == {p: in_end[p] for p in range(PARTITIONS)}, (got, in_end)
+    invariants.append("group offsets match the outputs")
+
+    # The follower: never backwards, never past a committed record.
+    assert not load.consumer_problems, load.consumer_problems
+    read = 0
+    for p in range(PARTITIONS):
+        seen = load.seen[p]
+        offsets = [o for o, _ in seen]
+        assert offsets == sorted(set(offsets)), f"the read_committed consumer went backwards or repeated on out-{p}"
+        final = [(r["offset"], r["headers"].get("source")) for r in committed_out[p]]
+        assert seen == final[: len(seen)], f"the read_committed consumer skipped or saw something else on out-{p}"
+        read += len(seen)
+    invariants.append("the read_committed consumer never went backwards nor skipped a committed record")
+    invariants.append("last stable offset caught up with the high watermark")
+    return {"invariants": invariants, "transactions": transactions, "read": read}
