@@ -8,7 +8,7 @@ import gc
 import logging
 from typing import AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi_offline import FastAPIOffline
@@ -18,14 +18,18 @@ from api.limits import MaxBodySize
 from api.metrics import RequestMetrics, metrics_response
 from api.notify import AppendNotifier
 from api.admin import mount as mount_admin
+from api.auth import assert_every_route_secured, requires
 from api.v1.responses import errors as error_responses
 from api.v1 import operator as v1_operator
 from api.v1.routes import add_body_schemas, router as v1_router
 from api.v1.half_messages import router as half_messages_router
+from api.v1.security import router as security_router
+from app.domain.acls import Api
 from app.config import Settings, load_settings
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, fetch as fetch_service
 from app.services.sweeper import SweeperThread
+from app.services.security import Authorizer, ensure_admin_principal
 from app.services.half_messages import CheckerThread
 from app.services.outbox import DrainerThread
 from app.storage import migrate
@@ -38,15 +42,28 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
     settings = settings or load_settings()
     if not settings.database_url:
         raise RuntimeError("TXLOG_DATABASE_URL is not set (txlog serve sets it)")
-    db = Database(settings.database_url, pool_size=settings.db_pool_size, limits=SessionLimits.from_settings(settings))
+    db = Database(
+        settings.database_url, pool_size=settings.db_pool_size, max_overflow=settings.db_pool_max_overflow,
+        limits=SessionLimits.from_settings(settings), pool_timeout_ms=settings.db_pool_timeout_ms,
+    )
     broker = Broker(db, settings)
     head = migrate.head_revision(settings.database_url)
+    # TXLOG_AUTH=token: every request names a principal by its token; its ACLs decide. The admin
+    # token, if set, is the principal "admin" with All on every resource.
+    authorizer: Authorizer | None = None
+    if settings.auth == "token":
+        if settings.admin_token:
+            ensure_admin_principal(db, settings.admin_token)
+        authorizer = Authorizer(db)
+        authorizer.refresh()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         notifier = AppendNotifier(settings.database_url, functools.partial(fetch_service.listen, broker))  # type: ignore[arg-type]
         notifier.start()
         app.state.notifier = notifier
+        if authorizer is not None:
+            authorizer.start()
         # Everything built so far lives as long as the process: out of the garbage collector's
         # reach, so its full collections (a fetch page makes thousands of objects) stay cheap.
         gc.freeze()
@@ -65,6 +82,8 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
             for thread in background:
                 thread.stop()
             await notifier.stop()
+            if authorizer is not None:
+                authorizer.stop()
             db.dispose()
 
     # The API docs (/docs, /redoc) serve Swagger UI and ReDoc from the installed package: no CDN.
@@ -77,10 +96,12 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
     )
     app.state.broker = broker
     app.state.settings = settings
+    app.state.authorizer = authorizer
     errors.install(app)
-    app.include_router(v1_router)
-    app.include_router(half_messages_router)
-    app.include_router(v1_operator.router)
+    v1_routers = [v1_router, half_messages_router, v1_operator.router, security_router]
+    assert_every_route_secured(v1_routers)
+    for router in v1_routers:
+        app.include_router(router)
 
     @app.get("/healthz", tags=["ops"])
     def healthz() -> dict:
@@ -102,7 +123,11 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
             )
         return JSONResponse({"status": "ready", "schema": current})
 
-    @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse)
+    # With TXLOG_AUTH=token the metrics (topic names among them) need Describe on the cluster.
+    @app.get(
+        "/metrics", tags=["ops"], response_class=PlainTextResponse, responses=error_responses(),
+        dependencies=[Depends(requires(Api.DESCRIBE_CLUSTER))],
+    )
     def metrics() -> Response:
         return metrics_response()
 

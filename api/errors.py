@@ -17,7 +17,7 @@ RETRY_AFTER_SECONDS = "1"
 
 
 def error_response(err: TxlogError) -> JSONResponse:
-    headers = {"Retry-After": RETRY_AFTER_SECONDS} if err.code.http_status == 503 else None
+    headers = {"Retry-After": RETRY_AFTER_SECONDS} if err.code.http_status in (429, 503) else None
     return JSONResponse({"error": err.to_dict()}, status_code=err.code.http_status, headers=headers)
 
 

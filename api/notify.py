@@ -58,6 +58,7 @@ class AppendNotifier:
         self._subs: dict[str, set[Subscription]] = defaultdict(set)
         self._leases: dict[tuple[str, int], float] = {}  # monotonic time each lease ends
         self._task: asyncio.Task[None] | None = None
+        self.waiting = 0  # long-polling fetches subscribed now
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._listen_forever())
@@ -83,10 +84,12 @@ class AppendNotifier:
         key = f"{topic}:{partition}"
         sub = Subscription()
         self._subs[key].add(sub)
+        self.waiting += 1
         try:
             await self._ensure_lease(topic, partition)
             yield sub
         finally:
+            self.waiting -= 1
             self._subs[key].discard(sub)
             if not self._subs[key]:
                 del self._subs[key]

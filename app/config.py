@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -25,7 +26,14 @@ class Settings(BaseSettings):
     log_retention_ms: int = Field(-1, ge=-1)  # log.retention.ms
     log_retention_bytes: int = Field(-1, ge=-1)  # log.retention.bytes
     db_pool_size: int = Field(10, gt=0)
+    # Connections beyond the pool for bursts, and how long a request waits for a free one before
+    # it is answered REQUEST_TIMED_OUT (503, retriable, Retry-After) rather than hanging.
+    db_pool_max_overflow: int = Field(20, ge=0)
+    db_pool_timeout_ms: int = Field(2_000, gt=0)
     admin_token: str | None = None
+    # Authentication of the API: none (only on loopback unless `txlog serve --insecure`), or a
+    # principal's token as `Authorization: Bearer`, authorized by Kafka's ACLs (docs/security.md).
+    auth: Literal["none", "token"] = "none"
     # What keeps one stuck process (a VM stall, SIGSTOP, a partition TCP does not notice) from
     # freezing the log for everyone: limits PostgreSQL enforces on every txlog session.
     db_lock_timeout_ms: int = Field(5_000, ge=0)  # a lock wait longer than this is REQUEST_TIMED_OUT (retriable)
@@ -49,6 +57,22 @@ class Settings(BaseSettings):
     # The outbox drainer: how often it looks for committed rows, and rows per append at most.
     outbox_poll_interval_ms: int = Field(50, gt=0)
     outbox_batch_records: int = Field(500, gt=0)
+
+    # Limits (app/domain/limits.py), each refused with a Kafka-named error.
+    max_batch_records: int = Field(100_000, gt=0)  # records in one produced batch: RECORD_LIST_TOO_LARGE
+    max_key_bytes: int = Field(65_536, gt=0)  # a record's key: MESSAGE_TOO_LARGE
+    max_value_bytes: int = Field(1_048_576, gt=0)  # a record's value (message.max.bytes): MESSAGE_TOO_LARGE
+    max_header_bytes: int = Field(65_536, gt=0)  # a record's header keys and values together: MESSAGE_TOO_LARGE
+    max_partitions_per_topic: int = Field(10_000, gt=0)  # INVALID_PARTITIONS
+    max_partitions_per_transaction: int = Field(1_000, gt=0)  # POLICY_VIOLATION
+    # Transactions open at once that one principal started (no limit without authentication):
+    # THROTTLING_QUOTA_EXCEEDED (retriable).
+    max_open_transactions_per_principal: int = Field(1_000, gt=0)
+    # A fetch's wait_ms above this is shortened to it, as a broker bounds a consumer's
+    # fetch.max.wait.ms (at most 60 s: the long-poll listener's lease covers that).
+    max_fetch_wait_ms: int = Field(60_000, ge=0, le=60_000)
+    # Long-polling fetches waiting at once in one worker; beyond it a fetch answers at once.
+    max_long_polls: int = Field(1_000, ge=0)
 
     @field_validator("database_url")
     @classmethod

@@ -26,6 +26,7 @@ class ErrorCode(Enum):
     MESSAGE_TOO_LARGE = _Spec(10, 413, False, "The request included a message larger than the max message size the server will accept.")
     COORDINATOR_NOT_AVAILABLE = _Spec(15, 503, True, "The coordinator is not available.")
     INVALID_TOPIC_EXCEPTION = _Spec(17, 400, False, "The request attempted to perform an operation on an invalid topic.")
+    RECORD_LIST_TOO_LARGE = _Spec(18, 413, False, "The request included message batch larger than the configured segment size on the server.")
     TOPIC_AUTHORIZATION_FAILED = _Spec(29, 403, False, "Topic authorization failed.")
     GROUP_AUTHORIZATION_FAILED = _Spec(30, 403, False, "Group authorization failed.")
     CLUSTER_AUTHORIZATION_FAILED = _Spec(31, 403, False, "Cluster authorization failed.")
@@ -33,6 +34,7 @@ class ErrorCode(Enum):
     INVALID_PARTITIONS = _Spec(37, 400, False, "Number of partitions is below 1.")
     INVALID_CONFIG = _Spec(40, 400, False, "Configuration is invalid.")
     INVALID_REQUEST = _Spec(42, 400, False, "This most likely occurs because of a request being malformed.")
+    POLICY_VIOLATION = _Spec(44, 400, False, "Request parameters do not satisfy the configured policy.")
     OUT_OF_ORDER_SEQUENCE_NUMBER = _Spec(45, 409, False, "The broker received an out of order sequence number.")
     INVALID_PRODUCER_EPOCH = _Spec(47, 409, False, "Producer attempted to produce with an old epoch.")
     INVALID_TXN_STATE = _Spec(48, 409, False, "The producer attempted a transactional operation in an invalid state.")
@@ -44,6 +46,7 @@ class ErrorCode(Enum):
     UNKNOWN_PRODUCER_ID = _Spec(59, 409, False, "This exception is raised by the broker if it could not locate the producer metadata.")
     INVALID_RECORD = _Spec(87, 400, False, "This record has failed the validation on broker and hence will be rejected.")
     UNSTABLE_OFFSET_COMMIT = _Spec(88, 409, True, "There are unstable offsets that need to be cleared.")
+    THROTTLING_QUOTA_EXCEEDED = _Spec(89, 429, True, "The throttling quota has been exceeded.")
     PRODUCER_FENCED = _Spec(90, 409, False, "There is a newer producer with the same transactionalId which fences the current one.")
     TRANSACTIONAL_ID_NOT_FOUND = _Spec(105, 404, False, "The transactionalId could not be found.")
 

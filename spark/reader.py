@@ -351,12 +351,19 @@ def jdbc_url(url: str) -> str:
     prints) as the PostgreSQL JDBC driver wants it: ``jdbc:postgresql://host:port/db?user=…``."""
     parts = urlsplit(libpq_url(url))
     query = dict(parse_qsl(parts.query))
-    host = parts.hostname or query.pop("host", "")
-    if not host or host.startswith("/"):
-        raise TxlogError(ErrorCode.INVALID_REQUEST, f"JDBC needs a TCP host; {url!r} has none (a unix socket cannot be used)")
-    if ":" in host:
-        host = f"[{host}]"
-    port = parts.port or int(query.pop("port", 5432))
+    userinfo, _, netloc_hosts = parts.netloc.rpartition("@")
+    if "," in netloc_hosts:
+        # libpq's several hosts (h1:p1,h2:p2): JDBC takes the same list; target_session_attrs=read-write
+        # is its targetServerType=primary
+        address = ",".join(h if ":" in h else f"{h}:5432" for h in netloc_hosts.split(","))
+        parts = urlsplit(f"postgresql://{userinfo}{'@' if userinfo else ''}localhost{parts.path}")
+    else:
+        host = parts.hostname or query.pop("host", "")
+        if not host or host.startswith("/"):
+            raise TxlogError(ErrorCode.INVALID_REQUEST, f"JDBC needs a TCP host; {url!r} has none (a unix socket cannot be used)")
+        if ":" in host:
+            host = f"[{host}]"
+        address = f"{host}:{parts.port or int(query.pop('port', 5432))}"
     database = unquote(parts.path.lstrip("/")) or (unquote(parts.username) if parts.username else "postgres")
     params: list[tuple[str, str]] = []
     if parts.username:
@@ -366,8 +373,10 @@ def jdbc_url(url: str) -> str:
     for key in ("sslmode", "sslrootcert", "sslcert", "sslkey", "options", "connect_timeout"):
         if key in query:
             params.append(("connectTimeout" if key == "connect_timeout" else key, query[key]))
+    if query.get("target_session_attrs") in ("read-write", "primary"):
+        params.append(("targetServerType", "primary"))
     suffix = "&".join(f"{k}={quote(v, safe='')}" for k, v in params)
-    return f"jdbc:postgresql://{host}:{port}/{quote(database, safe='')}" + (f"?{suffix}" if suffix else "")
+    return f"jdbc:postgresql://{address}/{quote(database, safe='')}" + (f"?{suffix}" if suffix else "")
 
 
 def jdbc_driver_conf() -> tuple[str, str]:

@@ -12,7 +12,14 @@ PREFIX = "/admin"
 
 
 def mount(app: FastAPI, broker: Broker) -> None:
-    from api.admin.auth import TokenAuthorizer
+    from api.admin.auth import Authorizer, PrincipalAuthorizer, TokenAuthorizer
     from api.admin.site import create_admin
+    from app.services import security
 
-    app.mount(PREFIX, create_admin(broker, TokenAuthorizer(broker.settings.admin_token)), name="admin")
+    acls = getattr(app.state, "authorizer", None)
+    authorizer: Authorizer
+    if acls is not None:  # TXLOG_AUTH=token: principals sign in, their ACLs decide
+        authorizer = PrincipalAuthorizer(acls, security.session_key(broker.db))
+    else:
+        authorizer = TokenAuthorizer(broker.settings.admin_token)
+    app.mount(PREFIX, create_admin(broker, authorizer), name="admin")

@@ -22,9 +22,12 @@ import secrets
 import time
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from starlette.requests import HTTPConnection
+
+if TYPE_CHECKING:
+    from app.services.security import Authorizer as AclAuthorizer
 
 SESSION_COOKIE = "txlog_admin_session"
 SESSION_TTL_S = 12 * 3600
@@ -52,6 +55,7 @@ class Principal:
     name: str
     authenticated: bool  # signed in, as opposed to an anonymous visitor
     local: bool = False  # reached the server over loopback, the server bound to loopback
+    token_id: str | None = None  # with TXLOG_AUTH=token: the token it signed in with
 
 
 class Authorizer(Protocol):
@@ -193,3 +197,53 @@ class TokenAuthorizer:
         if self._token is not None:
             return principal.authenticated
         return principal.local
+
+
+class PrincipalAuthorizer:
+    """``TXLOG_AUTH=token``: sign in with a principal's token (``TXLOG_ADMIN_TOKEN`` is the principal
+    ``admin``); viewing needs Describe on the cluster, aborting a transaction Alter on the cluster,
+    as their HTTP APIs do. A session names the token it was opened with: revoking the principal ends
+    it on every process within a second. Sessions are signed with a key kept in the database."""
+
+    def __init__(self, acls: "AclAuthorizer", session_key: bytes) -> None:
+        self._acls = acls
+        self.sessions = SessionSigner(hmac.new(session_key, b"txlog admin principal session v1", hashlib.sha256).digest())
+
+    @property
+    def sign_in_required(self) -> bool:
+        return True
+
+    def session(self, request: HTTPConnection) -> Session | None:
+        return self.sessions.read(request.cookies.get(SESSION_COOKIE))
+
+    def principal_for(self, request: HTTPConnection) -> Principal | None:
+        session = self.session(request)
+        stored = self._acls.principal_by_token_id(session.subject) if session else None
+        if stored is None:
+            return None
+        return Principal(stored.name, authenticated=True, local=is_loopback_connection(request), token_id=stored.token_id)
+
+    def authenticate(self, secret: str) -> Principal | None:
+        from app.errors import TxlogError
+
+        try:
+            stored = self._acls.authenticate(secret)
+        except TxlogError:
+            return None
+        return Principal(stored.name, authenticated=True, token_id=stored.token_id)
+
+    def session_for(self, principal: Principal) -> str:
+        assert principal.token_id is not None
+        return self.sessions.issue(principal.token_id)
+
+    def form_token(self, request: HTTPConnection) -> str | None:
+        session = self.session(request)
+        return session.csrf if session else None
+
+    def can(self, principal: Principal | None, action: Action, resource: Resource) -> bool:
+        from app.domain.acls import Operation, ResourceType
+
+        if principal is None or not principal.authenticated:
+            return False
+        operation = Operation.DESCRIBE if action is Action.VIEW else Operation.ALTER
+        return self._acls.allowed(principal.name, operation, ResourceType.CLUSTER)

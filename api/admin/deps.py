@@ -38,7 +38,7 @@ def viewer(request: Request) -> Principal:
 def require(request: Request, principal: Principal, action: Action, resource: Resource) -> None:
     if not request.app.state.authorizer.can(principal, action, resource):
         if request.app.state.authorizer.sign_in_required:
-            why = "Signed-in operators only."
+            why = "Signed-in operators only (with TXLOG_AUTH=token: principals allowed to Alter the cluster)."
         else:
             why = (
                 "Without TXLOG_ADMIN_TOKEN the admin pages are read-only, except for a browser on the "

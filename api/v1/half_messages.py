@@ -6,7 +6,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Query, Request
 
 from api.v1 import half_message_schemas as s
+from api.auth import active, authorize, requires, visible
 from api.v1.responses import errors
+from app.domain.acls import Api
 from app.domain.half_messages import HalfMessage, ProducerGroup
 from app.domain.records import NewRecord, decode_bytes, encode_bytes, headers_from_object, headers_object, valid_text, validate_headers
 from app.services import Broker, half_messages
@@ -47,7 +49,7 @@ def half_json(m: HalfMessage) -> dict:
     }
 
 
-@router.put("/producer-groups/{group}", response_model=s.ProducerGroupOut, responses=errors(400, 413))
+@router.put("/producer-groups/{group}", dependencies=[Depends(requires(Api.REGISTER_PRODUCER_GROUP))], response_model=s.ProducerGroupOut, responses=errors(400, 413))
 def register_producer_group(group: str, body: s.ProducerGroupBody, b: Broker = Depends(broker)) -> dict:
     """Register a producer group's check-back endpoint and RocketMQ's knobs (defaults: check every
     60000 ms, leave a fresh half message alone for 6000 ms, roll back after 15 checks without a
@@ -59,7 +61,7 @@ def register_producer_group(group: str, body: s.ProducerGroupBody, b: Broker = D
     return group_json(g)
 
 
-@router.get("/producer-groups/{group}", response_model=s.ProducerGroupOut, responses=errors(400))
+@router.get("/producer-groups/{group}", dependencies=[Depends(requires(Api.DESCRIBE_PRODUCER_GROUP))], response_model=s.ProducerGroupOut, responses=errors(400))
 def describe_producer_group(group: str, b: Broker = Depends(broker)) -> dict:
     """A producer group's settings (a group never registered: the defaults, no endpoint)."""
     return group_json(half_messages.producer_group(b, group))
@@ -79,36 +81,46 @@ def _record(body: s.HalfMessageBody) -> NewRecord:
     return NewRecord(key, value, headers)
 
 
-@router.post("/half-messages", response_model=s.HalfMessageOut, responses=errors(400, 404, 409, 413))
-def send_half_message(body: s.HalfMessageBody, b: Broker = Depends(broker)) -> dict:
+@router.post("/half-messages", dependencies=[Depends(requires(Api.SEND_HALF_MESSAGE, names_in_body=True))], response_model=s.HalfMessageOut, responses=errors(400, 404, 409, 413))
+def send_half_message(body: s.HalfMessageBody, request: Request, b: Broker = Depends(broker)) -> dict:
     """Store a half message: invisible to every reader, outside its partition (it holds back no last
     stable offset), until its producer commits or rolls it back — or the producer group's
     check-back decides. Answers its transaction id."""
+    authorize(request, Api.SEND_HALF_MESSAGE, {"topic": body.topic})
     msg = half_messages.send_half_message(
         b, body.producer_group, body.topic, body.partition, _record(body), body.encoding, body.transaction_id
     )
     return half_json(msg)
 
 
-@router.post("/half-messages/{transaction_id}/commit", response_model=s.HalfMessageOut, responses=errors(400, 404, 409, 413))
-def commit_half_message(transaction_id: str, b: Broker = Depends(broker)) -> dict:
+def _authorize_end(request: Request, b: Broker, transaction_id: str) -> None:
+    """Commit and rollback need Write on the half message's topic (read only with auth on)."""
+    if active(request):
+        authorize(request, Api.END_HALF_MESSAGE, {"topic": half_messages.describe(b, transaction_id).stored.msg.topic})
+
+
+@router.post("/half-messages/{transaction_id}/commit", dependencies=[Depends(requires(Api.END_HALF_MESSAGE, names_in_body=True))], response_model=s.HalfMessageOut, responses=errors(400, 404, 409, 413))
+def commit_half_message(transaction_id: str, request: Request, b: Broker = Depends(broker)) -> dict:
     """Append the half message to its topic and partition, exactly once. Safe to lose, repeat or
     race: a repeated commit answers the committed half message (with its offset); after a rollback
     it is INVALID_TXN_STATE."""
+    _authorize_end(request, b, transaction_id)
     return half_json(half_messages.commit(b, transaction_id))
 
 
-@router.post("/half-messages/{transaction_id}/rollback", response_model=s.HalfMessageOut, responses=errors(400, 404, 409, 413))
-def rollback_half_message(transaction_id: str, b: Broker = Depends(broker)) -> dict:
+@router.post("/half-messages/{transaction_id}/rollback", dependencies=[Depends(requires(Api.END_HALF_MESSAGE, names_in_body=True))], response_model=s.HalfMessageOut, responses=errors(400, 404, 409, 413))
+def rollback_half_message(transaction_id: str, request: Request, b: Broker = Depends(broker)) -> dict:
     """Drop the half message. A repeated rollback answers the rolled-back half message; after a
     commit it is INVALID_TXN_STATE."""
+    _authorize_end(request, b, transaction_id)
     return half_json(half_messages.rollback(b, transaction_id))
 
 
-@router.get("/half-messages/{transaction_id}", response_model=s.HalfMessageDetail, responses=errors(400, 404))
-def describe_half_message(transaction_id: str, b: Broker = Depends(broker)) -> dict:
+@router.get("/half-messages/{transaction_id}", dependencies=[Depends(requires(Api.DESCRIBE_HALF_MESSAGES, names_in_body=True))], response_model=s.HalfMessageDetail, responses=errors(400, 404))
+def describe_half_message(transaction_id: str, request: Request, b: Broker = Depends(broker)) -> dict:
     """A half message, its message and its check-back history."""
     d = half_messages.describe(b, transaction_id)
+    authorize(request, Api.DESCRIBE_HALF_MESSAGES, {"topic": d.stored.msg.topic})
     r, enc = d.stored.record, d.stored.encoding
     return {
         **half_json(d.stored.msg),
@@ -121,8 +133,9 @@ def describe_half_message(transaction_id: str, b: Broker = Depends(broker)) -> d
     }
 
 
-@router.get("/half-messages", response_model=s.HalfMessageList, responses=errors(400))
+@router.get("/half-messages", dependencies=[Depends(requires(Api.LIST_HALF_MESSAGES))], response_model=s.HalfMessageList, responses=errors(400))
 def list_half_messages(
+    request: Request,
     state: str | None = None,
     producer_group: str | None = Query(None, max_length=249),
     after: str | None = Query(None, max_length=128),
@@ -133,6 +146,6 @@ def list_half_messages(
     and producer group; ``next_after`` asks for the next page."""
     page = half_messages.list_half_messages(b, state, producer_group, after, limit)
     return {
-        "half_messages": [half_json(x.msg) for x in page],
+        "half_messages": [half_json(x.msg) for x in visible(request, Api.LIST_HALF_MESSAGES, page, lambda x: x.msg.topic)],
         "next_after": page[-1].msg.transaction_id if len(page) == limit else None,
     }

@@ -6,9 +6,11 @@ services decide."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 
+from api.auth import requires, visible
 from api.v1 import schemas as s
+from app.domain.acls import Api
 from api.v1.responses import errors
 from api.v1.routes import broker, txn_json
 from app.services import Broker, inspect, transactions
@@ -16,14 +18,14 @@ from app.services import Broker, inspect, transactions
 router = APIRouter(prefix="/v1")
 
 
-@router.get("/groups", response_model=s.GroupList, responses=errors(), tags=["groups"])
-def list_groups(b: Broker = Depends(broker)) -> dict:
+@router.get("/groups", dependencies=[Depends(requires(Api.LIST_GROUPS))], response_model=s.GroupList, responses=errors(), tags=["groups"])
+def list_groups(request: Request, b: Broker = Depends(broker)) -> dict:
     """Every consumer group with committed or pending offsets, its partitions and total lag (what a
     read_committed consumer of the group still has to read: up to each last stable offset)."""
-    return {"groups": [vars(g) for g in inspect.groups(b)]}
+    return {"groups": [vars(g) for g in visible(request, Api.LIST_GROUPS, inspect.groups(b), lambda g: g.group_id)]}
 
 
-@router.get("/groups/{group}", response_model=s.GroupDescription, responses=errors(400), tags=["groups"])
+@router.get("/groups/{group}", dependencies=[Depends(requires(Api.DESCRIBE_GROUPS))], response_model=s.GroupDescription, responses=errors(400), tags=["groups"])
 def describe_group(group: str, b: Broker = Depends(broker)) -> dict:
     """A group's committed offsets beside each partition's log start, high watermark and last
     stable offset, with the lag against the last stable offset, and its offsets still pending in
@@ -41,7 +43,7 @@ def _open_json(o: inspect.OpenTransaction) -> dict:
     return {**vars(o), "hanging": list(o.hanging)}
 
 
-@router.get("/open-transactions", response_model=s.OpenTransactions, responses=errors(400, 404), tags=["transactions"])
+@router.get("/open-transactions", dependencies=[Depends(requires(Api.DESCRIBE_PRODUCERS))], response_model=s.OpenTransactions, responses=errors(400, 404), tags=["transactions"])
 def open_transactions(
     topic: str | None = None,
     partition: int | None = Query(None, ge=0, le=s.INT32),
@@ -62,6 +64,7 @@ def open_transactions(
 
 @router.post(
     "/topics/{topic}/partitions/{partition}/abort-transaction",
+    dependencies=[Depends(requires(Api.ABORT_TRANSACTION))],
     response_model=s.PartitionAbortResponse,
     responses=errors(400, 404, 409, 413),
     tags=["transactions"],

@@ -7,9 +7,10 @@ from typing import Any
 from api.v1.schemas import ErrorResponse
 from app.errors import ErrorCode
 
-# Every operation may answer these: a request that does not match its schema (422), and a database
-# that is away or did not answer in time (503, with Retry-After).
-SHARED = (422, 503)
+# Every operation may answer these: no or a bad token (401) and an ACL refusing (403) with
+# TXLOG_AUTH=token, a request that does not match its schema (422), and a database that is away or
+# did not answer in time (503, with Retry-After).
+SHARED = (401, 403, 422, 503)
 
 RETRY_AFTER = {"description": "Seconds to wait before retrying", "schema": {"type": "integer"}}
 
@@ -26,5 +27,7 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     out: dict[int | str, dict[str, Any]] = {
         status: {"model": ErrorResponse, "description": _description(status)} for status in sorted({*statuses, *SHARED})
     }
-    out[503]["headers"] = {"Retry-After": RETRY_AFTER}
+    for status in (429, 503):
+        if status in out:
+            out[status]["headers"] = {"Retry-After": RETRY_AFTER}
     return out

@@ -12,7 +12,10 @@ from fastapi.responses import Response
 
 from api.metrics import DUPLICATES, RECORDS_APPENDED, TXN_ENDED
 from api.v1 import codec, schemas as s
+from api.auth import authorize, requires, visible
 from api.v1.responses import errors
+from app.domain.acls import Api, init_producer_api, produce_api
+from app.domain.limits import long_poll_wait_ms
 from app.domain.partitioner import coordinator_partition
 from app.domain.records import valid_text
 from app.domain.transactions import TxnEvent, TxnMetadata
@@ -30,18 +33,20 @@ def broker(request: Request) -> Broker:
 
 # --- topics ---------------------------------------------------------------------------------------
 
-@router.post("/topics", status_code=201, response_model=s.TopicInfo, responses=errors(400, 409, 413), tags=["topics"])
-def create_topic(body: s.TopicCreate, b: Broker = Depends(broker)) -> s.TopicInfo:
+@router.post("/topics", status_code=201, dependencies=[Depends(requires(Api.CREATE_TOPICS, names_in_body=True))], response_model=s.TopicInfo, responses=errors(400, 409, 413), tags=["topics"])
+def create_topic(body: s.TopicCreate, request: Request, b: Broker = Depends(broker)) -> s.TopicInfo:
+    authorize(request, Api.CREATE_TOPICS, {"topic": body.name})
     name, n = topics.create_topic(b, body.name, body.partitions, body.config)
     return s.TopicInfo(name=name, partitions=n)
 
 
-@router.get("/topics", response_model=s.TopicList, responses=errors(), tags=["topics"])
-def list_topics(b: Broker = Depends(broker)) -> dict:
-    return {"topics": [{"name": n, "partitions": p} for n, p in topics.list_topics(b)]}
+@router.get("/topics", dependencies=[Depends(requires(Api.LIST_TOPICS))], response_model=s.TopicList, responses=errors(), tags=["topics"])
+def list_topics(request: Request, b: Broker = Depends(broker)) -> dict:
+    found = visible(request, Api.LIST_TOPICS, topics.list_topics(b), lambda t: t[0])
+    return {"topics": [{"name": n, "partitions": p} for n, p in found]}
 
 
-@router.get("/topics/{topic}", response_model=s.TopicDescription, responses=errors(400, 404), tags=["topics"])
+@router.get("/topics/{topic}", dependencies=[Depends(requires(Api.DESCRIBE_TOPIC))], response_model=s.TopicDescription, responses=errors(400, 404), tags=["topics"])
 def describe_topic(topic: str, b: Broker = Depends(broker)) -> s.TopicDescription:
     parts = topics.describe_topic(b, topic)
     return s.TopicDescription(
@@ -59,7 +64,7 @@ def describe_topic(topic: str, b: Broker = Depends(broker)) -> s.TopicDescriptio
     )
 
 
-@router.patch("/topics/{topic}", response_model=s.TopicConfigInfo, responses=errors(400, 404, 409, 413), tags=["topics"])
+@router.patch("/topics/{topic}", dependencies=[Depends(requires(Api.ALTER_TOPIC_CONFIGS))], response_model=s.TopicConfigInfo, responses=errors(400, 404, 409, 413), tags=["topics"])
 def alter_topic(topic: str, body: s.TopicAlter, b: Broker = Depends(broker)) -> s.TopicConfigInfo:
     """Change a topic's config (Kafka's IncrementalAlterConfigs): each key given is set, each key
     given as null removed. ``retention.ms`` and ``retention.bytes`` (-1: no limit) take effect at
@@ -69,6 +74,7 @@ def alter_topic(topic: str, body: s.TopicAlter, b: Broker = Depends(broker)) -> 
 
 @router.post(
     "/topics/{topic}/partitions/{partition}/delete-records",
+    dependencies=[Depends(requires(Api.DELETE_RECORDS))],
     response_model=s.DeleteRecordsResponse,
     responses=errors(400, 404, 409, 413, 416),
     tags=["topics"],
@@ -113,9 +119,10 @@ def _json_body(model: type[s.Model]) -> dict:
 
 @router.post(
     "/topics/{topic}/partitions/{partition}/records",
+    dependencies=[Depends(requires(Api.PRODUCE, names_in_body=True))],
     response_model=s.ProduceResponse,
     response_model_exclude_none=True,
-    responses=errors(400, 404, 409, 413),
+    responses=errors(400, 404, 409, 413, 429),
     openapi_extra=_json_body(s.ProduceBody),
     tags=["produce"],
 )
@@ -125,6 +132,8 @@ async def produce(topic: str, partition: int, request: Request) -> Response:
 
     def run() -> produce_service.ProduceResult:
         fields, records = codec.produce_body(raw, s.ProduceBody)
+        tid = fields["transactional_id"]
+        authorize(request, produce_api(fields["producer_id"], tid), {"topic": topic, "transactional_id": tid})
         return produce_service.produce(b, topic, partition, produce_service.ProduceRequest(records=records, **fields))
 
     return _produced(topic, await run_in_threadpool(run))
@@ -132,6 +141,7 @@ async def produce(topic: str, partition: int, request: Request) -> Response:
 
 @router.post(
     "/topics/{topic}/records",
+    dependencies=[Depends(requires(Api.PRODUCE))],
     response_model=s.ProduceResponse,
     responses=errors(400, 404, 409, 413),
     openapi_extra=_json_body(s.PlainProduceBody),
@@ -162,7 +172,7 @@ def add_body_schemas(openapi: dict) -> dict:
 # --- fetch ----------------------------------------------------------------------------------------
 
 @router.get(
-    "/topics/{topic}/partitions/{partition}/records", response_model=s.FetchResponse, responses=errors(400, 404, 416), tags=["fetch"]
+    "/topics/{topic}/partitions/{partition}/records", dependencies=[Depends(requires(Api.FETCH))], response_model=s.FetchResponse, responses=errors(400, 404, 416), tags=["fetch"]
 )
 async def fetch(
     request: Request,
@@ -175,7 +185,11 @@ async def fetch(
     encoding: Literal["utf8", "base64"] = "utf8",
     wait_ms: int = Query(0, ge=0, le=60_000),
 ) -> Response:
+    """Kafka's Fetch. ``wait_ms`` long-polls: shortened to ``TXLOG_MAX_FETCH_WAIT_MS``, and not
+    waited at all while ``TXLOG_MAX_LONG_POLLS`` fetches already wait in this process."""
     b: Broker = request.app.state.broker
+    notifier = request.app.state.notifier
+    wait_ms = long_poll_wait_ms(wait_ms, b.settings.max_fetch_wait_ms, notifier.waiting, b.settings.max_long_polls)
 
     def once() -> tuple[fetch_service.FetchResult, bytes]:
         # The answer is built here, off the event loop, as bytes, without checking each record
@@ -187,7 +201,7 @@ async def fetch(
         result, body = await run_in_threadpool(once)
     else:
         deadline = time.monotonic() + wait_ms / 1000
-        async with request.app.state.notifier.subscribe(topic, partition) as sub:
+        async with notifier.subscribe(topic, partition) as sub:
             result, body = await run_in_threadpool(once)
             while not result.records and result.next_offset == offset and (remaining := deadline - time.monotonic()) > 0:
                 if await sub.wait(remaining):
@@ -207,22 +221,25 @@ def _offsets_out(offsets: list[GroupOffset]) -> list[dict]:
     return [{"topic": o.topic, "partition": o.partition, "offset": o.offset, "metadata": o.metadata} for o in offsets]
 
 
-@router.post("/groups/{group}/offsets", response_model=s.GroupOffsets, responses=errors(400, 404, 409, 413), tags=["groups"])
-def offset_commit(group: str, body: s.GroupOffsetsBody, b: Broker = Depends(broker)) -> dict:
+@router.post("/groups/{group}/offsets", dependencies=[Depends(requires(Api.OFFSET_COMMIT, names_in_body=True))], response_model=s.GroupOffsets, responses=errors(400, 404, 409, 413), tags=["groups"])
+def offset_commit(group: str, body: s.GroupOffsetsBody, request: Request, b: Broker = Depends(broker)) -> dict:
     """Kafka's OffsetCommit. A partition given more than once keeps its last offset; the answer
     shows the offsets as stored."""
+    authorize(request, Api.OFFSET_COMMIT, {"group": group, "topics": sorted({o.topic for o in body.offsets})})
     return {"offsets": _offsets_out(groups.offset_commit(b, group, _offsets(body.offsets)))}
 
 
-@router.get("/groups/{group}/offsets", response_model=s.GroupOffsets, responses=errors(400, 409), tags=["groups"])
-def offset_fetch(group: str, require_stable: bool = False, b: Broker = Depends(broker)) -> dict:
-    return {"offsets": _offsets_out(groups.offset_fetch(b, group, require_stable))}
+@router.get("/groups/{group}/offsets", dependencies=[Depends(requires(Api.OFFSET_FETCH))], response_model=s.GroupOffsets, responses=errors(400, 409), tags=["groups"])
+def offset_fetch(request: Request, group: str, require_stable: bool = False, b: Broker = Depends(broker)) -> dict:
+    found = visible(request, Api.OFFSET_FETCH, groups.offset_fetch(b, group, require_stable), lambda o: o.topic)
+    return {"offsets": _offsets_out(found)}
 
 
 # --- producers and transactions -------------------------------------------------------------------
 
-@router.post("/producers", response_model=s.ProducerIdAndEpoch, responses=errors(400, 409, 413), tags=["transactions"])
-def init_producer_id(body: s.InitProducerBody, b: Broker = Depends(broker)) -> s.ProducerIdAndEpoch:
+@router.post("/producers", dependencies=[Depends(requires(Api.INIT_PRODUCER_ID, names_in_body=True))], response_model=s.ProducerIdAndEpoch, responses=errors(400, 409, 413), tags=["transactions"])
+def init_producer_id(body: s.InitProducerBody, request: Request, b: Broker = Depends(broker)) -> s.ProducerIdAndEpoch:
+    authorize(request, init_producer_api(body.transactional_id), {"transactional_id": body.transactional_id})
     r = transactions.init_producer_id(b, body.transactional_id, body.transaction_timeout_ms)
     return s.ProducerIdAndEpoch(producer_id=r.producer_id, producer_epoch=r.producer_epoch)
 
@@ -262,47 +279,54 @@ def event_json(e: TxnEvent) -> dict:
     }
 
 
-@router.post("/transactions/{tid}/partitions", response_model=s.TxnDescription, responses=errors(400, 404, 409, 413), tags=["transactions"])
-def add_partitions_to_txn(tid: str, body: s.AddPartitionsBody, b: Broker = Depends(broker)) -> dict:
+@router.post("/transactions/{tid}/partitions", dependencies=[Depends(requires(Api.ADD_PARTITIONS_TO_TXN, names_in_body=True))], response_model=s.TxnDescription, responses=errors(400, 404, 409, 413, 429), tags=["transactions"])
+def add_partitions_to_txn(tid: str, body: s.AddPartitionsBody, request: Request, b: Broker = Depends(broker)) -> dict:
+    authorize(request, Api.ADD_PARTITIONS_TO_TXN, {"transactional_id": tid, "topics": sorted({p.topic for p in body.partitions})})
     meta = transactions.add_partitions_to_txn(
         b, tid, body.producer_id, body.producer_epoch, [(p.topic, p.partition) for p in body.partitions]
     )
     return txn_json(meta, b)
 
 
-@router.post("/transactions/{tid}/offsets", response_model=s.TxnDescription, responses=errors(400, 404, 409, 413), tags=["transactions"])
-def txn_offset_commit(tid: str, body: s.TxnOffsetsBody, b: Broker = Depends(broker)) -> dict:
+@router.post("/transactions/{tid}/offsets", dependencies=[Depends(requires(Api.ADD_OFFSETS_TO_TXN, names_in_body=True))], response_model=s.TxnDescription, responses=errors(400, 404, 409, 413, 429), tags=["transactions"])
+def txn_offset_commit(tid: str, body: s.TxnOffsetsBody, request: Request, b: Broker = Depends(broker)) -> dict:
+    authorize(
+        request, Api.ADD_OFFSETS_TO_TXN,
+        {"transactional_id": tid, "group": body.group_id, "topics": sorted({o.topic for o in body.offsets})},
+    )
     meta = transactions.txn_offset_commit(b, tid, body.producer_id, body.producer_epoch, body.group_id, _offsets(body.offsets))
     return txn_json(meta, b)
 
 
-@router.post("/transactions/{tid}/end", response_model=s.EndTxnResponse, responses=errors(400, 409, 413), tags=["transactions"])
+@router.post("/transactions/{tid}/end", dependencies=[Depends(requires(Api.END_TXN))], response_model=s.EndTxnResponse, responses=errors(400, 409, 413), tags=["transactions"])
 def end_txn(tid: str, body: s.EndTxnBody, b: Broker = Depends(broker)) -> s.EndTxnResponse:
     outcome = transactions.end_txn(b, tid, body.producer_id, body.producer_epoch, body.result)
     TXN_ENDED.labels(body.result).inc()
     return s.EndTxnResponse(state=outcome.state.value, producer_id=outcome.producer_id, producer_epoch=outcome.producer_epoch)
 
 
-@router.post("/transactions/{tid}/abort", response_model=s.TxnDescription, responses=errors(400, 404, 409, 413), tags=["transactions"])
+@router.post("/transactions/{tid}/abort", dependencies=[Depends(requires(Api.ABORT_TRANSACTION))], response_model=s.TxnDescription, responses=errors(400, 404, 409, 413), tags=["transactions"])
 def abort_transaction(tid: str, b: Broker = Depends(broker)) -> dict:
     return txn_json(transactions.abort_by_operator(b, tid), b)
 
 
-@router.get("/transactions", response_model=s.TxnList, responses=errors(400), tags=["transactions"])
+@router.get("/transactions", dependencies=[Depends(requires(Api.LIST_TRANSACTIONS))], response_model=s.TxnList, responses=errors(400), tags=["transactions"])
 def list_transactions(
+    request: Request,
     state: str | None = None,
     older_than_ms: int | None = Query(None, ge=0, le=s.INT64),
     b: Broker = Depends(broker),
 ) -> dict:
-    return {"transactions": [txn_json(m, b) for m in transactions.list_transactions(b, state, older_than_ms)]}
+    found = visible(request, Api.LIST_TRANSACTIONS, transactions.list_transactions(b, state, older_than_ms), lambda m: m.transactional_id)
+    return {"transactions": [txn_json(m, b) for m in found]}
 
 
-@router.get("/transactions/{tid}", response_model=s.TxnDescription, responses=errors(400, 404), tags=["transactions"])
+@router.get("/transactions/{tid}", dependencies=[Depends(requires(Api.DESCRIBE_TRANSACTIONS))], response_model=s.TxnDescription, responses=errors(400, 404), tags=["transactions"])
 def describe_transaction(tid: str, b: Broker = Depends(broker)) -> dict:
     return txn_json(transactions.describe(b, tid), b)
 
 
-@router.get("/transactions/{tid}/events", response_model=s.TxnEvents, responses=errors(400, 404), tags=["transactions"])
+@router.get("/transactions/{tid}/events", dependencies=[Depends(requires(Api.DESCRIBE_TRANSACTIONS))], response_model=s.TxnEvents, responses=errors(400, 404), tags=["transactions"])
 def transaction_events(
     tid: str,
     limit: int = Query(transactions.MAX_EVENTS_PAGE, ge=1, le=transactions.MAX_EVENTS_PAGE),

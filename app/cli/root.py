@@ -12,6 +12,7 @@ from app.cli.common import EXIT_CODES_HELP, EXIT_INTERRUPTED
 from app.cli.consume import consume
 from app.cli.groups import groups
 from app.cli.produce import produce
+from app.cli.security import acls, principals
 from app.cli.server import db_url, migrate, serve
 from app.cli.topics import topics
 from app.cli.transactions import transactions
@@ -38,7 +39,7 @@ def cli() -> None:
     """Kafka's exactly-once machinery on PostgreSQL."""
 
 
-for command in (serve, migrate, db_url, topics, produce, consume, transactions, groups):
+for command in (serve, migrate, db_url, topics, produce, consume, transactions, groups, principals, acls):
     cli.add_command(command)
 
 

@@ -3,6 +3,7 @@ directly (every other command is a client of the HTTP API)."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import signal
 import sys
@@ -56,18 +57,40 @@ def migrate(database_url: str | None) -> int:
 @click.option("--workers", type=int, default=1, show_default=True)
 @DATABASE_URL
 @click.option("--log-level", default="info", show_default=True)
-def serve(host: str, port: int, workers: int, database_url: str | None, log_level: str) -> int:
+@click.option("--auth", type=click.Choice(["none", "token"]), default=None, help="Authentication (default: $TXLOG_AUTH, else none)")
+@click.option("--insecure", is_flag=True, help="Serve without authentication on an address other than loopback")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM certificate: serve HTTPS")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM private key of --tls-cert")
+def serve(
+    host: str, port: int, workers: int, database_url: str | None, log_level: str, auth: str | None, insecure: bool,
+    tls_cert: str | None, tls_key: str | None,
+) -> int:
     """Run the HTTP API and the admin pages."""
     import uvicorn
 
+    from app.config import load_settings
     from app.storage import migrate as migrations
 
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    auth = auth or load_settings().auth
+    if auth == "none" and not insecure and not is_loopback_host(host):
+        raise click.UsageError(
+            f"refusing to serve {host} without authentication: anyone who can reach it could read and write "
+            "every topic. Set TXLOG_AUTH=token (or --auth token) and create principals with `txlog principals "
+            "create`, or pass --insecure to serve it open anyway."
+        )
+    os.environ["TXLOG_AUTH"] = auth  # workers read their settings from the environment
     url, server = resolve_database_url(database_url)
     migrations.upgrade(url)
     os.environ["TXLOG_DATABASE_URL"] = url  # workers read their settings from the environment
     if workers > 1 and "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="txlog-metrics-")
-    print(f"txlog serving on http://{host}:{port} (docs at /docs, admin at /admin), database {url}", file=sys.stderr)
+    scheme = "https" if tls_cert else "http"
+    print(
+        f"txlog serving on {scheme}://{host}:{port} (docs at /docs, admin at /admin), auth {auth}, database {url}",
+        file=sys.stderr,
+    )
     if server is not None:
         # uvicorn re-raises SIGTERM after its graceful shutdown; with the default handler the process
         # would die there and leave the embedded PostgreSQL running. Exit through `finally` instead.
@@ -81,11 +104,23 @@ def serve(host: str, port: int, workers: int, database_url: str | None, log_leve
             workers=workers,
             log_level=log_level,
             timeout_graceful_shutdown=5,
+            ssl_certfile=tls_cert,
+            ssl_keyfile=tls_key,
         )
     finally:
         if server is not None:
             server.stop()  # type: ignore[attr-defined]
     return 0
+
+
+def is_loopback_host(host: str) -> bool:
+    """``localhost`` or a loopback address (127.0.0.0/8, ::1): reachable only from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:

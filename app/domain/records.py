@@ -29,9 +29,10 @@ def validate_topic_name(name: str) -> None:
         )
 
 
-def validate_partition_count(n: int) -> None:
-    if not 1 <= n <= MAX_PARTITIONS:
-        raise TxlogError(ErrorCode.INVALID_PARTITIONS, f"Number of partitions must be between 1 and {MAX_PARTITIONS}, got {n}")
+def validate_partition_count(n: int, max_partitions: int = MAX_PARTITIONS) -> None:
+    """A topic has between 1 and ``max_partitions`` partitions (``TXLOG_MAX_PARTITIONS_PER_TOPIC``)."""
+    if not 1 <= n <= max_partitions:
+        raise TxlogError(ErrorCode.INVALID_PARTITIONS, f"Number of partitions must be between 1 and {max_partitions}, got {n}")
 
 
 def decode_bytes(value: str | None, encoding: Encoding, what: str) -> bytes | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Connection
 
-from app.domain import transactions as txn
+from app.domain import limits, transactions as txn
 from app.domain.producer_state import after_marker
 from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT, NewRecord
 from app.domain.transactions import TxnEvent, TxnMetadata, TxnState
@@ -20,12 +20,20 @@ from app.services import Broker
 from app.storage import queries as q
 
 
-def record(conn: Connection, broker: Broker, meta: TxnMetadata | None, *events: TxnEvent) -> TxnMetadata:
+def record(
+    conn: Connection, broker: Broker, meta: TxnMetadata | None, *events: TxnEvent, principal: str | None = None
+) -> TxnMetadata:
     """Persist transitions: append the events and update the current-state row (and the rows of
     the partitions and groups they add), in one statement of the caller's database transaction.
     Only the first event may leave the previous transaction's members behind. A new producer id is
     recorded as the transactional id's and the previous ones retired, so that no partition takes a
-    batch of theirs again. Returns the new state (the fold of the events)."""
+    batch of theirs again. Returns the new state (the fold of the events).
+
+    The limits are checked in the same statement: partitions joining a transaction
+    (``TXLOG_MAX_PARTITIONS_PER_TRANSACTION``, POLICY_VIOLATION) and, when ``principal`` (the
+    authenticated requester) starts a transaction, its open transactions
+    (``TXLOG_MAX_OPEN_TRANSACTIONS_PER_PRINCIPAL``, THROTTLING_QUOTA_EXCEEDED); the caller's
+    database transaction then fails whole."""
     steps: list[tuple[TxnMetadata | None, TxnEvent]] = []  # each event with the state it applies to
     new = meta
     for event in events:
@@ -37,7 +45,22 @@ def record(conn: Connection, broker: Broker, meta: TxnMetadata | None, *events: 
     tid = new.transactional_id
     if meta is not None and txn.resets_members(meta, events[0]):
         q.txn_members_clear(conn, tid)
-    q.txn_record(conn, events, new, coordinator_partition(tid, broker.settings.transaction_state_partitions), txn.deadline_ms(new))
+    settings = broker.settings
+    adding = sum(len(e.partitions_added) for e in events)
+    starts = meta is not None and not meta.state.is_open and events[0].to_state is TxnState.ONGOING
+    max_open = settings.max_open_transactions_per_principal if starts and principal is not None else None
+    if max_open is not None:
+        q.txn_principal_lock(conn, principal)  # type: ignore[arg-type]
+    recorded = q.txn_record(
+        conn, events, new, coordinator_partition(tid, settings.transaction_state_partitions), txn.deadline_ms(new),
+        max_partitions=settings.max_partitions_per_transaction if adding else None,
+        principal=principal, starts=starts, max_open=max_open,
+    )
+    if not recorded:
+        in_transaction, open_now = q.txn_limit_usage(conn, tid, principal)
+        if adding and in_transaction > settings.max_partitions_per_transaction:
+            raise limits.partitions_per_transaction_exceeded(adding, in_transaction - adding, settings.max_partitions_per_transaction)
+        raise limits.open_transactions_exceeded(principal or "", open_now, settings.max_open_transactions_per_principal)
     for before, event in steps:
         if before is None or event.producer_id != before.producer_id:
             q.producer_id_assign(conn, event.producer_id, tid, event.at_ms)

@@ -41,6 +41,7 @@ from app.domain.half_messages import (
     ProducerGroup,
     Repeated,
 )
+from app.domain.limits import RecordLimits, check_record
 from app.domain.records import NewRecord, encode_bytes, headers_object
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, produce
@@ -113,6 +114,7 @@ def send_half_message(
     hm.validate_names(producer_group, transaction_id)
     if record.size() > broker.settings.max_request_bytes:
         raise TxlogError(ErrorCode.MESSAGE_TOO_LARGE, f"The message is larger than {broker.settings.max_request_bytes} bytes")
+    check_record(record.key, record.value, record.headers, RecordLimits.from_settings(broker.settings), "the message")
     n = produce.partition_count(broker, topic)
     if partition is not None and not 0 <= partition < n:
         raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {topic!r} has no partition {partition} (it has {n})")

@@ -12,6 +12,7 @@ from typing import Sequence
 
 from app import faults
 from app.domain import transactions as txn
+from app.domain.limits import RecordLimits, checked_record_sizes
 from app.domain.partitioner import partition_for_key
 from app.domain.producer_state import Append, Duplicate, after_append, check_append
 from app.domain.records import NewRecord
@@ -29,6 +30,9 @@ class ProduceRequest:
     producer_epoch: int | None = None
     base_sequence: int | None = None
     transactional_id: str | None = None
+    # The authenticated requester (None without authentication): a transaction this batch starts
+    # counts against its TXLOG_MAX_OPEN_TRANSACTIONS_PER_PRINCIPAL.
+    principal: str | None = None
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,7 @@ def _validate(broker: Broker, req: ProduceRequest) -> list[int]:
     """Refuse a malformed batch; the records' sizes otherwise."""
     if not req.records:
         raise TxlogError(ErrorCode.INVALID_RECORD, "A batch must contain at least one record")
-    sizes = [r.size() for r in req.records]
+    sizes = checked_record_sizes(req.records, RecordLimits.from_settings(broker.settings))
     if sum(sizes) > broker.settings.max_request_bytes:
         raise TxlogError(ErrorCode.MESSAGE_TOO_LARGE, f"The batch is larger than {broker.settings.max_request_bytes} bytes")
     idempotent_fields = (req.producer_id, req.producer_epoch, req.base_sequence)
@@ -116,7 +120,7 @@ def append(
     if meta is not None:
         event = txn.partitions_added(meta, [(topic, partition)], now)
         if event is not None:
-            coordinator.record(conn, broker, meta, event)
+            coordinator.record(conn, broker, meta, event, principal=req.principal)
     last_offset = base_offset + len(req.records) - 1
     if pid is not None:
         assert isinstance(decision, Append)

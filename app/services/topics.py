@@ -10,7 +10,7 @@ from app.storage.queries import PartitionStatus
 
 def create_topic(broker: Broker, name: str, partitions: int, config: dict | None = None) -> tuple[str, int]:
     validate_topic_name(name)
-    validate_partition_count(partitions)
+    validate_partition_count(partitions, broker.settings.max_partitions_per_topic)
     config = {k: v for k, v in validate_topic_config(config or {}).items() if v is not None}
     with broker.db.transaction() as conn:
         if not q.topic_insert(conn, name, partitions, config):

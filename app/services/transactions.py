@@ -9,6 +9,7 @@ from typing import Sequence
 from app import faults
 from app.domain import transactions as txn
 from app.domain.groups import last_per_partition
+from app.domain.limits import check_partitions_added
 from app.domain.transactions import Result, TopicPartition, TxnEvent, TxnMetadata, TxnState
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
@@ -84,18 +85,23 @@ def _check_partitions_exist(conn, partitions: Sequence[TopicPartition]) -> None:
 
 
 def add_partitions_to_txn(
-    broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
+    broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition],
+    principal: str | None = None,
 ) -> TxnMetadata:
+    """AddPartitionsToTxn. ``principal``: the authenticated requester, whose open transactions are
+    limited when this starts one (``coordinator.record``)."""
+    check_partitions_added(len(set(partitions)), broker.settings.max_partitions_per_transaction)
     with broker.db.transaction() as conn:
         meta = coordinator.locked(conn, transactional_id, partitions=list(partitions), groups=[])
         txn.check_producer(meta, producer_id, producer_epoch)
         _check_partitions_exist(conn, partitions)
         event = txn.partitions_added(meta, partitions, broker.now())
-        return coordinator.record(conn, broker, meta, event) if event else meta
+        return coordinator.record(conn, broker, meta, event, principal=principal) if event else meta
 
 
 def txn_offset_commit(
-    broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str, offsets: Sequence[GroupOffset]
+    broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str, offsets: Sequence[GroupOffset],
+    principal: str | None = None,
 ) -> TxnMetadata:
     """AddOffsetsToTxn and TxnOffsetCommit in one: the group joins the transaction and the offsets
     wait, invisible to the group, until the transaction commits (dropped if it aborts). A partition
@@ -109,7 +115,7 @@ def txn_offset_commit(
         _check_partitions_exist(conn, [(o.topic, o.partition) for o in offsets])
         event = txn.partitions_added(meta, (), broker.now(), groups=[group_id])
         if event:
-            meta = coordinator.record(conn, broker, meta, event)
+            meta = coordinator.record(conn, broker, meta, event, principal=principal)
         if offsets:
             q.pending_offsets_upsert(conn, group_id, transactional_id, producer_id, producer_epoch, offsets)
         return meta

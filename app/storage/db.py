@@ -8,6 +8,7 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
+from urllib.parse import unquote
 
 import psycopg
 import sqlalchemy as sa
@@ -18,17 +19,41 @@ from sqlalchemy.engine import Connection, Engine
 from app.errors import ErrorCode, TxlogError
 
 
-def sqlalchemy_url(url: str) -> str:
-    """Any PostgreSQL URL (libpq style or SQLAlchemy style) as SQLAlchemy + psycopg 3 wants it."""
+def _url_parts(url: str) -> tuple[str, str, str, str]:
+    """``(userinfo@, hosts, /path, query)`` of a PostgreSQL URL in either style, scheme dropped."""
     for prefix in ("postgresql+psycopg://", "postgresql+psycopg2://", "postgresql://", "postgres://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
-    raise ValueError(f"not a PostgreSQL URL: {url!r}")
+            rest = url[len(prefix):]
+            break
+    else:
+        raise ValueError(f"not a PostgreSQL URL: {url!r}")
+    end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    netloc, tail = rest[:end], rest[end:]
+    userinfo, at, hosts = netloc.rpartition("@")
+    path, _, query = tail.partition("?")
+    return userinfo + at, hosts, path, query
+
+
+def sqlalchemy_url(url: str) -> str:
+    """Any PostgreSQL URL (libpq style or SQLAlchemy style) as SQLAlchemy + psycopg 3 wants it.
+    libpq's multi-host form (``user@h1:p1,h2:p2/db?target_session_attrs=read-write``, hosts tried
+    in order) becomes SQLAlchemy's (``user@/db?host=h1:p1&host=h2:p2&…``)."""
+    user, hosts, path, query = _url_parts(url)
+    if "," in hosts:
+        query = "&".join([*(f"host={h}" for h in hosts.split(",")), *([query] if query else [])])
+        hosts, path = "", path or "/"
+    return f"postgresql+psycopg://{user}{hosts}{path}" + (f"?{query}" if query else "")
 
 
 def libpq_url(url: str) -> str:
-    """The same URL for psql / psycopg: ``postgresql://…``."""
-    return "postgresql://" + sqlalchemy_url(url)[len("postgresql+psycopg://"):]
+    """The same URL for psql / psycopg: ``postgresql://…``, several hosts in libpq's form."""
+    user, hosts, path, query = _url_parts(url)
+    params = query.split("&") if query else []
+    given = [unquote(p[len("host="):]) for p in params if p.startswith("host=")]
+    if not hosts and len(given) > 1 and not any(h.startswith("/") for h in given):
+        hosts = ",".join(given)
+        params = [p for p in params if not p.startswith("host=")]
+    return f"postgresql://{user}{hosts}{path}" + (f"?{'&'.join(params)}" if params else "")
 
 
 IDLE_PING_SECONDS = 1.0
@@ -85,8 +110,12 @@ class SessionLimits:
         }
 
 
-def create_engine(url: str, pool_size: int = 10, max_overflow: int = 20, limits: SessionLimits | None = SessionLimits()) -> Engine:
-    """An engine whose sessions carry ``limits`` (none for migrations, which may run long)."""
+def create_engine(
+    url: str, pool_size: int = 10, max_overflow: int = 20, limits: SessionLimits | None = SessionLimits(), pool_timeout_ms: int = 10_000
+) -> Engine:
+    """An engine whose sessions carry ``limits`` (none for migrations, which may run long). A
+    request finding all ``pool_size + max_overflow`` connections in use waits ``pool_timeout_ms``
+    for one, then fails REQUEST_TIMED_OUT (``translate_errors``)."""
     connect_args: dict[str, object] = {"connect_timeout": 5, "application_name": "txlog"}
     if limits is not None:
         connect_args.update(limits.connect_args())
@@ -94,7 +123,7 @@ def create_engine(url: str, pool_size: int = 10, max_overflow: int = 20, limits:
         sqlalchemy_url(url),
         pool_size=pool_size,
         max_overflow=max_overflow,
-        pool_timeout=10,
+        pool_timeout=pool_timeout_ms / 1000,
         pool_recycle=1800,
         connect_args=connect_args,
     )
@@ -178,8 +207,12 @@ def translate_errors() -> Iterator[None]:
         if err is None:
             raise
         raise err from exc
-    except sa_exc.TimeoutError as exc:
-        raise TxlogError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "Timed out waiting for a database connection") from exc
+    except sa_exc.TimeoutError as exc:  # the pool's: every connection in use past TXLOG_DB_POOL_TIMEOUT_MS
+        raise TxlogError(
+            ErrorCode.REQUEST_TIMED_OUT,
+            "Every database connection of this process is in use and none was freed in time "
+            "(TXLOG_DB_POOL_SIZE, TXLOG_DB_POOL_MAX_OVERFLOW, TXLOG_DB_POOL_TIMEOUT_MS); retriable",
+        ) from exc
     except UnicodeEncodeError as exc:  # psycopg cannot send text holding a lone surrogate
         raise TxlogError(ErrorCode.INVALID_REQUEST, f"Text is not valid Unicode: {exc.reason} at position {exc.start}") from exc
 
@@ -200,9 +233,12 @@ class Database:
     """The engine plus transaction scopes. Services open their own transactions: each protocol step
     that must be durable before the next is one ``transaction()``."""
 
-    def __init__(self, url: str, pool_size: int = 10, max_overflow: int = 20, limits: SessionLimits | None = SessionLimits()) -> None:
+    def __init__(
+        self, url: str, pool_size: int = 10, max_overflow: int = 20, limits: SessionLimits | None = SessionLimits(),
+        pool_timeout_ms: int = 10_000,
+    ) -> None:
         self.url = url
-        self.engine = create_engine(url, pool_size, max_overflow, limits)
+        self.engine = create_engine(url, pool_size, max_overflow, limits, pool_timeout_ms)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Connection]:

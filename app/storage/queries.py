@@ -772,10 +772,10 @@ _TXN_RECORD = text(
     )
     INSERT INTO txlog.transactions (transactional_id, producer_id, producer_epoch, state, timeout_ms, version,
         started_at, updated_at, epoch_changed_at, deadline, last_producer_id,
-        last_producer_epoch, last_result, fence_reason, coordinator, transaction_version)
+        last_producer_epoch, last_result, fence_reason, coordinator, transaction_version, principal)
     VALUES (:tid, :pid, :epoch, :state, :timeout, :version, to_timestamp(:started / 1000.0),
         to_timestamp(:updated / 1000.0), to_timestamp(:epoch_changed / 1000.0), to_timestamp(:deadline / 1000.0),
-        :last_pid, :last_epoch, :last_result, :reason, :coordinator, :txn_version)
+        :last_pid, :last_epoch, :last_result, :reason, :coordinator, :txn_version, CAST(:principal AS text))
     ON CONFLICT (transactional_id) DO UPDATE SET
         producer_id = EXCLUDED.producer_id, producer_epoch = EXCLUDED.producer_epoch, state = EXCLUDED.state,
         timeout_ms = EXCLUDED.timeout_ms, version = EXCLUDED.version, started_at = EXCLUDED.started_at,
@@ -783,7 +783,19 @@ _TXN_RECORD = text(
         deadline = EXCLUDED.deadline,
         last_producer_id = EXCLUDED.last_producer_id, last_producer_epoch = EXCLUDED.last_producer_epoch,
         last_result = EXCLUDED.last_result, fence_reason = EXCLUDED.fence_reason,
-        transaction_version = EXCLUDED.transaction_version
+        transaction_version = EXCLUDED.transaction_version,
+        principal = CASE WHEN CAST(:starts AS boolean) THEN EXCLUDED.principal ELSE txlog.transactions.principal END
+    -- The limits, against the rows as they were before this statement: the partitions already in
+    -- the transaction, and the open transactions of the principal starting this one. Not updated
+    -- (no row returned) when one is exceeded; the caller then fails the database transaction.
+    WHERE CASE WHEN CAST(:max_partitions AS int) IS NULL THEN true ELSE
+            (SELECT count(*) FROM txlog.transaction_partitions m WHERE m.transactional_id = :tid)
+            + CAST(:n_added AS int) <= CAST(:max_partitions AS int) END
+        AND CASE WHEN CAST(:max_open AS int) IS NULL THEN true ELSE
+            (SELECT count(*) FROM txlog.transactions o WHERE o.principal = CAST(:principal AS text)
+             AND o.state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort') AND o.principal IS NOT NULL)
+            < CAST(:max_open AS int) END
+    RETURNING version
     """
 )
 
@@ -802,18 +814,23 @@ def txn_members_clear(conn: Connection, transactional_id: str) -> None:
 
 
 def txn_record(
-    conn: Connection, events: Sequence[TxnEvent], meta: TxnMetadata, coordinator: int, deadline_ms: int | None
-) -> None:
+    conn: Connection, events: Sequence[TxnEvent], meta: TxnMetadata, coordinator: int, deadline_ms: int | None,
+    *, max_partitions: int | None = None, principal: str | None = None, starts: bool = False, max_open: int | None = None,
+) -> bool:
     """Append consecutive transitions to the transactional id's events and store the state they
     lead to (``meta``, the fold of the events), in one statement: the events, the current-state row,
     and a row for each partition or group an event adds. A second writer of the same version fails
-    on the events' primary key."""
+    on the events' primary key. ``starts``: the events start a transaction, which records
+    ``principal`` as its starter. False, with the state row unchanged, when the transaction would
+    have more than ``max_partitions`` partitions or its principal more than ``max_open`` open
+    transactions; the caller must then fail the database transaction (the events and members were
+    written)."""
     assert events and all(e.transactional_id == meta.transactional_id for e in events)
     assert [e.version for e in events] == list(range(meta.version - len(events) + 1, meta.version + 1))
     assert events[-1].to_state is meta.state
     added = [tp for e in events for tp in e.partitions_added]
     added_groups = [g for e in events for g in e.groups_added]
-    conn.execute(
+    return conn.execute(
         _TXN_RECORD,
         {
             "tid": meta.transactional_id,
@@ -856,8 +873,33 @@ def txn_record(
             "reason": meta.fence_reason,
             "coordinator": coordinator,
             "txn_version": meta.transaction_version,
+            "principal": principal,
+            "starts": starts,
+            "max_partitions": max_partitions,
+            "n_added": len(added),
+            "max_open": max_open,
         },
-    )
+    ).first() is not None
+
+
+def txn_principal_lock(conn: Connection, principal: str) -> None:
+    """Transactions of ``principal`` start one at a time (a transaction-level advisory lock), so
+    that each counts the others' open transactions exactly."""
+    conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('txlog.principal'), hashtext(:p))"), {"p": principal})
+
+
+def txn_limit_usage(conn: Connection, transactional_id: str, principal: str | None) -> tuple[int, int]:
+    """The partitions in the transactional id's transaction, and the open transactions ``principal``
+    started: what ``txn_record``'s limits found."""
+    row = conn.execute(
+        text(
+            "SELECT (SELECT count(*) FROM txlog.transaction_partitions WHERE transactional_id = :tid), "
+            "(SELECT count(*) FROM txlog.transactions WHERE principal = CAST(:p AS text) "
+            "AND state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort') AND principal IS NOT NULL)"
+        ),
+        {"tid": transactional_id, "p": principal},
+    ).one()
+    return int(row[0]), int(row[1])
 
 
 def producer_id_assign(conn: Connection, producer_id: int, transactional_id: str, now_ms: int) -> None:

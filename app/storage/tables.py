@@ -180,11 +180,18 @@ transactions = Table(
     Column("coordinator", Integer, nullable=False),
     # 2: each transaction gets its own epoch (KIP-890); 1: the producer keeps its epoch
     Column("transaction_version", SmallInteger, nullable=False, server_default=text("2")),
+    # The principal whose request started the open transaction (null without authentication): what
+    # TXLOG_MAX_OPEN_TRANSACTIONS_PER_PRINCIPAL counts.
+    Column("principal", Text),
     Index("transactions_producer_id", "producer_id"),
     Index("transactions_state_started", "state", "started_at"),
     Index("transactions_deadline", "deadline", postgresql_where=text("state = 'Ongoing'")),
     Index("transactions_prepared", "updated_at", postgresql_where=text("state IN ('PrepareCommit', 'PrepareAbort')")),
     Index("transactions_idle", "updated_at", postgresql_where=text("state IN ('Empty', 'CompleteCommit', 'CompleteAbort', 'Dead')")),
+    Index(
+        "transactions_open_by_principal", "principal",
+        postgresql_where=text("state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort') AND principal IS NOT NULL"),
+    ),
 )
 
 # The partitions and consumer groups of each transactional id's current (or last) transaction: a
@@ -339,4 +346,50 @@ outbox = Table(
     Column("header_values", ARRAY(LargeBinary)),
     Column("created_at", TS, nullable=False),
     Index("outbox_partition", "topic", "partition", "id"),
+)
+
+# Principals (Kafka's users) and their API tokens. A token is ``txlog_<token_id>_<secret>``:
+# ``token_id`` finds the row, the secret is checked against ``token_hash`` (scrypt, salted with the
+# token id). The secret itself is never stored. A revoked principal keeps its row.
+principals = Table(
+    "principals",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("token_id", Text, nullable=False, unique=True),
+    Column("token_hash", LargeBinary, nullable=False),
+    Column("created_at", TS, nullable=False, server_default=text("now()")),
+    Column("revoked_at", TS),
+)
+
+# Kafka's ACLs: one row per binding (principal or '*', resource pattern, operation, permission).
+acls = Table(
+    "acls",
+    metadata,
+    Column("principal", Text, nullable=False),
+    Column("resource_type", Text, nullable=False),
+    Column("resource_name", Text, nullable=False),
+    Column("pattern_type", Text, nullable=False),
+    Column("operation", Text, nullable=False),
+    Column("permission_type", Text, nullable=False),
+    Column("created_at", TS, nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("principal", "resource_type", "resource_name", "pattern_type", "operation", "permission_type"),
+    CheckConstraint("resource_type IN ('topic', 'group', 'transactional_id', 'cluster')", name="acls_resource_type"),
+    CheckConstraint("pattern_type IN ('literal', 'prefixed')", name="acls_pattern_type"),
+    CheckConstraint(
+        "operation IN ('All', 'Read', 'Write', 'Create', 'Delete', 'Alter', 'Describe', 'IdempotentWrite')",
+        name="acls_operation",
+    ),
+    CheckConstraint("permission_type IN ('allow', 'deny')", name="acls_permission_type"),
+)
+
+# One row: raised in the same database transaction as every change of principals or ACLs, so each
+# server process, polling it, reloads them when (and only when) they changed. ``session_key`` signs
+# the admin pages' session cookies (set at the first start).
+security_version = Table(
+    "security_version",
+    metadata,
+    Column("id", SmallInteger, primary_key=True, autoincrement=False),
+    Column("version", BigInteger, nullable=False),
+    Column("session_key", LargeBinary),
+    CheckConstraint("id = 1", name="security_version_one_row"),
 )

@@ -145,5 +145,11 @@ def test_jdbc_url_from_a_txlog_url() -> None:
         == "jdbc:postgresql://db.example:6000/logs?user=u%40x&password=p%2Fw%26&sslmode=require"
     )
     assert jdbc_url("postgresql://u@[::1]/d") == "jdbc:postgresql://[::1]:5432/d?user=u"
+    # several hosts (a primary and its standby): the same list, and the writable one wanted
+    assert (
+        jdbc_url("postgresql://u:pw@10.0.0.1:5001,10.0.0.2/txlog?target_session_attrs=read-write")
+        == "jdbc:postgresql://10.0.0.1:5001,10.0.0.2:5432/txlog?user=u&password=pw&targetServerType=primary"
+    )
+    assert jdbc_url("postgresql+psycopg://u@/txlog?host=h1:7&host=h2:8") == "jdbc:postgresql://h1:7,h2:8/txlog?user=u"
     with pytest.raises(TxlogError):
         jdbc_url("postgresql:///txlog?host=/var/run/postgresql")
