@@ -65,6 +65,11 @@ class requires:
             auth.check(principal.name, self.api, names)
 
 
+def principal_of(request: Request) -> str | None:
+    """The request's authenticated principal; None without authentication."""
+    return getattr(request.state, "principal", None)
+
+
 def authorize(request: Request, api: Api, names: Mapping[str, str | Sequence[str] | None]) -> None:
     """Check ``api``'s ACLs for the request's principal with names read from its body."""
     auth: Authorizer | None = request.app.state.authorizer

@@ -12,7 +12,7 @@ from fastapi.responses import Response
 
 from api.metrics import DUPLICATES, RECORDS_APPENDED, TXN_ENDED
 from api.v1 import codec, schemas as s
-from api.auth import authorize, requires, visible
+from api.auth import authorize, principal_of, requires, visible
 from api.v1.responses import errors
 from app.domain.acls import Api, init_producer_api, produce_api
 from app.domain.limits import long_poll_wait_ms
@@ -134,7 +134,8 @@ async def produce(topic: str, partition: int, request: Request) -> Response:
         fields, records = codec.produce_body(raw, s.ProduceBody)
         tid = fields["transactional_id"]
         authorize(request, produce_api(fields["producer_id"], tid), {"topic": topic, "transactional_id": tid})
-        return produce_service.produce(b, topic, partition, produce_service.ProduceRequest(records=records, **fields))
+        req = produce_service.ProduceRequest(records=records, principal=principal_of(request), **fields)
+        return produce_service.produce(b, topic, partition, req)
 
     return _produced(topic, await run_in_threadpool(run))
 
@@ -283,7 +284,8 @@ def event_json(e: TxnEvent) -> dict:
 def add_partitions_to_txn(tid: str, body: s.AddPartitionsBody, request: Request, b: Broker = Depends(broker)) -> dict:
     authorize(request, Api.ADD_PARTITIONS_TO_TXN, {"transactional_id": tid, "topics": sorted({p.topic for p in body.partitions})})
     meta = transactions.add_partitions_to_txn(
-        b, tid, body.producer_id, body.producer_epoch, [(p.topic, p.partition) for p in body.partitions]
+        b, tid, body.producer_id, body.producer_epoch, [(p.topic, p.partition) for p in body.partitions],
+        principal=principal_of(request),
     )
     return txn_json(meta, b)
 
@@ -294,7 +296,9 @@ def txn_offset_commit(tid: str, body: s.TxnOffsetsBody, request: Request, b: Bro
         request, Api.ADD_OFFSETS_TO_TXN,
         {"transactional_id": tid, "group": body.group_id, "topics": sorted({o.topic for o in body.offsets})},
     )
-    meta = transactions.txn_offset_commit(b, tid, body.producer_id, body.producer_epoch, body.group_id, _offsets(body.offsets))
+    meta = transactions.txn_offset_commit(
+        b, tid, body.producer_id, body.producer_epoch, body.group_id, _offsets(body.offsets), principal=principal_of(request)
+    )
     return txn_json(meta, b)
 
 
