@@ -249,7 +249,7 @@ class Faults:
         deadline = time.monotonic() + seconds
         order = actions[:]  # every kind once, then at random
         self.rng.shuffle(order)
-        while time.monotonic() < deadline:
+        while order or time.monotonic() < deadline:  # every kind at least once, however short the run
             action = order.pop() if order else self.rng.choice(actions)
             action()
             wait_until(lambda: all(ready(h) for h in self.hosts), 60, 0.2, "servers ready after a fault")
