@@ -2,7 +2,7 @@
 
 Revision ID: 0006
 Revises: 0005
-Create Date: 2026-12-01
+Create Date: 2026-11-24
 """
 from alembic import op
 import sqlalchemy as sa
