@@ -3,6 +3,7 @@ TXLOG_TEST_DATABASE_URL), a migrated template database, and a fresh database clo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from typing import Iterator
@@ -70,12 +71,21 @@ def drop_database(pg_admin_url: str, name: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@contextlib.contextmanager
+def fresh_database(pg_admin_url: str, template: str) -> Iterator[str]:
+    """The URL of a new database cloned from the migrated template, dropped afterwards."""
+    name = new_database(pg_admin_url, template)
+    try:
+        yield _with_database(pg_admin_url, name)
+    finally:
+        drop_database(pg_admin_url, name)
+
+
 @pytest.fixture
 def db_url(pg_admin_url: str, template_db: str) -> Iterator[str]:
     """A fresh, migrated database for one test."""
-    name = new_database(pg_admin_url, template_db)
-    yield _with_database(pg_admin_url, name)
-    drop_database(pg_admin_url, name)
+    with fresh_database(pg_admin_url, template_db) as url:
+        yield url
 
 
 class ManualClock:
@@ -122,9 +132,8 @@ def clocked_broker(db_url: str, clock: ManualClock) -> Iterator[Broker]:
 
 @pytest.fixture(scope="session")
 def server_db(pg_admin_url: str, template_db: str) -> Iterator[str]:
-    name = new_database(pg_admin_url, template_db)
-    yield _with_database(pg_admin_url, name)
-    drop_database(pg_admin_url, name)
+    with fresh_database(pg_admin_url, template_db) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -3,9 +3,9 @@ constants. The producer and the consumer share them."""
 
 from __future__ import annotations
 
-import base64
 from typing import Any, Iterable
 
+from app.domain.records import decode_bytes, encode_bytes
 from txlog.errors import KafkaError
 
 # Logical offsets (librdkafka's RD_KAFKA_OFFSET_*).
@@ -168,8 +168,9 @@ def to_headers(headers: Any) -> Headers:
 
 
 def b64(v: bytes | None) -> str | None:
-    return None if v is None else base64.b64encode(v).decode("ascii")
+    """Bytes as the API's ``"encoding": "base64"`` carries them (the server's one definition)."""
+    return encode_bytes(v, "base64")
 
 
 def unb64(v: str | None) -> bytes | None:
-    return None if v is None else base64.b64decode(v)
+    return decode_bytes(v, "base64", "a value")

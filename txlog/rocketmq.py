@@ -20,7 +20,6 @@ and registers, as RocketMQ's broker asks its producers.
 
 from __future__ import annotations
 
-import base64
 import logging
 import threading
 import time
@@ -39,7 +38,9 @@ from typing import Any
 import orjson
 
 from txlog._http import Transport, segment
+from app.domain.records import decode_bytes
 from txlog.errors import KafkaError, KafkaException
+from txlog.message import b64
 
 log = logging.getLogger("txlog.rocketmq")
 
@@ -103,9 +104,7 @@ class MessageExt(Message):
         enc = payload.get("encoding", "utf8")
 
         def decode(v: str | None) -> bytes | None:
-            if v is None:
-                return None
-            return base64.b64decode(v) if enc == "base64" else v.encode("utf-8")
+            return decode_bytes(v, enc, "a check-back field")
 
         properties = {}
         for h in payload.get("header_list") or []:
@@ -285,12 +284,9 @@ class TransactionProducer:
             "topic": msg.topic,
             "partition": msg.partition,
             "encoding": "base64",
-            "key": base64.b64encode(key).decode() if key is not None else None,
-            "value": base64.b64encode(value).decode() if value is not None else None,
-            "headers": [
-                {"key": k, "value": base64.b64encode(v.encode("utf-8")).decode() if v is not None else None}
-                for k, v in msg.properties.items()
-            ],
+            "key": b64(key),
+            "value": b64(value),
+            "headers": [{"key": k, "value": b64(v.encode("utf-8") if v is not None else None)} for k, v in msg.properties.items()],
         }
         return self._with_retries(lambda: self._transport.post("/v1/half-messages", body))
 

@@ -4,7 +4,6 @@ following it."""
 
 from __future__ import annotations
 
-import base64
 import os
 import sys
 
@@ -12,6 +11,7 @@ import click
 
 from app.cli.common import Client, Progress, client_command, print_json_line
 from txlog._http import segment
+from txlog.message import b64
 
 START = {"earliest", "latest"}
 
@@ -41,7 +41,7 @@ def _text(data: bytes | None) -> str | dict | None:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        return {"base64": base64.b64encode(data).decode("ascii")}
+        return {"base64": b64(data)}
 
 
 def _shown(data: bytes | None) -> str:

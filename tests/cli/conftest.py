@@ -13,7 +13,7 @@ from typing import Iterator
 import orjson
 import pytest
 
-from tests.conftest import _with_database, drop_database, new_database
+from tests.conftest import fresh_database
 from tests.support import ROOT, ServerProcess
 
 
@@ -51,9 +51,8 @@ class Cli:
 
 @pytest.fixture(scope="module")
 def cli_db(pg_admin_url: str, template_db: str) -> Iterator[str]:
-    name = new_database(pg_admin_url, template_db)
-    yield _with_database(pg_admin_url, name)
-    drop_database(pg_admin_url, name)
+    with fresh_database(pg_admin_url, template_db) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.conftest import _with_database, drop_database, new_database
+from tests.conftest import fresh_database
 from tests.half.endpoint import Endpoint, answer
 from tests.support import ROOT, ServerProcess, wait_until
 from txlog.rocketmq import CheckBackListener, LocalTransactionState as S, Message, MessageExt, TransactionListener, TransactionProducer
@@ -27,9 +27,8 @@ KNOBS = {"check_interval_ms": 150, "check_immunity_ms": 300, "max_checks": 4}
 
 @pytest.fixture(scope="module")
 def half_db(pg_admin_url: str, template_db: str) -> Iterator[str]:
-    name = new_database(pg_admin_url, template_db)
-    yield _with_database(pg_admin_url, name)
-    drop_database(pg_admin_url, name)
+    with fresh_database(pg_admin_url, template_db) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,7 @@ import httpx
 import psycopg
 import pytest
 
-from app.storage.db import libpq_url
-from tests.conftest import drop_database, new_database
+from tests.conftest import fresh_database
 from tests.support import ServerProcess, wait_until
 
 LIMITS = {
@@ -28,13 +27,8 @@ LIMITS = {
 
 
 def server_on_own_database(pg_admin_url: str, template_db: str, env: dict[str, str]) -> Iterator[ServerProcess]:
-    name = new_database(pg_admin_url, template_db)
-    url = libpq_url(pg_admin_url).rpartition("/")[0] + "/" + name
-    try:
-        with ServerProcess(url, env=env) as server:
-            yield server
-    finally:
-        drop_database(pg_admin_url, name)
+    with fresh_database(pg_admin_url, template_db) as url, ServerProcess(url, env=env) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

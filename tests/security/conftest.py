@@ -11,8 +11,8 @@ import pytest
 
 from app.domain.acls import CLUSTER_NAME, AclBinding, Operation, PatternType, PermissionType, ResourceType
 from app.services import security
-from app.storage.db import Database, libpq_url
-from tests.conftest import drop_database, new_database
+from app.storage.db import Database
+from tests.conftest import fresh_database
 from tests.support import ServerProcess, wait_until
 
 ADMIN_TOKEN = "admin-token-for-the-security-tests"
@@ -21,9 +21,8 @@ QUIET_SWEEPER = {"TXLOG_TRANSACTION_ABORT_CHECK_INTERVAL_MS": "600000"}
 
 @pytest.fixture(scope="module")
 def secured_db(pg_admin_url: str, template_db: str) -> Iterator[str]:
-    name = new_database(pg_admin_url, template_db)
-    yield libpq_url(pg_admin_url).rpartition("/")[0] + "/" + name
-    drop_database(pg_admin_url, name)
+    with fresh_database(pg_admin_url, template_db) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
