@@ -38,15 +38,16 @@ class RecordLimits:
 def checked_record_sizes(records: Sequence[NewRecord], limits: RecordLimits) -> list[int]:
     """The size of each record of a batch (``record_size``), once the batch is within ``limits``:
     RECORD_LIST_TOO_LARGE for too many records, MESSAGE_TOO_LARGE naming the first record whose
-    key, value or headers are too large. A batch no larger in all than the smallest of the
-    per-record limits cannot break any of them, so the common batch costs one comparison more."""
+    key, value or headers are too large. A record no larger in all than the smallest of the
+    per-record limits cannot break any of them, so a batch without such a record costs one ``max``
+    more."""
     if len(records) > limits.max_batch_records:
         raise TxlogError(
             ErrorCode.RECORD_LIST_TOO_LARGE,
             f"The batch has {len(records)} records; at most {limits.max_batch_records} are accepted in one batch",
         )
     sizes = [r.size() for r in records]
-    if sum(sizes) > min(limits.max_key_bytes, limits.max_value_bytes, limits.max_header_bytes):
+    if sizes and max(sizes) > min(limits.max_key_bytes, limits.max_value_bytes, limits.max_header_bytes):
         for i, r in enumerate(records):
             check_record(r.key, r.value, r.headers, limits, f"record {i}")
     return sizes
