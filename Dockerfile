@@ -8,4 +8,7 @@ COPY migrations ./migrations
 COPY txlog ./txlog
 RUN pip install --no-cache-dir .
 EXPOSE 8080
+# Listening beyond loopback needs authentication: every /v1 request carries a principal's token.
+# TXLOG_ADMIN_TOKEN (if set) is the principal admin; more with `txlog principals create`.
+ENV TXLOG_AUTH=token
 CMD ["txlog", "serve", "--host", "0.0.0.0", "--port", "8080", "--workers", "2"]
