@@ -74,6 +74,28 @@ class Settings(BaseSettings):
     # Long-polling fetches waiting at once in one worker; beyond it a fetch answers at once.
     max_long_polls: int = Field(1_000, ge=0)
 
+    # The Kafka wire gateway (`txlog kafka`, docs/kafka.md). Several gateways against one database
+    # act as the brokers of one cluster, each with its own node id.
+    kafka_listen: str = "127.0.0.1:9092"
+    kafka_advertised_host: str | None = None  # the host clients are told to connect to (default: the listen host)
+    kafka_node_id: int = Field(0, ge=0)
+    # Metadata for an unknown topic creates it (Kafka's auto.create.topics.enable), with
+    # kafka_num_partitions partitions (num.partitions).
+    kafka_auto_create_topics: bool = False
+    kafka_num_partitions: int = Field(1, gt=0)
+    # Hostile-input limits: one request frame (socket.request.max.bytes), one batch decompressed,
+    # records in one batch, and connections open at once.
+    kafka_max_frame_bytes: int = Field(104_857_600, gt=0)
+    kafka_max_decompressed_bytes: int = Field(67_108_864, gt=0)
+    kafka_max_batch_records: int = Field(1_000_000, gt=0)
+    kafka_max_connections: int = Field(1_000, gt=0)
+    # Group coordination: group.initial.rebalance.delay.ms and the session timeouts a member may ask for.
+    kafka_group_initial_rebalance_delay_ms: int = Field(3_000, ge=0)
+    kafka_group_min_session_timeout_ms: int = Field(6_000, gt=0)
+    kafka_group_max_session_timeout_ms: int = Field(1_800_000, gt=0)
+    # How long a gateway's entry in the node registry lives without renewal (renewed at a third).
+    kafka_node_lease_ms: int = Field(10_000, gt=0)
+
     @field_validator("database_url")
     @classmethod
     def _empty_is_none(cls, v: str | None) -> str | None:
