@@ -20,8 +20,9 @@ install: $(STAMP)
 system-deps:
 	@bash scripts/system-deps.sh
 
+# The HTTP API and admin pages on :8080 and the Kafka wire gateway on :9092, over one database.
 run: $(STAMP)
-	$(VENV)/bin/txlog serve
+	$(VENV)/bin/txlog serve --kafka
 
 test: $(STAMP) system-deps
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q

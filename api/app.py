@@ -33,7 +33,7 @@ from app.services.security import Authorizer, ensure_admin_principal
 from app.services.half_messages import CheckerThread
 from app.services.outbox import DrainerThread
 from app.storage import migrate
-from app.storage.db import Database, SessionLimits
+from app.storage.db import Database
 
 log = logging.getLogger("txlog")
 
@@ -42,10 +42,7 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
     settings = settings or load_settings()
     if not settings.database_url:
         raise RuntimeError("TXLOG_DATABASE_URL is not set (txlog serve sets it)")
-    db = Database(
-        settings.database_url, pool_size=settings.db_pool_size, max_overflow=settings.db_pool_max_overflow,
-        limits=SessionLimits.from_settings(settings), pool_timeout_ms=settings.db_pool_timeout_ms,
-    )
+    db = Database.from_settings(settings)
     broker = Broker(db, settings)
     head = migrate.head_revision(settings.database_url)
     # TXLOG_AUTH=token: every request names a principal by its token; its ACLs decide. The admin

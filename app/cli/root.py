@@ -1,6 +1,7 @@
-"""The ``txlog`` command line (click): ``serve``, ``migrate`` and ``db-url`` run the server or reach
-its database; ``topics``, ``produce``, ``consume``, ``transactions`` and ``groups`` are clients of
-its HTTP API, as Kafka's own tools are of a broker; ``spark`` runs Spark jobs over its tables."""
+"""The ``txlog`` command line (click): ``serve``, ``kafka``, ``migrate`` and ``db-url`` run the
+servers or reach their database; ``topics``, ``produce``, ``consume``, ``transactions`` and
+``groups`` are clients of its HTTP API, as Kafka's own tools are of a broker; ``spark`` runs Spark
+jobs over its tables."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import click
 from app.cli.common import EXIT_CODES_HELP, EXIT_INTERRUPTED
 from app.cli.consume import consume
 from app.cli.groups import groups
+from app.cli.kafka import kafka
 from app.cli.produce import produce
 from app.cli.security import acls, principals
 from app.cli.server import db_url, migrate, serve
@@ -39,7 +41,7 @@ def cli() -> None:
     """Kafka's exactly-once machinery on PostgreSQL."""
 
 
-for command in (serve, migrate, db_url, topics, produce, consume, transactions, groups, principals, acls):
+for command in (serve, kafka, migrate, db_url, topics, produce, consume, transactions, groups, principals, acls):
     cli.add_command(command)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 
@@ -61,11 +62,12 @@ def migrate(database_url: str | None) -> int:
 @click.option("--insecure", is_flag=True, help="Serve without authentication on an address other than loopback")
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM certificate: serve HTTPS")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM private key of --tls-cert")
+@click.option("--kafka", is_flag=True, help="Also run the Kafka wire gateway (`txlog kafka`) on $TXLOG_KAFKA_LISTEN, same database")
 def serve(
     host: str, port: int, workers: int, database_url: str | None, log_level: str, auth: str | None, insecure: bool,
-    tls_cert: str | None, tls_key: str | None,
+    tls_cert: str | None, tls_key: str | None, kafka: bool,
 ) -> int:
-    """Run the HTTP API and the admin pages."""
+    """Run the HTTP API and the admin pages (and, with --kafka, the Kafka wire gateway)."""
     import uvicorn
 
     from app.config import load_settings
@@ -73,13 +75,16 @@ def serve(
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
-    auth = auth or load_settings().auth
-    if auth == "none" and not insecure and not is_loopback_host(host):
-        raise click.UsageError(
-            f"refusing to serve {host} without authentication: anyone who can reach it could read and write "
-            "every topic. Set TXLOG_AUTH=token (or --auth token) and create principals with `txlog principals "
-            "create`, or pass --insecure to serve it open anyway."
-        )
+    settings = load_settings()
+    auth = auth or settings.auth
+    refuse_open_listener(
+        host, auth != "none", insecure,
+        "Set TXLOG_AUTH=token (or --auth token) and create principals with `txlog principals create`",
+    )
+    if kafka:
+        from app.cli.kafka import refuse_open_gateway
+
+        refuse_open_gateway(settings.kafka_listen, auth, insecure)
     os.environ["TXLOG_AUTH"] = auth  # workers read their settings from the environment
     url, server = resolve_database_url(database_url)
     migrations.upgrade(url)
@@ -91,10 +96,14 @@ def serve(
         f"txlog serving on {scheme}://{host}:{port} (docs at /docs, admin at /admin), auth {auth}, database {url}",
         file=sys.stderr,
     )
-    if server is not None:
+    if server is not None or kafka:
         # uvicorn re-raises SIGTERM after its graceful shutdown; with the default handler the process
-        # would die there and leave the embedded PostgreSQL running. Exit through `finally` instead.
+        # would die there and leave the embedded PostgreSQL (and the gateway) running. Exit through
+        # `finally` instead.
         signal.signal(signal.SIGTERM, _exit_on_signal)
+    # The gateway is a process of its own (its consumer groups need one owner, not one per
+    # worker), on this database: it neither starts nor stops the embedded PostgreSQL.
+    gateway = _start_gateway(insecure, log_level) if kafka else None
     try:
         uvicorn.run(
             "api.app:app_factory",
@@ -108,9 +117,36 @@ def serve(
             ssl_keyfile=tls_key,
         )
     finally:
+        if gateway is not None:
+            _stop_gateway(gateway)
         if server is not None:
             server.stop()  # type: ignore[attr-defined]
     return 0
+
+
+def _start_gateway(insecure: bool, log_level: str) -> subprocess.Popen[bytes]:
+    """``txlog kafka`` as a child process, on the database serve uses (``$TXLOG_DATABASE_URL``)."""
+    argv = [sys.executable, "-m", "app.cli", "kafka", "--log-level", log_level, *(["--insecure"] if insecure else [])]
+    return subprocess.Popen(argv, env=os.environ.copy())
+
+
+def _stop_gateway(gateway: subprocess.Popen[bytes]) -> None:
+    if gateway.poll() is None:
+        gateway.send_signal(signal.SIGTERM)
+        try:
+            gateway.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            gateway.kill()
+            gateway.wait()
+
+
+def refuse_open_listener(host: str, authenticated: bool, insecure: bool, remedy: str) -> None:
+    """The rule of every listener: without authentication, loopback only, unless ``--insecure``."""
+    if not authenticated and not insecure and not is_loopback_host(host):
+        raise click.UsageError(
+            f"refusing to serve {host} without authentication: anyone who can reach it could read and write "
+            f"every topic. {remedy}, or pass --insecure to serve it open anyway."
+        )
 
 
 def is_loopback_host(host: str) -> bool:

@@ -150,3 +150,44 @@ def take_within_limits(sizes: Iterable[int], max_records: int, max_bytes: int) -
         total += size
         count += 1
     return count, False
+
+
+def readable_end(high_watermark: int, last_stable_offset: int, isolation_level: IsolationLevel) -> int:
+    """Where a reader's view of a partition ends: the last stable offset for read_committed (the
+    first offset of the earliest open transaction), the high watermark for read_uncommitted."""
+    return last_stable_offset if isolation_level == "read_committed" else high_watermark
+
+
+# ListOffsets' special timestamps, as Kafka's ListOffsetsRequest: the offset a reader's view ends
+# at, the log start, and the record with the largest timestamp (KIP-734). Any timestamp >= 0 asks
+# for the first offset whose record's timestamp is at or after it. EARLIEST_LOCAL_TIMESTAMP is the
+# log start too: the whole log is local here.
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+
+
+class ListedOffset(NamedTuple):
+    offset: int
+    timestamp_ms: int | None  # the record's, for a lookup by timestamp; None for the log's ends
+
+
+def check_list_offsets_timestamp(timestamp: int) -> None:
+    if timestamp < EARLIEST_LOCAL_TIMESTAMP:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, f"Unknown ListOffsets timestamp {timestamp}")
+
+
+def listed_offset(timestamp: int, log_start_offset: int, end: int, found: tuple[int, int] | None) -> ListedOffset | None:
+    """Kafka's answer to ListOffsets for one partition: the log start for EARLIEST, ``end`` (the
+    reader's ``readable_end``) for LATEST; for a timestamp or MAX_TIMESTAMP, the record ``found``
+    — (offset, timestamp) — unless there is none or the reader may not see it yet (at or past
+    ``end``), when there is no answer (Kafka's offset -1)."""
+    check_list_offsets_timestamp(timestamp)
+    if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+        return ListedOffset(log_start_offset, None)
+    if timestamp == LATEST_TIMESTAMP:
+        return ListedOffset(end, None)
+    if found is None or found[0] >= end:
+        return None
+    return ListedOffset(found[0], found[1])

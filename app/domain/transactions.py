@@ -228,17 +228,32 @@ def created(transactional_id: str, producer_id: int, timeout_ms: int, now: int) 
 
 
 def reinitialized(
-    meta: TxnMetadata, timeout_ms: int, now: int, new_producer_id: int | None = None, *, ended_open: bool = False
+    meta: TxnMetadata, timeout_ms: int, now: int, new_producer_id: int | None = None, *, ended_open: bool = False,
+    previous: tuple[int, int] | None = None,
 ) -> TxnEvent:
     """InitProducerId for a known, ended transactional id: raise the epoch by one, fencing older
     holders. When this init had to end the previous epoch's open transaction (``ended_open``), that
     ending already moved the epoch on and nobody holds the new one yet, so the init takes it as it
-    is: the caller's epoch is raised by exactly one either way."""
+    is: the caller's epoch is raised by exactly one either way.
+
+    ``previous``: the producer id and epoch the request named (KIP-360, ``check_init_producer``),
+    remembered as the last ones so that a retry of this very init is answered with the epoch it
+    handed out instead of being fenced. An init that names none forgets them: a new producer
+    instance took over, and no older request may come back."""
     pid, epoch = (meta.producer_id, meta.producer_epoch) if ended_open else bumped(meta.producer_id, meta.producer_epoch, new_producer_id)
+    last_pid, last_epoch = previous if previous is not None else (None, None)
     return _event(
         meta, S.EMPTY, now, producer_id=pid, producer_epoch=epoch, timeout_ms=timeout_ms,
-        last_producer_id=None, last_producer_epoch=None, reason="newer_epoch",
+        last_producer_id=last_pid, last_producer_epoch=last_epoch, reason="newer_epoch",
     )
+
+
+def _check_not_prepared(meta: TxnMetadata) -> None:
+    if meta.state.is_prepared:
+        raise TxlogError(
+            ErrorCode.CONCURRENT_TRANSACTIONS,
+            f"Transaction {meta.transactional_id!r} is in {meta.state.value}; retry when it completes",
+        )
 
 
 def partitions_added(meta: TxnMetadata, partitions: Iterable[TopicPartition], now: int, groups: Iterable[str] = ()) -> TxnEvent | None:
@@ -248,12 +263,36 @@ def partitions_added(meta: TxnMetadata, partitions: Iterable[TopicPartition], no
     new_groups = tuple(sorted(set(groups) - (set(meta.groups) if meta.state is S.ONGOING else set())))
     if meta.state is S.ONGOING and not new_parts and not new_groups:
         return None
-    if meta.state.is_prepared:
-        raise TxlogError(
-            ErrorCode.CONCURRENT_TRANSACTIONS,
-            f"Transaction {meta.transactional_id!r} is in {meta.state.value}; retry when it completes",
-        )
+    _check_not_prepared(meta)
     return _event(meta, S.ONGOING, now, partitions_added=new_parts, groups_added=new_groups)
+
+
+def check_partition_added(meta: TxnMetadata, topic: str, partition: int) -> None:
+    """Transactions before V2 add each partition with AddPartitionsToTxn before producing to it; a
+    transactional batch for a partition that is not in the open transaction is refused (KIP-890
+    part 1, Kafka's transaction verification): it is a batch delayed from a transaction that has
+    ended, and appending it would open the next transaction behind the producer's back. ``meta``
+    is the transaction's state with this partition among its members if it is one. Transactions V2
+    (and the HTTP API) add the partition with the batch instead. While the transaction is being
+    ended, CONCURRENT_TRANSACTIONS (retriable), as everywhere."""
+    _check_not_prepared(meta)
+    if meta.state is not S.ONGOING or (topic, partition) not in meta.partitions:
+        raise TxlogError(
+            ErrorCode.INVALID_TXN_STATE,
+            f"Partition was not added to the transaction: {topic}-{partition} is not in the open transaction "
+            f"of {meta.transactional_id!r} ({meta.state.value}); add it with AddPartitionsToTxn first",
+        )
+
+
+def check_group_added(meta: TxnMetadata, group_id: str) -> None:
+    """The same for TxnOffsetCommit: before V2 the group joins with AddOffsetsToTxn first."""
+    _check_not_prepared(meta)
+    if meta.state is not S.ONGOING or group_id not in meta.groups:
+        raise TxlogError(
+            ErrorCode.INVALID_TXN_STATE,
+            f"Group was not added to the transaction: {group_id!r} is not in the open transaction of "
+            f"{meta.transactional_id!r} ({meta.state.value}); add it with AddOffsetsToTxn first",
+        )
 
 
 def prepare_state(result: Result) -> TxnState:
@@ -336,6 +375,31 @@ def check_producer(meta: TxnMetadata, producer_id: int, producer_epoch: int) -> 
             reason="newer_epoch",
         )
     raise fenced_error(meta, producer_epoch)
+
+
+def check_init_producer(meta: TxnMetadata, producer_id: int, producer_epoch: int) -> bool:
+    """InitProducerId from a producer that names its producer id and epoch (KIP-360, version 3 and
+    later: a producer recovering from an abortable error, or bumping its epoch, keeps its identity).
+    False when they are the transactional id's current ones: the init goes ahead and raises the
+    epoch, ending an open transaction first, as every init does. True when they are the ones the
+    last init was made with and nothing happened since (``reinitialized(previous=...)``): a retry of
+    that init whose answer was lost, answered with the epoch it handed out, changing nothing.
+    Anything else is a producer that another init or an ended transaction left behind:
+    PRODUCER_FENCED (Kafka answers INVALID_PRODUCER_EPOCH to requests before version 4)."""
+    if (producer_id, producer_epoch) == (meta.producer_id, meta.producer_epoch):
+        return False
+    if (
+        meta.state is S.EMPTY and meta.last_result is None
+        and (producer_id, producer_epoch) == (meta.last_producer_id, meta.last_producer_epoch)
+    ):
+        return True
+    err = fenced_error(meta, producer_epoch)
+    if producer_id not in (meta.producer_id, meta.last_producer_id):
+        err.message = (
+            f"Producer id {producer_id} is fenced: transactional id {meta.transactional_id!r} now uses producer id "
+            f"{meta.producer_id} at epoch {meta.producer_epoch}; reason: {err.details['reason']}"
+        )
+    raise err
 
 
 def fenced_error(meta: TxnMetadata, producer_epoch: int, reason: FenceReason | None = None) -> TxlogError:

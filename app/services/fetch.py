@@ -1,15 +1,29 @@
 """Fetch: read a partition from an offset, read_uncommitted (up to the high watermark) or
-read_committed (up to the last stable offset, aborted transactions left out)."""
+read_committed (up to the last stable offset, aborted transactions left out) — as the HTTP API
+reads it (``fetch``: data records only) and as Kafka's wire protocol does (``fetch_log``: the log
+as it is stored, markers and aborted records included, with the aborted transactions a consumer
+filters by) — and ListOffsets."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
-from app.domain.records import IsolationLevel, fetch_scan_end, next_offset_after_fetch, take_within_limits
+from app.domain.records import (
+    MAX_TIMESTAMP,
+    IsolationLevel,
+    ListedOffset,
+    check_list_offsets_timestamp,
+    fetch_scan_end,
+    listed_offset,
+    next_offset_after_fetch,
+    readable_end,
+    take_within_limits,
+)
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.storage import queries as q
-from app.storage.queries import StoredRecord
+from app.storage.queries import LogRow, PartitionStatus, StoredRecord
 
 
 @dataclass(frozen=True)
@@ -21,6 +35,17 @@ class FetchResult:
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
+
+
+def _check_offset(status: PartitionStatus, offset: int) -> None:
+    if offset < status.log_start_offset or offset > status.high_watermark:
+        raise TxlogError(
+            ErrorCode.OFFSET_OUT_OF_RANGE,
+            f"Offset {offset} is out of range for {status.topic}-{status.partition}: "
+            f"[{status.log_start_offset}, {status.high_watermark}]",
+            log_start_offset=status.log_start_offset,
+            high_watermark=status.high_watermark,
+        )
 
 
 def fetch(
@@ -37,15 +62,8 @@ def fetch(
     committed = isolation_level == "read_committed"
     with broker.db.read() as conn:  # one snapshot: status and records agree
         status = q.partition_status(conn, topic, partition)
-        if offset < status.log_start_offset or offset > status.high_watermark:
-            raise TxlogError(
-                ErrorCode.OFFSET_OUT_OF_RANGE,
-                f"Offset {offset} is out of range for {topic}-{partition}: "
-                f"[{status.log_start_offset}, {status.high_watermark}]",
-                log_start_offset=status.log_start_offset,
-                high_watermark=status.high_watermark,
-            )
-        upper = status.last_stable_offset if committed else status.high_watermark
+        _check_offset(status, offset)
+        upper = readable_end(status.high_watermark, status.last_stable_offset, isolation_level)
         # The work of one fetch is bounded by the request, however long the aborted ranges or runs
         # of markers it meets: it reads at most a window of offsets past ``offset``.
         scan_end = fetch_scan_end(offset, upper, max_records)
@@ -56,6 +74,119 @@ def fetch(
     return FetchResult(
         topic, partition, rows, next_offset, status.high_watermark, status.last_stable_offset, status.log_start_offset
     )
+
+
+# Rows one ``fetch_log`` page holds at most, whatever its byte budget: markers and empty records
+# count no bytes against it.
+MAX_LOG_ROWS = 10_000
+
+
+@dataclass(frozen=True)
+class LogPage:
+    """A page of a partition's log as Kafka's Fetch answers it."""
+
+    topic: str
+    partition: int
+    records: list[LogRow]  # every row, control records and records of aborted transactions included
+    # read_committed: the aborted transactions the records belong to, as (producer id, first offset
+    # on the partition), in first-offset order — what a consumer skips their records by; None for
+    # read_uncommitted (Kafka sends none then).
+    aborted_transactions: list[tuple[int, int]] | None
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+
+
+def fetch_log(
+    broker: Broker,
+    topic: str,
+    partition: int,
+    offset: int,
+    max_bytes: int = 1_048_576,
+    isolation_level: IsolationLevel = "read_uncommitted",
+    max_records: int = MAX_LOG_ROWS,
+) -> LogPage:
+    """Kafka's Fetch of one partition: every stored row from ``offset`` below the reader's end (the
+    last stable offset for read_committed, the high watermark for read_uncommitted) — data,
+    transaction markers and records of aborted transactions alike, as a Kafka broker sends its log
+    — within ``max_bytes`` of keys, values and headers (the log's positions) and ``max_records``
+    rows, the first row always, however large, so a consumer always moves on. For read_committed,
+    the aborted transactions among the rows, read with them in the one statement that reads the
+    page (each row's ``txlog.log_records.aborted``). Status and rows come from one snapshot.
+    OFFSET_OUT_OF_RANGE below the log start or above the high watermark; at or past the reader's
+    end, an empty page."""
+    if max_records < 1 or max_bytes < 1:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, "max_records and max_bytes must be positive")
+    committed = isolation_level == "read_committed"
+    with broker.db.read() as conn:  # one snapshot: status and rows agree
+        status = q.partition_status(conn, topic, partition)
+        _check_offset(status, offset)
+        end = min(readable_end(status.high_watermark, status.last_stable_offset, isolation_level), offset + max_records)
+        rows = q.records_fetch_log(conn, topic, partition, offset, end, max_bytes, committed) if offset < end else []
+    if len(rows) > 1 and rows[-1].position + rows[-1].size - rows[0].position > max_bytes:
+        rows.pop()  # the one row that starts inside the budget but does not end in it
+    aborted = None
+    if committed:
+        aborted = sorted({(r.producer_id, r.txn_first_offset) for r in rows if r.aborted}, key=lambda a: (a[1], a[0]))  # type: ignore[arg-type, return-value]
+    return LogPage(topic, partition, rows, aborted, status.high_watermark, status.last_stable_offset, status.log_start_offset)
+
+
+def partition_statuses(broker: Broker, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], PartitionStatus]:
+    """Log start offset, high watermark and last stable offset of each of ``partitions`` that
+    exists (one statement); the others are absent."""
+    with broker.db.read() as conn:
+        return q.partition_statuses(conn, partitions)
+
+
+@dataclass(frozen=True)
+class ListOffsetsResult:
+    topic: str
+    partition: int
+    timestamp: int  # as asked
+    offset: ListedOffset | None  # None: no such record (Kafka answers offset and timestamp -1)
+    error: TxlogError | None = None  # UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST: this partition's
+
+
+def list_offsets(
+    broker: Broker, requests: Sequence[tuple[str, int, int]], isolation_level: IsolationLevel = "read_uncommitted"
+) -> list[ListOffsetsResult]:
+    """Kafka's ListOffsets: for each (topic, partition, timestamp), in order, the log start
+    (EARLIEST_TIMESTAMP, -2, and EARLIEST_LOCAL_TIMESTAMP, -4), the reader's end (LATEST_TIMESTAMP,
+    -1: the high watermark, or the last stable offset for read_committed), the first offset whose
+    record's timestamp is at or after a timestamp >= 0 (``queries.partition_offsets_at``: a
+    bisection over the offsets, exact while timestamps grow with offsets, as with log-append time),
+    or the data record with the largest timestamp (MAX_TIMESTAMP, -3: reads the partition's whole
+    log). A record found at or past the reader's end is no answer (``records.listed_offset``).
+    Errors are per partition. One snapshot."""
+    out: list[ListOffsetsResult] = []
+    with broker.db.read() as conn:
+        statuses = q.partition_statuses(conn, [(t, p) for t, p, _ in requests])
+        for topic, partition, timestamp in requests:
+            status = statuses.get((topic, partition))
+            try:
+                if status is None:
+                    raise q.unknown_partition(topic, partition)
+                check_list_offsets_timestamp(timestamp)
+                found = _record_for_time(conn, status, timestamp) if timestamp >= 0 or timestamp == MAX_TIMESTAMP else None
+                end = readable_end(status.high_watermark, status.last_stable_offset, isolation_level)
+                out.append(ListOffsetsResult(topic, partition, timestamp, listed_offset(timestamp, status.log_start_offset, end, found)))
+            except TxlogError as exc:
+                out.append(ListOffsetsResult(topic, partition, timestamp, None, exc))
+    return out
+
+
+def _record_for_time(conn, status: PartitionStatus, timestamp: int) -> tuple[int, int] | None:  # type: ignore[no-untyped-def]
+    """(offset, timestamp) of the record a ListOffsets by ``timestamp`` (or MAX_TIMESTAMP) finds."""
+    topic, partition = status.topic, status.partition
+    if timestamp == MAX_TIMESTAMP:
+        return q.partition_max_timestamp(conn, topic, partition, status.log_start_offset, status.high_watermark)
+    if timestamp > q.LAST_RECORD_TIME_MS:
+        return None  # no record is that late
+    offset = q.partition_offsets_at(conn, [timestamp], topic, partition)[(topic, partition)][0]
+    if offset >= status.high_watermark:
+        return None
+    found_ms = q.record_timestamp(conn, topic, partition, offset)
+    return (offset, found_ms) if found_ms is not None else None
 
 
 def listen(broker: Broker, topic: str, partition: int, lease_ms: int) -> bool:

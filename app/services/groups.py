@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 from app.domain.groups import last_per_partition
@@ -34,18 +35,58 @@ def offset_commit(broker: Broker, group_id: str, offsets: Sequence[GroupOffset])
     return offsets
 
 
-def offset_fetch(broker: Broker, group_id: str, require_stable: bool = False) -> list[GroupOffset]:
+@dataclass(frozen=True)
+class FetchedOffset:
+    """One partition of an OffsetFetch answer."""
+
+    topic: str
+    partition: int
+    offset: int | None  # None: the group committed none (Kafka answers -1)
+    metadata: str  # as committed ("" when none)
+    # UNSTABLE_OFFSET_COMMIT (retriable) when the answer was asked stable (require_stable, KIP-447)
+    # and a transaction has an offset pending for the partition: its commit may change it.
+    error: TxlogError | None = None
+
+
+def offset_fetch_partitions(
+    broker: Broker, group_id: str, partitions: Sequence[tuple[str, int]] | None = None, require_stable: bool = False
+) -> list[FetchedOffset]:
+    """OffsetFetch as Kafka answers it, partition by partition: the committed offset of each of
+    ``partitions`` (in their order; None for one without), or of every partition the group has an
+    offset for (``None``: in (topic, partition) order). With ``require_stable`` a partition with a
+    transactional offset pending carries UNSTABLE_OFFSET_COMMIT (and is listed even when it has no
+    committed offset yet), the others their offsets. Pending offsets are never read: they are the
+    open transactions'."""
     _check_group(group_id)
     with broker.db.read() as conn:
-        offsets = q.group_offsets_get(conn, group_id)
-        pending = q.pending_offsets_of_group(conn, group_id) if require_stable else []
-    if pending:
-        parts = sorted({f"{p['topic']}-{p['partition']}" for p in pending})
+        rows = q.group_offsets_fetch(conn, group_id, partitions)
+    out = []
+    for r in rows:
+        if partitions is None and r.offset is None and not require_stable:
+            continue  # only pending: nothing committed to show
+        error = None
+        if require_stable and r.pending:
+            error = TxlogError(
+                ErrorCode.UNSTABLE_OFFSET_COMMIT,
+                f"Group {group_id!r} has an offset pending in an open transaction for {r.topic}-{r.partition}; retry",
+            )
+        out.append(FetchedOffset(r.topic, r.partition, r.offset, r.metadata or "", error))
+    return out
+
+
+def offset_fetch(broker: Broker, group_id: str, require_stable: bool = False) -> list[GroupOffset]:
+    """OffsetFetch of every partition as the HTTP API answers it: the committed offsets, or with
+    ``require_stable`` UNSTABLE_OFFSET_COMMIT for the whole group, naming every partition with an
+    offset pending, while there is one."""
+    fetched = offset_fetch_partitions(broker, group_id, None, require_stable)
+    unstable = [f for f in fetched if f.error is not None]
+    if unstable:
+        parts = sorted(f"{f.topic}-{f.partition}" for f in unstable)
         raise TxlogError(
             ErrorCode.UNSTABLE_OFFSET_COMMIT,
             f"Group {group_id!r} has offsets pending in open transactions for {', '.join(parts)}; retry",
         )
-    return offsets
+    return [GroupOffset(f.topic, f.partition, f.offset, f.metadata) for f in fetched if f.offset is not None]
 
 
 def list_groups(broker: Broker) -> list[str]:

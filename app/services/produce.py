@@ -33,6 +33,11 @@ class ProduceRequest:
     # The authenticated requester (None without authentication): a transaction this batch starts
     # counts against its TXLOG_MAX_OPEN_TRANSACTIONS_PER_PRINCIPAL.
     principal: str | None = None
+    # A transactional batch of a Kafka client before transactions V2 (Produce below version 12):
+    # its partition must be in the open transaction already, added by AddPartitionsToTxn
+    # (``transactions.check_partition_added``, KIP-890 part 1). False (the HTTP API, and V2): the
+    # batch adds its partition to the transaction, starting one if none is open.
+    require_added: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,8 @@ def append(
                 ErrorCode.CONCURRENT_TRANSACTIONS,
                 f"Transaction is in {meta.state.value}; produce after it completes (retriable)",
             )
+        if req.require_added:
+            txn.check_partition_added(meta, topic, partition)
     position = q.partition_lock_for_append(conn, topic, partition, pid)
     faults.stop_point(faults.SERVER_STOP_ENV, "produce_locked")  # tests only: freeze holding the locks
     base_offset, log_start, entry = position.next_offset, position.log_start_offset, position.producer_state

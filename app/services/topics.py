@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import uuid
+from typing import Sequence
+
 from app.domain.records import validate_partition_count, validate_topic_name
 from app.domain.retention import altered_config, validate_topic_config
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.storage import queries as q
-from app.storage.queries import PartitionStatus
+from app.storage.queries import PartitionStatus, TopicMetadata
 
 
 def create_topic(broker: Broker, name: str, partitions: int, config: dict | None = None) -> tuple[str, int]:
@@ -21,6 +24,17 @@ def create_topic(broker: Broker, name: str, partitions: int, config: dict | None
 def list_topics(broker: Broker) -> list[tuple[str, int]]:
     with broker.db.read() as conn:
         return q.topic_list(conn)
+
+
+def topics_metadata(
+    broker: Broker, names: Sequence[str] | None = None, topic_ids: Sequence[uuid.UUID] | None = None
+) -> list[TopicMetadata]:
+    """Kafka's Metadata of topics: name, partition count and topic id (a random UUID fixed at
+    creation), in name order — every topic, or those named in ``names`` or identified in
+    ``topic_ids`` that exist (the absent ones are the caller's UNKNOWN_TOPIC_OR_PARTITION or
+    UNKNOWN_TOPIC_ID)."""
+    with broker.db.read() as conn:
+        return q.topics_metadata(conn, names, topic_ids)
 
 
 def describe_topic(broker: Broker, name: str) -> list[PartitionStatus]:

@@ -39,15 +39,35 @@ def _check_tid(transactional_id: str) -> None:
         raise TxlogError(ErrorCode.INVALID_REQUEST, "A transactional id must be a non-empty string without NUL characters")
 
 
-def init_producer_id(broker: Broker, transactional_id: str | None, timeout_ms: int | None = None) -> ProducerIdAndEpoch:
+def init_producer_id(
+    broker: Broker,
+    transactional_id: str | None,
+    timeout_ms: int | None = None,
+    producer_id: int | None = None,
+    producer_epoch: int | None = None,
+) -> ProducerIdAndEpoch:
+    """InitProducerId. Without a transactional id: a fresh producer id at epoch 0 (whatever producer
+    id and epoch the request names: an idempotent producer recovering from UNKNOWN_PRODUCER_ID just
+    starts over). With one: the first call creates the mapping at epoch 0; later calls raise the
+    epoch, ending the previous epoch's open transaction (``_init_transactional``).
+
+    ``producer_id``/``producer_epoch`` (both or neither) are KIP-360's, sent by Kafka clients from
+    InitProducerId version 3 (the gateway passes ``None`` for Kafka's -1): when they are the
+    transactional id's current ones the epoch is raised as above; when they are those of the init
+    that made the current epoch, that init's answer is repeated; otherwise PRODUCER_FENCED
+    (``transactions.check_init_producer``). ``None`` (the HTTP API, and Kafka's versions 0 to 2)
+    always raises the epoch."""
     timeout = _check_timeout(broker, timeout_ms)
+    if (producer_id is None) != (producer_epoch is None):
+        raise TxlogError(ErrorCode.INVALID_REQUEST, "producer_id and producer_epoch go together")
     if transactional_id is None:
         with broker.db.transaction() as conn:
             return ProducerIdAndEpoch(q.producer_id_next(conn), 0)
     _check_tid(transactional_id)
+    caller = (producer_id, producer_epoch) if producer_id is not None and producer_epoch is not None else None
     for attempt in range(3):
         try:
-            return _init_transactional(broker, transactional_id, timeout)
+            return _init_transactional(broker, transactional_id, timeout, caller)
         except TxlogError as exc:
             # Two first inits of one transactional id raced on its primary key (a duplicate key is
             # CONCURRENT_TRANSACTIONS); the loser retries and now finds the row.
@@ -56,21 +76,28 @@ def init_producer_id(broker: Broker, transactional_id: str | None, timeout_ms: i
     raise AssertionError("unreachable")
 
 
-def _init_transactional(broker: Broker, transactional_id: str, timeout: int) -> ProducerIdAndEpoch:
+def _init_transactional(
+    broker: Broker, transactional_id: str, timeout: int, caller: tuple[int, int] | None
+) -> ProducerIdAndEpoch:
     with broker.db.transaction() as conn:
         meta = q.txn_get(conn, transactional_id, for_update=True)
         if meta is not None and meta.state is TxnState.DEAD:
             q.txn_delete(conn, transactional_id)
             meta = None
         if meta is None:
+            # Unknown (or expired): whatever producer id the request names, it starts afresh.
             meta = coordinator.record(conn, broker, None, txn.created(transactional_id, q.producer_id_next(conn), timeout, broker.now()))
+        elif caller is not None and txn.check_init_producer(meta, *caller):
+            pass  # a retry of the init that made the current epoch: the same answer, nothing changes
         else:
             # Fence the previous producer: abort its open transaction (or finish a prepared one),
-            # which moves the epoch on; otherwise raise the epoch here.
-            ended_open = meta.state.is_open
+            # which moves the epoch on — except a prepared one of a client that keeps its epoch
+            # (transaction version 1) — otherwise raise the epoch here.
+            holder = (meta.producer_id, meta.producer_epoch)
             meta = coordinator.finish_open(conn, broker, meta, "newer_epoch")
+            ended_open = (meta.producer_id, meta.producer_epoch) != holder
             new_pid = None if ended_open else coordinator.new_producer_id_if_exhausted(conn, meta.producer_epoch)
-            event = txn.reinitialized(meta, timeout, broker.now(), new_pid, ended_open=ended_open)
+            event = txn.reinitialized(meta, timeout, broker.now(), new_pid, ended_open=ended_open, previous=caller)
             meta = coordinator.record(conn, broker, meta, event)
         return ProducerIdAndEpoch(meta.producer_id, meta.producer_epoch)
 
@@ -81,6 +108,7 @@ def _check_partitions_exist(conn, partitions: Sequence[TopicPartition]) -> None:
         raise TxlogError(
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
             "Unknown topic-partitions: " + ", ".join(f"{t}-{p}" for t, p in missing),
+            partitions=[tuple(tp) for tp in missing],
         )
 
 
@@ -99,19 +127,35 @@ def add_partitions_to_txn(
         return coordinator.record(conn, broker, meta, event, principal=principal) if event else meta
 
 
+def add_offsets_to_txn(
+    broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str, principal: str | None = None
+) -> TxnMetadata:
+    """AddOffsetsToTxn alone (Kafka clients before transactions V2 send it before TxnOffsetCommit):
+    the group joins the transaction, starting it if none is open."""
+    return txn_offset_commit(broker, transactional_id, producer_id, producer_epoch, group_id, (), principal)
+
+
 def txn_offset_commit(
     broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str, offsets: Sequence[GroupOffset],
-    principal: str | None = None,
+    principal: str | None = None, require_added: bool = False,
 ) -> TxnMetadata:
     """AddOffsetsToTxn and TxnOffsetCommit in one: the group joins the transaction and the offsets
     wait, invisible to the group, until the transaction commits (dropped if it aborts). A partition
-    given more than once keeps its last offset."""
+    given more than once keeps its last offset.
+
+    ``require_added`` (TxnOffsetCommit from a Kafka client before transactions V2): the group must
+    have joined the open transaction already (``add_offsets_to_txn``), else INVALID_TXN_STATE, so a
+    delayed commit of an ended transaction cannot open the next one. The consumer group's own
+    fence (generation and member id, KIP-447) is the caller's: the gateway's group coordinator
+    checks it before calling; the offsets here are the transaction's."""
     if not group_id or "\x00" in group_id:
         raise TxlogError(ErrorCode.INVALID_REQUEST, "group_id must be a non-empty string")
     offsets = last_per_partition(offsets)
     with broker.db.transaction() as conn:
         meta = coordinator.locked(conn, transactional_id, partitions=[], groups=[group_id])
         txn.check_producer(meta, producer_id, producer_epoch)
+        if require_added:
+            txn.check_group_added(meta, group_id)
         _check_partitions_exist(conn, [(o.topic, o.partition) for o in offsets])
         event = txn.partitions_added(meta, (), broker.now(), groups=[group_id])
         if event:
@@ -137,8 +181,17 @@ def end_txn(
     the decision and its completion commit together: a crash before the commit leaves the
     transaction Ongoing with nothing of it acknowledged (the client's retry or the timeout ends it).
     A transaction found prepared — its decision made durable by ``end_txn_prepare`` alone — is
-    completed the same way. ``transaction_version`` 2 (the HTTP API, Kafka's transactions V2)
-    answers the next transaction's epoch; 1 (Kafka clients before V2) keeps the producer's epoch."""
+    completed the same way.
+
+    ``transaction_version`` is the transaction's protocol mode, taken from the EndTxn that decides
+    it and recorded with the decision (``transactions.transaction_version``), so whoever completes
+    the transaction does the same. 2 (the HTTP API; Kafka's transactions V2, EndTxn version 5)
+    raises the epoch and answers the next transaction's; 1 (Kafka clients before V2, EndTxn
+    versions 0 to 4) keeps the producer's epoch and its sequences. A retried EndTxn of a version 1
+    transaction is answered while its state is still CompleteCommit/CompleteAbort; once the
+    producer's next transaction is open at the same epoch a late EndTxn cannot be told from that
+    transaction's own and ends it — the hole Kafka's protocol before V2 keeps, which V2 and the HTTP
+    API close."""
     _check_result(result)
     with broker.db.transaction() as conn:
         meta = coordinator.locked(conn, transactional_id)

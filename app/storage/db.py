@@ -240,6 +240,14 @@ class Database:
         self.url = url
         self.engine = create_engine(url, pool_size, max_overflow, limits, pool_timeout_ms)
 
+    @classmethod
+    def from_settings(cls, settings) -> "Database":  # type: ignore[no-untyped-def]
+        """A server process's database: ``settings.database_url`` with its pool and session limits."""
+        return cls(
+            settings.database_url, pool_size=settings.db_pool_size, max_overflow=settings.db_pool_max_overflow,
+            limits=SessionLimits.from_settings(settings), pool_timeout_ms=settings.db_pool_timeout_ms,
+        )
+
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Connection]:
         with translate_errors():

@@ -4,9 +4,13 @@ log. Services call these inside the transaction scopes they open."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import uuid
 from dataclasses import dataclass
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, AsyncIterator, Iterable, NamedTuple, Sequence
+
+import psycopg
 
 from psycopg.types.numeric import Int4, Int8
 from sqlalchemy import text
@@ -16,7 +20,7 @@ from app.domain.producer_state import BatchMetadata, ProducerStateEntry
 from app.domain.records import Headers, NewRecord, headers_object, record_size
 from app.domain.transactions import TopicPartition, TxnEvent, TxnMetadata, TxnState
 from app.errors import ErrorCode, TxlogError
-from app.storage.db import driver
+from app.storage.db import driver, libpq_url
 
 NOTIFY_CHANNEL = "txlog_append"
 
@@ -134,6 +138,31 @@ def topic_partitions(conn: Connection, name: str) -> int | None:
 
 
 @dataclass(frozen=True)
+class TopicMetadata:
+    name: str
+    partitions: int
+    topic_id: uuid.UUID
+
+
+def topics_metadata(
+    conn: Connection, names: Sequence[str] | None = None, topic_ids: Sequence[uuid.UUID] | None = None
+) -> list[TopicMetadata]:
+    """Topics with their partition counts and ids, in name order: every one, or those named in
+    ``names`` or identified in ``topic_ids`` that exist."""
+    if names is None and topic_ids is None:
+        rows = conn.execute(text("SELECT name, partitions, topic_id FROM txlog.topics ORDER BY name"))
+    else:
+        rows = conn.execute(
+            text(
+                "SELECT name, partitions, topic_id FROM txlog.topics "
+                "WHERE name = ANY(CAST(:names AS text[])) OR topic_id = ANY(CAST(:ids AS uuid[])) ORDER BY name"
+            ),
+            {"names": list(names or ()), "ids": list(topic_ids or ())},
+        )
+    return [TopicMetadata(*r) for r in rows]
+
+
+@dataclass(frozen=True)
 class PartitionStatus:
     topic: str
     partition: int
@@ -158,6 +187,19 @@ def partition_status(conn: Connection, topic: str, partition: int) -> PartitionS
     if row is None:
         raise unknown_partition(topic, partition)
     return PartitionStatus(*row)
+
+
+def partition_statuses(conn: Connection, wanted: Sequence[tuple[str, int]]) -> dict[tuple[str, int], PartitionStatus]:
+    """The status of each of ``wanted`` that exists (one statement, a primary-key lookup each)."""
+    wanted = [(t, p) for t, p in wanted if -(2**31) <= p < 2**31]  # no other partition number exists
+    if not wanted:
+        return {}
+    rows = driver(conn).execute(
+        _STATUS_SELECT + " WHERE (topic, partition) IN (SELECT * FROM unnest(CAST(%(topics)s AS text[]), CAST(%(parts)s AS int[])))",
+        {"topics": [t for t, _ in wanted], "parts": [p for _, p in wanted]},
+        binary=True,
+    ).fetchall()
+    return {(r[0], r[1]): PartitionStatus(*r) for r in rows}
 
 
 def partition_status_all(conn: Connection, topic: str | None = None) -> list[PartitionStatus]:
@@ -410,6 +452,16 @@ def fetch_listener_register(conn: Connection, topic: str, partition: int, lease_
     return row is not None
 
 
+@contextlib.asynccontextmanager
+async def append_notifications(database_url: str) -> AsyncIterator[AsyncIterator[str]]:
+    """A connection of its own LISTENing to appends (``NOTIFY txlog_append``, sent by ``log_append``
+    while a partition has a listening lease): yields the stream of their payloads,
+    ``"topic:partition"``, each arriving once the append committed. Ends with the connection."""
+    async with await psycopg.AsyncConnection.connect(libpq_url(database_url), autocommit=True) as conn:
+        await conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(NOTIFY_CHANNEL)))
+        yield (note.payload async for note in conn.notifies())
+
+
 def _headers(keys: list[str] | None, values: list[bytes | None] | None) -> Headers:
     return tuple(zip(keys, values)) if keys else ()  # type: ignore[arg-type]
 
@@ -478,6 +530,92 @@ def _fetch_sql(committed_only: bool) -> str:
 
 _FETCH_COMMITTED = _fetch_sql(True)
 _FETCH_UNCOMMITTED = _fetch_sql(False)
+
+
+class LogRow(NamedTuple):
+    """A stored row of the log as a Kafka record batch carries it: data or control record, with its
+    producer fields, its log position and, when asked, whether its transaction aborted."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    header_keys: list[str] | None
+    header_values: list[bytes | None] | None
+    timestamp_ms: int
+    producer_id: int | None
+    producer_epoch: int | None
+    sequence: int | None
+    is_transactional: bool
+    control_type: int | None
+    position: int  # bytes of data records before this one in the partition
+    txn_first_offset: int | None  # its transaction's first offset on the partition
+    aborted: bool  # its transaction aborted (txlog.log_records.aborted); only read when asked
+
+    @property
+    def headers(self) -> Headers:
+        return _headers(self.header_keys, self.header_values)
+
+    @property
+    def size(self) -> int:
+        return record_size(self.key, self.value, self.headers)
+
+
+def _fetch_log_sql(with_aborted: bool) -> str:
+    # The page ends at the first offset whose log position lies past the byte budget's end (the
+    # first record's position + max_bytes), found by bisecting [start + 1, end): positions grow
+    # with offsets, so that costs about log2(end - start) primary-key lookups, and the page itself
+    # is then one range scan of exactly the rows it returns. Rows of no bytes (markers, empty
+    # records) at the budget's very end are in. Only the page's last row can end past the budget
+    # (the caller drops it unless it is the first).
+    source = "txlog.log_records r" if with_aborted else "txlog.records r"
+    aborted = "r.aborted" if with_aborted else "false  -- not asked: read_uncommitted reads no aborted-transaction index"
+    return f"""
+        WITH RECURSIVE budget AS (
+            SELECT s.position + CAST(%(max_bytes)s AS bigint) AS end_position
+            FROM txlog.records s
+            WHERE s.topic = %(topic)s AND s.partition = %(partition)s AND s."offset" = %(start)s
+        ), cut(lo, hi) AS (
+            SELECT CAST(%(start)s AS bigint) + 1, CAST(%(end)s AS bigint) FROM budget
+          UNION ALL
+            SELECT CASE WHEN m.pos > b.end_position THEN c.lo ELSE m.mid + 1 END,
+                   CASE WHEN m.pos > b.end_position THEN m.mid ELSE c.hi END
+            FROM cut c
+            CROSS JOIN budget b
+            CROSS JOIN LATERAL (
+                SELECT (c.lo + c.hi) / 2 AS mid,
+                       (SELECT s.position FROM txlog.records s
+                        WHERE s.topic = %(topic)s AND s.partition = %(partition)s AND s."offset" = (c.lo + c.hi) / 2) AS pos
+            ) m
+            WHERE c.lo < c.hi
+        )
+        SELECT {_RECORD_COLUMNS}, r.position, r.txn_first_offset, {aborted}
+        FROM {source}
+        WHERE r.topic = %(topic)s AND r.partition = %(partition)s
+          AND r."offset" >= %(start)s AND r."offset" < (SELECT c.lo FROM cut c WHERE c.lo = c.hi)
+        ORDER BY r."offset"
+    """
+
+
+_FETCH_LOG_WITH_ABORTED = _fetch_log_sql(True)
+_FETCH_LOG = _fetch_log_sql(False)
+
+
+def records_fetch_log(
+    conn: Connection, topic: str, partition: int, start: int, end: int, max_bytes: int, with_aborted: bool
+) -> list[LogRow]:
+    """Every row of the log from ``start`` (control records and records of aborted transactions
+    included), in offset order, below ``end`` and within ``max_bytes`` of data counted from the
+    first row's log position: the rows that start inside the budget (or at its end), the first
+    always, so that only the last one may end past it (``start``
+    must be below ``end``, and at or above the log start). ``with_aborted`` flags rows of aborted
+    transactions (``txlog.log_records.aborted``, one index probe per row); otherwise the index is
+    not read. Reads at most ``end - start`` rows and about log2 of that in lookups; binary results."""
+    params = {
+        "topic": topic, "partition": _partition(topic, partition), "start": Int8(start), "end": Int8(end),
+        "max_bytes": Int8(max_bytes),
+    }
+    sql = _FETCH_LOG_WITH_ABORTED if with_aborted else _FETCH_LOG
+    return list(map(LogRow._make, driver(conn).execute(sql, params, binary=True).fetchall()))
 
 
 def records_browse(conn: Connection, topic: str, partition: int, start: int, limit: int) -> list[StoredRecord]:
@@ -1081,12 +1219,55 @@ def group_offsets_upsert(conn: Connection, group_id: str, offsets: Sequence[Grou
     )
 
 
-def group_offsets_get(conn: Connection, group_id: str) -> list[GroupOffset]:
-    rows = conn.execute(
-        text('SELECT topic, partition, "offset", metadata FROM txlog.group_offsets WHERE group_id = :g ORDER BY topic, partition'),
-        {"g": group_id},
+class GroupOffsetRow(NamedTuple):
+    topic: str
+    partition: int
+    offset: int | None  # None: nothing committed
+    metadata: str | None
+    pending: bool  # a transaction has an offset pending for the partition
+
+
+_GROUP_OFFSET_COLUMNS = """
+    k.topic, k.partition, g."offset", g.metadata,
+    EXISTS (SELECT 1 FROM txlog.pending_group_offsets p
+            WHERE p.group_id = :g AND p.topic = k.topic AND p.partition = k.partition) AS pending
+"""
+
+_GROUP_OFFSETS_OF = text(
+    f"""
+    SELECT {_GROUP_OFFSET_COLUMNS}
+    FROM unnest(CAST(:topics AS text[]), CAST(:parts AS int[])) WITH ORDINALITY AS k(topic, partition, i)
+    LEFT JOIN txlog.group_offsets g ON g.group_id = :g AND g.topic = k.topic AND g.partition = k.partition
+    ORDER BY k.i
+    """
+)
+
+_GROUP_OFFSETS_ALL = text(
+    f"""
+    WITH k AS (
+        SELECT topic, partition FROM txlog.group_offsets WHERE group_id = :g
+        UNION
+        SELECT topic, partition FROM txlog.pending_group_offsets WHERE group_id = :g
     )
-    return [GroupOffset(*r) for r in rows]
+    SELECT {_GROUP_OFFSET_COLUMNS}
+    FROM k
+    LEFT JOIN txlog.group_offsets g ON g.group_id = :g AND g.topic = k.topic AND g.partition = k.partition
+    ORDER BY k.topic, k.partition
+    """
+)
+
+
+def group_offsets_fetch(conn: Connection, group_id: str, partitions: Sequence[tuple[str, int]] | None = None) -> list[GroupOffsetRow]:
+    """A group's committed offset of each of ``partitions`` (in their order), or of every partition
+    with a committed or pending offset (in (topic, partition) order), each flagged if a transaction
+    has an offset pending for it (a primary-key lookup per partition in each table)."""
+    if partitions is None:
+        rows = conn.execute(_GROUP_OFFSETS_ALL, {"g": group_id})
+    else:
+        rows = conn.execute(
+            _GROUP_OFFSETS_OF, {"g": group_id, "topics": [t for t, _ in partitions], "parts": [p for _, p in partitions]}
+        )
+    return [GroupOffsetRow(*r) for r in rows]
 
 
 def group_ids(conn: Connection) -> list[str]:
@@ -1172,6 +1353,11 @@ def pending_offsets_of_txn(conn: Connection, transactional_id: str) -> list[dict
 
 # --- read side of the admin pages (inspection only; every statement is index-served) --------------
 
+# The latest time a record's timestamp can hold (PostgreSQL's last timestamptz, 294276-12-31, to the
+# whole second): a record is never later, and a later time does not convert to a timestamp.
+LAST_RECORD_TIME_MS = 9_224_318_015_999_000
+
+
 def partition_offsets_at(
     conn: Connection, times_ms: Sequence[int], topic: str | None = None, partition: int | None = None
 ) -> dict[tuple[str, int], list[int]]:
@@ -1221,6 +1407,36 @@ def partition_offsets_at(
     for t, p, _, offset in rows:
         out.setdefault((t, p), []).append(offset)
     return out
+
+
+def record_timestamp(conn: Connection, topic: str, partition: int, offset: int) -> int | None:
+    """The timestamp (epoch ms) of the record at ``offset``, if it is stored."""
+    return conn.execute(
+        text(
+            f"""SELECT {_ms('r."timestamp"')} FROM txlog.records r
+            WHERE r.topic = :topic AND r.partition = :partition AND r."offset" = :offset"""
+        ),
+        {"topic": topic, "partition": partition, "offset": offset},
+    ).scalar()
+
+
+def partition_max_timestamp(conn: Connection, topic: str, partition: int, start: int, end: int) -> tuple[int, int] | None:
+    """The data record with the largest timestamp in [start, end) — the first of them when several
+    share it — as (offset, timestamp ms) (Kafka's ListOffsets MAX_TIMESTAMP). Timestamps are the
+    producers' and no index orders them: this reads every record of the range once."""
+    row = conn.execute(
+        text(
+            f"""
+            SELECT r."offset", {_ms('r."timestamp"')} FROM txlog.records r
+            WHERE r.topic = :topic AND r.partition = :partition AND r."offset" >= :start AND r."offset" < :end
+              AND r.control_type IS NULL
+            ORDER BY r."timestamp" DESC, r."offset"
+            LIMIT 1
+            """
+        ),
+        {"topic": topic, "partition": partition, "start": start, "end": end},
+    ).first()
+    return (row[0], row[1]) if row else None
 
 
 @dataclass(frozen=True)
@@ -1474,3 +1690,77 @@ def group_offsets_with_status(conn: Connection, group_id: str) -> list[dict]:
         {"g": group_id},
     )
     return [dict(r._mapping) for r in rows]
+
+
+# --- the Kafka wire gateway's cluster -------------------------------------------------------------
+
+def cluster_id_get(conn: Connection) -> str | None:
+    return conn.execute(text("SELECT cluster_id FROM txlog.cluster WHERE id = 1")).scalar()
+
+
+def cluster_id_create(conn: Connection) -> None:
+    """Make the cluster id if there is none yet (the migration that creates the table makes it; a
+    schema built from the tables alone has none): a random UUID as Kafka writes one, URL-safe
+    base64 without padding."""
+    conn.execute(
+        text(
+            "INSERT INTO txlog.cluster (id, cluster_id) "
+            "VALUES (1, translate(rtrim(encode(uuid_send(gen_random_uuid()), 'base64'), '='), '+/', '-_')) "
+            "ON CONFLICT (id) DO NOTHING"
+        )
+    )
+
+
+@dataclass(frozen=True)
+class KafkaNode:
+    node_id: int
+    host: str
+    port: int
+    expires_at_ms: int
+
+
+def kafka_node_claim(conn: Connection, node_id: int, host: str, port: int, token: str, lease_ms: int) -> bool:
+    """Take or renew ``node_id`` for the process ``token`` until ``lease_ms`` from now (the
+    database's clock): granted when the id is free, its lease has ended, or ``token`` holds it
+    already (a renewal, also after its lease ended if nobody took the id meanwhile). False when
+    another process holds it, its lease running."""
+    row = conn.execute(
+        text(
+            """
+            INSERT INTO txlog.kafka_nodes (node_id, host, port, process_token, registered_at, expires_at)
+            VALUES (:node_id, :host, :port, :token, clock_timestamp(), clock_timestamp() + make_interval(secs => :lease_ms / 1000.0))
+            ON CONFLICT (node_id) DO UPDATE
+            SET host = EXCLUDED.host, port = EXCLUDED.port, process_token = EXCLUDED.process_token,
+                registered_at = CASE WHEN txlog.kafka_nodes.process_token = EXCLUDED.process_token
+                                     THEN txlog.kafka_nodes.registered_at ELSE EXCLUDED.registered_at END,
+                expires_at = EXCLUDED.expires_at
+            WHERE txlog.kafka_nodes.process_token = EXCLUDED.process_token OR txlog.kafka_nodes.expires_at <= clock_timestamp()
+            RETURNING node_id
+            """
+        ),
+        {"node_id": node_id, "host": host, "port": port, "token": token, "lease_ms": lease_ms},
+    ).first()
+    return row is not None
+
+
+def kafka_node_release(conn: Connection, node_id: int, token: str) -> None:
+    conn.execute(text("DELETE FROM txlog.kafka_nodes WHERE node_id = :node_id AND process_token = :token"), {"node_id": node_id, "token": token})
+
+
+def kafka_node_get(conn: Connection, node_id: int) -> KafkaNode | None:
+    row = conn.execute(
+        text(f"SELECT node_id, host, port, {_ms('expires_at')} FROM txlog.kafka_nodes WHERE node_id = :node_id"),
+        {"node_id": node_id},
+    ).first()
+    return KafkaNode(*row) if row else None
+
+
+def kafka_nodes_live(conn: Connection) -> list[KafkaNode]:
+    """The nodes whose lease runs, in node id order."""
+    rows = conn.execute(
+        text(
+            f"SELECT node_id, host, port, {_ms('expires_at')} FROM txlog.kafka_nodes "
+            "WHERE expires_at > clock_timestamp() ORDER BY node_id"
+        )
+    )
+    return [KafkaNode(*r) for r in rows]

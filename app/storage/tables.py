@@ -20,9 +20,10 @@ from sqlalchemy import (
     Sequence,
     Table,
     Text,
+    UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
 SCHEMA = "txlog"
 metadata = MetaData(schema=SCHEMA)
@@ -36,7 +37,10 @@ topics = Table(
     Column("partitions", Integer, nullable=False),
     Column("config", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("created_at", TS, nullable=False, server_default=text("now()")),
+    # Kafka's topic id (Metadata v10+, CreateTopics v7+): random, fixed when the topic is created.
+    Column("topic_id", UUID(as_uuid=True), nullable=False, server_default=text("gen_random_uuid()")),
     CheckConstraint("partitions > 0", name="topics_partitions_positive"),
+    UniqueConstraint("topic_id", name="topics_topic_id_key"),
 )
 
 # One row per topic partition. Its row lock is the append lock: offsets are assigned while it is
@@ -380,6 +384,36 @@ acls = Table(
         name="acls_operation",
     ),
     CheckConstraint("permission_type IN ('allow', 'deny')", name="acls_permission_type"),
+)
+
+# --- the Kafka wire gateway's cluster --------------------------------------------------------------
+
+# One row: the cluster's id, as Kafka's Metadata answers it (22 characters of URL-safe base64 of a
+# random UUID, as Kafka formats its cluster ids), made once by the migration that creates the table.
+cluster = Table(
+    "cluster",
+    metadata,
+    Column("id", SmallInteger, primary_key=True, autoincrement=False),
+    Column("cluster_id", Text, nullable=False),
+    Column("created_at", TS, nullable=False, server_default=text("now()")),
+    CheckConstraint("id = 1", name="cluster_one_row"),
+)
+
+# The gateway processes acting as the cluster's brokers: each holds its node id by a lease it
+# renews (``expires_at``, the database's clock). ``process_token`` is random per process: a second
+# process asking for a node id that a live lease holds is refused; once the lease ends the id is
+# anyone's. Rows whose lease ended stay until their id is taken again (they list no live node).
+kafka_nodes = Table(
+    "kafka_nodes",
+    metadata,
+    Column("node_id", Integer, primary_key=True, autoincrement=False),
+    Column("host", Text, nullable=False),
+    Column("port", Integer, nullable=False),
+    Column("process_token", Text, nullable=False),
+    Column("registered_at", TS, nullable=False),
+    Column("expires_at", TS, nullable=False),
+    CheckConstraint("node_id >= 0", name="kafka_nodes_node_id"),
+    CheckConstraint("port BETWEEN 1 AND 65535", name="kafka_nodes_port"),
 )
 
 # One row: raised in the same database transaction as every change of principals or ACLs, so each

@@ -48,9 +48,11 @@ class RequestContext:
     client_host: str
     executor: Executor | None = None
     # Process-wide parts, set by the server: the cluster view (live nodes, partition leaders, group
-    # coordinators) and the consumer-group coordinator.
+    # coordinators), the consumer-group coordinator and the appends' notifier that wakes
+    # long-polling fetches (``app.services.notify.AppendNotifier``; None: fetches do not wait).
     cluster: Any = None
     groups: Any = None
+    notifier: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -1,0 +1,87 @@
+"""``txlog kafka``: the Kafka wire gateway, a broker to Kafka's own clients over txlog's database."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from app.cli.server import DATABASE_URL, refuse_open_listener, resolve_database_url
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+
+def refuse_open_gateway(listen: str, auth: str, insecure: bool) -> None:
+    """The gateway authenticates no one yet (no SASL): like an HTTP server without authentication
+    it listens on loopback only unless ``--insecure``; and with TXLOG_AUTH=token it would let any
+    client past the ACLs, so it then runs only with ``--insecure`` too."""
+    from app.kafka.server import parse_listen
+
+    try:
+        host, _ = parse_listen(listen)
+    except ValueError as exc:
+        raise click.UsageError(f"--listen: {exc}") from None
+    if auth != "none" and not insecure:
+        raise click.UsageError(
+            "refusing to run the Kafka gateway with TXLOG_AUTH=token: it has no SASL yet, so its clients would "
+            "bypass the principals' ACLs. Pass --insecure to run it anyway (on a trusted network)."
+        )
+    refuse_open_listener(host, False, insecure, "The Kafka gateway has no authentication yet (no SASL)")
+
+
+@click.command()
+@click.option(
+    "--listen", default=None, metavar="HOST:PORT", help="Address to listen on (default: $TXLOG_KAFKA_LISTEN, else 127.0.0.1:9092)"
+)
+@click.option(
+    "--advertised-host", default=None, metavar="HOST",
+    help="Host clients are told to connect to (default: $TXLOG_KAFKA_ADVERTISED_HOST, else the listen host)",
+)
+@click.option(
+    "--node-id", type=click.IntRange(min=0), default=None, help="This gateway's broker id (default: $TXLOG_KAFKA_NODE_ID, else 0)"
+)
+@DATABASE_URL
+@click.option("--log-level", type=click.Choice(LOG_LEVELS), default="info", show_default=True)
+@click.option("--insecure", is_flag=True, help="Listen beyond loopback (or with TXLOG_AUTH=token) without authenticating clients")
+def kafka(
+    listen: str | None, advertised_host: str | None, node_id: int | None, database_url: str | None, log_level: str,
+    insecure: bool,
+) -> int:
+    """Run the Kafka wire gateway: Kafka clients (librdkafka, kafka-python, aiokafka, Java) produce
+    and consume over Kafka's protocol, with the same guarantees as the HTTP API."""
+    from app.config import load_settings
+    from app.kafka import server as gateway
+    from app.services import Broker
+    from app.services.sweeper import SweeperThread
+    from app.storage import migrate as migrations
+    from app.storage.db import Database
+
+    logging.basicConfig(
+        level=logging.DEBUG if log_level == "trace" else log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    overrides = {"kafka_listen": listen, "kafka_advertised_host": advertised_host, "kafka_node_id": node_id}
+    settings = load_settings(**overrides)
+    refuse_open_gateway(settings.kafka_listen, settings.auth, insecure)
+    host, port = gateway.parse_listen(settings.kafka_listen)
+    url, server = resolve_database_url(database_url)
+    try:
+        migrations.upgrade(url)
+        settings = load_settings(database_url=url, **overrides)
+        broker = Broker(Database.from_settings(settings), settings)
+        print(f"txlog kafka: database {url}", file=sys.stderr)
+        # Transactions begun over the wire time out as those begun over HTTP: the sweeper aborts them.
+        sweeper = SweeperThread(broker)
+        sweeper.start()
+        try:
+            gateway.run(broker, host, port, settings.kafka_node_id, settings.kafka_advertised_host)
+        except gateway.ListenError as exc:
+            raise click.ClickException(str(exc)) from None
+        finally:
+            sweeper.stop()
+            broker.db.dispose()
+    finally:
+        if server is not None:
+            server.stop()  # type: ignore[attr-defined]
+    return 0

@@ -1,0 +1,42 @@
+"""Which gateway process answers for what, when several act as the brokers of one cluster.
+
+Every record lives once, in PostgreSQL, so any gateway can serve any partition; the rules below
+only spread the work. Each gateway computes them from the same list of live node ids (the node
+registry, ``txlog.kafka_nodes``), so all of them give a client the same answer. A node joining or
+leaving moves some partitions and groups to another node; clients follow through Metadata and
+FindCoordinator, as they do when a Kafka broker goes away. No I/O here.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from app.domain.partitioner import murmur2, to_positive
+from app.errors import ErrorCode, TxlogError
+
+
+def _ordered(node_ids: Iterable[int]) -> list[int]:
+    nodes = sorted(set(node_ids))
+    if not nodes:
+        raise TxlogError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "No live gateway node")
+    return nodes
+
+
+def _hash(text: str) -> int:
+    """A stable, non-negative hash of a name: Kafka's murmur2 of its UTF-8 bytes."""
+    return to_positive(murmur2(text.encode("utf-8", errors="surrogatepass")))
+
+
+def leader_of(topic: str, partition: int, node_ids: Iterable[int]) -> int:
+    """The node leading a topic partition: the topic's hash plus the partition number, modulo the
+    number of live nodes, indexes the node ids in order. A topic's partitions go round the nodes
+    in turn, starting at a node that depends on the topic."""
+    nodes = _ordered(node_ids)
+    return nodes[(_hash(topic) + partition) % len(nodes)]
+
+
+def coordinator_of(key: str, node_ids: Iterable[int]) -> int:
+    """The node coordinating a consumer group (or a transactional id): the key's hash modulo the
+    number of live nodes indexes the node ids in order."""
+    nodes = _ordered(node_ids)
+    return nodes[_hash(key) % len(nodes)]

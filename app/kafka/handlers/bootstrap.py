@@ -1,0 +1,233 @@
+"""What a client asks first: ApiVersions, Metadata, CreateTopics and FindCoordinator.
+
+Topics come from ``app.services.topics``; the brokers, partition leaders and coordinators from the
+cluster view (``ctx.cluster``). txlog keeps one copy of every record, in PostgreSQL: each partition
+has one replica, its leader, at leader epoch 0, and a replication factor asked for at creation is
+accepted and not applied (the database's own replication is what keeps the data).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+from app.domain.records import validate_partition_count, validate_topic_name
+from app.domain.retention import validate_topic_config
+from app.errors import ErrorCode, TxlogError
+from app.kafka import versions
+from app.kafka.handlers import Node, RequestContext
+from app.services import Broker
+from app.services import topics
+
+# Topic ids are not kept yet: every topic answers the zero UUID (Fetch is served up to v12, which
+# names topics, so no client needs an id).
+ZERO_TOPIC_ID = uuid.UUID(int=0)
+LEADER_EPOCH = 0
+# Kafka's check of ApiVersions v3+'s client software name and version.
+_SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+# config_source of a topic's own config (Kafka's DYNAMIC_TOPIC_CONFIG)
+_TOPIC_CONFIG = 1
+_COORDINATOR_GROUP, _COORDINATOR_TRANSACTION = 0, 1
+
+
+def _error(exc: TxlogError) -> tuple[int, str]:
+    return exc.code.kafka_code, exc.message
+
+
+# -- ApiVersions ---------------------------------------------------------------------------------
+
+
+async def handle_api_versions(ctx: RequestContext, request: Any) -> dict:
+    """The served keys and versions, from the one table. No feature is finalized: without
+    ``transaction.version`` clients keep Kafka's first transaction protocol (one epoch across a
+    producer's transactions), which is the one served. An error is answered as a v0 body."""
+    api_keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, lo, hi in versions.advertised()]
+    if ctx.api_version >= 3:
+        name, version = request.client_software_name, request.client_software_version
+        if not (name and version and _SOFTWARE.fullmatch(name) and _SOFTWARE.fullmatch(version)):
+            return {"error_code": ErrorCode.INVALID_REQUEST.kafka_code, "api_keys": api_keys}
+    return {"error_code": 0, "api_keys": api_keys, "throttle_time_ms": 0}
+
+
+# -- Metadata ------------------------------------------------------------------------------------
+
+
+async def handle_metadata(ctx: RequestContext, request: Any) -> dict:
+    """Brokers, and the topics asked for: all of them when the list is null (or empty in v0), none
+    when it is empty. An unknown topic is UNKNOWN_TOPIC_OR_PARTITION, unless auto-creation is on
+    (TXLOG_KAFKA_AUTO_CREATE_TOPICS, and the request allows it from v4) and creates it with
+    TXLOG_KAFKA_NUM_PARTITIONS partitions; an illegal name is INVALID_TOPIC_EXCEPTION."""
+    existing = dict(await ctx.call(topics.list_topics, ctx.broker))
+    requested = request.topics
+    if ctx.api_version == 0 and not requested:
+        requested = None
+    if requested is None:
+        answers = [_topic(ctx, name, existing[name]) for name in sorted(existing)]
+    else:
+        settings = ctx.broker.settings
+        auto_create = settings.kafka_auto_create_topics and (ctx.api_version < 4 or request.allow_auto_topic_creation)
+        answers, seen = [], set()
+        for entry in requested:
+            name = entry.name
+            if name is None:  # v10+ asks by topic id: none is kept yet
+                answers.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID.kafka_code, "name": None, "topic_id": entry.topic_id})
+                continue
+            if name in seen:
+                continue
+            seen.add(name)
+            if name in existing:
+                answers.append(_topic(ctx, name, existing[name]))
+                continue
+            try:
+                validate_topic_name(name)
+                if not auto_create:
+                    raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name!r} does not exist")
+                partitions = await ctx.call(_create_if_absent, ctx.broker, name, settings.kafka_num_partitions)
+            except TxlogError as exc:
+                answers.append({"error_code": exc.code.kafka_code, "name": name, "topic_id": ZERO_TOPIC_ID})
+            else:
+                answers.append(_topic(ctx, name, partitions))
+    return {
+        "throttle_time_ms": 0,
+        "brokers": [_broker(node) for node in ctx.cluster.list_nodes()],
+        "cluster_id": ctx.cluster.cluster_id,
+        "controller_id": ctx.node.node_id,
+        "topics": answers,
+    }
+
+
+def _create_if_absent(broker: Broker, name: str, partitions: int) -> int:
+    """Create a topic for Metadata's auto-creation: its partition count, also when another request
+    created it meanwhile."""
+    try:
+        topics.create_topic(broker, name, partitions)
+    except TxlogError as exc:
+        if exc.code is not ErrorCode.TOPIC_ALREADY_EXISTS:
+            raise
+        return topics.partition_count(broker, name)
+    return partitions
+
+
+def _broker(node: Node) -> dict:
+    return {"node_id": node.node_id, "host": node.host, "port": node.port, "rack": None}
+
+
+def _topic(ctx: RequestContext, name: str, partitions: int) -> dict:
+    answer = []
+    for partition in range(partitions):
+        leader = ctx.cluster.leader_of(name, partition).node_id
+        answer.append({
+            "error_code": 0,
+            "partition_index": partition,
+            "leader_id": leader,
+            "leader_epoch": LEADER_EPOCH,
+            "replica_nodes": [leader],
+            "isr_nodes": [leader],
+            "offline_replicas": [],
+        })
+    return {"error_code": 0, "name": name, "topic_id": ZERO_TOPIC_ID, "is_internal": False, "partitions": answer}
+
+
+# -- CreateTopics --------------------------------------------------------------------------------
+
+
+async def handle_create_topics(ctx: RequestContext, request: Any) -> dict:
+    """Each topic is created (or, with validate_only, checked) on its own and answered with its
+    own error. num_partitions -1 takes TXLOG_KAFKA_NUM_PARTITIONS; a manual assignment gives the
+    partition count (its broker ids are not used); replication_factor -1 or any positive number
+    is accepted (one copy is kept, in PostgreSQL); configs go to the topic as the HTTP API keeps
+    them (retention.ms and retention.bytes are applied)."""
+    names = [topic.name for topic in request.topics]
+    duplicated = {name for name in names if names.count(name) > 1}
+    results = []
+    for topic in request.topics:
+        if topic.name in duplicated:
+            error = ErrorCode.INVALID_REQUEST.kafka_code, f"Topic {topic.name!r} appears more than once in the request"
+            results.append(_created(topic.name, error=error))
+            continue
+        try:
+            partitions, config = _creatable(ctx, topic)
+            config = await ctx.call(_create_topic, ctx.broker, topic.name, partitions, config, request.validate_only)
+        except TxlogError as exc:
+            results.append(_created(topic.name, error=_error(exc)))
+        else:
+            results.append(_created(topic.name, partitions, config))
+    return {"throttle_time_ms": 0, "topics": results}
+
+
+def _creatable(ctx: RequestContext, topic: Any) -> tuple[int, dict[str, str]]:
+    """The partition count and config a CreateTopics entry asks for."""
+    if topic.assignments:
+        if topic.num_partitions != -1 or topic.replication_factor != -1:
+            raise TxlogError(
+                ErrorCode.INVALID_REQUEST, "A manual assignment goes with num_partitions and replication_factor -1"
+            )
+        indexes = sorted(a.partition_index for a in topic.assignments)
+        if indexes != list(range(len(indexes))):
+            raise TxlogError(ErrorCode.INVALID_REQUEST, "A manual assignment numbers its partitions from 0 without gaps")
+        partitions = len(indexes)
+    else:
+        partitions = ctx.broker.settings.kafka_num_partitions if topic.num_partitions == -1 else topic.num_partitions
+        if topic.replication_factor == 0 or topic.replication_factor < -1:
+            raise TxlogError(
+                ErrorCode.INVALID_REPLICATION_FACTOR, f"Replication factor must be -1 or at least 1, not {topic.replication_factor}"
+            )
+    config = {c.name: c.value for c in topic.configs if c.value is not None}
+    return partitions, config
+
+
+def _create_topic(broker: Broker, name: str, partitions: int, config: dict, validate_only: bool) -> dict:
+    """Create the topic, or check that it could be created; its config as kept."""
+    if not validate_only:
+        topics.create_topic(broker, name, partitions, config)
+        return topics.topic_config(broker, name)
+    validate_topic_name(name)
+    validate_partition_count(partitions, broker.settings.max_partitions_per_topic)
+    config = validate_topic_config(config)
+    if name in dict(topics.list_topics(broker)):
+        raise TxlogError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic {name!r} already exists")
+    return config
+
+
+def _created(name: str, partitions: int = -1, config: dict | None = None, error: tuple[int, str] | None = None) -> dict:
+    code, message = error or (0, None)
+    return {
+        "name": name,
+        "topic_id": ZERO_TOPIC_ID,
+        "error_code": code,
+        "error_message": message,
+        "num_partitions": partitions,
+        "replication_factor": -1 if error else 1,
+        "configs": [
+            {"name": key, "value": str(value), "read_only": False, "config_source": _TOPIC_CONFIG, "is_sensitive": False}
+            for key, value in sorted((config or {}).items())
+        ],
+    }
+
+
+# -- FindCoordinator -----------------------------------------------------------------------------
+
+
+async def handle_find_coordinator(ctx: RequestContext, request: Any) -> dict:
+    """A group's coordinator is the node the cluster view assigns to the group; any node
+    coordinates transactions, whose state lives in PostgreSQL under row locks: this one. v4 asks
+    for several keys at once."""
+    if ctx.api_version >= 4:
+        return {"throttle_time_ms": 0, "coordinators": [_coordinator(ctx, request.key_type, key) for key in request.coordinator_keys]}
+    answer = _coordinator(ctx, request.key_type, request.key)
+    del answer["key"]
+    return {"throttle_time_ms": 0, **answer}
+
+
+def _coordinator(ctx: RequestContext, key_type: int, key: str) -> dict:
+    if key_type == _COORDINATOR_GROUP:
+        node = ctx.cluster.coordinator_of(key)
+    elif key_type == _COORDINATOR_TRANSACTION:
+        node = ctx.node
+    else:
+        return {
+            "key": key, "node_id": -1, "host": "", "port": -1,
+            "error_code": ErrorCode.INVALID_REQUEST.kafka_code, "error_message": f"Coordinator type {key_type} is not served",
+        }
+    return {"key": key, "node_id": node.node_id, "host": node.host, "port": node.port, "error_code": 0, "error_message": None}

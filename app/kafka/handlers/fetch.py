@@ -1,0 +1,251 @@
+"""Fetch and ListOffsets: the log as ``app.services.fetch`` reads it, in Kafka's record batches.
+
+Fetch (v4 to v12, topics by name):
+
+- Every requested partition is answered, in the order asked, each with its own error
+  (UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE with the high watermark and log start offset):
+  a consumer checks that a full fetch names exactly the partitions it asked for.
+- A partition's records are one ``fetch_log`` page (data, transaction markers and records of
+  aborted transactions alike, so a consumer's position moves past markers), encoded as batches
+  whose base offset is the page's first offset: a fetch from the middle of what a producer sent as
+  one batch starts exactly there. read_committed pages end at the last stable offset and carry the
+  aborted transactions a consumer skips records by; read_uncommitted ones carry none (null).
+- Sizes are of the encoded batches (a page is cut where its batches could pass the limit, record
+  and batch headers counted at their largest). Each partition gets at most its
+  ``partition_max_bytes`` and what is left of the request's ``max_bytes``; the first record of the
+  first partition that has any is sent whatever its size, so a consumer always moves on (KIP-74).
+  Records are stored one per row, so that first record is a batch of its own when it alone is
+  above the limit, where Kafka would send the whole batch the producer wrote.
+- No incremental fetch sessions: ``session_id`` is always 0, which every client takes as "send the
+  full list each time"; forgotten topics and the session epoch are ignored.
+- Long-poll: when the records come to less than ``min_bytes``, some partition was asked for and
+  none failed, the fetch waits, for at most ``max_wait_ms`` (bounded by TXLOG_MAX_FETCH_WAIT_MS,
+  and not at all while TXLOG_MAX_LONG_POLLS fetches already wait in this process), on the
+  process's append notifications, and reads again after each append to one of its partitions. It
+  holds no thread while it waits, and answers at the deadline with what there is (a
+  read_committed fetch whose last stable offset does not move included).
+
+ListOffsets (v1 to v7): per partition the log start (-2), the reader's end (-1: the high watermark,
+or from v2 the last stable offset for read_committed), the record with the largest timestamp (-3),
+or the first offset whose timestamp is at or after a timestamp >= 0 — offset and timestamp -1
+when there is none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Sequence
+
+from app.domain.limits import long_poll_wait_ms
+from app.domain.records import IsolationLevel
+from app.errors import ErrorCode, TxlogError
+from app.kafka import records
+from app.kafka.handlers import RequestContext
+from app.kafka.handlers.bootstrap import LEADER_EPOCH
+from app.services import Broker
+from app.services import fetch as fetch_service
+from app.services.notify import AppendNotifier, Subscription
+
+_ISOLATION_LEVELS: dict[int, IsolationLevel] = {0: "read_uncommitted", 1: "read_committed"}
+_NO_OFFSET = -1
+_NO_LEADER_EPOCH = -1
+_NO_READ_REPLICA = -1
+_SESSIONLESS = 0
+# The most a record adds to its key, value and header bytes once encoded: its length, attributes,
+# timestamp delta (a varlong), offset delta, key length, value length and header count, each
+# varint at its longest (a control record's key and value, not counted in its size, fit in this
+# too); and the two lengths of each header.
+_RECORD_OVERHEAD_MAX = 5 + 1 + 10 + 5 + 5 + 5 + 5
+_HEADER_OVERHEAD_MAX = 5 + 5
+
+
+def _isolation(level: int) -> IsolationLevel:
+    try:
+        return _ISOLATION_LEVELS[level]
+    except KeyError:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, f"Unknown isolation level {level}") from None
+
+
+# -- Fetch ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Wanted:
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+
+
+@dataclass(frozen=True)
+class _Read:
+    """One reading of every requested partition."""
+
+    partitions: list[dict]  # the answers, in request order
+    size: int  # bytes of records in them
+    failed: bool  # some partition answered an error
+
+
+async def handle_fetch(ctx: RequestContext, request: Any) -> dict:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    isolation = _isolation(request.isolation_level)
+    wanted = [
+        _Wanted(topic.topic, part.partition, part.fetch_offset, part.partition_max_bytes)
+        for topic in request.topics
+        for part in topic.partitions
+    ]
+    read = await ctx.call(_read, ctx.broker, wanted, request.max_bytes, isolation)
+    notifier: AppendNotifier | None = ctx.notifier
+    if notifier is not None and wanted and read.size < request.min_bytes and not read.failed:
+        settings = ctx.broker.settings
+        wait_ms = long_poll_wait_ms(request.max_wait_ms, settings.max_fetch_wait_ms, notifier.waiting, settings.max_long_polls)
+        deadline = started + wait_ms / 1000
+        if deadline > loop.time():
+            partitions = list(dict.fromkeys((w.topic, w.partition) for w in wanted))
+            async with _subscribed(notifier, partitions) as subscriptions:
+                # Read again once subscribed: an append between the first reading and the
+                # subscription would otherwise wake nobody.
+                read = await ctx.call(_read, ctx.broker, wanted, request.max_bytes, isolation)
+                while read.size < request.min_bytes and not read.failed and (left := deadline - loop.time()) > 0:
+                    if not await _woken(subscriptions, left):
+                        break
+                    read = await ctx.call(_read, ctx.broker, wanted, request.max_bytes, isolation)
+    answers = iter(read.partitions)
+    return {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "session_id": _SESSIONLESS,
+        "responses": [
+            {"topic": topic.topic, "partitions": [next(answers) for _ in topic.partitions]} for topic in request.topics
+        ],
+    }
+
+
+def _read(broker: Broker, wanted: Sequence[_Wanted], max_bytes: int, isolation: IsolationLevel) -> _Read:
+    """Each partition's page and its record batches, in the gateway's thread pool: the byte budget
+    passes from one partition to the next, as a Kafka broker reads them."""
+    answers = []
+    left = max_bytes
+    first_whole = True  # until a partition has records: its first record goes whatever its size
+    failed = False
+    for w in wanted:
+        limit = max(0, min(w.max_bytes, left))
+        try:
+            page = fetch_service.fetch_log(broker, w.topic, w.partition, w.offset, max(limit, 1), isolation)
+        except TxlogError as exc:
+            answers.append(_partition_error(w.partition, exc))
+            failed = True
+            continue
+        data, last_offset = _batches_within(page.records, limit, first_whole)
+        aborted = page.aborted_transactions
+        if aborted is not None:
+            aborted = [
+                {"producer_id": pid, "first_offset": first} for pid, first in aborted
+                if last_offset is not None and first <= last_offset
+            ]
+        answers.append({
+            "partition_index": w.partition,
+            "error_code": 0,
+            "high_watermark": page.high_watermark,
+            "last_stable_offset": page.last_stable_offset,
+            "log_start_offset": page.log_start_offset,
+            "aborted_transactions": aborted,
+            "preferred_read_replica": _NO_READ_REPLICA,
+            "records": data,
+        })
+        if data:
+            left -= len(data)
+            first_whole = False
+    return _Read(answers, max_bytes - left, failed)
+
+
+def _batches_within(rows: Sequence[Any], limit: int, first_whole: bool) -> tuple[bytes, int | None]:
+    """The record batches of the longest head of ``rows`` that surely encodes within ``limit`` bytes
+    (at least the first row when ``first_whole``), and the offset of its last row (None: no row).
+    The page was cut by the bytes of keys, values and headers; batch and record headers come on
+    top, counted here at their largest, so that the rows are encoded once."""
+    kept = 0
+    size = 0
+    for run in records.batch_runs(rows):
+        size += records.HEADER_SIZE
+        for row in run:
+            size += row.size + _RECORD_OVERHEAD_MAX + _HEADER_OVERHEAD_MAX * len(row.header_keys or ())
+            if size > limit and not (kept == 0 and first_whole):
+                break
+            kept += 1
+        else:
+            continue
+        break
+    if not kept:
+        return b"", None
+    return records.encode_records(rows[:kept]), rows[kept - 1].offset
+
+
+def _partition_error(partition: int, exc: TxlogError) -> dict:
+    return {
+        "partition_index": partition,
+        "error_code": exc.code.kafka_code,
+        "high_watermark": exc.details.get("high_watermark", _NO_OFFSET),
+        "last_stable_offset": _NO_OFFSET,
+        "log_start_offset": exc.details.get("log_start_offset", _NO_OFFSET),
+        "aborted_transactions": None,
+        "preferred_read_replica": _NO_READ_REPLICA,
+        "records": b"",
+    }
+
+
+@contextlib.asynccontextmanager
+async def _subscribed(notifier: AppendNotifier, partitions: Sequence[tuple[str, int]]) -> AsyncIterator[list[Subscription]]:
+    async with contextlib.AsyncExitStack() as stack:
+        yield [await stack.enter_async_context(notifier.subscribe(topic, partition)) for topic, partition in partitions]
+
+
+async def _woken(subscriptions: Sequence[Subscription], timeout: float) -> bool:
+    """Whether an append to one of the partitions came within ``timeout`` seconds."""
+    if len(subscriptions) == 1:
+        return await subscriptions[0].wait(timeout)
+    waits = [asyncio.ensure_future(s.wait(timeout)) for s in subscriptions]
+    try:
+        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        return any(w.result() for w in done)
+    finally:
+        for w in waits:
+            w.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+
+
+# -- ListOffsets ---------------------------------------------------------------------------------
+
+
+async def handle_list_offsets(ctx: RequestContext, request: Any) -> dict:
+    """Errors are per partition; a partition asked for twice is INVALID_REQUEST, as Kafka answers it."""
+    isolation = _isolation(request.isolation_level) if ctx.api_version >= 2 else "read_uncommitted"
+    asked = [(topic.name, part.partition_index, part.timestamp) for topic in request.topics for part in topic.partitions]
+    times = Counter((t, p) for t, p, _ in asked)
+    repeated = {tp for tp, n in times.items() if n > 1}
+    once = [a for a in asked if (a[0], a[1]) not in repeated]
+    results = iter(await ctx.call(fetch_service.list_offsets, ctx.broker, once, isolation) if once else ())
+    topics = []
+    for topic in request.topics:
+        answers = []
+        for part in topic.partitions:
+            if (topic.name, part.partition_index) in repeated:
+                error = TxlogError(ErrorCode.INVALID_REQUEST, f"Partition {topic.name}-{part.partition_index} is asked for more than once")
+                answers.append(_listed(part.partition_index, None, error))
+            else:
+                result = next(results)
+                answers.append(_listed(part.partition_index, result.offset, result.error))
+        topics.append({"name": topic.name, "partitions": answers})
+    return {"throttle_time_ms": 0, "topics": topics}
+
+
+def _listed(partition: int, found: Any, error: TxlogError | None) -> dict:
+    if error is not None or found is None:
+        code = error.code.kafka_code if error is not None else 0
+        return {"partition_index": partition, "error_code": code, "timestamp": _NO_OFFSET, "offset": _NO_OFFSET, "leader_epoch": _NO_LEADER_EPOCH}
+    timestamp = _NO_OFFSET if found.timestamp_ms is None else found.timestamp_ms
+    return {"partition_index": partition, "error_code": 0, "timestamp": timestamp, "offset": found.offset, "leader_epoch": LEADER_EPOCH}

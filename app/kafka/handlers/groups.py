@@ -1,0 +1,150 @@
+"""JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroups and ListGroups: wire requests to the
+group coordinator (``ctx.groups``) and back. Only the versions' differences live here; every rule
+is the coordinator's (``app.domain.groups``).
+
+Versions read from the schemas: JoinGroup 0–9, SyncGroup 0–5, Heartbeat 0–4, LeaveGroup 0–5,
+DescribeGroups 0–6, ListGroups 0–5.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.errors import ErrorCode
+from app.kafka.handlers import RequestContext
+
+
+def _code(error: ErrorCode | None) -> int:
+    return 0 if error is None else error.kafka_code
+
+
+async def handle_join_group(ctx: RequestContext, request: Any) -> dict:
+    v = ctx.api_version
+    result = await ctx.groups.join_group(
+        request.group_id,
+        request.member_id,
+        request.group_instance_id if v >= 5 else None,
+        request.session_timeout_ms,
+        # v0 has no rebalance timeout: the session timeout stands in for it, as in Kafka.
+        request.rebalance_timeout_ms if v >= 1 else request.session_timeout_ms,
+        request.protocol_type,
+        [(p.name, bytes(p.metadata)) for p in request.protocols],
+        client_id=ctx.client_id or "",
+        client_host=ctx.client_host,
+        require_known_member_id=v >= 4,
+        supports_skip_assignment=v >= 9,
+    )
+    return {
+        "throttle_time_ms": 0,
+        "error_code": _code(result.error),
+        "generation_id": result.generation_id,
+        "protocol_type": result.protocol_type,
+        # Nullable from v7; before that "no protocol" is the empty string.
+        "protocol_name": result.protocol_name if v >= 7 or result.protocol_name is not None else "",
+        "leader": result.leader_id,
+        "skip_assignment": result.skip_assignment,
+        "member_id": result.member_id,
+        "members": [
+            {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "metadata": m.metadata}
+            for m in result.members
+        ],
+    }
+
+
+async def handle_sync_group(ctx: RequestContext, request: Any) -> dict:
+    v = ctx.api_version
+    result = await ctx.groups.sync_group(
+        request.group_id,
+        request.generation_id,
+        request.member_id,
+        request.group_instance_id if v >= 3 else None,
+        request.protocol_type if v >= 5 else None,
+        request.protocol_name if v >= 5 else None,
+        [(a.member_id, bytes(a.assignment)) for a in request.assignments],
+    )
+    return {
+        "throttle_time_ms": 0,
+        "error_code": _code(result.error),
+        "protocol_type": result.protocol_type,
+        "protocol_name": result.protocol_name,
+        "assignment": result.assignment,
+    }
+
+
+async def handle_heartbeat(ctx: RequestContext, request: Any) -> dict:
+    error = ctx.groups.heartbeat(
+        request.group_id,
+        request.generation_id,
+        request.member_id,
+        request.group_instance_id if ctx.api_version >= 3 else None,
+    )
+    return {"throttle_time_ms": 0, "error_code": _code(error)}
+
+
+async def handle_leave_group(ctx: RequestContext, request: Any) -> dict:
+    v = ctx.api_version
+    if v >= 3:
+        leaving = [(m.member_id, m.group_instance_id) for m in request.members]
+    else:
+        leaving = [(request.member_id, None)]
+    answer = ctx.groups.leave_group(request.group_id, leaving)
+    if v >= 3:
+        return {
+            "throttle_time_ms": 0,
+            "error_code": _code(answer.error),
+            "members": [
+                {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "error_code": _code(m.error)}
+                for m in answer.members
+            ],
+        }
+    # v0–2 have one error: the request's, else the member's.
+    error = answer.error or next((m.error for m in answer.members if m.error is not None), None)
+    return {"throttle_time_ms": 0, "error_code": _code(error)}
+
+
+async def handle_describe_groups(ctx: RequestContext, request: Any) -> dict:
+    v = ctx.api_version
+    described = []
+    for d in ctx.groups.describe_groups(request.groups):
+        error = d.error
+        if error is ErrorCode.GROUP_ID_NOT_FOUND and v < 6:
+            error = None  # before v6 an unknown group is described as Dead, without an error
+        described.append(
+            {
+                "error_code": _code(error),
+                "error_message": f"Group {d.group_id} not found." if error is ErrorCode.GROUP_ID_NOT_FOUND else None,
+                "group_id": d.group_id,
+                "group_state": d.state,
+                "protocol_type": d.protocol_type,
+                "protocol_data": d.protocol_data,
+                "members": [
+                    {
+                        "member_id": m.member_id,
+                        "group_instance_id": m.group_instance_id,
+                        "client_id": m.client_id,
+                        "client_host": m.client_host,
+                        "member_metadata": m.metadata,
+                        "member_assignment": m.assignment,
+                    }
+                    for m in d.members
+                ],
+                # authorized_operations stays at the schema's default: "not provided".
+            }
+        )
+    return {"throttle_time_ms": 0, "groups": described}
+
+
+async def handle_list_groups(ctx: RequestContext, request: Any) -> dict:
+    v = ctx.api_version
+    listed = ctx.groups.list_groups(
+        request.states_filter if v >= 4 else (),
+        request.types_filter if v >= 5 else (),
+    )
+    return {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "groups": [
+            {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state, "group_type": g.group_type}
+            for g in listed
+        ],
+    }

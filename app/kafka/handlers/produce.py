@@ -1,0 +1,98 @@
+"""Produce: each partition's record batch decoded, checked and appended by the produce service.
+
+A partition's answer follows its own database commit (acks=1 and acks=-1 are the same thing here:
+an acknowledged batch is committed in PostgreSQL, which is as durable as the database is). The
+partitions of one request are appended concurrently, each in its own database transaction, as a
+Kafka broker appends each partition to its own log; each gets its own error code. A duplicate (a
+producer's retry of a batch already appended) is answered with the offsets it was given the first
+time.
+
+Transactional batches come from clients of Kafka's first transaction protocol (no client sends
+Produce v12 here): their partitions must have been added with AddPartitionsToTxn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from app.errors import ErrorCode, TxlogError
+from app.kafka import records
+from app.kafka.handlers import RequestContext
+from app.services import produce as produce_service
+
+# Produce v0-2 carry message sets of magic 0 and 1, which txlog does not store (Kafka 4 refuses them
+# the same way); they are advertised only because librdkafka before 2.11.1 turns compression off
+# when Produce v0 is not (KAFKA-18659).
+FIRST_SERVED_VERSION = 3
+_ACKS = (-1, 0, 1)
+
+
+async def handle_produce(ctx: RequestContext, request: Any) -> dict | None:
+    acks = request.acks
+    code = None
+    if ctx.api_version < FIRST_SERVED_VERSION:
+        code = TxlogError(ErrorCode.UNSUPPORTED_VERSION, "Produce below v3 (message format v0/v1) is not supported")
+    elif acks not in _ACKS:
+        code = TxlogError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {acks}")
+    transactional_id = request.transactional_id if ctx.api_version >= 3 else None
+    jobs = []
+    for topic in request.topic_data:
+        for part in topic.partition_data:
+            if code is not None:
+                jobs.append(_failed(topic.name, part.index, code))
+            else:
+                jobs.append(_append(ctx, topic.name, part.index, part.records, transactional_id))
+    answers = await asyncio.gather(*jobs)
+    if acks == 0:
+        return None
+    by_topic: dict[str, list[dict]] = {}
+    for name, answer in answers:
+        by_topic.setdefault(name, []).append(answer)
+    return {
+        "responses": [{"name": name, "partition_responses": parts} for name, parts in by_topic.items()],
+        "throttle_time_ms": 0,
+    }
+
+
+async def _failed(topic: str, partition: int, exc: TxlogError) -> tuple[str, dict]:
+    return topic, _error(partition, exc)
+
+
+def _error(partition: int, exc: TxlogError) -> dict:
+    return {
+        "index": partition,
+        "error_code": exc.code.kafka_code,
+        "base_offset": -1,
+        "log_append_time_ms": -1,
+        "log_start_offset": -1,
+        "error_message": exc.message,
+    }
+
+
+async def _append(ctx: RequestContext, topic: str, partition: int, data: bytes | None, transactional_id: str | None) -> tuple[str, dict]:
+    try:
+        result = await ctx.call(_produce, ctx, topic, partition, data, transactional_id)
+    except TxlogError as exc:
+        return topic, _error(partition, exc)
+    return topic, {
+        "index": partition,
+        "error_code": 0,
+        "base_offset": result.base_offset,
+        "log_append_time_ms": -1,  # CreateTime: the producer's timestamps are kept
+        "log_start_offset": result.log_start_offset,
+    }
+
+
+def _produce(ctx: RequestContext, topic: str, partition: int, data: bytes | None, transactional_id: str | None) -> produce_service.ProduceResult:
+    """Decoding runs here, in the service's thread, not on the event loop."""
+    settings = ctx.broker.settings
+    batches = records.decode_batches(
+        data, max_records=settings.kafka_max_batch_records, max_decompressed_bytes=settings.kafka_max_decompressed_bytes
+    )
+    if len(batches) != 1:
+        # As Kafka from Produce v3: one batch per partition, so one batch is one append, answered
+        # with one base offset.
+        raise TxlogError(ErrorCode.INVALID_RECORD, f"A produce request carries exactly one record batch per partition, not {len(batches)}")
+    req = records.produce_request(batches[0], transactional_id, require_added=True)
+    return produce_service.produce(ctx.broker, topic, partition, req)

@@ -1,0 +1,163 @@
+"""The transaction APIs: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit and
+EndTxn, over ``app.services.transactions``.
+
+Kafka clients speak the first transaction protocol here (transactions V2 is not advertised): a
+producer keeps its epoch and its sequences across transactions, adds each partition and group with
+AddPartitionsToTxn / AddOffsetsToTxn before writing to it, and EndTxn (below v5) does not bump the
+epoch. The coordinator runs those transactions in its version-1 mode; the rules (fencing, states,
+timeouts, the refusal of a batch for a partition not added) are the services'. Any gateway can
+coordinate any transaction: its state is in PostgreSQL, under the transaction's row lock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.errors import ErrorCode, TxlogError
+from app.kafka.handlers import RequestContext
+from app.services import transactions as txn_service
+from app.storage.queries import GroupOffset
+
+# The first transaction protocol (Kafka's transactions V1): the epoch is kept across transactions.
+TRANSACTION_VERSION = 1
+NO_PRODUCER_ID = -1
+
+# PRODUCER_FENCED (KIP-588) is sent only from these versions; older clients know the fencing of
+# a producer as INVALID_PRODUCER_EPOCH.
+_PRODUCER_FENCED_SINCE = {"InitProducerId": 4, "AddPartitionsToTxn": 2, "AddOffsetsToTxn": 2, "EndTxn": 2, "TxnOffsetCommit": 3}
+
+
+def _code(exc: TxlogError, api: str, version: int) -> int:
+    if exc.code is ErrorCode.PRODUCER_FENCED and version < _PRODUCER_FENCED_SINCE[api]:
+        return ErrorCode.INVALID_PRODUCER_EPOCH.kafka_code
+    return exc.code.kafka_code
+
+
+async def handle_init_producer_id(ctx: RequestContext, request: Any) -> dict:
+    """A producer id and epoch: fresh for an idempotent producer; for a transactional id, the
+    current producer id at the next epoch, which fences the previous producer and ends its open
+    transaction. From v3 a producer that already holds an id and epoch names them (KIP-360): a
+    retry of the init that made the current epoch gets the same answer, a stale one is fenced."""
+    pid = request.producer_id if ctx.api_version >= 3 else NO_PRODUCER_ID
+    epoch = request.producer_epoch if ctx.api_version >= 3 else -1
+    transactional = request.transactional_id is not None
+    given = pid != NO_PRODUCER_ID and transactional
+    try:
+        got = await ctx.call(
+            txn_service.init_producer_id,
+            ctx.broker,
+            request.transactional_id,
+            # an idempotent producer has no transaction to time out (librdkafka sends its default)
+            request.transaction_timeout_ms if transactional else None,
+            pid if given else None,
+            epoch if given else None,
+        )
+    except TxlogError as exc:
+        return {"throttle_time_ms": 0, "error_code": _code(exc, "InitProducerId", ctx.api_version),
+                "producer_id": NO_PRODUCER_ID, "producer_epoch": -1}
+    return {"throttle_time_ms": 0, "error_code": 0, "producer_id": got.producer_id, "producer_epoch": got.producer_epoch}
+
+
+async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> dict:
+    """v0-3: the partitions join the producer's transaction, starting it if none is open. One
+    outcome for all of them, as the coordinator records them in one step; when some partition does
+    not exist, it is UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED."""
+    # v0-3 name their fields v3_and_below_* (v4+ is between brokers, a batch of transactions).
+    asked = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
+    try:
+        await ctx.call(
+            txn_service.add_partitions_to_txn,
+            ctx.broker,
+            request.v3_and_below_transactional_id,
+            request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch,
+            asked,
+        )
+        codes = {tp: 0 for tp in asked}
+    except TxlogError as exc:
+        missing = set(exc.details.get("partitions", ())) if exc.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION else set()
+        code = _code(exc, "AddPartitionsToTxn", ctx.api_version)
+        if missing:
+            not_attempted = ErrorCode.OPERATION_NOT_ATTEMPTED.kafka_code
+            codes = {tp: code if tp in missing else not_attempted for tp in asked}
+        else:
+            codes = {tp: code for tp in asked}
+    results: dict[str, list[dict]] = {}
+    for (topic, partition), code in codes.items():
+        results.setdefault(topic, []).append({"partition_index": partition, "partition_error_code": code})
+    return {
+        "throttle_time_ms": 0,
+        "results_by_topic_v3_and_below": [{"name": t, "results_by_partition": parts} for t, parts in results.items()],
+    }
+
+
+async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> dict:
+    """The consumer group joins the transaction, so that TxnOffsetCommit may follow."""
+    try:
+        await ctx.call(
+            txn_service.add_offsets_to_txn,
+            ctx.broker,
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            request.group_id,
+        )
+    except TxlogError as exc:
+        return {"throttle_time_ms": 0, "error_code": _code(exc, "AddOffsetsToTxn", ctx.api_version)}
+    return {"throttle_time_ms": 0, "error_code": 0}
+
+
+async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
+    """The group's offsets, pending in the transaction until it commits. From v3 the request
+    carries the consumer's generation and member id, and a zombie (an older generation of the
+    group, KIP-447) is refused by the group coordinator before anything is written."""
+    offsets = [
+        GroupOffset(t.name, p.partition_index, p.committed_offset, p.committed_metadata or "")
+        for t in request.topics
+        for p in t.partitions
+    ]
+    code = 0
+    if ctx.api_version >= 3 and ctx.groups is not None:
+        fenced = ctx.groups.check_offset_commit(
+            request.group_id, request.generation_id, request.member_id, request.group_instance_id, transactional=True
+        )
+        if fenced is not None:
+            code = fenced.kafka_code
+    if code == 0:
+        try:
+            await ctx.call(
+                txn_service.txn_offset_commit,
+                ctx.broker,
+                request.transactional_id,
+                request.producer_id,
+                request.producer_epoch,
+                request.group_id,
+                offsets,
+                None,
+                True,
+            )
+        except TxlogError as exc:
+            code = _code(exc, "TxnOffsetCommit", ctx.api_version)
+    topics: dict[str, list[dict]] = {}
+    for o in offsets:
+        topics.setdefault(o.topic, []).append({"partition_index": o.partition, "error_code": code})
+    return {"throttle_time_ms": 0, "topics": [{"name": t, "partitions": parts} for t, parts in topics.items()]}
+
+
+async def handle_end_txn(ctx: RequestContext, request: Any) -> dict:
+    """Commit or abort: markers, offsets and the completed state in one database transaction, the
+    producer's epoch kept (the first transaction protocol)."""
+    result = "commit" if request.committed else "abort"
+    try:
+        await ctx.call(
+            txn_service.end_txn,
+            ctx.broker,
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            result,
+            TRANSACTION_VERSION,
+        )
+    except TxlogError as exc:
+        return {"throttle_time_ms": 0, "error_code": _code(exc, "EndTxn", ctx.api_version)}
+    return {"throttle_time_ms": 0, "error_code": 0}

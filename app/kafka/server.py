@@ -1,0 +1,294 @@
+"""The gateway's listener: Kafka's framing over TCP, one request at a time per connection.
+
+- A frame is a 4-byte size and that many bytes. A size below a request header or above
+  TXLOG_KAFKA_MAX_FRAME_BYTES, or a frame that does not decode, closes that connection only.
+- A connection is served one request at a time, as Kafka mutes a channel until it has answered:
+  answers leave in the order the requests came.
+- Every request is answered, an error included (a ``TxlogError`` with its Kafka code, anything
+  else UNKNOWN_SERVER_ERROR, logged), except Produce with acks=0, which is never answered (and
+  whose failure closes the connection, as Kafka does, so the client notices).
+- A key or version not in the table (``versions``) is answered UNSUPPORTED_VERSION when the codec
+  can write that API's answer; ApiVersions of any version is answered (a v0 body with the list),
+  and otherwise the connection is closed.
+- Services run in a thread pool the size of the database pool, never on the event loop.
+- One LISTEN connection per process (``app.services.notify``), started and stopped with the
+  listener, wakes the fetches that long-poll (Fetch's max_wait_ms and min_bytes).
+- At most TXLOG_KAFKA_MAX_CONNECTIONS connections: one beyond is closed at once.
+- SIGTERM or SIGINT: stop accepting, let each request in progress be answered (a few seconds at
+  most), close the connections.
+
+``Cluster`` is the view of the brokers that Metadata and FindCoordinator answer with; here one
+node, this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import signal
+import socket
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+from app.config import Settings
+from app.errors import ErrorCode, TxlogError
+from app.kafka import protocol, versions
+from app.kafka.handlers import Node, RequestContext
+from app.services import Broker
+from app.services import fetch as fetch_service
+from app.services.notify import AppendNotifier
+
+log = logging.getLogger("txlog.kafka")
+
+IDLE_TIMEOUT_S = 600.0  # Kafka's connections.max.idle.ms
+SHUTDOWN_GRACE_S = 5.0  # how long a request in progress has to be answered at shutdown
+CLUSTER_ID = "txlog"
+
+
+class Cluster(Protocol):
+    """Which nodes clients see, which one leads a partition and which one coordinates a group.
+    Every node must answer the same for the same live nodes."""
+
+    cluster_id: str
+
+    def list_nodes(self) -> list[Node]: ...
+
+    def leader_of(self, topic: str, partition: int) -> Node: ...
+
+    def coordinator_of(self, key: str) -> Node: ...
+
+
+class SingleNode:
+    """A cluster of one node: this gateway leads every partition and coordinates every group."""
+
+    def __init__(self, node: Node, cluster_id: str = CLUSTER_ID) -> None:
+        self.node = node
+        self.cluster_id = cluster_id
+
+    def list_nodes(self) -> list[Node]:
+        return [self.node]
+
+    def leader_of(self, topic: str, partition: int) -> Node:
+        return self.node
+
+    def coordinator_of(self, key: str) -> Node:
+        return self.node
+
+
+class ListenError(OSError):
+    """The gateway cannot listen on the address it was given."""
+
+
+class CloseConnection(Exception):
+    """End this connection without an answer."""
+
+
+class Gateway:
+    """The listener and the dispatch of one gateway process."""
+
+    def __init__(
+        self, broker: Broker, node: Node, cluster: Cluster | None = None, executor: ThreadPoolExecutor | None = None,
+        groups: Any = None,
+    ) -> None:
+        self.broker = broker
+        self.settings: Settings = broker.settings
+        self.node = node
+        self.cluster = cluster or SingleNode(node)
+        self.executor = executor
+        self.groups = groups
+        self.notifier: AppendNotifier | None = None
+        self.routes = versions.resolve()
+        self.api_keys = versions.advertised()
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: dict[asyncio.Task, bool] = {}  # task -> busy answering a request
+        self._closing = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on ``host:port``; answer the port (the one chosen when ``port`` is 0)."""
+        try:
+            self._server = await asyncio.start_server(self._connection, host, port, reuse_address=True)
+        except OSError as exc:
+            raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+        if self.settings.database_url:
+            self.notifier = AppendNotifier(
+                self.settings.database_url, functools.partial(fetch_service.listen, self.broker), self._run_blocking
+            )
+            self.notifier.start()
+        return self._server.sockets[0].getsockname()[1]
+
+    def _run_blocking(self, fn: Any, *args: Any) -> Any:
+        return asyncio.get_running_loop().run_in_executor(self.executor, functools.partial(fn, *args))
+
+    async def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
+        """Stop accepting; connections waiting for a request close now, those answering one close
+        once it is answered, or after ``grace_s``."""
+        self._closing = True
+        if self._server is not None:
+            self._server.close()
+        for task, busy in list(self._connections.items()):
+            if not busy:
+                task.cancel()
+        tasks = list(self._connections)
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=grace_s)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+        if self.notifier is not None:
+            await self.notifier.stop()
+
+    # -- connections -------------------------------------------------------------------------------
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        peer = writer.get_extra_info("peername")
+        client = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if self._closing or len(self._connections) >= self.settings.kafka_max_connections:
+            log.warning("refusing a connection from %s: %d connections open", client, len(self._connections))
+            writer.close()
+            return
+        self._connections[task] = False
+        try:
+            await self._serve(reader, writer, client)
+        except asyncio.CancelledError:
+            pass
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            pass  # the client went away, or sent no whole request for IDLE_TIMEOUT_S
+        except CloseConnection as exc:
+            log.info("closing the connection from %s: %s", client, exc)
+        except protocol.FrameError as exc:
+            log.warning("closing the connection from %s: %s", client, exc)
+        except Exception:
+            log.exception("closing the connection from %s", client)
+        finally:
+            self._connections.pop(task, None)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client: str) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        max_frame = self.settings.kafka_max_frame_bytes
+        while not self._closing:
+            async with asyncio.timeout(IDLE_TIMEOUT_S):  # the next request, whole, within the idle time
+                prefix = await reader.readexactly(4)
+                size = int.from_bytes(prefix, "big", signed=True)
+                if size < protocol.HEADER_MIN_BYTES:
+                    raise protocol.FrameError(f"a frame of {size} bytes is shorter than a request header")
+                if size > max_frame:
+                    raise protocol.FrameError(f"a frame of {size} bytes is above TXLOG_KAFKA_MAX_FRAME_BYTES ({max_frame})")
+                frame = await reader.readexactly(size)
+            self._connections[task] = True
+            answer = await self.answer(frame, client)
+            if answer is not None:
+                writer.write(answer)
+                await writer.drain()
+            self._connections[task] = False
+
+    # -- requests ----------------------------------------------------------------------------------
+
+    async def answer(self, frame: bytes, client: str = "") -> bytes | None:
+        """The framed answer to one request frame, or None (Produce with acks=0). Raises
+        ``FrameError`` or ``CloseConnection`` when the connection must close instead."""
+        header = protocol.read_header(frame)
+        route = self.routes.get(header.api_key)
+        if route is None or not route[0].serves(header.api_version):
+            return self._unsupported(frame, header)
+        request = protocol.decode_request(frame)
+        api, handler = route
+        ctx = RequestContext(
+            broker=self.broker, node=self.node, api_key=header.api_key, api_version=header.api_version,
+            correlation_id=header.correlation_id, client_id=header.client_id, client_host=client.rpartition(":")[0],
+            executor=self.executor, cluster=self.cluster, groups=self.groups, notifier=self.notifier,
+        )
+        no_answer = header.api_key == protocol.ApiKey.Produce and request.body.acks == 0
+        try:
+            body = await handler(ctx, request.body)
+            if body is None and not no_answer:
+                raise RuntimeError(f"the {api.name} handler gave no answer")
+            return None if body is None else protocol.encode_response(header, body)
+        except TxlogError as exc:
+            code, message = exc.code, exc.message
+        except Exception:
+            log.exception("%s v%d from %s (%s) failed", api.name, header.api_version, client, header.client_id)
+            code, message = ErrorCode.UNKNOWN_SERVER_ERROR, ErrorCode.UNKNOWN_SERVER_ERROR.value.default_message
+        if no_answer:
+            raise CloseConnection(f"Produce with acks=0 failed: {code.name}: {message}")
+        return protocol.error_response(header, code.kafka_code, message, request.body)
+
+    def _unsupported(self, frame: bytes, header: protocol.RequestHeader) -> bytes:
+        code = ErrorCode.UNSUPPORTED_VERSION
+        name = protocol.api_name(header.api_key)
+        if header.api_key == protocol.ApiKey.ApiVersions:
+            return protocol.api_versions_fallback(header, self.api_keys, code.kafka_code)
+        if not protocol.has_codec(header.api_key, header.api_version):
+            raise CloseConnection(f"{name} v{header.api_version} is not served (API key {header.api_key})")
+        request = protocol.decode_request(frame)
+        served = versions.BY_KEY.get(header.api_key)
+        message = f"{name} v{header.api_version} is not served" + (
+            f" (versions {served.min_version} to {served.max_version} are)" if served else ""
+        )
+        answer = protocol.error_response(header, code.kafka_code, message, request.body)
+        assert answer is not None
+        return answer
+
+
+# -- the process -------------------------------------------------------------------------------------
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:9092`` for IPv6) as a host and a port."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ValueError(f"expected HOST:PORT, not {listen!r}")
+    return host.strip("[]"), int(port)
+
+
+def advertised(host: str) -> str:
+    """The host clients are told to connect to when none is set: the listen host, or this machine's
+    name when listening on every address."""
+    return socket.getfqdn() if host in ("0.0.0.0", "::", "") else host
+
+
+async def serve(broker: Broker, host: str, port: int, node_id: int, advertised_host: str | None = None) -> None:
+    """Run a gateway until SIGTERM or SIGINT."""
+    settings = broker.settings
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    with ThreadPoolExecutor(max_workers=settings.db_pool_size, thread_name_prefix="txlog-kafka") as executor:
+        # the port is known once bound (port 0 picks one): the node is made after
+        gateway = Gateway(broker, Node(node_id, advertised_host or advertised(host), port or 0), executor=executor)
+        bound = await gateway.start(host, port)
+        if bound != port:
+            gateway.node = Node(node_id, gateway.node.host, bound)
+            gateway.cluster = SingleNode(gateway.node)
+        print(
+            f"txlog kafka gateway on {host}:{bound} as node {node_id} ({gateway.node.host}:{bound} for clients), "
+            f"serving {len(gateway.routes)} API keys",
+            file=sys.stderr, flush=True,
+        )
+        await stop.wait()
+        log.info("stopping")
+        await gateway.stop()
+
+
+def run(broker: Broker, host: str, port: int, node_id: int, advertised_host: str | None = None) -> None:
+    """``serve`` on uvloop when it is installed."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
+        asyncio.run(serve(broker, host, port, node_id, advertised_host))
+        return
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(serve(broker, host, port, node_id, advertised_host))

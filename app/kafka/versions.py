@@ -1,0 +1,94 @@
+"""The one table of the API keys and versions the gateway serves.
+
+It feeds both the dispatch (``server``) and the ApiVersions answer, so what is advertised cannot
+drift from what is served: a key is listed here only once its handler exists, with the versions
+that handler serves. Handlers are named as ``"module:function"`` and resolved when the gateway
+starts (``resolve``), so that this module imports no handler and a missing one stops the start.
+
+Each range is what its handler serves faithfully, not everything the codec knows: clients pick the
+highest version both sides have, and several decide which features to use from these ranges
+(librdkafka writes record batches v2 only when Produce >= 3 and Fetch >= 4 are both advertised,
+and compresses only when Produce v0 is).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+from app.kafka.protocol import ApiKey
+
+Handler = Callable[[Any, Any], Awaitable[dict | None]]
+
+
+@dataclass(frozen=True)
+class Api:
+    api_key: int
+    min_version: int
+    max_version: int
+    handler: str  # "package.module:function"
+
+    @property
+    def name(self) -> str:
+        return ApiKey(self.api_key).name
+
+    def serves(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+
+_BOOTSTRAP = "app.kafka.handlers.bootstrap"
+_FETCH = "app.kafka.handlers.fetch"
+
+APIS: tuple[Api, ...] = (
+    Api(ApiKey.Produce, 0, 10, "app.kafka.handlers.produce:handle_produce"),  # min 0: KAFKA-18659; v0-2 refused
+    Api(ApiKey.Fetch, 4, 12, f"{_FETCH}:handle_fetch"),  # with Produce >= 3, or librdkafka writes magic 0 batches; v13+ needs topic ids
+    Api(ApiKey.ListOffsets, 1, 7, f"{_FETCH}:handle_list_offsets"),  # v8+: tiered storage
+    Api(ApiKey.Metadata, 0, 12, f"{_BOOTSTRAP}:handle_metadata"),  # v10+ topic ids: the zero UUID
+    Api(ApiKey.FindCoordinator, 0, 4, f"{_BOOTSTRAP}:handle_find_coordinator"),  # v4: batched keys
+    Api(ApiKey.ApiVersions, 0, 4, f"{_BOOTSTRAP}:handle_api_versions"),  # v3+: flexible, client software
+    Api(ApiKey.CreateTopics, 2, 7, f"{_BOOTSTRAP}:handle_create_topics"),
+    # Added with their handlers (the advertised column of the study's table; keep the order of keys):
+    # Api(ApiKey.OffsetCommit, 2, 9, "app.kafka.handlers.offsets:handle_offset_commit"),
+    # Api(ApiKey.OffsetFetch, 1, 9, "app.kafka.handlers.offsets:handle_offset_fetch"),
+    # Api(ApiKey.JoinGroup, 0, 9, "app.kafka.handlers.groups:handle_join_group"),
+    # Api(ApiKey.Heartbeat, 0, 4, "app.kafka.handlers.groups:handle_heartbeat"),
+    # Api(ApiKey.LeaveGroup, 0, 5, "app.kafka.handlers.groups:handle_leave_group"),
+    # Api(ApiKey.SyncGroup, 0, 5, "app.kafka.handlers.groups:handle_sync_group"),
+    # Api(ApiKey.DescribeGroups, 0, 5, "app.kafka.handlers.groups:handle_describe_groups"),
+    # Api(ApiKey.ListGroups, 0, 4, "app.kafka.handlers.groups:handle_list_groups"),
+    Api(ApiKey.InitProducerId, 0, 4, "app.kafka.handlers.transactions:handle_init_producer_id"),  # v3+: KIP-360
+    Api(ApiKey.AddPartitionsToTxn, 0, 3, "app.kafka.handlers.transactions:handle_add_partitions_to_txn"),  # v4+: brokers only
+    Api(ApiKey.AddOffsetsToTxn, 0, 3, "app.kafka.handlers.transactions:handle_add_offsets_to_txn"),
+    Api(ApiKey.EndTxn, 0, 3, "app.kafka.handlers.transactions:handle_end_txn"),  # v4: TRANSACTION_ABORTABLE; v5: V2
+    Api(ApiKey.TxnOffsetCommit, 0, 3, "app.kafka.handlers.transactions:handle_txn_offset_commit"),  # v3+: KIP-447 fence
+)
+
+BY_KEY: dict[int, Api] = {api.api_key: api for api in APIS}
+assert len(BY_KEY) == len(APIS), "an API key is listed twice"
+
+
+def advertised() -> list[tuple[int, int, int]]:
+    """``(api_key, min_version, max_version)`` of every served API, by key: the ApiVersions answer."""
+    return sorted((api.api_key, api.min_version, api.max_version) for api in APIS)
+
+
+def lookup(api_key: int, version: int) -> Api | None:
+    """The table's entry when it serves ``version`` of ``api_key``, else None."""
+    api = BY_KEY.get(api_key)
+    return api if api is not None and api.serves(version) else None
+
+
+def resolve_handler(dotted: str) -> Handler:
+    module, _, function = dotted.partition(":")
+    if not module or not function:
+        raise ValueError(f"a handler is named 'package.module:function', not {dotted!r}")
+    handler = getattr(importlib.import_module(module), function, None)
+    if handler is None or not callable(handler):
+        raise ValueError(f"{module} has no handler {function!r}")
+    return handler
+
+
+def resolve(apis: tuple[Api, ...] = APIS) -> dict[int, tuple[Api, Handler]]:
+    """Every entry with its handler function, by key (raises if one is missing)."""
+    return {api.api_key: (api, resolve_handler(api.handler)) for api in apis}

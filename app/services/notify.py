@@ -1,0 +1,122 @@
+"""Long-poll support: one LISTEN connection per process wakes the fetches waiting on a partition.
+
+An append ``NOTIFY txlog_append, 'topic:partition'`` in its own transaction (so the notification
+arrives only after the records are committed), and only while some process holds a listening
+lease on the partition: appends nobody waits for pay nothing. A fetch subscribes *before* it
+reads, and the subscription makes sure the process's lease covers the longest wait before the
+fetch reads, so an append between its read and its wait still wakes it.
+
+Used by every asyncio way in: the HTTP API's fetch (``api/notify.py`` runs the blocking lease
+calls in Starlette's thread pool) and the Kafka gateway's (in its executor, or ``asyncio.to_thread``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+from app.storage.queries import append_notifications
+
+log = logging.getLogger("txlog.notify")
+
+# How a blocking call runs off the event loop: ``run(fn, *args)`` → awaitable of its result.
+RunBlocking = Callable[..., Awaitable[Any]]
+
+
+class Subscription:
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def fire(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        self._event.clear()
+        return True
+
+
+# A process's listening lease on a partition lasts LEASE_S and is renewed by a subscription that
+# finds less than RENEW_BELOW_S left, which is more than the longest long-poll (60 s): a lease
+# always outlasts the wait that checked it. A process that dies leaves appends notifying for at
+# most LEASE_S.
+LEASE_S = 120.0
+RENEW_BELOW_S = 65.0
+
+
+class AppendNotifier:
+    def __init__(
+        self, database_url: str, listen: Callable[[str, int, int], bool], run_blocking: RunBlocking | None = None
+    ) -> None:
+        """``listen(topic, partition, lease_ms)`` takes or renews the process's lease (blocking: it
+        runs through ``run_blocking``, by default ``asyncio.to_thread``)."""
+        self.database_url = database_url
+        self._listen = listen
+        self._run_blocking: RunBlocking = run_blocking or asyncio.to_thread
+        self._subs: dict[str, set[Subscription]] = defaultdict(set)
+        self._leases: dict[tuple[str, int], float] = {}  # monotonic time each lease ends
+        self._task: asyncio.Task[None] | None = None
+        self.waiting = 0  # long-polling fetches subscribed now
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._listen_forever())
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+    async def _ensure_lease(self, topic: str, partition: int) -> None:
+        now = time.monotonic()
+        if self._leases.get((topic, partition), 0.0) - now >= RENEW_BELOW_S:
+            return
+        try:
+            if await self._run_blocking(self._listen, topic, partition, int(LEASE_S * 1000)):
+                self._leases[(topic, partition)] = now + LEASE_S
+        except Exception as exc:  # the database is away: the fetch itself will say so, or time out
+            log.debug("cannot take a listening lease on %s-%s: %s", topic, partition, exc)
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self, topic: str, partition: int) -> AsyncIterator[Subscription]:
+        key = f"{topic}:{partition}"
+        sub = Subscription()
+        self._subs[key].add(sub)
+        self.waiting += 1
+        try:
+            await self._ensure_lease(topic, partition)
+            yield sub
+        finally:
+            self.waiting -= 1
+            self._subs[key].discard(sub)
+            if not self._subs[key]:
+                del self._subs[key]
+
+    def _wake_all(self) -> None:
+        for subs in self._subs.values():
+            for sub in subs:
+                sub.fire()
+
+    async def _listen_forever(self) -> None:
+        backoff = 0.1
+        while True:
+            try:
+                async with append_notifications(self.database_url) as payloads:
+                    backoff = 0.1
+                    self._wake_all()  # anything missed while disconnected: let waiters re-read
+                    async for payload in payloads:
+                        for sub in list(self._subs.get(payload, ())):
+                            sub.fire()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # database away: keep trying; waiters just time out meanwhile
+                log.debug("listener disconnected: %s", exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)

@@ -1,0 +1,186 @@
+"""Fixtures for the Kafka wire gateway: real ``txlog kafka`` processes on real databases, and a raw
+connection that speaks frames for the tests that need bytes no client sends."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from app.kafka import protocol
+from tests.conftest import fresh_database
+from tests.support import ROOT, free_port, wait_until
+
+
+class GatewayProcess:
+    """``txlog kafka`` in a subprocess, on a free port, against a given database."""
+
+    def __init__(self, database_url: str, env: dict[str, str] | None = None, log_path: Path | None = None, node_id: int = 0) -> None:
+        self.database_url = database_url
+        self.port = free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.node_id = node_id
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("TXLOG_")}
+        self.env.update({"TXLOG_DATABASE_URL": database_url, **(env or {})})
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60) -> "GatewayProcess":
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "kafka", "--listen", self.bootstrap, "--node-id", str(self.node_id),
+             "--log-level", "info"],
+            cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        wait_until(self._accepting, timeout, 0.1, f"the gateway on {self.bootstrap} to accept connections")
+        return self
+
+    def _accepting(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the gateway exited with {self.proc.returncode}:\n{self.log()}")
+        with socket.socket() as s:
+            s.settimeout(0.5)
+            return s.connect_ex(("127.0.0.1", self.port)) == 0
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int | None:
+        """Signal the gateway and wait for it; its exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=30)
+        return self.proc.returncode
+
+    def connect(self, timeout: float = 10) -> "RawConnection":
+        return RawConnection(socket.create_connection(("127.0.0.1", self.port), timeout=timeout))
+
+    def __enter__(self) -> "GatewayProcess":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class RawConnection:
+    """Frames over a plain socket: requests built with ``app.kafka.protocol``, answers read back."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.correlation_id = 0
+
+    def send(self, api_key: int, version: int, body: dict[str, Any] | None = None, client_id: str | None = "raw-test") -> int:
+        self.correlation_id += 1
+        self.sock.sendall(protocol.encode_request(api_key, version, body or {}, self.correlation_id, client_id))
+        return self.correlation_id
+
+    def send_bytes(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def read_frame(self) -> bytes | None:
+        """The next answer frame without its size prefix, or None once the gateway closed the connection."""
+        prefix = self._read(4)
+        if prefix is None:
+            return None
+        size = struct.unpack(">i", prefix)[0]
+        frame = self._read(size)
+        assert frame is not None, "the connection closed inside an answer"
+        return frame
+
+    def _read(self, n: int) -> bytes | None:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                assert not data, "the connection closed inside an answer"
+                return None
+            data += chunk
+        return data
+
+    def request(self, api_key: int, version: int, body: dict[str, Any] | None = None) -> Any:
+        """Send one request and decode its answer (which must carry its correlation id)."""
+        correlation_id = self.send(api_key, version, body)
+        frame = self.read_frame()
+        assert frame is not None, "the gateway closed the connection instead of answering"
+        got, answer = protocol.decode_response(api_key, version, frame)
+        assert got == correlation_id
+        return answer
+
+    def closed_by_peer(self) -> bool:
+        """Whether the gateway closed the connection (end of stream, or a reset)."""
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> "RawConnection":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@pytest.fixture(scope="session")
+def gateway_db(pg_admin_url: str, template_db: str) -> Iterator[str]:
+    with fresh_database(pg_admin_url, template_db) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def gateway(gateway_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    """One real gateway for the session's wire tests, topics auto-created (each test names its own)."""
+    log = tmp_path_factory.mktemp("gateway") / "gateway.log"
+    env = {"TXLOG_KAFKA_AUTO_CREATE_TOPICS": "true", "TXLOG_KAFKA_NUM_PARTITIONS": "2"}
+    with GatewayProcess(gateway_db, env=env, log_path=log) as g:
+        yield g
+
+
+@pytest.fixture
+def start_gateway(
+    pg_admin_url: str, template_db: str, tmp_path: Path
+) -> Iterator[Callable[..., GatewayProcess]]:
+    """Start more gateways, each on a database of its own, with TXLOG_* settings given as keywords
+    (``kafka_auto_create_topics="false"``); all stopped at the end of the test."""
+    started: list[tuple[GatewayProcess, contextlib.ExitStack]] = []
+
+    def start(**settings: str) -> GatewayProcess:
+        stack = contextlib.ExitStack()
+        url = stack.enter_context(fresh_database(pg_admin_url, template_db))
+        env = {f"TXLOG_{k.upper()}": str(v) for k, v in settings.items()}
+        g = GatewayProcess(url, env=env, log_path=tmp_path / f"gateway-{len(started)}.log")
+        started.append((g, stack))
+        return g.start()
+
+    yield start
+    for g, stack in reversed(started):
+        g.stop()
+        stack.close()
+
+
+@pytest.fixture
+def raw(gateway: GatewayProcess) -> Iterator[RawConnection]:
+    with gateway.connect() as conn:
+        yield conn
+
