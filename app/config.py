@@ -89,10 +89,12 @@ class Settings(BaseSettings):
     kafka_max_decompressed_bytes: int = Field(67_108_864, gt=0)
     kafka_max_batch_records: int = Field(1_000_000, gt=0)
     kafka_max_connections: int = Field(1_000, gt=0)
-    # Group coordination: group.initial.rebalance.delay.ms and the session timeouts a member may ask for.
+    # Group coordination: group.initial.rebalance.delay.ms, the session timeouts a member may ask for,
+    # and group.max.size (None: no limit; members beyond it get GROUP_MAX_SIZE_REACHED).
     kafka_group_initial_rebalance_delay_ms: int = Field(3_000, ge=0)
     kafka_group_min_session_timeout_ms: int = Field(6_000, gt=0)
     kafka_group_max_session_timeout_ms: int = Field(1_800_000, gt=0)
+    kafka_group_max_size: int | None = Field(None, gt=0)
     # How long a gateway's entry in the node registry lives without renewal (renewed at a third).
     kafka_node_lease_ms: int = Field(10_000, gt=0)
 

@@ -76,7 +76,7 @@ def kafka(
         sweeper.start()
         try:
             gateway.run(broker, host, port, settings.kafka_node_id, settings.kafka_advertised_host)
-        except gateway.ListenError as exc:
+        except (gateway.ListenError, gateway.NodeIdInUse) as exc:
             raise click.ClickException(str(exc)) from None
         finally:
             sweeper.stop()

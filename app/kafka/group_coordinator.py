@@ -81,6 +81,7 @@ class GroupCoordinator:
             min_session_timeout_ms=settings.kafka_group_min_session_timeout_ms,
             max_session_timeout_ms=settings.kafka_group_max_session_timeout_ms,
             initial_rebalance_delay_ms=settings.kafka_group_initial_rebalance_delay_ms,
+            max_size=settings.kafka_group_max_size,
         )
         return cls(config, **kwargs)
 
@@ -164,6 +165,11 @@ class GroupCoordinator:
         )
         self._apply(group_id, outcome)
         return outcome.reply  # type: ignore[return-value]
+
+    def check_offset_fetch(self, group_id: str) -> ErrorCode | None:
+        """May this gateway answer OffsetFetch for the group? None if so (NOT_COORDINATOR when another
+        gateway coordinates it). The offsets themselves are read by the services."""
+        return self._refusal(group_id)
 
     def delete_group(self, group_id: str) -> ErrorCode | None:
         """DeleteGroups' part here (the committed offsets are the services'): only an Empty group."""

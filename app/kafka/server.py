@@ -14,11 +14,13 @@
 - One LISTEN connection per process (``app.services.notify``), started and stopped with the
   listener, wakes the fetches that long-poll (Fetch's max_wait_ms and min_bytes).
 - At most TXLOG_KAFKA_MAX_CONNECTIONS connections: one beyond is closed at once.
-- SIGTERM or SIGINT: stop accepting, let each request in progress be answered (a few seconds at
-  most), close the connections.
+- SIGTERM or SIGINT: give the node id up, stop accepting, let each request in progress be answered
+  (a few seconds at most), close the connections.
 
-``Cluster`` is the view of the brokers that Metadata and FindCoordinator answer with; here one
-node, this process.
+``Cluster`` is the view of the brokers that Metadata and FindCoordinator answer with: the live
+gateways of the node registry (``app.kafka.cluster``), in which ``serve`` takes its node id before
+it answers anyone and which it leaves when it stops; ``SingleNode`` (this process alone) where no
+registry is used.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from typing import Any, Protocol
 from app.config import Settings
 from app.errors import ErrorCode, TxlogError
 from app.kafka import protocol, versions
+from app.kafka.group_coordinator import GroupCoordinator
+from app.kafka.cluster import NodeIdInUse, RegistryCluster
 from app.kafka.handlers import Node, RequestContext
 from app.services import Broker
 from app.services import fetch as fetch_service
@@ -130,6 +134,8 @@ class Gateway:
         self._closing = True
         if self._server is not None:
             self._server.close()
+        if self.groups is not None:
+            self.groups.close()  # parked JoinGroup/SyncGroup requests are answered now, not after the grace
         for task, busy in list(self._connections.items()):
             if not busy:
                 task.cancel()
@@ -267,12 +273,13 @@ async def serve(broker: Broker, host: str, port: int, node_id: int, advertised_h
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     with ThreadPoolExecutor(max_workers=settings.db_pool_size, thread_name_prefix="txlog-kafka") as executor:
-        # the port is known once bound (port 0 picks one): the node is made after
-        gateway = Gateway(broker, Node(node_id, advertised_host or advertised(host), port or 0), executor=executor)
-        bound = await gateway.start(host, port)
-        if bound != port:
-            gateway.node = Node(node_id, gateway.node.host, bound)
-            gateway.cluster = SingleNode(gateway.node)
+        node = Node(node_id, advertised_host or advertised(host), port)
+        cluster = RegistryCluster(broker, node, on_lost=stop.set)
+        groups = GroupCoordinator.from_settings(settings, owns=cluster.owns)
+        gateway = Gateway(broker, node, cluster=cluster, executor=executor, groups=groups)
+        # the nodes changed: the groups that moved to another gateway are unloaded
+        cluster.on_change(lambda nodes: groups.resign())
+        bound = await _start_node(gateway, cluster, host, port)
         print(
             f"txlog kafka gateway on {host}:{bound} as node {node_id} ({gateway.node.host}:{bound} for clients), "
             f"serving {len(gateway.routes)} API keys",
@@ -280,7 +287,31 @@ async def serve(broker: Broker, host: str, port: int, node_id: int, advertised_h
         )
         await stop.wait()
         log.info("stopping")
+        await cluster.stop()
         await gateway.stop()
+    if cluster.lost is not None:
+        raise NodeIdInUse(f"stopped, no longer node {node_id}: {cluster.lost}")
+
+
+async def _start_node(gateway: Gateway, cluster: RegistryCluster, host: str, port: int) -> int:
+    """Take the node id and listen; the bound port. A node id held by another live process stops
+    the start before the port is bound (after, when listening on port 0, whose port the registry
+    must show)."""
+    if port:
+        await cluster.start()
+    try:
+        bound = await gateway.start(host, port)
+    except ListenError:
+        await cluster.stop()
+        raise
+    if not port:
+        gateway.node = cluster.node = Node(cluster.node.node_id, cluster.node.host, bound)
+        try:
+            await cluster.start()
+        except BaseException:
+            await gateway.stop()
+            raise
+    return bound
 
 
 def run(broker: Broker, host: str, port: int, node_id: int, advertised_host: str | None = None) -> None:

@@ -39,24 +39,25 @@ class Api:
 
 _BOOTSTRAP = "app.kafka.handlers.bootstrap"
 _FETCH = "app.kafka.handlers.fetch"
+_GROUPS = "app.kafka.handlers.groups"
+_OFFSETS = "app.kafka.handlers.offsets"
 
 APIS: tuple[Api, ...] = (
     Api(ApiKey.Produce, 0, 10, "app.kafka.handlers.produce:handle_produce"),  # min 0: KAFKA-18659; v0-2 refused
     Api(ApiKey.Fetch, 4, 12, f"{_FETCH}:handle_fetch"),  # with Produce >= 3, or librdkafka writes magic 0 batches; v13+ needs topic ids
     Api(ApiKey.ListOffsets, 1, 7, f"{_FETCH}:handle_list_offsets"),  # v8+: tiered storage
     Api(ApiKey.Metadata, 0, 12, f"{_BOOTSTRAP}:handle_metadata"),  # v10+ topic ids: the zero UUID
+    Api(ApiKey.OffsetCommit, 2, 9, f"{_OFFSETS}:handle_offset_commit"),  # v9: generation (classic groups); v10+ topic ids
+    Api(ApiKey.OffsetFetch, 1, 9, f"{_OFFSETS}:handle_offset_fetch"),  # v7 require_stable; v8 several groups; v10+ topic ids
     Api(ApiKey.FindCoordinator, 0, 4, f"{_BOOTSTRAP}:handle_find_coordinator"),  # v4: batched keys
+    Api(ApiKey.JoinGroup, 0, 9, f"{_GROUPS}:handle_join_group"),  # v4 MEMBER_ID_REQUIRED; v5 static members; v9 skip_assignment
+    Api(ApiKey.Heartbeat, 0, 4, f"{_GROUPS}:handle_heartbeat"),
+    Api(ApiKey.LeaveGroup, 0, 5, f"{_GROUPS}:handle_leave_group"),  # v3+: a batch of members
+    Api(ApiKey.SyncGroup, 0, 5, f"{_GROUPS}:handle_sync_group"),  # v5: protocol type and name checked
+    Api(ApiKey.DescribeGroups, 0, 6, f"{_GROUPS}:handle_describe_groups"),  # v6: GROUP_ID_NOT_FOUND
+    Api(ApiKey.ListGroups, 0, 5, f"{_GROUPS}:handle_list_groups"),  # v4 states filter; v5 types filter
     Api(ApiKey.ApiVersions, 0, 4, f"{_BOOTSTRAP}:handle_api_versions"),  # v3+: flexible, client software
     Api(ApiKey.CreateTopics, 2, 7, f"{_BOOTSTRAP}:handle_create_topics"),
-    # Added with their handlers (the advertised column of the study's table; keep the order of keys):
-    # Api(ApiKey.OffsetCommit, 2, 9, "app.kafka.handlers.offsets:handle_offset_commit"),
-    # Api(ApiKey.OffsetFetch, 1, 9, "app.kafka.handlers.offsets:handle_offset_fetch"),
-    # Api(ApiKey.JoinGroup, 0, 9, "app.kafka.handlers.groups:handle_join_group"),
-    # Api(ApiKey.Heartbeat, 0, 4, "app.kafka.handlers.groups:handle_heartbeat"),
-    # Api(ApiKey.LeaveGroup, 0, 5, "app.kafka.handlers.groups:handle_leave_group"),
-    # Api(ApiKey.SyncGroup, 0, 5, "app.kafka.handlers.groups:handle_sync_group"),
-    # Api(ApiKey.DescribeGroups, 0, 5, "app.kafka.handlers.groups:handle_describe_groups"),
-    # Api(ApiKey.ListGroups, 0, 4, "app.kafka.handlers.groups:handle_list_groups"),
     Api(ApiKey.InitProducerId, 0, 4, "app.kafka.handlers.transactions:handle_init_producer_id"),  # v3+: KIP-360
     Api(ApiKey.AddPartitionsToTxn, 0, 3, "app.kafka.handlers.transactions:handle_add_partitions_to_txn"),  # v4+: brokers only
     Api(ApiKey.AddOffsetsToTxn, 0, 3, "app.kafka.handlers.transactions:handle_add_offsets_to_txn"),

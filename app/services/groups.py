@@ -19,17 +19,24 @@ def _check_group(group_id: str) -> None:
 
 def offset_commit(broker: Broker, group_id: str, offsets: Sequence[GroupOffset]) -> list[GroupOffset]:
     """OffsetCommit; a partition given more than once keeps its last offset. Answers the offsets
-    as stored."""
+    as stored. Nothing is committed when some offset is negative (INVALID_REQUEST) or some partition
+    does not exist (UNKNOWN_TOPIC_OR_PARTITION); the error names them in ``details["partitions"]``."""
     _check_group(group_id)
     offsets = last_per_partition(offsets)
-    for o in offsets:
-        if o.offset < 0:
-            raise TxlogError(ErrorCode.INVALID_REQUEST, f"Offset for {o.topic}-{o.partition} must not be negative")
+    negative = [(o.topic, o.partition) for o in offsets if o.offset < 0]
+    if negative:
+        raise TxlogError(
+            ErrorCode.INVALID_REQUEST,
+            "Offsets must not be negative: " + ", ".join(f"{t}-{p}" for t, p in negative),
+            partitions=negative,
+        )
     with broker.db.transaction() as conn:
         missing = q.partitions_missing(conn, [(o.topic, o.partition) for o in offsets])
         if missing:
             raise TxlogError(
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "Unknown topic-partitions: " + ", ".join(f"{t}-{p}" for t, p in missing)
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                "Unknown topic-partitions: " + ", ".join(f"{t}-{p}" for t, p in missing),
+                partitions=[tuple(tp) for tp in missing],
             )
         q.group_offsets_upsert(conn, group_id, offsets)
     return offsets

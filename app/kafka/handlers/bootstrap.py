@@ -54,8 +54,9 @@ async def handle_api_versions(ctx: RequestContext, request: Any) -> dict:
 
 
 async def handle_metadata(ctx: RequestContext, request: Any) -> dict:
-    """Brokers, and the topics asked for: all of them when the list is null (or empty in v0), none
-    when it is empty. An unknown topic is UNKNOWN_TOPIC_OR_PARTITION, unless auto-creation is on
+    """Brokers (every live gateway, ``app.kafka.cluster``), and the topics asked for, each
+    partition led by the node the cluster's rule names: all of them when the list is null (or
+    empty in v0), none when it is empty. An unknown topic is UNKNOWN_TOPIC_OR_PARTITION, unless auto-creation is on
     (TXLOG_KAFKA_AUTO_CREATE_TOPICS, and the request allows it from v4) and creates it with
     TXLOG_KAFKA_NUM_PARTITIONS partitions; an illegal name is INVALID_TOPIC_EXCEPTION."""
     existing = dict(await ctx.call(topics.list_topics, ctx.broker))
@@ -88,11 +89,13 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict:
                 answers.append({"error_code": exc.code.kafka_code, "name": name, "topic_id": ZERO_TOPIC_ID})
             else:
                 answers.append(_topic(ctx, name, partitions))
+    nodes = ctx.cluster.list_nodes()
     return {
         "throttle_time_ms": 0,
-        "brokers": [_broker(node) for node in ctx.cluster.list_nodes()],
+        "brokers": [_broker(node) for node in nodes],
         "cluster_id": ctx.cluster.cluster_id,
-        "controller_id": ctx.node.node_id,
+        # any gateway creates topics; the lowest node id, so that every gateway names the same one
+        "controller_id": min(node.node_id for node in nodes),
         "topics": answers,
     }
 

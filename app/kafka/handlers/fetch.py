@@ -25,6 +25,9 @@ Fetch (v4 to v12, topics by name):
   holds no thread while it waits, and answers at the deadline with what there is (a
   read_committed fetch whose last stable offset does not move included).
 
+Any gateway reads any partition, its leader in Metadata or not (no NOT_LEADER_OR_FOLLOWER): the
+log is one, in PostgreSQL (``app.kafka.cluster``).
+
 ListOffsets (v1 to v7): per partition the log start (-2), the reader's end (-1: the high watermark,
 or from v2 the last stable offset for read_committed), the record with the largest timestamp (-3),
 or the first offset whose timestamp is at or after a timestamp >= 0 — offset and timestamp -1

@@ -9,6 +9,9 @@ time.
 
 Transactional batches come from clients of Kafka's first transaction protocol (no client sends
 Produce v12 here): their partitions must have been added with AddPartitionsToTxn.
+
+Any gateway appends to any partition, its leader in Metadata or not (no NOT_LEADER_OR_FOLLOWER):
+the log is one, in PostgreSQL, under the partition's row lock (``app.kafka.cluster``).
 """
 
 from __future__ import annotations
@@ -60,9 +63,13 @@ async def _failed(topic: str, partition: int, exc: TxlogError) -> tuple[str, dic
 
 
 def _error(partition: int, exc: TxlogError) -> dict:
+    # A batch of a fenced producer epoch is INVALID_PRODUCER_EPOCH on Produce, as from Kafka 2.7
+    # (KIP-588): PRODUCER_FENCED is the coordinator's word, and clients that do not know it
+    # (aiokafka) would read an unknown error instead of the fencing.
+    code = ErrorCode.INVALID_PRODUCER_EPOCH if exc.code is ErrorCode.PRODUCER_FENCED else exc.code
     return {
         "index": partition,
-        "error_code": exc.code.kafka_code,
+        "error_code": code.kafka_code,
         "base_offset": -1,
         "log_append_time_ms": -1,
         "log_start_offset": -1,

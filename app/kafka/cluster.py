@@ -1,0 +1,213 @@
+"""The cluster as one gateway process sees it: the node registry's live nodes, kept in memory.
+
+Each gateway process is a broker under a node id it holds by a lease in the node registry
+(``txlog.kafka_nodes``, ``app.services.cluster``):
+
+- taken when the process starts; while another live process holds the id, it is refused
+  (``NodeIdInUse``) once a lease has passed (the lease of a process that died lapses by then, so
+  a restart after a crash takes its id back);
+- renewed every third of TXLOG_KAFKA_NODE_LEASE_MS, so one late renewal does not lose it;
+- given up when the process stops cleanly; a process that dies without giving it up drops out once
+  its lease ends.
+
+On the same beat the gateway reads the live nodes. Metadata and FindCoordinator answer from that
+copy, so no request reads the registry. Every gateway applies ``app.domain.cluster``'s rules to
+the same list, so all of them name the same partition leaders and group coordinators. A change
+(a node starting, stopping or dying) reaches every gateway within a third of the lease after the
+registry shows it. Until then two gateways can disagree: a group request sent to the wrong one is
+answered NOT_COORDINATOR and the client asks FindCoordinator again. When a node joins, it takes its
+groups at once, and the gateway that had one of them gives it up at its next read: for at most a
+third of the lease both can have members of that group, each with its own generation.
+
+What leading a partition or coordinating a group means here:
+
+- **Partitions.** Leadership only spreads the clients' connections over the processes. Every
+  record lives once, in PostgreSQL, and any gateway appends to and reads any partition under the
+  partition's row lock. So a Produce or Fetch for a partition this gateway does not lead is served,
+  where a Kafka broker would answer NOT_LEADER_OR_FOLLOWER. Clients send to the leader Metadata
+  names anyway, and one that still holds the previous leader while the nodes change keeps working.
+- **Transactions.** Any gateway coordinates any transactional id, because the transaction state
+  lives in PostgreSQL under row locks: FindCoordinator names the gateway that was asked.
+- **Consumer groups.** A group's members, generation and timers live in the memory of one gateway,
+  its coordinator (``owns``). The others answer NOT_COORDINATOR. When the nodes change, the
+  listeners registered with ``on_change`` run; the group coordinator then unloads the groups that
+  moved, and their members find the new coordinator and join again.
+
+If another process takes this node id (this process could not renew its lease in time, and its
+lease ended), this process is no longer that node: ``on_lost`` is called and the gateway stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from app.domain import cluster as rules
+from app.errors import TxlogError
+from app.kafka.handlers import Node
+from app.services import Broker
+from app.services import cluster as registry
+
+log = logging.getLogger("txlog.kafka.cluster")
+
+
+class NodeIdInUse(Exception):
+    """Another live gateway process holds this node id."""
+
+
+@dataclass(frozen=True)
+class _View:
+    """The live nodes at one moment, by node id."""
+
+    nodes: tuple[Node, ...]
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        return tuple(n.node_id for n in self.nodes)
+
+    def by_id(self, node_id: int) -> Node:
+        return next(n for n in self.nodes if n.node_id == node_id)
+
+
+def _view(rows: Iterable[tuple[int, str, int]], own: Node) -> _View:
+    """The registry's live nodes, with this one in any case (it is alive: it is answering)."""
+    nodes = {node_id: Node(node_id, host, port) for node_id, host, port in rows}
+    nodes[own.node_id] = own
+    return _View(tuple(nodes[i] for i in sorted(nodes)))
+
+
+class RegistryCluster:
+    """A ``server.Cluster`` over the node registry: this process's node, registered and renewed,
+    and the live nodes read on the same beat. ``start`` before serving, ``stop`` at a clean stop."""
+
+    def __init__(self, broker: Broker, node: Node, *, on_lost: Callable[[], None] | None = None) -> None:
+        self.broker = broker
+        self.node = node  # set the bound port before ``start`` when listening on port 0
+        self.lease_ms = broker.settings.kafka_node_lease_ms
+        self.cluster_id = ""
+        self.lost: str | None = None  # why this process no longer holds its node id
+        self._on_lost = on_lost
+        self._view = _View((node,))
+        self._listeners: list[Callable[[list[Node]], Any]] = []
+        self._registration: registry.NodeRegistration | None = None
+        self._task: asyncio.Task | None = None
+
+    # -- the Cluster protocol (from memory) --------------------------------------------------------
+
+    def list_nodes(self) -> list[Node]:
+        return list(self._view.nodes)
+
+    def leader_of(self, topic: str, partition: int) -> Node:
+        view = self._view
+        return view.by_id(rules.leader_of(topic, partition, view.ids))
+
+    def coordinator_of(self, key: str) -> Node:
+        view = self._view
+        return view.by_id(rules.coordinator_of(key, view.ids))
+
+    def owns(self, group_id: str) -> bool:
+        """Whether this gateway coordinates the group (the group coordinator's ``owns``)."""
+        return rules.coordinator_of(group_id, self._view.ids) == self.node.node_id
+
+    def on_change(self, listener: Callable[[list[Node]], Any]) -> None:
+        """Call ``listener(nodes)`` on the event loop each time the live nodes change."""
+        self._listeners.append(listener)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    @property
+    def interval_s(self) -> float:
+        """How often the lease is renewed and the live nodes read: a third of the lease."""
+        return self.lease_ms / 3000
+
+    async def start(self) -> None:
+        """Take this node's id, read the cluster id and the live nodes, and renew and read again
+        every ``interval_s``.
+
+        While another process holds the id, try again every ``interval_s`` for a lease and a
+        third: the lease of a process that died (a restart after ``kill -9``) lapses meanwhile and
+        the id is taken; a live holder keeps renewing, and ``NodeIdInUse`` is raised."""
+        node = self.node
+        loop = asyncio.get_running_loop()
+        patience = self.lease_ms / 1000 + self.interval_s
+        deadline = loop.time() + patience
+        warned = False
+        while True:
+            try:
+                self._registration = await asyncio.to_thread(
+                    registry.register_node, self.broker, node.node_id, node.host, node.port, self.lease_ms
+                )
+                break
+            except TxlogError as exc:
+                if exc.details.get("reason") != "node_id_in_use":
+                    raise
+                if loop.time() >= deadline:
+                    raise NodeIdInUse(exc.message) from None
+                if not warned:
+                    log.warning(
+                        "node id %d is held by another process; trying again for %.1f s, in case it died",
+                        node.node_id, patience,
+                    )
+                    warned = True
+            await asyncio.sleep(self.interval_s)
+        self.cluster_id = await asyncio.to_thread(registry.cluster_id, self.broker)
+        self._update(await asyncio.to_thread(registry.live_nodes, self.broker))
+        self._task = asyncio.create_task(self._beating(), name=f"txlog-kafka-node-{node.node_id}-lease")
+
+    async def stop(self) -> None:
+        """Stop renewing and give the node id up (the others drop this node at their next read)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        registration, self._registration = self._registration, None
+        if registration is not None and self.lost is None:
+            try:
+                await asyncio.to_thread(registry.deregister_node, self.broker, registration)
+            except Exception:
+                log.warning("could not give node id %d up; it lapses with its lease", registration.node_id, exc_info=True)
+
+    async def beat(self) -> None:
+        """Renew this node's lease and read the live nodes once (``NodeIdInUse`` if another
+        process holds the id now)."""
+        assert self._registration is not None, "start first"
+        self._update(await asyncio.to_thread(self._renew_and_read, self._registration))
+
+    def _renew_and_read(self, registration: registry.NodeRegistration) -> list[tuple[int, str, int]]:
+        try:
+            registry.renew_node(self.broker, registration, self.lease_ms)
+        except TxlogError as exc:
+            if exc.details.get("reason") == "node_id_in_use":
+                raise NodeIdInUse(exc.message) from None
+            raise
+        return registry.live_nodes(self.broker)
+
+    async def _beating(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.beat()
+            except NodeIdInUse as exc:
+                self.lost = exc.args[0]
+                log.error("this gateway is no longer node %d: %s", self.node.node_id, self.lost)
+                if self._on_lost is not None:
+                    self._on_lost()
+                return
+            except Exception:  # the database is away: keep the last view and try again
+                log.warning("could not renew node %d's lease", self.node.node_id, exc_info=True)
+
+    def _update(self, rows: list[tuple[int, str, int]]) -> None:
+        view = _view(rows, self.node)
+        if view == self._view:
+            return
+        self._view = view
+        log.info("cluster nodes: %s", ", ".join(f"{n.node_id} ({n.host}:{n.port})" for n in view.nodes))
+        for listener in self._listeners:
+            try:
+                listener(list(view.nodes))
+            except Exception:
+                log.exception("a listener of the cluster's nodes failed")

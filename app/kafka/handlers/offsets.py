@@ -1,0 +1,164 @@
+"""OffsetCommit and OffsetFetch: a consumer group's committed offsets, over ``app.services.groups``,
+fenced by the group coordinator (``ctx.groups``).
+
+OffsetCommit (v2 to v9):
+
+- The coordinator decides first whether the commit may happen at all
+  (``GroupCoordinator.check_offset_commit``): a member of the current generation, or a "simple"
+  consumer (generation -1, no member id: assign() and commit) while the group has no members.
+  Otherwise every partition gets the same error (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
+  FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS, NOT_COORDINATOR) and nothing is written. A group the
+  coordinator does not know (it lost its groups when it restarted, or the group is new) refuses a
+  real generation with ILLEGAL_GENERATION in every version, also from v9, where Kafka answers
+  GROUP_ID_NOT_FOUND: Kafka keeps groups across restarts and txlog does not, and
+  ILLEGAL_GENERATION is what makes every client rejoin.
+- Errors are per partition, as in Kafka: a partition that does not exist is
+  UNKNOWN_TOPIC_OR_PARTITION and a negative offset INVALID_REQUEST, while the other partitions of
+  the request are committed. v9's ``generation_id_or_member_epoch`` is the generation (classic
+  groups only).
+- Metadata is stored as sent (null as ""); the leader epoch and v2–4's retention time are not kept.
+
+OffsetFetch (v1 to v9):
+
+- Each partition asked for is answered in the order asked: its committed offset and metadata, or
+  offset -1 and metadata "" when the group has none (an unknown topic or partition included,
+  without an error, as Kafka answers). Null topics (v2+) ask for every partition the group has an
+  offset for. The leader epoch is always -1.
+- ``require_stable`` (v7+; librdkafka and kafka-python set it for read_committed consumers): a
+  partition for which an open transaction holds an offset answers UNSTABLE_OFFSET_COMMIT, and the
+  client asks again until the transaction ends.
+- A group-level error (NOT_COORDINATOR, INVALID_GROUP_ID) is the top-level error code from v2, the
+  group's error code from v8 (several groups in one request), and each partition's in v1.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+from app.errors import ErrorCode, TxlogError
+from app.kafka.handlers import RequestContext
+from app.services import groups as groups_service
+from app.services.groups import FetchedOffset
+from app.storage.queries import GroupOffset
+
+NO_OFFSET = -1
+NO_LEADER_EPOCH = -1
+NO_METADATA = ""
+
+TopicPartition = tuple[str, int]
+
+
+def _by_topic(entries: Iterable[tuple[str, dict]]) -> list[dict]:
+    """(topic, partition answer) pairs as the responses' topic array, topics in first-seen order."""
+    topics: dict[str, list[dict]] = {}
+    for topic, partition in entries:
+        topics.setdefault(topic, []).append(partition)
+    return [{"name": name, "partitions": partitions} for name, partitions in topics.items()]
+
+
+# -- OffsetCommit -----------------------------------------------------------------------------------
+
+
+async def handle_offset_commit(ctx: RequestContext, request: Any) -> dict:
+    offsets = [
+        GroupOffset(t.name, p.partition_index, p.committed_offset, p.committed_metadata or "")
+        for t in request.topics
+        for p in t.partitions
+    ]
+    codes = await _commit(ctx, request, offsets)
+    return {
+        "throttle_time_ms": 0,
+        "topics": _by_topic(
+            (o.topic, {"partition_index": o.partition, "error_code": codes[(o.topic, o.partition)]}) for o in offsets
+        ),
+    }
+
+
+async def _commit(ctx: RequestContext, request: Any, offsets: Sequence[GroupOffset]) -> dict[TopicPartition, int]:
+    """Each partition's error code (0: committed)."""
+    if not request.group_id:
+        return {(o.topic, o.partition): ErrorCode.INVALID_GROUP_ID.kafka_code for o in offsets}
+    fenced = ctx.groups.check_offset_commit(
+        request.group_id,
+        request.generation_id_or_member_epoch,
+        request.member_id,
+        request.group_instance_id if ctx.api_version >= 7 else None,
+        transactional=False,
+    )
+    if fenced is not None:
+        return {(o.topic, o.partition): fenced.kafka_code for o in offsets}
+    codes: dict[TopicPartition, int] = {}
+    remaining = list(offsets)
+    while remaining:
+        try:
+            await ctx.call(groups_service.offset_commit, ctx.broker, request.group_id, remaining)
+        except TxlogError as exc:
+            # The service commits all or nothing and names the partitions it refused; the others
+            # are committed on the next round, as Kafka commits a request partition by partition.
+            asked = {(o.topic, o.partition) for o in remaining}
+            refused = {(str(t), int(p)) for t, p in exc.details.get("partitions", ())} & asked
+            if not refused:
+                codes.update({tp: exc.code.kafka_code for tp in asked})
+                return codes
+            codes.update({tp: exc.code.kafka_code for tp in refused})
+            remaining = [o for o in remaining if (o.topic, o.partition) not in refused]
+            continue
+        codes.update({(o.topic, o.partition): 0 for o in remaining})
+        break
+    return codes
+
+
+# -- OffsetFetch ------------------------------------------------------------------------------------
+
+
+async def handle_offset_fetch(ctx: RequestContext, request: Any) -> dict:
+    v = ctx.api_version
+    require_stable = v >= 7 and bool(request.require_stable)
+    if v >= 8:
+        answers = []
+        for g in request.groups:
+            error, topics = await _fetch(ctx, g.group_id, _asked(g.topics), require_stable)
+            answers.append({"group_id": g.group_id, "error_code": _code(error), "topics": topics})
+        return {"throttle_time_ms": 0, "groups": answers}
+    asked = _asked(request.topics)
+    error, topics = await _fetch(ctx, request.group_id, asked, require_stable)
+    if error is not None and v < 2:  # no top-level error yet: every partition carries it
+        topics = _by_topic((t, _partition(FetchedOffset(t, p, None, NO_METADATA), error)) for t, p in asked or ())
+    return {"throttle_time_ms": 0, "error_code": _code(error), "topics": topics}
+
+
+def _asked(topics: Any) -> list[TopicPartition] | None:
+    """The partitions asked for, in order; None: every partition the group has an offset for."""
+    if topics is None:
+        return None
+    return [(t.name, p) for t in topics for p in t.partition_indexes]
+
+
+async def _fetch(
+    ctx: RequestContext, group_id: str, asked: list[TopicPartition] | None, require_stable: bool
+) -> tuple[ErrorCode | None, list[dict]]:
+    """One group's answer: its error, or its topics."""
+    if not group_id:
+        return ErrorCode.INVALID_GROUP_ID, []
+    refused = ctx.groups.check_offset_fetch(group_id)
+    if refused is not None:
+        return refused, []
+    try:
+        fetched = await ctx.call(groups_service.offset_fetch_partitions, ctx.broker, group_id, asked, require_stable)
+    except TxlogError as exc:
+        return exc.code, []
+    return None, _by_topic((f.topic, _partition(f, f.error.code if f.error else None)) for f in fetched)
+
+
+def _partition(f: FetchedOffset, error: ErrorCode | None) -> dict:
+    return {
+        "partition_index": f.partition,
+        "committed_offset": NO_OFFSET if f.offset is None else f.offset,
+        "committed_leader_epoch": NO_LEADER_EPOCH,
+        "metadata": f.metadata if f.offset is not None else NO_METADATA,
+        "error_code": _code(error),
+    }
+
+
+def _code(error: ErrorCode | None) -> int:
+    return 0 if error is None else error.kafka_code
