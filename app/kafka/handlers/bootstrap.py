@@ -20,8 +20,8 @@ from app.kafka.handlers import Node, RequestContext
 from app.services import Broker
 from app.services import topics
 
-# Topic ids are not kept yet: every topic answers the zero UUID (Fetch is served up to v12, which
-# names topics, so no client needs an id).
+# A topic that could not be answered has the zero UUID (Kafka's Uuid.ZERO_UUID). Fetch is served up
+# to v12, which names topics, so clients need no topic id to read.
 ZERO_TOPIC_ID = uuid.UUID(int=0)
 LEADER_EPOCH = 0
 # Kafka's check of ApiVersions v3+'s client software name and version.
@@ -59,36 +59,40 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict:
     empty in v0), none when it is empty. An unknown topic is UNKNOWN_TOPIC_OR_PARTITION, unless auto-creation is on
     (TXLOG_KAFKA_AUTO_CREATE_TOPICS, and the request allows it from v4) and creates it with
     TXLOG_KAFKA_NUM_PARTITIONS partitions; an illegal name is INVALID_TOPIC_EXCEPTION."""
-    existing = dict(await ctx.call(topics.list_topics, ctx.broker))
+    existing = {t.name: t for t in await ctx.call(topics.topics_metadata, ctx.broker)}
     requested = request.topics
     if ctx.api_version == 0 and not requested:
         requested = None
     if requested is None:
-        answers = [_topic(ctx, name, existing[name]) for name in sorted(existing)]
+        answers = [_topic(ctx, existing[name]) for name in sorted(existing)]
     else:
         settings = ctx.broker.settings
         auto_create = settings.kafka_auto_create_topics and (ctx.api_version < 4 or request.allow_auto_topic_creation)
         answers, seen = [], set()
         for entry in requested:
             name = entry.name
-            if name is None:  # v10+ asks by topic id: none is kept yet
-                answers.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID.kafka_code, "name": None, "topic_id": entry.topic_id})
+            if name is None:  # v10+ may ask by topic id
+                found = next((t for t in existing.values() if t.topic_id == entry.topic_id), None)
+                if found is None:
+                    answers.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID.kafka_code, "name": None, "topic_id": entry.topic_id})
+                else:
+                    answers.append(_topic(ctx, found))
                 continue
             if name in seen:
                 continue
             seen.add(name)
             if name in existing:
-                answers.append(_topic(ctx, name, existing[name]))
+                answers.append(_topic(ctx, existing[name]))
                 continue
             try:
                 validate_topic_name(name)
                 if not auto_create:
                     raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name!r} does not exist")
-                partitions = await ctx.call(_create_if_absent, ctx.broker, name, settings.kafka_num_partitions)
+                created = await ctx.call(_create_if_absent, ctx.broker, name, settings.kafka_num_partitions)
             except TxlogError as exc:
                 answers.append({"error_code": exc.code.kafka_code, "name": name, "topic_id": ZERO_TOPIC_ID})
             else:
-                answers.append(_topic(ctx, name, partitions))
+                answers.append(_topic(ctx, created))
     nodes = ctx.cluster.list_nodes()
     return {
         "throttle_time_ms": 0,
@@ -100,25 +104,25 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict:
     }
 
 
-def _create_if_absent(broker: Broker, name: str, partitions: int) -> int:
-    """Create a topic for Metadata's auto-creation: its partition count, also when another request
-    created it meanwhile."""
+def _create_if_absent(broker: Broker, name: str, partitions: int) -> topics.TopicMetadata:
+    """Create a topic for Metadata's auto-creation (or find the one another request created
+    meanwhile): its metadata."""
     try:
         topics.create_topic(broker, name, partitions)
     except TxlogError as exc:
         if exc.code is not ErrorCode.TOPIC_ALREADY_EXISTS:
             raise
-        return topics.partition_count(broker, name)
-    return partitions
+    return topics.topics_metadata(broker, [name])[0]
 
 
 def _broker(node: Node) -> dict:
     return {"node_id": node.node_id, "host": node.host, "port": node.port, "rack": None}
 
 
-def _topic(ctx: RequestContext, name: str, partitions: int) -> dict:
+def _topic(ctx: RequestContext, topic: topics.TopicMetadata) -> dict:
+    name = topic.name
     answer = []
-    for partition in range(partitions):
+    for partition in range(topic.partitions):
         leader = ctx.cluster.leader_of(name, partition).node_id
         answer.append({
             "error_code": 0,
@@ -129,7 +133,7 @@ def _topic(ctx: RequestContext, name: str, partitions: int) -> dict:
             "isr_nodes": [leader],
             "offline_replicas": [],
         })
-    return {"error_code": 0, "name": name, "topic_id": ZERO_TOPIC_ID, "is_internal": False, "partitions": answer}
+    return {"error_code": 0, "name": name, "topic_id": topic.topic_id, "is_internal": False, "partitions": answer}
 
 
 # -- CreateTopics --------------------------------------------------------------------------------
