@@ -2,10 +2,12 @@
 
 1. bench.http — txlog over HTTP against raw PostgreSQL baselines and PgQueuer, in one run
    (writes bench/results/latest.json and latest.png).
-2. bench.spark_read — Spark's committed read against a plain JDBC read (needs Java and the
+2. bench.kafka — txlog over Kafka's wire protocol, driven by confluent-kafka, against the same raw
+   baselines in one run (writes bench/results/kafka.json and kafka.png).
+3. bench.spark_read — Spark's committed read against a plain JDBC read (needs Java and the
    PostgreSQL JDBC driver; skipped with a note when they or pyspark are missing). With --quick it
    reads a smaller log once.
-3. bench.outbox — the in-database outbox: an application's commit to read_committed visibility,
+4. bench.outbox — the in-database outbox: an application's commit to read_committed visibility,
    p50/p99 (writes bench/results/outbox.json).
 """
 
@@ -28,6 +30,11 @@ def main() -> int:
 
     print("== bench.http", flush=True)
     summary = http.run(["--quick"] if args.quick else [])
+
+    from bench import kafka
+
+    print("\n== bench.kafka", flush=True)
+    summary += " " + kafka.run(["--quick"] if args.quick else [])
 
     if not args.skip_spark:
         print("\n== bench.spark_read", flush=True)

@@ -11,6 +11,11 @@ per lane with only the producer id, epoch and sequence spliced in per request, a
 answer's status checked without decoding its body. A fetch answer is decoded (orjson) since its
 ``next_offset`` drives the next request. The client CPU per 1000 rows is reported beside every
 figure, so a load generator that became the bottleneck shows.
+
+The Kafka wire lanes drive confluent-kafka (librdkafka) as an application would: a producer per
+partition calling ``produce`` per record and counting acknowledged batches from delivery reports,
+and a consumer per partition calling ``consume``. librdkafka's own threads do the batching,
+framing and I/O; their CPU is the client process's too.
 """
 
 from __future__ import annotations
@@ -57,9 +62,10 @@ def records_json() -> bytes:
 
 @dataclass(frozen=True)
 class Lane:
-    """One producer or reader. ``target`` is ``host:port`` for HTTP lanes, a database URL otherwise."""
+    """One producer or reader. ``target`` is ``host:port`` for HTTP lanes, Kafka's bootstrap servers
+    for the wire lanes, a database URL otherwise."""
 
-    kind: str  # produce | raw_append | fetch | raw_fetch | pgq_enqueue | pgq_dequeue
+    kind: str  # produce | raw_append | fetch | raw_fetch | pgq_enqueue | pgq_dequeue | kafka_produce | kafka_fetch
     target: str
     topic: str = ""
     partition: int = 0
@@ -195,6 +201,166 @@ class FetchRunner:
         self.http.close()
 
 
+# --- Kafka's wire protocol (confluent-kafka, librdkafka) -----------------------------------------
+
+# librdkafka's settings for the wire lanes. Batches are cut at 100 records (about 105 KB, below
+# batch.size) as the HTTP produce's bodies are: the 100th record sends the batch without waiting
+# for linger.ms.
+KAFKA_PRODUCER: dict[str, Any] = {
+    "acks": "all",
+    "enable.idempotence": True,
+    "linger.ms": 5,
+    "batch.num.messages": BATCH,
+    "compression.type": "none",
+}
+# A fetch brings at most max.partition.fetch.bytes (1 MiB, the default): about 1000 records, the
+# HTTP page. The consumer keeps a couple of pages ahead rather than librdkafka's default 64 MiB,
+# which would hold the whole log and hide its fetches from a short window; with a queue that
+# small, librdkafka's pause once it is full (fetch.queue.backoff.ms, 1 s by default) must be short.
+KAFKA_CONSUMER: dict[str, Any] = {
+    "group.id": "txlog-bench",  # never joined: partitions are assigned, offsets never committed
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "max.partition.fetch.bytes": 1_048_576,
+    "queued.min.messages": 2 * PAGE,
+    "queued.max.messages.kbytes": 4096,
+    "fetch.queue.backoff.ms": 2,
+}
+
+
+class KafkaProduceRunner:
+    """A confluent-kafka producer sending batches of 100 records to one partition, idempotent, or
+    transactional committing every ``commit_every`` batches; a step is one batch, produced and
+    acknowledged (its last record's delivery report: a partition's records are acknowledged in
+    order). One batch goes before the window (connection, metadata, producer id).
+
+    One batch at a time, as the raw append and the HTTP lanes: the gateway answers a connection's
+    requests one at a time anyway. With more batches outstanding an idempotent librdkafka 2.x
+    producer busy-polls its socket (``poll`` with a zero timeout, tens of thousands a second) while
+    they wait for their acknowledgements: measured here, 4-7 ms of client CPU per batch against
+    0.4-0.6 ms one at a time (0.45 ms with idempotence off), taken from the cores the gateway and
+    PostgreSQL need."""
+
+    def __init__(self, lane: Lane) -> None:
+        from confluent_kafka import Producer
+
+        self.lane = lane
+        self.transactional = lane.mode == "transactional"
+        conf = {"bootstrap.servers": lane.target, **KAFKA_PRODUCER}
+        if self.transactional:
+            conf["transactional.id"] = lane.transactional_id
+        self.producer = Producer(conf)
+        self.keys, self.values = batch_keys(), batch_values()
+        self.latencies: list[tuple[float, float]] = []  # commit_transaction(): EndTxn (the batches are acknowledged)
+        self.offset = 0
+        self.empty = 0
+        self.acked = 0
+        self.failed: str | None = None
+        self.open_batches = 0
+        if self.transactional:
+            self.producer.init_transactions(30)
+            self.producer.begin_transaction()
+            self._send()
+            self._commit()
+            self.latencies.clear()
+        else:
+            self._send()
+            self.producer.flush(30)
+        self._check()
+        self.acked = 0
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.failed = self.failed or str(err)
+        else:
+            self.acked += BATCH
+
+    def _send(self) -> None:
+        """One batch, produced and acknowledged."""
+        produce, topic, partition = self.producer.produce, self.lane.topic, self.lane.partition
+        for key, value in zip(self.keys[:-1], self.values[:-1]):
+            produce(topic, value, key, partition=partition)
+        produce(topic, self.values[-1], self.keys[-1], partition=partition, on_delivery=self._delivered)
+        acked = self.acked
+        deadline = time.monotonic() + 60
+        while self.acked == acked and not self.failed:
+            self.producer.poll(0.5)
+            if time.monotonic() > deadline:
+                raise RuntimeError("a batch not acknowledged in 60 s")
+
+    def _commit(self) -> None:
+        started = time.monotonic()
+        self.producer.commit_transaction(30)
+        done = time.monotonic()
+        self.latencies.append((done, (done - started) * 1000))
+        self.open_batches = 0
+        self.producer.begin_transaction()
+
+    def _check(self) -> None:
+        if self.failed:
+            raise RuntimeError(f"delivery failed: {self.failed}")
+
+    def step(self) -> int:
+        self._send()
+        if self.transactional:
+            self.open_batches += 1
+            if self.open_batches >= self.lane.commit_every:
+                self._commit()
+        self._check()
+        n, self.acked = self.acked, 0
+        return n
+
+    def close(self) -> None:
+        # Never leave a transaction open (it would hold the last stable offset), nor records unsent.
+        if self.transactional and self.open_batches:
+            self.producer.commit_transaction(30)
+        left = self.producer.flush(30)
+        self.producer.close()
+        if left:
+            raise RuntimeError(f"{left} records not acknowledged at the end of the window")
+
+
+class KafkaFetchRunner:
+    """A confluent-kafka consumer of one partition by ``assign`` (no group), at the lane's
+    isolation level, from ``offset``. Once it has delivered the record before ``end`` (bench.kafka
+    sets it short of the log's end) it seeks back to the log start, as the raw page fetch wraps.
+    The first records arrive before the window (connection, metadata, the first fetch)."""
+
+    def __init__(self, lane: Lane) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        self.tp = TopicPartition
+        self.topic, self.partition, self.end = lane.topic, lane.partition, lane.end
+        self.consumer = Consumer({"bootstrap.servers": lane.target, "isolation.level": lane.mode, **KAFKA_CONSUMER})
+        self.offset = lane.offset if lane.offset < lane.end else 0
+        self.consumer.assign([TopicPartition(self.topic, self.partition, self.offset)])
+        self.latencies: list[tuple[float, float]] = []
+        self.empty = 0
+        deadline = time.monotonic() + 30
+        while not self.step():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no records from {self.topic}-{self.partition} at offset {self.offset} in 30 s")
+        self.empty = 0
+
+    def step(self) -> int:
+        msgs = self.consumer.consume(PAGE, 1.0)
+        if not msgs:
+            self.empty += 1
+            return 0
+        for m in msgs:
+            if m.error() is not None:
+                raise RuntimeError(f"consume: {m.error()}")
+        nxt = msgs[-1].offset() + 1
+        if nxt >= self.end:
+            self.consumer.seek(self.tp(self.topic, self.partition, 0))
+            nxt = 0
+        self.offset = nxt
+        return len(msgs)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
 # --- PostgreSQL directly --------------------------------------------------------------------------
 
 _RAW_LOCK = "SELECT next FROM public.bench_counter WHERE p = %b FOR UPDATE"
@@ -208,6 +374,14 @@ _RAW_PAGE = (
     'SELECT "offset", key, value, header_keys, header_values, "timestamp" FROM txlog.records '
     'WHERE topic = %b AND partition = %b AND "offset" >= %b ORDER BY "offset" LIMIT %b'
 )
+
+
+def create_raw_tables(conn: Any, partitions: int) -> None:
+    """The raw append's table (like txlog.records) and its per-partition counter rows, made anew."""
+    conn.execute("DROP TABLE IF EXISTS public.bench_raw, public.bench_counter")
+    conn.execute("CREATE TABLE public.bench_raw (LIKE txlog.records INCLUDING ALL)")
+    conn.execute("CREATE TABLE public.bench_counter (p int PRIMARY KEY, next bigint NOT NULL)")
+    conn.execute("INSERT INTO public.bench_counter SELECT p, 0 FROM generate_series(0, %s) AS p", (partitions - 1,))
 
 
 class RawAppendRunner:
@@ -331,6 +505,8 @@ _RUNNERS: dict[str, Callable[[Lane], Runner]] = {
     "raw_fetch": RawFetchRunner,
     "pgq_enqueue": PgqRunner,
     "pgq_dequeue": PgqRunner,
+    "kafka_produce": KafkaProduceRunner,
+    "kafka_fetch": KafkaFetchRunner,
 }
 
 

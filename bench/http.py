@@ -49,13 +49,10 @@ import asyncio
 import contextlib
 import functools
 import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator
@@ -80,9 +77,19 @@ from bench.clients import (
     Lane,
     LaneResult,
     batch_values,
+    create_raw_tables,
     pgq_queries,
 )
 from bench.common import bench_database, reset
+from bench.harness import (
+    Harness,
+    ServerProcess,
+    Window,
+    describe_other_load,
+    latency_cells,
+    ratio_cell,
+    summaries as workload_summaries,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -121,64 +128,27 @@ class Config:
 
 # --- servers --------------------------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+class Server(ServerProcess):
+    """``txlog serve --workers N``: the uvicorn supervisor and its workers."""
 
-
-class Server:
-    """``txlog serve`` in a session of its own (its process group is the supervisor and workers)."""
+    name = "txlog serve"
 
     def __init__(self, url: str, workers: int, log: Path) -> None:
-        self.url, self.workers, self.log = url, workers, log
-        self.port = _free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(url, log)
+        self.workers = workers
 
-    @property
-    def target(self) -> str:
-        return f"127.0.0.1:{self.port}"
+    def args(self) -> list[str]:
+        return ["serve", "--port", str(self.port), "--workers", str(self.workers), "--log-level", "warning"]
 
-    @property
-    def pgid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def start(self, timeout: float = 90) -> None:
-        env = {**os.environ, "TXLOG_DATABASE_URL": self.url}
-        env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port), "--workers", str(self.workers),
-                 "--log-level", "warning"],
-                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"txlog serve exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
-            probe = Http(self.target)
-            try:
-                probe.call("GET", "/readyz")
-                return
-            except (OSError, RuntimeError):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"txlog serve not ready after {timeout}s:\n{self.log.read_text()[-3000:]}")
-                time.sleep(0.2)
-            finally:
-                probe.close()
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
+    def ready(self) -> bool:
+        probe = Http(self.target)
         try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+            probe.call("GET", "/readyz")
+            return True
+        except (OSError, RuntimeError):
+            return False
+        finally:
+            probe.close()
 
 
 def _with_database(url: str, name: str) -> str:
@@ -201,45 +171,14 @@ def sibling_database(url: str, name: str) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-# --- windows --------------------------------------------------------------------------------------
-
-@dataclass
-class Window:
-    rows: int
-    seconds: float
-    client_cpu: float
-    busiest_client_cpu: float
-    server_cpu: float
-    postgres_cpu: float | None
-    latencies_ms: list[float]
-    empty: int
-    machine_busy: float  # cores busy on the whole machine, on average
-    machine_iowait: float  # cores idle waiting for I/O, on average
-
-    @property
-    def rate(self) -> float:
-        return self.rows / self.seconds
-
-
-@dataclass
-class Workload:
-    key: str
-    lanes: Callable[[], list[Lane]]
-    before: Callable[[], None] | None = None  # outside the window
-    after: Callable[[list[tuple[Lane, LaneResult]]], None] | None = None
-    windows: list[Window] = field(default_factory=list)
-
-
-class Bench:
+class Bench(Harness):
     def __init__(self, config: Config, main_url: str, big_url: str, main: Server, big: Server, pool: ClientPool) -> None:
-        self.config = config
+        super().__init__(config, pool, libpq_url(main_url), lambda: [main, big])
+        self.config: Config = config
         self.main_url, self.big_url = libpq_url(main_url), libpq_url(big_url)
-        self.main, self.big, self.pool = main, big, pool
-        with psycopg.connect(self.main_url) as conn:  # a local PostgreSQL: its postmaster, for its CPU time
-            self.postmaster = procs.postmaster_of(conn.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
+        self.main, self.big = main, big
         self.cursors: dict[tuple[str, int], int] = {}  # where each fetch lane's walk stopped
         self.dequeue_rate: dict[str, float] = {}
-        self.workloads: dict[str, Workload] = {}
         self._define()
 
     # -- set-up ----------------------------------------------------------------------------------
@@ -259,10 +198,7 @@ class Bench:
             base = datasets.allocate_producer_ids(conn, small.producers)
             datasets.fill_log(conn, "scale", 0, small, base)
             datasets.fill_history(conn, "hist-", "scale", 0, small, base)
-            conn.execute("DROP TABLE IF EXISTS public.bench_raw, public.bench_counter")
-            conn.execute("CREATE TABLE public.bench_raw (LIKE txlog.records INCLUDING ALL)")
-            conn.execute("CREATE TABLE public.bench_counter (p int PRIMARY KEY, next bigint NOT NULL)")
-            conn.execute("INSERT INTO public.bench_counter SELECT p, 0 FROM generate_series(0, %s) AS p", (PARTITIONS - 1,))
+            create_raw_tables(conn, PARTITIONS)
             conn.commit()
             # One transaction in ten aborted: exactly what txlog's definition of visible leaves.
             for topic, shape in (("b-fetch", FETCH_LOG), ("scale", small)):
@@ -325,7 +261,7 @@ class Bench:
 
     def _add(self, key: str, lanes: Callable[[], list[Lane]], before: Callable[[], None] | None = None,
              after: Callable[[list[tuple[Lane, LaneResult]]], None] | None = None) -> None:
-        self.workloads[key] = Workload(key, lanes, before, after or self._keep_cursors(key))
+        self.add(key, lanes, before, after or self._keep_cursors(key))
 
     @staticmethod
     def _lanes(kind: str, target: str, n: int) -> Callable[[], list[Lane]]:
@@ -373,75 +309,18 @@ class Bench:
             conn.execute(f"VACUUM ANALYZE {PGQ_SCHEMA}.pgqueuer")
 
     # -- running ---------------------------------------------------------------------------------
-    def _sample(self) -> tuple[float, float, float | None, tuple[float, float, float]]:
-        return (time.monotonic(), procs.group_cpu([self.main.pgid, self.big.pgid]), procs.postgres_cpu(self.postmaster),
-                procs.machine_cpu())
-
-    def run_window(self, workload: Workload, warmup: float | None = None, window: float | None = None) -> Window:
-        warmup = self.config.warmup if warmup is None else warmup
-        window = self.config.window if window is None else window
-        if workload.before:
-            workload.before()
-        lanes = workload.lanes()
-        assignment: list[list[Lane]] = [[] for _ in range(self.pool.size)]
-        for i, lane in enumerate(lanes):
-            assignment[i % self.pool.size].append(lane)
-        results, first, last = self.pool.run(assignment, warmup, window, self._sample)
-        done = [(lane, res) for ls, r in results for lane, res in zip(ls, r.lanes)]
-        cores, total = os.cpu_count() or 1, last[3][2] - first[3][2]
-        if workload.after:
-            workload.after(done)
-        return Window(
-            rows=sum(res.rows for _, res in done),
-            seconds=window,
-            client_cpu=sum(r.cpu_s for _, r in results),
-            busiest_client_cpu=max(r.cpu_s for _, r in results),
-            server_cpu=last[1] - first[1],
-            postgres_cpu=None if first[2] is None or last[2] is None else last[2] - first[2],
-            latencies_ms=[ms for _, res in done for ms in res.latencies_ms],
-            empty=sum(res.empty for _, res in done),
-            machine_busy=cores * (last[3][0] - first[3][0]) / total if total else 0.0,
-            machine_iowait=cores * (last[3][1] - first[3][1]) / total if total else 0.0,
-        )
-
     def rounds(self, groups: list[str]) -> None:
-        order = [GROUPS[g] for g in groups]
         assert sorted(k for g in GROUPS.values() for k in g) == sorted(self.workloads), "every workload in a group"
         # Prime both servers (connection pools, caches, prepared statements) before anything counts.
-        for key in ("idempotent/8", "txn1/8", "read_committed/8", "scale_produce_big", "scale_fetch_big", "scale_txn_big"):
-            self.run_window(self.workloads[key], warmup=0.0, window=0.3)
-        for r in range(self.config.rounds):
-            started = time.perf_counter()
-            for group in order:
-                for key in group:
-                    w = self.workloads[key]
-                    result = self.run_window(w)
-                    w.windows.append(result)
-                    if key.startswith("pgq_dequeue"):
-                        self.dequeue_rate[key] = max(result.rate, 1000.0)
-            line = "  ".join(f"{k}={self.workloads[k].windows[-1].rate:,.0f}" for g in order for k in g[:3])
-            print(f"round {r + 1}/{self.config.rounds} ({time.perf_counter() - started:.0f} s): rows/s {line}", flush=True)
+        prime = ["idempotent/8", "txn1/8", "read_committed/8", "scale_produce_big", "scale_fetch_big", "scale_txn_big"]
+        self.run_rounds([GROUPS[g] for g in groups], prime, on_window=self._seen)
+
+    def _seen(self, key: str, result: Window) -> None:
+        if key.startswith("pgq_dequeue"):
+            self.dequeue_rate[key] = max(result.rate, 1000.0)
 
 
 # --- figures --------------------------------------------------------------------------------------
-
-def _ratio_cell(bench: Bench, num: str, den: str, goal: report.Goal) -> report.Cell:
-    a, b = bench.workloads[num].windows, bench.workloads[den].windows
-    rounds = [x.rate / y.rate for x, y in zip(a, b) if y.rows]
-    cpu = [w.client_cpu / w.rows * 1000 for w in a if w.rows]
-    return report.Cell(report.median(rounds), rounds, goal, report.median(cpu))
-
-
-def _latency_cells(bench: Bench, key: str, p50_goal: float, p99_goal: float) -> dict[str, report.Cell]:
-    lat = [ms for w in bench.workloads[key].windows for ms in w.latencies_ms]
-    per_round = [w.latencies_ms for w in bench.workloads[key].windows]
-    return {
-        "p50": report.Cell(report.percentile(lat, 50), [report.percentile(x, 50) or 0.0 for x in per_round],
-                           report.Goal("<=", p50_goal), None),
-        "p99": report.Cell(report.percentile(lat, 99), [report.percentile(x, 99) or 0.0 for x in per_round],
-                           report.Goal("<=", p99_goal), None),
-    }
-
 
 def figures(bench: Bench) -> list[report.Row]:
     cfg = bench.config
@@ -449,7 +328,7 @@ def figures(bench: Bench) -> list[report.Row]:
     def ratio(key: str, label: str, num: str, den: str, goal: report.Goal) -> report.Row:
         row = report.Row(key, label, "ratio")
         for n in ("1", "8"):
-            row.cells[n] = _ratio_cell(bench, num.format(n=n), den.format(n=n), goal)
+            row.cells[n] = ratio_cell(bench.workloads, num.format(n=n), den.format(n=n), goal)
         return row
 
     rows = [
@@ -462,7 +341,7 @@ def figures(bench: Bench) -> list[report.Row]:
     ]
     endtxn = report.Row("endtxn_ms", "EndTxn p50 / p99 ms (commit every batch)", "ms")
     for n, (g50, g99) in (("1", (3.0, 10.0)), ("8", (15.0, 50.0))):
-        for q, cell in _latency_cells(bench, f"txn1/{n}", g50, g99).items():
+        for q, cell in latency_cells(bench.workloads, f"txn1/{n}", g50, g99).items():
             endtxn.cells[f"{n}.{q}"] = cell
     rows.append(endtxn)
     rows += [
@@ -478,7 +357,7 @@ def figures(bench: Bench) -> list[report.Row]:
         ("scale_txn", f"scale: commit every batch after {big.transactions:,} ÷ {small.transactions:,} txns", "scale_txn"),
     ):
         row = report.Row(key, label, "ratio")
-        row.cells["1"] = _ratio_cell(bench, f"{workload}_big", f"{workload}_small", within)
+        row.cells["1"] = ratio_cell(bench.workloads, f"{workload}_big", f"{workload}_small", within)
         rows.append(row)
     rows += [
         ratio("pgq_enqueue", "PgQueuer enqueue ÷ txlog idempotent produce", "pgq_enqueue/{n}", "idempotent/{n}",
@@ -490,32 +369,7 @@ def figures(bench: Bench) -> list[report.Row]:
 
 
 def summaries(bench: Bench) -> list[report.WorkloadSummary]:
-    out = []
-    for w in bench.workloads.values():
-        ws = [x for x in w.windows if x.rows]
-        if not ws:
-            continue
-
-        def per_krow(f: Callable[[Window], float | None]) -> float | None:
-            vals = [f(x) for x in ws]
-            return None if any(v is None for v in vals) else report.median([v / x.rows * 1000 for v, x in zip(vals, ws)])  # type: ignore[operator]
-
-        out.append(report.WorkloadSummary(
-            key=w.key,
-            windows=len(ws),
-            rows_per_s=report.median([x.rate for x in ws]) or 0.0,
-            client_cpu_per_krow=per_krow(lambda x: x.client_cpu) or 0.0,
-            server_cpu_per_krow=per_krow(lambda x: x.server_cpu) or 0.0,
-            postgres_cpu_per_krow=per_krow(lambda x: x.postgres_cpu),
-            busiest_client_core=max(x.busiest_client_cpu / x.seconds for x in ws),
-            busy_cores=report.median([(x.client_cpu + x.server_cpu + (x.postgres_cpu or 0.0)) / x.seconds for x in ws]) or 0.0,
-            machine_busy_cores=report.median([x.machine_busy for x in ws]) or 0.0,
-            machine_iowait_cores=report.median([x.machine_iowait for x in ws]) or 0.0,
-            rows_per_s_rounds=[x.rate for x in w.windows],
-            endtxn_ms=[ms for x in ws for ms in x.latencies_ms] if w.key.startswith("txn1") or w.key.startswith("scale_txn") else [],
-            empty_dequeues=sum(x.empty for x in w.windows),
-        ))
-    return out
+    return workload_summaries(bench.workloads, lambda key: key.startswith(("txn1", "scale_txn")))
 
 
 # --- main -----------------------------------------------------------------------------------------
@@ -582,8 +436,7 @@ def run(argv: list[str] | None = None) -> str:
         bench.rounds(args.only)
         rows = figures(bench)
         works = summaries(bench)
-        others = [x.machine_busy - (x.client_cpu + x.server_cpu + (x.postgres_cpu or 0.0)) / x.seconds
-                  for w in bench.workloads.values() for x in w.windows]
+        others = bench.other_load()
         machine = procs.machine(pg_version)
         elapsed = time.perf_counter() - started
 
@@ -601,10 +454,7 @@ def run(argv: list[str] | None = None) -> str:
     print()
     print(report.workload_table(works))
     if others:
-        typical = report.median(others) or 0.0
-        shared = " — the machine was shared: expect noisier figures" if typical > 0.3 else ""
-        print(f"other processes and the kernel kept {typical:.2f} cores busy during the windows "
-              f"(at most {max(others):.2f}){shared}")
+        print(describe_other_load(others))
     print()
     print(report.table(rows))
     print(f"\n{cfg.rounds} rounds, {elapsed:.0f} s; wrote {args.output / 'latest.json'} and {args.output / 'latest.png'}")

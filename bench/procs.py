@@ -70,6 +70,23 @@ def postgres_cpu(postmaster: int | None) -> float | None:
     return None
 
 
+def thread_cpu(pid: int) -> dict[int, tuple[float, float]]:
+    """User and system CPU seconds of each live thread of a process, by thread id."""
+    out = {}
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            text = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        out[tid] = (int(fields[11]) / _TICK, int(fields[12]) / _TICK)
+    return out
+
+
 def machine_cpu() -> tuple[float, float, float]:
     """Seconds of CPU the whole machine spent busy, waiting for I/O, and in total (all cores), from
     the first line of /proc/stat: busy over total (times the cores) says whether the machine, not

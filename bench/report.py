@@ -140,7 +140,7 @@ def workload_table(summaries: list[WorkloadSummary]) -> str:
     return "\n".join(lines)
 
 
-def summary_line(rows: list[Row]) -> str:
+def summary_line(rows: list[Row], goals_key: str = "goals_met") -> str:
     pairs = []
     met = total = 0
     for r in rows:
@@ -150,7 +150,7 @@ def summary_line(rows: list[Row]) -> str:
             if cell.met is not None:
                 total += 1
                 met += bool(cell.met)
-    pairs.append(f"goals_met={met}/{total}")
+    pairs.append(f"{goals_key}={met}/{total}")
     return " ".join(pairs)
 
 
@@ -184,7 +184,7 @@ def write_json(path: Path, doc: dict[str, Any]) -> None:
 
 def chart(path: Path, rows: list[Row], title: str) -> None:
     """Bars of each ratio (1 and 8 producers) with its goal drawn across them, and the EndTxn
-    latencies against theirs."""
+    latencies against theirs (when there are any)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -192,9 +192,12 @@ def chart(path: Path, rows: list[Row], title: str) -> None:
 
     ratio_rows = [r for r in rows if r.unit == "ratio"]
     ms_rows = [r for r in rows if r.unit == "ms"]
-    fig, (ax, lat) = plt.subplots(
-        2, 1, figsize=(11, 0.55 * len(ratio_rows) + 4.5), gridspec_kw={"height_ratios": [len(ratio_rows), 3]}
-    )
+    if ms_rows:
+        fig, (ax, lat) = plt.subplots(
+            2, 1, figsize=(11, 0.55 * len(ratio_rows) + 4.5), gridspec_kw={"height_ratios": [len(ratio_rows), 3]}
+        )
+    else:
+        fig, ax = plt.subplots(1, 1, figsize=(11, 0.55 * len(ratio_rows) + 1.5))
     colors = {"1": "#4C72B0", "8": "#DD8452"}
     labelled: set[str] = set()
     for i, r in enumerate(ratio_rows):
@@ -223,6 +226,9 @@ def chart(path: Path, rows: list[Row], title: str) -> None:
     ax.legend(loc="lower right", fontsize=8)
     ax.set_title(title, fontsize=10)
 
+    if not ms_rows:
+        _save(fig, path)
+        return
     names, values, goals, missed = [], [], [], []
     for r in ms_rows:
         for column in ("1", "8"):
@@ -242,6 +248,12 @@ def chart(path: Path, rows: list[Row], title: str) -> None:
     lat.set_xticks(list(xs))
     lat.set_xticklabels(names, fontsize=8)
     lat.set_ylabel("EndTxn ms (black: goal)")
+    _save(fig, path)
+
+
+def _save(fig: Any, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
