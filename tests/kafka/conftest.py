@@ -16,7 +16,8 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from app.kafka import protocol
-from tests.conftest import fresh_database
+from app.services import Broker
+from tests.conftest import fresh_database, make_broker
 from tests.support import ROOT, free_port, wait_until
 
 
@@ -146,6 +147,15 @@ class RawConnection:
 def gateway_db(pg_admin_url: str, template_db: str) -> Iterator[str]:
     with fresh_database(pg_admin_url, template_db) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def store(gateway_db: str) -> Iterator[Broker]:
+    """txlog's own services on the shared gateway's database: what tests set up and check through
+    besides the wire."""
+    b = make_broker(gateway_db)
+    yield b
+    b.db.dispose()
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import asyncio
 import threading
 import time
 import uuid
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -44,14 +44,6 @@ class Rec(NamedTuple):
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
     timestamp: int
-
-
-@pytest.fixture(scope="session")
-def store(gateway_db: str) -> Iterator[Broker]:
-    """txlog's own services on the gateway's database."""
-    b = make_broker(gateway_db)
-    yield b
-    b.db.dispose()
 
 
 @pytest.fixture

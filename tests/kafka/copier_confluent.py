@@ -1,0 +1,196 @@
+"""A consume-transform-produce copier written with confluent-kafka (librdkafka), as an application
+that wants exactly-once writes it: run by ``test_exactly_once`` as a subprocess, killed with
+SIGKILL at random moments and started again, while its gateway is killed and restarted too.
+
+It reads every partition of the input topic read_committed, by ``assign()`` under a fixed group id
+(no group membership: generation -1), from the group's committed offsets (OffsetFetch, asked
+stable), and copies each poll's records to the same partition of the output topic, value + "!",
+key kept. Each poll is one transaction: the records, then the input offsets after them sent to the
+transaction (``send_offsets_to_transaction``), then the commit — so the offsets are the group's
+exactly when the copies are visible. A failed transaction is aborted and the input read again from
+the offsets of the last commit. It exits 0 once the group's offsets reach ``--ends``; 2 on a fatal
+error (fenced, or anything the client cannot recover from); a restarted copier takes over.
+
+Both clients set ``metadata.recovery.strategy=none``: with librdkafka's default (re-bootstrap once
+every broker is down, as when the only gateway restarts) the brokers it knew are decommissioned,
+and ``send_offsets_to_transaction`` can then wait forever, past its own timeout, for the group
+coordinator it had cached (confluentinc/librdkafka #5511 and #5456, open in 2.16; seen here with
+the default: the copier hung after the first gateway restart). Should a call still block far past
+its timeout, a watchdog ends the copier (exit 3) for a new one to take over.
+
+``--offsets-outside`` is the broken variant the test uses as its control: the offsets are
+committed with OffsetCommit after the transaction commits, outside it. ``--crash-after-txn N``
+ends the process (exit 9, as a kill would) right after the N-th commit, before anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable, TypeVar
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+T = TypeVar("T")
+FATAL = 2
+STUCK = 3
+CRASHED = 9
+CALL_TIMEOUT_S = 10
+# How long past its own timeout a call may block before the copier gives up on the process.
+STUCK_AFTER_S = CALL_TIMEOUT_S + 20
+
+
+def log(message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} copier[{os.getpid()}] {message}", flush=True)
+
+
+class Fatal(Exception):
+    pass
+
+
+class Watchdog(threading.Thread):
+    """Ends the process when one call blocks longer than ``STUCK_AFTER_S``."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.call: tuple[str, float] | None = None
+
+    def run(self) -> None:
+        while True:
+            time.sleep(1)
+            call = self.call
+            if call is not None and time.monotonic() - call[1] > STUCK_AFTER_S:
+                log(f"{call[0]} blocked for more than {STUCK_AFTER_S}s: exiting for a new copier to take over")
+                os._exit(STUCK)
+
+
+WATCHDOG = Watchdog()
+
+
+def watched(what: str, step: Callable[[], T]) -> T:
+    WATCHDOG.call = (what, time.monotonic())
+    try:
+        return step()
+    finally:
+        WATCHDOG.call = None
+
+
+def retried(what: str, step: Callable[[], T], deadline_s: float = 120) -> T:
+    """``step`` until it succeeds; a retriable error (the gateway restarting, a timeout) is tried
+    again, a fatal one ends the copier, any other error is the caller's."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            return watched(what, step)
+        except KafkaException as exc:
+            err: KafkaError = exc.args[0]
+            if err.fatal():
+                raise Fatal(f"{what}: {err}") from exc
+            if not err.retriable() or time.monotonic() > deadline:
+                raise
+            log(f"{what}: {err.name()}, retrying")
+            time.sleep(0.2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--input", required=True)
+    ap.add_argument("--output", required=True)
+    ap.add_argument("--group", required=True)
+    ap.add_argument("--transactional-id", required=True)
+    ap.add_argument("--ends", required=True, help="the input's end offset per partition, comma-separated")
+    ap.add_argument("--max-batch", type=int, default=200)
+    ap.add_argument("--offsets-outside", action="store_true")
+    ap.add_argument("--crash-after-txn", type=int, default=0)
+    ap.add_argument("--debug", default=None, help="librdkafka debug contexts, for a copier that misbehaves")
+    args = ap.parse_args(argv)
+    WATCHDOG.start()
+    debug = {"debug": args.debug} if args.debug else {}
+    ends = [int(e) for e in args.ends.split(",")]
+    partitions = [TopicPartition(args.input, p) for p in range(len(ends))]
+
+    consumer = Consumer({
+        "bootstrap.servers": args.bootstrap, "group.id": args.group, "isolation.level": "read_committed",
+        "enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
+        "enable.partition.eof": False, "metadata.recovery.strategy": "none", **debug,
+    })
+    producer = Producer({
+        "bootstrap.servers": args.bootstrap, "transactional.id": args.transactional_id, "linger.ms": 5,
+        "transaction.timeout.ms": 30_000, "metadata.recovery.strategy": "none", **debug,
+    })
+    try:
+        # First the producer: its init fences a previous copier and ends its open transaction, so
+        # that no offsets are pending when the committed ones are read.
+        retried("init_transactions", lambda: producer.init_transactions(CALL_TIMEOUT_S))
+        start = retried("committed", lambda: consumer.committed(partitions, CALL_TIMEOUT_S))
+        committed = {tp.partition: max(tp.offset, 0) for tp in start}
+        log(f"started at {committed}")
+        consumer.assign([TopicPartition(args.input, p, o) for p, o in committed.items()])
+        transactions = 0
+        while any(committed[p] < end for p, end in enumerate(ends)):
+            messages = consumer.consume(args.max_batch, 0.5)
+            records = [m for m in messages if m.error() is None]
+            for m in messages:
+                if m.error() is not None:
+                    log(f"consume: {m.error()}")
+            if not records:
+                continue
+            positions = dict(committed)
+            for m in records:
+                positions[m.partition()] = m.offset() + 1
+            if copy(args, consumer, producer, records, positions):
+                transactions += 1
+                if transactions == args.crash_after_txn:
+                    log(f"crashing after transaction {transactions}")
+                    os._exit(CRASHED)
+                if args.offsets_outside:
+                    offsets = [TopicPartition(args.input, p, o) for p, o in positions.items()]
+                    retried("commit offsets", lambda: consumer.commit(offsets=offsets, asynchronous=False))
+                committed = positions
+            else:
+                # aborted: read again from the last committed offsets
+                consumer.assign([TopicPartition(args.input, p, o) for p, o in committed.items()])
+        log(f"done at {committed} after {transactions} transactions")
+        return 0
+    except Fatal as exc:
+        log(f"fatal: {exc}")
+        return FATAL
+    finally:
+        watched("close", consumer.close)
+
+
+def copy(args: argparse.Namespace, consumer: Consumer, producer: Producer, records: list[Any], positions: dict[int, int]) -> bool:
+    """One transaction: the copies, then the offsets, then the commit. False if it was aborted."""
+    producer.begin_transaction()
+    try:
+        for m in records:
+            value = (m.value() or b"") + b"!"
+            while True:
+                try:
+                    producer.produce(args.output, value, m.key(), partition=m.partition())
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+        if not args.offsets_outside:
+            offsets = [TopicPartition(args.input, p, o) for p, o in positions.items()]
+            retried(
+                "send_offsets_to_transaction",
+                lambda: producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), CALL_TIMEOUT_S),
+            )
+        retried("commit_transaction", lambda: producer.commit_transaction(CALL_TIMEOUT_S))
+        return True
+    except KafkaException as exc:
+        err = exc.args[0]
+        if not err.txn_requires_abort():
+            raise Fatal(f"transaction: {err}") from exc
+        log(f"aborting: {err}")
+        retried("abort_transaction", lambda: producer.abort_transaction(CALL_TIMEOUT_S))
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())
