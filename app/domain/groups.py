@@ -43,6 +43,28 @@ def last_per_partition(offsets: Iterable[O]) -> list[O]:
     return list(by_partition.values())
 
 
+class CommittedOffset(PartitionOffset, Protocol):
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def metadata(self) -> str: ...
+
+
+def check_committable(offsets: Iterable[CommittedOffset]) -> None:
+    """What OffsetCommit and TxnOffsetCommit store: an offset that is not negative, with metadata
+    PostgreSQL text can hold (no NUL). INVALID_REQUEST otherwise, naming the partitions in
+    ``details["partitions"]`` so that each gets its own error."""
+    invalid = [(o.topic, o.partition) for o in offsets if o.offset < 0 or "\x00" in o.metadata]
+    if invalid:
+        raise TxlogError(
+            ErrorCode.INVALID_REQUEST,
+            "Offsets must not be negative, nor their metadata hold a NUL character: "
+            + ", ".join(f"{t}-{p}" for t, p in invalid),
+            partitions=invalid,
+        )
+
+
 # --- The classic group coordinator ----------------------------------------------------------------
 
 

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 import uuid
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Collection, Iterable, Sequence
 
 from app.domain import groups
 from app.domain.groups import (
@@ -180,18 +180,29 @@ class GroupCoordinator:
         self._apply(group_id, outcome)
         return outcome.reply  # type: ignore[return-value]
 
-    def describe_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
+    def describe_groups(self, group_ids: Iterable[str], with_offsets: Collection[str] = ()) -> list[GroupDescription]:
+        """DescribeGroups. A group held nowhere here but with committed offsets (``with_offsets``, the
+        services' group ids: a simple consumer's group, or one held before this gateway restarted)
+        is an Empty group, as Kafka keeps it."""
         described = []
         for group_id in group_ids:
             error = self._refusal(group_id)
             if error is not None:
                 described.append(GroupDescription(group_id, error, "", "", "", ()))
-            else:
-                described.append(groups.describe(group_id, self._groups.get(group_id)))
+                continue
+            group = self._groups.get(group_id)
+            if group is None and group_id in with_offsets:
+                group = Group(group_id)
+            described.append(groups.describe(group_id, group))
         return described
 
-    def list_groups(self, states_filter: Iterable[str] = (), types_filter: Iterable[str] = ()) -> list[GroupListing]:
-        return groups.listing(self._groups.values(), states_filter, types_filter)
+    def list_groups(
+        self, states_filter: Iterable[str] = (), types_filter: Iterable[str] = (), with_offsets: Iterable[str] = ()
+    ) -> list[GroupListing]:
+        """ListGroups: the groups held here, and the groups with committed offsets (``with_offsets``)
+        this gateway coordinates but holds no state of, as Empty groups."""
+        stored = [] if self._closed else [Group(g) for g in with_offsets if g not in self._groups and self._owns(g)]
+        return groups.listing([*self._groups.values(), *stored], states_filter, types_filter)
 
     def snapshot(self) -> list[dict[str, object]]:
         """Every group and its members as plain data (the admin pages)."""

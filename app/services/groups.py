@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from app.domain.groups import last_per_partition
+from app.domain.groups import check_committable, last_per_partition
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.storage import queries as q
@@ -19,17 +19,12 @@ def _check_group(group_id: str) -> None:
 
 def offset_commit(broker: Broker, group_id: str, offsets: Sequence[GroupOffset]) -> list[GroupOffset]:
     """OffsetCommit; a partition given more than once keeps its last offset. Answers the offsets
-    as stored. Nothing is committed when some offset is negative (INVALID_REQUEST) or some partition
-    does not exist (UNKNOWN_TOPIC_OR_PARTITION); the error names them in ``details["partitions"]``."""
+    as stored. Nothing is committed when some offset is negative or its metadata holds a NUL
+    character, which PostgreSQL text cannot store (INVALID_REQUEST), or some partition does not
+    exist (UNKNOWN_TOPIC_OR_PARTITION); the error names them in ``details["partitions"]``."""
     _check_group(group_id)
     offsets = last_per_partition(offsets)
-    negative = [(o.topic, o.partition) for o in offsets if o.offset < 0]
-    if negative:
-        raise TxlogError(
-            ErrorCode.INVALID_REQUEST,
-            "Offsets must not be negative: " + ", ".join(f"{t}-{p}" for t, p in negative),
-            partitions=negative,
-        )
+    check_committable(offsets)
     with broker.db.transaction() as conn:
         missing = q.partitions_missing(conn, [(o.topic, o.partition) for o in offsets])
         if missing:

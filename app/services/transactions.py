@@ -8,7 +8,7 @@ from typing import Sequence
 
 from app import faults
 from app.domain import transactions as txn
-from app.domain.groups import last_per_partition
+from app.domain.groups import check_committable, last_per_partition
 from app.domain.limits import check_partitions_added
 from app.domain.transactions import Result, TopicPartition, TxnEvent, TxnMetadata, TxnState
 from app.errors import ErrorCode, TxlogError
@@ -151,6 +151,7 @@ def txn_offset_commit(
     if not group_id or "\x00" in group_id:
         raise TxlogError(ErrorCode.INVALID_REQUEST, "group_id must be a non-empty string")
     offsets = last_per_partition(offsets)
+    check_committable(offsets)
     with broker.db.transaction() as conn:
         meta = coordinator.locked(conn, transactional_id, partitions=[], groups=[group_id])
         txn.check_producer(meta, producer_id, producer_epoch)

@@ -1157,9 +1157,10 @@ def test_driver_resign_unloads_groups_that_moved():
 
 def test_driver_delete_group_and_from_settings():
     async def scenario() -> None:
-        settings = Settings(kafka_group_initial_rebalance_delay_ms=0, kafka_group_min_session_timeout_ms=10)
+        settings = Settings(kafka_group_initial_rebalance_delay_ms=0, kafka_group_min_session_timeout_ms=10, kafka_group_max_size=5)
         coord = GroupCoordinator.from_settings(settings)
         assert coord.config.initial_rebalance_delay_ms == 0 and coord.config.min_session_timeout_ms == 10
+        assert coord.config.max_size == 5 and GroupCoordinator.from_settings(Settings()).config.max_size is None
         assert coord.config.max_session_timeout_ms == settings.kafka_group_max_session_timeout_ms
         r = await _join(coord)
         assert coord.delete_group("g") is E.NON_EMPTY_GROUP
@@ -1176,6 +1177,7 @@ def test_driver_delete_group_and_from_settings():
 from app.kafka import protocol  # noqa: E402
 from app.kafka.handlers import Node, RequestContext  # noqa: E402
 from app.kafka.handlers import groups as h  # noqa: E402
+from app.services import groups as groups_service  # noqa: E402
 
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 11, 12, 13, 14, 15, 16
 
@@ -1310,13 +1312,19 @@ def test_handle_leave_group_every_version(v):
 
 
 @pytest.mark.parametrize("v", range(0, 7))
-def test_handle_describe_groups_every_version(v):
+def test_handle_describe_groups_every_version(v, monkeypatch):
+    # "stored" has committed offsets and nothing else: an Empty group, as Kafka keeps it
+    monkeypatch.setattr(groups_service, "list_groups", lambda broker: ["g", "stored"])
+
     async def scenario() -> None:
         coord = GroupCoordinator(NO_DELAY)
         joined = await _join(coord, instance="host-1")
         await coord.sync_group("g", 1, joined.member_id, "host-1", None, None, [(joined.member_id, b"assigned")])
-        body = {"groups": ["g", "unknown"], "include_authorized_operations": True}
-        known, unknown = (await call(coord, h.handle_describe_groups, DESCRIBE_GROUPS, v, body)).groups
+        body = {"groups": ["g", "unknown", "stored"], "include_authorized_operations": True}
+        known, unknown, stored = (await call(coord, h.handle_describe_groups, DESCRIBE_GROUPS, v, body)).groups
+        assert (stored.error_code, stored.group_id, stored.group_state, stored.protocol_type, stored.members) == (
+            0, "stored", "Empty", "", [],
+        )
         assert (known.error_code, known.group_id, known.group_state, known.protocol_type, known.protocol_data) == (
             0, "g", "Stable", "consumer", "range",
         )
@@ -1337,7 +1345,10 @@ def test_handle_describe_groups_every_version(v):
 
 
 @pytest.mark.parametrize("v", range(0, 6))
-def test_handle_list_groups_every_version(v):
+def test_handle_list_groups_every_version(v, monkeypatch):
+    # "stored" has committed offsets and nothing else: listed as an Empty group, as Kafka does
+    monkeypatch.setattr(groups_service, "list_groups", lambda broker: ["one", "stored"])
+
     async def scenario() -> None:
         coord = GroupCoordinator(NO_DELAY)
         await _join(coord, group="one")
@@ -1347,9 +1358,9 @@ def test_handle_list_groups_every_version(v):
         listed = [(g.group_id, g.protocol_type) for g in response.groups]
         assert response.error_code == 0
         if v >= 4:  # the states filter is sent from v4
-            assert listed == [("two", "consumer")] and response.groups[0].group_state == "Empty"
+            assert listed == [("two", "consumer"), ("stored", "")] and {g.group_state for g in response.groups} == {"Empty"}
         else:
-            assert listed == [("one", "consumer"), ("two", "consumer")]
+            assert listed == [("one", "consumer"), ("two", "consumer"), ("stored", "")]
         if v >= 5:
             assert response.groups[0].group_type == "classic"
             other = await call(coord, h.handle_list_groups, LIST_GROUPS, v, {"types_filter": ["consumer"]})

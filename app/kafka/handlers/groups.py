@@ -4,6 +4,10 @@ is the coordinator's (``app.domain.groups``).
 
 Versions read from the schemas: JoinGroup 0–9, SyncGroup 0–5, Heartbeat 0–4, LeaveGroup 0–5,
 DescribeGroups 0–6, ListGroups 0–5.
+
+Groups live in the coordinator's memory, committed offsets in PostgreSQL: DescribeGroups and
+ListGroups also show, as Empty, a group that only has committed offsets (a simple consumer's, or
+one whose coordinator restarted since), as Kafka keeps such a group.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from typing import Any
 
 from app.errors import ErrorCode
 from app.kafka.handlers import RequestContext
+from app.services import groups as groups_service
 
 
 def _code(error: ErrorCode | None) -> int:
@@ -104,8 +109,9 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> dict:
 
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> dict:
     v = ctx.api_version
+    with_offsets = set(await ctx.call(groups_service.list_groups, ctx.broker))
     described = []
-    for d in ctx.groups.describe_groups(request.groups):
+    for d in ctx.groups.describe_groups(request.groups, with_offsets):
         error = d.error
         if error is ErrorCode.GROUP_ID_NOT_FOUND and v < 6:
             error = None  # before v6 an unknown group is described as Dead, without an error
@@ -139,6 +145,7 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> dict:
     listed = ctx.groups.list_groups(
         request.states_filter if v >= 4 else (),
         request.types_filter if v >= 5 else (),
+        await ctx.call(groups_service.list_groups, ctx.broker),
     )
     return {
         "throttle_time_ms": 0,

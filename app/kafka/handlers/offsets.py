@@ -13,10 +13,11 @@ OffsetCommit (v2 to v9):
   GROUP_ID_NOT_FOUND: Kafka keeps groups across restarts and txlog does not, and
   ILLEGAL_GENERATION is what makes every client rejoin.
 - Errors are per partition, as in Kafka: a partition that does not exist is
-  UNKNOWN_TOPIC_OR_PARTITION and a negative offset INVALID_REQUEST, while the other partitions of
-  the request are committed. v9's ``generation_id_or_member_epoch`` is the generation (classic
-  groups only).
-- Metadata is stored as sent (null as ""); the leader epoch and v2–4's retention time are not kept.
+  UNKNOWN_TOPIC_OR_PARTITION, a negative offset or a NUL inside the metadata INVALID_REQUEST, and
+  the other partitions of the request are committed. v9's ``generation_id_or_member_epoch`` is the
+  generation (classic groups only).
+- Metadata is stored as sent (null as ""; see ``offset_metadata`` for a trailing NUL); the leader
+  epoch and v2–4's retention time are not kept.
 
 OffsetFetch (v1 to v9):
 
@@ -48,6 +49,15 @@ NO_METADATA = ""
 TopicPartition = tuple[str, int]
 
 
+def offset_metadata(value: str | None) -> str:
+    """Committed metadata as stored: null is "", and a trailing NUL is dropped — confluent-kafka's
+    Python binding sends its C string's terminator with every metadata it commits, and PostgreSQL
+    text cannot hold a NUL (the services refuse one anywhere else, INVALID_REQUEST)."""
+    if not value:
+        return NO_METADATA
+    return value[:-1] if value.endswith("\x00") else value
+
+
 def _by_topic(entries: Iterable[tuple[str, dict]]) -> list[dict]:
     """(topic, partition answer) pairs as the responses' topic array, topics in first-seen order."""
     topics: dict[str, list[dict]] = {}
@@ -61,7 +71,7 @@ def _by_topic(entries: Iterable[tuple[str, dict]]) -> list[dict]:
 
 async def handle_offset_commit(ctx: RequestContext, request: Any) -> dict:
     offsets = [
-        GroupOffset(t.name, p.partition_index, p.committed_offset, p.committed_metadata or "")
+        GroupOffset(t.name, p.partition_index, p.committed_offset, offset_metadata(p.committed_metadata))
         for t in request.topics
         for p in t.partitions
     ]

@@ -15,6 +15,7 @@ from typing import Any
 
 from app.errors import ErrorCode, TxlogError
 from app.kafka.handlers import RequestContext
+from app.kafka.handlers.offsets import offset_metadata
 from app.services import transactions as txn_service
 from app.storage.queries import GroupOffset
 
@@ -112,7 +113,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
     carries the consumer's generation and member id, and a zombie (an older generation of the
     group, KIP-447) is refused by the group coordinator before anything is written."""
     offsets = [
-        GroupOffset(t.name, p.partition_index, p.committed_offset, p.committed_metadata or "")
+        GroupOffset(t.name, p.partition_index, p.committed_offset, offset_metadata(p.committed_metadata))
         for t in request.topics
         for p in t.partitions
     ]
