@@ -364,8 +364,10 @@ def log_append(
     Transactional records and markers carry ``txn_first_offset``, the first offset of their
     transaction on the partition. ``sizes``: the records' sizes when the caller has them already
     (control records count 0). With ``commit`` the append is the database transaction's last
-    statement: it and the COMMIT go in one round trip (psycopg's pipeline mode), and the caller's
-    scope then has nothing left to commit."""
+    statement and is committed here, so the caller's scope has nothing left to commit. Not in one
+    round trip with the COMMIT (psycopg's pipeline mode): a process stopped between a pipelined
+    statement and its Sync leaves its session active, not idle in transaction, so
+    idle_in_transaction_session_timeout never ends it and its row locks stay held."""
     if control_type is not None:
         sizes = [0] * len(records)
     elif sizes is None:
@@ -420,11 +422,8 @@ def log_append(
         "payload": f"{topic}:{partition}",
     }
     raw = driver(conn)
-    if not commit:
-        raw.execute(_LOG_APPEND, params)
-        return
-    with raw.pipeline():
-        raw.execute(_LOG_APPEND, params)
+    raw.execute(_LOG_APPEND, params)
+    if commit:
         raw.commit()
 
 
