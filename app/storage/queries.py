@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Iterable, NamedTuple, Sequence
 
 import psycopg
-
 from psycopg.types.numeric import Int4, Int8
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
@@ -20,6 +19,7 @@ from app.domain.producer_state import BatchMetadata, ProducerStateEntry
 from app.domain.records import Headers, NewRecord, headers_object, record_size
 from app.domain.transactions import TopicPartition, TxnEvent, TxnMetadata, TxnState
 from app.errors import ErrorCode, TxlogError
+from app.storage.arrays import bytea_array, int4_array, int8_array, text_array
 from app.storage.db import driver, libpq_url
 
 NOTIFY_CHANNEL = "txlog_append"
@@ -402,15 +402,15 @@ def log_append(
         "epoch": _int8(producer_epoch),
         "seq": _int8(base_sequence),
         "txn": transactional,
-        "keys": ([r.key for r in records]),
-        "values": ([r.value for r in records]),
-        "headers": (headers_json),
-        "hstart": (hstart),
-        "hend": (hend),
-        "hk": (hk),
-        "hv": (hv),
-        "ts": ([r.timestamp_ms if r.timestamp_ms is not None else append_time_ms for r in records]),
-        "positions": (positions),
+        "keys": bytea_array([r.key for r in records]),
+        "values": bytea_array([r.value for r in records]),
+        "headers": text_array(headers_json),
+        "hstart": int4_array(hstart),
+        "hend": int4_array(hend),
+        "hk": text_array(hk),
+        "hv": bytea_array(hv),
+        "ts": int8_array([r.timestamp_ms if r.timestamp_ms is not None else append_time_ms for r in records]),
+        "positions": int8_array(positions),
         "batches": json.dumps([b.to_json() for b in producer_state.batches]) if producer_state else None,
         "state_epoch": _int8(producer_state.producer_epoch) if producer_state else None,
         "control_type": _int8(control_type),
