@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from app.domain.records import NewRecord, record_size
+from app.domain.records import NewRecord, record_size, record_sizes
 from app.errors import ErrorCode, TxlogError
 
 
@@ -46,7 +46,7 @@ def checked_record_sizes(records: Sequence[NewRecord], limits: RecordLimits) -> 
             ErrorCode.RECORD_LIST_TOO_LARGE,
             f"The batch has {len(records)} records; at most {limits.max_batch_records} are accepted in one batch",
         )
-    sizes = [r.size() for r in records]
+    sizes = record_sizes(records)
     if sizes and max(sizes) > min(limits.max_key_bytes, limits.max_value_bytes, limits.max_header_bytes):
         for i, r in enumerate(records):
             check_record(r.key, r.value, r.headers, limits, f"record {i}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from typing import Iterable, Literal, NamedTuple
+from typing import Iterable, Literal, NamedTuple, Sequence
 
 from app.errors import ErrorCode, TxlogError
 
@@ -79,6 +79,11 @@ def record_size(key: bytes | None, value: bytes | None, headers: Iterable[Header
     for k, v in headers or ():
         n += len(k.encode("utf-8", errors="surrogatepass")) + len(v or b"")
     return n
+
+
+def record_sizes(records: Sequence[NewRecord]) -> list[int]:
+    """``record_size`` of each record, in one pass."""
+    return [record_size(k, v, h) if h else len(k or b"") + len(v or b"") for k, v, h, _ in records]
 
 
 def headers_object(headers: Iterable[Header]) -> dict[str, str | None]:

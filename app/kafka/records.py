@@ -301,7 +301,16 @@ def _read_records(
     try:
         # Deltas, key lengths and header counts are mostly one byte: read those inline.
         for i in range(count):
-            length, p = varint(buf, p)
+            b = buf[p]
+            if b < 0x80:
+                length = small[b]
+                p += 1
+            elif buf[p + 1] < 0x80:  # two bytes, as for records of 64 bytes to 8 KiB
+                z = (b & 0x7F) | (buf[p + 1] << 7)
+                length = (z >> 1) ^ -(z & 1)
+                p += 2
+            else:
+                length, p = varint(buf, p)
             record_end = p + length
             if length < _MIN_RECORD_SIZE - 1 or record_end > end:
                 raise _corrupt(f"record length {length} with {end - p} bytes left")
@@ -330,7 +339,16 @@ def _read_records(
                 key = None
             else:
                 raise _corrupt(f"key length {n}")
-            n, p = varint(buf, p)
+            b = buf[p]
+            if b < 0x80:
+                n = small[b]
+                p += 1
+            elif buf[p + 1] < 0x80:
+                z = (b & 0x7F) | (buf[p + 1] << 7)
+                n = (z >> 1) ^ -(z & 1)
+                p += 2
+            else:
+                n, p = varint(buf, p)
             if n >= 0:
                 value = buf[p : p + n]
                 p += n
@@ -736,18 +754,22 @@ def encode_records(records: Sequence[StoredRecordLike]) -> bytes:
 # --- produce --------------------------------------------------------------------------------------
 
 
+_OFFSET_DELTA = operator.itemgetter(0)
+
+
 def new_records(batch: RecordBatch) -> list[NewRecord]:
     """The batch's records as the produce service takes them. The timestamp is the producer's
     (CreateTime), or None — the append time — for a LogAppendTime batch or a record without one
     (-1). Header keys must be text PostgreSQL can store (INVALID_RECORD otherwise)."""
     keep_time = not batch.attributes & ATTR_LOG_APPEND_TIME
-    out = []
     for i, r in enumerate(batch.records):
         if r.headers:
             validate_headers(r.headers, f"record {i}")
-        ts = r.timestamp_ms if keep_time and r.timestamp_ms != NO_TIMESTAMP else None
-        out.append(NewRecord(r.key, r.value, r.headers, ts))
-    return out
+    new = tuple.__new__  # a NamedTuple's own constructor costs twice as much
+    return [
+        new(NewRecord, (key, value, headers, ts if keep_time and ts != NO_TIMESTAMP else None))
+        for _, ts, key, value, headers in batch.records
+    ]
 
 
 def produce_request(
@@ -766,7 +788,7 @@ def produce_request(
     count = len(batch.records)
     if count == 0:
         raise TxlogError(ErrorCode.INVALID_RECORD, "A batch must contain at least one record")
-    if batch.last_offset_delta != count - 1 or any(r.offset_delta != i for i, r in enumerate(batch.records)):
+    if batch.last_offset_delta != count - 1 or list(map(_OFFSET_DELTA, batch.records)) != list(range(count)):
         raise TxlogError(
             ErrorCode.INVALID_RECORD,
             f"The batch's offset deltas must run 0 .. {count - 1} (last offset delta {batch.last_offset_delta})",

@@ -69,16 +69,15 @@ def _varlena(cls: type[PackedArray], oid: int, items: Sequence[bytes | None]) ->
     n = len(items)
     if not n:
         return cls(_EMPTY.pack(0, 0, oid))
-    parts = [b""] * (2 * n + 1)
-    nulls = 0
-    for i, item in enumerate(items, 1):
-        if item is None:
-            parts[2 * i - 1] = _NULL
-            nulls = 1
-        else:
-            parts[2 * i - 1] = _LENGTH(len(item))
-            parts[2 * i] = item
-    parts[0] = _HEADER.pack(1, nulls, oid, n, 1)
+    parts: list[bytes] = [b""] * (2 * n + 1)
+    if None in items:
+        parts[1::2] = [_NULL if item is None else _LENGTH(len(item)) for item in items]
+        parts[2::2] = [b"" if item is None else item for item in items]
+        parts[0] = _HEADER.pack(1, 1, oid, n, 1)
+    else:
+        parts[1::2] = map(_LENGTH, map(len, items))  # type: ignore[arg-type]
+        parts[2::2] = items  # type: ignore[assignment]
+        parts[0] = _HEADER.pack(1, 0, oid, n, 1)
     return cls(b"".join(parts))
 
 
@@ -98,7 +97,10 @@ def _fixed(cls: type[PackedArray], oid: int, code: str, width: int, items: Seque
     if not n:
         return cls(_EMPTY.pack(0, 0, oid))
     if None in items:
-        body = b"".join(_NULL if v is None else _LENGTH(width) + struct.pack(">" + code, v) for v in items)
+        if items.count(None) == n:  # type: ignore[attr-defined]
+            body = _NULL * n
+        else:
+            body = b"".join(_NULL if v is None else _LENGTH(width) + struct.pack(">" + code, v) for v in items)
         return cls(_HEADER.pack(1, 1, oid, n, 1) + body)
     packer = _FIXED.get((code, n))
     if packer is None:

@@ -5,6 +5,7 @@ log. Services call these inside the transaction scopes they open."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import uuid
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from app.domain.producer_state import BatchMetadata, ProducerStateEntry
-from app.domain.records import Headers, NewRecord, headers_object, record_size
+from app.domain.records import Headers, NewRecord, headers_object, record_size, record_sizes
 from app.domain.transactions import TopicPartition, TxnEvent, TxnMetadata, TxnState
 from app.errors import ErrorCode, TxlogError
 from app.storage.arrays import bytea_array, int4_array, int8_array, text_array
@@ -368,48 +369,49 @@ def log_append(
     round trip with the COMMIT (psycopg's pipeline mode): a process stopped between a pipelined
     statement and its Sync leaves its session active, not idle in transaction, so
     idle_in_transaction_session_timeout never ends it and its row locks stay held."""
+    n = len(records)
+    keys, values, headers, timestamps = zip(*records) if n else ((), (), (), ())
     if control_type is not None:
-        sizes = [0] * len(records)
+        sizes = [0] * n
     elif sizes is None:
-        sizes = [r.size() for r in records]
-    positions = []
-    position = base_position
-    hstart: list[int | None] = []
-    hend: list[int | None] = []
-    hk: list[str] = []
-    hv: list[bytes | None] = []
-    headers_json: list[str | None] = []
-    for r, size in zip(records, sizes):
-        positions.append(position)
-        position += size
-        if r.headers:
-            hstart.append(len(hk) + 1)
-            hk.extend(k for k, _ in r.headers)
-            hv.extend(v for _, v in r.headers)
-            hend.append(len(hk))
-            headers_json.append(json.dumps(headers_object(r.headers)))
-        else:
-            hstart.append(None)
-            hend.append(None)
-            headers_json.append(None)
+        sizes = record_sizes(records)
+    positions = list(itertools.accumulate(sizes, initial=base_position))
+    next_position = positions.pop()
+    if None in timestamps:
+        timestamps = [append_time_ms if t is None else t for t in timestamps]
+    # Header columns: NULL arrays when no record has headers (unnest pads them with NULLs).
+    headers_json = hstart = hend = hk = hv = None
+    if any(headers):
+        hstart, hend, hk, hv, headers_json = [], [], [], [], []
+        for h in headers:
+            if h:
+                hstart.append(len(hk) + 1)
+                hk.extend(k for k, _ in h)
+                hv.extend(v for _, v in h)
+                hend.append(len(hk))
+                headers_json.append(json.dumps(headers_object(h)))
+            else:
+                hstart.append(None)
+                hend.append(None)
+                headers_json.append(None)
     params = {
         "topic": topic,
         "partition": Int4(partition),
         "base": Int8(base_offset),
-        "next": Int8(base_offset + len(records)),
-        "next_position": Int8(position),
+        "next": Int8(base_offset + n),
+        "next_position": Int8(next_position),
         "pid": _int8(producer_id),
         "epoch": _int8(producer_epoch),
         "seq": _int8(base_sequence),
         "txn": transactional,
-        "keys": bytea_array([r.key for r in records]),
-        "values": bytea_array([r.value for r in records]),
-        "headers": text_array(headers_json),
-        "hstart": int4_array(hstart),
-        "hend": int4_array(hend),
-        "hk": text_array(hk),
-        "hv": bytea_array(hv),
-        "ts": int8_array([r.timestamp_ms if r.timestamp_ms is not None else append_time_ms for r in records]),
+        "keys": bytea_array(keys),
+        "values": bytea_array(values),
+        "headers": text_array(headers_json) if headers_json is not None else None,
+        "hstart": int4_array(hstart) if hstart is not None else None,
+        "hend": int4_array(hend) if hend is not None else None,
+        "hk": text_array(hk) if hk is not None else None,
+        "hv": bytea_array(hv) if hv is not None else None,
+        "ts": int8_array(timestamps),
         "positions": int8_array(positions),
         "batches": json.dumps([b.to_json() for b in producer_state.batches]) if producer_state else None,
         "state_epoch": _int8(producer_state.producer_epoch) if producer_state else None,
