@@ -91,6 +91,7 @@ def offset_fetch(broker: Broker, group_id: str, require_stable: bool = False) ->
     return [GroupOffset(f.topic, f.partition, f.offset, f.metadata) for f in fetched if f.offset is not None]
 
 
-def list_groups(broker: Broker) -> list[str]:
+def list_groups(broker: Broker, among: Sequence[str] | None = None) -> list[str]:
+    """Groups known by their offsets: all, or those of ``among``."""
     with broker.db.read() as conn:
-        return q.group_ids(conn)
+        return q.group_ids(conn, among)

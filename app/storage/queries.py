@@ -1271,10 +1271,21 @@ def group_offsets_fetch(conn: Connection, group_id: str, partitions: Sequence[tu
     return [GroupOffsetRow(*r) for r in rows]
 
 
-def group_ids(conn: Connection) -> list[str]:
-    rows = conn.execute(
-        text("SELECT group_id FROM txlog.group_offsets UNION SELECT group_id FROM txlog.pending_group_offsets ORDER BY 1")
-    )
+def group_ids(conn: Connection, among: Sequence[str] | None = None) -> list[str]:
+    """The groups that have committed offsets, or offsets pending in a transaction: all of them, or
+    those of ``among``."""
+    if among is None:
+        rows = conn.execute(
+            text("SELECT group_id FROM txlog.group_offsets UNION SELECT group_id FROM txlog.pending_group_offsets ORDER BY 1")
+        )
+    else:
+        rows = conn.execute(
+            text(
+                "SELECT group_id FROM txlog.group_offsets WHERE group_id = ANY(CAST(:ids AS text[])) "
+                "UNION SELECT group_id FROM txlog.pending_group_offsets WHERE group_id = ANY(CAST(:ids AS text[])) ORDER BY 1"
+            ),
+            {"ids": list(among)},
+        )
     return list(rows.scalars())
 
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import types
+import uuid
 from pathlib import Path
 
 import httpx
@@ -357,6 +358,19 @@ def test_metadata_auto_creates_when_asked_and_allowed(gateway: GatewayProcess, t
     assert {t.name for t in raw.request(ApiKey.Metadata, 0, {"topics": []}).topics} == every
     # clients see the auto-created topics
     assert confluent_topics(gateway.bootstrap, [created, old]) == {created: 2, old: 2}
+
+
+def test_metadata_by_topic_id(gateway: GatewayProcess, topic_name: str, raw: RawConnection) -> None:
+    """v10+ may name a topic by its id: answered with its name; an id no topic has is UNKNOWN_TOPIC_ID."""
+    raw.request(ApiKey.CreateTopics, 7, {"topics": [{"name": topic_name, "num_partitions": 2, "replication_factor": 1}]})
+    (by_name,) = raw.request(ApiKey.Metadata, 12, {"topics": [{"name": topic_name}]}).topics
+    assert by_name.topic_id != uuid.UUID(int=0)
+    missing = uuid.uuid4()
+    got = raw.request(ApiKey.Metadata, 12, {"topics": [{"name": None, "topic_id": by_name.topic_id}, {"name": None, "topic_id": missing}]})
+    assert [(t.name, t.topic_id, t.error_code, len(t.partitions)) for t in got.topics] == [
+        (topic_name, by_name.topic_id, 0, 2),
+        (None, missing, ErrorCode.UNKNOWN_TOPIC_ID.kafka_code, 0),
+    ]
 
 
 def test_metadata_without_auto_create(start_gateway, topic_name: str) -> None:  # type: ignore[no-untyped-def]

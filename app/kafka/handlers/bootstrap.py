@@ -59,10 +59,15 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict:
     empty in v0), none when it is empty. An unknown topic is UNKNOWN_TOPIC_OR_PARTITION, unless auto-creation is on
     (TXLOG_KAFKA_AUTO_CREATE_TOPICS, and the request allows it from v4) and creates it with
     TXLOG_KAFKA_NUM_PARTITIONS partitions; an illegal name is INVALID_TOPIC_EXCEPTION."""
-    existing = {t.name: t for t in await ctx.call(topics.topics_metadata, ctx.broker)}
     requested = request.topics
     if ctx.api_version == 0 and not requested:
         requested = None
+    if requested is None:
+        found = await ctx.call(topics.topics_metadata, ctx.broker)
+    else:  # only the topics asked for are read, by name or (v10+) by topic id
+        names = [e.name for e in requested if e.name is not None]
+        found = await ctx.call(topics.topics_metadata, ctx.broker, names, [e.topic_id for e in requested if e.name is None])
+    existing = {t.name: t for t in found}
     if requested is None:
         answers = [_topic(ctx, existing[name]) for name in sorted(existing)]
     else:

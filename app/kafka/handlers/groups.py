@@ -109,7 +109,7 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> dict:
 
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> dict:
     v = ctx.api_version
-    with_offsets = set(await ctx.call(groups_service.list_groups, ctx.broker))
+    with_offsets = set(await ctx.call(groups_service.list_groups, ctx.broker, list(request.groups)))
     described = []
     for d in ctx.groups.describe_groups(request.groups, with_offsets):
         error = d.error
