@@ -33,7 +33,7 @@ import operator
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, Sequence
+from typing import NamedTuple, Sequence
 
 import cramjam
 import google_crc32c
@@ -42,6 +42,7 @@ from app.config import Settings
 from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT, Headers, NewRecord, validate_headers
 from app.errors import ErrorCode, TxlogError
 from app.services.produce import ProduceRequest
+from app.storage.queries import StoredRecord
 
 MAGIC = 2
 
@@ -243,8 +244,9 @@ def decode_batches(
 _SMALL_VARINTS = [(b >> 1) ^ -(b & 1) for b in range(0x80)]
 
 
-def _read_varint(buf: bytes, p: int) -> tuple[int, int]:
-    """Kafka's varint (zigzag, at most 5 bytes, 32 bits) at ``p``: (value, next position)."""
+def _read_varint(buf: bytes, p: int, bits: int = 32) -> tuple[int, int]:
+    """Kafka's varint (zigzag, at most 5 bytes, 32 bits) at ``p``, or its varlong with ``bits=64``
+    (at most 10 bytes): (value, next position)."""
     b = buf[p]
     if b < 0x80:
         return (b >> 1) ^ -(b & 1), p + 1
@@ -258,32 +260,10 @@ def _read_varint(buf: bytes, p: int) -> tuple[int, int]:
         if b < 0x80:
             break
         shift += 7
-        if shift > 28:
-            raise _corrupt("a varint is longer than 5 bytes")
-    if z > 0xFFFFFFFF:
-        raise _corrupt("a varint does not fit in 32 bits")
-    return (z >> 1) ^ -(z & 1), p
-
-
-def _read_varlong(buf: bytes, p: int) -> tuple[int, int]:
-    """Kafka's varlong (zigzag, at most 10 bytes, 64 bits) at ``p``: (value, next position)."""
-    b = buf[p]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), p + 1
-    z = b & 0x7F
-    shift = 7
-    p += 1
-    while True:
-        b = buf[p]
-        p += 1
-        z |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise _corrupt("a varlong is longer than 10 bytes")
-    if z > 0xFFFFFFFFFFFFFFFF:
-        raise _corrupt("a varlong does not fit in 64 bits")
+        if shift >= bits:
+            raise _corrupt(f"a var{'int' if bits == 32 else 'long'} is longer than {bits // 7 + 1} bytes")
+    if z >> bits:
+        raise _corrupt(f"a var{'int' if bits == 32 else 'long'} does not fit in {bits} bits")
     return (z >> 1) ^ -(z & 1), p
 
 
@@ -319,7 +299,7 @@ def _read_records(
                 ts_delta = small[b]
                 p += 2
             else:
-                ts_delta, p = _read_varlong(buf, p + 1)
+                ts_delta, p = varint(buf, p + 1, 64)
             b = buf[p]
             if b < 0x80:
                 offset_delta = small[b]
@@ -531,22 +511,6 @@ def _lz4_content_size(payload: memoryview) -> int | None:
 # --- encoding for fetch ---------------------------------------------------------------------------
 
 
-class StoredRecordLike(Protocol):
-    """What the encoder reads of a stored record (``app.storage.queries.StoredRecord`` has it)."""
-
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    header_keys: Sequence[str] | None
-    header_values: Sequence[bytes | None] | None
-    timestamp_ms: int
-    producer_id: int | None
-    producer_epoch: int | None
-    sequence: int | None
-    is_transactional: bool
-    control_type: int | None
-
-
 def _uvarint(z: int) -> bytes:
     out = bytearray()
     while z > 0x7F:
@@ -617,7 +581,7 @@ def _finish(
     return b"".join(parts)
 
 
-def encode_batch(base_offset: int, records: Sequence[StoredRecordLike]) -> bytes:
+def encode_batch(base_offset: int, records: Sequence[StoredRecord]) -> bytes:
     """One uncompressed batch v2 of ``records`` (at least one), which share producer id, epoch,
     transactional flag and control-ness (``batch_runs`` cuts a fetch's records so), with offsets
     ascending from ``base_offset`` by at most 2**31 - 1. CreateTime, partition leader epoch 0,
@@ -694,7 +658,7 @@ def _control_record(ts_delta: int, offset_delta: int, control_type: int, coordin
 
 
 def _encode_control(
-    base_offset: int, records: Sequence[StoredRecordLike], pid: int, epoch: int, coordinator_epoch: int
+    base_offset: int, records: Sequence[StoredRecord], pid: int, epoch: int, coordinator_epoch: int
 ) -> bytes:
     base_ts = records[0].timestamp_ms
     parts = [b"", b""]
@@ -708,7 +672,7 @@ def _encode_control(
     )
 
 
-def batch_runs(records: Sequence[StoredRecordLike]) -> list[Sequence[StoredRecordLike]]:
+def batch_runs(records: Sequence[StoredRecord]) -> list[Sequence[StoredRecord]]:
     """``records`` (ascending offsets, as a fetch reads them) cut into runs that can each be one
     batch: a run ends where the producer id, epoch or transactional flag changes, where offsets do
     not ascend or would pass 2**31 - 1 past the run's first, and where the sequence stops following
@@ -745,7 +709,7 @@ def batch_runs(records: Sequence[StoredRecordLike]) -> list[Sequence[StoredRecor
     return runs
 
 
-def encode_records(records: Sequence[StoredRecordLike]) -> bytes:
+def encode_records(records: Sequence[StoredRecord]) -> bytes:
     """A fetch's records as record batches end to end (``batch_runs``, then ``encode_batch`` each
     from its first record's offset)."""
     return b"".join(encode_batch(run[0].offset, run) for run in batch_runs(records))

@@ -23,7 +23,7 @@ from app.domain.records import (
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.storage import queries as q
-from app.storage.queries import LogRow, PartitionStatus, StoredRecord
+from app.storage.queries import PartitionStatus, StoredRecord
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class LogPage:
 
     topic: str
     partition: int
-    records: list[LogRow]  # every row, control records and records of aborted transactions included
+    records: list[StoredRecord]  # every row, control records and records of aborted transactions included
     # read_committed: the aborted transactions the records belong to, as (producer id, first offset
     # on the partition), in first-offset order — what a consumer skips their records by; None for
     # read_uncommitted (Kafka sends none then).

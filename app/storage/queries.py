@@ -482,7 +482,9 @@ class StoredRecord(NamedTuple):
     sequence: int | None
     is_transactional: bool
     control_type: int | None
-    aborted: bool  # its transaction aborted (txlog.log_records.aborted)
+    position: int  # bytes of data records before this one in the partition
+    txn_first_offset: int | None  # a transactional record's: its transaction's first offset on the partition
+    aborted: bool  # its transaction aborted (txlog.log_records.aborted), where the read asked
 
     @property
     def headers(self) -> Headers:
@@ -493,10 +495,11 @@ class StoredRecord(NamedTuple):
         return record_size(self.key, self.value, self.headers)
 
 
-# Every read of the log goes through txlog.log_records, which defines "aborted" once.
+# Every read of the log goes through txlog.log_records, which defines "aborted" once. A read selects
+# these and then the aborted flag (or ``false`` when it does not ask).
 _RECORD_COLUMNS = f"""
 r."offset", r.key, r.value, r.header_keys, r.header_values, {_ms('r."timestamp"')}, r.producer_id,
-r.producer_epoch, r.sequence, r.is_transactional, r.control_type
+r.producer_epoch, r.sequence, r.is_transactional, r.control_type, r.position, r.txn_first_offset
 """
 
 
@@ -533,34 +536,6 @@ _FETCH_COMMITTED = _fetch_sql(True)
 _FETCH_UNCOMMITTED = _fetch_sql(False)
 
 
-class LogRow(NamedTuple):
-    """A stored row of the log as a Kafka record batch carries it: data or control record, with its
-    producer fields, its log position and, when asked, whether its transaction aborted."""
-
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    header_keys: list[str] | None
-    header_values: list[bytes | None] | None
-    timestamp_ms: int
-    producer_id: int | None
-    producer_epoch: int | None
-    sequence: int | None
-    is_transactional: bool
-    control_type: int | None
-    position: int  # bytes of data records before this one in the partition
-    txn_first_offset: int | None  # its transaction's first offset on the partition
-    aborted: bool  # its transaction aborted (txlog.log_records.aborted); only read when asked
-
-    @property
-    def headers(self) -> Headers:
-        return _headers(self.header_keys, self.header_values)
-
-    @property
-    def size(self) -> int:
-        return record_size(self.key, self.value, self.headers)
-
-
 def _fetch_log_sql(with_aborted: bool) -> str:
     # The page ends at the first offset whose log position lies past the byte budget's end (the
     # first record's position + max_bytes), found by bisecting [start + 1, end): positions grow
@@ -589,7 +564,7 @@ def _fetch_log_sql(with_aborted: bool) -> str:
             ) m
             WHERE c.lo < c.hi
         )
-        SELECT {_RECORD_COLUMNS}, r.position, r.txn_first_offset, {aborted}
+        SELECT {_RECORD_COLUMNS}, {aborted}
         FROM {source}
         WHERE r.topic = %(topic)s AND r.partition = %(partition)s
           AND r."offset" >= %(start)s AND r."offset" < (SELECT c.lo FROM cut c WHERE c.lo = c.hi)
@@ -603,7 +578,7 @@ _FETCH_LOG = _fetch_log_sql(False)
 
 def records_fetch_log(
     conn: Connection, topic: str, partition: int, start: int, end: int, max_bytes: int, with_aborted: bool
-) -> list[LogRow]:
+) -> list[StoredRecord]:
     """Every row of the log from ``start`` (control records and records of aborted transactions
     included), in offset order, below ``end`` and within ``max_bytes`` of data counted from the
     first row's log position: the rows that start inside the budget (or at its end), the first
@@ -616,7 +591,7 @@ def records_fetch_log(
         "max_bytes": Int8(max_bytes),
     }
     sql = _FETCH_LOG_WITH_ABORTED if with_aborted else _FETCH_LOG
-    return list(map(LogRow._make, driver(conn).execute(sql, params, binary=True).fetchall()))
+    return _stored(driver(conn).execute(sql, params, binary=True).fetchall())
 
 
 def records_browse(conn: Connection, topic: str, partition: int, start: int, limit: int) -> list[StoredRecord]:
@@ -1497,7 +1472,7 @@ def records_page(
         LIMIT :limit
     """
     rows = conn.execute(text(sql), {"topic": topic, "partition": partition, "start": start, "upper": upper, "limit": limit})
-    records = [LogRecord(r[0], r[1], r[2], _headers(r[3], r[4]), *r[5:]) for r in rows]
+    records = [LogRecord(r[0], r[1], r[2], _headers(r[3], r[4]), *r[5:11], *r[13:]) for r in rows]
     return records[::-1] if backwards else records
 
 

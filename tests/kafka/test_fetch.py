@@ -23,7 +23,7 @@ from app.services import Broker
 from app.services import produce as produce_service
 from app.services import topics
 from app.services.produce import ProduceRequest
-from app.storage.queries import LogRow
+from app.storage.queries import StoredRecord
 from tests.conftest import make_broker
 from tests.integration.test_transactions import Producer
 from tests.kafka.conftest import GatewayProcess, RawConnection
@@ -443,7 +443,7 @@ def test_byte_limits_first_record_whole_then_the_budget_passes_on(raw: RawConnec
     assert [r.value for b in batches_of(alone.responses[0].partitions[0].records) for r in b.records] == [b"w" * 3000]
 
 
-def log_rows(n: int) -> list[LogRow]:
+def log_rows(n: int) -> list[StoredRecord]:
     """Rows as a page holds them: plain records of growing size, some with headers, a transaction's
     records and its marker."""
     rows, position = [], 0
@@ -452,7 +452,7 @@ def log_rows(n: int) -> list[LogRow]:
         headers = () if control or i % 3 else (("h", b"\x00" * i), ("h", None))
         key, value = (None, None) if control else (b"k" * (i % 4), b"v" * (i * 37 % 500))
         txn = i % 7 >= 4
-        rows.append(LogRow(
+        rows.append(StoredRecord(
             100 + i, key, value, [k for k, _ in headers] or None, [v for _, v in headers] or None, T0 + i,
             9 if txn else None, 0 if txn else None, i if txn and not control else None, txn, 1 if control else None,
             position, 100 if txn else None, False,

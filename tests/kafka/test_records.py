@@ -60,7 +60,7 @@ def stored(
     values = [v for _, v in headers] if headers is not None else None
     return StoredRecord(
         offset, key, value, keys, values, timestamp_ms, producer_id, producer_epoch, sequence, is_transactional,
-        control_type, False,
+        control_type, 0, None, False,
     )
 
 

@@ -544,7 +544,7 @@ def batch(producer_id: int, epoch: int, sequence: int, items: list[bytes], trans
     """One record batch v2 as a producer sends it: offsets from 0, the producer's id, epoch and
     base sequence."""
     return codec.encode_batch(0, [
-        StoredRecord(i, b"k", value, None, None, T0 + i, producer_id, epoch, sequence, transactional, None, False)
+        StoredRecord(i, b"k", value, None, None, T0 + i, producer_id, epoch, sequence, transactional, None, 0, None, False)
         for i, value in enumerate(items)
     ])
 
