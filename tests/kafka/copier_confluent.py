@@ -34,17 +34,13 @@ from typing import Any, Callable, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from copier_common import CRASHED, FATAL, arguments, log  # a sibling: the copier runs as a script
+
 T = TypeVar("T")
-FATAL = 2
 STUCK = 3
-CRASHED = 9
 CALL_TIMEOUT_S = 10
 # How long past its own timeout a call may block before the copier gives up on the process.
 STUCK_AFTER_S = CALL_TIMEOUT_S + 20
-
-
-def log(message: str) -> None:
-    print(f"{time.strftime('%H:%M:%S')} copier[{os.getpid()}] {message}", flush=True)
 
 
 class Fatal(Exception):
@@ -96,21 +92,10 @@ def retried(what: str, step: Callable[[], T], deadline_s: float = 120) -> T:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bootstrap", required=True)
-    ap.add_argument("--input", required=True)
-    ap.add_argument("--output", required=True)
-    ap.add_argument("--group", required=True)
-    ap.add_argument("--transactional-id", required=True)
-    ap.add_argument("--ends", required=True, help="the input's end offset per partition, comma-separated")
-    ap.add_argument("--max-batch", type=int, default=200)
-    ap.add_argument("--offsets-outside", action="store_true")
-    ap.add_argument("--crash-after-txn", type=int, default=0)
-    ap.add_argument("--debug", default=None, help="librdkafka debug contexts, for a copier that misbehaves")
-    args = ap.parse_args(argv)
+    args = arguments(argv, debug={"default": None, "help": "librdkafka debug contexts, for a copier that misbehaves"})
     WATCHDOG.start()
     debug = {"debug": args.debug} if args.debug else {}
-    ends = [int(e) for e in args.ends.split(",")]
+    ends = args.ends
     partitions = [TopicPartition(args.input, p) for p in range(len(ends))]
 
     consumer = Consumer({

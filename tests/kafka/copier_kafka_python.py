@@ -19,29 +19,15 @@ import time
 from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 from kafka.errors import KafkaError, ProducerFencedError
 
-FATAL = 2
-CRASHED = 9
+from copier_common import CRASHED, FATAL, arguments, log  # a sibling: the copier runs as a script
+
 # Reconnect to a restarted gateway within a second, not after kafka-python's backoff of up to 30 s.
 RECONNECT = {"reconnect_backoff_ms": 50, "reconnect_backoff_max_ms": 1000}
 
 
-def log(message: str) -> None:
-    print(f"{time.strftime('%H:%M:%S')} copier[{os.getpid()}] {message}", flush=True)
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bootstrap", required=True)
-    ap.add_argument("--input", required=True)
-    ap.add_argument("--output", required=True)
-    ap.add_argument("--group", required=True)
-    ap.add_argument("--transactional-id", required=True)
-    ap.add_argument("--ends", required=True, help="the input's end offset per partition, comma-separated")
-    ap.add_argument("--max-batch", type=int, default=200)
-    ap.add_argument("--offsets-outside", action="store_true")
-    ap.add_argument("--crash-after-txn", type=int, default=0)
-    args = ap.parse_args(argv)
-    ends = [int(e) for e in args.ends.split(",")]
+    args = arguments(argv)
+    ends = args.ends
     partitions = [TopicPartition(args.input, p) for p in range(len(ends))]
 
     producer = KafkaProducer(
