@@ -26,6 +26,9 @@ class Settings(BaseSettings):
     log_retention_ms: int = Field(-1, ge=-1)  # log.retention.ms
     log_retention_bytes: int = Field(-1, ge=-1)  # log.retention.bytes
     db_pool_size: int = Field(10, gt=0)
+    # Plain and idempotent batches arriving together in one process are appended in one database
+    # transaction (a group commit), up to this many (1: each batch in its own).
+    produce_group_commit_batches: int = Field(16, ge=1)
     # Connections beyond the pool for bursts, and how long a request waits for a free one before
     # it is answered REQUEST_TIMED_OUT (503, retriable, Retry-After) rather than hanging.
     db_pool_max_overflow: int = Field(20, ge=0)

@@ -4,7 +4,7 @@ admin pages call these and nothing else."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from app.config import Settings
 from app.storage.db import Database, DatabaseClock
@@ -18,6 +18,8 @@ class Broker:
     db: Database
     settings: Settings
     clock: Callable[[], int] = field(default=None)  # type: ignore[assignment]
+    # Per-process machinery services keep across calls, by name (the produce service's group commit).
+    extensions: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.clock is None:

@@ -103,12 +103,15 @@ def complete(conn: Connection, broker: Broker, meta: TxnMetadata, decision: TxnE
         meta = txn.apply(meta, decision)
     commit = txn.prepared_result(meta.state) == "commit"
     now = broker.now()
-    for topic, partition in sorted(meta.partitions):
-        try:
-            position = q.partition_lock_for_append(conn, topic, partition, meta.producer_id)
-        except TxlogError:
-            continue  # the topic is gone: nothing to mark
-        write_marker(conn, topic, partition, position, meta.producer_id, meta.producer_epoch, commit, now)
+    partitions = sorted(meta.partitions)
+    positions = q.partitions_lock_for_append(conn, [(t, p, meta.producer_id) for t, p in partitions]) if partitions else []
+    markers = [
+        marker(topic, partition, position, meta.producer_id, meta.producer_epoch, commit, now)
+        for (topic, partition), position in zip(partitions, positions)
+        if position is not None  # None: the topic is gone, nothing to mark
+    ]
+    if markers:
+        q.log_append(conn, markers)
     if meta.groups:  # pending offsets are only ever written for a group of the transaction
         q.pending_offsets_apply(conn, meta.transactional_id, commit)
     new_pid = new_producer_id_if_exhausted(conn, meta.producer_epoch) if meta.transaction_version >= 2 else None
@@ -125,9 +128,17 @@ def write_marker(
     """Append a COMMIT or ABORT control record for the producer on a partition whose append lock
     ``position`` holds, closing its open transaction there (Kafka's WriteTxnMarkers). Answers the
     marker's offset."""
+    q.log_append(conn, [marker(topic, partition, position, producer_id, producer_epoch, commit, now_ms)])
+    return position.next_offset
+
+
+def marker(
+    topic: str, partition: int, position: q.AppendPosition, producer_id: int, producer_epoch: int, commit: bool, now_ms: int
+) -> q.AppendBatch:
+    """The COMMIT or ABORT marker batch of ``write_marker``, to append with others in one statement."""
     entry = position.producer_state
-    q.log_append(
-        conn, topic, partition, position.next_offset, position.next_position, [NewRecord(None, None)], now_ms,
+    return q.AppendBatch(
+        topic, partition, position.next_offset, position.next_position, [NewRecord(None, None)], now_ms,
         producer_id, producer_epoch,
         transactional=True,
         producer_state=after_marker(entry, producer_id, producer_epoch, now_ms) if entry else None,
@@ -135,7 +146,6 @@ def write_marker(
         aborted_first_offset=entry.txn_first_offset if entry is not None and not commit else None,
         txn_first_offset=entry.txn_first_offset if entry is not None else None,
     )
-    return position.next_offset
 
 
 def finish_open(conn: Connection, broker: Broker, meta: TxnMetadata, reason: txn.FenceReason) -> TxnMetadata:

@@ -18,6 +18,7 @@ from app.domain.producer_state import Append, Duplicate, after_append, check_app
 from app.domain.records import NewRecord
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, coordinator
+from app.services.group_commit import GroupCommit, Pending
 from app.services.topics import partition_count
 from app.storage import queries as q
 from sqlalchemy.engine import Connection
@@ -69,11 +70,18 @@ def _validate(broker: Broker, req: ProduceRequest) -> list[int]:
 
 def produce(broker: Broker, topic: str, partition: int, req: ProduceRequest) -> ProduceResult:
     sizes = _validate(broker, req)
-    now = broker.now()
-    with broker.db.transaction() as conn:
-        result = append(conn, broker, topic, partition, req, now, sizes, commit=True)
+    if req.transactional_id is None and broker.settings.produce_group_commit_batches > 1:
+        result = _group_commit(broker).submit(_Append(topic, partition, req, sizes))
+    else:
+        result = _produce_alone(broker, topic, partition, req, sizes)
     faults.crash_point(faults.SERVER_CRASH_ENV, "produce_appended")
     return result
+
+
+def _produce_alone(broker: Broker, topic: str, partition: int, req: ProduceRequest, sizes: list[int]) -> ProduceResult:
+    now = broker.now()
+    with broker.db.transaction() as conn:
+        return append(conn, broker, topic, partition, req, now, sizes, commit=True)
 
 
 def append(
@@ -87,16 +95,14 @@ def append(
     commit: bool = False,
 ) -> ProduceResult:
     """The append path inside a database transaction the caller holds (the caller validated the
-    batch's size, or did not need to): every way into the log goes through here — a produce, a
-    committed half message, a row drained from the outbox — so the lock, producer and sequence
-    rules live in one place. With ``commit`` the append is the transaction's last statement."""
-    sizes = sizes if sizes is not None else [r.size() for r in req.records]
-    pid, epoch, seq = req.producer_id, req.producer_epoch, req.base_sequence
-    transactional = req.transactional_id is not None
+    batch's size, or did not need to): every way into the log goes through here or through the
+    group commit below, which share ``_planned`` — a produce, a committed half message, a row
+    drained from the outbox — so the lock, producer and sequence rules live in one place. With
+    ``commit`` the append is the transaction's last statement."""
     meta = None
-    if transactional:
-        meta = coordinator.locked(conn, req.transactional_id, partitions=[(topic, partition)])  # type: ignore[arg-type]
-        txn.check_producer(meta, pid, epoch)  # type: ignore[arg-type]
+    if req.transactional_id is not None:
+        meta = coordinator.locked(conn, req.transactional_id, partitions=[(topic, partition)])
+        txn.check_producer(meta, req.producer_id, req.producer_epoch)  # type: ignore[arg-type]
         if meta.state.is_prepared:
             raise TxlogError(
                 ErrorCode.CONCURRENT_TRANSACTIONS,
@@ -104,8 +110,33 @@ def append(
             )
         if req.require_added:
             txn.check_partition_added(meta, topic, partition)
-    position = q.partition_lock_for_append(conn, topic, partition, pid)
+    position = q.partition_lock_for_append(conn, topic, partition, req.producer_id)
     faults.stop_point(faults.SERVER_STOP_ENV, "produce_locked")  # tests only: freeze holding the locks
+    plan = _planned(topic, partition, req, now, sizes, position)
+    if isinstance(plan, ProduceResult):
+        return plan
+    if meta is not None:
+        event = txn.partitions_added(meta, [(topic, partition)], now)
+        if event is not None:
+            coordinator.record(conn, broker, meta, event, principal=req.principal)
+    q.log_append(conn, [plan.batch], commit=commit)
+    return plan.result
+
+
+@dataclass(frozen=True)
+class _Plan:
+    batch: q.AppendBatch
+    result: ProduceResult
+
+
+def _planned(
+    topic: str, partition: int, req: ProduceRequest, now: int, sizes: list[int] | None, position: q.AppendPosition
+) -> _Plan | ProduceResult:
+    """What appending ``req`` at ``position`` (its partition's lock held) comes to, by the producer
+    rules: the batch to write, or — a producer's retry of a batch already appended — the original
+    answer; or a refusal (TxlogError)."""
+    pid, epoch, seq = req.producer_id, req.producer_epoch, req.base_sequence
+    transactional = req.transactional_id is not None
     base_offset, log_start, entry = position.next_offset, position.log_start_offset, position.producer_state
     owner = position.owner
     if owner is not None:
@@ -119,25 +150,118 @@ def append(
                 "send its batches with that transactional_id",
             )
     state = None
+    last_offset = base_offset + len(req.records) - 1
     if pid is not None:
         decision = check_append(entry, pid, epoch, seq, len(req.records))  # type: ignore[arg-type]
         if isinstance(decision, Duplicate):
             b = decision.batch
             return ProduceResult(b.first_offset, b.last_offset, b.timestamp_ms, log_start, duplicate=True)
-    if meta is not None:
-        event = txn.partitions_added(meta, [(topic, partition)], now)
-        if event is not None:
-            coordinator.record(conn, broker, meta, event, principal=req.principal)
-    last_offset = base_offset + len(req.records) - 1
-    if pid is not None:
         assert isinstance(decision, Append)
         state = after_append(entry, pid, epoch, decision, base_offset, last_offset, now, transactional)  # type: ignore[arg-type]
-    q.log_append(
-        conn, topic, partition, base_offset, position.next_position, req.records, now, pid, epoch, seq, transactional, state,
+    batch = q.AppendBatch(
+        topic, partition, base_offset, position.next_position, req.records, now, pid, epoch, seq, transactional, state,
         txn_first_offset=state.txn_first_offset if transactional and state is not None else None, sizes=sizes,
-        commit=commit,
     )
-    return ProduceResult(base_offset, last_offset, now, log_start)
+    return _Plan(batch, ProduceResult(base_offset, last_offset, now, log_start))
+
+
+# --- group commit ---------------------------------------------------------------------------------
+#
+# Plain and idempotent batches that arrive together (concurrent requests of one process) are
+# appended in one database transaction: their partitions locked by one statement, their records
+# written by one, one COMMIT and one WAL flush for the group, by the same rules (``_planned``) as
+# one batch alone. Each caller hears only of its own batch, and only after the group committed.
+# One statement takes the group's locks in (topic, partition) order and waits for none: a partition
+# another transaction holds is appended to alone after the group, so a stuck holder of one
+# partition never delays another partition's batch. A rule that refuses one batch (a sequence gap,
+# a fenced epoch) refuses only that batch. A second batch for a partition already in the group is
+# appended alone after it. If a statement of the group fails, nothing of it was committed and each
+# batch is appended again, alone; if the COMMIT itself fails, whether it took effect is unknown and
+# each of its callers hears the error, as a lone append's caller would. Transactional batches are
+# appended alone: they lock their transaction first.
+
+
+@dataclass(frozen=True)
+class _Append:
+    topic: str
+    partition: int
+    req: ProduceRequest
+    sizes: list[int]
+
+
+def _group_commit(broker: Broker) -> GroupCommit[_Append, ProduceResult]:
+    groups = broker.extensions.get("produce_group_commit")
+    if groups is None:
+        groups = broker.extensions.setdefault(
+            "produce_group_commit",
+            GroupCommit(lambda group: _append_group(broker, group), max_items=broker.settings.produce_group_commit_batches),
+        )
+    return groups
+
+
+def _append_group(broker: Broker, group: Sequence[Pending[_Append, ProduceResult]]) -> None:
+    if len(group) == 1:
+        _append_alone(broker, group)
+        return
+    now = broker.now()
+    first: dict[tuple[str, int], Pending[_Append, ProduceResult]] = {}
+    seconds: list[Pending[_Append, ProduceResult]] = []  # a partition's second batch and later ones
+    for p in group:
+        key = (p.item.topic, p.item.partition)
+        if key in first:
+            seconds.append(p)
+        else:
+            first[key] = p
+    members = list(first.values())
+    busy: list[Pending[_Append, ProduceResult]] = []
+    answers: list[tuple[Pending[_Append, ProduceResult], ProduceResult]] = []
+    statements_done = False
+    try:
+        with broker.db.transaction() as conn:
+            positions = q.partitions_lock_for_append(
+                conn, [(p.item.topic, p.item.partition, p.item.req.producer_id) for p in members], skip_locked=True
+            )
+            faults.stop_point(faults.SERVER_STOP_ENV, "produce_locked")  # tests only: freeze holding the locks
+            plans = []
+            for p, position in zip(members, positions):
+                if position is None:
+                    busy.append(p)
+                    continue
+                a = p.item
+                try:
+                    plan = _planned(a.topic, a.partition, a.req, now, a.sizes, position)
+                except TxlogError as exc:
+                    p.fail(exc)
+                    continue
+                if isinstance(plan, ProduceResult):
+                    answers.append((p, plan))
+                else:
+                    plans.append(plan.batch)
+                    answers.append((p, plan.result))
+            if plans:
+                q.log_append(conn, plans)
+            statements_done = True
+    except Exception as exc:
+        if statements_done:  # the COMMIT failed: its batches' callers hear it
+            for p, _ in answers:
+                p.fail(exc)
+            answers = []
+        else:  # nothing of the group committed: each batch again, alone
+            for p in members:
+                p.error, p.done = None, False
+            answers, busy = [], members
+    for p, result in answers:
+        p.resolve(result)
+    _append_alone(broker, busy + seconds)
+
+
+def _append_alone(broker: Broker, pending: Sequence[Pending[_Append, ProduceResult]]) -> None:
+    for p in pending:
+        a = p.item
+        try:
+            p.resolve(_produce_alone(broker, a.topic, a.partition, a.req, a.sizes))
+        except TxlogError as exc:
+            p.fail(exc)
 
 
 class _RoundRobin:

@@ -247,18 +247,43 @@ class ProducerOwner:
 def partition_lock_for_append(conn: Connection, topic: str, partition: int, producer_id: int | None) -> AppendPosition:
     """The append lock and, in the same round trip, the producer's state on the partition and the
     transactional id its producer id belongs to, if any, with that transactional id's state."""
-    params = {"topic": topic, "partition": _partition(topic, partition), "pid": _int8(producer_id)}
-    raw = driver(conn)
-    row = raw.execute(_LOCK_FOR_APPEND, params).fetchone()
-    if row is None:
+    (position,) = partitions_lock_for_append(conn, [(topic, partition, producer_id)])
+    if position is None:
         raise unknown_partition(topic, partition)
-    if row[3] != row[0]:  # seen_next_offset != next_offset
-        # We waited for the lock while another append committed. PostgreSQL then re-reads the
-        # locked partition row (READ COMMITTED) but not the joined rows, which are from before
-        # that append: a retried batch would not be seen as a duplicate, a fencing not seen. Now
-        # that the lock is held, the same statement reads everything committed before it.
-        row = raw.execute(_LOCK_FOR_APPEND, params).fetchone()
-        assert row is not None and row[3] == row[0]
+    return position
+
+
+def partitions_lock_for_append(
+    conn: Connection, wanted: Sequence[tuple[str, int, int | None]], skip_locked: bool = False
+) -> list[AppendPosition | None]:
+    """``partition_lock_for_append`` of several (topic, partition, producer id), distinct
+    partitions, in one statement that takes the locks in (topic, partition) order (as every
+    statement locking several partitions must, so that two never wait for each other). Answered in
+    the order asked; None for a partition that does not exist, or with ``skip_locked`` one another
+    transaction holds (not waited for)."""
+    params = {
+        "topics": text_array([t for t, _, _ in wanted]),
+        "parts": int4_array([p for _, p, _ in wanted]),
+        "pids": int8_array([pid for _, _, pid in wanted]),
+    }
+    raw = driver(conn)
+    sql = _LOCK_FOR_APPEND_SKIP_LOCKED if skip_locked else _LOCK_FOR_APPEND
+    rows = raw.execute(sql, params).fetchall()
+    if any(row[4] != row[1] for row in rows):  # seen_next_offset != next_offset
+        # We waited for a lock while another append committed (or, skipping locked rows, found a
+        # row updated since the statement began). PostgreSQL then re-reads the locked partition
+        # row (READ COMMITTED) but not the joined rows, which are from before that append: a
+        # retried batch would not be seen as a duplicate, a fencing not seen. Now that the locks
+        # are held, the same statement reads everything committed before it.
+        rows = raw.execute(sql, params).fetchall()
+    out: list[AppendPosition | None] = [None] * len(wanted)
+    for row in rows:
+        if row[4] == row[1]:  # a row first locked by the second statement may be stale again: left out
+            out[row[0] - 1] = _append_position(row[1:], wanted[row[0] - 1][2])
+    return out
+
+
+def _append_position(row: Sequence[Any], producer_id: int | None) -> AppendPosition:
     next_offset, log_start_offset, next_position, _, pp_epoch, pp_batches, pp_txn_first, pp_last_ts, owner_tid, retire_reason = row[:10]
     entry = None
     if pp_epoch is not None:
@@ -274,111 +299,148 @@ def partition_lock_for_append(conn: Connection, topic: str, partition: int, prod
     return AppendPosition(next_offset, log_start_offset, next_position, entry, owner)
 
 
-_LOCK_OWNER_COLUMNS = 11  # the transaction's columns start here
+_LOCK_OWNER_COLUMNS = 11  # the transaction's columns start here, after the ordinal
 
 _LOCK_FOR_APPEND = f"""
-    SELECT p.next_offset, p.log_start_offset, p.next_position,
+    SELECT w.i, p.next_offset, p.log_start_offset, p.next_position,
            (SELECT s.next_offset FROM txlog.partitions s
             WHERE s.topic = p.topic AND s.partition = p.partition) AS seen_next_offset,  -- the statement's snapshot
            pp.producer_epoch AS pp_epoch, pp.batches AS pp_batches, pp.txn_first_offset AS pp_txn_first_offset,
            {_ms('pp.last_timestamp')} AS pp_last_timestamp,
            pi.transactional_id AS owner_tid, pi.retire_reason, pi.retired_at,
            {_txn_columns('t', 'none')}
-    FROM txlog.partitions p
+    FROM unnest(CAST(%(topics)b AS text[]), CAST(%(parts)b AS int[]), CAST(%(pids)b AS bigint[]))
+         WITH ORDINALITY AS w(topic, partition, pid, i)
+    JOIN txlog.partitions p ON p.topic = w.topic AND p.partition = w.partition
     LEFT JOIN txlog.producer_partitions pp
-      ON pp.topic = p.topic AND pp.partition = p.partition AND pp.producer_id = CAST(%(pid)s AS bigint)
-    LEFT JOIN txlog.producer_ids pi ON pi.producer_id = CAST(%(pid)s AS bigint)
+      ON pp.topic = p.topic AND pp.partition = p.partition AND pp.producer_id = w.pid
+    LEFT JOIN txlog.producer_ids pi ON pi.producer_id = w.pid
     LEFT JOIN txlog.transactions t ON t.transactional_id = pi.transactional_id
-    WHERE p.topic = %(topic)s AND p.partition = %(partition)s
+    ORDER BY p.topic, p.partition
     FOR UPDATE OF p
     """
+_LOCK_FOR_APPEND_SKIP_LOCKED = _LOCK_FOR_APPEND.rstrip() + " SKIP LOCKED\n"
 
 
 # --- the log --------------------------------------------------------------------------------------
 
-# One statement, one round trip, parameters sent binary (psycopg's ``%b``: bytes as they are, no
-# hex text to build and parse). Long-polling fetches are notified only when some process has
-# registered to listen on the partition (``fetch_listeners``, see ``fetch_listener_register``):
-# an append nobody waits for takes no notify lock.
+@dataclass(frozen=True)
+class AppendBatch:
+    """A batch to append at ``base_offset`` of a partition whose append lock the caller holds. A
+    transaction marker is a batch of one control record (``control_type``); an ABORT marker also
+    indexes the aborted transaction's range [``aborted_first_offset``, marker offset] (Kafka's
+    .txnindex). Transactional records and markers carry ``txn_first_offset``, the first offset of
+    their transaction on the partition. ``producer_state``: the producer's state after the batch,
+    to save. ``sizes``: the records' sizes when the caller has them already (control records
+    count 0)."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    base_position: int
+    records: Sequence[NewRecord]
+    append_time_ms: int
+    producer_id: int | None = None
+    producer_epoch: int | None = None
+    base_sequence: int | None = None
+    transactional: bool = False
+    producer_state: ProducerStateEntry | None = None
+    control_type: int | None = None
+    aborted_first_offset: int | None = None
+    txn_first_offset: int | None = None
+    sizes: Sequence[int] | None = None
+
+
+# One statement, one round trip, for any number of batches on distinct partitions, parameters sent
+# binary (packed arrays: bytes as they are, no hex text to build and parse): the batches' fields as
+# arrays of one element per batch (``b``), their records as arrays of one element per record, each
+# with its batch's ordinal. Long-polling fetches are notified only when some process has registered
+# to listen on the partition (``fetch_listeners``, see ``fetch_listener_register``): an append
+# nobody waits for takes no notify lock.
 _LOG_APPEND = """
-    WITH appended AS (
+    WITH b AS (
+        SELECT * FROM unnest(
+            CAST(%(b_topic)b AS text[]), CAST(%(b_partition)b AS int[]), CAST(%(b_base)b AS bigint[]),
+            CAST(%(b_next)b AS bigint[]), CAST(%(b_next_position)b AS bigint[]), CAST(%(b_pid)b AS bigint[]),
+            CAST(%(b_epoch)b AS int[]), CAST(%(b_seq)b AS bigint[]), CAST(%(b_txn)b AS int[]),
+            CAST(%(b_control)b AS int[]), CAST(%(b_txn_first)b AS bigint[]), CAST(%(b_state_epoch)b AS int[]),
+            CAST(%(b_state)b AS text[]), CAST(%(b_state_txn_first)b AS bigint[]), CAST(%(b_aborted_first)b AS bigint[]),
+            CAST(%(b_append_ts)b AS bigint[])
+        ) WITH ORDINALITY AS b(topic, partition, base, next, next_position, pid, epoch, seq, txn, control,
+                               txn_first, state_epoch, state, state_txn_first, aborted_first, append_ts, i)
+    ), appended AS (
         INSERT INTO txlog.records (topic, partition, "offset", key, value, headers, header_keys, header_values,
                                    "timestamp", producer_id, producer_epoch, sequence, is_transactional,
                                    control_type, position, txn_first_offset)
-        SELECT %(topic)b, %(partition)b, %(base)b + u.o - 1, u.k, u.v, CAST(u.h AS jsonb),
+        SELECT b.topic, b.partition, u.off, u.k, u.v, CAST(u.h AS jsonb),
                CASE WHEN u.hs IS NOT NULL THEN (CAST(%(hk)b AS text[]))[u.hs:u.he] END,
                CASE WHEN u.hs IS NOT NULL THEN (CAST(%(hv)b AS bytea[]))[u.hs:u.he] END,
-               to_timestamp(u.ts / 1000.0), CAST(%(pid)b AS bigint), CAST(%(epoch)b AS smallint),
-               CASE WHEN CAST(%(seq)b AS int) IS NULL THEN NULL
-                    ELSE ((CAST(%(seq)b AS bigint) + u.o - 1) %% 2147483648)::int END,
-               %(txn)b, CAST(%(control_type)b AS smallint), u.pos, CAST(%(record_txn_first)b AS bigint)
-        FROM unnest(CAST(%(keys)b AS bytea[]), CAST(%(values)b AS bytea[]), CAST(%(headers)b AS text[]),
-                    CAST(%(hstart)b AS int[]), CAST(%(hend)b AS int[]), CAST(%(ts)b AS bigint[]),
-                    CAST(%(positions)b AS bigint[])) WITH ORDINALITY AS u(k, v, h, hs, he, ts, pos, o)
+               to_timestamp(u.ts / 1000.0), b.pid, b.epoch,
+               CASE WHEN b.seq IS NULL THEN NULL ELSE ((b.seq + u.off - b.base) %% 2147483648)::int END,
+               b.txn = 1, b.control, u.pos, b.txn_first
+        FROM unnest(CAST(%(batch)b AS int[]), CAST(%(offsets)b AS bigint[]), CAST(%(keys)b AS bytea[]),
+                    CAST(%(values)b AS bytea[]), CAST(%(headers)b AS text[]), CAST(%(hstart)b AS int[]),
+                    CAST(%(hend)b AS int[]), CAST(%(ts)b AS bigint[]), CAST(%(positions)b AS bigint[]))
+             AS u(bi, off, k, v, h, hs, he, ts, pos)
+        JOIN b ON b.i = u.bi
     ), advanced AS (
-        UPDATE txlog.partitions SET next_offset = %(next)b, next_position = %(next_position)b
-        WHERE topic = %(topic)b AND partition = %(partition)b
+        UPDATE txlog.partitions p SET next_offset = b.next, next_position = b.next_position
+        FROM b WHERE p.topic = b.topic AND p.partition = b.partition
     ), producer_state AS (
         INSERT INTO txlog.producer_partitions (topic, partition, producer_id, producer_epoch, batches,
                                                txn_first_offset, last_timestamp)
-        SELECT %(topic)b, %(partition)b, CAST(%(pid)b AS bigint), CAST(%(state_epoch)b AS smallint), CAST(%(batches)b AS jsonb),
-               CAST(%(txn_first)b AS bigint), to_timestamp(%(append_ts)b / 1000.0)
-        WHERE CAST(%(batches)b AS text) IS NOT NULL
+        SELECT b.topic, b.partition, b.pid, b.state_epoch, CAST(b.state AS jsonb), b.state_txn_first,
+               to_timestamp(b.append_ts / 1000.0)
+        FROM b WHERE b.state IS NOT NULL
         ON CONFLICT (topic, partition, producer_id) DO UPDATE
         SET producer_epoch = EXCLUDED.producer_epoch, batches = EXCLUDED.batches,
             txn_first_offset = EXCLUDED.txn_first_offset, last_timestamp = EXCLUDED.last_timestamp
     ), aborted AS (
         INSERT INTO txlog.aborted_txns (topic, partition, producer_id, first_offset, last_offset, producer_epoch)
-        SELECT %(topic)b, %(partition)b, CAST(%(pid)b AS bigint), CAST(%(aborted_first)b AS bigint), %(base)b, CAST(%(epoch)b AS smallint)
-        WHERE CAST(%(aborted_first)b AS bigint) IS NOT NULL
+        SELECT b.topic, b.partition, b.pid, b.aborted_first, b.base, b.epoch
+        FROM b WHERE b.aborted_first IS NOT NULL
     )
-    SELECT pg_notify(%(channel)b, %(payload)b)
-    FROM txlog.fetch_listeners l
-    WHERE l.topic = %(topic)b AND l.partition = %(partition)b AND l.expires_at > now()
+    SELECT pg_notify(%(channel)b, l.topic || ':' || l.partition)
+    FROM txlog.fetch_listeners l JOIN b ON l.topic = b.topic AND l.partition = b.partition
+    WHERE l.expires_at > now()
 """
 
 
-def log_append(
-    conn: Connection,
-    topic: str,
-    partition: int,
-    base_offset: int,
-    base_position: int,
-    records: Sequence[NewRecord],
-    append_time_ms: int,
-    producer_id: int | None = None,
-    producer_epoch: int | None = None,
-    base_sequence: int | None = None,
-    transactional: bool = False,
-    producer_state: ProducerStateEntry | None = None,
-    control_type: int | None = None,
-    aborted_first_offset: int | None = None,
-    txn_first_offset: int | None = None,
-    sizes: Sequence[int] | None = None,
-    commit: bool = False,
-) -> None:
-    """Append a batch at ``base_offset`` (the caller holds the partition lock): insert the records,
-    advance the high watermark and the log position, save the producer's state and notify
-    long-polling fetches if any listens — one statement, one round trip. A transaction marker is a
-    batch of one control record (``control_type``); an ABORT marker also indexes the aborted
-    transaction's range [``aborted_first_offset``, marker offset] (Kafka's .txnindex).
-    Transactional records and markers carry ``txn_first_offset``, the first offset of their
-    transaction on the partition. ``sizes``: the records' sizes when the caller has them already
-    (control records count 0). With ``commit`` the append is the database transaction's last
-    statement and is committed here, so the caller's scope has nothing left to commit. Not in one
-    round trip with the COMMIT (psycopg's pipeline mode): a process stopped between a pipelined
-    statement and its Sync leaves its session active, not idle in transaction, so
-    idle_in_transaction_session_timeout never ends it and its row locks stay held."""
-    n = len(records)
-    keys, values, headers, timestamps = zip(*records) if n else ((), (), (), ())
-    if control_type is not None:
-        sizes = [0] * n
-    elif sizes is None:
-        sizes = record_sizes(records)
-    positions = list(itertools.accumulate(sizes, initial=base_position))
-    next_position = positions.pop()
-    if None in timestamps:
-        timestamps = [append_time_ms if t is None else t for t in timestamps]
+def log_append(conn: Connection, batches: Sequence[AppendBatch], commit: bool = False) -> None:
+    """Append batches to distinct partitions (the caller holds their append locks): insert the
+    records, advance each high watermark and log position, save the producers' states, index
+    aborted transactions and notify long-polling fetches if any listens — one statement, one
+    round trip. With ``commit`` the append is the database transaction's last statement and is
+    committed here, so the caller's scope has nothing left to commit. Not in one round trip with
+    the COMMIT (psycopg's pipeline mode): a process stopped between a pipelined statement and its
+    Sync leaves its session active, not idle in transaction, so idle_in_transaction_session_timeout
+    never ends it and its row locks stay held."""
+    assert len({(b.topic, b.partition) for b in batches}) == len(batches), "one batch per partition"
+    batch_of: list[int] = []
+    offsets: list[int] = []
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    headers: list = []
+    timestamps: list[int | None] = []
+    positions: list[int] = []
+    b_next, b_next_position = [], []
+    for i, b in enumerate(batches, 1):
+        records = b.records
+        n = len(records)
+        k, v, h, t = zip(*records) if n else ((), (), (), ())
+        keys += k
+        values += v
+        headers += h
+        if None in t:
+            t = tuple(b.append_time_ms if x is None else x for x in t)
+        timestamps += t
+        sizes = [0] * n if b.control_type is not None else (b.sizes if b.sizes is not None else record_sizes(records))
+        acc = list(itertools.accumulate(sizes, initial=b.base_position))
+        b_next_position.append(acc.pop())
+        positions += acc
+        offsets += range(b.base_offset, b.base_offset + n)
+        b_next.append(b.base_offset + n)
+        batch_of += [i] * n
     # Header columns: NULL arrays when no record has headers (unnest pads them with NULLs).
     headers_json = hstart = hend = hk = hv = None
     if any(headers):
@@ -394,16 +456,26 @@ def log_append(
                 hstart.append(None)
                 hend.append(None)
                 headers_json.append(None)
+    states = [b.producer_state for b in batches]
     params = {
-        "topic": topic,
-        "partition": Int4(partition),
-        "base": Int8(base_offset),
-        "next": Int8(base_offset + n),
-        "next_position": Int8(next_position),
-        "pid": _int8(producer_id),
-        "epoch": _int8(producer_epoch),
-        "seq": _int8(base_sequence),
-        "txn": transactional,
+        "b_topic": text_array([b.topic for b in batches]),
+        "b_partition": int4_array([b.partition for b in batches]),
+        "b_base": int8_array([b.base_offset for b in batches]),
+        "b_next": int8_array(b_next),
+        "b_next_position": int8_array(b_next_position),
+        "b_pid": int8_array([b.producer_id for b in batches]),
+        "b_epoch": int4_array([b.producer_epoch for b in batches]),
+        "b_seq": int8_array([b.base_sequence for b in batches]),
+        "b_txn": int4_array([int(b.transactional) for b in batches]),
+        "b_control": int4_array([b.control_type for b in batches]),
+        "b_txn_first": int8_array([b.txn_first_offset for b in batches]),
+        "b_state_epoch": int4_array([s.producer_epoch if s else None for s in states]),
+        "b_state": text_array([json.dumps([m.to_json() for m in s.batches]) if s else None for s in states]),
+        "b_state_txn_first": int8_array([s.txn_first_offset if s else None for s in states]),
+        "b_aborted_first": int8_array([b.aborted_first_offset for b in batches]),
+        "b_append_ts": int8_array([b.append_time_ms for b in batches]),
+        "batch": int4_array(batch_of),
+        "offsets": int8_array(offsets),
         "keys": bytea_array(keys),
         "values": bytea_array(values),
         "headers": text_array(headers_json) if headers_json is not None else None,
@@ -413,15 +485,7 @@ def log_append(
         "hv": bytea_array(hv) if hv is not None else None,
         "ts": int8_array(timestamps),
         "positions": int8_array(positions),
-        "batches": json.dumps([b.to_json() for b in producer_state.batches]) if producer_state else None,
-        "state_epoch": _int8(producer_state.producer_epoch) if producer_state else None,
-        "control_type": _int8(control_type),
-        "aborted_first": _int8(aborted_first_offset),
-        "record_txn_first": _int8(txn_first_offset),
-        "txn_first": _int8(producer_state.txn_first_offset) if producer_state else None,
-        "append_ts": Int8(append_time_ms),
         "channel": NOTIFY_CHANNEL,
-        "payload": f"{topic}:{partition}",
     }
     raw = driver(conn)
     raw.execute(_LOG_APPEND, params)
