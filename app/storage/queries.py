@@ -261,9 +261,10 @@ def partitions_lock_for_append(
     statement locking several partitions must, so that two never wait for each other). Answered in
     the order asked; None for a partition that does not exist, or with ``skip_locked`` one another
     transaction holds (not waited for)."""
+    # A partition number beyond int4 names no partition; asked as -1, which none has.
     params = {
         "topics": text_array([t for t, _, _ in wanted]),
-        "parts": int4_array([p for _, p, _ in wanted]),
+        "parts": int4_array([p if -(2**31) <= p < 2**31 else -1 for _, p, _ in wanted]),
         "pids": int8_array([pid for _, _, pid in wanted]),
     }
     raw = driver(conn)
