@@ -38,6 +38,10 @@ class Pending(Generic[T, R]):
     def fail(self, error: BaseException) -> None:
         self.result, self.error, self.done = None, error, True
 
+    def reopen(self) -> None:
+        """Undecided again (its group was undone, to be done another way)."""
+        self.result, self.error, self.done = None, None, False
+
 
 class GroupCommit(Generic[T, R]):
     """``run`` takes a group of pending items and resolves or fails each of them; an item it leaves

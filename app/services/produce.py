@@ -248,7 +248,7 @@ def _append_group(broker: Broker, group: Sequence[Pending[_Append, ProduceResult
             answers = []
         else:  # nothing of the group committed: each batch again, alone
             for p in members:
-                p.error, p.done = None, False
+                p.reopen()
             answers, busy = [], members
     for p, result in answers:
         p.resolve(result)

@@ -110,3 +110,5 @@ def test_pending_outcome() -> None:
     p.fail(ValueError())
     p.resolve("x")
     assert (p.done, p.result, p.error) == (True, "x", None)
+    p.reopen()
+    assert (p.done, p.result, p.error) == (False, None, None)
