@@ -313,8 +313,12 @@ _LOCK_FOR_APPEND = f"""
     FROM unnest(CAST(%(topics)b AS text[]), CAST(%(parts)b AS int[]), CAST(%(pids)b AS bigint[]))
          WITH ORDINALITY AS w(topic, partition, pid, i)
     JOIN txlog.partitions p ON p.topic = w.topic AND p.partition = w.partition
-    LEFT JOIN txlog.producer_partitions pp
-      ON pp.topic = p.topic AND pp.partition = p.partition AND pp.producer_id = w.pid
+    -- a lookup by the whole primary key for each partition asked (LIMIT keeps it one: joined
+    -- instead, a generic plan may scan the partition's producers, or all of them)
+    LEFT JOIN LATERAL (
+        SELECT * FROM txlog.producer_partitions pp
+        WHERE pp.topic = w.topic AND pp.partition = w.partition AND pp.producer_id = w.pid LIMIT 1
+    ) pp ON true
     LEFT JOIN txlog.producer_ids pi ON pi.producer_id = w.pid
     LEFT JOIN txlog.transactions t ON t.transactional_id = pi.transactional_id
     ORDER BY p.topic, p.partition
