@@ -16,6 +16,13 @@ def log(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} copier[{os.getpid()}] {message}", flush=True)
 
 
+def crash_if_due(args: argparse.Namespace, transactions: int) -> None:
+    """--crash-after-txn N: end the process right after the N-th commit, before anything else."""
+    if transactions == args.crash_after_txn:
+        log(f"crashing after transaction {transactions}")
+        os._exit(CRASHED)
+
+
 def arguments(argv: list[str] | None = None, **extra: dict) -> argparse.Namespace:
     """The copier's command line; ``extra``: a client's own options (name → add_argument's keywords)."""
     ap = argparse.ArgumentParser()

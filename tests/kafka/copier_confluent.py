@@ -34,7 +34,7 @@ from typing import Any, Callable, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from copier_common import CRASHED, FATAL, arguments, log  # a sibling: the copier runs as a script
+from copier_common import FATAL, arguments, crash_if_due, log  # a sibling: the copier runs as a script
 
 T = TypeVar("T")
 STUCK = 3
@@ -129,9 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                 positions[m.partition()] = m.offset() + 1
             if copy(args, consumer, producer, records, positions):
                 transactions += 1
-                if transactions == args.crash_after_txn:
-                    log(f"crashing after transaction {transactions}")
-                    os._exit(CRASHED)
+                crash_if_due(args, transactions)
                 if args.offsets_outside:
                     offsets = [TopicPartition(args.input, p, o) for p, o in positions.items()]
                     retried("commit offsets", lambda: consumer.commit(offsets=offsets, asynchronous=False))

@@ -12,14 +12,13 @@ by a newer copier) ends the process with 2.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
 from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 from kafka.errors import KafkaError, ProducerFencedError
 
-from copier_common import CRASHED, FATAL, arguments, log  # a sibling: the copier runs as a script
+from copier_common import FATAL, arguments, crash_if_due, log  # a sibling: the copier runs as a script
 
 # Reconnect to a restarted gateway within a second, not after kafka-python's backoff of up to 30 s.
 RECONNECT = {"reconnect_backoff_ms": 50, "reconnect_backoff_max_ms": 1000}
@@ -56,9 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                 positions[tp.partition] = batch[-1].offset + 1
             if copy(args, consumer, producer, records, positions):
                 transactions += 1
-                if transactions == args.crash_after_txn:
-                    log(f"crashing after transaction {transactions}")
-                    os._exit(CRASHED)
+                crash_if_due(args, transactions)
                 if args.offsets_outside:
                     consumer.commit({TopicPartition(args.input, p): OffsetAndMetadata(o, "", -1) for p, o in positions.items()})
                 committed = positions
