@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import signal
@@ -20,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 import psycopg
 
@@ -28,6 +29,31 @@ from bench import procs, report
 from bench.clients import ClientPool, Lane, LaneResult
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def round_arguments(ap: argparse.ArgumentParser, quick_help: str, groups: Sequence[str]) -> None:
+    """The options every benchmark takes: rounds and windows, client processes, groups of windows."""
+    ap.add_argument("--quick", action="store_true", help=quick_help)
+    ap.add_argument("--rounds", type=int, help="rounds (5; 3 with --quick)")
+    ap.add_argument("--window", type=float, help="measured seconds per window (3; 1 with --quick)")
+    ap.add_argument("--warmup", type=float, help="seconds before each window (0.5; 0.3 with --quick)")
+    ap.add_argument("--clients", type=int, default=4, help="client processes (8 producers are spread over them)")
+    ap.add_argument("--only", default=",".join(groups), help=f"groups of windows to run (of {','.join(groups)})")
+
+
+def round_settings(ap: argparse.ArgumentParser, args: argparse.Namespace, groups: Sequence[str]) -> dict[str, Any]:
+    """``args.only`` as a list of known groups, and the rounds, windows and clients they set."""
+    args.only = [g.strip() for g in args.only.split(",") if g.strip()]
+    unknown = set(args.only) - set(groups)
+    if unknown:
+        ap.error(f"unknown groups {sorted(unknown)}; choose from {','.join(groups)}")
+    return {
+        "rounds": args.rounds or (3 if args.quick else 5),
+        "window": args.window or (1.0 if args.quick else 3.0),
+        "warmup": args.warmup if args.warmup is not None else (0.3 if args.quick else 0.5),
+        "clients": args.clients,
+        "quick": args.quick,
+    }
 
 
 def free_port() -> int:

@@ -88,6 +88,8 @@ from bench.harness import (
     describe_other_load,
     latency_cells,
     ratio_cell,
+    round_arguments,
+    round_settings,
     summaries as workload_summaries,
 )
 
@@ -376,30 +378,17 @@ def summaries(bench: Bench) -> list[report.WorkloadSummary]:
 
 def parse(argv: list[str] | None) -> tuple[Config, argparse.Namespace]:
     ap = argparse.ArgumentParser(prog="python -m bench.http", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="3 rounds of 1 s windows (under 4 minutes with set-up)")
-    ap.add_argument("--rounds", type=int, help="rounds (5; 3 with --quick)")
-    ap.add_argument("--window", type=float, help="measured seconds per window (3; 1 with --quick)")
-    ap.add_argument("--warmup", type=float, help="seconds before each window (0.5; 0.3 with --quick)")
-    ap.add_argument("--clients", type=int, default=4, help="client processes (8 producers are spread over them)")
+    round_arguments(ap, "3 rounds of 1 s windows (under 4 minutes with set-up)", GROUPS)
     ap.add_argument("--big-transactions", type=int, default=100_000,
                     help="transactions of the big log, 10 offsets each, over 1000 transactional ids (a multiple of 1000)")
     ap.add_argument("--small-transactions", type=int, default=1_000,
                     help="the same for the small log, over 10 transactional ids (a multiple of 10)")
-    ap.add_argument("--only", default=",".join(GROUPS), help=f"groups of windows to run (of {','.join(GROUPS)})")
     ap.add_argument("--output", type=Path, default=RESULTS, help="where latest.json and latest.png go")
     args = ap.parse_args(argv)
-    args.only = [g.strip() for g in args.only.split(",") if g.strip()]
-    unknown = set(args.only) - set(GROUPS)
-    if unknown:
-        ap.error(f"unknown groups {sorted(unknown)}; choose from {','.join(GROUPS)}")
     cfg = Config(
-        rounds=args.rounds or (3 if args.quick else 5),
-        window=args.window or (1.0 if args.quick else 3.0),
-        warmup=args.warmup if args.warmup is not None else (0.3 if args.quick else 0.5),
-        clients=args.clients,
+        **round_settings(ap, args, GROUPS),
         big_transactions=args.big_transactions,
         small_transactions=args.small_transactions,
-        quick=args.quick,
     )
     return cfg, args
 

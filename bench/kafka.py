@@ -78,7 +78,9 @@ from bench.clients import (
     create_raw_tables,
 )
 from bench.common import bench_database, reset
-from bench.harness import Harness, ServerProcess, Window, describe_other_load, ratio_cell, summaries
+from bench.harness import (
+    Harness, ServerProcess, Window, describe_other_load, ratio_cell, round_arguments, round_settings, summaries,
+)
 from bench.http import FETCH_LOG, PARTITIONS, RESULTS
 
 TOPICS = {"idempotent": "k-idem", "txn10": "k-txn10", "fetch": "k-fetch"}
@@ -412,28 +414,15 @@ def figures(bench: Bench, two: bool) -> list[report.Row]:
 
 def parse(argv: list[str] | None) -> tuple[Config, argparse.Namespace]:
     ap = argparse.ArgumentParser(prog="python -m bench.kafka", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="3 rounds of 1 s windows, one gateway (about a minute)")
-    ap.add_argument("--rounds", type=int, help="rounds (5; 3 with --quick)")
-    ap.add_argument("--window", type=float, help="measured seconds per window (3; 1 with --quick)")
-    ap.add_argument("--warmup", type=float, help="seconds before each window (0.5; 0.3 with --quick)")
-    ap.add_argument("--clients", type=int, default=4, help="client processes (8 producers are spread over them)")
+    round_arguments(ap, "3 rounds of 1 s windows, one gateway (about a minute)", GROUPS)
     ap.add_argument("--gateways", type=int, choices=(1, 2), help="2: also the 8-producer windows over two gateways (2; 1 with --quick)")
     ap.add_argument("--profile", action="store_true", help="py-spy the gateway through one more idempotent/8 window")
     ap.add_argument("--profile-workload", default="idempotent/8", help="the window --profile samples")
-    ap.add_argument("--only", default=",".join(GROUPS), help=f"groups of windows to run (of {','.join(GROUPS)})")
     ap.add_argument("--output", type=Path, default=RESULTS, help="where kafka.json and kafka.png go")
     args = ap.parse_args(argv)
-    args.only = [g.strip() for g in args.only.split(",") if g.strip()]
-    unknown = set(args.only) - set(GROUPS)
-    if unknown:
-        ap.error(f"unknown groups {sorted(unknown)}; choose from {','.join(GROUPS)}")
     cfg = Config(
-        rounds=args.rounds or (3 if args.quick else 5),
-        window=args.window or (1.0 if args.quick else 3.0),
-        warmup=args.warmup if args.warmup is not None else (0.3 if args.quick else 0.5),
-        clients=args.clients,
+        **round_settings(ap, args, GROUPS),
         gateways=args.gateways or (1 if args.quick else 2),
-        quick=args.quick,
     )
     return cfg, args
 
