@@ -7,6 +7,7 @@ producer's sequence → insert the batch → advance the high watermark → save
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -80,8 +81,14 @@ def produce(broker: Broker, topic: str, partition: int, req: ProduceRequest) -> 
 
 def _produce_alone(broker: Broker, topic: str, partition: int, req: ProduceRequest, sizes: list[int]) -> ProduceResult:
     now = broker.now()
+    last = None
+    if req.transactional_id is None:
+        last = _last_appends(broker)
+        result = _append_optimistic(broker, last, topic, partition, req, now, sizes)
+        if result is not None:
+            return result
     with broker.db.transaction() as conn:
-        return append(conn, broker, topic, partition, req, now, sizes, commit=True)
+        return append(conn, broker, topic, partition, req, now, sizes, commit=True, last_appends=last)
 
 
 def append(
@@ -93,12 +100,14 @@ def append(
     now: int,
     sizes: list[int] | None = None,
     commit: bool = False,
+    last_appends: "LastAppends | None" = None,
 ) -> ProduceResult:
     """The append path inside a database transaction the caller holds (the caller validated the
     batch's size, or did not need to): every way into the log goes through here or through the
     group commit below, which share ``_planned`` — a produce, a committed half message, a row
     drained from the outbox — so the lock, producer and sequence rules live in one place. With
-    ``commit`` the append is the transaction's last statement."""
+    ``commit`` the append is the transaction's last statement (and ``last_appends`` learns where
+    it left the partition)."""
     meta = None
     if req.transactional_id is not None:
         meta = coordinator.locked(conn, req.transactional_id, partitions=[(topic, partition)])
@@ -120,6 +129,8 @@ def append(
         if event is not None:
             coordinator.record(conn, broker, meta, event, principal=req.principal)
     q.log_append(conn, [plan.batch], commit=commit)
+    if last_appends is not None and commit:
+        last_appends.remember(plan.batch, position)
     return plan.result
 
 
@@ -163,6 +174,82 @@ def _planned(
         txn_first_offset=state.txn_first_offset if transactional and state is not None else None, sizes=sizes,
     )
     return _Plan(batch, ProduceResult(base_offset, last_offset, now, log_start))
+
+
+# --- optimistic append ----------------------------------------------------------------------------
+#
+# A producer sending batch after batch to a partition finds it, each time, where its previous batch
+# left it. ``LastAppends`` remembers where this process's last append of each producer (or plain
+# appender) left each partition; the next batch is planned against that by the same rules
+# (``_planned``) and written by one statement in autocommit, which locks the partition and appends
+# only if the partition and the producer's state are still exactly as planned against
+# (``q.log_append_if_unchanged``): one round trip and one database transaction instead of four
+# round trips (BEGIN, lock, write, COMMIT), and no lock held between round trips. Anything else —
+# nothing remembered, another writer was there first, a batch the rules would refuse or answer as
+# a duplicate — takes the locked path, whose answer stands on the state it reads under the lock.
+# Memory is only a guess here: the database decides.
+
+
+class LastAppends:
+    """Where this process's last append left each (topic, partition, producer id) — None for plain
+    appends: the partition's next offset and position and the producer's state there. Emptied
+    whole when it reaches ``limit`` entries, as a guess that is missing costs one locked append."""
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self.limit = limit
+        self._at: dict[tuple[str, int, int | None], q.AppendPosition] = {}
+
+    def get(self, topic: str, partition: int, producer_id: int | None) -> q.AppendPosition | None:
+        return self._at.get((topic, partition, producer_id))
+
+    def remember(self, batch: q.AppendBatch, before: q.AppendPosition) -> None:
+        """``batch`` was appended at ``before`` (and committed)."""
+        if before.owner is not None:  # a transactional id's producer: its batches take the locked path
+            return
+        if len(self._at) >= self.limit:
+            self._at.clear()
+        self._at[(batch.topic, batch.partition, batch.producer_id)] = q.AppendPosition(
+            batch.base_offset + len(batch.records), before.log_start_offset,
+            batch.base_position + sum(batch.record_sizes()), batch.producer_state, None,
+        )
+
+    def forget(self, topic: str, partition: int, producer_id: int | None) -> None:
+        self._at.pop((topic, partition, producer_id), None)
+
+
+def _last_appends(broker: Broker) -> LastAppends:
+    last = broker.extensions.get("last_appends")
+    if last is None:
+        last = broker.extensions.setdefault("last_appends", LastAppends())
+    return last
+
+
+def _append_optimistic(
+    broker: Broker, last: LastAppends, topic: str, partition: int, req: ProduceRequest, now: int, sizes: list[int]
+) -> ProduceResult | None:
+    """A non-transactional batch appended in one round trip, planned against where this process's
+    last append left the partition; None when that is unknown, stale, or the plan is not a plain
+    append (the caller takes the locked path)."""
+    position = last.get(topic, partition, req.producer_id)
+    if position is None:
+        return None
+    try:
+        plan = _planned(topic, partition, req, now, sizes, position)
+    except TxlogError:
+        return None  # a refusal is decided against the state read under the lock
+    if isinstance(plan, ProduceResult):
+        return None  # so is a duplicate
+    try:
+        with broker.db.autocommit() as conn:
+            log_start = q.log_append_if_unchanged(conn, plan.batch, position.producer_state)
+    except BaseException:
+        last.forget(topic, partition, req.producer_id)
+        raise
+    if log_start is None:
+        last.forget(topic, partition, req.producer_id)
+        return None
+    last.remember(plan.batch, position)
+    return dataclasses.replace(plan.result, log_start_offset=log_start)
 
 
 # --- group commit ---------------------------------------------------------------------------------
@@ -216,13 +303,13 @@ def _append_group(broker: Broker, group: Sequence[Pending[_Append, ProduceResult
     busy: list[Pending[_Append, ProduceResult]] = []
     answers: list[tuple[Pending[_Append, ProduceResult], ProduceResult]] = []
     statements_done = False
+    appended: list[tuple[q.AppendBatch, q.AppendPosition]] = []
     try:
         with broker.db.transaction() as conn:
             positions = q.partitions_lock_for_append(
                 conn, [(p.item.topic, p.item.partition, p.item.req.producer_id) for p in members], skip_locked=True
             )
             faults.stop_point(faults.SERVER_STOP_ENV, "produce_locked")  # tests only: freeze holding the locks
-            plans = []
             for p, position in zip(members, positions):
                 if position is None:
                     busy.append(p)
@@ -236,10 +323,10 @@ def _append_group(broker: Broker, group: Sequence[Pending[_Append, ProduceResult
                 if isinstance(plan, ProduceResult):
                     answers.append((p, plan))
                 else:
-                    plans.append(plan.batch)
+                    appended.append((plan.batch, position))
                     answers.append((p, plan.result))
-            if plans:
-                q.log_append(conn, plans)
+            if appended:
+                q.log_append(conn, [batch for batch, _ in appended])
             statements_done = True
     except Exception as exc:
         if statements_done:  # the COMMIT failed: its batches' callers hear it
@@ -250,6 +337,10 @@ def _append_group(broker: Broker, group: Sequence[Pending[_Append, ProduceResult
             for p in members:
                 p.reopen()
             answers, busy = [], members
+    else:
+        last = _last_appends(broker)
+        for batch, position in appended:
+            last.remember(batch, position)
     for p, result in answers:
         p.resolve(result)
     _append_alone(broker, busy + seconds)

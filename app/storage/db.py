@@ -255,6 +255,14 @@ class Database:
                 yield conn
 
     @contextlib.contextmanager
+    def autocommit(self) -> Iterator[Connection]:
+        """A connection in autocommit: each statement is a database transaction of its own,
+        committed before its answer comes back (no BEGIN or COMMIT round trips)."""
+        with translate_errors():
+            with self.engine.connect() as conn:
+                yield conn.execution_options(isolation_level="AUTOCOMMIT")
+
+    @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:
         """A read-only transaction at REPEATABLE READ: one snapshot for every statement in it."""
         with translate_errors():

@@ -355,24 +355,59 @@ class AppendBatch:
     txn_first_offset: int | None = None
     sizes: Sequence[int] | None = None
 
+    def record_sizes(self) -> Sequence[int]:
+        """What each record adds to the partition's log position (a control record nothing)."""
+        if self.control_type is not None:
+            return [0] * len(self.records)
+        return self.sizes if self.sizes is not None else record_sizes(self.records)
+
 
 # One statement, one round trip, for any number of batches on distinct partitions, parameters sent
 # binary (packed arrays: bytes as they are, no hex text to build and parse): the batches' fields as
 # arrays of one element per batch (``b``), their records as arrays of one element per record, each
 # with its batch's ordinal. Long-polling fetches are notified only when some process has registered
 # to listen on the partition (``fetch_listeners``, see ``fetch_listener_register``): an append
-# nobody waits for takes no notify lock.
-_LOG_APPEND = """
-    WITH b AS (
-        SELECT * FROM unnest(
+# nobody waits for takes no notify lock. It answers how many batches it appended.
+#
+# The conditional form (``log_append_if_unchanged``, one batch) needs no lock taken before it: its
+# ``b`` keeps the batch only if its partition, locked by this very statement, still ends where the
+# batch begins (next offset and log position) and its producer is still as the batch was planned
+# against: the same state on the partition (epoch, last batches, open transaction) and no
+# transactional id. A partition row another append changed meanwhile is read again once its lock
+# is granted (READ COMMITTED re-checks a locked row), so a batch planned against a stale state
+# writes nothing: every append moves the partition's next offset. The batch's row is taken with
+# LIMIT 1 before it is checked, so that the generic plan is costed for one row, as the custom plans
+# are, and PostgreSQL keeps it rather than planning the statement again at every execution.
+def _log_append_sql(if_unchanged: bool) -> str:
+    batches = """unnest(
             CAST(%(b_topic)b AS text[]), CAST(%(b_partition)b AS int[]), CAST(%(b_base)b AS bigint[]),
-            CAST(%(b_next)b AS bigint[]), CAST(%(b_next_position)b AS bigint[]), CAST(%(b_pid)b AS bigint[]),
-            CAST(%(b_epoch)b AS int[]), CAST(%(b_seq)b AS bigint[]), CAST(%(b_txn)b AS int[]),
+            CAST(%(b_next)b AS bigint[]), CAST(%(b_base_position)b AS bigint[]), CAST(%(b_next_position)b AS bigint[]),
+            CAST(%(b_pid)b AS bigint[]), CAST(%(b_epoch)b AS int[]), CAST(%(b_seq)b AS bigint[]), CAST(%(b_txn)b AS int[]),
             CAST(%(b_control)b AS int[]), CAST(%(b_txn_first)b AS bigint[]), CAST(%(b_state_epoch)b AS int[]),
             CAST(%(b_state)b AS text[]), CAST(%(b_state_txn_first)b AS bigint[]), CAST(%(b_aborted_first)b AS bigint[]),
-            CAST(%(b_append_ts)b AS bigint[])
-        ) WITH ORDINALITY AS b(topic, partition, base, next, next_position, pid, epoch, seq, txn, control,
-                               txn_first, state_epoch, state, state_txn_first, aborted_first, append_ts, i)
+            CAST(%(b_append_ts)b AS bigint[]), CAST(%(b_was_epoch)b AS int[]), CAST(%(b_was_state)b AS text[]),
+            CAST(%(b_was_txn_first)b AS bigint[])
+        ) WITH ORDINALITY AS b(topic, partition, base, next, base_position, next_position, pid, epoch, seq, txn,
+                               control, txn_first, state_epoch, state, state_txn_first, aborted_first, append_ts,
+                               was_epoch, was_state, was_txn_first, i)"""
+    if if_unchanged:
+        batches = f"""(SELECT * FROM {batches} LIMIT 1) b
+        JOIN txlog.partitions p ON p.topic = b.topic AND p.partition = b.partition
+                                AND p.next_offset = b.base AND p.next_position = b.base_position
+        WHERE b.pid IS NULL OR (
+            NOT EXISTS (SELECT 1 FROM txlog.producer_ids pi WHERE pi.producer_id = b.pid AND pi.transactional_id IS NOT NULL)
+            AND CASE WHEN b.was_epoch IS NULL
+                THEN NOT EXISTS (SELECT 1 FROM txlog.producer_partitions pp
+                                 WHERE pp.topic = b.topic AND pp.partition = b.partition AND pp.producer_id = b.pid)
+                ELSE EXISTS (SELECT 1 FROM txlog.producer_partitions pp
+                             WHERE pp.topic = b.topic AND pp.partition = b.partition AND pp.producer_id = b.pid
+                               AND pp.producer_epoch = b.was_epoch AND pp.batches = CAST(b.was_state AS jsonb)
+                               AND pp.txn_first_offset IS NOT DISTINCT FROM b.was_txn_first)
+                END)
+        FOR UPDATE OF p"""
+    return f"""
+    WITH b AS MATERIALIZED (
+        SELECT b.* FROM {batches}
     ), appended AS (
         INSERT INTO txlog.records (topic, partition, "offset", key, value, headers, header_keys, header_values,
                                    "timestamp", producer_id, producer_epoch, sequence, is_transactional,
@@ -405,10 +440,16 @@ _LOG_APPEND = """
         SELECT b.topic, b.partition, b.pid, b.aborted_first, b.base, b.epoch
         FROM b WHERE b.aborted_first IS NOT NULL
     )
-    SELECT pg_notify(%(channel)b, l.topic || ':' || l.partition)
-    FROM txlog.fetch_listeners l JOIN b ON l.topic = b.topic AND l.partition = b.partition
-    WHERE l.expires_at > now()
+    SELECT (SELECT count(*) FROM b),
+           (SELECT max(p.log_start_offset) FROM b JOIN txlog.partitions p ON p.topic = b.topic AND p.partition = b.partition),
+           (SELECT count(pg_notify(%(channel)b, l.topic || ':' || l.partition))
+            FROM txlog.fetch_listeners l JOIN b ON l.topic = b.topic AND l.partition = b.partition
+            WHERE l.expires_at > now())
 """
+
+
+_LOG_APPEND = _log_append_sql(False)
+_LOG_APPEND_IF_UNCHANGED = _log_append_sql(True)
 
 
 def log_append(conn: Connection, batches: Sequence[AppendBatch], commit: bool = False) -> None:
@@ -420,6 +461,26 @@ def log_append(conn: Connection, batches: Sequence[AppendBatch], commit: bool = 
     the COMMIT (psycopg's pipeline mode): a process stopped between a pipelined statement and its
     Sync leaves its session active, not idle in transaction, so idle_in_transaction_session_timeout
     never ends it and its row locks stay held."""
+    driver(conn).execute(_LOG_APPEND, _log_append_params(batches, [None] * len(batches)))
+    if commit:
+        driver(conn).commit()
+
+
+def log_append_if_unchanged(conn: Connection, batch: AppendBatch, planned_against: ProducerStateEntry | None) -> int | None:
+    """Append ``batch`` if its partition still ends at the batch's base offset and position and its
+    producer's state there is still ``planned_against`` (and its producer id still has no
+    transactional id); otherwise write nothing. Takes the partition's lock itself: on a connection
+    in autocommit the statement is the whole database transaction, one round trip, and no lock is
+    held between round trips. The partition's log start offset if it appended, else None."""
+    appended, log_start, _ = driver(conn).execute(_LOG_APPEND_IF_UNCHANGED, _log_append_params([batch], [planned_against])).fetchone()  # type: ignore[misc]
+    return log_start if appended == 1 else None
+
+
+def _batches_json(state: ProducerStateEntry) -> str:
+    return json.dumps([m.to_json() for m in state.batches])
+
+
+def _log_append_params(batches: Sequence[AppendBatch], planned_against: Sequence[ProducerStateEntry | None]) -> dict[str, Any]:
     assert len({(b.topic, b.partition) for b in batches}) == len(batches), "one batch per partition"
     batch_of: list[int] = []
     offsets: list[int] = []
@@ -439,8 +500,7 @@ def log_append(conn: Connection, batches: Sequence[AppendBatch], commit: bool = 
         if None in t:
             t = tuple(b.append_time_ms if x is None else x for x in t)
         timestamps += t
-        sizes = [0] * n if b.control_type is not None else (b.sizes if b.sizes is not None else record_sizes(records))
-        acc = list(itertools.accumulate(sizes, initial=b.base_position))
+        acc = list(itertools.accumulate(b.record_sizes(), initial=b.base_position))
         b_next_position.append(acc.pop())
         positions += acc
         offsets += range(b.base_offset, b.base_offset + n)
@@ -462,11 +522,12 @@ def log_append(conn: Connection, batches: Sequence[AppendBatch], commit: bool = 
                 hend.append(None)
                 headers_json.append(None)
     states = [b.producer_state for b in batches]
-    params = {
+    return {
         "b_topic": text_array([b.topic for b in batches]),
         "b_partition": int4_array([b.partition for b in batches]),
         "b_base": int8_array([b.base_offset for b in batches]),
         "b_next": int8_array(b_next),
+        "b_base_position": int8_array([b.base_position for b in batches]),
         "b_next_position": int8_array(b_next_position),
         "b_pid": int8_array([b.producer_id for b in batches]),
         "b_epoch": int4_array([b.producer_epoch for b in batches]),
@@ -475,10 +536,13 @@ def log_append(conn: Connection, batches: Sequence[AppendBatch], commit: bool = 
         "b_control": int4_array([b.control_type for b in batches]),
         "b_txn_first": int8_array([b.txn_first_offset for b in batches]),
         "b_state_epoch": int4_array([s.producer_epoch if s else None for s in states]),
-        "b_state": text_array([json.dumps([m.to_json() for m in s.batches]) if s else None for s in states]),
+        "b_state": text_array([_batches_json(s) if s else None for s in states]),
         "b_state_txn_first": int8_array([s.txn_first_offset if s else None for s in states]),
         "b_aborted_first": int8_array([b.aborted_first_offset for b in batches]),
         "b_append_ts": int8_array([b.append_time_ms for b in batches]),
+        "b_was_epoch": int4_array([s.producer_epoch if s else None for s in planned_against]),
+        "b_was_state": text_array([_batches_json(s) if s else None for s in planned_against]),
+        "b_was_txn_first": int8_array([s.txn_first_offset if s else None for s in planned_against]),
         "batch": int4_array(batch_of),
         "offsets": int8_array(offsets),
         "keys": bytea_array(keys),
@@ -492,10 +556,6 @@ def log_append(conn: Connection, batches: Sequence[AppendBatch], commit: bool = 
         "positions": int8_array(positions),
         "channel": NOTIFY_CHANNEL,
     }
-    raw = driver(conn)
-    raw.execute(_LOG_APPEND, params)
-    if commit:
-        raw.commit()
 
 
 def fetch_listener_register(conn: Connection, topic: str, partition: int, lease_ms: int) -> bool:

@@ -1,0 +1,206 @@
+"""The optimistic append against a real PostgreSQL: a non-transactional batch planned against where
+this process's last append left the partition is written by one statement that checks the
+partition and the producer's state are still as planned against. Whatever another process (or
+anything else) changed meanwhile, the batch is appended exactly once at the right offsets, a retry
+is answered as a duplicate, and refusals follow the state in the database, never the remembered
+one."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.domain.records import NewRecord
+from app.errors import ErrorCode, TxlogError
+from app.services import fetch as fetch_service
+from app.services import produce as produce_service
+from app.services import topics, transactions
+from app.services.produce import LastAppends, ProduceRequest
+from app.storage import queries as q
+from tests.conftest import make_broker
+
+
+@pytest.fixture
+def two(db_url: str):  # type: ignore[no-untyped-def]
+    """Two brokers on one database: two server processes, each with its own memory."""
+    a, b = make_broker(db_url, produce_group_commit_batches=1), make_broker(db_url, produce_group_commit_batches=1)
+    topics.create_topic(a, "t", 2)
+    yield a, b
+    a.db.dispose()
+    b.db.dispose()
+
+
+def batch(tag: str, n: int = 3) -> list[NewRecord]:
+    return [NewRecord(None, f"{tag}:{k}".encode()) for k in range(n)]
+
+
+def log(broker) -> list[bytes | None]:  # type: ignore[no-untyped-def]
+    return [r.value for r in fetch_service.fetch(broker, "t", 0, 0, max_records=100_000).records]
+
+
+@pytest.fixture
+def statements(monkeypatch):  # type: ignore[no-untyped-def]
+    """Which path each append took: 'optimistic' (appended by the conditional statement), 'stale'
+    (the conditional statement found the partition changed) or 'locked'."""
+    seen: list[str] = []
+    conditional, locked = q.log_append_if_unchanged, q.log_append
+
+    def if_unchanged(conn, batch, planned_against):  # type: ignore[no-untyped-def]
+        out = conditional(conn, batch, planned_against)
+        seen.append("stale" if out is None else "optimistic")
+        return out
+
+    def log_append(conn, batches, commit=False):  # type: ignore[no-untyped-def]
+        seen.append("locked")
+        return locked(conn, batches, commit)
+
+    monkeypatch.setattr(q, "log_append_if_unchanged", if_unchanged)
+    monkeypatch.setattr(q, "log_append", log_append)
+    return seen
+
+
+def test_a_producers_next_batches_take_one_statement(two, statements) -> None:  # type: ignore[no-untyped-def]
+    a, _ = two
+    p = transactions.init_producer_id(a, None)
+    offsets = [
+        produce_service.produce(a, "t", 0, ProduceRequest(batch(str(n)), p.producer_id, p.producer_epoch, 3 * n)).base_offset
+        for n in range(4)
+    ]
+    assert offsets == [0, 3, 6, 9]
+    assert statements == ["locked", "optimistic", "optimistic", "optimistic"]
+    assert log(a) == [v for n in range(4) for v in (f"{n}:0".encode(), f"{n}:1".encode(), f"{n}:2".encode())]
+    # the producer's state is saved as by the locked path: a retry of the last batch is a duplicate
+    again = produce_service.produce(a, "t", 0, ProduceRequest(batch("x"), p.producer_id, p.producer_epoch, 9))
+    assert again.duplicate and again.base_offset == 9
+    # and the high watermark and log positions moved with the records
+    status = fetch_service.partition_statuses(a, [("t", 0)])[("t", 0)]
+    assert status.high_watermark == 12
+    plain = produce_service.produce(a, "t", 0, ProduceRequest(batch("plain")))
+    assert plain.base_offset == 12
+
+
+def test_another_process_appending_first_sends_the_batch_down_the_locked_path(two, statements) -> None:  # type: ignore[no-untyped-def]
+    a, b = two
+    p = transactions.init_producer_id(a, None)
+    produce_service.produce(a, "t", 0, ProduceRequest(batch("a0"), p.producer_id, p.producer_epoch, 0))
+    produce_service.produce(b, "t", 0, ProduceRequest(batch("b-plain")))  # another process, another writer
+    statements.clear()
+    second = produce_service.produce(a, "t", 0, ProduceRequest(batch("a1"), p.producer_id, p.producer_epoch, 3))
+    assert statements == ["stale", "locked"]
+    assert second.base_offset == 6 and not second.duplicate
+    # the same producer, now through the other process (a client that reconnected elsewhere), then
+    # back: the remembered state is behind the producer's, and the database's decides
+    produce_service.produce(b, "t", 0, ProduceRequest(batch("a2"), p.producer_id, p.producer_epoch, 6))
+    statements.clear()
+    fourth = produce_service.produce(a, "t", 0, ProduceRequest(batch("a3"), p.producer_id, p.producer_epoch, 9))
+    assert statements == ["locked"]
+    assert fourth.base_offset == 12 and not fourth.duplicate
+    assert log(a) == [f"{t}:{k}".encode() for t in ("a0", "b-plain", "a1", "a2", "a3") for k in range(3)]
+    # a's memory is where its own append left the partition again: the next batch is one statement
+    statements.clear()
+    produce_service.produce(a, "t", 0, ProduceRequest(batch("a4"), p.producer_id, p.producer_epoch, 12))
+    assert statements == ["optimistic"]
+
+
+def test_a_retry_is_a_duplicate_and_a_gap_refused_as_the_database_says(two, statements) -> None:  # type: ignore[no-untyped-def]
+    a, _ = two
+    p = transactions.init_producer_id(a, None)
+    for n in range(2):
+        produce_service.produce(a, "t", 0, ProduceRequest(batch(str(n)), p.producer_id, p.producer_epoch, 3 * n))
+    statements.clear()
+    retry = produce_service.produce(a, "t", 0, ProduceRequest(batch("0"), p.producer_id, p.producer_epoch, 0))
+    assert retry.duplicate and retry.base_offset == 0
+    with pytest.raises(TxlogError) as gap:
+        produce_service.produce(a, "t", 0, ProduceRequest(batch("gap"), p.producer_id, p.producer_epoch, 30))
+    assert gap.value.code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert "optimistic" not in statements and "stale" not in statements
+    assert len(log(a)) == 6
+
+
+def test_a_producer_state_gone_from_the_database_is_not_taken_from_memory(two, statements, db_url: str) -> None:  # type: ignore[no-untyped-def]
+    a, _ = two
+    p = transactions.init_producer_id(a, None)
+    for n in range(2):
+        produce_service.produce(a, "t", 0, ProduceRequest(batch(str(n)), p.producer_id, p.producer_epoch, 3 * n))
+    with a.db.transaction() as conn:  # as the producer-state expiry deletes it
+        q.producer_states_expire(conn, a.now() + 60_000)
+    statements.clear()
+    with pytest.raises(TxlogError) as unknown:
+        produce_service.produce(a, "t", 0, ProduceRequest(batch("2"), p.producer_id, p.producer_epoch, 6))
+    assert unknown.value.code is ErrorCode.UNKNOWN_PRODUCER_ID
+    assert statements == ["stale"]
+    assert len(log(a)) == 6
+
+
+def test_the_conditional_statement_writes_nothing_when_the_producer_state_differs(two) -> None:  # type: ignore[no-untyped-def]
+    a, _ = two
+    p = transactions.init_producer_id(a, None)
+    produce_service.produce(a, "t", 1, ProduceRequest(batch("0"), p.producer_id, p.producer_epoch, 0))
+    last: LastAppends = a.extensions["last_appends"]
+    position = last.get("t", 1, p.producer_id)
+    assert position is not None and position.next_offset == 3 and position.producer_state is not None
+    plan = produce_service._planned("t", 1, ProduceRequest(batch("1"), p.producer_id, p.producer_epoch, 3), a.now(), [3] * 3, position)
+    assert isinstance(plan, produce_service._Plan)
+    other_epoch = type(position.producer_state)(p.producer_id, p.producer_epoch + 1, position.producer_state.batches)
+    with a.db.autocommit() as conn:
+        assert q.log_append_if_unchanged(conn, plan.batch, other_epoch) is None  # not the state there
+        assert q.log_append_if_unchanged(conn, plan.batch, None) is None  # there is a state
+        assert q.log_append_if_unchanged(conn, plan.batch, position.producer_state) == 0
+        assert q.log_append_if_unchanged(conn, plan.batch, position.producer_state) is None  # moved on: once only
+    assert [r.value for r in fetch_service.fetch(a, "t", 1, 0).records] == [f"{t}:{k}".encode() for t in "01" for k in range(3)]
+
+
+def test_a_transactional_ids_producer_is_not_remembered(two) -> None:  # type: ignore[no-untyped-def]
+    a, _ = two
+    p = transactions.init_producer_id(a, "tx")
+    produce_service.produce(a, "t", 0, ProduceRequest(batch("0"), p.producer_id, p.producer_epoch, 0, transactional_id="tx"))
+    transactions.end_txn(a, "tx", p.producer_id, p.producer_epoch, "commit")
+    last = a.extensions.get("last_appends")
+    assert last is None or last.get("t", 0, p.producer_id) is None
+
+
+def test_last_appends_is_bounded() -> None:
+    last = LastAppends(limit=2)
+    position = q.AppendPosition(0, 0, 0, None, None)
+    for partition in range(5):
+        last.remember(q.AppendBatch("t", partition, 0, 0, batch("x", 1), 0, sizes=[3]), position)
+        assert len(last._at) <= 2
+    remembered = last.get("t", 4, None)
+    assert remembered is not None and (remembered.next_offset, remembered.next_position) == (1, 3)
+
+
+def test_concurrent_producers_through_two_processes_append_each_batch_once(db_url: str) -> None:
+    """Two processes, one grouping concurrent batches and one not, six producers and a plain writer
+    on one partition: every batch once, each producer's in order, each answered with its offsets."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    brokers = [make_broker(db_url, produce_group_commit_batches=1), make_broker(db_url, produce_group_commit_batches=16)]
+    try:
+        topics.create_topic(brokers[0], "t", 1)
+        producers = [transactions.init_producer_id(brokers[0], None) for _ in range(6)]
+        start = threading.Barrier(7)
+        rounds = 25
+
+        def idempotent(i: int) -> list[int]:
+            pid, epoch = producers[i].producer_id, producers[i].producer_epoch
+            start.wait()
+            return [
+                produce_service.produce(brokers[(i + n) % 2], "t", 0, ProduceRequest(batch(f"{i}.{n}", 2), pid, epoch, 2 * n)).base_offset
+                for n in range(rounds)
+            ]
+
+        def plain() -> list[int]:
+            start.wait()
+            return [produce_service.produce(brokers[n % 2], "t", 0, ProduceRequest(batch(f"p.{n}", 2))).base_offset for n in range(rounds)]
+
+        with ThreadPoolExecutor(7) as pool:
+            futures = [pool.submit(idempotent, i) for i in range(6)] + [pool.submit(plain)]
+            answered = [f.result() for f in futures]
+        values = log(brokers[0])
+        assert len(values) == 7 * rounds * 2
+        for i, tag in enumerate([*map(str, range(6)), "p"]):
+            for n, base in enumerate(answered[i]):
+                assert values[base:base + 2] == [f"{tag}.{n}:{k}".encode() for k in range(2)]
+    finally:
+        for b in brokers:
+            b.db.dispose()
