@@ -21,6 +21,9 @@ class Settings(BaseSettings):
     producer_id_expiration_ms: int = Field(86_400_000, gt=0)
     transaction_state_partitions: int = Field(50, gt=0)  # transaction.state.log.num.partitions
     max_request_bytes: int = Field(1_048_576, gt=0)  # message.max.bytes
+    # The longest metadata an OffsetCommit or TxnOffsetCommit may store with an offset, counted as
+    # Kafka counts it (UTF-16 code units, Java's String.length()).
+    offset_metadata_max_bytes: int = Field(4096, ge=0)  # offset.metadata.max.bytes
     # Defaults for topics without retention.ms / retention.bytes (-1: keep everything). Kafka's
     # log.retention.ms is 7 days; txlog keeps every record unless told otherwise.
     log_retention_ms: int = Field(-1, ge=-1)  # log.retention.ms

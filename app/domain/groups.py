@@ -51,10 +51,12 @@ class CommittedOffset(PartitionOffset, Protocol):
     def metadata(self) -> str: ...
 
 
-def check_committable(offsets: Iterable[CommittedOffset]) -> None:
+def check_committable(offsets: Sequence[CommittedOffset], max_metadata: int) -> None:
     """What OffsetCommit and TxnOffsetCommit store: an offset that is not negative, with metadata
-    PostgreSQL text can hold (no NUL). INVALID_REQUEST otherwise, naming the partitions in
-    ``details["partitions"]`` so that each gets its own error."""
+    PostgreSQL text can hold (no NUL) — INVALID_REQUEST otherwise — and no longer than
+    ``max_metadata`` (offset.metadata.max.bytes, counted as Kafka counts a string's length: UTF-16
+    code units) — OFFSET_METADATA_TOO_LARGE otherwise. The error names the partitions in
+    ``details["partitions"]`` so that each gets its own."""
     invalid = [(o.topic, o.partition) for o in offsets if o.offset < 0 or "\x00" in o.metadata]
     if invalid:
         raise TxlogError(
@@ -63,6 +65,21 @@ def check_committable(offsets: Iterable[CommittedOffset]) -> None:
             + ", ".join(f"{t}-{p}" for t, p in invalid),
             partitions=invalid,
         )
+    too_large = [(o.topic, o.partition) for o in offsets if _java_length(o.metadata) > max_metadata]
+    if too_large:
+        raise TxlogError(
+            ErrorCode.OFFSET_METADATA_TOO_LARGE,
+            f"Offset metadata longer than {max_metadata} characters (offset.metadata.max.bytes): "
+            + ", ".join(f"{t}-{p}" for t, p in too_large),
+            partitions=too_large,
+        )
+
+
+def _java_length(text: str) -> int:
+    """A string's length as Java counts it: UTF-16 code units (a character beyond U+FFFF is two)."""
+    if text.isascii():
+        return len(text)
+    return len(text) + sum(1 for c in text if ord(c) > 0xFFFF)
 
 
 # --- The classic group coordinator ----------------------------------------------------------------

@@ -24,7 +24,7 @@ def offset_commit(broker: Broker, group_id: str, offsets: Sequence[GroupOffset])
     exist (UNKNOWN_TOPIC_OR_PARTITION); the error names them in ``details["partitions"]``."""
     _check_group(group_id)
     offsets = last_per_partition(offsets)
-    check_committable(offsets)
+    check_committable(offsets, broker.settings.offset_metadata_max_bytes)
     with broker.db.transaction() as conn:
         missing = q.partitions_missing(conn, [(o.topic, o.partition) for o in offsets])
         if missing:

@@ -199,6 +199,9 @@ class LastAppends:
         self.limit = limit
         self._at: dict[tuple[str, int, int | None], q.AppendPosition] = {}
 
+    def __len__(self) -> int:
+        return len(self._at)
+
     def get(self, topic: str, partition: int, producer_id: int | None) -> q.AppendPosition | None:
         return self._at.get((topic, partition, producer_id))
 

@@ -151,7 +151,7 @@ def txn_offset_commit(
     if not group_id or "\x00" in group_id:
         raise TxlogError(ErrorCode.INVALID_REQUEST, "group_id must be a non-empty string")
     offsets = last_per_partition(offsets)
-    check_committable(offsets)
+    check_committable(offsets, broker.settings.offset_metadata_max_bytes)
     with broker.db.transaction() as conn:
         meta = coordinator.locked(conn, transactional_id, partitions=[], groups=[group_id])
         txn.check_producer(meta, producer_id, producer_epoch)

@@ -83,3 +83,27 @@ def test_metadata_comes_back_as_committed(broker, topic):
     p.commit()
     assert groups.offset_fetch_partitions(broker, "meta", [(topic, 0)])[0].offset == 99
     assert error_of(groups.offset_fetch_partitions, broker, "").code is ErrorCode.INVALID_REQUEST
+
+
+def test_metadata_longer_than_the_setting_commits_nothing(db_url):  # type: ignore[no-untyped-def]
+    """TXLOG_OFFSET_METADATA_MAX_BYTES (offset.metadata.max.bytes): nothing of the commit is
+    kept, the partitions too long are named, and the HTTP answer is 413."""
+    from app.services import transactions
+    from tests.conftest import make_broker
+
+    topic_name = "meta-limit"
+    b = make_broker(db_url, offset_metadata_max_bytes=8)
+    try:
+        topics.create_topic(b, topic_name, 2)
+        long = [GroupOffset(topic_name, 0, 1, "12345678"), GroupOffset(topic_name, 1, 1, "123456789")]
+        err = error_of(groups.offset_commit, b, "limited", long)
+        assert err.code is ErrorCode.OFFSET_METADATA_TOO_LARGE and err.details["partitions"] == [(topic_name, 1)]
+        assert err.code.value.http_status == 413
+        assert answers(groups.offset_fetch_partitions(b, "limited", [(topic_name, 0)])) == [(topic_name, 0, None, "", None)]
+        got = transactions.init_producer_id(b, "limited-tx")
+        err = error_of(transactions.txn_offset_commit, b, "limited-tx", got.producer_id, got.producer_epoch, "limited", long)
+        assert err.code is ErrorCode.OFFSET_METADATA_TOO_LARGE
+        groups.offset_commit(b, "limited", long[:1])  # at the limit: kept
+        assert answers(groups.offset_fetch_partitions(b, "limited", [(topic_name, 0)])) == [(topic_name, 0, 1, "12345678", None)]
+    finally:
+        b.db.dispose()

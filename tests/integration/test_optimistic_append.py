@@ -163,7 +163,7 @@ def test_last_appends_is_bounded() -> None:
     position = q.AppendPosition(0, 0, 0, None, None)
     for partition in range(5):
         last.remember(q.AppendBatch("t", partition, 0, 0, batch("x", 1), 0, sizes=[3]), position)
-        assert len(last._at) <= 2
+        assert len(last) <= 2
     remembered = last.get("t", 4, None)
     assert remembered is not None and (remembered.next_offset, remembered.next_position) == (1, 3)
 

@@ -337,6 +337,11 @@ def test_create_topics_answers_each_topic(gateway: GatewayProcess, topic_name: s
     ]
     manual = answered[3]
     assert (manual.num_partitions, manual.replication_factor) == (3, 1)
+    # v7+ answers the created topic's id, the one Metadata gives; a refused topic has the zero id
+    with gateway.connect() as raw:
+        (described,) = raw.request(ApiKey.Metadata, 12, {"topics": [{"name": f"{topic_name}-manual"}]}).topics
+    assert manual.topic_id == described.topic_id != uuid.UUID(int=0)
+    assert {t.topic_id for t in answered[:3]} == {None}  # the zero id, which the codec reads as None
     assert [(c.name, c.value) for c in manual.configs] == [("retention.bytes", "1000")]
 
 

@@ -575,13 +575,31 @@ def test_offset_commit_answers_each_partition_and_commits_the_others(group_gatew
         assert _codes(terminated) == [(topic, 1, 0)]
         inner = conn.request(ApiKey.OffsetCommit, version, _commit_body(group, [(topic, 1, 11, "a\x00b"), (topic, 0, 7, "seven")]))
         assert _codes(inner) == [(topic, 1, E.INVALID_REQUEST.kafka_code), (topic, 0, 0)]
+        # offset.metadata.max.bytes (4096), counted as Kafka counts it
+        long = conn.request(ApiKey.OffsetCommit, version, _commit_body(group, [(topic, 1, 12, "m" * 4097), (topic, 0, 7, "s" * 4096)]))
+        assert _codes(long) == [(topic, 1, E.OFFSET_METADATA_TOO_LARGE.kafka_code), (topic, 0, 0)]
         # a real generation of a group the coordinator does not know, and no group id at all
         stale = conn.request(ApiKey.OffsetCommit, version, _commit_body(group, [(topic, 0, 1, "")], generation=3, member="m-1"))
         assert _codes(stale) == [(topic, 0, E.ILLEGAL_GENERATION.kafka_code)]
         nameless = conn.request(ApiKey.OffsetCommit, version, _commit_body("", [(topic, 0, 1, "")]))
         assert _codes(nameless) == [(topic, 0, E.INVALID_GROUP_ID.kafka_code)]
     fetched = groups_service.offset_fetch_partitions(store, group, [(topic, 0), (topic, 1)])
-    assert [(f.offset, f.metadata) for f in fetched] == [(7, "seven"), (10, "ten")]
+    assert [(f.offset, f.metadata) for f in fetched] == [(7, "s" * 4096), (10, "ten")]
+
+
+def test_confluent_kafka_hears_offset_metadata_too_large(group_gateway: GatewayProcess, store: Broker) -> None:
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    topic, group = new_topic(store, 1), unique("g")
+    consumer = Consumer({"bootstrap.servers": group_gateway.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        with pytest.raises(KafkaException) as refused:
+            consumer.commit(offsets=[TopicPartition(topic, 0, 3, metadata="m" * 5000)], asynchronous=False)
+        assert refused.value.args[0].code() == KafkaError.OFFSET_METADATA_TOO_LARGE
+        consumer.commit(offsets=[TopicPartition(topic, 0, 4, metadata="fits")], asynchronous=False)
+    finally:
+        consumer.close()
+    assert [(f.offset, f.metadata) for f in groups_service.offset_fetch_partitions(store, group, [(topic, 0)])] == [(4, "fits")]
 
 
 def _join(conn, group: str, version: int = 5, member: str = "", instance: str | None = None):  # type: ignore[no-untyped-def]

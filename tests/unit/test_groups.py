@@ -28,3 +28,32 @@ def test_an_empty_list_stays_empty():
 
 def test_takes_any_iterable_once():
     assert last_per_partition(o for o in [Offset("a", 0, 1), Offset("a", 0, 2)]) == [Offset("a", 0, 2)]
+
+
+@dataclass(frozen=True)
+class Committed:
+    topic: str
+    partition: int
+    offset: int
+    metadata: str = ""
+
+
+def test_metadata_longer_than_the_limit_is_refused_naming_its_partitions():
+    import pytest
+
+    from app.domain.groups import check_committable
+    from app.errors import ErrorCode, TxlogError
+
+    check_committable([Committed("a", 0, 1, "x" * 10), Committed("a", 1, 1, "")], max_metadata=10)
+    with pytest.raises(TxlogError) as too_large:
+        check_committable([Committed("a", 0, 1, "x" * 11), Committed("a", 1, 1, "ok"), Committed("b", 0, 1, "é" * 11)], max_metadata=10)
+    assert too_large.value.code is ErrorCode.OFFSET_METADATA_TOO_LARGE
+    assert too_large.value.details["partitions"] == [("a", 0), ("b", 0)]
+    # counted as Kafka counts a string: UTF-16 code units, so a character beyond U+FFFF is two
+    check_committable([Committed("a", 0, 1, "\U0001F600" * 5)], max_metadata=10)
+    with pytest.raises(TxlogError):
+        check_committable([Committed("a", 0, 1, "\U0001F600" * 5 + "x")], max_metadata=10)
+    # an invalid offset is named first, with its own error
+    with pytest.raises(TxlogError) as invalid:
+        check_committable([Committed("a", 0, -1), Committed("a", 1, 1, "x" * 11)], max_metadata=10)
+    assert invalid.value.code is ErrorCode.INVALID_REQUEST and invalid.value.details["partitions"] == [("a", 0)]

@@ -160,11 +160,11 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> dict:
             continue
         try:
             partitions, config = _creatable(ctx, topic)
-            config = await ctx.call(_create_topic, ctx.broker, topic.name, partitions, config, request.validate_only)
+            config, topic_id = await ctx.call(_create_topic, ctx.broker, topic.name, partitions, config, request.validate_only)
         except TxlogError as exc:
             results.append(_created(topic.name, error=_error(exc)))
         else:
-            results.append(_created(topic.name, partitions, config))
+            results.append(_created(topic.name, partitions, config, topic_id))
     return {"throttle_time_ms": 0, "topics": results}
 
 
@@ -189,24 +189,29 @@ def _creatable(ctx: RequestContext, topic: Any) -> tuple[int, dict[str, str]]:
     return partitions, config
 
 
-def _create_topic(broker: Broker, name: str, partitions: int, config: dict, validate_only: bool) -> dict:
-    """Create the topic, or check that it could be created; its config as kept."""
+def _create_topic(broker: Broker, name: str, partitions: int, config: dict, validate_only: bool) -> tuple[dict, uuid.UUID]:
+    """Create the topic, or check that it could be created: its config as kept, and its topic id
+    (the zero id when only checked, as Kafka answers validate_only)."""
     if not validate_only:
         topics.create_topic(broker, name, partitions, config)
-        return topics.topic_config(broker, name)
+        (created,) = topics.topics_metadata(broker, [name])
+        return topics.topic_config(broker, name), created.topic_id
     validate_topic_name(name)
     validate_partition_count(partitions, broker.settings.max_partitions_per_topic)
     config = validate_topic_config(config)
     if name in dict(topics.list_topics(broker)):
         raise TxlogError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic {name!r} already exists")
-    return config
+    return config, ZERO_TOPIC_ID
 
 
-def _created(name: str, partitions: int = -1, config: dict | None = None, error: tuple[int, str] | None = None) -> dict:
+def _created(
+    name: str, partitions: int = -1, config: dict | None = None, topic_id: uuid.UUID = ZERO_TOPIC_ID,
+    error: tuple[int, str] | None = None,
+) -> dict:
     code, message = error or (0, None)
     return {
         "name": name,
-        "topic_id": ZERO_TOPIC_ID,
+        "topic_id": topic_id,
         "error_code": code,
         "error_message": message,
         "num_partitions": partitions,
