@@ -233,26 +233,55 @@ def _append_optimistic(
     """A non-transactional batch appended in one round trip, planned against where this process's
     last append left the partition; None when that is unknown, stale, or the plan is not a plain
     append (the caller takes the locked path)."""
+    planned = _planned_ahead(last, topic, partition, req, now, sizes)
+    if planned is None:
+        return None
+    (result,) = _append_planned_ahead(broker, last, [planned])
+    return result
+
+
+def _planned_ahead(
+    last: LastAppends, topic: str, partition: int, req: ProduceRequest, now: int, sizes: list[int]
+) -> tuple[_Plan, q.AppendPosition] | None:
+    """The batch planned against where this process's last append left the partition, if that is
+    known and the plan is an append (a refusal or a duplicate is decided under the lock)."""
     position = last.get(topic, partition, req.producer_id)
     if position is None:
         return None
     try:
         plan = _planned(topic, partition, req, now, sizes, position)
     except TxlogError:
-        return None  # a refusal is decided against the state read under the lock
+        return None
     if isinstance(plan, ProduceResult):
-        return None  # so is a duplicate
+        return None
+    return plan, position
+
+
+def _append_planned_ahead(
+    broker: Broker, last: LastAppends, planned: Sequence[tuple[_Plan, q.AppendPosition]]
+) -> list[ProduceResult | None]:
+    """Batches planned ahead (distinct partitions) appended by one conditional statement in
+    autocommit; each one's result, or None where the partition had moved on or was held (the
+    caller takes the locked path). A failure of the statement is each caller's: in autocommit it
+    may have been committed."""
+    batches = [plan.batch for plan, _ in planned]
     try:
         with broker.db.autocommit() as conn:
-            log_start = q.log_append_if_unchanged(conn, plan.batch, position.producer_state)
+            log_starts = q.log_append_if_unchanged(conn, batches, [position.producer_state for _, position in planned])
     except BaseException:
-        last.forget(topic, partition, req.producer_id)
+        for b in batches:
+            last.forget(b.topic, b.partition, b.producer_id)
         raise
-    if log_start is None:
-        last.forget(topic, partition, req.producer_id)
-        return None
-    last.remember(plan.batch, position)
-    return dataclasses.replace(plan.result, log_start_offset=log_start)
+    results: list[ProduceResult | None] = []
+    for i, (plan, position) in enumerate(planned):
+        b = plan.batch
+        if i in log_starts:
+            last.remember(b, position)
+            results.append(dataclasses.replace(plan.result, log_start_offset=log_starts[i]))
+        else:
+            last.forget(b.topic, b.partition, b.producer_id)
+            results.append(None)
+    return results
 
 
 # --- group commit ---------------------------------------------------------------------------------
@@ -302,7 +331,10 @@ def _append_group(broker: Broker, group: Sequence[Pending[_Append, ProduceResult
             seconds.append(p)
         else:
             first[key] = p
-    members = list(first.values())
+    members = _group_planned_ahead(broker, list(first.values()), now)
+    if not members:
+        _append_alone(broker, seconds)
+        return
     busy: list[Pending[_Append, ProduceResult]] = []
     answers: list[tuple[Pending[_Append, ProduceResult], ProduceResult]] = []
     statements_done = False
@@ -347,6 +379,37 @@ def _append_group(broker: Broker, group: Sequence[Pending[_Append, ProduceResult
     for p, result in answers:
         p.resolve(result)
     _append_alone(broker, busy + seconds)
+
+
+def _group_planned_ahead(
+    broker: Broker, members: list[Pending[_Append, ProduceResult]], now: int
+) -> list[Pending[_Append, ProduceResult]]:
+    """The group's batches that can be planned ahead appended by one conditional statement, each
+    caller answered; the members left for the locked path."""
+    last = _last_appends(broker)
+    ahead: list[tuple[Pending[_Append, ProduceResult], tuple[_Plan, q.AppendPosition]]] = []
+    rest = []
+    for p in members:
+        a = p.item
+        planned = _planned_ahead(last, a.topic, a.partition, a.req, now, a.sizes)
+        if planned is None:
+            rest.append(p)
+        else:
+            ahead.append((p, planned))
+    if not ahead:
+        return rest
+    try:
+        results = _append_planned_ahead(broker, last, [planned for _, planned in ahead])
+    except Exception as exc:  # perhaps committed: each caller hears it, as of a failed COMMIT
+        for p, _ in ahead:
+            p.fail(exc)
+        return rest
+    for (p, _), result in zip(ahead, results):
+        if result is None:
+            rest.append(p)
+        else:
+            p.resolve(result)
+    return rest
 
 
 def _append_alone(broker: Broker, pending: Sequence[Pending[_Append, ProduceResult]]) -> None:

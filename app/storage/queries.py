@@ -391,7 +391,7 @@ def _log_append_sql(if_unchanged: bool) -> str:
                                control, txn_first, state_epoch, state, state_txn_first, aborted_first, append_ts,
                                was_epoch, was_state, was_txn_first, i)"""
     if if_unchanged:
-        batches = f"""(SELECT * FROM {batches} LIMIT 1) b
+        batches = f"""(SELECT * FROM {batches} LIMIT %(n)s) b
         JOIN txlog.partitions p ON p.topic = b.topic AND p.partition = b.partition
                                 AND p.next_offset = b.base AND p.next_position = b.base_position
         WHERE b.pid IS NULL OR (
@@ -404,7 +404,7 @@ def _log_append_sql(if_unchanged: bool) -> str:
                                AND pp.producer_epoch = b.was_epoch AND pp.batches = CAST(b.was_state AS jsonb)
                                AND pp.txn_first_offset IS NOT DISTINCT FROM b.was_txn_first)
                 END)
-        FOR UPDATE OF p"""
+        FOR UPDATE OF p SKIP LOCKED"""
     return f"""
     WITH b AS MATERIALIZED (
         SELECT b.* FROM {batches}
@@ -440,8 +440,9 @@ def _log_append_sql(if_unchanged: bool) -> str:
         SELECT b.topic, b.partition, b.pid, b.aborted_first, b.base, b.epoch
         FROM b WHERE b.aborted_first IS NOT NULL
     )
-    SELECT (SELECT count(*) FROM b),
-           (SELECT max(p.log_start_offset) FROM b JOIN txlog.partitions p ON p.topic = b.topic AND p.partition = b.partition),
+    SELECT (SELECT array_agg(b.i ORDER BY b.i) FROM b),
+           (SELECT array_agg(p.log_start_offset ORDER BY b.i)
+            FROM b JOIN txlog.partitions p ON p.topic = b.topic AND p.partition = b.partition),
            (SELECT count(pg_notify(%(channel)b, l.topic || ':' || l.partition))
             FROM txlog.fetch_listeners l JOIN b ON l.topic = b.topic AND l.partition = b.partition
             WHERE l.expires_at > now())
@@ -466,14 +467,20 @@ def log_append(conn: Connection, batches: Sequence[AppendBatch], commit: bool = 
         driver(conn).commit()
 
 
-def log_append_if_unchanged(conn: Connection, batch: AppendBatch, planned_against: ProducerStateEntry | None) -> int | None:
-    """Append ``batch`` if its partition still ends at the batch's base offset and position and its
-    producer's state there is still ``planned_against`` (and its producer id still has no
-    transactional id); otherwise write nothing. Takes the partition's lock itself: on a connection
-    in autocommit the statement is the whole database transaction, one round trip, and no lock is
-    held between round trips. The partition's log start offset if it appended, else None."""
-    appended, log_start, _ = driver(conn).execute(_LOG_APPEND_IF_UNCHANGED, _log_append_params([batch], [planned_against])).fetchone()  # type: ignore[misc]
-    return log_start if appended == 1 else None
+def log_append_if_unchanged(
+    conn: Connection, batches: Sequence[AppendBatch], planned_against: Sequence[ProducerStateEntry | None]
+) -> dict[int, int]:
+    """Append each of ``batches`` (distinct partitions) whose partition still ends at the batch's
+    base offset and position and whose producer's state there is still the one it was planned
+    against (and whose producer id still has no transactional id); write nothing of the others,
+    nor of a batch whose partition another transaction holds (not waited for). Takes the locks
+    itself: on a connection in autocommit the statement is the whole database transaction, one
+    round trip, and no lock is held between round trips. Answers, for each batch appended (by its
+    index in ``batches``), its partition's log start offset."""
+    params = _log_append_params(batches, planned_against)
+    params["n"] = Int8(len(batches))
+    appended, log_starts, _ = driver(conn).execute(_LOG_APPEND_IF_UNCHANGED, params).fetchone()  # type: ignore[misc]
+    return dict(zip((i - 1 for i in appended or ()), log_starts or ()))
 
 
 def _batches_json(state: ProducerStateEntry) -> str:

@@ -44,9 +44,9 @@ def statements(monkeypatch):  # type: ignore[no-untyped-def]
     seen: list[str] = []
     conditional, locked = q.log_append_if_unchanged, q.log_append
 
-    def if_unchanged(conn, batch, planned_against):  # type: ignore[no-untyped-def]
-        out = conditional(conn, batch, planned_against)
-        seen.append("stale" if out is None else "optimistic")
+    def if_unchanged(conn, batches, planned_against):  # type: ignore[no-untyped-def]
+        out = conditional(conn, batches, planned_against)
+        seen.extend("optimistic" if i in out else "stale" for i in range(len(batches)))
         return out
 
     def log_append(conn, batches, commit=False):  # type: ignore[no-untyped-def]
@@ -142,10 +142,10 @@ def test_the_conditional_statement_writes_nothing_when_the_producer_state_differ
     assert isinstance(plan, produce_service._Plan)
     other_epoch = type(position.producer_state)(p.producer_id, p.producer_epoch + 1, position.producer_state.batches)
     with a.db.autocommit() as conn:
-        assert q.log_append_if_unchanged(conn, plan.batch, other_epoch) is None  # not the state there
-        assert q.log_append_if_unchanged(conn, plan.batch, None) is None  # there is a state
-        assert q.log_append_if_unchanged(conn, plan.batch, position.producer_state) == 0
-        assert q.log_append_if_unchanged(conn, plan.batch, position.producer_state) is None  # moved on: once only
+        assert q.log_append_if_unchanged(conn, [plan.batch], [other_epoch]) == {}  # not the state there
+        assert q.log_append_if_unchanged(conn, [plan.batch], [None]) == {}  # there is a state
+        assert q.log_append_if_unchanged(conn, [plan.batch], [position.producer_state]) == {0: 0}
+        assert q.log_append_if_unchanged(conn, [plan.batch], [position.producer_state]) == {}  # moved on: once only
     assert [r.value for r in fetch_service.fetch(a, "t", 1, 0).records] == [f"{t}:{k}".encode() for t in "01" for k in range(3)]
 
 
@@ -204,3 +204,49 @@ def test_concurrent_producers_through_two_processes_append_each_batch_once(db_ur
     finally:
         for b in brokers:
             b.db.dispose()
+
+
+def test_a_group_appends_its_batches_planned_ahead_in_one_statement(db_url: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Concurrent batches of producers whose partitions this process left where they are go
+    through one conditional statement; one whose partition another process moved takes the
+    locked path; a partition another transaction holds is not waited for by the group."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    a, b = make_broker(db_url, produce_group_commit_batches=16), make_broker(db_url, produce_group_commit_batches=1)
+    try:
+        topics.create_topic(a, "t", 4)
+        sizes: list[int] = []
+        conditional = q.log_append_if_unchanged
+
+        def counting(conn, batches, planned_against):  # type: ignore[no-untyped-def]
+            sizes.append(len(batches))
+            return conditional(conn, batches, planned_against)
+
+        monkeypatch.setattr(q, "log_append_if_unchanged", counting)
+        producers = [transactions.init_producer_id(a, None) for _ in range(4)]
+        rounds = 30
+        moved = threading.Event()
+
+        def run(i: int) -> list[int]:
+            pid, epoch = producers[i].producer_id, producers[i].producer_epoch
+            out = []
+            for n in range(rounds):
+                out.append(produce_service.produce(a, "t", i, ProduceRequest(batch(f"{i}.{n}", 2), pid, epoch, 2 * n)).base_offset)
+                if i == 0 and n == rounds // 2 and not moved.is_set():
+                    produce_service.produce(b, "t", 0, ProduceRequest(batch("other", 2)))  # another process moves partition 0
+                    moved.set()
+            return out
+
+        with ThreadPoolExecutor(4) as pool:
+            answered = list(pool.map(run, range(4)))
+        assert max(sizes) > 1, "concurrent batches planned ahead were never appended together"
+        for i in range(4):
+            values = [r.value for r in fetch_service.fetch(a, "t", i, 0, max_records=1000).records]
+            mine = [v for v in values if not v.startswith(b"other")]  # type: ignore[union-attr]
+            assert mine == [f"{i}.{n}:{k}".encode() for n in range(rounds) for k in range(2)]
+            for n, base in enumerate(answered[i]):
+                assert values[base:base + 2] == [f"{i}.{n}:{k}".encode() for k in range(2)]
+    finally:
+        a.db.dispose()
+        b.db.dispose()
