@@ -184,10 +184,12 @@ def _planned(
 # (``_planned``) and written by one statement in autocommit, which locks the partition and appends
 # only if the partition and the producer's state are still exactly as planned against
 # (``q.log_append_if_unchanged``): one round trip and one database transaction instead of four
-# round trips (BEGIN, lock, write, COMMIT), and no lock held between round trips. Anything else —
-# nothing remembered, another writer was there first, a batch the rules would refuse or answer as
-# a duplicate — takes the locked path, whose answer stands on the state it reads under the lock.
-# Memory is only a guess here: the database decides.
+# round trips (BEGIN, lock, write, COMMIT), and no lock held between round trips. A group commit
+# sends all its batches that can be planned so in one such statement. Anything else — nothing
+# remembered, another writer was there first, a partition another transaction holds (not waited
+# for), a batch the rules would refuse or answer as a duplicate — takes the locked path, whose
+# answer stands on the state it reads under the lock. Memory is only a guess here: the database
+# decides.
 
 
 class LastAppends:
