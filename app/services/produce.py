@@ -82,11 +82,13 @@ def produce(broker: Broker, topic: str, partition: int, req: ProduceRequest) -> 
 def _produce_alone(broker: Broker, topic: str, partition: int, req: ProduceRequest, sizes: list[int]) -> ProduceResult:
     now = broker.now()
     last = None
-    if req.transactional_id is None:
+    if req.transactional_id is None:  # planned ahead if it can be (optimistic append, below)
         last = _last_appends(broker)
-        result = _append_optimistic(broker, last, topic, partition, req, now, sizes)
-        if result is not None:
-            return result
+        planned = _planned_ahead(last, topic, partition, req, now, sizes)
+        if planned is not None:
+            (result,) = _append_planned_ahead(broker, last, [planned])
+            if result is not None:
+                return result
     with broker.db.transaction() as conn:
         return append(conn, broker, topic, partition, req, now, sizes, commit=True, last_appends=last)
 
@@ -227,19 +229,6 @@ def _last_appends(broker: Broker) -> LastAppends:
     if last is None:
         last = broker.extensions.setdefault("last_appends", LastAppends())
     return last
-
-
-def _append_optimistic(
-    broker: Broker, last: LastAppends, topic: str, partition: int, req: ProduceRequest, now: int, sizes: list[int]
-) -> ProduceResult | None:
-    """A non-transactional batch appended in one round trip, planned against where this process's
-    last append left the partition; None when that is unknown, stale, or the plan is not a plain
-    append (the caller takes the locked path)."""
-    planned = _planned_ahead(last, topic, partition, req, now, sizes)
-    if planned is None:
-        return None
-    (result,) = _append_planned_ahead(broker, last, [planned])
-    return result
 
 
 def _planned_ahead(
