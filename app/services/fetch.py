@@ -112,7 +112,7 @@ def fetch_log(
     — within ``max_bytes`` of keys, values and headers (the log's positions) and ``max_records``
     rows, the first row always, however large, so a consumer always moves on. For read_committed,
     the aborted transactions among the rows, read with them in the one statement that reads the
-    page (each row's ``txlog.log_records.aborted``). Status and rows come from one snapshot.
+    page (each row's aborted flag: ``views.page_aborted_keys``). Status and rows come from one snapshot.
     OFFSET_OUT_OF_RANGE below the log start or above the high watermark; at or past the reader's
     end, an empty page."""
     if max_records < 1 or max_bytes < 1:

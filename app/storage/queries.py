@@ -22,6 +22,7 @@ from app.domain.transactions import TopicPartition, TxnEvent, TxnMetadata, TxnSt
 from app.errors import ErrorCode, TxlogError
 from app.storage.arrays import bytea_array, int4_array, int8_array, text_array
 from app.storage.db import driver, libpq_url
+from app.storage.views import page_aborted_keys
 
 NOTIFY_CHANNEL = "txlog_append"
 
@@ -631,8 +632,9 @@ class StoredRecord(NamedTuple):
         return record_size(self.key, self.value, self.headers)
 
 
-# Every read of the log goes through txlog.log_records, which defines "aborted" once. A read selects
-# these and then the aborted flag (or ``false`` when it does not ask).
+# What a read of the log selects, then the aborted flag (or ``false`` when it does not ask): by
+# txlog.log_records, which defines "aborted", or, for a page whose extent is known before it is
+# read, by the same definition's page form (``views.page_aborted_keys``).
 _RECORD_COLUMNS = f"""
 r."offset", r.key, r.value, r.header_keys, r.header_values, {_ms('r."timestamp"')}, r.producer_id,
 r.producer_epoch, r.sequence, r.is_transactional, r.control_type, r.position, r.txn_first_offset
@@ -656,6 +658,9 @@ def records_fetch(
 
 
 def _fetch_sql(committed_only: bool) -> str:
+    # The view's probe per record: the page's extent is known only as it is read (aborted records
+    # and markers do not count against ``limit``), so the page form of "aborted"
+    # (``views.page_aborted_keys``), which needs the extent first, would read the whole window.
     return f"""
         SELECT {_RECORD_COLUMNS}, false  -- not asked: read_uncommitted reads no aborted-transaction index
         FROM txlog.log_records r
@@ -679,8 +684,12 @@ def _fetch_log_sql(with_aborted: bool) -> str:
     # is then one range scan of exactly the rows it returns. Rows of no bytes (markers, empty
     # records) at the budget's very end are in. Only the page's last row can end past the budget
     # (the caller drops it unless it is the first).
-    source = "txlog.log_records r" if with_aborted else "txlog.records r"
-    aborted = "r.aborted" if with_aborted else "false  -- not asked: read_uncommitted reads no aborted-transaction index"
+    page_end = "(SELECT c.lo FROM cut c WHERE c.lo = c.hi)"
+    keys = page_aborted_keys("%(topic)s", "%(partition)s", "%(start)s", page_end)
+    aborted = (
+        f"r.txn_first_offset IS NOT NULL AND (r.producer_id, r.txn_first_offset) IN ({keys})" if with_aborted
+        else "false  -- not asked: read_uncommitted reads no aborted-transaction index"
+    )
     return f"""
         WITH RECURSIVE budget AS (
             SELECT s.position + CAST(%(max_bytes)s AS bigint) AS end_position
@@ -701,9 +710,9 @@ def _fetch_log_sql(with_aborted: bool) -> str:
             WHERE c.lo < c.hi
         )
         SELECT {_RECORD_COLUMNS}, {aborted}
-        FROM {source}
+        FROM txlog.records r
         WHERE r.topic = %(topic)s AND r.partition = %(partition)s
-          AND r."offset" >= %(start)s AND r."offset" < (SELECT c.lo FROM cut c WHERE c.lo = c.hi)
+          AND r."offset" >= %(start)s AND r."offset" < {page_end}
         ORDER BY r."offset"
     """
 
@@ -718,10 +727,11 @@ def records_fetch_log(
     """Every row of the log from ``start`` (control records and records of aborted transactions
     included), in offset order, below ``end`` and within ``max_bytes`` of data counted from the
     first row's log position: the rows that start inside the budget (or at its end), the first
-    always, so that only the last one may end past it (``start``
-    must be below ``end``, and at or above the log start). ``with_aborted`` flags rows of aborted
-    transactions (``txlog.log_records.aborted``, one index probe per row); otherwise the index is
-    not read. Reads at most ``end - start`` rows and about log2 of that in lookups; binary results."""
+    always, so that only the last one may end past it (``start`` must be below ``end``, and at or
+    above the log start). ``with_aborted`` flags rows of aborted transactions
+    (``views.page_aborted_keys``: an index probe per distinct transaction of the page); otherwise
+    the index is not read. Reads at most ``end - start`` rows and about log2 of that in lookups;
+    binary results."""
     params = {
         "topic": topic, "partition": _partition(topic, partition), "start": Int8(start), "end": Int8(end),
         "max_bytes": Int8(max_bytes),

@@ -11,8 +11,9 @@ definitions, and a test checks that a migrated database has exactly these.
 # (Kafka's .txnindex, keyed by offset range) contains its offset. A producer's ranges on a partition
 # never overlap and a transaction's records all carry its first offset (txn_first_offset), so the
 # range containing a record is the one keyed (producer id, txn_first_offset): an equality on the
-# index's primary key, which PostgreSQL serves as a probe per record for a page and as one hash
-# join for a bulk read, and leaves out entirely when ``aborted`` is not asked for.
+# index's primary key, which PostgreSQL serves as a probe per record for a page (the HTTP fetch),
+# as one hash join for a bulk read, and leaves out entirely when ``aborted`` is not asked for. A
+# page whose extent is known before it is read (Kafka's Fetch) asks by ``page_aborted_keys``.
 LOG_RECORDS = """
 CREATE OR REPLACE VIEW txlog.log_records AS
 SELECT r.topic,
@@ -37,6 +38,29 @@ LEFT JOIN txlog.aborted_txns a
   ON a.topic = r.topic AND a.partition = r.partition AND a.producer_id = r.producer_id
  AND a.first_offset = r.txn_first_offset
 """
+
+def page_aborted_keys(topic: str, partition: str, start: str, end: str) -> str:
+    """The same definition as ``txlog.log_records.aborted``, for a page of the log: SQL selecting
+    the (producer id, first offset) keys of the aborted ranges that records in offsets
+    [``start``, ``end``) of the partition belong to (the arguments are SQL expressions; ``end``
+    is the page's own, as every row below it is read once more for its key). A page read tests
+    each record's (producer_id, txn_first_offset) against this set, which PostgreSQL builds once,
+    as a hash table, from one index probe per distinct transaction of the page instead of the
+    view's probe per record: its cost is bounded by the page, however long the partition's history
+    of aborted transactions. A record of no transaction (txn_first_offset NULL) is never in it.
+    Held equal to the view by tests/integration/test_transactions.py."""
+    return f"""
+        SELECT k.producer_id, k.txn_first_offset FROM (
+            SELECT DISTINCT k.producer_id, k.txn_first_offset FROM txlog.records k
+            WHERE k.topic = {topic} AND k.partition = {partition} AND k."offset" >= {start} AND k."offset" < {end}
+              AND k.txn_first_offset IS NOT NULL
+        ) k
+        -- a scalar subquery, so that PostgreSQL probes the index per key (a join could scan it whole)
+        WHERE (SELECT true FROM txlog.aborted_txns a
+               WHERE a.topic = {topic} AND a.partition = {partition}
+                 AND a.producer_id = k.producer_id AND a.first_offset = k.txn_first_offset)
+    """
+
 
 PARTITION_STATUS = """
 CREATE OR REPLACE VIEW txlog.partition_status AS

@@ -180,6 +180,35 @@ def test_a_page_reads_its_own_rows_and_a_bisection_not_the_log(broker, topic, is
     assert sum(n.get("Actual Loops", 1) for n in on_records) <= 40  # about log2(window) lookups
 
 
+def test_a_read_committed_page_probes_the_aborted_index_once_per_transaction_not_per_row(broker, topic):
+    p = Producer(broker, "a")
+    for i in range(300):  # a long history of aborted (and committed) transactions of 5 records
+        p.send(topic, 0, *[f"t{i}-{j}" for j in range(5)])
+        p.abort() if i % 2 else p.commit()
+    with broker.db.transaction() as conn:
+        # and a long one on the other partition: a table PostgreSQL would not scan for a probe
+        conn.execute(text(
+            "INSERT INTO txlog.aborted_txns (topic, partition, producer_id, first_offset, last_offset, producer_epoch) "
+            "SELECT :t, 1, 7, 2 * g, 2 * g + 1, 0 FROM generate_series(0, 19999) g"), {"t": topic})
+        conn.execute(text("ANALYZE txlog.records"))
+        conn.execute(text("ANALYZE txlog.aborted_txns"))
+
+    def fetch():  # type: ignore[no-untyped-def]
+        return page(broker, topic, 600, max_bytes=280, isolation_level="read_committed")  # 7 bytes a record
+
+    got = fetch()
+    assert offsets(got) == list(range(600, 648))  # 8 transactions: 40 records and 8 markers
+    assert got.aborted_transactions == [(p.pid, o) for o in range(606, 648, 12)]
+    pages = [(st, params) for st, params in _statements_of(broker, fetch) if "WITH RECURSIVE budget" in st]
+    nodes, _ = _explain(broker, *pages[0])
+    on_index = [n for n in nodes if n.get("Relation Name") == "aborted_txns"]
+    assert on_index and all(n["Node Type"] in ("Index Scan", "Index Only Scan") for n in on_index), nodes
+    # a probe for each of the page's 8 transactions (and the row at the budget's end), none per row,
+    # and no scan of the aborted ranges
+    assert sum(n.get("Actual Loops", 1) for n in on_index) <= 9
+    assert max(n.get("Actual Rows", 0) for n in on_index) <= 1
+
+
 # --- ListOffsets ----------------------------------------------------------------------------------------
 
 def test_list_offsets_earliest_latest_by_isolation_and_by_timestamp(broker, topic):

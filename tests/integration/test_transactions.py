@@ -466,6 +466,43 @@ def test_next_offset_moves_past_markers_and_aborted_records(broker, topic):
     assert uncommitted.next_offset == 8
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_fetch_page_flags_aborted_records_as_the_view_does(broker, topic, seed):
+    """Kafka's Fetch flags a page's aborted records by the page form of the definition
+    (``views.page_aborted_keys``); every page, wherever it starts and ends, agrees with
+    txlog.log_records.aborted row by row, over interleaved, committed, aborted and open
+    transactions of several producers, plain records and transactions aborted by a re-init."""
+    rng = random.Random(seed)
+    producers = [Producer(broker, f"tx{i}") for i in range(4)]
+    for step in range(120):
+        p = rng.choice(producers)
+        roll = rng.random()
+        if roll < 0.55:
+            p.send(topic, 0, *[f"{p.tid}-{step}-{i}" for i in range(rng.randint(1, 3))])
+        elif roll < 0.70:
+            p.commit()
+        elif roll < 0.85:
+            p.abort()
+        elif roll < 0.92:
+            p.init()  # fences the producer: its open transaction is aborted
+        else:
+            produce_service.produce(broker, topic, 0, ProduceRequest([NewRecord(None, b"plain")]))
+    with broker.db.read() as conn:
+        view = dict(conn.execute(text(
+            "SELECT \"offset\", aborted FROM txlog.log_records WHERE topic = :t AND partition = 0"), {"t": topic}).all())
+        status = q.partition_status(conn, topic, 0)
+    assert any(view.values()) and not all(view.values())
+    hw = status.high_watermark
+    for _ in range(60):
+        start = rng.randrange(hw)
+        end = rng.randint(start + 1, hw)
+        max_bytes = rng.choice([1, 40, 200, 10_000])
+        with broker.db.read() as conn:
+            page = q.records_fetch_log(conn, topic, 0, start, end, max_bytes, with_aborted=True)
+        assert page and page[0].offset == start
+        assert [(r.offset, r.aborted) for r in page] == [(r.offset, view[r.offset]) for r in page]
+
+
 def test_lso_is_the_first_offset_of_the_earliest_open_transaction(broker, topic):
     a, b = Producer(broker, "a"), Producer(broker, "b")
     produce_service.produce(broker, topic, 0, ProduceRequest([NewRecord(None, b"p0")]))  # 0
