@@ -16,7 +16,7 @@ from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT, NewRecord
 from app.domain.transactions import TxnEvent, TxnMetadata, TxnState
 from app.domain.partitioner import coordinator_partition
 from app.errors import ErrorCode, TxlogError
-from app.services import Broker
+from app.services import Broker, last_appends
 from app.storage import queries as q
 
 
@@ -112,6 +112,11 @@ def complete(conn: Connection, broker: Broker, meta: TxnMetadata, decision: TxnE
     ]
     if markers:
         q.log_append(conn, markers)
+        # The markers moved these partitions on: a next batch of the producer there is not planned
+        # against this process's memory of them (it would only find them moved).
+        memory = last_appends.of(broker)
+        for m in markers:
+            memory.forget(m.topic, m.partition, m.producer_id)
     if meta.groups:  # pending offsets are only ever written for a group of the transaction
         q.pending_offsets_apply(conn, meta.transactional_id, commit)
     new_pid = new_producer_id_if_exhausted(conn, meta.producer_epoch) if meta.transaction_version >= 2 else None

@@ -18,7 +18,8 @@ from app.domain.partitioner import partition_for_key
 from app.domain.producer_state import Append, Duplicate, after_append, check_append
 from app.domain.records import NewRecord
 from app.errors import ErrorCode, TxlogError
-from app.services import Broker, coordinator
+from app.services import Broker, coordinator, last_appends
+from app.services.last_appends import LastAppends
 from app.services.group_commit import GroupCommit, Pending
 from app.services.topics import partition_count
 from app.storage import queries as q
@@ -81,16 +82,14 @@ def produce(broker: Broker, topic: str, partition: int, req: ProduceRequest) -> 
 
 def _produce_alone(broker: Broker, topic: str, partition: int, req: ProduceRequest, sizes: list[int]) -> ProduceResult:
     now = broker.now()
-    last = None
-    if req.transactional_id is None:  # planned ahead if it can be (optimistic append, below)
-        last = _last_appends(broker)
-        planned = _planned_ahead(last, topic, partition, req, now, sizes)
-        if planned is not None:
-            (result,) = _append_planned_ahead(broker, last, [planned])
-            if result is not None:
-                return result
+    last = last_appends.of(broker)  # planned ahead if it can be (optimistic append, below)
+    planned = _planned_ahead(last, topic, partition, req, now, sizes)
+    if planned is not None:
+        (result,) = _append_planned_ahead(broker, last, [(planned, req.transactional_id)])
+        if result is not None:
+            return result
     with broker.db.transaction() as conn:
-        return append(conn, broker, topic, partition, req, now, sizes, commit=True, last_appends=last)
+        return append(conn, broker, topic, partition, req, now, sizes, commit=True, memory=last)
 
 
 def append(
@@ -102,13 +101,13 @@ def append(
     now: int,
     sizes: list[int] | None = None,
     commit: bool = False,
-    last_appends: "LastAppends | None" = None,
+    memory: LastAppends | None = None,
 ) -> ProduceResult:
     """The append path inside a database transaction the caller holds (the caller validated the
     batch's size, or did not need to): every way into the log goes through here or through the
     group commit below, which share ``_planned`` — a produce, a committed half message, a row
     drained from the outbox — so the lock, producer and sequence rules live in one place. With
-    ``commit`` the append is the transaction's last statement (and ``last_appends`` learns where
+    ``commit`` the append is the transaction's last statement (and ``memory`` learns where
     it left the partition)."""
     meta = None
     if req.transactional_id is not None:
@@ -131,8 +130,8 @@ def append(
         if event is not None:
             coordinator.record(conn, broker, meta, event, principal=req.principal)
     q.log_append(conn, [plan.batch], commit=commit)
-    if last_appends is not None and commit:
-        last_appends.remember(plan.batch, position)
+    if memory is not None and commit:
+        memory.remember(plan.batch, position)
     return plan.result
 
 
@@ -187,48 +186,14 @@ def _planned(
 # only if the partition and the producer's state are still exactly as planned against
 # (``q.log_append_if_unchanged``): one round trip and one database transaction instead of four
 # round trips (BEGIN, lock, write, COMMIT), and no lock held between round trips. A group commit
-# sends all its batches that can be planned so in one such statement. Anything else — nothing
-# remembered, another writer was there first, a partition another transaction holds (not waited
-# for), a batch the rules would refuse or answer as a duplicate — takes the locked path, whose
-# answer stands on the state it reads under the lock. Memory is only a guess here: the database
-# decides.
-
-
-class LastAppends:
-    """Where this process's last append left each (topic, partition, producer id) — None for plain
-    appends: the partition's next offset and position and the producer's state there. Emptied
-    whole when it reaches ``limit`` entries, as a guess that is missing costs one locked append."""
-
-    def __init__(self, limit: int = 100_000) -> None:
-        self.limit = limit
-        self._at: dict[tuple[str, int, int | None], q.AppendPosition] = {}
-
-    def __len__(self) -> int:
-        return len(self._at)
-
-    def get(self, topic: str, partition: int, producer_id: int | None) -> q.AppendPosition | None:
-        return self._at.get((topic, partition, producer_id))
-
-    def remember(self, batch: q.AppendBatch, before: q.AppendPosition) -> None:
-        """``batch`` was appended at ``before`` (and committed)."""
-        if before.owner is not None:  # a transactional id's producer: its batches take the locked path
-            return
-        if len(self._at) >= self.limit:
-            self._at.clear()
-        self._at[(batch.topic, batch.partition, batch.producer_id)] = q.AppendPosition(
-            batch.base_offset + len(batch.records), before.log_start_offset,
-            batch.base_position + sum(batch.record_sizes()), batch.producer_state, None,
-        )
-
-    def forget(self, topic: str, partition: int, producer_id: int | None) -> None:
-        self._at.pop((topic, partition, producer_id), None)
-
-
-def _last_appends(broker: Broker) -> LastAppends:
-    last = broker.extensions.get("last_appends")
-    if last is None:
-        last = broker.extensions.setdefault("last_appends", LastAppends())
-    return last
+# sends all its batches that can be planned so in one such statement. A transactional batch is
+# planned so too once its partition is in the open transaction (its first batch there, which adds
+# the partition, took the locked path); the statement then also checks, under a shared lock of
+# the transaction's row, that the transaction is still Ongoing at the producer's epoch with the
+# partition in it. Anything else — nothing remembered, another writer was there first, a
+# partition or transaction another database transaction holds (not waited for), a batch the rules
+# would refuse or answer as a duplicate — takes the locked path, whose answer stands on the state
+# it reads under the lock. Memory is only a guess here: the database decides.
 
 
 def _planned_ahead(
@@ -249,22 +214,25 @@ def _planned_ahead(
 
 
 def _append_planned_ahead(
-    broker: Broker, last: LastAppends, planned: Sequence[tuple[_Plan, q.AppendPosition]]
+    broker: Broker, last: LastAppends, planned: Sequence[tuple[tuple[_Plan, q.AppendPosition], str | None]]
 ) -> list[ProduceResult | None]:
-    """Batches planned ahead (distinct partitions) appended by one conditional statement in
-    autocommit; each one's result, or None where the partition had moved on or was held (the
-    caller takes the locked path). A failure of the statement is each caller's: in autocommit it
-    may have been committed."""
-    batches = [plan.batch for plan, _ in planned]
+    """Batches planned ahead (distinct partitions), each with its transactional id or None,
+    appended by one conditional statement in autocommit; each one's result, or None where the
+    partition had moved on or was held, or the transaction was not as planned (the caller takes the
+    locked path). A failure of the statement is each caller's: in autocommit it may have been
+    committed."""
+    batches = [plan.batch for (plan, _), _ in planned]
     try:
         with broker.db.autocommit() as conn:
-            log_starts = q.log_append_if_unchanged(conn, batches, [position.producer_state for _, position in planned])
+            log_starts = q.log_append_if_unchanged(
+                conn, batches, [position.producer_state for (_, position), _ in planned], [tid for _, tid in planned]
+            )
     except BaseException:
         for b in batches:
             last.forget(b.topic, b.partition, b.producer_id)
         raise
     results: list[ProduceResult | None] = []
-    for i, (plan, position) in enumerate(planned):
+    for i, ((plan, position), _) in enumerate(planned):
         b = plan.batch
         if i in log_starts:
             last.remember(b, position)
@@ -364,7 +332,7 @@ def _append_group(broker: Broker, group: Sequence[Pending[_Append, ProduceResult
                 p.reopen()
             answers, busy = [], members
     else:
-        last = _last_appends(broker)
+        last = last_appends.of(broker)
         for batch, position in appended:
             last.remember(batch, position)
     for p, result in answers:
@@ -377,7 +345,7 @@ def _group_planned_ahead(
 ) -> list[Pending[_Append, ProduceResult]]:
     """The group's batches that can be planned ahead appended by one conditional statement, each
     caller answered; the members left for the locked path."""
-    last = _last_appends(broker)
+    last = last_appends.of(broker)
     ahead: list[tuple[Pending[_Append, ProduceResult], tuple[_Plan, q.AppendPosition]]] = []
     rest = []
     for p in members:
@@ -390,7 +358,7 @@ def _group_planned_ahead(
     if not ahead:
         return rest
     try:
-        results = _append_planned_ahead(broker, last, [planned for _, planned in ahead])
+        results = _append_planned_ahead(broker, last, [(planned, None) for _, planned in ahead])
     except Exception as exc:  # perhaps committed: each caller hears it, as of a failed COMMIT
         for p, _ in ahead:
             p.fail(exc)

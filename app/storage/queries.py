@@ -375,7 +375,10 @@ class AppendBatch:
 # ``b`` keeps the batch only if its partition, locked by this very statement, still ends where the
 # batch begins (next offset and log position) and its producer is still as the batch was planned
 # against: the same state on the partition (epoch, last batches, open transaction) and no
-# transactional id. A partition row another append changed meanwhile is read again once its lock
+# transactional id — or, for a transactional batch, its transaction still Ongoing with the batch's
+# partition, of the same producer id and epoch (that row locked, shared, before the partition: an
+# EndTxn, which writes a marker on every partition of the transaction, waits for the statement or
+# is waited for by nobody). A partition row another append changed meanwhile is read again once its lock
 # is granted (READ COMMITTED re-checks a locked row), so a batch planned against a stale state
 # writes nothing: every append moves the partition's next offset. The batch's row is taken with
 # LIMIT 1 before it is checked, so that the generic plan is costed for one row, as the custom plans
@@ -398,7 +401,12 @@ def _log_append_sql(if_unchanged: bool) -> str:
         JOIN txlog.partitions p ON p.topic = b.topic AND p.partition = b.partition
                                 AND p.next_offset = b.base AND p.next_position = b.base_position
         WHERE b.pid IS NULL OR (
-            NOT EXISTS (SELECT 1 FROM txlog.producer_ids pi WHERE pi.producer_id = b.pid AND pi.transactional_id IS NOT NULL)
+            CASE WHEN (CAST(%(b_tid)b AS text[]))[b.i] IS NULL
+                THEN NOT EXISTS (SELECT 1 FROM txlog.producer_ids pi WHERE pi.producer_id = b.pid AND pi.transactional_id IS NOT NULL)
+                ELSE EXISTS (SELECT 1 FROM t JOIN txlog.transaction_partitions m ON m.transactional_id = t.transactional_id
+                             WHERE t.transactional_id = (CAST(%(b_tid)b AS text[]))[b.i] AND t.producer_id = b.pid
+                               AND t.producer_epoch = b.epoch AND m.topic = b.topic AND m.partition = b.partition)
+                END
             AND CASE WHEN b.was_epoch IS NULL
                 THEN NOT EXISTS (SELECT 1 FROM txlog.producer_partitions pp
                                  WHERE pp.topic = b.topic AND pp.partition = b.partition AND pp.producer_id = b.pid)
@@ -408,8 +416,15 @@ def _log_append_sql(if_unchanged: bool) -> str:
                                AND pp.txn_first_offset IS NOT DISTINCT FROM b.was_txn_first)
                 END)
         FOR UPDATE OF p SKIP LOCKED"""
+    # The transactions of transactional batches, locked (shared) before any partition, as
+    # everywhere; evaluated once, by the first batch that asks.
+    ongoing = """WITH t AS MATERIALIZED (
+        SELECT t.transactional_id, t.producer_id, t.producer_epoch FROM txlog.transactions t
+        WHERE t.transactional_id = ANY(CAST(%(b_tid)b AS text[])) AND t.state = 'Ongoing'
+        FOR SHARE SKIP LOCKED
+    ), """ if if_unchanged else "WITH "
     return f"""
-    WITH b AS MATERIALIZED (
+    {ongoing}b AS MATERIALIZED (
         SELECT b.* FROM {batches}
     ), appended AS (
         INSERT INTO txlog.records (topic, partition, "offset", key, value, headers, header_keys, header_values,
@@ -453,10 +468,8 @@ def _log_append_sql(if_unchanged: bool) -> str:
 
 
 def _compact(sql: str) -> str:
-    """A statement without its indentation. psycopg parses a statement for its placeholders once
-    and keeps the result only for statements of at most 4096 bytes
-    (``psycopg._queries.MAX_CACHED_STATEMENT_LENGTH``); a longer one is parsed again at every
-    execution, which for the conditional append was 5% of a Kafka gateway's produce."""
+    """A statement without its indentation: fewer bytes to send, and to parse for placeholders
+    (once: see ``db.py`` on psycopg's statement cache)."""
     return re.sub(r"[ \t]*\n[ \t]*", "\n", sql.strip())
 
 
@@ -479,17 +492,22 @@ def log_append(conn: Connection, batches: Sequence[AppendBatch], commit: bool = 
 
 
 def log_append_if_unchanged(
-    conn: Connection, batches: Sequence[AppendBatch], planned_against: Sequence[ProducerStateEntry | None]
+    conn: Connection, batches: Sequence[AppendBatch], planned_against: Sequence[ProducerStateEntry | None],
+    transactional_ids: Sequence[str | None],
 ) -> dict[int, int]:
     """Append each of ``batches`` (distinct partitions) whose partition still ends at the batch's
     base offset and position and whose producer's state there is still the one it was planned
-    against (and whose producer id still has no transactional id); write nothing of the others,
-    nor of a batch whose partition another transaction holds (not waited for). Takes the locks
-    itself: on a connection in autocommit the statement is the whole database transaction, one
-    round trip, and no lock is held between round trips. Answers, for each batch appended (by its
-    index in ``batches``), its partition's log start offset."""
+    against; write nothing of the others, nor of a batch whose partition or transaction another
+    database transaction holds (not waited for). A batch of no transactional id (None in
+    ``transactional_ids``) needs a producer id that still has none; a transactional batch, its
+    transactional id's transaction still Ongoing, of its producer id and epoch, with the batch's
+    partition in it already. Takes the locks itself (a transaction's row, shared, before
+    partitions): on a connection in autocommit the statement is the whole database transaction,
+    one round trip, and no lock is held between round trips. Answers, for each batch appended (by
+    its index in ``batches``), its partition's log start offset."""
     params = _log_append_params(batches, planned_against)
     params["n"] = Int8(len(batches))
+    params["b_tid"] = text_array(transactional_ids)
     appended, log_starts, _ = driver(conn).execute(_LOG_APPEND_IF_UNCHANGED, params).fetchone()  # type: ignore[misc]
     return dict(zip((i - 1 for i in appended or ()), log_starts or ()))
 

@@ -1,9 +1,9 @@
-"""The optimistic append against a real PostgreSQL: a non-transactional batch planned against where
-this process's last append left the partition is written by one statement that checks the
-partition and the producer's state are still as planned against. Whatever another process (or
-anything else) changed meanwhile, the batch is appended exactly once at the right offsets, a retry
-is answered as a duplicate, and refusals follow the state in the database, never the remembered
-one."""
+"""The optimistic append against a real PostgreSQL: a batch planned against where this process's
+last append left the partition is written by one statement that checks the partition and the
+producer's state (and, for a transactional batch, its transaction) are still as planned against.
+Whatever another process (or anything else) changed meanwhile, the batch is appended exactly once
+at the right offsets, a retry is answered as a duplicate, and refusals follow the state in the
+database, never the remembered one."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from app.errors import ErrorCode, TxlogError
 from app.services import fetch as fetch_service
 from app.services import produce as produce_service
 from app.services import topics, transactions
-from app.services.produce import LastAppends, ProduceRequest
+from app.services.last_appends import LastAppends
+from app.services.produce import ProduceRequest
 from app.storage import queries as q
 from tests.conftest import make_broker
 
@@ -44,8 +45,8 @@ def statements(monkeypatch):  # type: ignore[no-untyped-def]
     seen: list[str] = []
     conditional, locked = q.log_append_if_unchanged, q.log_append
 
-    def if_unchanged(conn, batches, planned_against):  # type: ignore[no-untyped-def]
-        out = conditional(conn, batches, planned_against)
+    def if_unchanged(conn, batches, planned_against, transactional_ids):  # type: ignore[no-untyped-def]
+        out = conditional(conn, batches, planned_against, transactional_ids)
         seen.extend("optimistic" if i in out else "stale" for i in range(len(batches)))
         return out
 
@@ -142,20 +143,89 @@ def test_the_conditional_statement_writes_nothing_when_the_producer_state_differ
     assert isinstance(plan, produce_service._Plan)
     other_epoch = type(position.producer_state)(p.producer_id, p.producer_epoch + 1, position.producer_state.batches)
     with a.db.autocommit() as conn:
-        assert q.log_append_if_unchanged(conn, [plan.batch], [other_epoch]) == {}  # not the state there
-        assert q.log_append_if_unchanged(conn, [plan.batch], [None]) == {}  # there is a state
-        assert q.log_append_if_unchanged(conn, [plan.batch], [position.producer_state]) == {0: 0}
-        assert q.log_append_if_unchanged(conn, [plan.batch], [position.producer_state]) == {}  # moved on: once only
+        assert q.log_append_if_unchanged(conn, [plan.batch], [other_epoch], [None]) == {}  # not the state there
+        assert q.log_append_if_unchanged(conn, [plan.batch], [None], [None]) == {}  # there is a state
+        assert q.log_append_if_unchanged(conn, [plan.batch], [position.producer_state], [None]) == {0: 0}
+        assert q.log_append_if_unchanged(conn, [plan.batch], [position.producer_state], [None]) == {}  # moved on: once only
     assert [r.value for r in fetch_service.fetch(a, "t", 1, 0).records] == [f"{t}:{k}".encode() for t in "01" for k in range(3)]
 
 
-def test_a_transactional_ids_producer_is_not_remembered(two) -> None:  # type: ignore[no-untyped-def]
+def tx_batch(p, tag: str, seq: int, tid: str = "tx", partition: int = 0, require_added: bool = False):  # type: ignore[no-untyped-def]
+    return ProduceRequest(batch(tag), p.producer_id, p.producer_epoch, seq, transactional_id=tid, require_added=require_added)
+
+
+def test_a_transactions_next_batches_on_a_partition_take_one_statement(two, statements) -> None:  # type: ignore[no-untyped-def]
     a, _ = two
     p = transactions.init_producer_id(a, "tx")
-    produce_service.produce(a, "t", 0, ProduceRequest(batch("0"), p.producer_id, p.producer_epoch, 0, transactional_id="tx"))
+    offsets = [produce_service.produce(a, "t", 0, tx_batch(p, str(n), 3 * n)).base_offset for n in range(3)]
+    assert offsets == [0, 3, 6]
+    # the first batch adds the partition to the transaction (locked); the next ones are one statement
+    assert statements == ["locked", "optimistic", "optimistic"]
+    retry = produce_service.produce(a, "t", 0, tx_batch(p, "2", 6))
+    assert retry.duplicate and retry.base_offset == 6
+    assert fetch_service.fetch(a, "t", 0, 0, isolation_level="read_committed").records == []  # not committed yet
+    with a.db.read() as conn:
+        assert q.partition_status(conn, "t", 0).last_stable_offset == 0
+    out = transactions.end_txn(a, "tx", p.producer_id, p.producer_epoch, "commit")
+    committed = fetch_service.fetch(a, "t", 0, 0, isolation_level="read_committed").records
+    assert [r.value for r in committed] == [f"{n}:{k}".encode() for n in range(3) for k in range(3)]
+    # the next transaction (a new epoch): its first batch on the partition is locked again, as the
+    # marker moved the partition on and the partition must join the new transaction
+    statements.clear()
+    p2 = transactions.ProducerIdAndEpoch(out.producer_id, out.producer_epoch)
+    assert produce_service.produce(a, "t", 0, tx_batch(p2, "next", 0)).base_offset == 10
+    assert produce_service.produce(a, "t", 0, tx_batch(p2, "next2", 3)).base_offset == 13
+    assert statements == ["locked", "optimistic"]
+
+
+def test_a_transaction_ended_meanwhile_takes_no_batch_from_memory(two, statements) -> None:  # type: ignore[no-untyped-def]
+    """The transaction is ended (or its producer fenced) through another process between two
+    batches of this one: the batch planned against this process's memory is not appended into the
+    ended transaction, and the locked path gives the refusal the database's state calls for."""
+    a, b = two
+    p = transactions.init_producer_id(a, "tx")
+    produce_service.produce(a, "t", 0, tx_batch(p, "0", 0))
+    transactions.end_txn(b, "tx", p.producer_id, p.producer_epoch, "abort")  # another process ends it
+    statements.clear()
+    with pytest.raises(TxlogError) as fenced:  # V2 (the HTTP API): the epoch moved on with the abort
+        produce_service.produce(a, "t", 0, tx_batch(p, "1", 3))
+    assert fenced.value.code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH)
+    assert statements == ["stale"]
+    # the same with a client before transactions V2, which keeps its epoch: the next transaction
+    # is open, but this partition was not added to it, so the batch is refused (KIP-890 part 1)
+    q1 = transactions.init_producer_id(a, "v1")
+    transactions.add_partitions_to_txn(a, "v1", q1.producer_id, q1.producer_epoch, [("t", 1)])
+    produce_service.produce(a, "t", 1, tx_batch(q1, "0", 0, "v1", 1, require_added=True))
+    transactions.end_txn(b, "v1", q1.producer_id, q1.producer_epoch, "commit", transaction_version=1)
+    transactions.add_partitions_to_txn(b, "v1", q1.producer_id, q1.producer_epoch, [("t", 0)])  # the next one, elsewhere
+    statements.clear()
+    with pytest.raises(TxlogError) as not_added:
+        produce_service.produce(a, "t", 1, tx_batch(q1, "1", 3, "v1", 1, require_added=True))
+    assert not_added.value.code is ErrorCode.INVALID_TXN_STATE
+    assert statements == ["stale"]
+    assert [r.value for r in fetch_service.fetch(a, "t", 1, 0).records] == [f"0:{k}".encode() for k in range(3)]
+
+
+def test_the_conditional_statement_checks_the_transaction(two) -> None:  # type: ignore[no-untyped-def]
+    a, _ = two
+    p = transactions.init_producer_id(a, "tx")
+    produce_service.produce(a, "t", 1, tx_batch(p, "0", 0, partition=1))
+    position = a.extensions["last_appends"].get("t", 1, p.producer_id)
+    plan = produce_service._planned("t", 1, tx_batch(p, "1", 3), a.now(), [3] * 3, position)
+    state = position.producer_state
+    with a.db.autocommit() as conn:
+        assert q.log_append_if_unchanged(conn, [plan.batch], [state], [None]) == {}  # its pid has a transactional id
+        assert q.log_append_if_unchanged(conn, [plan.batch], [state], ["other"]) == {}  # not that transactional id's
+    with a.db.transaction() as conn:  # the transaction's row held (as by an EndTxn): not waited for
+        q.txn_get(conn, "tx", for_update=True)
+        with a.db.autocommit() as other:
+            assert q.log_append_if_unchanged(other, [plan.batch], [state], ["tx"]) == {}
+    with a.db.autocommit() as conn:
+        assert q.log_append_if_unchanged(conn, [plan.batch], [state], ["tx"]) == {0: 0}
     transactions.end_txn(a, "tx", p.producer_id, p.producer_epoch, "commit")
-    last = a.extensions.get("last_appends")
-    assert last is None or last.get("t", 0, p.producer_id) is None
+    assert [r.value for r in fetch_service.fetch(a, "t", 1, 0, isolation_level="read_committed").records] == [
+        f"{t}:{k}".encode() for t in "01" for k in range(3)
+    ]
 
 
 def test_last_appends_is_bounded() -> None:
@@ -219,9 +289,9 @@ def test_a_group_appends_its_batches_planned_ahead_in_one_statement(db_url: str,
         sizes: list[int] = []
         conditional = q.log_append_if_unchanged
 
-        def counting(conn, batches, planned_against):  # type: ignore[no-untyped-def]
+        def counting(conn, batches, planned_against, transactional_ids):  # type: ignore[no-untyped-def]
             sizes.append(len(batches))
-            return conditional(conn, batches, planned_against)
+            return conditional(conn, batches, planned_against, transactional_ids)
 
         monkeypatch.setattr(q, "log_append_if_unchanged", counting)
         producers = [transactions.init_producer_id(a, None) for _ in range(4)]

@@ -1,11 +1,13 @@
-"""The hot statements stay within what psycopg parses once: a statement longer than
-``MAX_CACHED_STATEMENT_LENGTH`` bytes has its placeholders parsed again at every execution."""
+"""The hot statements stay within what psycopg parses once (``app/storage/db.py`` raises its
+limit): a statement longer than ``MAX_CACHED_STATEMENT_LENGTH`` bytes has its placeholders parsed
+again at every execution."""
 
 from __future__ import annotations
 
 import psycopg._queries
 import pytest
 
+from app.storage import db  # noqa: F401  (sets psycopg's limit)
 from app.storage import queries as q
 
 
