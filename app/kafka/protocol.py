@@ -217,7 +217,32 @@ def decode_request(frame: bytes | memoryview) -> Request:
     # ignored, as Kafka does: librdkafka's Metadata v9+ for every topic carries three.
     if end > len(data):
         raise FrameError(f"{api_name(header.api_key)} v{header.api_version}: the body runs past the end of the frame")
+    null = _null_not_allowed(cls._struct, header.api_version, body, cls.__name__)
+    if null is not None:
+        raise FrameError(f"{api_name(header.api_key)} v{header.api_version}: {null} is null, which the version does not allow")
     return Request(header, body)
+
+
+def _null_not_allowed(schema: Any, version: int, value: Any, path: str) -> str | None:
+    """The first array or string of ``value`` that is null where ``version`` does not allow it
+    (the generated decoder reads a length of -1 as null whatever the schema says), or None."""
+    for field in schema._fields:
+        if field.tag is not None or not field.for_version_q(version):
+            continue
+        item = getattr(value, field.name, None)
+        if item is None:
+            if (field.is_array() or field.type_str in ("string", "bytes")) and not field.nullable_for_version_q(version):
+                return f"{path}.{field.name}"
+        elif field.is_struct_array():
+            for i, element in enumerate(item):
+                found = _null_not_allowed(field.array_of, version, element, f"{path}.{field.name}[{i}]")
+                if found is not None:
+                    return found
+        elif field.is_struct():
+            found = _null_not_allowed(field, version, item, f"{path}.{field.name}")
+            if found is not None:
+                return found
+    return None
 
 
 def encode_request(

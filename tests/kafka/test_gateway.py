@@ -130,7 +130,25 @@ def test_decode_request_refuses_what_does_not_decode() -> None:
     rdkafka = bytes.fromhex("0003000c00000003000772646b61666b610000000000010000")
     request = protocol.decode_request(rdkafka)
     assert request.header == protocol.RequestHeader(ApiKey.Metadata, 12, 3, "rdkafka")
-    assert request.body.topics is None
+    assert request.body.topics is None  # null: every topic, as the schema allows
+
+
+@pytest.mark.parametrize("version", [3, 9])
+def test_decode_request_refuses_a_null_the_schema_does_not_allow(version: int) -> None:
+    """The generated decoder reads a length of -1 (or a compact 0) as null for any array or string;
+    where the schema allows no null the frame is malformed, not a request for a handler to trip on."""
+    body = {"transactional_id": None, "acks": -1, "timeout_ms": 1000, "topic_data": [{"name": "t", "partition_data": []}]}
+    frame = protocol.encode_request(ApiKey.Produce, version, body)[4:]
+    assert protocol.decode_request(frame).body.topic_data[0].partition_data == []
+    # the empty array is the body's last field (flexible versions then carry two empty tag sections)
+    null = frame[:-4] + b"\xff\xff\xff\xff" if version < 9 else frame[:-3] + b"\x00" + frame[-2:]
+    with pytest.raises(protocol.FrameError, match=r"partition_data is null"):
+        protocol.decode_request(null)
+    null_name = protocol.encode_request(ApiKey.Produce, version, {**body, "topic_data": [{"name": "t", "partition_data": []}]})[4:]
+    name_at = null_name.index(b"\x00\x01t" if version < 9 else b"\x02t")
+    null_name = null_name[:name_at] + (b"\xff\xff" if version < 9 else b"\x00") + null_name[name_at + (3 if version < 9 else 2):]
+    with pytest.raises(protocol.FrameError, match=r"name is null"):
+        protocol.decode_request(null_name)
 
 
 # -- dispatch, in process (handlers replaced) ----------------------------------------------------
