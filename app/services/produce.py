@@ -85,7 +85,7 @@ def _produce_alone(broker: Broker, topic: str, partition: int, req: ProduceReque
     last = last_appends.of(broker)  # planned ahead if it can be (optimistic append, below)
     planned = _planned_ahead(last, topic, partition, req, now, sizes)
     if planned is not None:
-        (result,) = _append_planned_ahead(broker, last, [(planned, req.transactional_id)])
+        (result,) = _append_planned_ahead(broker, last, [planned])
         if result is not None:
             return result
     with broker.db.transaction() as conn:
@@ -196,9 +196,19 @@ def _planned(
 # it reads under the lock. Memory is only a guess here: the database decides.
 
 
+@dataclass(frozen=True)
+class _Ahead:
+    """A batch planned ahead: the plan, the remembered position it was planned against, and the
+    transactional id whose transaction it must still be in (None: a plain or idempotent batch)."""
+
+    plan: _Plan
+    position: q.AppendPosition
+    transactional_id: str | None
+
+
 def _planned_ahead(
     last: LastAppends, topic: str, partition: int, req: ProduceRequest, now: int, sizes: list[int]
-) -> tuple[_Plan, q.AppendPosition] | None:
+) -> _Ahead | None:
     """The batch planned against where this process's last append left the partition, if that is
     known and the plan is an append (a refusal or a duplicate is decided under the lock)."""
     position = last.get(topic, partition, req.producer_id)
@@ -210,33 +220,30 @@ def _planned_ahead(
         return None
     if isinstance(plan, ProduceResult):
         return None
-    return plan, position
+    return _Ahead(plan, position, req.transactional_id)
 
 
-def _append_planned_ahead(
-    broker: Broker, last: LastAppends, planned: Sequence[tuple[tuple[_Plan, q.AppendPosition], str | None]]
-) -> list[ProduceResult | None]:
-    """Batches planned ahead (distinct partitions), each with its transactional id or None,
-    appended by one conditional statement in autocommit; each one's result, or None where the
-    partition had moved on or was held, or the transaction was not as planned (the caller takes the
-    locked path). A failure of the statement is each caller's: in autocommit it may have been
-    committed."""
-    batches = [plan.batch for (plan, _), _ in planned]
+def _append_planned_ahead(broker: Broker, last: LastAppends, planned: Sequence[_Ahead]) -> list[ProduceResult | None]:
+    """Batches planned ahead (distinct partitions) appended by one conditional statement in
+    autocommit; each one's result, or None where the partition had moved on or was held, or the
+    transaction was not as planned (the caller takes the locked path). A failure of the statement
+    is each caller's: in autocommit it may have been committed."""
+    batches = [a.plan.batch for a in planned]
     try:
         with broker.db.autocommit() as conn:
             log_starts = q.log_append_if_unchanged(
-                conn, batches, [position.producer_state for (_, position), _ in planned], [tid for _, tid in planned]
+                conn, batches, [a.position.producer_state for a in planned], [a.transactional_id for a in planned]
             )
     except BaseException:
         for b in batches:
             last.forget(b.topic, b.partition, b.producer_id)
         raise
     results: list[ProduceResult | None] = []
-    for i, ((plan, position), _) in enumerate(planned):
-        b = plan.batch
+    for i, a in enumerate(planned):
+        b = a.plan.batch
         if i in log_starts:
-            last.remember(b, position)
-            results.append(dataclasses.replace(plan.result, log_start_offset=log_starts[i]))
+            last.remember(b, a.position)
+            results.append(dataclasses.replace(a.plan.result, log_start_offset=log_starts[i]))
         else:
             last.forget(b.topic, b.partition, b.producer_id)
             results.append(None)
@@ -346,7 +353,7 @@ def _group_planned_ahead(
     """The group's batches that can be planned ahead appended by one conditional statement, each
     caller answered; the members left for the locked path."""
     last = last_appends.of(broker)
-    ahead: list[tuple[Pending[_Append, ProduceResult], tuple[_Plan, q.AppendPosition]]] = []
+    ahead: list[tuple[Pending[_Append, ProduceResult], _Ahead]] = []
     rest = []
     for p in members:
         a = p.item
@@ -358,7 +365,7 @@ def _group_planned_ahead(
     if not ahead:
         return rest
     try:
-        results = _append_planned_ahead(broker, last, [(planned, None) for _, planned in ahead])
+        results = _append_planned_ahead(broker, last, [planned for _, planned in ahead])
     except Exception as exc:  # perhaps committed: each caller hears it, as of a failed COMMIT
         for p, _ in ahead:
             p.fail(exc)
