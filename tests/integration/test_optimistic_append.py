@@ -206,6 +206,58 @@ def test_a_transaction_ended_meanwhile_takes_no_batch_from_memory(two, statement
     assert [r.value for r in fetch_service.fetch(a, "t", 1, 0).records] == [f"0:{k}".encode() for k in range(3)]
 
 
+@pytest.mark.parametrize("result", ["commit", "abort"])
+def test_a_transaction_ended_elsewhere_while_its_batches_stream_in_is_never_torn(two, result: str) -> None:  # type: ignore[no-untyped-def]
+    """A producer streams batches of its transaction to two partitions through one process (one
+    statement each, from memory) while another process ends the transaction, again and again. Every
+    batch acknowledged is in the transaction that ended: all of them committed, or none visible;
+    nothing is left after the markers holding the last stable offset back."""
+    import random
+    import threading
+
+    a, b = two
+    rng = random.Random(result)
+    p = transactions.init_producer_id(a, "tx")
+    for round_ in range(12):
+        seqs = {0: 0, 1: 0}
+        acked: list[tuple[int, int, int]] = []  # partition, base offset, records
+        for partition in (0, 1):  # the first batch on each partition adds it (locked path)
+            r = produce_service.produce(a, "t", partition, tx_batch(p, f"{round_}.first", 0, partition=partition))
+            acked.append((partition, r.base_offset, 3))
+            seqs[partition] = 3
+        stop = threading.Event()
+
+        def stream() -> None:  # type: ignore[no-untyped-def]
+            n = 0
+            while not stop.is_set():
+                partition = n % 2
+                try:
+                    r = produce_service.produce(a, "t", partition, tx_batch(p, f"{round_}.{n}", seqs[partition], partition=partition))
+                except TxlogError as exc:  # the transaction ended: its epoch is fenced now
+                    assert exc.code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.CONCURRENT_TRANSACTIONS), exc
+                    if exc.code is not ErrorCode.CONCURRENT_TRANSACTIONS:
+                        return
+                else:
+                    acked.append((partition, r.base_offset, 3))
+                    seqs[partition] += 3
+                n += 1
+
+        streamer = threading.Thread(target=stream)
+        streamer.start()
+        stop.wait(rng.uniform(0.005, 0.05))
+        out = transactions.end_txn(b, "tx", p.producer_id, p.producer_epoch, result)  # type: ignore[arg-type]
+        stop.set()
+        streamer.join()
+        for partition in (0, 1):
+            with a.db.read() as conn:
+                s = q.partition_status(conn, "t", partition)
+            assert s.last_stable_offset == s.high_watermark, (round_, partition)
+            visible = {r.offset for r in fetch_service.fetch(a, "t", partition, 0, max_records=100_000, isolation_level="read_committed").records}
+            mine = {o for part, base, n in acked if part == partition for o in range(base, base + n)}
+            assert mine <= visible if result == "commit" else not mine & visible, (round_, partition)
+        p = transactions.ProducerIdAndEpoch(out.producer_id, out.producer_epoch)
+
+
 def test_the_conditional_statement_checks_the_transaction(two) -> None:  # type: ignore[no-untyped-def]
     a, _ = two
     p = transactions.init_producer_id(a, "tx")
