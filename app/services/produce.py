@@ -19,7 +19,6 @@ from app.domain.producer_state import Append, Duplicate, after_append, check_app
 from app.domain.records import NewRecord
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, coordinator, last_appends
-from app.services.last_appends import LastAppends
 from app.services.group_commit import GroupCommit, Pending
 from app.services.topics import partition_count
 from app.storage import queries as q
@@ -101,7 +100,7 @@ def append(
     now: int,
     sizes: list[int] | None = None,
     commit: bool = False,
-    memory: LastAppends | None = None,
+    memory: last_appends.LastAppends | None = None,
 ) -> ProduceResult:
     """The append path inside a database transaction the caller holds (the caller validated the
     batch's size, or did not need to): every way into the log goes through here or through the
@@ -207,7 +206,7 @@ class _Ahead:
 
 
 def _planned_ahead(
-    last: LastAppends, topic: str, partition: int, req: ProduceRequest, now: int, sizes: list[int]
+    last: last_appends.LastAppends, topic: str, partition: int, req: ProduceRequest, now: int, sizes: list[int]
 ) -> _Ahead | None:
     """The batch planned against where this process's last append left the partition, if that is
     known and the plan is an append (a refusal or a duplicate is decided under the lock)."""
@@ -223,7 +222,9 @@ def _planned_ahead(
     return _Ahead(plan, position, req.transactional_id)
 
 
-def _append_planned_ahead(broker: Broker, last: LastAppends, planned: Sequence[_Ahead]) -> list[ProduceResult | None]:
+def _append_planned_ahead(
+    broker: Broker, last: last_appends.LastAppends, planned: Sequence[_Ahead]
+) -> list[ProduceResult | None]:
     """Batches planned ahead (distinct partitions) appended by one conditional statement in
     autocommit; each one's result, or None where the partition had moved on or was held, or the
     transaction was not as planned (the caller takes the locked path). A failure of the statement

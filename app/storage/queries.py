@@ -378,9 +378,9 @@ class AppendBatch:
 # transactional id — or, for a transactional batch, its transaction still Ongoing with the batch's
 # partition, of the same producer id and epoch (that row locked, shared, before the partition: an
 # EndTxn, which writes a marker on every partition of the transaction, waits for the statement or
-# is waited for by nobody). A partition row another append changed meanwhile is read again once its lock
-# is granted (READ COMMITTED re-checks a locked row), so a batch planned against a stale state
-# writes nothing: every append moves the partition's next offset. The batch's row is taken with
+# is waited for by nobody). A partition row another append changed meanwhile is read again once
+# its lock is granted (READ COMMITTED re-checks a locked row), so a batch planned against a stale
+# state writes nothing: every append moves the partition's next offset. The batch's row is taken with
 # LIMIT 1 before it is checked, so that the generic plan is costed for one row, as the custom plans
 # are, and PostgreSQL keeps it rather than planning the statement again at every execution.
 # Both are sent without their indentation (``_compact``).

@@ -39,6 +39,7 @@ LEFT JOIN txlog.aborted_txns a
  AND a.first_offset = r.txn_first_offset
 """
 
+
 def page_aborted_keys(topic: str, partition: str, start: str, end: str) -> str:
     """The same definition as ``txlog.log_records.aborted``, for a page of the log: SQL selecting
     the (producer id, first offset) keys of the aborted ranges that records in offsets
