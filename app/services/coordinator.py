@@ -34,14 +34,7 @@ def record(
     authenticated requester) starts a transaction, its open transactions
     (``TXLOG_MAX_OPEN_TRANSACTIONS_PER_PRINCIPAL``, THROTTLING_QUOTA_EXCEEDED); the caller's
     database transaction then fails whole."""
-    steps: list[tuple[TxnMetadata | None, TxnEvent]] = []  # each event with the state it applies to
-    new = meta
-    for event in events:
-        if steps and txn.resets_members(new, event):
-            raise ValueError(f"{event.to_state.value} would reset the members of the transaction it is recorded with")
-        steps.append((new, event))
-        new = txn.apply(new, event)
-    assert new is not None
+    steps, new = _folded(meta, events)
     tid = new.transactional_id
     if meta is not None and txn.resets_members(meta, events[0]):
         q.txn_members_clear(conn, tid)
@@ -68,6 +61,22 @@ def record(
     if new.state is TxnState.DEAD:
         q.producer_ids_retire(conn, tid, None, "expired", new.updated_at_ms)
     return new
+
+
+def _folded(
+    meta: TxnMetadata | None, events: tuple[TxnEvent, ...]
+) -> tuple[list[tuple[TxnMetadata | None, TxnEvent]], TxnMetadata]:
+    """Each event with the state it applies to, and the state they lead to. Only the first event
+    may reset the members."""
+    steps: list[tuple[TxnMetadata | None, TxnEvent]] = []
+    state = meta
+    for event in events:
+        if steps and txn.resets_members(state, event):
+            raise ValueError(f"{event.to_state.value} would reset the members of the transaction it is recorded with")
+        steps.append((state, event))
+        state = txn.apply(state, event)
+    assert state is not None
+    return steps, state
 
 
 def locked(
@@ -124,6 +133,50 @@ def complete(conn: Connection, broker: Broker, meta: TxnMetadata, decision: TxnE
     if decision is not None:
         return record(conn, broker, before, decision, completed)
     return record(conn, broker, meta, completed)
+
+
+def complete_if_unchanged(broker: Broker, meta: TxnMetadata, decision: TxnEvent) -> TxnMetadata | None:
+    """``complete`` planned ahead: an Ongoing transaction read without a lock (``meta``) ended by
+    ``decision`` in one statement in autocommit, its markers planned against where this process's
+    last appends left its partitions (``last_appends``) — two round trips with the read, against
+    six for BEGIN, the transaction's lock, the partitions' locks, the markers, the events and
+    COMMIT. The statement writes only if nothing moved since: the transaction's row at the version
+    read, every partition and the producer's state there as remembered (``q.txn_end_if_unchanged``).
+    Answers the completed state, or None when it was not written — a partition not remembered, a
+    transaction with group offsets or in need of a new producer id, anything moved or held — and
+    the caller takes the locked path (``complete``). A failure of the statement is the caller's: in
+    autocommit it may have been committed."""
+    if meta.state is not TxnState.ONGOING or not meta.partitions or meta.groups:
+        return None
+    prepared = txn.apply(meta, decision)
+    if prepared.transaction_version >= 2 and txn.needs_new_producer_id(prepared.producer_epoch):
+        return None
+    memory = last_appends.of(broker)
+    partitions = sorted(meta.partitions)
+    positions = [memory.get(t, p, meta.producer_id) for t, p in partitions]
+    if None in positions:
+        return None
+    commit = txn.prepared_result(prepared.state) == "commit"
+    now = broker.now()
+    markers = [
+        marker(t, p, position, meta.producer_id, meta.producer_epoch, commit, now)  # type: ignore[arg-type]
+        for (t, p), position in zip(partitions, positions)
+    ]
+    events = (decision, txn.completed(prepared, now, None))
+    _, new = _folded(meta, events)
+    try:
+        with broker.db.autocommit() as conn:
+            written = q.txn_end_if_unchanged(
+                conn, markers, [position.producer_state for position in positions], events, new,  # type: ignore[union-attr]
+                coordinator_partition(new.transactional_id, broker.settings.transaction_state_partitions),
+                txn.deadline_ms(new), meta.version,
+            )
+    finally:
+        # Written or not, the memory of these partitions is spent: the markers moved them, or they
+        # were not where remembered.
+        for t, p in partitions:
+            memory.forget(t, p, meta.producer_id)
+    return new if written else None
 
 
 def write_marker(

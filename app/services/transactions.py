@@ -192,8 +192,16 @@ def end_txn(
     transaction is answered while its state is still CompleteCommit/CompleteAbort; once the
     producer's next transaction is open at the same epoch a late EndTxn cannot be told from that
     transaction's own and ends it — the hole Kafka's protocol before V2 keeps, which V2 and the HTTP
-    API close."""
+    API close.
+
+    An Ongoing transaction of the requesting producer is first ended as planned ahead
+    (``coordinator.complete_if_unchanged``): read without a lock, then one conditional statement.
+    Whatever that does not take — a retry, a refusal, anything moved meanwhile — is decided here
+    under the transaction's lock."""
     _check_result(result)
+    ended = _end_planned_ahead(broker, transactional_id, producer_id, producer_epoch, result, transaction_version)
+    if ended is not None:
+        return ended
     with broker.db.transaction() as conn:
         meta = coordinator.locked(conn, transactional_id)
         retried = _retried_end(meta, producer_id, producer_epoch, result)
@@ -202,6 +210,26 @@ def end_txn(
         decision = _decision(broker, meta, producer_id, producer_epoch, result, transaction_version)
         meta = coordinator.complete(conn, broker, meta, decision)
         faults.crash_point(faults.SERVER_CRASH_ENV, "end_txn_uncommitted")  # tests only: all written, nothing committed
+    faults.crash_point(faults.SERVER_CRASH_ENV, "end_txn_committed")  # tests only: committed, not answered
+    return EndTxnOutcome(txn.complete_state(result), meta.producer_id, meta.producer_epoch)
+
+
+def _end_planned_ahead(
+    broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, result: Result, transaction_version: int
+) -> EndTxnOutcome | None:
+    with broker.db.autocommit() as conn:
+        meta = q.txn_get(conn, transactional_id)
+    if meta is None or meta.state is not TxnState.ONGOING:
+        return None
+    try:
+        decision = _decision(broker, meta, producer_id, producer_epoch, result, transaction_version)
+    except TxlogError:
+        return None  # refused as of a read without a lock: decided again under it
+    assert decision is not None
+    faults.crash_point(faults.SERVER_CRASH_ENV, "end_txn_uncommitted")  # tests only: nothing committed
+    meta = coordinator.complete_if_unchanged(broker, meta, decision)
+    if meta is None:
+        return None
     faults.crash_point(faults.SERVER_CRASH_ENV, "end_txn_committed")  # tests only: committed, not answered
     return EndTxnOutcome(txn.complete_state(result), meta.producer_id, meta.producer_epoch)
 

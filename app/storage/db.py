@@ -22,9 +22,10 @@ from app.errors import ErrorCode, TxlogError
 # psycopg parses a statement for its placeholders once and keeps the result, but only for
 # statements of at most MAX_CACHED_STATEMENT_LENGTH bytes (4096), a guard against ORM-generated
 # statements of many shapes; a longer one is parsed again at every execution. txlog's statements
-# are a fixed few, and the conditional append, which every optimistic produce sends, is longer:
-# parsed each time, it was 5% of a Kafka gateway's produce time.
-psycopg._queries.MAX_CACHED_STATEMENT_LENGTH = max(psycopg._queries.MAX_CACHED_STATEMENT_LENGTH, 8192)
+# are a fixed few, and the conditional append, which every optimistic produce sends, is longer
+# (parsed each time, it was 5% of a Kafka gateway's produce time), as is the end of a transaction
+# planned ahead, which carries the append's and the transitions' statements in one.
+psycopg._queries.MAX_CACHED_STATEMENT_LENGTH = max(psycopg._queries.MAX_CACHED_STATEMENT_LENGTH, 16384)
 
 
 def _url_parts(url: str) -> tuple[str, str, str, str]:

@@ -384,7 +384,7 @@ class AppendBatch:
 # LIMIT 1 before it is checked, so that the generic plan is costed for one row, as the custom plans
 # are, and PostgreSQL keeps it rather than planning the statement again at every execution.
 # Both are sent without their indentation (``_compact``).
-def _log_append_sql(if_unchanged: bool) -> str:
+def _log_append_sql(if_unchanged: bool, ends_txn: bool = False) -> str:
     batches = """unnest(
             CAST(%(b_topic)b AS text[]), CAST(%(b_partition)b AS int[]), CAST(%(b_base)b AS bigint[]),
             CAST(%(b_next)b AS bigint[]), CAST(%(b_base_position)b AS bigint[]), CAST(%(b_next_position)b AS bigint[]),
@@ -417,16 +417,28 @@ def _log_append_sql(if_unchanged: bool) -> str:
                 END)
         FOR UPDATE OF p SKIP LOCKED"""
     # The transactions of transactional batches, locked (shared) before any partition, as
-    # everywhere; evaluated once, by the first batch that asks.
-    ongoing = """WITH t AS MATERIALIZED (
-        SELECT t.transactional_id, t.producer_id, t.producer_epoch FROM txlog.transactions t
-        WHERE t.transactional_id = ANY(CAST(%(b_tid)b AS text[])) AND t.state = 'Ongoing'
-        FOR SHARE SKIP LOCKED
-    ), """ if if_unchanged else "WITH "
+    # everywhere; evaluated once, by the first batch that asks. Ending a transaction, its row is
+    # locked to be updated, and only at the version its end was planned against; every marker
+    # must be kept, or none is.
+    ongoing = "WITH "
+    kept = f"b AS MATERIALIZED (SELECT b.* FROM {batches})"
+    if ends_txn:
+        ongoing = """WITH t AS MATERIALIZED (
+            SELECT t.transactional_id, t.producer_id, t.producer_epoch FROM txlog.transactions t
+            WHERE t.transactional_id = %(tid)s AND t.version = %(was_version)s AND t.state = 'Ongoing'
+            FOR UPDATE SKIP LOCKED
+        ), """
+        kept = f"""kept AS MATERIALIZED (SELECT b.* FROM {batches}
+        ), b AS MATERIALIZED (SELECT * FROM kept WHERE (SELECT count(*) FROM kept) = %(n)s)"""
+    elif if_unchanged:
+        ongoing = """WITH t AS MATERIALIZED (
+            SELECT t.transactional_id, t.producer_id, t.producer_epoch FROM txlog.transactions t
+            WHERE t.transactional_id = ANY(CAST(%(b_tid)b AS text[])) AND t.state = 'Ongoing'
+            FOR SHARE SKIP LOCKED
+        ), """
+    recorded = f", {_txn_record_ctes('EXISTS (SELECT 1 FROM b)')}" if ends_txn else ""
     return f"""
-    {ongoing}b AS MATERIALIZED (
-        SELECT b.* FROM {batches}
-    ), appended AS (
+    {ongoing}{kept}, appended AS (
         INSERT INTO txlog.records (topic, partition, "offset", key, value, headers, header_keys, header_values,
                                    "timestamp", producer_id, producer_epoch, sequence, is_transactional,
                                    control_type, position, txn_first_offset)
@@ -457,13 +469,13 @@ def _log_append_sql(if_unchanged: bool) -> str:
         INSERT INTO txlog.aborted_txns (topic, partition, producer_id, first_offset, last_offset, producer_epoch)
         SELECT b.topic, b.partition, b.pid, b.aborted_first, b.base, b.epoch
         FROM b WHERE b.aborted_first IS NOT NULL
-    )
+    ){recorded}
     SELECT (SELECT array_agg(b.i ORDER BY b.i) FROM b),
            (SELECT array_agg(p.log_start_offset ORDER BY b.i)
             FROM b JOIN txlog.partitions p ON p.topic = b.topic AND p.partition = b.partition),
            (SELECT count(pg_notify(%(channel)b, l.topic || ':' || l.partition))
             FROM txlog.fetch_listeners l JOIN b ON l.topic = b.topic AND l.partition = b.partition
-            WHERE l.expires_at > now())
+            WHERE l.expires_at > now()){", (SELECT count(*) FROM recorded)" if ends_txn else ""}
 """
 
 
@@ -1037,55 +1049,88 @@ def txn_get(
     return _txn_from_row(row) if row else None
 
 
-_TXN_RECORD = text(
-    """
-    WITH events AS (
+def _txn_record_ctes(gate: str = "true") -> str:
+    """The CTEs that record transitions (``txn_record``): the events, the partitions and groups they
+    add, and the current-state row (``recorded``, which returns the new version), each written only
+    if ``gate`` holds — a condition that the end of a transaction planned ahead puts on its markers
+    (``txn_end_if_unchanged``). Psycopg placeholders: ``txn_record`` runs on the driver."""
+    return f"""events AS (
         INSERT INTO txlog.transaction_events (transactional_id, version, from_state, to_state, producer_id,
             producer_epoch, timeout_ms, at, partitions_added, groups_added, last_producer_id,
             last_producer_epoch, result, reason, transaction_version)
-        SELECT :tid, e.version, e.from_state, e.to_state, e.producer_id, e.producer_epoch, e.timeout_ms,
+        SELECT %(tid)s, e.version, e.from_state, e.to_state, e.producer_id, e.producer_epoch, e.timeout_ms,
             to_timestamp(e.at_ms / 1000.0), e.partitions_added, e.groups_added, e.last_producer_id,
             e.last_producer_epoch, e.result, e.reason, e.transaction_version
-        FROM jsonb_to_recordset(CAST(:events AS jsonb)) AS e(
+        FROM jsonb_to_recordset(CAST(%(events)s AS jsonb)) AS e(
             version int, from_state text, to_state text, producer_id bigint, producer_epoch smallint, timeout_ms int,
             at_ms bigint, partitions_added jsonb, groups_added jsonb, last_producer_id bigint,
             last_producer_epoch smallint, result text, reason text, transaction_version smallint)
+        WHERE {gate}
     ), members_added AS (
         INSERT INTO txlog.transaction_partitions (transactional_id, topic, partition)
-        SELECT :tid, u.topic, u.partition
-        FROM unnest(CAST(:added_topics AS text[]), CAST(:added_parts AS int[])) AS u(topic, partition)
+        SELECT %(tid)s, u.topic, u.partition
+        FROM unnest(CAST(%(added_topics)s AS text[]), CAST(%(added_parts)s AS int[])) AS u(topic, partition)
+        WHERE {gate}
     ), groups_added AS (
         INSERT INTO txlog.transaction_groups (transactional_id, group_id)
-        SELECT :tid, u.group_id FROM unnest(CAST(:added_groups AS text[])) AS u(group_id)
-    )
-    INSERT INTO txlog.transactions (transactional_id, producer_id, producer_epoch, state, timeout_ms, version,
-        started_at, updated_at, epoch_changed_at, deadline, last_producer_id,
-        last_producer_epoch, last_result, fence_reason, coordinator, transaction_version, principal)
-    VALUES (:tid, :pid, :epoch, :state, :timeout, :version, to_timestamp(:started / 1000.0),
-        to_timestamp(:updated / 1000.0), to_timestamp(:epoch_changed / 1000.0), to_timestamp(:deadline / 1000.0),
-        :last_pid, :last_epoch, :last_result, :reason, :coordinator, :txn_version, CAST(:principal AS text))
-    ON CONFLICT (transactional_id) DO UPDATE SET
-        producer_id = EXCLUDED.producer_id, producer_epoch = EXCLUDED.producer_epoch, state = EXCLUDED.state,
-        timeout_ms = EXCLUDED.timeout_ms, version = EXCLUDED.version, started_at = EXCLUDED.started_at,
-        updated_at = EXCLUDED.updated_at, epoch_changed_at = EXCLUDED.epoch_changed_at,
-        deadline = EXCLUDED.deadline,
-        last_producer_id = EXCLUDED.last_producer_id, last_producer_epoch = EXCLUDED.last_producer_epoch,
-        last_result = EXCLUDED.last_result, fence_reason = EXCLUDED.fence_reason,
-        transaction_version = EXCLUDED.transaction_version,
-        principal = CASE WHEN CAST(:starts AS boolean) THEN EXCLUDED.principal ELSE txlog.transactions.principal END
-    -- The limits, against the rows as they were before this statement: the partitions already in
-    -- the transaction, and the open transactions of the principal starting this one. Not updated
-    -- (no row returned) when one is exceeded; the caller then fails the database transaction.
-    WHERE CASE WHEN CAST(:max_partitions AS int) IS NULL THEN true ELSE
-            (SELECT count(*) FROM txlog.transaction_partitions m WHERE m.transactional_id = :tid)
-            + CAST(:n_added AS int) <= CAST(:max_partitions AS int) END
-        AND CASE WHEN CAST(:max_open AS int) IS NULL THEN true ELSE
-            (SELECT count(*) FROM txlog.transactions o WHERE o.principal = CAST(:principal AS text)
-             AND o.state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort') AND o.principal IS NOT NULL)
-            < CAST(:max_open AS int) END
-    RETURNING version
-    """
-)
+        SELECT %(tid)s, u.group_id FROM unnest(CAST(%(added_groups)s AS text[])) AS u(group_id)
+        WHERE {gate}
+    ), recorded AS (
+        INSERT INTO txlog.transactions (transactional_id, producer_id, producer_epoch, state, timeout_ms, version,
+            started_at, updated_at, epoch_changed_at, deadline, last_producer_id,
+            last_producer_epoch, last_result, fence_reason, coordinator, transaction_version, principal)
+        SELECT %(tid)s, %(pid)s, %(epoch)s, %(state)s, %(timeout)s, %(version)s, to_timestamp(%(started)s / 1000.0),
+            to_timestamp(%(updated)s / 1000.0), to_timestamp(%(epoch_changed)s / 1000.0),
+            to_timestamp(%(deadline)s / 1000.0), %(last_pid)s, %(last_epoch)s, %(last_result)s, %(reason)s,
+            %(coordinator)s, %(txn_version)s, CAST(%(principal)s AS text)
+        WHERE {gate}
+        ON CONFLICT (transactional_id) DO UPDATE SET
+            producer_id = EXCLUDED.producer_id, producer_epoch = EXCLUDED.producer_epoch, state = EXCLUDED.state,
+            timeout_ms = EXCLUDED.timeout_ms, version = EXCLUDED.version, started_at = EXCLUDED.started_at,
+            updated_at = EXCLUDED.updated_at, epoch_changed_at = EXCLUDED.epoch_changed_at,
+            deadline = EXCLUDED.deadline,
+            last_producer_id = EXCLUDED.last_producer_id, last_producer_epoch = EXCLUDED.last_producer_epoch,
+            last_result = EXCLUDED.last_result, fence_reason = EXCLUDED.fence_reason,
+            transaction_version = EXCLUDED.transaction_version,
+            principal = CASE WHEN CAST(%(starts)s AS boolean) THEN EXCLUDED.principal ELSE txlog.transactions.principal END
+        -- The limits, against the rows as they were before this statement: the partitions already in
+        -- the transaction, and the open transactions of the principal starting this one. Not updated
+        -- (no row returned) when one is exceeded; the caller then fails the database transaction.
+        WHERE CASE WHEN CAST(%(max_partitions)s AS int) IS NULL THEN true ELSE
+                (SELECT count(*) FROM txlog.transaction_partitions m WHERE m.transactional_id = %(tid)s)
+                + CAST(%(n_added)s AS int) <= CAST(%(max_partitions)s AS int) END
+            AND CASE WHEN CAST(%(max_open)s AS int) IS NULL THEN true ELSE
+                (SELECT count(*) FROM txlog.transactions o WHERE o.principal = CAST(%(principal)s AS text)
+                 AND o.state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort') AND o.principal IS NOT NULL)
+                < CAST(%(max_open)s AS int) END
+        RETURNING version
+    )"""
+
+
+_TXN_RECORD = _compact(f"WITH {_txn_record_ctes()} SELECT version FROM recorded")
+
+
+# Markers and the transitions that end a transaction, in one statement (``txn_end_if_unchanged``).
+_TXN_END_IF_UNCHANGED = _compact(_log_append_sql(True, ends_txn=True))
+
+
+def txn_end_if_unchanged(
+    conn: Connection, markers: Sequence[AppendBatch], planned_against: Sequence[ProducerStateEntry | None],
+    events: Sequence[TxnEvent], meta: TxnMetadata, coordinator: int, deadline_ms: int | None, was_version: int,
+) -> bool:
+    """End a transaction planned ahead, in one statement that takes its locks itself: the markers
+    (one per partition of the transaction, as ``log_append_if_unchanged`` checks its batches) and
+    the transitions that end it (``txn_record``), written only if the transaction's row is still
+    at ``was_version`` and Ongoing, and every marker's partition and producer state still as
+    planned against. Nothing is waited for: a transaction's row or a partition another database
+    transaction holds writes nothing either. True if it was written. On a connection in autocommit
+    it is the whole database transaction, one round trip."""
+    params = _log_append_params(markers, planned_against)
+    params.update(_txn_record_params(events, meta, coordinator, deadline_ms))
+    params.update(n=Int8(len(markers)), b_tid=text_array([meta.transactional_id] * len(markers)), was_version=Int8(was_version))
+    kept, _, _, recorded = driver(conn).execute(_TXN_END_IF_UNCHANGED, params).fetchone()  # type: ignore[misc]
+    assert recorded == (1 if kept else 0), (kept, recorded)
+    return bool(recorded)
 
 
 def txn_members_clear(conn: Connection, transactional_id: str) -> None:
@@ -1113,61 +1158,68 @@ def txn_record(
     have more than ``max_partitions`` partitions or its principal more than ``max_open`` open
     transactions; the caller must then fail the database transaction (the events and members were
     written)."""
+    params = _txn_record_params(
+        events, meta, coordinator, deadline_ms, max_partitions=max_partitions, principal=principal, starts=starts,
+        max_open=max_open,
+    )
+    return driver(conn).execute(_TXN_RECORD, params).fetchone() is not None
+
+
+def _txn_record_params(
+    events: Sequence[TxnEvent], meta: TxnMetadata, coordinator: int, deadline_ms: int | None,
+    *, max_partitions: int | None = None, principal: str | None = None, starts: bool = False, max_open: int | None = None,
+) -> dict[str, Any]:
     assert events and all(e.transactional_id == meta.transactional_id for e in events)
     assert [e.version for e in events] == list(range(meta.version - len(events) + 1, meta.version + 1))
     assert events[-1].to_state is meta.state
     added = [tp for e in events for tp in e.partitions_added]
-    added_groups = [g for e in events for g in e.groups_added]
-    return conn.execute(
-        _TXN_RECORD,
-        {
-            "tid": meta.transactional_id,
-            "events": json.dumps(
-                [
-                    {
-                        "version": e.version,
-                        "from_state": e.from_state.value if e.from_state else None,
-                        "to_state": e.to_state.value,
-                        "producer_id": e.producer_id,
-                        "producer_epoch": e.producer_epoch,
-                        "timeout_ms": e.timeout_ms,
-                        "at_ms": e.at_ms,
-                        "partitions_added": e.partitions_added,
-                        "groups_added": e.groups_added,
-                        "last_producer_id": e.last_producer_id,
-                        "last_producer_epoch": e.last_producer_epoch,
-                        "result": e.result,
-                        "reason": e.reason,
-                        "transaction_version": e.transaction_version,
-                    }
-                    for e in events
-                ]
-            ),
-            "version": meta.version,
-            "state": meta.state.value,
-            "pid": meta.producer_id,
-            "epoch": meta.producer_epoch,
-            "timeout": meta.timeout_ms,
-            "started": meta.started_at_ms,
-            "updated": meta.updated_at_ms,
-            "epoch_changed": meta.epoch_changed_at_ms,
-            "deadline": deadline_ms,
-            "added_topics": [t for t, _ in added],
-            "added_parts": [p for _, p in added],
-            "added_groups": added_groups,
-            "last_pid": meta.last_producer_id,
-            "last_epoch": meta.last_producer_epoch,
-            "last_result": meta.last_result,
-            "reason": meta.fence_reason,
-            "coordinator": coordinator,
-            "txn_version": meta.transaction_version,
-            "principal": principal,
-            "starts": starts,
-            "max_partitions": max_partitions,
-            "n_added": len(added),
-            "max_open": max_open,
-        },
-    ).first() is not None
+    return {
+        "tid": meta.transactional_id,
+        "events": json.dumps(
+            [
+                {
+                    "version": e.version,
+                    "from_state": e.from_state.value if e.from_state else None,
+                    "to_state": e.to_state.value,
+                    "producer_id": e.producer_id,
+                    "producer_epoch": e.producer_epoch,
+                    "timeout_ms": e.timeout_ms,
+                    "at_ms": e.at_ms,
+                    "partitions_added": e.partitions_added,
+                    "groups_added": e.groups_added,
+                    "last_producer_id": e.last_producer_id,
+                    "last_producer_epoch": e.last_producer_epoch,
+                    "result": e.result,
+                    "reason": e.reason,
+                    "transaction_version": e.transaction_version,
+                }
+                for e in events
+            ]
+        ),
+        "version": _int8(meta.version),
+        "state": meta.state.value,
+        "pid": _int8(meta.producer_id),
+        "epoch": _int8(meta.producer_epoch),
+        "timeout": _int8(meta.timeout_ms),
+        "started": _int8(meta.started_at_ms),
+        "updated": _int8(meta.updated_at_ms),
+        "epoch_changed": _int8(meta.epoch_changed_at_ms),
+        "deadline": _int8(deadline_ms),
+        "added_topics": [t for t, _ in added],
+        "added_parts": [p for _, p in added],
+        "added_groups": [g for e in events for g in e.groups_added],
+        "last_pid": _int8(meta.last_producer_id),
+        "last_epoch": _int8(meta.last_producer_epoch),
+        "last_result": meta.last_result,
+        "reason": meta.fence_reason,
+        "coordinator": _int8(coordinator),
+        "txn_version": _int8(meta.transaction_version),
+        "principal": principal,
+        "starts": starts,
+        "max_partitions": _int8(max_partitions),
+        "n_added": _int8(len(added)),
+        "max_open": _int8(max_open),
+    }
 
 
 def txn_principal_lock(conn: Connection, principal: str) -> None:

@@ -206,16 +206,21 @@ def test_a_transaction_ended_meanwhile_takes_no_batch_from_memory(two, statement
     assert [r.value for r in fetch_service.fetch(a, "t", 1, 0).records] == [f"0:{k}".encode() for k in range(3)]
 
 
+@pytest.mark.parametrize("ender", ["elsewhere", "here"])
 @pytest.mark.parametrize("result", ["commit", "abort"])
-def test_a_transaction_ended_elsewhere_while_its_batches_stream_in_is_never_torn(two, result: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_transaction_ended_while_its_batches_stream_in_is_never_torn(two, result: str, ender: str) -> None:  # type: ignore[no-untyped-def]
     """A producer streams batches of its transaction to two partitions through one process (one
-    statement each, from memory) while another process ends the transaction, again and again. Every
-    batch acknowledged is in the transaction that ended: all of them committed, or none visible;
-    nothing is left after the markers holding the last stable offset back."""
+    statement each, from memory) while the transaction is ended, again and again: by another
+    process (the locked path), or by this one, planned against the same memory (one statement,
+    racing the batches'). Every batch acknowledged is in the transaction that ended: all of them
+    committed, or none visible; nothing is left after the markers holding the last stable offset
+    back."""
     import random
     import threading
 
     a, b = two
+    if ender == "here":
+        b = a
     rng = random.Random(result)
     p = transactions.init_producer_id(a, "tx")
     for round_ in range(12):
@@ -277,6 +282,169 @@ def test_the_conditional_statement_checks_the_transaction(two) -> None:  # type:
     transactions.end_txn(a, "tx", p.producer_id, p.producer_epoch, "commit")
     assert [r.value for r in fetch_service.fetch(a, "t", 1, 0, isolation_level="read_committed").records] == [
         f"{t}:{k}".encode() for t in "01" for k in range(3)
+    ]
+
+
+@pytest.fixture
+def ends(monkeypatch):  # type: ignore[no-untyped-def]
+    """Which path each EndTxn took: 'ahead' (written by the conditional statement), 'moved' (the
+    conditional statement found something changed) or 'locked' (never tried)."""
+    seen: list[str] = []
+    conditional, locked = q.txn_end_if_unchanged, transactions.coordinator.complete
+
+    def if_unchanged(*args, **kwargs):  # type: ignore[no-untyped-def]
+        written = conditional(*args, **kwargs)
+        seen.append("ahead" if written else "moved")
+        return written
+
+    def complete(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append("locked")
+        return locked(*args, **kwargs)
+
+    monkeypatch.setattr(q, "txn_end_if_unchanged", if_unchanged)
+    monkeypatch.setattr(transactions.coordinator, "complete", complete)
+    return seen
+
+
+def events(broker, tid: str) -> list[str]:  # type: ignore[no-untyped-def]
+    with broker.db.read() as conn:
+        return [e.to_state.value for e in q.txn_events(conn, tid)]
+
+
+@pytest.mark.parametrize("result", ["commit", "abort"])
+@pytest.mark.parametrize("version", [2, 1])
+def test_an_end_after_the_transactions_batches_here_takes_one_statement(two, ends, result: str, version: int) -> None:  # type: ignore[no-untyped-def]
+    """EndTxn through the process that appended the transaction's batches: its markers, planned
+    against that process's memory, and its transitions are one statement. Everything reads as after
+    the locked path: markers on both partitions, the records committed or aborted (and indexed as
+    aborted), the last stable offset free, the history PrepareX then CompleteX, the next epoch (V2)
+    or the same (V1); a retry is answered again; the next transaction starts on the locked path."""
+    a, _ = two
+    p = transactions.init_producer_id(a, "tx")
+    for partition in (0, 1):
+        if version == 1:
+            transactions.add_partitions_to_txn(a, "tx", p.producer_id, p.producer_epoch, [("t", partition)])
+        for n in range(2):
+            produce_service.produce(a, "t", partition, tx_batch(p, f"{partition}.{n}", 3 * n, partition=partition, require_added=version == 1))
+    out = transactions.end_txn(a, "tx", p.producer_id, p.producer_epoch, result, transaction_version=version)  # type: ignore[arg-type]
+    assert ends == ["ahead"]
+    assert (out.producer_id, out.producer_epoch) == (p.producer_id, p.producer_epoch + (version == 2))
+    done = "CompleteCommit" if result == "commit" else "CompleteAbort"
+    assert out.state.value == done
+    assert events(a, "tx")[-2:] == ["PrepareCommit" if result == "commit" else "PrepareAbort", done]
+    with a.db.read() as conn:
+        meta = q.txn_get(conn, "tx")
+        assert meta is not None and meta.state.value == done and meta.transaction_version == version
+        for partition in (0, 1):
+            s = q.partition_status(conn, "t", partition)
+            assert (s.high_watermark, s.last_stable_offset) == (7, 7)  # 6 records and the marker
+    for partition in (0, 1):
+        committed = [r.value for r in fetch_service.fetch(a, "t", partition, 0, isolation_level="read_committed").records]
+        assert committed == ([f"{partition}.{n}:{k}".encode() for n in range(2) for k in range(3)] if result == "commit" else [])
+        everything = fetch_service.fetch(a, "t", partition, 0, max_records=100).records
+        assert len(everything) == 6  # markers are not records a fetch returns
+    with a.db.read() as conn:
+        aborted = conn.exec_driver_sql("SELECT count(*) FROM txlog.aborted_txns WHERE topic = 't'").scalar()
+    assert aborted == (0 if result == "commit" else 2)
+    # a retry is answered as the transaction that ended, and writes nothing
+    again = transactions.end_txn(a, "tx", p.producer_id, p.producer_epoch, result, transaction_version=version)  # type: ignore[arg-type]
+    assert (again.state, again.producer_epoch) == (out.state, out.producer_epoch)
+    assert events(a, "tx")[-1] == done and ends == ["ahead"]
+    # the next transaction: its first batch joins the partition on the locked path, then ends ahead
+    p2 = transactions.ProducerIdAndEpoch(out.producer_id, out.producer_epoch)
+    if version == 1:
+        transactions.add_partitions_to_txn(a, "tx", p2.producer_id, p2.producer_epoch, [("t", 0)])
+    assert produce_service.produce(a, "t", 0, tx_batch(p2, "next", 6 if version == 1 else 0, require_added=version == 1)).base_offset == 7
+    ends.clear()
+    transactions.end_txn(a, "tx", p2.producer_id, p2.producer_epoch, "commit", transaction_version=version)
+    assert ends == ["ahead"]
+    assert [r.value for r in fetch_service.fetch(a, "t", 0, 7, isolation_level="read_committed").records] == [
+        f"next:{k}".encode() for k in range(3)
+    ]
+
+
+def test_an_end_whose_partition_moved_takes_the_locked_path(two, ends) -> None:  # type: ignore[no-untyped-def]
+    """Another process appended to a partition of the transaction (a plain batch, or a batch of the
+    same transaction) since this one's last append there: the end planned against this process's
+    memory writes nothing, and the locked path ends the transaction whole."""
+    a, b = two
+    p = transactions.init_producer_id(a, "tx")
+    produce_service.produce(a, "t", 0, tx_batch(p, "a0", 0))
+    produce_service.produce(a, "t", 1, tx_batch(p, "a1", 0, partition=1))
+    produce_service.produce(b, "t", 1, ProduceRequest(batch("plain")))  # partition 1 moved on
+    transactions.end_txn(a, "tx", p.producer_id, p.producer_epoch, "commit")
+    assert ends == ["moved", "locked"]
+    assert [r.value for r in fetch_service.fetch(a, "t", 0, 0, isolation_level="read_committed").records] == [
+        f"a0:{k}".encode() for k in range(3)
+    ]
+    assert [r.value for r in fetch_service.fetch(a, "t", 1, 0, isolation_level="read_committed").records] == [
+        v for tag in ("a1", "plain") for v in (f"{tag}:{k}".encode() for k in range(3))
+    ]
+    # the next transaction's batch on partition 0 went through the other process: same thing
+    ends.clear()
+    out = transactions.ProducerIdAndEpoch(p.producer_id, p.producer_epoch + 1)
+    produce_service.produce(a, "t", 0, tx_batch(out, "n0", 0))
+    produce_service.produce(b, "t", 0, tx_batch(out, "n1", 3))
+    transactions.end_txn(a, "tx", out.producer_id, out.producer_epoch, "abort")
+    assert ends == ["moved", "locked"]
+    with a.db.read() as conn:
+        s = q.partition_status(conn, "t", 0)
+    assert s.last_stable_offset == s.high_watermark == 11
+    assert [r.value for r in fetch_service.fetch(a, "t", 0, 4, isolation_level="read_committed").records] == []
+
+
+def test_the_conditional_end_checks_the_transaction_and_every_partition(two) -> None:  # type: ignore[no-untyped-def]
+    """The statement writes all of the end or none of it: not at another version of the
+    transaction, not while another database transaction holds its row, not if one partition of
+    two moved."""
+    from app.domain import transactions as txn
+    from app.services import coordinator, last_appends
+
+    a, b = two
+    p = transactions.init_producer_id(a, "tx")
+    for partition in (0, 1):
+        produce_service.produce(a, "t", partition, tx_batch(p, str(partition), 0, partition=partition))
+    with a.db.read() as conn:
+        meta = q.txn_get(conn, "tx")
+    assert meta is not None
+    memory = last_appends.of(a)
+    positions = [memory.get("t", partition, p.producer_id) for partition in (0, 1)]
+
+    def attempt(was_version: int) -> bool:
+        now = a.now()
+        decision = txn.prepared(meta, "commit", now)
+        prepared = txn.apply(meta, decision)
+        markers = [coordinator.marker("t", part, pos, p.producer_id, p.producer_epoch, True, now) for part, pos in zip((0, 1), positions)]
+        done = txn.completed(prepared, now, None)
+        with a.db.autocommit() as conn:
+            return q.txn_end_if_unchanged(
+                conn, markers, [pos.producer_state for pos in positions], (decision, done), txn.apply(prepared, done), 0, None, was_version
+            )
+
+    def untouched() -> None:
+        with a.db.read() as conn:
+            assert q.txn_get(conn, "tx") == meta
+            assert [q.partition_status(conn, "t", part).high_watermark for part in (0, 1)] == [3, 3]
+
+    assert not attempt(meta.version - 1)  # planned against an older version
+    untouched()
+    with a.db.transaction() as conn:  # the row held, as by another EndTxn: not waited for
+        q.txn_get(conn, "tx", for_update=True)
+        assert not attempt(meta.version)
+    untouched()
+    with a.db.transaction() as conn:  # one partition held: nothing of the end is written
+        q.partition_lock_for_append(conn, "t", 1, None)
+        assert not attempt(meta.version)
+    untouched()
+    produce_service.produce(b, "t", 1, ProduceRequest(batch("plain")))  # one partition moved
+    assert not attempt(meta.version)
+    with a.db.read() as conn:
+        assert q.txn_get(conn, "tx") == meta
+        assert q.partition_status(conn, "t", 0).high_watermark == 3
+    # the locked path ends it, whole
+    assert transactions.end_txn(a, "tx", p.producer_id, p.producer_epoch, "commit").producer_epoch == p.producer_epoch + 1
+    assert [r.value for r in fetch_service.fetch(a, "t", 1, 0, isolation_level="read_committed").records] == [
+        v for tag in ("1", "plain") for v in (f"{tag}:{k}".encode() for k in range(3))
     ]
 
 
