@@ -164,6 +164,7 @@ def complete_if_unchanged(broker: Broker, meta: TxnMetadata, decision: TxnEvent)
     ]
     events = (decision, txn.completed(prepared, now, None))
     _, new = _folded(meta, events)
+    written = False
     try:
         with broker.db.autocommit() as conn:
             written = q.txn_end_if_unchanged(
@@ -172,10 +173,14 @@ def complete_if_unchanged(broker: Broker, meta: TxnMetadata, decision: TxnEvent)
                 txn.deadline_ms(new), meta.version,
             )
     finally:
-        # Written or not, the memory of these partitions is spent: the markers moved them, or they
-        # were not where remembered.
-        for t, p in partitions:
-            memory.forget(t, p, meta.producer_id)
+        # Written, the markers are where the partitions now end (what a client before transactions
+        # V2 appends next, once it has added a partition again); not written, they were not where
+        # remembered.
+        for m, position in zip(markers, positions):
+            if written:
+                memory.remember(m, position)  # type: ignore[arg-type]
+            else:
+                memory.forget(m.topic, m.partition, m.producer_id)
     return new if written else None
 
 

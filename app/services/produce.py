@@ -186,10 +186,13 @@ def _planned(
 # (``q.log_append_if_unchanged``): one round trip and one database transaction instead of four
 # round trips (BEGIN, lock, write, COMMIT), and no lock held between round trips. A group commit
 # sends all its batches that can be planned so in one such statement. A transactional batch is
-# planned so too once its partition is in the open transaction (its first batch there, which adds
-# the partition, took the locked path); the statement then also checks, under a shared lock of
-# the transaction's row, that the transaction is still Ongoing at the producer's epoch with the
-# partition in it. Anything else — nothing remembered, another writer was there first, a
+# planned so too once its partition is in the open transaction; the statement then also checks,
+# under a shared lock of the transaction's row, that the transaction is still Ongoing at the
+# producer's epoch with the partition in it. The first batch of a transaction on a partition adds
+# the partition on the locked path — except for a client before transactions V2, which added it
+# with AddPartitionsToTxn: its first batch is planned against the marker that ended its previous
+# transaction there, when this process wrote that marker (``coordinator.complete_if_unchanged``).
+# Anything else — nothing remembered, another writer was there first, a
 # partition or transaction another database transaction holds (not waited for), a batch the rules
 # would refuse or answer as a duplicate — takes the locked path, whose answer stands on the state
 # it reads under the lock. Memory is only a guess here: the database decides.
@@ -212,6 +215,12 @@ def _planned_ahead(
     known and the plan is an append (a refusal or a duplicate is decided under the lock)."""
     position = last.get(topic, partition, req.producer_id)
     if position is None:
+        return None
+    if req.transactional_id is not None and not req.require_added and (
+        position.producer_state is None or position.producer_state.txn_first_offset is None
+    ):
+        # The transaction's first batch here (the memory is of a marker): it adds the partition to
+        # the transaction, on the locked path. A client before transactions V2 added it already.
         return None
     try:
         plan = _planned(topic, partition, req, now, sizes, position)

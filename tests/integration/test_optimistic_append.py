@@ -313,12 +313,14 @@ def events(broker, tid: str) -> list[str]:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("result", ["commit", "abort"])
 @pytest.mark.parametrize("version", [2, 1])
-def test_an_end_after_the_transactions_batches_here_takes_one_statement(two, ends, result: str, version: int) -> None:  # type: ignore[no-untyped-def]
+def test_an_end_after_the_transactions_batches_here_takes_one_statement(two, ends, statements, result: str, version: int) -> None:  # type: ignore[no-untyped-def]
     """EndTxn through the process that appended the transaction's batches: its markers, planned
     against that process's memory, and its transitions are one statement. Everything reads as after
     the locked path: markers on both partitions, the records committed or aborted (and indexed as
     aborted), the last stable offset free, the history PrepareX then CompleteX, the next epoch (V2)
-    or the same (V1); a retry is answered again; the next transaction starts on the locked path."""
+    or the same (V1); a retry is answered again. The next transaction's first batch on a partition
+    joins it on the locked path (V2); a V1 client's, whose AddPartitionsToTxn added the partition,
+    is planned against the marker (one statement), and refused if the partition was not added."""
     a, _ = two
     p = transactions.init_producer_id(a, "tx")
     for partition in (0, 1):
@@ -353,8 +355,14 @@ def test_an_end_after_the_transactions_batches_here_takes_one_statement(two, end
     # the next transaction: its first batch joins the partition on the locked path, then ends ahead
     p2 = transactions.ProducerIdAndEpoch(out.producer_id, out.producer_epoch)
     if version == 1:
+        statements.clear()
+        with pytest.raises(TxlogError) as not_added:  # no transaction open, so partition 1 is in none
+            produce_service.produce(a, "t", 1, tx_batch(p2, "early", 6, partition=1, require_added=True))
+        assert not_added.value.code is ErrorCode.INVALID_TXN_STATE and statements == ["stale"]
         transactions.add_partitions_to_txn(a, "tx", p2.producer_id, p2.producer_epoch, [("t", 0)])
+    statements.clear()
     assert produce_service.produce(a, "t", 0, tx_batch(p2, "next", 6 if version == 1 else 0, require_added=version == 1)).base_offset == 7
+    assert statements == (["optimistic"] if version == 1 else ["locked"])
     ends.clear()
     transactions.end_txn(a, "tx", p2.producer_id, p2.producer_epoch, "commit", transaction_version=version)
     assert ends == ["ahead"]
