@@ -8,6 +8,8 @@ cycle.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from sqlalchemy.engine import Connection
 
 from app.domain import limits, transactions as txn
@@ -36,6 +38,8 @@ def record(
     database transaction then fails whole."""
     steps, new = _folded(meta, events)
     tid = new.transactional_id
+    # This process's memory of the transaction (transitions planned ahead) is stale from here.
+    last_appends.of(broker).forget_txn(tid)
     if meta is not None and txn.resets_members(meta, events[0]):
         q.txn_members_clear(conn, tid)
     settings = broker.settings
@@ -136,16 +140,12 @@ def complete(conn: Connection, broker: Broker, meta: TxnMetadata, decision: TxnE
 
 
 def complete_if_unchanged(broker: Broker, meta: TxnMetadata, decision: TxnEvent) -> TxnMetadata | None:
-    """``complete`` planned ahead: an Ongoing transaction read without a lock (``meta``) ended by
-    ``decision`` in one statement in autocommit, its markers planned against where this process's
-    last appends left its partitions (``last_appends``) — two round trips with the read, against
-    six for BEGIN, the transaction's lock, the partitions' locks, the markers, the events and
-    COMMIT. The statement writes only if nothing moved since: the transaction's row at the version
-    read, every partition and the producer's state there as remembered (``q.txn_end_if_unchanged``).
-    Answers the completed state, or None when it was not written — a partition not remembered, a
-    transaction with group offsets or in need of a new producer id, anything moved or held — and
-    the caller takes the locked path (``complete``). A failure of the statement is the caller's: in
-    autocommit it may have been committed."""
+    """``complete`` planned ahead: an Ongoing transaction, as read without a lock or as this process
+    last wrote it (``meta``, exact at its version), ended by ``decision`` in one statement in
+    autocommit, its markers planned against where this process's last appends left its partitions
+    (``last_appends``). Answers the completed state, or None when it was not written — a partition
+    not remembered, a transaction with group offsets or in need of a new producer id, anything
+    moved or held — and the caller takes the locked path (``complete``)."""
     if meta.state is not TxnState.ONGOING or not meta.partitions or meta.groups:
         return None
     prepared = txn.apply(meta, decision)
@@ -162,26 +162,50 @@ def complete_if_unchanged(broker: Broker, meta: TxnMetadata, decision: TxnEvent)
         marker(t, p, position, meta.producer_id, meta.producer_epoch, commit, now)  # type: ignore[arg-type]
         for (t, p), position in zip(partitions, positions)
     ]
-    events = (decision, txn.completed(prepared, now, None))
-    _, new = _folded(meta, events)
-    written = False
+    written = None
     try:
-        with broker.db.autocommit() as conn:
-            written = q.txn_end_if_unchanged(
-                conn, markers, [position.producer_state for position in positions], events, new,  # type: ignore[union-attr]
-                coordinator_partition(new.transactional_id, broker.settings.transaction_state_partitions),
-                txn.deadline_ms(new), meta.version,
-            )
+        written = record_if_unchanged(broker, meta, (decision, txn.completed(prepared, now, None)), markers, positions)  # type: ignore[arg-type]
     finally:
         # Written, the markers are where the partitions now end (what a client before transactions
         # V2 appends next, once it has added a partition again); not written, they were not where
         # remembered.
         for m, position in zip(markers, positions):
-            if written:
+            if written is not None:
                 memory.remember(m, position)  # type: ignore[arg-type]
             else:
                 memory.forget(m.topic, m.partition, m.producer_id)
-    return new if written else None
+    return written[0] if written is not None else None
+
+
+def record_if_unchanged(
+    broker: Broker, meta: TxnMetadata, events: tuple[TxnEvent, ...], batches: Sequence[q.AppendBatch],
+    positions: Sequence[q.AppendPosition],
+) -> tuple[TxnMetadata, list[int]] | None:
+    """Transitions of a transaction known without its lock (``meta``: read, or as this process last
+    wrote it — exact at its version) recorded with batches of it planned against ``positions``, in
+    one statement in autocommit that writes all of them only if nothing moved since
+    (``q.txn_append_if_unchanged``): two round trips with a read, or one, against six on the locked
+    path (BEGIN, the transaction's lock, the partitions' locks, the batches, the events, COMMIT).
+    Answers the new state and each batch's log start offset, or None if nothing was written. This
+    process remembers the new state (``last_appends``), for the next transitions planned ahead. A
+    failure of the statement is the caller's: in autocommit it may have been committed."""
+    _, new = _folded(meta, events)
+    memory = last_appends.of(broker)
+    try:
+        with broker.db.autocommit() as conn:
+            log_starts = q.txn_append_if_unchanged(
+                conn, batches, [position.producer_state for position in positions], events, meta, new,
+                coordinator_partition(new.transactional_id, broker.settings.transaction_state_partitions),
+                txn.deadline_ms(new), txn.resets_members(meta, events[0]),
+            )
+    except BaseException:
+        memory.forget_txn(meta.transactional_id)
+        raise
+    if log_starts is None:
+        memory.forget_txn(meta.transactional_id)
+        return None
+    memory.remember_txn(new)
+    return new, log_starts
 
 
 def write_marker(

@@ -87,6 +87,10 @@ def _produce_alone(broker: Broker, topic: str, partition: int, req: ProduceReque
         (result,) = _append_planned_ahead(broker, last, [planned])
         if result is not None:
             return result
+    elif req.transactional_id is not None and not req.require_added:
+        result = _joined_ahead(broker, last, topic, partition, req, now, sizes)
+        if result is not None:
+            return result
     with broker.db.transaction() as conn:
         return append(conn, broker, topic, partition, req, now, sizes, commit=True, memory=last)
 
@@ -258,6 +262,43 @@ def _append_planned_ahead(
             last.forget(b.topic, b.partition, b.producer_id)
             results.append(None)
     return results
+
+
+def _joined_ahead(
+    broker: Broker, last: last_appends.LastAppends, topic: str, partition: int, req: ProduceRequest, now: int, sizes: list[int]
+) -> ProduceResult | None:
+    """A transactional batch that adds its partition to the transaction (starting one if none is
+    open), planned against this process's memory of both — the transaction as this process last
+    wrote it, the partition where it last left it — and written with the transition by one
+    conditional statement (``coordinator.record_if_unchanged``). None for the locked path:
+    nothing remembered, anything the rules would refuse or that the limits decide, anything moved."""
+    tid = req.transactional_id
+    assert tid is not None
+    meta, position = last.txn(tid), last.get(topic, partition, req.producer_id)
+    if meta is None or position is None or meta.state.is_prepared:
+        return None
+    try:
+        txn.check_producer(meta, req.producer_id, req.producer_epoch)  # type: ignore[arg-type]
+        plan = _planned(topic, partition, req, now, sizes, position)
+    except TxlogError:
+        return None
+    event = txn.partitions_added(meta, [(topic, partition)], now)
+    if isinstance(plan, ProduceResult) or event is None:
+        return None
+    settings = broker.settings
+    starts = not meta.state.is_open
+    if (starts and req.principal is not None) or len(txn.apply(meta, event).partitions) > settings.max_partitions_per_transaction:
+        return None  # a limit to count under the locks
+    try:
+        written = coordinator.record_if_unchanged(broker, meta, (event,), [plan.batch], [position])
+    except BaseException:
+        last.forget(topic, partition, req.producer_id)
+        raise
+    if written is None:
+        last.forget(topic, partition, req.producer_id)
+        return None
+    last.remember(plan.batch, position)
+    return dataclasses.replace(plan.result, log_start_offset=written[1][0])
 
 
 # --- group commit ---------------------------------------------------------------------------------

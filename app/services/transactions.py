@@ -13,7 +13,7 @@ from app.domain.limits import check_partitions_added
 from app.domain.transactions import Result, TopicPartition, TxnEvent, TxnMetadata, TxnState
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
-from app.services import coordinator, inspect
+from app.services import coordinator, inspect, last_appends
 from app.storage import queries as q
 from app.storage.queries import GroupOffset
 
@@ -195,7 +195,8 @@ def end_txn(
     API close.
 
     An Ongoing transaction of the requesting producer is first ended as planned ahead
-    (``coordinator.complete_if_unchanged``): read without a lock, then one conditional statement.
+    (``coordinator.complete_if_unchanged``): as this process last wrote it, or read without a lock,
+    then one conditional statement.
     Whatever that does not take — a retry, a refusal, anything moved meanwhile — is decided here
     under the transaction's lock."""
     _check_result(result)
@@ -217,8 +218,10 @@ def end_txn(
 def _end_planned_ahead(
     broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, result: Result, transaction_version: int
 ) -> EndTxnOutcome | None:
-    with broker.db.autocommit() as conn:
-        meta = q.txn_get(conn, transactional_id)
+    meta = last_appends.of(broker).txn(transactional_id)  # as this process last wrote it, if it did
+    if meta is None or meta.state is not TxnState.ONGOING:
+        with broker.db.autocommit() as conn:
+            meta = q.txn_get(conn, transactional_id)
     if meta is None or meta.state is not TxnState.ONGOING:
         return None
     try:

@@ -384,7 +384,7 @@ class AppendBatch:
 # LIMIT 1 before it is checked, so that the generic plan is costed for one row, as the custom plans
 # are, and PostgreSQL keeps it rather than planning the statement again at every execution.
 # Both are sent without their indentation (``_compact``).
-def _log_append_sql(if_unchanged: bool, ends_txn: bool = False) -> str:
+def _log_append_sql(if_unchanged: bool, records_txn: bool = False) -> str:
     batches = """unnest(
             CAST(%(b_topic)b AS text[]), CAST(%(b_partition)b AS int[]), CAST(%(b_base)b AS bigint[]),
             CAST(%(b_next)b AS bigint[]), CAST(%(b_base_position)b AS bigint[]), CAST(%(b_next_position)b AS bigint[]),
@@ -396,6 +396,14 @@ def _log_append_sql(if_unchanged: bool, ends_txn: bool = False) -> str:
         ) WITH ORDINALITY AS b(topic, partition, base, next, base_position, next_position, pid, epoch, seq, txn,
                                control, txn_first, state_epoch, state, state_txn_first, aborted_first, append_ts,
                                was_epoch, was_state, was_txn_first, i)"""
+    # A transactional batch's transaction: Ongoing with the batch's partition in it; or, when the
+    # statement records the transaction's transitions too, the transaction as they were planned
+    # against (its version pins its members).
+    in_txn = """EXISTS (SELECT 1 FROM t JOIN txlog.transaction_partitions m ON m.transactional_id = t.transactional_id
+                             WHERE t.transactional_id = (CAST(%(b_tid)b AS text[]))[b.i] AND t.producer_id = b.pid
+                               AND t.producer_epoch = b.epoch AND m.topic = b.topic AND m.partition = b.partition)"""
+    if records_txn:
+        in_txn = "EXISTS (SELECT 1 FROM t WHERE t.producer_id = b.pid AND t.producer_epoch = b.epoch)"
     if if_unchanged:
         batches = f"""(SELECT * FROM {batches} LIMIT %(n)s) b
         JOIN txlog.partitions p ON p.topic = b.topic AND p.partition = b.partition
@@ -403,9 +411,7 @@ def _log_append_sql(if_unchanged: bool, ends_txn: bool = False) -> str:
         WHERE b.pid IS NULL OR (
             CASE WHEN (CAST(%(b_tid)b AS text[]))[b.i] IS NULL
                 THEN NOT EXISTS (SELECT 1 FROM txlog.producer_ids pi WHERE pi.producer_id = b.pid AND pi.transactional_id IS NOT NULL)
-                ELSE EXISTS (SELECT 1 FROM t JOIN txlog.transaction_partitions m ON m.transactional_id = t.transactional_id
-                             WHERE t.transactional_id = (CAST(%(b_tid)b AS text[]))[b.i] AND t.producer_id = b.pid
-                               AND t.producer_epoch = b.epoch AND m.topic = b.topic AND m.partition = b.partition)
+                ELSE {in_txn}
                 END
             AND CASE WHEN b.was_epoch IS NULL
                 THEN NOT EXISTS (SELECT 1 FROM txlog.producer_partitions pp
@@ -417,26 +423,39 @@ def _log_append_sql(if_unchanged: bool, ends_txn: bool = False) -> str:
                 END)
         FOR UPDATE OF p SKIP LOCKED"""
     # The transactions of transactional batches, locked (shared) before any partition, as
-    # everywhere; evaluated once, by the first batch that asks. Ending a transaction, its row is
-    # locked to be updated, and only at the version its end was planned against; every marker
-    # must be kept, or none is.
+    # everywhere; evaluated once, by the first batch that asks. Recording transitions, the
+    # transaction's row is locked to be updated, and only as they were planned against (its
+    # version, state, producer id and epoch); every batch must be kept, or none is, and the
+    # members of the transaction that ended are forgotten when the first transition starts the
+    # next one (``resets``) — but for those it adds again, which stay.
     ongoing = "WITH "
     kept = f"b AS MATERIALIZED (SELECT b.* FROM {batches})"
-    if ends_txn:
+    if records_txn:
         ongoing = """WITH t AS MATERIALIZED (
             SELECT t.transactional_id, t.producer_id, t.producer_epoch FROM txlog.transactions t
-            WHERE t.transactional_id = %(tid)s AND t.version = %(was_version)s AND t.state = 'Ongoing'
+            WHERE t.transactional_id = %(tid)s AND t.version = %(was_version)s AND t.state = %(was_state)s
+              AND t.producer_id = %(was_pid)s AND t.producer_epoch = %(was_epoch)s
             FOR UPDATE SKIP LOCKED
         ), """
         kept = f"""kept AS MATERIALIZED (SELECT b.* FROM {batches}
-        ), b AS MATERIALIZED (SELECT * FROM kept WHERE (SELECT count(*) FROM kept) = %(n)s)"""
+        ), b AS MATERIALIZED (SELECT * FROM kept WHERE (SELECT count(*) FROM kept) = %(n)s
+        ), members_reset AS (
+            DELETE FROM txlog.transaction_partitions m
+            WHERE m.transactional_id = %(tid)s AND CAST(%(resets)s AS boolean) AND EXISTS (SELECT 1 FROM b)
+              AND (m.topic, m.partition) NOT IN (
+                  SELECT * FROM unnest(CAST(%(added_topics)s AS text[]), CAST(%(added_parts)s AS int[])))
+        ), groups_reset AS (
+            DELETE FROM txlog.transaction_groups g
+            WHERE g.transactional_id = %(tid)s AND CAST(%(resets)s AS boolean) AND EXISTS (SELECT 1 FROM b)
+              AND g.group_id <> ALL(CAST(%(added_groups)s AS text[]))
+        )"""
     elif if_unchanged:
         ongoing = """WITH t AS MATERIALIZED (
             SELECT t.transactional_id, t.producer_id, t.producer_epoch FROM txlog.transactions t
             WHERE t.transactional_id = ANY(CAST(%(b_tid)b AS text[])) AND t.state = 'Ongoing'
             FOR SHARE SKIP LOCKED
         ), """
-    recorded = f", {_txn_record_ctes('EXISTS (SELECT 1 FROM b)')}" if ends_txn else ""
+    recorded = f", {_txn_record_ctes('EXISTS (SELECT 1 FROM b)')}" if records_txn else ""
     return f"""
     {ongoing}{kept}, appended AS (
         INSERT INTO txlog.records (topic, partition, "offset", key, value, headers, header_keys, header_values,
@@ -475,7 +494,7 @@ def _log_append_sql(if_unchanged: bool, ends_txn: bool = False) -> str:
             FROM b JOIN txlog.partitions p ON p.topic = b.topic AND p.partition = b.partition),
            (SELECT count(pg_notify(%(channel)b, l.topic || ':' || l.partition))
             FROM txlog.fetch_listeners l JOIN b ON l.topic = b.topic AND l.partition = b.partition
-            WHERE l.expires_at > now()){", (SELECT count(*) FROM recorded)" if ends_txn else ""}
+            WHERE l.expires_at > now()){", (SELECT count(*) FROM recorded)" if records_txn else ""}
 """
 
 
@@ -1071,10 +1090,12 @@ def _txn_record_ctes(gate: str = "true") -> str:
         SELECT %(tid)s, u.topic, u.partition
         FROM unnest(CAST(%(added_topics)s AS text[]), CAST(%(added_parts)s AS int[])) AS u(topic, partition)
         WHERE {gate}
+        ON CONFLICT DO NOTHING
     ), groups_added AS (
         INSERT INTO txlog.transaction_groups (transactional_id, group_id)
         SELECT %(tid)s, u.group_id FROM unnest(CAST(%(added_groups)s AS text[])) AS u(group_id)
         WHERE {gate}
+        ON CONFLICT DO NOTHING
     ), recorded AS (
         INSERT INTO txlog.transactions (transactional_id, producer_id, producer_epoch, state, timeout_ms, version,
             started_at, updated_at, epoch_changed_at, deadline, last_producer_id,
@@ -1110,27 +1131,36 @@ def _txn_record_ctes(gate: str = "true") -> str:
 _TXN_RECORD = _compact(f"WITH {_txn_record_ctes()} SELECT version FROM recorded")
 
 
-# Markers and the transitions that end a transaction, in one statement (``txn_end_if_unchanged``).
-_TXN_END_IF_UNCHANGED = _compact(_log_append_sql(True, ends_txn=True))
+# Batches and the transitions of their transaction, in one statement (``txn_append_if_unchanged``).
+_TXN_APPEND_IF_UNCHANGED = _compact(_log_append_sql(True, records_txn=True))
 
 
-def txn_end_if_unchanged(
-    conn: Connection, markers: Sequence[AppendBatch], planned_against: Sequence[ProducerStateEntry | None],
-    events: Sequence[TxnEvent], meta: TxnMetadata, coordinator: int, deadline_ms: int | None, was_version: int,
-) -> bool:
-    """End a transaction planned ahead, in one statement that takes its locks itself: the markers
-    (one per partition of the transaction, as ``log_append_if_unchanged`` checks its batches) and
-    the transitions that end it (``txn_record``), written only if the transaction's row is still
-    at ``was_version`` and Ongoing, and every marker's partition and producer state still as
-    planned against. Nothing is waited for: a transaction's row or a partition another database
-    transaction holds writes nothing either. True if it was written. On a connection in autocommit
-    it is the whole database transaction, one round trip."""
-    params = _log_append_params(markers, planned_against)
+def txn_append_if_unchanged(
+    conn: Connection, batches: Sequence[AppendBatch], planned_against: Sequence[ProducerStateEntry | None],
+    events: Sequence[TxnEvent], was: TxnMetadata, meta: TxnMetadata, coordinator: int, deadline_ms: int | None,
+    resets_members: bool,
+) -> list[int] | None:
+    """Batches of one transaction (distinct partitions: its markers, or the batch that adds its
+    partition to the transaction) and the transitions planned with them (``events``, leading from
+    ``was`` to ``meta``; with ``resets_members`` the first starts a transaction, leaving the
+    previous one's members behind), in one statement that takes its locks itself. Written only if the
+    transaction's row is still ``was`` (its version, state, producer id and epoch), and every
+    batch's partition and producer state still as planned against (as ``log_append_if_unchanged``
+    checks them); nothing is waited for, and a row or partition another database transaction
+    holds writes nothing either. On a connection in autocommit it is the whole database
+    transaction, one round trip. Answers each batch's partition's log start offset if written,
+    None if not. No limit is checked: the caller checked them against ``was``, which is exact at
+    its version."""
+    params = _log_append_params(batches, planned_against)
     params.update(_txn_record_params(events, meta, coordinator, deadline_ms))
-    params.update(n=Int8(len(markers)), b_tid=text_array([meta.transactional_id] * len(markers)), was_version=Int8(was_version))
-    kept, _, _, recorded = driver(conn).execute(_TXN_END_IF_UNCHANGED, params).fetchone()  # type: ignore[misc]
+    params.update(
+        n=Int8(len(batches)), b_tid=text_array([was.transactional_id] * len(batches)), was_version=Int8(was.version),
+        was_state=was.state.value, was_pid=Int8(was.producer_id), was_epoch=Int8(was.producer_epoch),
+        resets=resets_members,
+    )
+    kept, log_starts, _, recorded = driver(conn).execute(_TXN_APPEND_IF_UNCHANGED, params).fetchone()  # type: ignore[misc]
     assert recorded == (1 if kept else 0), (kept, recorded)
-    return bool(recorded)
+    return list(log_starts) if recorded else None
 
 
 def txn_members_clear(conn: Connection, transactional_id: str) -> None:

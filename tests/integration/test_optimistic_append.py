@@ -7,6 +7,8 @@ database, never the remembered one."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from app.domain.records import NewRecord
@@ -41,9 +43,11 @@ def log(broker) -> list[bytes | None]:  # type: ignore[no-untyped-def]
 @pytest.fixture
 def statements(monkeypatch):  # type: ignore[no-untyped-def]
     """Which path each append took: 'optimistic' (appended by the conditional statement), 'stale'
-    (the conditional statement found the partition changed) or 'locked'."""
+    (the conditional statement found the partition changed), 'joined' (a transaction's first batch
+    on the partition, written with the partition's joining by one conditional statement),
+    'join-stale' (that statement found something changed) or 'locked'."""
     seen: list[str] = []
-    conditional, locked = q.log_append_if_unchanged, q.log_append
+    conditional, locked, with_txn = q.log_append_if_unchanged, q.log_append, q.txn_append_if_unchanged
 
     def if_unchanged(conn, batches, planned_against, transactional_ids):  # type: ignore[no-untyped-def]
         out = conditional(conn, batches, planned_against, transactional_ids)
@@ -51,11 +55,19 @@ def statements(monkeypatch):  # type: ignore[no-untyped-def]
         return out
 
     def log_append(conn, batches, commit=False):  # type: ignore[no-untyped-def]
-        seen.append("locked")
+        if batches[0].control_type is None:  # not the markers of a locked EndTxn
+            seen.append("locked")
         return locked(conn, batches, commit)
+
+    def txn_append(conn, batches, *args, **kwargs):  # type: ignore[no-untyped-def]
+        out = with_txn(conn, batches, *args, **kwargs)
+        if batches[0].control_type is None:  # not the markers of an EndTxn planned ahead
+            seen.append("joined" if out is not None else "join-stale")
+        return out
 
     monkeypatch.setattr(q, "log_append_if_unchanged", if_unchanged)
     monkeypatch.setattr(q, "log_append", log_append)
+    monkeypatch.setattr(q, "txn_append_if_unchanged", txn_append)
     return seen
 
 
@@ -169,13 +181,14 @@ def test_a_transactions_next_batches_on_a_partition_take_one_statement(two, stat
     out = transactions.end_txn(a, "tx", p.producer_id, p.producer_epoch, "commit")
     committed = fetch_service.fetch(a, "t", 0, 0, isolation_level="read_committed").records
     assert [r.value for r in committed] == [f"{n}:{k}".encode() for n in range(3) for k in range(3)]
-    # the next transaction (a new epoch): its first batch on the partition is locked again, as the
-    # marker moved the partition on and the partition must join the new transaction
+    # the next transaction (a new epoch): its first batch on the partition starts it and joins the
+    # partition to it, planned against the marker and the ended transaction this process wrote (one
+    # statement with the transition); the next batch is one statement again
     statements.clear()
     p2 = transactions.ProducerIdAndEpoch(out.producer_id, out.producer_epoch)
     assert produce_service.produce(a, "t", 0, tx_batch(p2, "next", 0)).base_offset == 10
     assert produce_service.produce(a, "t", 0, tx_batch(p2, "next2", 3)).base_offset == 13
-    assert statements == ["locked", "optimistic"]
+    assert statements == ["joined", "optimistic"]
 
 
 def test_a_transaction_ended_meanwhile_takes_no_batch_from_memory(two, statements) -> None:  # type: ignore[no-untyped-def]
@@ -290,18 +303,19 @@ def ends(monkeypatch):  # type: ignore[no-untyped-def]
     """Which path each EndTxn took: 'ahead' (written by the conditional statement), 'moved' (the
     conditional statement found something changed) or 'locked' (never tried)."""
     seen: list[str] = []
-    conditional, locked = q.txn_end_if_unchanged, transactions.coordinator.complete
+    conditional, locked = q.txn_append_if_unchanged, transactions.coordinator.complete
 
-    def if_unchanged(*args, **kwargs):  # type: ignore[no-untyped-def]
-        written = conditional(*args, **kwargs)
-        seen.append("ahead" if written else "moved")
+    def if_unchanged(conn, batches, *args, **kwargs):  # type: ignore[no-untyped-def]
+        written = conditional(conn, batches, *args, **kwargs)
+        if batches[0].control_type is not None:  # markers: an EndTxn
+            seen.append("ahead" if written is not None else "moved")
         return written
 
     def complete(*args, **kwargs):  # type: ignore[no-untyped-def]
         seen.append("locked")
         return locked(*args, **kwargs)
 
-    monkeypatch.setattr(q, "txn_end_if_unchanged", if_unchanged)
+    monkeypatch.setattr(q, "txn_append_if_unchanged", if_unchanged)
     monkeypatch.setattr(transactions.coordinator, "complete", complete)
     return seen
 
@@ -319,8 +333,8 @@ def test_an_end_after_the_transactions_batches_here_takes_one_statement(two, end
     the locked path: markers on both partitions, the records committed or aborted (and indexed as
     aborted), the last stable offset free, the history PrepareX then CompleteX, the next epoch (V2)
     or the same (V1); a retry is answered again. The next transaction's first batch on a partition
-    joins it on the locked path (V2); a V1 client's, whose AddPartitionsToTxn added the partition,
-    is planned against the marker (one statement), and refused if the partition was not added."""
+    is planned against the marker: with the partition's joining (V2), or once AddPartitionsToTxn
+    added it (V1), refused if it did not."""
     a, _ = two
     p = transactions.init_producer_id(a, "tx")
     for partition in (0, 1):
@@ -362,7 +376,7 @@ def test_an_end_after_the_transactions_batches_here_takes_one_statement(two, end
         transactions.add_partitions_to_txn(a, "tx", p2.producer_id, p2.producer_epoch, [("t", 0)])
     statements.clear()
     assert produce_service.produce(a, "t", 0, tx_batch(p2, "next", 6 if version == 1 else 0, require_added=version == 1)).base_offset == 7
-    assert statements == (["optimistic"] if version == 1 else ["locked"])
+    assert statements == (["optimistic"] if version == 1 else ["joined"])
     ends.clear()
     transactions.end_txn(a, "tx", p2.producer_id, p2.producer_epoch, "commit", transaction_version=version)
     assert ends == ["ahead"]
@@ -420,14 +434,16 @@ def test_the_conditional_end_checks_the_transaction_and_every_partition(two) -> 
 
     def attempt(was_version: int) -> bool:
         now = a.now()
-        decision = txn.prepared(meta, "commit", now)
-        prepared = txn.apply(meta, decision)
+        was = dataclasses.replace(meta, version=was_version)
+        decision = txn.prepared(was, "commit", now)
+        prepared = txn.apply(was, decision)
         markers = [coordinator.marker("t", part, pos, p.producer_id, p.producer_epoch, True, now) for part, pos in zip((0, 1), positions)]
         done = txn.completed(prepared, now, None)
         with a.db.autocommit() as conn:
-            return q.txn_end_if_unchanged(
-                conn, markers, [pos.producer_state for pos in positions], (decision, done), txn.apply(prepared, done), 0, None, was_version
-            )
+            return q.txn_append_if_unchanged(
+                conn, markers, [pos.producer_state for pos in positions], (decision, done), was, txn.apply(prepared, done), 0, None,
+                False,
+            ) is not None
 
     def untouched() -> None:
         with a.db.read() as conn:
@@ -454,6 +470,98 @@ def test_the_conditional_end_checks_the_transaction_and_every_partition(two) -> 
     assert [r.value for r in fetch_service.fetch(a, "t", 1, 0, isolation_level="read_committed").records] == [
         v for tag in ("1", "plain") for v in (f"{tag}:{k}".encode() for k in range(3))
     ]
+
+
+def members(broker, tid: str) -> list[tuple[str, int]]:  # type: ignore[no-untyped-def]
+    with broker.db.read() as conn:
+        return [tuple(r) for r in conn.exec_driver_sql(  # type: ignore[misc]
+            "SELECT topic, partition FROM txlog.transaction_partitions WHERE transactional_id = %(tid)s ORDER BY 1, 2", {"tid": tid}
+        )]
+
+
+def test_a_transactions_first_batch_on_a_partition_joins_it_in_one_statement(two, statements, ends) -> None:  # type: ignore[no-untyped-def]
+    """Once this process has ended a producer's transaction, the next one's first batch on each
+    partition is planned against the marker there and the transaction as this process wrote it:
+    the batch, the transaction's start (leaving the ended one's members behind) or the partition's
+    joining, in one statement. The members are exactly the new transaction's, so its end marks
+    those partitions and no other. Memory gone stale — the transaction changed through another
+    process — writes nothing, and the locked path decides."""
+    a, b = two
+    p = transactions.init_producer_id(a, "tx")
+    for partition in (0, 1):
+        produce_service.produce(a, "t", partition, tx_batch(p, f"first{partition}", 0, partition=partition))
+    out = transactions.end_txn(a, "tx", p.producer_id, p.producer_epoch, "commit")
+    assert statements == ["locked", "locked"] and ends == ["ahead"]
+    # the next transaction: partition 1 alone, then partition 0 joins
+    statements.clear()
+    ends.clear()
+    p2 = transactions.ProducerIdAndEpoch(out.producer_id, out.producer_epoch)
+    assert produce_service.produce(a, "t", 1, tx_batch(p2, "n1", 0, partition=1)).base_offset == 4
+    assert members(a, "tx") == [("t", 1)]  # the ended transaction's partition 0 left behind
+    with a.db.read() as conn:
+        meta = q.txn_get(conn, "tx")
+    assert meta is not None and meta.state.value == "Ongoing" and meta.partitions == (("t", 1),)
+    assert events(a, "tx")[-1] == "Ongoing"
+    assert produce_service.produce(a, "t", 1, tx_batch(p2, "n1b", 3, partition=1)).base_offset == 7
+    assert produce_service.produce(a, "t", 0, tx_batch(p2, "n0", 0)).base_offset == 4
+    assert members(a, "tx") == [("t", 0), ("t", 1)]
+    assert statements == ["joined", "optimistic", "joined"]
+    out2 = transactions.end_txn(a, "tx", p2.producer_id, p2.producer_epoch, "abort")
+    assert ends == ["ahead"]
+    for partition, hw in ((0, 8), (1, 11)):
+        with a.db.read() as conn:
+            s = q.partition_status(conn, "t", partition)
+        assert (s.high_watermark, s.last_stable_offset) == (hw, hw)
+    assert [r.value for r in fetch_service.fetch(a, "t", 1, 0, isolation_level="read_committed").records] == [
+        f"first1:{k}".encode() for k in range(3)
+    ]
+    # a transaction of partition 1 alone marks partition 1 alone
+    statements.clear()
+    ends.clear()
+    p3 = transactions.ProducerIdAndEpoch(out2.producer_id, out2.producer_epoch)
+    produce_service.produce(a, "t", 1, tx_batch(p3, "only1", 0, partition=1))
+    transactions.end_txn(a, "tx", p3.producer_id, p3.producer_epoch, "commit")
+    assert statements == ["joined"] and ends == ["ahead"]
+    with a.db.read() as conn:
+        assert (q.partition_status(conn, "t", 0).high_watermark, q.partition_status(conn, "t", 1).high_watermark) == (8, 15)
+    # the transaction changed through another process (it started there): this process's memory
+    # of it is stale, and the batch takes the locked path, into the transaction as it is
+    statements.clear()
+    p4 = transactions.ProducerIdAndEpoch(p3.producer_id, p3.producer_epoch + 1)
+    produce_service.produce(b, "t", 0, tx_batch(p4, "b0", 0))
+    produce_service.produce(a, "t", 1, tx_batch(p4, "a1", 0, partition=1))
+    assert statements == ["locked", "join-stale", "locked"]
+    assert members(a, "tx") == [("t", 0), ("t", 1)]
+    transactions.end_txn(a, "tx", p4.producer_id, p4.producer_epoch, "commit")
+    assert [r.value for r in fetch_service.fetch(a, "t", 1, 15, isolation_level="read_committed").records] == [
+        f"a1:{k}".encode() for k in range(3)
+    ]
+    # and a producer fenced elsewhere (re-initialised) is refused as the database says
+    statements.clear()
+    p5 = transactions.ProducerIdAndEpoch(p4.producer_id, p4.producer_epoch + 1)
+    transactions.init_producer_id(b, "tx")
+    with pytest.raises(TxlogError) as fenced:
+        produce_service.produce(a, "t", 1, tx_batch(p5, "late", 0, partition=1))
+    assert fenced.value.code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH)
+
+
+def test_a_partition_beyond_the_limit_is_refused_on_the_locked_path(db_url: str, statements) -> None:  # type: ignore[no-untyped-def]
+    a = make_broker(db_url, produce_group_commit_batches=1, max_partitions_per_transaction=1)
+    try:
+        topics.create_topic(a, "lim", 2)
+        p = transactions.init_producer_id(a, "lim-tx")
+        for partition in (0, 1):
+            produce_service.produce(a, "lim", partition, ProduceRequest(batch("x"), p.producer_id, p.producer_epoch, 0, "lim-tx"))
+            out = transactions.end_txn(a, "lim-tx", p.producer_id, p.producer_epoch, "commit")
+            p = transactions.ProducerIdAndEpoch(out.producer_id, out.producer_epoch)
+        statements.clear()
+        produce_service.produce(a, "lim", 0, ProduceRequest(batch("y"), p.producer_id, p.producer_epoch, 0, "lim-tx"))
+        with pytest.raises(TxlogError) as refused:
+            produce_service.produce(a, "lim", 1, ProduceRequest(batch("z"), p.producer_id, p.producer_epoch, 0, "lim-tx"))
+        assert refused.value.code is ErrorCode.POLICY_VIOLATION
+        assert statements == ["joined"]  # the second partition was never planned ahead
+    finally:
+        a.db.dispose()
 
 
 def test_last_appends_is_bounded() -> None:

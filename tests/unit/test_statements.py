@@ -12,7 +12,7 @@ from app.storage import queries as q
 
 
 @pytest.mark.parametrize("name", [
-    "_LOG_APPEND", "_LOG_APPEND_IF_UNCHANGED", "_TXN_END_IF_UNCHANGED", "_TXN_RECORD", "_FETCH_LOG_WITH_ABORTED",
+    "_LOG_APPEND", "_LOG_APPEND_IF_UNCHANGED", "_TXN_APPEND_IF_UNCHANGED", "_TXN_RECORD", "_FETCH_LOG_WITH_ABORTED",
     "_FETCH_COMMITTED",
 ])
 def test_a_hot_statement_is_parsed_once(name):  # type: ignore[no-untyped-def]
