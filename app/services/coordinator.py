@@ -177,6 +177,30 @@ def complete_if_unchanged(broker: Broker, meta: TxnMetadata, decision: TxnEvent)
     return written[0] if written is not None else None
 
 
+def join_if_unchanged(
+    broker: Broker, meta: TxnMetadata, producer_id: int, producer_epoch: int, partitions: Sequence[txn.TopicPartition],
+    principal: str | None, batches: Sequence[q.AppendBatch] = (), positions: Sequence[q.AppendPosition] = (),
+) -> tuple[TxnMetadata, list[int]] | None:
+    """Partitions joining the transaction — starting one if none is open — planned against the
+    transaction as this process last wrote it (``meta``), recorded with ``batches`` (the batch that
+    adds its partition; none for AddPartitionsToTxn) by ``record_if_unchanged``. None, for the
+    locked path, when the producer is not the transaction's, the partitions are in it already (as
+    remembered), or a limit needs counting under the locks (open transactions of a principal), or
+    is exceeded; or when anything moved."""
+    if meta.state.is_prepared:
+        return None
+    try:
+        txn.check_producer(meta, producer_id, producer_epoch)
+    except TxlogError:
+        return None
+    event = txn.partitions_added(meta, partitions, broker.now())
+    if event is None or (principal is not None and not meta.state.is_open):
+        return None
+    if len(txn.apply(meta, event).partitions) > broker.settings.max_partitions_per_transaction:
+        return None
+    return record_if_unchanged(broker, meta, (event,), batches, positions)
+
+
 def record_if_unchanged(
     broker: Broker, meta: TxnMetadata, events: tuple[TxnEvent, ...], batches: Sequence[q.AppendBatch],
     positions: Sequence[q.AppendPosition],

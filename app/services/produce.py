@@ -192,11 +192,13 @@ def _planned(
 # sends all its batches that can be planned so in one such statement. A transactional batch is
 # planned so too once its partition is in the open transaction; the statement then also checks,
 # under a shared lock of the transaction's row, that the transaction is still Ongoing at the
-# producer's epoch with the partition in it. The first batch of a transaction on a partition adds
-# the partition on the locked path — except for a client before transactions V2, which added it
-# with AddPartitionsToTxn: its first batch is planned against the marker that ended its previous
-# transaction there, when this process wrote that marker (``coordinator.complete_if_unchanged``).
-# Anything else — nothing remembered, another writer was there first, a
+# producer's epoch with the partition in it. A transaction's first batch on a partition is planned
+# against the marker that ended the producer's previous transaction there, when this process wrote
+# it (``coordinator.complete_if_unchanged``). A client before transactions V2 added the partition
+# with AddPartitionsToTxn, and the batch is appended as the next ones are; otherwise the batch adds
+# the partition to the transaction, starting one if none is open, and the transition is planned
+# against the transaction as this process last wrote it: one statement writes both
+# (``_joined_ahead``). Anything else — nothing remembered, another writer was there first, a
 # partition or transaction another database transaction holds (not waited for), a batch the rules
 # would refuse or answer as a duplicate — takes the locked path, whose answer stands on the state
 # it reads under the lock. Memory is only a guess here: the database decides.
@@ -224,7 +226,8 @@ def _planned_ahead(
         position.producer_state is None or position.producer_state.txn_first_offset is None
     ):
         # The transaction's first batch here (the memory is of a marker): it adds the partition to
-        # the transaction, on the locked path. A client before transactions V2 added it already.
+        # the transaction, with the transition (``_joined_ahead``). A client before transactions V2
+        # added it already.
         return None
     try:
         plan = _planned(topic, partition, req, now, sizes, position)
@@ -270,27 +273,22 @@ def _joined_ahead(
     """A transactional batch that adds its partition to the transaction (starting one if none is
     open), planned against this process's memory of both — the transaction as this process last
     wrote it, the partition where it last left it — and written with the transition by one
-    conditional statement (``coordinator.record_if_unchanged``). None for the locked path:
-    nothing remembered, anything the rules would refuse or that the limits decide, anything moved."""
-    tid = req.transactional_id
-    assert tid is not None
-    meta, position = last.txn(tid), last.get(topic, partition, req.producer_id)
-    if meta is None or position is None or meta.state.is_prepared:
+    conditional statement (``coordinator.join_if_unchanged``). None for the locked path: nothing
+    remembered, anything the rules would refuse or that the limits decide, anything moved."""
+    meta, position = last.txn(req.transactional_id), last.get(topic, partition, req.producer_id)  # type: ignore[arg-type]
+    if meta is None or position is None:
         return None
     try:
-        txn.check_producer(meta, req.producer_id, req.producer_epoch)  # type: ignore[arg-type]
         plan = _planned(topic, partition, req, now, sizes, position)
     except TxlogError:
         return None
-    event = txn.partitions_added(meta, [(topic, partition)], now)
-    if isinstance(plan, ProduceResult) or event is None:
+    if isinstance(plan, ProduceResult):
         return None
-    settings = broker.settings
-    starts = not meta.state.is_open
-    if (starts and req.principal is not None) or len(txn.apply(meta, event).partitions) > settings.max_partitions_per_transaction:
-        return None  # a limit to count under the locks
     try:
-        written = coordinator.record_if_unchanged(broker, meta, (event,), [plan.batch], [position])
+        written = coordinator.join_if_unchanged(
+            broker, meta, req.producer_id, req.producer_epoch, [(topic, partition)], req.principal,  # type: ignore[arg-type]
+            [plan.batch], [position],
+        )
     except BaseException:
         last.forget(topic, partition, req.producer_id)
         raise

@@ -119,6 +119,13 @@ def add_partitions_to_txn(
     """AddPartitionsToTxn. ``principal``: the authenticated requester, whose open transactions are
     limited when this starts one (``coordinator.record``)."""
     check_partitions_added(len(set(partitions)), broker.settings.max_partitions_per_transaction)
+    remembered = last_appends.of(broker).txn(transactional_id)  # as this process last wrote it, if it did
+    if remembered is not None:
+        # Planned against it (Kafka clients before transactions V2 send one for every transaction):
+        # one conditional statement.
+        joined = coordinator.join_if_unchanged(broker, remembered, producer_id, producer_epoch, partitions, principal)
+        if joined is not None:
+            return joined[0]
     with broker.db.transaction() as conn:
         meta = coordinator.locked(conn, transactional_id, partitions=list(partitions), groups=[])
         txn.check_producer(meta, producer_id, producer_epoch)
@@ -195,10 +202,9 @@ def end_txn(
     API close.
 
     An Ongoing transaction of the requesting producer is first ended as planned ahead
-    (``coordinator.complete_if_unchanged``): as this process last wrote it, or read without a lock,
-    then one conditional statement.
-    Whatever that does not take — a retry, a refusal, anything moved meanwhile — is decided here
-    under the transaction's lock."""
+    (``coordinator.complete_if_unchanged``): known as this process last wrote it, or read without
+    a lock, then ended by one conditional statement. Whatever that does not take — a retry, a
+    refusal, anything moved meanwhile — is decided here under the transaction's lock."""
     _check_result(result)
     ended = _end_planned_ahead(broker, transactional_id, producer_id, producer_epoch, result, transaction_version)
     if ended is not None:

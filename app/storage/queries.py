@@ -425,9 +425,10 @@ def _log_append_sql(if_unchanged: bool, records_txn: bool = False) -> str:
     # The transactions of transactional batches, locked (shared) before any partition, as
     # everywhere; evaluated once, by the first batch that asks. Recording transitions, the
     # transaction's row is locked to be updated, and only as they were planned against (its
-    # version, state, producer id and epoch); every batch must be kept, or none is, and the
-    # members of the transaction that ended are forgotten when the first transition starts the
-    # next one (``resets``) — but for those it adds again, which stay.
+    # version, state, producer id and epoch); every batch must be kept, or none is (``ok``: the
+    # transitions too), every partition added must exist, and the members of the transaction that
+    # ended are forgotten when the first transition starts the next one (``resets``) — but for
+    # those it adds again, which stay.
     ongoing = "WITH "
     kept = f"b AS MATERIALIZED (SELECT b.* FROM {batches})"
     if records_txn:
@@ -439,14 +440,19 @@ def _log_append_sql(if_unchanged: bool, records_txn: bool = False) -> str:
         ), """
         kept = f"""kept AS MATERIALIZED (SELECT b.* FROM {batches}
         ), b AS MATERIALIZED (SELECT * FROM kept WHERE (SELECT count(*) FROM kept) = %(n)s
+        ), ok AS MATERIALIZED (
+            SELECT EXISTS (SELECT 1 FROM t) AND (SELECT count(*) FROM b) = %(n)s AND NOT EXISTS (
+                SELECT 1 FROM unnest(CAST(%(added_topics)s AS text[]), CAST(%(added_parts)s AS int[])) AS u(topic, partition)
+                WHERE NOT EXISTS (SELECT 1 FROM txlog.partitions p WHERE p.topic = u.topic AND p.partition = u.partition)
+            ) AS go
         ), members_reset AS (
             DELETE FROM txlog.transaction_partitions m
-            WHERE m.transactional_id = %(tid)s AND CAST(%(resets)s AS boolean) AND EXISTS (SELECT 1 FROM b)
+            WHERE m.transactional_id = %(tid)s AND CAST(%(resets)s AS boolean) AND (SELECT go FROM ok)
               AND (m.topic, m.partition) NOT IN (
                   SELECT * FROM unnest(CAST(%(added_topics)s AS text[]), CAST(%(added_parts)s AS int[])))
         ), groups_reset AS (
             DELETE FROM txlog.transaction_groups g
-            WHERE g.transactional_id = %(tid)s AND CAST(%(resets)s AS boolean) AND EXISTS (SELECT 1 FROM b)
+            WHERE g.transactional_id = %(tid)s AND CAST(%(resets)s AS boolean) AND (SELECT go FROM ok)
               AND g.group_id <> ALL(CAST(%(added_groups)s AS text[]))
         )"""
     elif if_unchanged:
@@ -455,7 +461,7 @@ def _log_append_sql(if_unchanged: bool, records_txn: bool = False) -> str:
             WHERE t.transactional_id = ANY(CAST(%(b_tid)b AS text[])) AND t.state = 'Ongoing'
             FOR SHARE SKIP LOCKED
         ), """
-    recorded = f", {_txn_record_ctes('EXISTS (SELECT 1 FROM b)')}" if records_txn else ""
+    recorded = f", {_txn_record_ctes('(SELECT go FROM ok)')}" if records_txn else ""
     return f"""
     {ongoing}{kept}, appended AS (
         INSERT INTO txlog.records (topic, partition, "offset", key, value, headers, header_keys, header_values,
@@ -1141,16 +1147,16 @@ def txn_append_if_unchanged(
     resets_members: bool,
 ) -> list[int] | None:
     """Batches of one transaction (distinct partitions: its markers, or the batch that adds its
-    partition to the transaction) and the transitions planned with them (``events``, leading from
-    ``was`` to ``meta``; with ``resets_members`` the first starts a transaction, leaving the
-    previous one's members behind), in one statement that takes its locks itself. Written only if the
-    transaction's row is still ``was`` (its version, state, producer id and epoch), and every
-    batch's partition and producer state still as planned against (as ``log_append_if_unchanged``
-    checks them); nothing is waited for, and a row or partition another database transaction
-    holds writes nothing either. On a connection in autocommit it is the whole database
-    transaction, one round trip. Answers each batch's partition's log start offset if written,
-    None if not. No limit is checked: the caller checked them against ``was``, which is exact at
-    its version."""
+    partition to the transaction; or none, AddPartitionsToTxn alone) and the transitions planned
+    with them (``events``, leading from ``was`` to ``meta``; with ``resets_members`` the first
+    starts a transaction, leaving the previous one's members behind), in one statement that takes
+    its locks itself. Written only if the transaction's row is still ``was`` (its version, state,
+    producer id and epoch), every batch's partition and producer state still as planned against
+    (as ``log_append_if_unchanged`` checks them), and every partition added exists; nothing is
+    waited for, and a row or partition another database transaction holds writes nothing either.
+    On a connection in autocommit it is the whole database transaction, one round trip. Answers
+    each batch's partition's log start offset if written, None if not. No limit is checked: the
+    caller checked them against ``was``, which is exact at its version."""
     params = _log_append_params(batches, planned_against)
     params.update(_txn_record_params(events, meta, coordinator, deadline_ms))
     params.update(
@@ -1159,8 +1165,8 @@ def txn_append_if_unchanged(
         resets=resets_members,
     )
     kept, log_starts, _, recorded = driver(conn).execute(_TXN_APPEND_IF_UNCHANGED, params).fetchone()  # type: ignore[misc]
-    assert recorded == (1 if kept else 0), (kept, recorded)
-    return list(log_starts) if recorded else None
+    assert recorded in (0, 1) and (not recorded or len(kept or ()) == len(batches)), (kept, recorded)
+    return list(log_starts or ()) if recorded else None
 
 
 def txn_members_clear(conn: Connection, transactional_id: str) -> None:

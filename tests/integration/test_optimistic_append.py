@@ -61,7 +61,9 @@ def statements(monkeypatch):  # type: ignore[no-untyped-def]
 
     def txn_append(conn, batches, *args, **kwargs):  # type: ignore[no-untyped-def]
         out = with_txn(conn, batches, *args, **kwargs)
-        if batches[0].control_type is None:  # not the markers of an EndTxn planned ahead
+        if not batches:  # AddPartitionsToTxn planned ahead
+            seen.append("added" if out is not None else "add-stale")
+        elif batches[0].control_type is None:  # not the markers of an EndTxn planned ahead
             seen.append("joined" if out is not None else "join-stale")
         return out
 
@@ -307,7 +309,7 @@ def ends(monkeypatch):  # type: ignore[no-untyped-def]
 
     def if_unchanged(conn, batches, *args, **kwargs):  # type: ignore[no-untyped-def]
         written = conditional(conn, batches, *args, **kwargs)
-        if batches[0].control_type is not None:  # markers: an EndTxn
+        if batches and batches[0].control_type is not None:  # markers: an EndTxn
             seen.append("ahead" if written is not None else "moved")
         return written
 
@@ -543,6 +545,59 @@ def test_a_transactions_first_batch_on_a_partition_joins_it_in_one_statement(two
     with pytest.raises(TxlogError) as fenced:
         produce_service.produce(a, "t", 1, tx_batch(p5, "late", 0, partition=1))
     assert fenced.value.code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH)
+
+
+def test_a_v1_transaction_after_an_end_here_is_one_statement_a_request(two, statements, ends) -> None:  # type: ignore[no-untyped-def]
+    """A client before transactions V2 (one epoch across transactions; AddPartitionsToTxn, batches,
+    EndTxn): once this process has ended one of its transactions, the next one's
+    AddPartitionsToTxn, batches and EndTxn are one statement each. A partition that does not exist
+    and a transaction changed through another process are decided on the locked path."""
+    a, b = two
+    p = transactions.init_producer_id(a, "v1")
+
+    def produce(partition: int, tag: str, seq: int):  # type: ignore[no-untyped-def]
+        return produce_service.produce(a, "t", partition, tx_batch(p, tag, seq, "v1", partition, require_added=True))
+
+    transactions.add_partitions_to_txn(a, "v1", p.producer_id, p.producer_epoch, [("t", 0), ("t", 1)])
+    produce(0, "a", 0)
+    produce(1, "b", 0)
+    transactions.end_txn(a, "v1", p.producer_id, p.producer_epoch, "commit", transaction_version=1)
+    assert statements == ["locked", "locked"] and ends == ["ahead"]
+    statements.clear()
+    ends.clear()
+    transactions.add_partitions_to_txn(a, "v1", p.producer_id, p.producer_epoch, [("t", 0)])
+    assert members(a, "v1") == [("t", 0)]
+    assert produce(0, "c", 3).base_offset == 4
+    assert produce(0, "d", 6).base_offset == 7
+    transactions.end_txn(a, "v1", p.producer_id, p.producer_epoch, "abort", transaction_version=1)
+    assert statements == ["added", "optimistic", "optimistic"] and ends == ["ahead"]
+    with a.db.read() as conn:
+        assert [q.partition_status(conn, "t", part).last_stable_offset for part in (0, 1)] == [11, 4]
+    assert [r.value for r in fetch_service.fetch(a, "t", 0, 0, isolation_level="read_committed").records] == [
+        f"a:{k}".encode() for k in range(3)
+    ]
+    # a partition that does not exist: nothing written, and refused under the lock
+    statements.clear()
+    with pytest.raises(TxlogError) as unknown:
+        transactions.add_partitions_to_txn(a, "v1", p.producer_id, p.producer_epoch, [("t", 0), ("t", 7)])
+    assert unknown.value.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert statements == ["add-stale"] and members(a, "v1") == [("t", 0)]
+    with a.db.read() as conn:
+        assert q.txn_get(conn, "v1").state.value == "CompleteAbort"  # type: ignore[union-attr]
+    # refused, the transaction is forgotten: the next AddPartitionsToTxn takes the locked path
+    statements.clear()
+    transactions.add_partitions_to_txn(a, "v1", p.producer_id, p.producer_epoch, [("t", 0)])
+    assert statements == [] and members(a, "v1") == [("t", 0)]
+    transactions.end_txn(a, "v1", p.producer_id, p.producer_epoch, "commit", transaction_version=1)
+    # the next transaction started through another process: this one's memory of it is stale
+    transactions.add_partitions_to_txn(b, "v1", p.producer_id, p.producer_epoch, [("t", 1)])
+    statements.clear()
+    transactions.add_partitions_to_txn(a, "v1", p.producer_id, p.producer_epoch, [("t", 0)])
+    assert statements == ["add-stale"]
+    assert members(a, "v1") == [("t", 0), ("t", 1)]
+    transactions.end_txn(a, "v1", p.producer_id, p.producer_epoch, "commit", transaction_version=1)
+    with a.db.read() as conn:
+        assert [q.partition_status(conn, "t", part).last_stable_offset for part in (0, 1)] == [13, 5]
 
 
 def test_a_partition_beyond_the_limit_is_refused_on_the_locked_path(db_url: str, statements) -> None:  # type: ignore[no-untyped-def]
