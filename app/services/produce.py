@@ -229,13 +229,20 @@ def _planned_ahead(
         # the transaction, with the transition (``_joined_ahead``). A client before transactions V2
         # added it already.
         return None
+    plan = _append_planned(topic, partition, req, now, sizes, position)
+    return _Ahead(plan, position, req.transactional_id) if plan is not None else None
+
+
+def _append_planned(
+    topic: str, partition: int, req: ProduceRequest, now: int, sizes: list[int], position: q.AppendPosition
+) -> _Plan | None:
+    """``_planned`` against a remembered position, if the plan is an append: a refusal or a
+    duplicate is decided under the lock."""
     try:
         plan = _planned(topic, partition, req, now, sizes, position)
     except TxlogError:
         return None
-    if isinstance(plan, ProduceResult):
-        return None
-    return _Ahead(plan, position, req.transactional_id)
+    return None if isinstance(plan, ProduceResult) else plan
 
 
 def _append_planned_ahead(
@@ -278,11 +285,8 @@ def _joined_ahead(
     meta, position = last.txn(req.transactional_id), last.get(topic, partition, req.producer_id)  # type: ignore[arg-type]
     if meta is None or position is None:
         return None
-    try:
-        plan = _planned(topic, partition, req, now, sizes, position)
-    except TxlogError:
-        return None
-    if isinstance(plan, ProduceResult):
+    plan = _append_planned(topic, partition, req, now, sizes, position)
+    if plan is None:
         return None
     try:
         written = coordinator.join_if_unchanged(

@@ -1077,8 +1077,8 @@ def txn_get(
 def _txn_record_ctes(gate: str = "true") -> str:
     """The CTEs that record transitions (``txn_record``): the events, the partitions and groups they
     add, and the current-state row (``recorded``, which returns the new version), each written only
-    if ``gate`` holds — a condition that the end of a transaction planned ahead puts on its markers
-    (``txn_end_if_unchanged``). Psycopg placeholders: ``txn_record`` runs on the driver."""
+    if ``gate`` holds — the condition that transitions planned ahead put on themselves and their
+    batches (``txn_append_if_unchanged``). Psycopg placeholders: ``txn_record`` runs on the driver."""
     return f"""events AS (
         INSERT INTO txlog.transaction_events (transactional_id, version, from_state, to_state, producer_id,
             producer_epoch, timeout_ms, at, partitions_added, groups_added, last_producer_id,
