@@ -143,10 +143,11 @@ def complete_if_unchanged(broker: Broker, meta: TxnMetadata, decision: TxnEvent)
     """``complete`` planned ahead: an Ongoing transaction, as read without a lock or as this process
     last wrote it (``meta``, exact at its version), ended by ``decision`` in one statement in
     autocommit, its markers planned against where this process's last appends left its partitions
-    (``last_appends``). Answers the completed state, or None when it was not written — a partition
-    not remembered, a transaction with group offsets or in need of a new producer id, anything
-    moved or held — and the caller takes the locked path (``complete``)."""
-    if meta.state is not TxnState.ONGOING or not meta.partitions or meta.groups:
+    (``last_appends``), its pending group offsets applied or dropped. Answers the completed state,
+    or None when it was not written — a partition not remembered, a transaction without partitions
+    or in need of a new producer id, anything moved or held — and the caller takes the locked path
+    (``complete``)."""
+    if meta.state is not TxnState.ONGOING or not meta.partitions:
         return None
     prepared = txn.apply(meta, decision)
     if prepared.transaction_version >= 2 and txn.needs_new_producer_id(prepared.producer_epoch):
@@ -164,7 +165,10 @@ def complete_if_unchanged(broker: Broker, meta: TxnMetadata, decision: TxnEvent)
     ]
     written = None
     try:
-        written = record_if_unchanged(broker, meta, (decision, txn.completed(prepared, now, None)), markers, positions)  # type: ignore[arg-type]
+        written = record_if_unchanged(
+            broker, meta, (decision, txn.completed(prepared, now, None)), markers, positions,  # type: ignore[arg-type]
+            ends="commit" if commit else "abort",
+        )
     finally:
         # Written, the markers are where the partitions now end (what a client before transactions
         # V2 appends next, once it has added a partition again); not written, they were not where
@@ -203,13 +207,14 @@ def join_if_unchanged(
 
 def record_if_unchanged(
     broker: Broker, meta: TxnMetadata, events: tuple[TxnEvent, ...], batches: Sequence[q.AppendBatch],
-    positions: Sequence[q.AppendPosition],
+    positions: Sequence[q.AppendPosition], ends: txn.Result | None = None,
 ) -> tuple[TxnMetadata, list[int]] | None:
     """Transitions of a transaction known without its lock (``meta``: read, or as this process last
     wrote it — exact at its version) recorded with batches of it planned against ``positions``, in
     one statement in autocommit that writes all of them only if nothing moved since
     (``q.txn_append_if_unchanged``): two round trips with a read, or one, against six on the locked
     path (BEGIN, the transaction's lock, the partitions' locks, the batches, the events, COMMIT).
+    ``ends``: the events end the transaction so (its pending group offsets applied or dropped).
     Answers the new state and each batch's log start offset, or None if nothing was written. This
     process remembers the new state (``last_appends``), for the next transitions planned ahead. A
     failure of the statement is the caller's: in autocommit it may have been committed."""
@@ -220,7 +225,7 @@ def record_if_unchanged(
             log_starts = q.txn_append_if_unchanged(
                 conn, batches, [position.producer_state for position in positions], events, meta, new,
                 coordinator_partition(new.transactional_id, broker.settings.transaction_state_partitions),
-                txn.deadline_ms(new), txn.resets_members(meta, events[0]),
+                txn.deadline_ms(new), txn.resets_members(meta, events[0]), ends,
             )
     except BaseException:
         memory.forget_txn(meta.transactional_id)

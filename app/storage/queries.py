@@ -428,7 +428,8 @@ def _log_append_sql(if_unchanged: bool, records_txn: bool = False) -> str:
     # version, state, producer id and epoch); every batch must be kept, or none is (``ok``: the
     # transitions too), every partition added must exist, and the members of the transaction that
     # ended are forgotten when the first transition starts the next one (``resets``) — but for
-    # those it adds again, which stay.
+    # those it adds again, which stay. Ending a transaction (``end_offsets``), its pending group
+    # offsets are applied or dropped.
     ongoing = "WITH "
     kept = f"b AS MATERIALIZED (SELECT b.* FROM {batches})"
     if records_txn:
@@ -454,7 +455,7 @@ def _log_append_sql(if_unchanged: bool, records_txn: bool = False) -> str:
             DELETE FROM txlog.transaction_groups g
             WHERE g.transactional_id = %(tid)s AND CAST(%(resets)s AS boolean) AND (SELECT go FROM ok)
               AND g.group_id <> ALL(CAST(%(added_groups)s AS text[]))
-        )"""
+        ), {_pending_offsets_ctes("CAST(%(end_offsets)s AS boolean) AND (SELECT go FROM ok)")}"""
     elif if_unchanged:
         ongoing = """WITH t AS MATERIALIZED (
             SELECT t.transactional_id, t.producer_id, t.producer_epoch FROM txlog.transactions t
@@ -1137,6 +1138,26 @@ def _txn_record_ctes(gate: str = "true") -> str:
 _TXN_RECORD = _compact(f"WITH {_txn_record_ctes()} SELECT version FROM recorded")
 
 
+def _pending_offsets_ctes(gate: str = "true") -> str:
+    """The CTEs that end a transaction's pending offsets, if ``gate`` holds: removed, and when
+    ``%(commit_offsets)s`` made its groups' offsets (group offset rows written in (group, topic,
+    partition) order)."""
+    return f"""offsets_taken AS (
+        DELETE FROM txlog.pending_group_offsets WHERE transactional_id = %(tid)s AND {gate}
+        RETURNING group_id, topic, partition, "offset", metadata
+    ), offsets_applied AS (
+        INSERT INTO txlog.group_offsets (group_id, topic, partition, "offset", metadata, committed_at)
+        SELECT group_id, topic, partition, "offset", metadata, now() FROM offsets_taken
+        WHERE CAST(%(commit_offsets)s AS boolean)
+        ORDER BY group_id, topic, partition
+        ON CONFLICT (group_id, topic, partition) DO UPDATE
+        SET "offset" = EXCLUDED."offset", metadata = EXCLUDED.metadata, committed_at = EXCLUDED.committed_at
+    )"""
+
+
+_PENDING_OFFSETS_APPLY = _compact(f"WITH {_pending_offsets_ctes()} SELECT 1")
+
+
 # Batches and the transitions of their transaction, in one statement (``txn_append_if_unchanged``).
 _TXN_APPEND_IF_UNCHANGED = _compact(_log_append_sql(True, records_txn=True))
 
@@ -1144,16 +1165,18 @@ _TXN_APPEND_IF_UNCHANGED = _compact(_log_append_sql(True, records_txn=True))
 def txn_append_if_unchanged(
     conn: Connection, batches: Sequence[AppendBatch], planned_against: Sequence[ProducerStateEntry | None],
     events: Sequence[TxnEvent], was: TxnMetadata, meta: TxnMetadata, coordinator: int, deadline_ms: int | None,
-    resets_members: bool,
+    resets_members: bool, ends: str | None = None,
 ) -> list[int] | None:
     """Batches of one transaction (distinct partitions: its markers, or the batch that adds its
     partition to the transaction; or none, AddPartitionsToTxn alone) and the transitions planned
     with them (``events``, leading from ``was`` to ``meta``; with ``resets_members`` the first
-    starts a transaction, leaving the previous one's members behind), in one statement that takes
-    its locks itself. Written only if the transaction's row is still ``was`` (its version, state,
-    producer id and epoch), every batch's partition and producer state still as planned against
-    (as ``log_append_if_unchanged`` checks them), and every partition added exists; nothing is
-    waited for, and a row or partition another database transaction holds writes nothing either.
+    starts a transaction, leaving the previous one's members behind; with ``ends``, "commit" or
+    "abort", they end it, and its pending group offsets are applied or dropped), in one statement
+    that takes its locks itself. Written only if the transaction's row is still ``was`` (its
+    version, state, producer id and epoch), every batch's partition and producer state still as
+    planned against (as ``log_append_if_unchanged`` checks them), and every partition added exists;
+    a row or partition another database transaction holds writes nothing either. Only group offset
+    rows, last in the lock order, are waited for.
     On a connection in autocommit it is the whole database transaction, one round trip. Answers
     each batch's partition's log start offset if written, None if not. No limit is checked: the
     caller checked them against ``was``, which is exact at its version."""
@@ -1162,7 +1185,7 @@ def txn_append_if_unchanged(
     params.update(
         n=Int8(len(batches)), b_tid=text_array([was.transactional_id] * len(batches)), was_version=Int8(was.version),
         was_state=was.state.value, was_pid=Int8(was.producer_id), was_epoch=Int8(was.producer_epoch),
-        resets=resets_members,
+        resets=resets_members, end_offsets=ends is not None and bool(was.groups), commit_offsets=ends == "commit",
     )
     kept, log_starts, _, recorded = driver(conn).execute(_TXN_APPEND_IF_UNCHANGED, params).fetchone()  # type: ignore[misc]
     assert recorded in (0, 1) and (not recorded or len(kept or ()) == len(batches)), (kept, recorded)
@@ -1558,24 +1581,8 @@ def pending_offsets_upsert(
 
 def pending_offsets_apply(conn: Connection, transactional_id: str, commit: bool) -> None:
     """A transaction ends: remove its pending offsets and, when it commits, make them its groups'
-    offsets (group offset rows written in (group, topic, partition) order) — one statement."""
-    conn.execute(
-        text(
-            """
-            WITH taken AS (
-                DELETE FROM txlog.pending_group_offsets WHERE transactional_id = :tid
-                RETURNING group_id, topic, partition, "offset", metadata
-            )
-            INSERT INTO txlog.group_offsets (group_id, topic, partition, "offset", metadata, committed_at)
-            SELECT group_id, topic, partition, "offset", metadata, now() FROM taken
-            WHERE CAST(:commit AS boolean)
-            ORDER BY group_id, topic, partition
-            ON CONFLICT (group_id, topic, partition) DO UPDATE
-            SET "offset" = EXCLUDED."offset", metadata = EXCLUDED.metadata, committed_at = EXCLUDED.committed_at
-            """
-        ),
-        {"tid": transactional_id, "commit": commit},
-    )
+    offsets — one statement."""
+    driver(conn).execute(_PENDING_OFFSETS_APPLY, {"tid": transactional_id, "commit_offsets": commit})
 
 
 def pending_offsets_of_group(conn: Connection, group_id: str) -> list[dict]:

@@ -600,6 +600,34 @@ def test_a_v1_transaction_after_an_end_here_is_one_statement_a_request(two, stat
         assert [q.partition_status(conn, "t", part).last_stable_offset for part in (0, 1)] == [13, 5]
 
 
+@pytest.mark.parametrize("result", ["commit", "abort"])
+def test_an_end_planned_ahead_applies_or_drops_the_group_offsets(two, ends, result: str) -> None:  # type: ignore[no-untyped-def]
+    """A consume-transform-produce transaction (batches and the consumer's offsets): its end,
+    planned ahead, applies the pending offsets with the markers when it commits, and drops them when
+    it aborts — the group's offsets other partitions had stay as they were."""
+    a, _ = two
+    topics.create_topic(a, "in", 2)
+    with a.db.transaction() as conn:
+        q.group_offsets_upsert(conn, "g", [q.GroupOffset("in", 1, 5, "before")])
+    p = transactions.init_producer_id(a, "eos")
+    for partition in (0, 1):
+        produce_service.produce(a, "t", partition, tx_batch(p, f"out{partition}", 0, "eos", partition))
+    transactions.txn_offset_commit(
+        a, "eos", p.producer_id, p.producer_epoch, "g", [q.GroupOffset("in", 0, 42, "m0"), q.GroupOffset("in", 1, 7, "m1")]
+    )
+    with a.db.read() as conn:
+        assert [(o.partition, o.offset, o.pending) for o in q.group_offsets_fetch(conn, "g")] == [(0, None, True), (1, 5, True)]
+    transactions.end_txn(a, "eos", p.producer_id, p.producer_epoch, result)  # type: ignore[arg-type]
+    assert ends == ["ahead"]
+    with a.db.read() as conn:
+        got = [(o.partition, o.offset, o.metadata, o.pending) for o in q.group_offsets_fetch(conn, "g")]
+        pending = conn.exec_driver_sql("SELECT count(*) FROM txlog.pending_group_offsets").scalar()
+    assert pending == 0
+    assert got == ([(0, 42, "m0", False), (1, 7, "m1", False)] if result == "commit" else [(1, 5, "before", False)])
+    visible = [r.value for r in fetch_service.fetch(a, "t", 0, 0, isolation_level="read_committed").records]
+    assert visible == ([f"out0:{k}".encode() for k in range(3)] if result == "commit" else [])
+
+
 def test_a_partition_beyond_the_limit_is_refused_on_the_locked_path(db_url: str, statements) -> None:  # type: ignore[no-untyped-def]
     a = make_broker(db_url, produce_group_commit_batches=1, max_partitions_per_transaction=1)
     try:
