@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 import uuid
 from typing import Iterator
 
@@ -24,7 +25,7 @@ def _with_database(url: str, name: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def pg_admin_url() -> Iterator[str]:
     """A URL with rights to create databases."""
     given = os.environ.get("TXLOG_TEST_DATABASE_URL")
     if given:
@@ -32,7 +33,9 @@ def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     from app.storage.embedded import EmbeddedPostgres
 
-    server = EmbeddedPostgres(tmp_path_factory.mktemp("postgres"))
+    # Not under pytest's temporary root: another pytest session of the same user prunes that root
+    # to its newest few directories, and would take this running server's data with it.
+    server = EmbeddedPostgres(tempfile.mkdtemp(prefix="txlog-test-postgres-"))
     server.start()
     try:
         yield server.admin_url()
