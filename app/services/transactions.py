@@ -3,6 +3,7 @@ abort, and the read side (describe, list, events)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -117,7 +118,8 @@ def add_partitions_to_txn(
     principal: str | None = None,
 ) -> TxnMetadata:
     """AddPartitionsToTxn. ``principal``: the authenticated requester, whose open transactions are
-    limited when this starts one (``coordinator.record``)."""
+    limited when this starts one (``coordinator.record``). Answers the transaction's state with the
+    partitions asked for as its members (the locked path reads only those)."""
     check_partitions_added(len(set(partitions)), broker.settings.max_partitions_per_transaction)
     remembered = last_appends.of(broker).txn(transactional_id)  # as this process last wrote it, if it did
     if remembered is not None:
@@ -125,7 +127,7 @@ def add_partitions_to_txn(
         # one conditional statement.
         joined = coordinator.join_if_unchanged(broker, remembered, producer_id, producer_epoch, partitions, principal)
         if joined is not None:
-            return joined[0]
+            return dataclasses.replace(joined[0], partitions=tuple(sorted(set(partitions))), groups=())
     with broker.db.transaction() as conn:
         meta = coordinator.locked(conn, transactional_id, partitions=list(partitions), groups=[])
         txn.check_producer(meta, producer_id, producer_epoch)

@@ -628,6 +628,24 @@ def test_an_end_planned_ahead_applies_or_drops_the_group_offsets(two, ends, resu
     assert visible == ([f"out0:{k}".encode() for k in range(3)] if result == "commit" else [])
 
 
+def test_add_partitions_answers_alike_on_either_path(two, statements) -> None:  # type: ignore[no-untyped-def]
+    """AddPartitionsToTxn answers the transaction with the partitions asked for as its members,
+    planned ahead or under the lock."""
+    a, b = two
+    p = transactions.init_producer_id(a, "v1")
+    transactions.add_partitions_to_txn(a, "v1", p.producer_id, p.producer_epoch, [("t", 0)])
+    produce_service.produce(a, "t", 0, tx_batch(p, "a", 0, "v1", 0, require_added=True))
+    transactions.end_txn(a, "v1", p.producer_id, p.producer_epoch, "commit", transaction_version=1)
+    statements.clear()
+    first = transactions.add_partitions_to_txn(a, "v1", p.producer_id, p.producer_epoch, [("t", 0)])
+    ahead = transactions.add_partitions_to_txn(a, "v1", p.producer_id, p.producer_epoch, [("t", 1)])
+    assert statements == ["added", "added"]
+    locked = transactions.add_partitions_to_txn(b, "v1", p.producer_id, p.producer_epoch, [("t", 1)])
+    assert (first.partitions, ahead.partitions, locked.partitions) == ((("t", 0),), (("t", 1),), (("t", 1),))
+    assert ahead.state == locked.state and ahead.version == locked.version
+    assert members(a, "v1") == [("t", 0), ("t", 1)]
+
+
 def test_a_partition_beyond_the_limit_is_refused_on_the_locked_path(db_url: str, statements) -> None:  # type: ignore[no-untyped-def]
     a = make_broker(db_url, produce_group_commit_batches=1, max_partitions_per_transaction=1)
     try:
