@@ -695,6 +695,8 @@ class StoredRecord(NamedTuple):
 
     @property
     def size(self) -> int:
+        if not self.header_keys:  # most records: no call, no headers tuple
+            return len(self.key or b"") + len(self.value or b"")
         return record_size(self.key, self.value, self.headers)
 
 
@@ -707,8 +709,15 @@ r.producer_epoch, r.sequence, r.is_transactional, r.control_type, r.position, r.
 """
 
 
-def _stored(rows: Iterable[Sequence[Any]]) -> list[StoredRecord]:
-    return list(map(StoredRecord._make, rows))
+_RECORD_WIDTH = len(StoredRecord._fields)
+
+
+def _stored(rows: Sequence[Sequence[Any]]) -> list[StoredRecord]:
+    """The rows as StoredRecords, made by ``tuple.__new__`` (C, no Python call per row, twice as
+    fast as ``StoredRecord._make``, whose one addition is the width check made here once)."""
+    if rows and len(rows[0]) != _RECORD_WIDTH:
+        raise TypeError(f"a record row has {len(rows[0])} columns, not {_RECORD_WIDTH}")
+    return list(map(tuple.__new__, itertools.repeat(StoredRecord), rows))  # type: ignore[arg-type]
 
 
 def records_fetch(
@@ -815,7 +824,7 @@ def records_browse(conn: Connection, topic: str, partition: int, start: int, lim
         ORDER BY r."offset"
         LIMIT :limit
     """
-    rows = conn.execute(text(sql), {"topic": topic, "partition": partition, "start": start, "limit": limit})
+    rows = conn.execute(text(sql), {"topic": topic, "partition": partition, "start": start, "limit": limit}).all()
     return _stored(rows)
 
 
