@@ -10,7 +10,7 @@ import json
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Iterable, NamedTuple, Sequence
+from typing import Any, AsyncIterator, NamedTuple, Sequence
 
 import psycopg
 from psycopg.types.numeric import Int4, Int8
