@@ -30,10 +30,16 @@ Baselines, and why:
   read_committed fetch. The queue is filled and vacuumed before its window. The comparison says
   what a user gives up or gains by putting a log over HTTP where a queue library would go.
 
-The small scale cases live in the main database; the 10^6-record log and the history of 10^5
-transactions in a second database of the same PostgreSQL, served by a second ``txlog serve``
-(the coordinator's tables are shared by all of a database's transactional ids, so a short and a
-long history cannot share one). Both servers are up throughout; only one is under load at a time.
+The history of 10^5 transactions lives in a second database of the same PostgreSQL, served by a
+second ``txlog serve``, against the main database's short one (the coordinator's tables are shared
+by all of a database's transactional ids, so a short and a long history cannot share one). The
+log-length rows compare two partitions of one topic in that second database, its 10^6-record
+partition 0 and a 10^4-record partition 1, through the same server: two servers and two databases
+differ in more than the log (the main one carries every other workload, and its background work
+and caches with it), which moved those rows by 10-15% either way between runs. A record of another
+topic sorts after both in the log's primary key, so that neither is appended at the index's
+rightmost page, which PostgreSQL fills without descending the tree. Both servers are up throughout;
+only one is under load at a time.
 
 Beside every figure: the CPU seconds per 1000 rows of the client processes (getrusage), of the
 two servers' processes and of PostgreSQL (both from /proc), and how busy the whole machine was,
@@ -96,6 +102,8 @@ from bench.harness import (
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 PARTITIONS = 8
+SHORT_LOG = 1  # the scale topic's partition of the short log, beside the long one (0)
+RIGHTMOST = "zz-rightmost"  # a topic whose name sorts after "scale"
 FETCH_LOG = datasets.LogShape(transactions=200, txn_size=100, producers=1)  # per partition of the fetch topic
 
 # A round: each group's windows in this order, every baseline right before what it is compared with.
@@ -190,7 +198,12 @@ class Bench(Harness):
         for name in ("b-plain", "b-idem", "b-txn10", "b-txn1", "b-fetch"):
             main.call("POST", "/v1/topics", b'{"name":"%s","partitions":%d}' % (name.encode(), PARTITIONS))
         main.call("POST", "/v1/topics", b'{"name":"scale","partitions":1}')
-        big.call("POST", "/v1/topics", b'{"name":"scale","partitions":1}')
+        big.call("POST", "/v1/topics", b'{"name":"scale","partitions":2}')  # 1: the short log beside the long one
+        # A record past both scale partitions in the log's primary key: neither partition's appends
+        # go to the index's rightmost page, which PostgreSQL inserts into without descending the tree
+        # (as any partition but the last of a database appends).
+        big.call("POST", "/v1/topics", b'{"name":"%s","partitions":1}' % RIGHTMOST.encode())
+        big.call("POST", f"/v1/topics/{RIGHTMOST}/partitions/0/records", b'{"records":[{"value":"past the scale topic"}]}')
         main.close()
         big.close()
         with psycopg.connect(self.main_url) as conn:
@@ -213,15 +226,16 @@ class Bench(Harness):
             base = datasets.allocate_producer_ids(conn, big_shape.producers)
             datasets.fill_log(conn, "scale", 0, big_shape, base)
             datasets.fill_history(conn, "hist-", "scale", 0, big_shape, base)
+            datasets.fill_log(conn, "scale", SHORT_LOG, small, datasets.allocate_producer_ids(conn, small.producers))
         asyncio.run(self._install_pgqueuer())
         datasets.vacuum(self.main_url)
         datasets.vacuum(self.big_url)
         # What was built is what txlog serves: the watermarks, and a history it can read.
-        for server, shape in ((self.main, self.config.small), (self.big, self.config.big)):
+        for server, shapes in ((self.main, [self.config.small]), (self.big, [self.config.big, self.config.small])):
             client = Http(server.target)  # a new connection: the server has closed the idle ones
             doc = orjson.loads(client.call("GET", "/v1/topics/scale"))
-            part = doc["partitions"][0]
-            assert part["high_watermark"] == part["last_stable_offset"] == shape.offsets, part
+            for part, shape in zip(doc["partitions"], shapes, strict=True):
+                assert part["high_watermark"] == part["last_stable_offset"] == shape.offsets, part
             txn = orjson.loads(client.call("GET", "/v1/transactions/hist-0"))
             assert txn["state"] in ("CompleteCommit", "CompleteAbort"), txn
             client.close()
@@ -255,10 +269,14 @@ class Bench(Harness):
                 self._add(f"{iso}/{n}", self._fetch_lanes(f"{iso}/{n}", "fetch", m.target, "b-fetch", iso, n))
             self._add(f"pgq_dequeue/{n}", self._lanes("pgq_dequeue", self.main_url, n),
                       before=functools.partial(self._fill_queue, f"pgq_dequeue/{n}", n))
-        for size, server, end in (("small", m, small_end), ("big", b, big_end)):
-            self._add(f"scale_produce_{size}", self._produce_lanes(f"scale-idem-{size}", server, "scale", "idempotent", 0, 1))
+        # The log's length: one server, one database, partition 0 (long) against SHORT_LOG.
+        for size, partition, end in (("small", SHORT_LOG, small_end), ("big", 0, big_end)):
+            self._add(f"scale_produce_{size}",
+                      self._produce_lanes(f"scale-idem-{size}", b, "scale", "idempotent", 0, 1, partition))
             self._add(f"scale_fetch_{size}",
-                      self._fetch_lanes(f"scale_fetch_{size}", "fetch", server.target, "scale", "read_committed", 1, end))
+                      self._fetch_lanes(f"scale_fetch_{size}", "fetch", b.target, "scale", "read_committed", 1, end, partition))
+        # The history's length: a database each.
+        for size, server in (("small", m), ("big", b)):
             self._add(f"scale_txn_{size}", self._produce_lanes(f"scale-txn-{size}", server, "scale", "transactional", 1, 1))
 
     def _add(self, key: str, lanes: Callable[[], list[Lane]], before: Callable[[], None] | None = None,
@@ -271,14 +289,19 @@ class Bench(Harness):
         return lambda: [Lane(kind, target, partition=i) for i in range(n)]
 
     @staticmethod
-    def _produce_lanes(name: str, server: Server, topic: str, mode: str, every: int, n: int) -> Callable[[], list[Lane]]:
+    def _produce_lanes(
+        name: str, server: Server, topic: str, mode: str, every: int, n: int, first: int = 0
+    ) -> Callable[[], list[Lane]]:
+        """``n`` lanes on partitions ``first`` … ``first + n - 1``."""
         return lambda: [
-            Lane("produce", server.target, topic, i, mode, every, transactional_id=f"bench-{name}-{i}") for i in range(n)
+            Lane("produce", server.target, topic, i, mode, every, transactional_id=f"bench-{name}-{i}") for i in range(first, first + n)
         ]
 
-    def _fetch_lanes(self, key: str, kind: str, target: str, topic: str, mode: str, n: int, end: int = 0) -> Callable[[], list[Lane]]:
+    def _fetch_lanes(
+        self, key: str, kind: str, target: str, topic: str, mode: str, n: int, end: int = 0, first: int = 0
+    ) -> Callable[[], list[Lane]]:
         return lambda: [
-            Lane(kind, target, topic, i, mode, offset=self.cursors.get((key, i), 0), end=end) for i in range(n)
+            Lane(kind, target, topic, i, mode, offset=self.cursors.get((key, i), 0), end=end) for i in range(first, first + n)
         ]
 
     def _keep_cursors(self, key: str) -> Callable[[list[tuple[Lane, LaneResult]]], None]:
