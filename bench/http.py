@@ -269,15 +269,28 @@ class Bench(Harness):
                 self._add(f"{iso}/{n}", self._fetch_lanes(f"{iso}/{n}", "fetch", m.target, "b-fetch", iso, n))
             self._add(f"pgq_dequeue/{n}", self._lanes("pgq_dequeue", self.main_url, n),
                       before=functools.partial(self._fill_queue, f"pgq_dequeue/{n}", n))
-        # The log's length: one server, one database, partition 0 (long) against SHORT_LOG.
+        # The log's length: one server, one database, partition 0 (long) against SHORT_LOG. Each pair
+        # starts after both databases are vacuumed and checkpointed: the rows the windows before
+        # wrote (200,000 a round here) call autovacuum, whose scan of a table of millions of rows
+        # otherwise lands in one window of a pair and not the other, and slowed every process on
+        # the machine, clients included, by up to 40% per row.
+        settle = self._settle
         for size, partition, end in (("small", SHORT_LOG, small_end), ("big", 0, big_end)):
             self._add(f"scale_produce_{size}",
-                      self._produce_lanes(f"scale-idem-{size}", b, "scale", "idempotent", 0, 1, partition))
+                      self._produce_lanes(f"scale-idem-{size}", b, "scale", "idempotent", 0, 1, partition),
+                      before=settle if size == "small" else None)
             self._add(f"scale_fetch_{size}",
-                      self._fetch_lanes(f"scale_fetch_{size}", "fetch", b.target, "scale", "read_committed", 1, end, partition))
+                      self._fetch_lanes(f"scale_fetch_{size}", "fetch", b.target, "scale", "read_committed", 1, end, partition),
+                      before=settle if size == "small" else None)
         # The history's length: a database each.
         for size, server in (("small", m), ("big", b)):
-            self._add(f"scale_txn_{size}", self._produce_lanes(f"scale-txn-{size}", server, "scale", "transactional", 1, 1))
+            self._add(f"scale_txn_{size}", self._produce_lanes(f"scale-txn-{size}", server, "scale", "transactional", 1, 1),
+                      before=settle if size == "small" else None)
+
+    def _settle(self) -> None:
+        """Vacuum and checkpoint both databases (before a pair of scale windows)."""
+        datasets.vacuum(self.main_url)
+        datasets.vacuum(self.big_url)
 
     def _add(self, key: str, lanes: Callable[[], list[Lane]], before: Callable[[], None] | None = None,
              after: Callable[[list[tuple[Lane, LaneResult]]], None] | None = None) -> None:
