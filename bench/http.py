@@ -270,10 +270,10 @@ class Bench(Harness):
             self._add(f"pgq_dequeue/{n}", self._lanes("pgq_dequeue", self.main_url, n),
                       before=functools.partial(self._fill_queue, f"pgq_dequeue/{n}", n))
         # The log's length: one server, one database, partition 0 (long) against SHORT_LOG. Each pair
-        # starts after both databases are vacuumed and checkpointed: the rows the windows before
-        # wrote (200,000 a round here) call autovacuum, whose scan of a table of millions of rows
-        # otherwise lands in one window of a pair and not the other, and slowed every process on
-        # the machine, clients included, by up to 40% per row.
+        # starts after both databases are vacuumed and checkpointed, so that the maintenance the
+        # windows before call for (autovacuum after their inserts, a checkpoint) runs before the
+        # pair rather than in one of its windows. Without it, in some rounds every process on the
+        # machine, the client included, spent up to 40% more CPU per row in one window of a pair.
         settle = self._settle
         for size, partition, end in (("small", SHORT_LOG, small_end), ("big", 0, big_end)):
             self._add(f"scale_produce_{size}",
