@@ -228,8 +228,7 @@ class Bench(Harness):
             datasets.fill_history(conn, "hist-", "scale", 0, big_shape, base)
             datasets.fill_log(conn, "scale", SHORT_LOG, small, datasets.allocate_producer_ids(conn, small.producers))
         asyncio.run(self._install_pgqueuer())
-        datasets.vacuum(self.main_url)
-        datasets.vacuum(self.big_url)
+        self._settle()
         # What was built is what txlog serves: the watermarks, and a history it can read.
         for server, shapes in ((self.main, [self.config.small]), (self.big, [self.config.big, self.config.small])):
             client = Http(server.target)  # a new connection: the server has closed the idle ones
