@@ -20,7 +20,7 @@ from api.notify import AppendNotifier
 from api.admin import mount as mount_admin
 from api.auth import assert_every_route_secured, requires
 from api.v1.responses import errors as error_responses
-from api.v1 import operator as v1_operator
+from api.v1 import hot, operator as v1_operator
 from api.v1.routes import add_body_schemas, router as v1_router
 from api.v1.half_messages import router as half_messages_router
 from api.v1.security import router as security_router
@@ -44,6 +44,7 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
         raise RuntimeError("TXLOG_DATABASE_URL is not set (txlog serve sets it)")
     db = Database.from_settings(settings)
     broker = Broker(db, settings)
+    hot_threads = hot.executor(settings)
     head = migrate.head_revision(settings.database_url)
     # TXLOG_AUTH=token: every request names a principal by its token; its ACLs decide. The admin
     # token, if set, is the principal "admin" with All on every resource.
@@ -79,6 +80,7 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
             for thread in background:
                 thread.stop()
             await notifier.stop()
+            hot_threads.shutdown(wait=False)
             if authorizer is not None:
                 authorizer.stop()
             db.dispose()
@@ -139,6 +141,8 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
 
     app.openapi = openapi  # type: ignore[method-assign]
 
+    # Innermost first: produce and EndTxn under the body size limit and the request metrics.
+    app.add_middleware(hot.HotRoutes, executor=hot_threads)
     app.add_middleware(MaxBodySize, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestMetrics)
     return app

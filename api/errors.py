@@ -29,27 +29,29 @@ def _describe_validation(exc: RequestValidationError) -> str:
     return "; ".join(parts) or "invalid request"
 
 
-def install(app: FastAPI) -> None:
-    @app.exception_handler(TxlogError)
-    async def _txlog_error(request: Request, exc: TxlogError) -> JSONResponse:
+def response_for(request: Request, exc: Exception) -> JSONResponse:
+    """The answer to a request whose handling raised ``exc``: every route's, whether FastAPI's
+    exception handlers call this or the hot routes (``api.v1.hot``) do."""
+    if isinstance(exc, TxlogError):
         return error_response(exc)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+    if isinstance(exc, RequestValidationError):
         return JSONResponse(
             {"error": TxlogError(ErrorCode.INVALID_REQUEST, _describe_validation(exc)).to_dict()}, status_code=422
         )
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    if isinstance(exc, StarletteHTTPException):
         code = ErrorCode.INVALID_REQUEST
         return JSONResponse(
             {"error": {"code": code.name, "kafka_code": code.kafka_code, "message": str(exc.detail), "retriable": False}},
             status_code=exc.status_code,
             headers=getattr(exc, "headers", None),
         )
+    log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(TxlogError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Unexpected server error: {type(exc).__name__}"))
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return error_response(TxlogError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Unexpected server error: {type(exc).__name__}"))
+
+def install(app: FastAPI) -> None:
+    async def handler(request: Request, exc: Exception) -> JSONResponse:
+        return response_for(request, exc)
+
+    for kind in (TxlogError, RequestValidationError, StarletteHTTPException, Exception):
+        app.add_exception_handler(kind, handler)

@@ -42,19 +42,24 @@ class MaxBodySize:
             chunks.append(body)
             if not message.get("more_body", False):
                 break
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(b"".join(chunks), receive), send)
 
     async def _reject(self, send: Send) -> None:
         err = TxlogError(ErrorCode.MESSAGE_TOO_LARGE, f"The request body is larger than {self.max_bytes} bytes")
         body = json.dumps({"error": err.to_dict()}).encode()
         await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": body})
+
+
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """``receive`` giving the request's body, read already, once more first."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

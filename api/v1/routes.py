@@ -127,17 +127,17 @@ def _json_body(model: type[s.Model]) -> dict:
     tags=["produce"],
 )
 async def produce(topic: str, partition: int, request: Request) -> Response:
-    b: Broker = request.app.state.broker
-    raw = await request.body()
+    return await run_in_threadpool(produce_batch, request, topic, partition, await request.body())
 
-    def run() -> produce_service.ProduceResult:
-        fields, records = codec.produce_body(raw, s.ProduceBody)
-        tid = fields["transactional_id"]
-        authorize(request, produce_api(fields["producer_id"], tid), {"topic": topic, "transactional_id": tid})
-        req = produce_service.ProduceRequest(records=records, principal=principal_of(request), **fields)
-        return produce_service.produce(b, topic, partition, req)
 
-    return _produced(topic, await run_in_threadpool(run))
+def produce_batch(request: Request, topic: str, partition: int, raw: bytes) -> Response:
+    """The answer to a produce to a partition with body ``raw``, in a worker thread (also served by
+    ``api.v1.hot``)."""
+    fields, records = codec.produce_body(raw, s.ProduceBody)
+    tid = fields["transactional_id"]
+    authorize(request, produce_api(fields["producer_id"], tid), {"topic": topic, "transactional_id": tid})
+    req = produce_service.ProduceRequest(records=records, principal=principal_of(request), **fields)
+    return _produced(topic, produce_service.produce(request.app.state.broker, topic, partition, req))
 
 
 @router.post(
@@ -149,14 +149,14 @@ async def produce(topic: str, partition: int, request: Request) -> Response:
     tags=["produce"],
 )
 async def produce_to_topic(topic: str, request: Request) -> Response:
-    b: Broker = request.app.state.broker
-    raw = await request.body()
+    return await run_in_threadpool(produce_plain, request, topic, await request.body())
 
-    def run() -> produce_service.ProduceResult:
-        _, records = codec.produce_body(raw, s.PlainProduceBody)
-        return produce_service.produce_to_topic(b, topic, records)
 
-    return _produced(topic, await run_in_threadpool(run))
+def produce_plain(request: Request, topic: str, raw: bytes) -> Response:
+    """The answer to a plain produce to a topic with body ``raw``, in a worker thread (also served
+    by ``api.v1.hot``)."""
+    _, records = codec.produce_body(raw, s.PlainProduceBody)
+    return _produced(topic, produce_service.produce_to_topic(request.app.state.broker, topic, records))
 
 
 def add_body_schemas(openapi: dict) -> dict:
@@ -303,10 +303,16 @@ def txn_offset_commit(tid: str, body: s.TxnOffsetsBody, request: Request, b: Bro
 
 
 @router.post("/transactions/{tid}/end", dependencies=[Depends(requires(Api.END_TXN))], response_model=s.EndTxnResponse, responses=errors(400, 409, 413), tags=["transactions"])
-def end_txn(tid: str, body: s.EndTxnBody, b: Broker = Depends(broker)) -> s.EndTxnResponse:
-    outcome = transactions.end_txn(b, tid, body.producer_id, body.producer_epoch, body.result)
+def end_txn(tid: str, body: s.EndTxnBody, request: Request) -> Response:
+    return end_transaction(request, tid, body)
+
+
+def end_transaction(request: Request, tid: str, body: s.EndTxnBody) -> Response:
+    """EndTxn's answer, in a worker thread (also served by ``api.v1.hot``)."""
+    outcome = transactions.end_txn(request.app.state.broker, tid, body.producer_id, body.producer_epoch, body.result)
     TXN_ENDED.labels(body.result).inc()
-    return s.EndTxnResponse(state=outcome.state.value, producer_id=outcome.producer_id, producer_epoch=outcome.producer_epoch)
+    answer = {"state": outcome.state.value, "producer_id": outcome.producer_id, "producer_epoch": outcome.producer_epoch}
+    return Response(orjson.dumps(answer), media_type="application/json")
 
 
 @router.post("/transactions/{tid}/abort", dependencies=[Depends(requires(Api.ABORT_TRANSACTION))], response_model=s.TxnDescription, responses=errors(400, 404, 409, 413), tags=["transactions"])

@@ -1,0 +1,149 @@
+"""The hottest routes of the v1 API served straight from ASGI: produce to a partition, produce to a
+topic and EndTxn.
+
+Each is answered by the very functions its FastAPI route calls (``routes.produce_batch``,
+``routes.produce_plain``, ``routes.end_transaction``), after the route's own ACL dependency, with
+errors answered by ``errors.response_for`` as the application's exception handlers answer them.
+What is left out is FastAPI's per-request machinery: matching the request against every route,
+solving the dependencies, and anyio's thread hand-off. Measured over HTTP, that machinery was about
+a quarter of the server's CPU per produced batch (docs/benchmarks.md).
+
+A request these routes cannot answer exactly as FastAPI would goes on to FastAPI, its body
+replayed: an EndTxn body that is not JSON of the route's model (FastAPI words its 422), or one sent
+with another content type. The routes stay declared in FastAPI for the OpenAPI document, and
+answer any request that reaches them.
+
+The middleware sits inside the request metrics and the body size limit, so both apply as to every
+route; the request's ``route`` is the FastAPI route's, so the metrics label it the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
+
+import orjson
+from fastapi.routing import APIRoute
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from api import errors
+from api.auth import requires
+from api.limits import replaying
+from api.v1 import routes, schemas as s
+from app.config import Settings
+
+# A handler answers the request from its body, in a worker thread; None: FastAPI must answer it.
+Handler = Callable[[Request, bytes], "Response | None"]
+
+
+def _produce_batch(request: Request, raw: bytes) -> Response:
+    params = request.path_params
+    return routes.produce_batch(request, params["topic"], int(params["partition"]), raw)
+
+
+def _produce_plain(request: Request, raw: bytes) -> Response:
+    return routes.produce_plain(request, request.path_params["topic"], raw)
+
+
+def _end_transaction(request: Request, raw: bytes) -> Response | None:
+    if request.headers.get("content-type") != "application/json":
+        return None
+    try:
+        body = s.EndTxnBody.model_validate(orjson.loads(raw))
+    except ValueError:  # not JSON, or not the model's: FastAPI's validation words the answer
+        return None
+    return routes.end_transaction(request, request.path_params["tid"], body)
+
+
+# (method, the FastAPI route's path, its handler)
+HOT: tuple[tuple[str, str, Handler], ...] = (
+    ("POST", "/v1/topics/{topic}/partitions/{partition}/records", _produce_batch),
+    ("POST", "/v1/topics/{topic}/records", _produce_plain),
+    ("POST", "/v1/transactions/{tid}/end", _end_transaction),
+)
+
+# A partition as the route's ``int`` parameter reads it, and only so: anything else goes to FastAPI.
+_PARTITION_DIGITS = 9
+
+
+@dataclass(frozen=True)
+class _Hot:
+    route: APIRoute
+    auth: requires
+    handler: Handler
+
+
+def _hot_routes() -> list[_Hot]:
+    by_key = {(m, r.path): r for r in routes.router.routes if isinstance(r, APIRoute) for m in r.methods}
+    found = []
+    for method, path, handler in HOT:
+        route = by_key[(method, path)]
+        (auth,) = [d.dependency for d in route.dependencies if isinstance(d.dependency, requires)]
+        found.append(_Hot(route, auth, handler))
+    return found
+
+
+class HotRoutes:
+    """ASGI middleware: ``HOT`` answered here, every other request passed on to ``app``."""
+
+    def __init__(self, app: ASGIApp, executor: ThreadPoolExecutor) -> None:
+        self.app = app
+        self.routes = _hot_routes()
+        self.executor = executor
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
+            for hot in self.routes:
+                match = hot.route.path_regex.match(scope["path"])
+                if match is not None:
+                    params = match.groupdict()
+                    if "partition" in params and not _canonical_int(params["partition"]):
+                        break
+                    await self._answer(hot, params, scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+    async def _answer(self, hot: _Hot, params: dict[str, str], scope: Scope, receive: Receive, send: Send) -> None:
+        raw = await _body(receive)
+        if raw is None:  # the client went away
+            return
+        replay = replaying(raw, receive)
+        scope["path_params"] = params
+        scope["route"] = hot.route
+        request = Request(scope, replay)
+        response: Response | None
+        try:
+            await hot.auth(request)
+            response = await asyncio.get_running_loop().run_in_executor(self.executor, hot.handler, request, raw)
+        except Exception as exc:
+            response = errors.response_for(request, exc)
+        if response is None:
+            await self.app(scope, replay, send)
+        else:
+            await response(scope, replay, send)
+
+
+def executor(settings: Settings) -> ThreadPoolExecutor:
+    """The hot routes' worker threads: as many as the database pool has connections (a request
+    beyond them would only wait for one)."""
+    return ThreadPoolExecutor(max_workers=settings.db_pool_size + settings.db_pool_max_overflow, thread_name_prefix="txlog-http")
+
+
+def _canonical_int(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= _PARTITION_DIGITS and (text == "0" or text[0] != "0")
+
+
+async def _body(receive: Receive) -> bytes | None:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
