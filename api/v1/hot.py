@@ -1,17 +1,18 @@
 """The hottest routes of the v1 API served straight from ASGI: produce to a partition, produce to a
-topic and EndTxn.
+topic, EndTxn and fetch.
 
 Each is answered by the very functions its FastAPI route calls (``routes.produce_batch``,
-``routes.produce_plain``, ``routes.end_transaction``), after the route's own ACL dependency, with
-errors answered by ``errors.response_for`` as the application's exception handlers answer them.
-What is left out is FastAPI's per-request machinery: matching the request against every route,
-solving the dependencies, and anyio's thread hand-off. Measured over HTTP, that machinery was about
-a quarter of the server's CPU per produced batch (docs/benchmarks.md).
+``routes.produce_plain``, ``routes.end_transaction``, ``routes.fetch_page``), after the route's own
+ACL dependency, with errors answered by ``errors.response_for`` as the application's exception
+handlers answer them. What is left out is FastAPI's per-request machinery: matching the request
+against every route, solving the dependencies, and anyio's thread hand-off. Measured over HTTP,
+that machinery was about a fifth of the server's CPU per produced batch (docs/benchmarks.md).
 
 A request these routes cannot answer exactly as FastAPI would goes on to FastAPI, its body
-replayed: an EndTxn body that is not JSON of the route's model (FastAPI words its 422), or one sent
-with another content type. The routes stay declared in FastAPI for the OpenAPI document, and
-answer any request that reaches them.
+replayed: an EndTxn body that is not JSON of the route's model or a fetch parameter that is not a
+plain decimal within its bounds or one of its words (FastAPI words the 422), EndTxn sent with
+another content type, a fetch parameter given twice, a partition not in plain decimal. The routes
+stay declared in FastAPI for the OpenAPI document, and answer any request that reaches them.
 
 The middleware sits inside the request metrics and the body size limit, so both apply as to every
 route; the request's ``route`` is the FastAPI route's, so the metrics label it the same.
@@ -22,7 +23,8 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Awaitable, Callable
+from urllib.parse import parse_qsl
 
 import orjson
 from fastapi.routing import APIRoute
@@ -36,31 +38,77 @@ from api.limits import replaying
 from api.v1 import routes, schemas as s
 from app.config import Settings
 
-# A handler answers the request from its body, in a worker thread; None: FastAPI must answer it.
-Handler = Callable[[Request, bytes], "Response | None"]
+# A handler answers the request from its path parameters and body, running blocking work through
+# ``run`` (a worker thread); None: FastAPI must answer it.
+Run = Callable[..., Awaitable]
+Handler = Callable[[Request, bytes, Run], Awaitable["Response | None"]]
 
 
-def _produce_batch(request: Request, raw: bytes) -> Response:
+async def _produce_batch(request: Request, raw: bytes, run: Run) -> Response:
     params = request.path_params
-    return routes.produce_batch(request, params["topic"], int(params["partition"]), raw)
+    return await run(routes.produce_batch, request, params["topic"], int(params["partition"]), raw)
 
 
-def _produce_plain(request: Request, raw: bytes) -> Response:
-    return routes.produce_plain(request, request.path_params["topic"], raw)
+async def _produce_plain(request: Request, raw: bytes, run: Run) -> Response:
+    return await run(routes.produce_plain, request, request.path_params["topic"], raw)
 
 
-def _end_transaction(request: Request, raw: bytes) -> Response | None:
+async def _end_transaction(request: Request, raw: bytes, run: Run) -> Response | None:
     if request.headers.get("content-type") != "application/json":
         return None
     try:
         body = s.EndTxnBody.model_validate(orjson.loads(raw))
     except ValueError:  # not JSON, or not the model's: FastAPI's validation words the answer
         return None
-    return routes.end_transaction(request, request.path_params["tid"], body)
+    return await run(routes.end_transaction, request, request.path_params["tid"], body)
+
+
+# The fetch route's query parameters: (name, default, bounds of an integer or the words allowed).
+_FETCH_QUERY: tuple[tuple[str, int | str, tuple[int, int] | tuple[str, ...]], ...] = (
+    ("offset", 0, (0, s.INT64)),
+    ("max_records", 500, (1, 100_000)),
+    ("max_bytes", 1_048_576, (1, 2**31 - 1)),
+    ("isolation_level", "read_uncommitted", ("read_uncommitted", "read_committed")),
+    ("encoding", "utf8", ("utf8", "base64")),
+    ("wait_ms", 0, (0, 60_000)),
+)
+
+
+def _fetch_query(query_string: bytes) -> dict[str, int | str] | None:
+    """The fetch parameters as the route would read them, or None where FastAPI must judge them."""
+    given: dict[str, str] = {}
+    for name, value in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True):
+        if name in given:
+            return None
+        given[name] = value
+    out: dict[str, int | str] = {}
+    for name, default, allowed in _FETCH_QUERY:
+        text = given.get(name)
+        if text is None:
+            out[name] = default
+        elif isinstance(default, str):
+            if text not in allowed:
+                return None
+            out[name] = text
+        else:
+            low, high = allowed
+            if not _canonical_int(text) or not low <= int(text) <= high:
+                return None
+            out[name] = int(text)
+    return out
+
+
+async def _fetch(request: Request, raw: bytes, run: Run) -> Response | None:
+    query = _fetch_query(request.scope["query_string"])
+    if query is None:
+        return None
+    params = request.path_params
+    return await routes.fetch_page(request, params["topic"], int(params["partition"]), run=run, **query)  # type: ignore[arg-type]
 
 
 # (method, the FastAPI route's path, its handler)
 HOT: tuple[tuple[str, str, Handler], ...] = (
+    ("GET", "/v1/topics/{topic}/partitions/{partition}/records", _fetch),
     ("POST", "/v1/topics/{topic}/partitions/{partition}/records", _produce_batch),
     ("POST", "/v1/topics/{topic}/records", _produce_plain),
     ("POST", "/v1/transactions/{tid}/end", _end_transaction),
@@ -68,10 +116,12 @@ HOT: tuple[tuple[str, str, Handler], ...] = (
 
 # A partition as the route's ``int`` parameter reads it, and only so: anything else goes to FastAPI.
 _PARTITION_DIGITS = 9
+_METHODS = {method for method, _, _ in HOT}
 
 
 @dataclass(frozen=True)
 class _Hot:
+    method: str
     route: APIRoute
     auth: requires
     handler: Handler
@@ -83,7 +133,7 @@ def _hot_routes() -> list[_Hot]:
     for method, path, handler in HOT:
         route = by_key[(method, path)]
         (auth,) = [d.dependency for d in route.dependencies if isinstance(d.dependency, requires)]
-        found.append(_Hot(route, auth, handler))
+        found.append(_Hot(method, route, auth, handler))
     return found
 
 
@@ -96,12 +146,14 @@ class HotRoutes:
         self.executor = executor
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
+        if scope["type"] == "http" and scope["method"] in _METHODS and not scope.get("root_path"):
             for hot in self.routes:
+                if hot.method != scope["method"]:
+                    continue
                 match = hot.route.path_regex.match(scope["path"])
                 if match is not None:
                     params = match.groupdict()
-                    if "partition" in params and not _canonical_int(params["partition"]):
+                    if "partition" in params and not _canonical_int(params["partition"], _PARTITION_DIGITS):
                         break
                     await self._answer(hot, params, scope, receive, send)
                     return
@@ -118,7 +170,7 @@ class HotRoutes:
         response: Response | None
         try:
             await hot.auth(request)
-            response = await asyncio.get_running_loop().run_in_executor(self.executor, hot.handler, request, raw)
+            response = await hot.handler(request, raw, self._run)
         except Exception as exc:
             response = errors.response_for(request, exc)
         if response is None:
@@ -126,15 +178,17 @@ class HotRoutes:
         else:
             await response(scope, replay, send)
 
+    def _run(self, fn: Callable, *args: Any) -> Awaitable:
+        return asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
 
 def executor(settings: Settings) -> ThreadPoolExecutor:
     """The hot routes' worker threads: as many as the database pool has connections (a request
     beyond them would only wait for one)."""
     return ThreadPoolExecutor(max_workers=settings.db_pool_size + settings.db_pool_max_overflow, thread_name_prefix="txlog-http")
 
-
-def _canonical_int(text: str) -> bool:
-    return text.isascii() and text.isdigit() and len(text) <= _PARTITION_DIGITS and (text == "0" or text[0] != "0")
+def _canonical_int(text: str, digits: int = 19) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= digits and (text == "0" or text[0] != "0")
 
 
 async def _body(receive: Receive) -> bytes | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Literal
+from typing import Awaitable, Callable, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -188,6 +188,16 @@ async def fetch(
 ) -> Response:
     """Kafka's Fetch. ``wait_ms`` long-polls: shortened to ``TXLOG_MAX_FETCH_WAIT_MS``, and not
     waited at all while ``TXLOG_MAX_LONG_POLLS`` fetches already wait in this process."""
+    return await fetch_page(
+        request, topic, partition, offset, max_records, max_bytes, isolation_level, encoding, wait_ms, run_in_threadpool
+    )
+
+
+async def fetch_page(
+    request: Request, topic: str, partition: int, offset: int, max_records: int, max_bytes: int, isolation_level: str,
+    encoding: str, wait_ms: int, run: Callable[..., Awaitable],
+) -> Response:
+    """Fetch's answer; ``run(fn)`` runs ``fn`` in a worker thread (also served by ``api.v1.hot``)."""
     b: Broker = request.app.state.broker
     notifier = request.app.state.notifier
     wait_ms = long_poll_wait_ms(wait_ms, b.settings.max_fetch_wait_ms, notifier.waiting, b.settings.max_long_polls)
@@ -199,14 +209,14 @@ async def fetch(
         return result, codec.fetch_page(result, encoding)
 
     if wait_ms <= 0:
-        result, body = await run_in_threadpool(once)
+        result, body = await run(once)
     else:
         deadline = time.monotonic() + wait_ms / 1000
         async with notifier.subscribe(topic, partition) as sub:
-            result, body = await run_in_threadpool(once)
+            result, body = await run(once)
             while not result.records and result.next_offset == offset and (remaining := deadline - time.monotonic()) > 0:
                 if await sub.wait(remaining):
-                    result, body = await run_in_threadpool(once)
+                    result, body = await run(once)
                 elif await request.is_disconnected():
                     break
     return Response(body, media_type="application/json")

@@ -20,18 +20,31 @@ JSON = {"content-type": "application/json"}
 
 
 class Client:
-    """Requests to an application in this process, through its whole middleware stack (its
-    lifespan's long-poll listener and background threads are not needed here)."""
+    """Requests to an application in this process, through its whole middleware stack, on one
+    event loop that runs the application's lifespan (its long-poll listener) throughout."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
+        self.runner = asyncio.Runner()
+        self.lifespan = app.router.lifespan_context(app)
+        self.runner.run(self.lifespan.__aenter__())
 
-    def post(self, path: str, **kwargs: Any) -> httpx.Response:
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         async def send() -> httpx.Response:
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://txlog") as c:
-                return await c.post(path, **kwargs)
+                return await c.request(method, path, **kwargs)
 
-        return asyncio.run(send())
+        return self.runner.run(send())
+
+    def post(self, path: str, **kwargs: Any) -> httpx.Response:
+        return self.request("POST", path, **kwargs)
+
+    def get(self, path: str, **kwargs: Any) -> httpx.Response:
+        return self.request("GET", path, **kwargs)
+
+    def close(self) -> None:
+        self.runner.run(self.lifespan.__aexit__(None, None, None))
+        self.runner.close()
 
 
 @pytest.fixture
@@ -43,10 +56,12 @@ def clients(db_url: str) -> Iterator[tuple[Client, Client]]:
     without.user_middleware = [m for m in without.user_middleware if m.cls is not hot.HotRoutes]
     assert len(without.user_middleware) == len(with_hot.user_middleware) - 1
     h, f = Client(with_hot), Client(without)
-    assert h.post("/v1/topics", json={"name": "hot", "partitions": 2}).status_code == 201
-    yield h, f
-    with_hot.state.broker.db.dispose()
-    without.state.broker.db.dispose()
+    try:
+        assert h.post("/v1/topics", json={"name": "hot", "partitions": 2}).status_code == 201
+        yield h, f
+    finally:
+        h.close()
+        f.close()
 
 
 def _batch(n: int = 3, **fields: Any) -> dict:
@@ -133,6 +148,34 @@ def test_an_ended_transaction_is_answered_as_fastapi_answers_it(clients) -> None
         assert contradicted.json()["error"]["code"] == "INVALID_TXN_STATE"
 
 
+# Fetch query strings, each answered alike (the log: 3 records, then a committed transaction of 3).
+FETCHES = [
+    "", "?offset=1", "?offset=2&max_records=1", "?max_bytes=1", "?isolation_level=read_committed",
+    "?isolation_level=read_uncommitted&encoding=base64", "?offset=99", "?offset=7&wait_ms=50", "?offset=1&unknown=5",
+    "?offset=-1", "?offset=01", "?offset=+1", "?offset=1.0", "?offset=", "?offset=9223372036854775808",
+    "?offset=9223372036854775807", "?max_records=0", "?max_records=100001", "?max_bytes=2147483648", "?wait_ms=60001",
+    "?isolation_level=READ_COMMITTED", "?encoding=hex", "?offset=1&offset=2", "?encoding=utf8&encoding=utf8",
+    "?offset=%31", "?wait_ms=%2010",
+]
+
+
+def test_a_fetch_is_answered_as_fastapi_answers_it(clients) -> None:  # type: ignore[no-untyped-def]
+    h, f = clients
+    assert h.post("/v1/topics/hot/partitions/0/records", json=_batch()).status_code == 200
+    tid = f"hot-{uuid.uuid4().hex[:8]}"
+    ids = h.post("/v1/producers", json={"transactional_id": tid}).json()
+    ids = {"producer_id": ids["producer_id"], "producer_epoch": ids["producer_epoch"]}
+    assert h.post("/v1/topics/hot/partitions/0/records", json=_batch(transactional_id=tid, base_sequence=0, **ids)).status_code == 200
+    assert h.post(f"/v1/transactions/{tid}/end", json={**ids, "result": "commit"}).status_code == 200
+    for query in FETCHES:
+        for path in ("/v1/topics/hot/partitions/0/records", "/v1/topics/nope/partitions/0/records", "/v1/topics/hot/partitions/00/records"):
+            mine, theirs = h.get(path + query), f.get(path + query)
+            assert (mine.status_code, mine.headers["content-type"], mine.json()) == (
+                theirs.status_code, theirs.headers["content-type"], theirs.json()
+            ), (path, query)
+    assert h.get("/v1/topics/hot/partitions/0/records?isolation_level=read_committed").json()["next_offset"] == 7
+
+
 def test_hot_requests_count_under_their_route(clients) -> None:  # type: ignore[no-untyped-def]
     h, _ = clients
     counter = REQUESTS.labels("POST", "/v1/topics/{topic}/partitions/{partition}/records", "200")
@@ -152,15 +195,15 @@ def test_the_hot_routes_answer_without_fastapi(db_url: str) -> None:
         await send({"type": "http.response.start", "status": 599, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
+    client = Client(app)
     try:
-        client = Client(app)
         assert client.post("/v1/topics", json={"name": "hot", "partitions": 1}).status_code == 201
         middleware = hot.HotRoutes(fastapi, hot.executor(app.state.settings))
 
-        def call(path: str, body: bytes, content_type: bytes = b"application/json") -> int:
+        def call(path: str, body: bytes, content_type: bytes = b"application/json", method: str = "POST", query: bytes = b"") -> int:
             scope = {
-                "type": "http", "method": "POST", "path": path, "raw_path": path.encode(), "root_path": "",
-                "query_string": b"", "headers": [(b"content-type", content_type)], "app": app,
+                "type": "http", "method": method, "path": path, "raw_path": path.encode(), "root_path": "",
+                "query_string": query, "headers": [(b"content-type", content_type)], "app": app,
             }
             messages = [{"type": "http.request", "body": body, "more_body": False}]
             sent: list[dict] = []
@@ -171,11 +214,12 @@ def test_the_hot_routes_answer_without_fastapi(db_url: str) -> None:
             async def send(message: dict) -> None:
                 sent.append(message)
 
-            asyncio.run(middleware(scope, receive, send))
+            client.runner.run(middleware(scope, receive, send))
             return sent[0]["status"]
 
         end = b'{"producer_id": 1, "producer_epoch": 0, "result": "commit"}'
         assert call("/v1/topics/hot/partitions/0/records", b'{"records": [{"value": "a"}]}') == 200
+        assert call("/v1/topics/hot/partitions/0/records", b"", method="GET", query=b"offset=0&max_records=1") == 200
         assert call("/v1/topics/hot/records", b'{"records": [{"value": "a"}]}') == 200
         assert call("/v1/topics/hot/partitions/0/records", b"{}") == 422
         assert call("/v1/transactions/nobody/end", end) == 409
@@ -183,6 +227,10 @@ def test_the_hot_routes_answer_without_fastapi(db_url: str) -> None:
         assert call("/v1/transactions/nobody/end", end, b"text/plain") == 599
         assert call("/v1/topics/hot/partitions/00/records", b"{}") == 599
         assert call("/v1/topics/hot/partitions/0/delete-records", b"{}") == 599
-        assert reached == ["/v1/transactions/nobody/end", "/v1/topics/hot/partitions/00/records", "/v1/topics/hot/partitions/0/delete-records"]
+        assert call("/v1/topics/hot/partitions/0/records", b"", method="GET", query=b"offset=x") == 599
+        assert reached == [
+            "/v1/transactions/nobody/end", "/v1/topics/hot/partitions/00/records", "/v1/topics/hot/partitions/0/delete-records",
+            "/v1/topics/hot/partitions/0/records",
+        ]
     finally:
-        app.state.broker.db.dispose()
+        client.close()
