@@ -141,7 +141,8 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
 
     app.openapi = openapi  # type: ignore[method-assign]
 
-    # Innermost first: produce and EndTxn under the body size limit and the request metrics.
+    # Innermost first: the hot routes (produce, EndTxn, fetch) under the body size limit and the
+    # request metrics.
     app.add_middleware(hot.HotRoutes, executor=hot_threads)
     app.add_middleware(MaxBodySize, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestMetrics)

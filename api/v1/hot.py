@@ -187,6 +187,7 @@ def executor(settings: Settings) -> ThreadPoolExecutor:
     beyond them would only wait for one)."""
     return ThreadPoolExecutor(max_workers=settings.db_pool_size + settings.db_pool_max_overflow, thread_name_prefix="txlog-http")
 
+
 def _canonical_int(text: str, digits: int = 19) -> bool:
     return text.isascii() and text.isdigit() and len(text) <= digits and (text == "0" or text[0] != "0")
 
@@ -200,4 +201,3 @@ async def _body(receive: Receive) -> bytes | None:
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
