@@ -23,7 +23,7 @@ from app.domain.transactions import TopicPartition, TxnEvent, TxnMetadata, TxnSt
 from app.errors import ErrorCode, TxlogError
 from app.storage.arrays import bytea_array, int4_array, int8_array, text_array
 from app.storage.db import driver, libpq_url
-from app.storage.views import page_aborted_keys
+from app.storage.views import page_aborted
 
 NOTIFY_CHANNEL = "txlog_append"
 
@@ -702,7 +702,7 @@ class StoredRecord(NamedTuple):
 
 # What a read of the log selects, then the aborted flag (or ``false`` when it does not ask): by
 # txlog.log_records, which defines "aborted", or, for a page whose extent is known before it is
-# read, by the same definition's page form (``views.page_aborted_keys``).
+# read, by the same definition's page form (``views.page_aborted``).
 _RECORD_COLUMNS = f"""
 r."offset", r.key, r.value, r.header_keys, r.header_values, {_ms('r."timestamp"')}, r.producer_id,
 r.producer_epoch, r.sequence, r.is_transactional, r.control_type, r.position, r.txn_first_offset
@@ -726,23 +726,40 @@ def records_fetch(
     """Data records in [start, upper), in offset order, at most ``limit``. With ``committed_only``
     records of aborted transactions are left out (without, they are returned and not flagged).
     Reads at most ``upper - start`` rows of the log (offsets are dense): the caller bounds the
-    range. Binary results (bytes as they are stored, no hex text), one tuple per record."""
-    sql = _FETCH_COMMITTED if committed_only else _FETCH_UNCOMMITTED
+    range. Binary results (bytes as they are stored, no hex text), one tuple per record.
+
+    A page's extent is known only as it is read, since aborted records and markers do not count
+    against ``limit``; but it holds at least as many offsets as the records it still needs. So
+    ``committed_only`` reads it in spans of known extent — first ``limit`` offsets and a quarter
+    more, then, while records are missing and the range is not done, spans at least twice as long
+    as the last — each span's aborted records found by the page form of the definition
+    (``views.page_aborted``: an index probe per distinct transaction of the span, not per
+    record). A page with up to a fifth of its offsets aborted or markers is one statement; any page
+    is at most a logarithmic few. Every span reads in the caller's snapshot."""
     params = {"topic": topic, "partition": _partition(topic, partition), "start": Int8(start), "upper": Int8(upper), "limit": Int8(limit)}
-    return _stored(driver(conn).execute(sql, params, binary=True).fetchall())
+    if not committed_only:
+        return _stored(driver(conn).execute(_FETCH_UNCOMMITTED, params, binary=True).fetchall())
+    rows: list[StoredRecord] = []
+    span = 0
+    while start < upper and len(rows) < limit:
+        needed = limit - len(rows)
+        span = max(needed + needed // 4 + 16, 2 * span)
+        end = min(upper, start + span)
+        params.update(start=Int8(start), upper=Int8(end), limit=Int8(needed))
+        rows += _stored(driver(conn).execute(_FETCH_COMMITTED, params, binary=True).fetchall())
+        start = end
+    return rows
 
 
 def _fetch_sql(committed_only: bool) -> str:
-    # The view's probe per record: the page's extent is known only as it is read (aborted records
-    # and markers do not count against ``limit``), so the page form of "aborted"
-    # (``views.page_aborted_keys``), which needs the extent first, would read the whole window.
+    aborted = page_aborted("r", "%(topic)s", "%(partition)s", "%(start)s", "%(upper)s")
     return f"""
-        SELECT {_RECORD_COLUMNS}, false  -- not asked: read_uncommitted reads no aborted-transaction index
-        FROM txlog.log_records r
+        SELECT {_RECORD_COLUMNS}, false  -- not flagged: left out when asked, or not asked
+        FROM txlog.records r
         WHERE r.topic = %(topic)s AND r.partition = %(partition)s
           AND r."offset" >= %(start)s AND r."offset" < %(upper)s
           AND r.control_type IS NULL
-          {"AND NOT r.aborted" if committed_only else ""}
+          {f"AND NOT COALESCE({aborted}, false)" if committed_only else ""}
         ORDER BY r."offset"
         LIMIT %(limit)s
     """
@@ -760,9 +777,8 @@ def _fetch_log_sql(with_aborted: bool) -> str:
     # records) at the budget's very end are in. Only the page's last row can end past the budget
     # (the caller drops it unless it is the first).
     page_end = "(SELECT c.lo FROM cut c WHERE c.lo = c.hi)"
-    keys = page_aborted_keys("%(topic)s", "%(partition)s", "%(start)s", page_end)
     aborted = (
-        f"r.txn_first_offset IS NOT NULL AND (r.producer_id, r.txn_first_offset) IN ({keys})" if with_aborted
+        page_aborted("r", "%(topic)s", "%(partition)s", "%(start)s", page_end) if with_aborted
         else "false  -- not asked: read_uncommitted reads no aborted-transaction index"
     )
     return f"""
@@ -804,7 +820,7 @@ def records_fetch_log(
     first row's log position: the rows that start inside the budget (or at its end), the first
     always, so that only the last one may end past it (``start`` must be below ``end``, and at or
     above the log start). ``with_aborted`` flags rows of aborted transactions
-    (``views.page_aborted_keys``: an index probe per distinct transaction of the page); otherwise
+    (``views.page_aborted``: an index probe per distinct transaction of the page); otherwise
     the index is not read. Reads at most ``end - start`` rows and about log2 of that in lookups;
     binary results."""
     params = {

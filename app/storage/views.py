@@ -13,7 +13,8 @@ definitions, and a test checks that a migrated database has exactly these.
 # range containing a record is the one keyed (producer id, txn_first_offset): an equality on the
 # index's primary key, which PostgreSQL serves as a probe per record for a page (the HTTP fetch),
 # as one hash join for a bulk read, and leaves out entirely when ``aborted`` is not asked for. A
-# page whose extent is known before it is read (Kafka's Fetch) asks by ``page_aborted_keys``.
+# page whose extent is known before it is read (Kafka's Fetch, and the HTTP fetch span by span)
+# asks by ``page_aborted``.
 LOG_RECORDS = """
 CREATE OR REPLACE VIEW txlog.log_records AS
 SELECT r.topic,
@@ -49,7 +50,7 @@ def page_aborted_keys(topic: str, partition: str, start: str, end: str) -> str:
     as a hash table, from one index probe per distinct transaction of the page instead of the
     view's probe per record: its cost is bounded by the page, however long the partition's history
     of aborted transactions. A record of no transaction (txn_first_offset NULL) is never in it.
-    Held equal to the view by tests/integration/test_transactions.py."""
+    Held equal to the view by tests/integration/test_transactions.py (through ``page_aborted``)."""
     return f"""
         SELECT k.producer_id, k.txn_first_offset FROM (
             SELECT DISTINCT k.producer_id, k.txn_first_offset FROM txlog.records k
@@ -62,6 +63,14 @@ def page_aborted_keys(topic: str, partition: str, start: str, end: str) -> str:
                  AND a.producer_id = k.producer_id AND a.first_offset = k.txn_first_offset)
     """
 
+
+
+def page_aborted(record: str, topic: str, partition: str, start: str, end: str) -> str:
+    """SQL: whether the row ``record`` (an alias of txlog.records) of a page of the partition's log,
+    offsets [``start``, ``end``), is a record of an aborted transaction, by ``page_aborted_keys``:
+    true, or false or NULL (a record of no transaction: not aborted)."""
+    keys = page_aborted_keys(topic, partition, start, end)
+    return f"{record}.txn_first_offset IS NOT NULL AND ({record}.producer_id, {record}.txn_first_offset) IN ({keys})"
 
 PARTITION_STATUS = """
 CREATE OR REPLACE VIEW txlog.partition_status AS

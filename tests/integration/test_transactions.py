@@ -466,13 +466,10 @@ def test_next_offset_moves_past_markers_and_aborted_records(broker, topic):
     assert uncommitted.next_offset == 8
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_a_fetch_page_flags_aborted_records_as_the_view_does(broker, topic, seed):
-    """Kafka's Fetch flags a page's aborted records by the page form of the definition
-    (``views.page_aborted_keys``); every page, wherever it starts and ends, agrees with
-    txlog.log_records.aborted row by row, over interleaved, committed, aborted and open
-    transactions of several producers, plain records and transactions aborted by a re-init."""
-    rng = random.Random(seed)
+def _mixed_log(broker, topic, rng) -> tuple[dict[int, bool], int]:
+    """Interleaved committed, aborted and open transactions of several producers, plain records
+    and transactions aborted by a re-init, on partition 0: each offset's aborted flag by
+    txlog.log_records, and the high watermark."""
     producers = [Producer(broker, f"tx{i}") for i in range(4)]
     for step in range(120):
         p = rng.choice(producers)
@@ -492,7 +489,16 @@ def test_a_fetch_page_flags_aborted_records_as_the_view_does(broker, topic, seed
             "SELECT \"offset\", aborted FROM txlog.log_records WHERE topic = :t AND partition = 0"), {"t": topic}).all())
         status = q.partition_status(conn, topic, 0)
     assert any(view.values()) and not all(view.values())
-    hw = status.high_watermark
+    return view, status.high_watermark
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_fetch_page_flags_aborted_records_as_the_view_does(broker, topic, seed):
+    """Kafka's Fetch flags a page's aborted records by the page form of the definition
+    (``views.page_aborted``); every page, wherever it starts and ends, agrees with
+    txlog.log_records.aborted row by row."""
+    rng = random.Random(seed)
+    view, hw = _mixed_log(broker, topic, rng)
     for _ in range(60):
         start = rng.randrange(hw)
         end = rng.randint(start + 1, hw)
@@ -501,6 +507,27 @@ def test_a_fetch_page_flags_aborted_records_as_the_view_does(broker, topic, seed
             page = q.records_fetch_log(conn, topic, 0, start, end, max_bytes, with_aborted=True)
         assert page and page[0].offset == start
         assert [(r.offset, r.aborted) for r in page] == [(r.offset, view[r.offset]) for r in page]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_committed_read_leaves_out_what_the_view_calls_aborted(broker, topic, seed):
+    """The HTTP fetch's read_committed read, made span by span with the page form of the
+    definition, returns exactly the first ``limit`` data records of the range that
+    txlog.log_records does not call aborted, wherever the range starts and ends and whatever the
+    limit (a span boundary inside a transaction, limits of 1 to past the range)."""
+    rng = random.Random(seed)
+    view, hw = _mixed_log(broker, topic, rng)
+    with broker.db.read() as conn:
+        data = [o for (o,) in conn.execute(text(
+            "SELECT \"offset\" FROM txlog.records WHERE topic = :t AND partition = 0 AND control_type IS NULL "
+            "ORDER BY \"offset\""), {"t": topic}).all()]
+    for _ in range(80):
+        start = rng.randrange(hw)
+        upper = rng.randint(start + 1, hw)
+        limit = rng.choice([1, 2, 3, 5, 17, 40, 400])
+        with broker.db.read() as conn:
+            got = [r.offset for r in q.records_fetch(conn, topic, 0, start, upper, limit, committed_only=True)]
+        assert got == [o for o in data if start <= o < upper and not view[o]][:limit], (start, upper, limit)
 
 
 def test_lso_is_the_first_offset_of_the_earliest_open_transaction(broker, topic):
