@@ -1,8 +1,11 @@
 """The hot statements stay within what psycopg parses once (``app/storage/db.py`` raises its
-limit): a statement longer than ``MAX_CACHED_STATEMENT_LENGTH`` bytes has its placeholders parsed
-again at every execution."""
+limits): a statement longer than ``MAX_CACHED_STATEMENT_LENGTH`` bytes, or sent with more than
+``MAX_CACHED_STATEMENT_PARAMS`` parameters, has its placeholders parsed again at every execution.
+Each is sent with exactly its placeholders."""
 
 from __future__ import annotations
+
+import re
 
 import psycopg._queries
 import pytest
@@ -16,7 +19,9 @@ from app.storage import queries as q
     "_FETCH_COMMITTED",
 ])
 def test_a_hot_statement_is_parsed_once(name):  # type: ignore[no-untyped-def]
-    assert len(getattr(q, name).encode()) <= psycopg._queries.MAX_CACHED_STATEMENT_LENGTH
+    sql = getattr(q, name)
+    assert len(sql.encode()) <= psycopg._queries.MAX_CACHED_STATEMENT_LENGTH
+    assert len(set(re.findall(r"%\((\w+)\)[sb]", sql))) <= psycopg._queries.MAX_CACHED_STATEMENT_PARAMS
 
 
 def test_compacting_keeps_the_statement_and_drops_only_indentation():  # type: ignore[no-untyped-def]
