@@ -38,7 +38,7 @@ class SparkProgress:
         done = total = 0
         for stage_id in self.tracker.getActiveStageIds():
             info = self.tracker.getStageInfo(stage_id)
-            if info is not None and info.numCompletedTasks + info.numActiveTasks + info.numFailedTasks:
+            if info is not None:
                 done += info.numCompletedTasks
                 total += info.numTasks
         return done, total

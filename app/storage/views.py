@@ -11,10 +11,10 @@ definitions, and a test checks that a migrated database has exactly these.
 # (Kafka's .txnindex, keyed by offset range) contains its offset. A producer's ranges on a partition
 # never overlap and a transaction's records all carry its first offset (txn_first_offset), so the
 # range containing a record is the one keyed (producer id, txn_first_offset): an equality on the
-# index's primary key, which PostgreSQL serves as a probe per record for a page (the HTTP fetch),
-# as one hash join for a bulk read, and leaves out entirely when ``aborted`` is not asked for. A
-# page whose extent is known before it is read (Kafka's Fetch, and the HTTP fetch span by span)
-# asks by ``page_aborted``.
+# index's primary key, which PostgreSQL serves as one hash join for a bulk read and leaves out
+# entirely when ``aborted`` is not asked for. A page whose extent is known before it is read
+# (Kafka's Fetch, and the HTTP fetch span by span) asks by ``page_aborted``: the same equality,
+# taken once per distinct transaction of the page.
 LOG_RECORDS = """
 CREATE OR REPLACE VIEW txlog.log_records AS
 SELECT r.topic,
@@ -64,13 +64,13 @@ def page_aborted_keys(topic: str, partition: str, start: str, end: str) -> str:
     """
 
 
-
 def page_aborted(record: str, topic: str, partition: str, start: str, end: str) -> str:
     """SQL: whether the row ``record`` (an alias of txlog.records) of a page of the partition's log,
     offsets [``start``, ``end``), is a record of an aborted transaction, by ``page_aborted_keys``:
     true, or false or NULL (a record of no transaction: not aborted)."""
     keys = page_aborted_keys(topic, partition, start, end)
     return f"{record}.txn_first_offset IS NOT NULL AND ({record}.producer_id, {record}.txn_first_offset) IN ({keys})"
+
 
 PARTITION_STATUS = """
 CREATE OR REPLACE VIEW txlog.partition_status AS
