@@ -35,8 +35,8 @@ def round_arguments(ap: argparse.ArgumentParser, quick_help: str, groups: Sequen
     """The options every benchmark takes: rounds and windows, client processes, groups of windows."""
     ap.add_argument("--quick", action="store_true", help=quick_help)
     ap.add_argument("--rounds", type=int, help="rounds (5; 3 with --quick)")
-    ap.add_argument("--window", type=float, help="measured seconds per window (3; 1 with --quick)")
-    ap.add_argument("--warmup", type=float, help="seconds before each window (0.5; 0.3 with --quick)")
+    ap.add_argument("--window", type=float, help="measured seconds per window (3; 0.8 with --quick)")
+    ap.add_argument("--warmup", type=float, help="seconds before each window (0.5; 0.2 with --quick)")
     ap.add_argument("--clients", type=int, default=4, help="client processes (8 producers are spread over them)")
     ap.add_argument("--only", default=",".join(groups), help=f"groups of windows to run (of {','.join(groups)})")
 
@@ -49,8 +49,8 @@ def round_settings(ap: argparse.ArgumentParser, args: argparse.Namespace, groups
         ap.error(f"unknown groups {sorted(unknown)}; choose from {','.join(groups)}")
     return {
         "rounds": args.rounds or (3 if args.quick else 5),
-        "window": args.window or (1.0 if args.quick else 3.0),
-        "warmup": args.warmup if args.warmup is not None else (0.3 if args.quick else 0.5),
+        "window": args.window or (0.8 if args.quick else 3.0),
+        "warmup": args.warmup if args.warmup is not None else (0.2 if args.quick else 0.5),
         "clients": args.clients,
         "quick": args.quick,
     }

@@ -413,7 +413,7 @@ def summaries(bench: Bench) -> list[report.WorkloadSummary]:
 
 def parse(argv: list[str] | None) -> tuple[Config, argparse.Namespace]:
     ap = argparse.ArgumentParser(prog="python -m bench.http", description=__doc__.split("\n\n")[0])
-    round_arguments(ap, "3 rounds of 1 s windows (under 4 minutes with set-up)", GROUPS)
+    round_arguments(ap, "3 rounds of 0.8 s windows (about 2 minutes with set-up)", GROUPS)
     ap.add_argument("--big-transactions", type=int, default=100_000,
                     help="transactions of the big log, 10 offsets each, over 1000 transactional ids (a multiple of 1000)")
     ap.add_argument("--small-transactions", type=int, default=1_000,

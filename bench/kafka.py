@@ -414,7 +414,7 @@ def figures(bench: Bench, two: bool) -> list[report.Row]:
 
 def parse(argv: list[str] | None) -> tuple[Config, argparse.Namespace]:
     ap = argparse.ArgumentParser(prog="python -m bench.kafka", description=__doc__.split("\n\n")[0])
-    round_arguments(ap, "3 rounds of 1 s windows, one gateway (about a minute)", GROUPS)
+    round_arguments(ap, "3 rounds of 0.8 s windows, one gateway (about a minute)", GROUPS)
     ap.add_argument("--gateways", type=int, choices=(1, 2), help="2: also the 8-producer windows over two gateways (2; 1 with --quick)")
     ap.add_argument("--profile", action="store_true", help="py-spy the gateway through one more idempotent/8 window")
     ap.add_argument("--profile-workload", default="idempotent/8", help="the window --profile samples")
