@@ -1,6 +1,6 @@
-"""The hot routes (``api.v1.hot``): produce and EndTxn answered straight from ASGI must answer every
-request exactly as their FastAPI routes do, be what answers them, and count in the metrics under
-the route's name. Two applications over one database: one with the hot routes, one without."""
+"""The hot routes (``api.v1.hot``): produce, EndTxn and fetch answered straight from ASGI must
+answer every request exactly as their FastAPI routes do, be what answers them, and count in the
+metrics under the route's name. Two applications over one database: one with the hot routes, one without."""
 
 from __future__ import annotations
 
