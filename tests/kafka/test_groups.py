@@ -200,6 +200,11 @@ def _run_kafka_python(m: Member) -> None:
         isolation_level="read_committed" if m.read_committed else "read_uncommitted",
     )
     consumer.subscribe([m.topic], listener=Listener())
+    # kafka-python 3.0.12 loses a join's answer when its leader rejoins because the topic's metadata
+    # came after its first assignment and the join outlasts a poll: the member waits in the join with
+    # heartbeats off until its session ends. Reading the topic's partitions before the first poll
+    # gives the first assignment the partitions, so the metadata that follows changes nothing.
+    assert consumer.partitions_for_topic(m.topic), f"{m.topic} has partitions"
     try:
         while not m.stopping:
             batches = consumer.poll(timeout_ms=50)
