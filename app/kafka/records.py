@@ -710,9 +710,14 @@ def batch_runs(records: Sequence[StoredRecord]) -> list[Sequence[StoredRecord]]:
 
 
 def encode_records(records: Sequence[StoredRecord]) -> bytes:
-    """A fetch's records as record batches end to end (``batch_runs``, then ``encode_batch`` each
-    from its first record's offset)."""
-    return b"".join(encode_batch(run[0].offset, run) for run in batch_runs(records))
+    """A fetch's records as record batches end to end (``batch_runs``, then ``encode_runs``)."""
+    return encode_runs(batch_runs(records))
+
+
+def encode_runs(runs: Sequence[Sequence[StoredRecord]]) -> bytes:
+    """Runs of records (as ``batch_runs`` cuts them, or heads of such runs) as record batches end to
+    end, each from its first record's offset."""
+    return b"".join([encode_batch(run[0].offset, run) for run in runs])
 
 
 # --- produce --------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import pytest
 from app.domain.records import NewRecord
 from app.errors import ErrorCode
 from app.kafka import records as codec
+from app.kafka.handlers import fetch as fetch_handler
 from app.kafka.handlers.fetch import _batches_within
 from app.kafka.protocol import ApiKey
 from app.services import Broker
@@ -443,13 +444,14 @@ def test_byte_limits_first_record_whole_then_the_budget_passes_on(raw: RawConnec
     assert [r.value for b in batches_of(alone.responses[0].partitions[0].records) for r in b.records] == [b"w" * 3000]
 
 
-def log_rows(n: int) -> list[StoredRecord]:
-    """Rows as a page holds them: plain records of growing size, some with headers, a transaction's
-    records and its marker."""
+def log_rows(n: int, headers_every: int = 3) -> list[StoredRecord]:
+    """Rows as a page holds them: plain records of growing size, some with headers (every
+    ``headers_every``-th; 0: none), a transaction's records and its marker."""
     rows, position = [], 0
     for i in range(n):
         control = i % 7 == 6
-        headers = () if control or i % 3 else (("h", b"\x00" * i), ("h", None))
+        with_headers = headers_every and not control and i % headers_every == 0
+        headers = (("h", b"\x00" * i), ("h", None)) if with_headers else ()
         key, value = (None, None) if control else (b"k" * (i % 4), b"v" * (i * 37 % 500))
         txn = i % 7 >= 4
         rows.append(StoredRecord(
@@ -475,6 +477,34 @@ def test_a_page_is_cut_in_whole_records_within_the_limit() -> None:
                 assert offsets[:1] == [100]
     assert _batches_within(rows, 10 * len(whole), False)[0] == whole
     assert _batches_within([], 100, True) == (b"", None)
+
+
+def _longest_head(rows: list[StoredRecord], limit: int, first_whole: bool) -> int:
+    """How many rows the cut keeps, by its definition: rows are added one by one, each with its
+    record and header overheads at their largest and each batch with its header, while the sum
+    stays within ``limit``."""
+    size = kept = 0
+    for run in codec.batch_runs(rows):
+        size += codec.HEADER_SIZE
+        for row in run:
+            size += row.size + fetch_handler._RECORD_OVERHEAD_MAX + fetch_handler._HEADER_OVERHEAD_MAX * len(row.header_keys or ())
+            if size > limit and not (kept == 0 and first_whole):
+                return kept
+            kept += 1
+    return kept
+
+
+@pytest.mark.parametrize("headers_every", [0, 2, 3, 50])
+def test_a_page_is_cut_at_the_longest_head_within_the_limit(headers_every: int) -> None:
+    """Runs without headers are sized whole; the cut is still the one row by row would make."""
+    rows = log_rows(120, headers_every)
+    whole = codec.encode_records(rows)
+    for limit in range(0, len(whole) + 200, 97):
+        for first_whole in (False, True):
+            data, last = _batches_within(rows, limit, first_whole)
+            kept = _longest_head(rows, limit, first_whole)
+            assert last == (rows[kept - 1].offset if kept else None), (limit, first_whole)
+            assert data == codec.encode_records(rows[:kept])
 
 
 def test_an_unknown_isolation_level_is_refused(raw: RawConnection, topic: str) -> None:

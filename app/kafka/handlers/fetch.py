@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import operator
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Sequence
@@ -63,6 +64,9 @@ _SESSIONLESS = 0
 # too); and the two lengths of each header.
 _RECORD_OVERHEAD_MAX = 5 + 1 + 10 + 5 + 5 + 5 + 5
 _HEADER_OVERHEAD_MAX = 5 + 5
+_KEY = operator.attrgetter("key")
+_VALUE = operator.attrgetter("value")
+_HEADER_KEYS = operator.attrgetter("header_keys")
 
 
 def _isolation(level: int) -> IsolationLevel:
@@ -170,22 +174,38 @@ def _batches_within(rows: Sequence[Any], limit: int, first_whole: bool) -> tuple
     """The record batches of the longest head of ``rows`` that surely encodes within ``limit`` bytes
     (at least the first row when ``first_whole``), and the offset of its last row (None: no row).
     The page was cut by the bytes of keys, values and headers; batch and record headers come on
-    top, counted here at their largest, so that the rows are encoded once."""
+    top, counted here at their largest, so that the rows are encoded once, run by run as cut here.
+    A run without headers is sized whole, by C loops over its keys and values; only a run with
+    headers, and the run where the limit falls, are sized row by row."""
     kept = 0
     size = 0
+    runs = []
     for run in records.batch_runs(rows):
+        if not any(map(_HEADER_KEYS, run)):
+            whole = (
+                records.HEADER_SIZE + _RECORD_OVERHEAD_MAX * len(run)
+                + sum(map(len, filter(None, map(_KEY, run)))) + sum(map(len, filter(None, map(_VALUE, run))))
+            )
+            if size + whole <= limit:
+                size += whole
+                kept += len(run)
+                runs.append(run)
+                continue
         size += records.HEADER_SIZE
+        taken = 0
         for row in run:
             size += row.size + _RECORD_OVERHEAD_MAX + _HEADER_OVERHEAD_MAX * len(row.header_keys or ())
             if size > limit and not (kept == 0 and first_whole):
                 break
             kept += 1
-        else:
-            continue
-        break
+            taken += 1
+        if taken:
+            runs.append(run if taken == len(run) else run[:taken])
+        if taken < len(run):
+            break
     if not kept:
         return b"", None
-    return records.encode_records(rows[:kept]), rows[kept - 1].offset
+    return records.encode_runs(runs), rows[kept - 1].offset
 
 
 def _partition_error(partition: int, exc: TxlogError) -> dict:
