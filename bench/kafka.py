@@ -30,10 +30,10 @@ a counter row lock and ``INSERT … SELECT FROM unnest``, one transaction per ba
 *raw page fetch* (1000 rows by primary key, binary results).
 
 With ``--gateways 2`` a second phase follows: a second ``txlog kafka`` (node id 1) joins on the
-same database, and the 8-producer windows run again, each producer bootstrapping at gateway
-``partition % 2``. Metadata lists the live gateways and spreads partition leadership over them,
-so the producers follow their partitions' leaders; the raw append is measured again in that
-phase's rounds.
+same database, and the 8-lane windows (``produce8``, ``fetch8``) run again, each producer
+bootstrapping at gateway ``partition % 2``. Metadata lists the live gateways and spreads
+partition leadership over them, so producers and consumers follow their partitions' leaders; the
+raw append and the raw page fetch are measured again in that phase's rounds.
 
 ``--profile`` runs one more window (idempotent produce, 8 producers; at least 3 s, not counted)
 with py-spy (in .venv) sampling whichever gateway thread holds the GIL, and the CPU time of each
@@ -104,8 +104,11 @@ GROUPS = {
     "fetch1": ["raw_fetch/1", "read_committed/1"],
     "fetch8": ["raw_fetch/8", "read_committed/8"],
 }
-# The second phase, with two gateways.
-GROUPS_TWO = {"produce8x2": ["raw_append/8x2", "idempotent/8x2", "txn10/8x2"]}
+# The second phase, with two gateways: the 8-lane groups again.
+GROUPS_TWO = {
+    "produce8": ["raw_append/8x2", "idempotent/8x2", "txn10/8x2"],
+    "fetch8": ["raw_fetch/8x2", "read_committed/8x2"],
+}
 
 
 @dataclass(frozen=True)
@@ -186,11 +189,10 @@ class Bench(Harness):
             self.add(f"raw_append/{n}{suffix}", lambda n=n: [Lane("raw_append", self.url, partition=i) for i in range(n)])
             for key, mode, every in (("idempotent", "idempotent", 0), ("txn10", "transactional", COMMIT_EVERY)):
                 self.add(f"{key}/{n}{suffix}", self._produce_lanes(f"{key}-{n}{suffix}", TOPICS[key], mode, every, n, spread))
-        for n in (1, PARTITIONS):
-            self.add(f"raw_fetch/{n}", self._fetch_lanes(f"raw_fetch/{n}", "raw_fetch", n),
-                     after=self._keep_cursors(f"raw_fetch/{n}"))
-            self.add(f"read_committed/{n}", self._fetch_lanes(f"read_committed/{n}", "kafka_fetch", n),
-                     after=self._keep_cursors(f"read_committed/{n}"))
+        for n, suffix in ((1, ""), (PARTITIONS, ""), (PARTITIONS, "x2")):
+            for kind, lane_kind in (("raw_fetch", "raw_fetch"), ("read_committed", "kafka_fetch")):
+                key = f"{kind}/{n}{suffix}"
+                self.add(key, self._fetch_lanes(key, lane_kind, n), after=self._keep_cursors(key))
 
     def _bootstrap(self, partition: int, spread: int) -> str:
         return self.gateways[partition % spread].target
@@ -234,8 +236,11 @@ class Bench(Harness):
                 return listed
             time.sleep(0.5)
 
-    def rounds_two(self) -> None:
-        self.run_rounds(list(GROUPS_TWO.values()), ["idempotent/8x2", "txn10/8x2"])
+    def rounds_two(self, groups: list[str]) -> None:
+        """The phase-two windows of ``groups`` (those with 8 lanes), with both gateways up."""
+        order = [GROUPS_TWO[g] for g in groups if g in GROUPS_TWO]
+        if order:
+            self.run_rounds(order, [key for group in order for key in group if not key.startswith("raw_")])
 
     # -- profile ---------------------------------------------------------------------------------
     def profile(self, key: str, raw: Path) -> Profile | None:
@@ -406,6 +411,8 @@ def figures(bench: Bench, two: bool) -> list[report.Row]:
                 {"8": ("idempotent/8x2", "raw_append/8x2")}, report.Goal(">=", 0.6)),
             row("wire2_txn10_raw", "wire, 2 gateways: transactional, every 10 batches ÷ raw append",
                 {"8": ("txn10/8x2", "raw_append/8x2")}, report.Goal(">=", 0.6)),
+            row("wire2_rc_raw", "wire, 2 gateways: read_committed consume ÷ raw page fetch",
+                {"8": ("read_committed/8x2", "raw_fetch/8x2")}, report.Goal(">=", 0.5)),
         ]
     return [r for r in rows if r.cells]
 
@@ -415,7 +422,7 @@ def figures(bench: Bench, two: bool) -> list[report.Row]:
 def parse(argv: list[str] | None) -> tuple[Config, argparse.Namespace]:
     ap = argparse.ArgumentParser(prog="python -m bench.kafka", description=__doc__.split("\n\n")[0])
     round_arguments(ap, "3 rounds of 0.8 s windows, one gateway (about a minute)", GROUPS)
-    ap.add_argument("--gateways", type=int, choices=(1, 2), help="2: also the 8-producer windows over two gateways (2; 1 with --quick)")
+    ap.add_argument("--gateways", type=int, choices=(1, 2), help="2: also the 8-lane windows over two gateways (2; 1 with --quick)")
     ap.add_argument("--profile", action="store_true", help="py-spy the gateway through one more idempotent/8 window")
     ap.add_argument("--profile-workload", default="idempotent/8", help="the window --profile samples")
     ap.add_argument("--output", type=Path, default=RESULTS, help="where kafka.json and kafka.png go")
@@ -470,7 +477,7 @@ def run(argv: list[str] | None = None) -> str:
         if cfg.gateways == 2:
             listed = bench.second_gateway()
             print(f"a second gateway (node 1) is up; Metadata lists {listed} broker{'s' if listed != 1 else ''}", flush=True)
-            bench.rounds_two()
+            bench.rounds_two(args.only)
         rows = figures(bench, cfg.gateways == 2)
         works = summaries(bench.workloads, lambda key: key.startswith("txn10"))
         others = bench.other_load()
