@@ -203,11 +203,13 @@ def _run_kafka_python(m: Member) -> None:
     # kafka-python 3.0.12 loses a join's answer when its leader rejoins because the topic's metadata
     # came after its first assignment and the join outlasts a poll: the member waits in the join with
     # heartbeats off until its session ends. Reading the topic's partitions before the first poll
-    # gives the first assignment the partitions, so the metadata that follows changes nothing.
+    # gives the first assignment the partitions, so the metadata that follows changes nothing. A join
+    # that outlasts a poll is also sent again when the next poll finds it done but not taken up,
+    # starting another rebalance: polls of a quarter second outlast a join on a loaded machine.
     assert consumer.partitions_for_topic(m.topic), f"{m.topic} has partitions"
     try:
         while not m.stopping:
-            batches = consumer.poll(timeout_ms=50)
+            batches = consumer.poll(timeout_ms=250)
             offsets = {}
             for tp, records in batches.items():
                 for r in records:
