@@ -206,8 +206,8 @@ def _run_kafka_python(m: Member) -> None:
     # gives the first assignment the partitions, so the metadata that follows changes nothing. A join
     # that outlasts a poll is also sent again when the next poll finds it done but not taken up,
     # starting another rebalance: polls of a quarter second outlast a join on a loaded machine.
-    assert consumer.partitions_for_topic(m.topic), f"{m.topic} has partitions"
     try:
+        assert consumer.partitions_for_topic(m.topic), f"{m.topic} has partitions"
         while not m.stopping:
             batches = consumer.poll(timeout_ms=250)
             offsets = {}
