@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import operator
 import re
 import uuid
 from dataclasses import dataclass
@@ -698,6 +699,23 @@ class StoredRecord(NamedTuple):
         if not self.header_keys:  # most records: no call, no headers tuple
             return len(self.key or b"") + len(self.value or b"")
         return record_size(self.key, self.value, self.headers)
+
+
+_KEY = operator.attrgetter("key")
+_VALUE = operator.attrgetter("value")
+_HEADER_KEYS = operator.attrgetter("header_keys")
+
+
+def records_size(records: Sequence[StoredRecord]) -> int:
+    """The ``size`` of ``records`` summed: by C loops over keys and values when none has headers."""
+    if any(map(_HEADER_KEYS, records)):
+        return sum(r.size for r in records)
+    return sum(map(len, filter(None, map(_KEY, records)))) + sum(map(len, filter(None, map(_VALUE, records))))
+
+
+def header_count(records: Sequence[StoredRecord]) -> int:
+    """How many headers ``records`` have in all."""
+    return sum(map(len, filter(None, map(_HEADER_KEYS, records))))
 
 
 # What a read of the log selects, then the aborted flag (or ``false`` when it does not ask): by

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import operator
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Sequence
@@ -52,6 +51,7 @@ from app.kafka.handlers.bootstrap import LEADER_EPOCH
 from app.services import Broker
 from app.services import fetch as fetch_service
 from app.services.notify import AppendNotifier, Subscription
+from app.storage.queries import header_count, records_size
 
 _ISOLATION_LEVELS: dict[int, IsolationLevel] = {0: "read_uncommitted", 1: "read_committed"}
 _NO_OFFSET = -1
@@ -64,9 +64,6 @@ _SESSIONLESS = 0
 # too); and the two lengths of each header.
 _RECORD_OVERHEAD_MAX = 5 + 1 + 10 + 5 + 5 + 5 + 5
 _HEADER_OVERHEAD_MAX = 5 + 5
-_KEY = operator.attrgetter("key")
-_VALUE = operator.attrgetter("value")
-_HEADER_KEYS = operator.attrgetter("header_keys")
 
 
 def _isolation(level: int) -> IsolationLevel:
@@ -175,34 +172,31 @@ def _batches_within(rows: Sequence[Any], limit: int, first_whole: bool) -> tuple
     (at least the first row when ``first_whole``), and the offset of its last row (None: no row).
     The page was cut by the bytes of keys, values and headers; batch and record headers come on
     top, counted here at their largest, so that the rows are encoded once, run by run as cut here.
-    A run without headers is sized whole, by C loops over its keys and values; only a run with
-    headers, and the run where the limit falls, are sized row by row."""
+    A run that fits is sized whole; only the run where the limit falls is sized row by row."""
     kept = 0
     size = 0
     runs = []
     for run in records.batch_runs(rows):
-        if not any(map(_HEADER_KEYS, run)):
-            whole = (
-                records.HEADER_SIZE + _RECORD_OVERHEAD_MAX * len(run)
-                + sum(map(len, filter(None, map(_KEY, run)))) + sum(map(len, filter(None, map(_VALUE, run))))
-            )
-            if size + whole <= limit:
-                size += whole
-                kept += len(run)
-                runs.append(run)
-                continue
+        whole = (
+            records.HEADER_SIZE + _RECORD_OVERHEAD_MAX * len(run) + _HEADER_OVERHEAD_MAX * header_count(run)
+            + records_size(run)
+        )
+        if size + whole <= limit:
+            size += whole
+            kept += len(run)
+            runs.append(run)
+            continue
         size += records.HEADER_SIZE
         taken = 0
         for row in run:
             size += row.size + _RECORD_OVERHEAD_MAX + _HEADER_OVERHEAD_MAX * len(row.header_keys or ())
             if size > limit and not (kept == 0 and first_whole):
                 break
-            kept += 1
             taken += 1
+            kept += 1
         if taken:
-            runs.append(run if taken == len(run) else run[:taken])
-        if taken < len(run):
-            break
+            runs.append(run[:taken])
+        break
     if not kept:
         return b"", None
     return records.encode_runs(runs), rows[kept - 1].offset
