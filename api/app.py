@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 import logging
 from typing import AsyncIterator
 
@@ -24,6 +23,7 @@ from api.v1 import hot, operator as v1_operator
 from api.v1.routes import add_body_schemas, router as v1_router
 from api.v1.half_messages import router as half_messages_router
 from api.v1.security import router as security_router
+from app import memory
 from app.domain.acls import Api
 from app.config import Settings, load_settings
 from app.errors import ErrorCode, TxlogError
@@ -62,9 +62,7 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
         app.state.notifier = notifier
         if authorizer is not None:
             authorizer.start()
-        # Everything built so far lives as long as the process: out of the garbage collector's
-        # reach, so its full collections (a fetch page makes thousands of objects) stay cheap.
-        gc.freeze()
+        memory.settle()
         sweeper = SweeperThread(broker) if run_sweeper else None
         if sweeper:
             sweeper.start()

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import gc
 import logging
 import signal
 import socket
@@ -36,6 +35,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
+from app import memory
 from app.config import Settings
 from app.errors import ErrorCode, TxlogError
 from app.kafka import protocol, versions
@@ -281,10 +281,7 @@ async def serve(broker: Broker, host: str, port: int, node_id: int, advertised_h
         # the nodes changed: the groups that moved to another gateway are unloaded
         cluster.on_change(lambda nodes: groups.resign())
         bound = await _start_node(gateway, cluster, host, port)
-        # Everything built so far lives as long as the process: out of the garbage collector's
-        # reach, so its collections (a produced batch or a fetch page makes thousands of objects)
-        # stay cheap.
-        gc.freeze()
+        memory.settle()
         print(
             f"txlog kafka gateway on {host}:{bound} as node {node_id} ({gateway.node.host}:{bound} for clients), "
             f"serving {len(gateway.routes)} API keys",

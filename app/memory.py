@@ -1,0 +1,59 @@
+"""How a server process (an HTTP worker, a Kafka gateway) holds its memory once it serves.
+
+Two things, done once the process is built and before it takes requests (``settle``):
+
+- **The garbage collector leaves the process's long-lived objects alone** (``gc.freeze()``).
+  Everything built at start-up lives as long as the process; a fetch page or a produced batch
+  makes thousands of short-lived objects, and each full collection would otherwise walk them all.
+- **glibc's malloc keeps the memory it frees** (``mallopt``). By default it maps large blocks
+  from the kernel apart and hands free memory at the top of its heaps back early (thresholds of
+  128 KiB that adapt up to a few megabytes). A fetched page is several megabytes made and freed in
+  turn (PostgreSQL's rows, the record batches or JSON made from them, the answer), so every page
+  then costs page faults and zeroed pages. Measured on a Kafka consumer's read_committed pages:
+  1.1 page faults per record, 2.3 µs of the gateway's system time per record against 2.6 µs of
+  user time; with the thresholds below, no page faults, 0.5 µs of system time, and 26% more
+  records per second. Blocks below ``MMAP_THRESHOLD`` come from the heaps and their memory is
+  reused; a heap keeps up to ``TRIM_THRESHOLD`` free at its top.
+
+A process started with any of glibc's own ``MALLOC_*_`` tunables in its environment keeps the
+operator's choice. Elsewhere than on glibc nothing is changed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import logging
+import os
+import platform
+
+log = logging.getLogger(__name__)
+
+MMAP_THRESHOLD = 16 * 1024 * 1024  # larger blocks are still mapped apart (a 50 MiB Fetch answer)
+TRIM_THRESHOLD = 64 * 1024 * 1024
+_M_TRIM_THRESHOLD = -1  # glibc's malloc.h
+_M_MMAP_THRESHOLD = -3
+_OPERATOR_TUNABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "GLIBC_TUNABLES")
+
+
+def keep_freed_memory() -> bool:
+    """Raise glibc's mmap and trim thresholds (see the module's doc). True if they were set."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    if any(name in os.environ for name in _OPERATOR_TUNABLES):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    done = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+    if not done:
+        log.warning("malloc thresholds not set: mallopt refused them")
+    return done
+
+
+def settle() -> None:
+    """The process is built and about to serve: freeze what it built, keep what it frees."""
+    keep_freed_memory()
+    gc.freeze()
