@@ -1,10 +1,16 @@
 """How a server process (an HTTP worker, a Kafka gateway) holds its memory once it serves.
 
-Two things, done once the process is built and before it takes requests (``settle``):
+Done once the process is built and before it takes requests (``settle``):
 
 - **The garbage collector leaves the process's long-lived objects alone** (``gc.freeze()``).
   Everything built at start-up lives as long as the process; a fetch page or a produced batch
   makes thousands of short-lived objects, and each full collection would otherwise walk them all.
+- **Young collections run every ``YOUNG_COLLECTION_THRESHOLD`` allocations, not every 700.** An
+  HTTP page of 1000 records is a dict per record, alive until the page is encoded: at 700, each
+  page set off a dozen young collections, each walking the page's records made so far. Measured
+  on one HTTP worker serving read_committed pages (alternating runs, 12 windows each): 1.5 µs of
+  user time per record against 1.9 (medians), 6% more records per second. The cycles the collector exists for (rare here) are
+  found as before, a little later.
 - **glibc's malloc keeps the memory it frees** (``mallopt``). By default it maps large blocks
   from the kernel apart and hands free memory at the top of its heaps back early (thresholds of
   128 KiB that adapt up to a few megabytes). A fetched page is several megabytes made and freed in
@@ -29,6 +35,7 @@ import platform
 
 log = logging.getLogger(__name__)
 
+YOUNG_COLLECTION_THRESHOLD = 20_000  # Python's default: 700
 MMAP_THRESHOLD = 16 * 1024 * 1024  # larger blocks are still mapped apart (a 50 MiB Fetch answer)
 TRIM_THRESHOLD = 64 * 1024 * 1024
 _M_TRIM_THRESHOLD = -1  # glibc's malloc.h
@@ -54,6 +61,8 @@ def keep_freed_memory() -> bool:
 
 
 def settle() -> None:
-    """The process is built and about to serve: freeze what it built, keep what it frees."""
+    """The process is built and about to serve: freeze what it built, collect young objects less
+    often, keep what it frees."""
     keep_freed_memory()
     gc.freeze()
+    gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *gc.get_threshold()[1:])

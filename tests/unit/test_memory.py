@@ -60,6 +60,12 @@ def test_a_settled_process_reuses_freed_pages():  # type: ignore[no-untyped-def]
     assert settled < 500, f"{settled} page faults for pages the heaps should have kept"
 
 
+def test_settling_freezes_the_start_up_objects_and_collects_young_objects_less_often():  # type: ignore[no-untyped-def]
+    code = "import gc; from app import memory; memory.settle(); print(gc.get_freeze_count() > 0, *gc.get_threshold())"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", str(20_000), "10", "10"]
+
+
 def test_an_operators_malloc_tunables_are_left_alone():  # type: ignore[no-untyped-def]
     done, _ = _run("settled", MALLOC_TRIM_THRESHOLD_="131072")
     assert done == "False"
