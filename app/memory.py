@@ -9,8 +9,8 @@ Done once the process is built and before it takes requests (``settle``):
   HTTP page of 1000 records is a dict per record, alive until the page is encoded: at 700, each
   page set off a dozen young collections, each walking the page's records made so far. Measured
   on one HTTP worker serving read_committed pages (alternating runs, 12 windows each): 1.5 µs of
-  user time per record against 1.9 (medians), 6% more records per second. The cycles the collector exists for (rare here) are
-  found as before, a little later.
+  user time per record against 1.9 (medians), 6% more records per second. The cycles the
+  collector exists for (rare here) are found as before, a little later.
 - **glibc's malloc keeps the memory it frees** (``mallopt``). By default it maps large blocks
   from the kernel apart and hands free memory at the top of its heaps back early (thresholds of
   128 KiB that adapt up to a few megabytes). A fetched page is several megabytes made and freed in
