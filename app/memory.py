@@ -6,18 +6,19 @@ Done once the process is built and before it takes requests (``settle``):
   Everything built at start-up lives as long as the process; a fetch page or a produced batch
   makes thousands of short-lived objects, and each full collection would otherwise walk them all.
 - **Young collections run every ``YOUNG_COLLECTION_THRESHOLD`` allocations, not every 700.** An
-  HTTP page of 1000 records is a dict per record, alive until the page is encoded: at 700, each
-  page set off a dozen young collections, each walking the page's records made so far. Measured
-  on one HTTP worker serving read_committed pages (alternating runs, 12 windows each): 1.5 µs of
-  user time per record against 1.9 (medians), 6% more records per second. The cycles the
-  collector exists for (rare here) are found as before, a little later.
-- **glibc's malloc keeps the memory it frees** (``mallopt``). By default it maps large blocks
-  from the kernel apart and hands free memory at the top of its heaps back early (thresholds of
-  128 KiB that adapt up to a few megabytes). A fetched page is several megabytes made and freed in
+  HTTP page of 1000 records is thousands of tuples and dicts (the rows, then a dict per record),
+  alive until the page is encoded: at 700, each page set off several young collections, each
+  walking the page's objects made so far. Measured on one HTTP worker serving read_committed pages
+  (alternating runs, 12 windows each): 1.5 µs of user time per record against 1.9 (medians), 6%
+  more records per second. The cycles the collector exists for (rare here) are found as before, a
+  little later.
+- **glibc's malloc keeps the memory it frees** (``mallopt``). By default it maps large blocks from
+  the kernel apart and hands free memory at the top of its heaps back early (thresholds of 128 KiB
+  that then follow the largest block freed). A fetched page is several megabytes made and freed in
   turn (PostgreSQL's rows, the record batches or JSON made from them, the answer), so every page
   then costs page faults and zeroed pages. Measured on a Kafka consumer's read_committed pages:
   1.1 page faults per record, 2.3 µs of the gateway's system time per record against 2.6 µs of
-  user time; with the thresholds below, no page faults, 0.5 µs of system time, and 26% more
+  user time; with the thresholds below, no page faults, 0.5–0.6 µs of system time, and 22–26% more
   records per second. Blocks below ``MMAP_THRESHOLD`` come from the heaps and their memory is
   reused; a heap keeps up to ``TRIM_THRESHOLD`` free at its top.
 
