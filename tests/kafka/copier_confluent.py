@@ -26,52 +26,20 @@ ends the process (exit 9, as a kill would) right after the N-th commit, before a
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import threading
 import time
 from typing import Any, Callable, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from copier_common import FATAL, arguments, crash_if_due, log  # a sibling: the copier runs as a script
+from copier_common import FATAL, WATCHDOG, arguments, crash_if_due, log, pause_before_commit, watched  # a sibling: the copier runs as a script
 
 T = TypeVar("T")
-STUCK = 3
-CALL_TIMEOUT_S = 10
-# How long past its own timeout a call may block before the copier gives up on the process.
-STUCK_AFTER_S = CALL_TIMEOUT_S + 20
+CALL_TIMEOUT_S = 10  # below the watchdog's STUCK_AFTER_S
 
 
 class Fatal(Exception):
     pass
-
-
-class Watchdog(threading.Thread):
-    """Ends the process when one call blocks longer than ``STUCK_AFTER_S``."""
-
-    def __init__(self) -> None:
-        super().__init__(daemon=True)
-        self.call: tuple[str, float] | None = None
-
-    def run(self) -> None:
-        while True:
-            time.sleep(1)
-            call = self.call
-            if call is not None and time.monotonic() - call[1] > STUCK_AFTER_S:
-                log(f"{call[0]} blocked for more than {STUCK_AFTER_S}s: exiting for a new copier to take over")
-                os._exit(STUCK)
-
-
-WATCHDOG = Watchdog()
-
-
-def watched(what: str, step: Callable[[], T]) -> T:
-    WATCHDOG.call = (what, time.monotonic())
-    try:
-        return step()
-    finally:
-        WATCHDOG.call = None
 
 
 def retried(what: str, step: Callable[[], T], deadline_s: float = 120) -> T:
@@ -164,6 +132,7 @@ def copy(args: argparse.Namespace, consumer: Consumer, producer: Producer, recor
                 "send_offsets_to_transaction",
                 lambda: producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), CALL_TIMEOUT_S),
             )
+        pause_before_commit(args)
         retried("commit_transaction", lambda: producer.commit_transaction(CALL_TIMEOUT_S))
         return True
     except KafkaException as exc:

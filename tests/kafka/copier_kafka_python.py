@@ -7,6 +7,15 @@ after them (``send_offsets_to_transaction`` with the consumer's group metadata: 
 is assigned its partitions, not a member), the commit. A transaction that fails short of a fatal
 error is aborted and the input read again from the offsets of the last commit; a fatal one (fenced
 by a newer copier) ends the process with 2.
+
+kafka-python 3.0.12 drops a transactional request it tries to send while the coordinator's
+connection is down (its sender's ``await_ready`` raising after the target node is chosen, so the
+request is neither sent nor queued again): a transaction whose AddPartitionsToTxn, AddOffsetsToTxn
+or EndTxn comes while the gateway restarts then waits for it forever, in
+``send_offsets_to_transaction`` or ``commit_transaction``, which take no timeout. The calls run under the watchdog of
+``copier_confluent.py`` (``copier_common.watched``): one blocked past ``STUCK_AFTER_S`` (a gateway
+restarts in a few seconds) ends the copier (exit 3) for a new one to take over, as an application
+would restart a wedged client.
 """
 
 from __future__ import annotations
@@ -18,14 +27,19 @@ import time
 from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 from kafka.errors import KafkaError, ProducerFencedError
 
-from copier_common import FATAL, arguments, crash_if_due, log  # a sibling: the copier runs as a script
+from copier_common import FATAL, WATCHDOG, arguments, crash_if_due, log, pause_before_commit, watched  # a sibling: the copier runs as a script
 
 # Reconnect to a restarted gateway within a second, not after kafka-python's backoff of up to 30 s.
 RECONNECT = {"reconnect_backoff_ms": 50, "reconnect_backoff_max_ms": 1000}
+# A transactional call blocked this long is wedged (see the module's doc): a gateway restarts in a
+# few seconds.
+STUCK_AFTER_S = 10
 
 
 def main(argv: list[str] | None = None) -> int:
     args = arguments(argv)
+    WATCHDOG.stuck_after_s = STUCK_AFTER_S
+    WATCHDOG.start()
     ends = args.ends
     partitions = [TopicPartition(args.input, p) for p in range(len(ends))]
 
@@ -79,8 +93,9 @@ def copy(args: argparse.Namespace, consumer: KafkaConsumer, producer: KafkaProdu
             producer.send(args.output, (r.value or b"") + b"!", r.key, partition=r.partition)
         if not args.offsets_outside:
             offsets = {TopicPartition(args.input, p): OffsetAndMetadata(o, "", -1) for p, o in positions.items()}
-            producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
-        producer.commit_transaction()
+            watched("send_offsets_to_transaction", lambda: producer.send_offsets_to_transaction(offsets, consumer.group_metadata()))
+        pause_before_commit(args)
+        watched("commit_transaction", producer.commit_transaction)
         return True
     except ProducerFencedError:
         raise
@@ -98,7 +113,7 @@ def abort(producer: KafkaProducer) -> None:
     deadline = time.monotonic() + 60
     while True:
         try:
-            producer.abort_transaction()
+            watched("abort_transaction", producer.abort_transaction)
             return
         except ProducerFencedError:
             raise
