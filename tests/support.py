@@ -34,6 +34,23 @@ def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05, message
         time.sleep(interval)
 
 
+def wait_while_progressing(remaining, stall_timeout: float = 60.0, interval: float = 0.5, message: str = "work") -> None:  # type: ignore[no-untyped-def]
+    """Wait until ``remaining()`` (how much work is left, a number) reaches zero, for as long as it
+    keeps going down: fail only when it has not moved for ``stall_timeout`` seconds. For work whose
+    amount a run decides (a backlog built under load), where a fixed deadline would measure the
+    machine's speed instead of whether the work is done."""
+    left = remaining()
+    moved = time.monotonic()
+    while left > 0:
+        if time.monotonic() - moved > stall_timeout:
+            raise AssertionError(f"{message}: {left} left, no progress for {stall_timeout}s")
+        time.sleep(interval)
+        now = remaining()
+        if now < left:
+            moved = time.monotonic()
+        left = now
+
+
 class ServerProcess:
     """``txlog serve`` in a subprocess, on a free port, against a given database."""
 
