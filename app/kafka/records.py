@@ -165,6 +165,12 @@ class RecordBatch:
         return _CONTROL_KEY.unpack_from(key)[1]
 
 
+def compressed(data: bytes) -> bool:
+    """Whether the first batch of a partition's records says it is compressed (False when too
+    short to say: decoding refuses it)."""
+    return len(data) >= HEADER_SIZE and data[_TAIL_AT + 1] & ATTR_COMPRESSION_MASK != 0
+
+
 def _corrupt(message: str) -> TxlogError:
     return TxlogError(ErrorCode.CORRUPT_MESSAGE, message)
 

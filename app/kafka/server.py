@@ -10,7 +10,9 @@
 - A key or version not in the table (``versions``) is answered UNSUPPORTED_VERSION when the codec
   can write that API's answer; ApiVersions of any version is answered (a v0 body with the list),
   and otherwise the connection is closed.
-- Services run in a thread pool the size of the database pool, never on the event loop.
+- Services run in a thread pool the size of the database pool, never on the event loop; only an
+  append planned ahead awaits its one statement on the loop, on connections of its own (at most
+  as many as the pool has).
 - One LISTEN connection per process (``app.services.notify``), started and stopped with the
   listener, wakes the fetches that long-poll (Fetch's max_wait_ms and min_bytes).
 - At most TXLOG_KAFKA_MAX_CONNECTIONS connections: one beyond is closed at once.
@@ -45,6 +47,7 @@ from app.kafka.handlers import Node, RequestContext
 from app.services import Broker
 from app.services import fetch as fetch_service
 from app.services.notify import AppendNotifier
+from app.storage.db import LoopConnections, SessionLimits
 
 log = logging.getLogger("txlog.kafka")
 
@@ -105,6 +108,7 @@ class Gateway:
         self.executor = executor
         self.groups = groups
         self.notifier: AppendNotifier | None = None
+        self.loop_connections: LoopConnections | None = None
         self.routes = versions.resolve()
         self.api_keys = versions.advertised()
         self._server: asyncio.AbstractServer | None = None
@@ -124,6 +128,9 @@ class Gateway:
                 self.settings.database_url, functools.partial(fetch_service.listen, self.broker), self._run_blocking
             )
             self.notifier.start()
+            self.loop_connections = LoopConnections(
+                self.settings.database_url, self.settings.db_pool_size, SessionLimits.from_settings(self.settings)
+            )
         return self._server.sockets[0].getsockname()[1]
 
     def _run_blocking(self, fn: Any, *args: Any) -> Any:
@@ -150,6 +157,8 @@ class Gateway:
             await self._server.wait_closed()
         if self.notifier is not None:
             await self.notifier.stop()
+        if self.loop_connections is not None:
+            await self.loop_connections.close()
 
     # -- connections -------------------------------------------------------------------------------
 
@@ -216,6 +225,7 @@ class Gateway:
             broker=self.broker, node=self.node, api_key=header.api_key, api_version=header.api_version,
             correlation_id=header.correlation_id, client_id=header.client_id, client_host=client.rpartition(":")[0],
             executor=self.executor, cluster=self.cluster, groups=self.groups, notifier=self.notifier,
+            loop_connections=self.loop_connections,
         )
         no_answer = header.api_key == protocol.ApiKey.Produce and request.body.acks == 0
         try:

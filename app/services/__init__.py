@@ -27,3 +27,9 @@ class Broker:
 
     def now(self) -> int:
         return self.clock()
+
+    def now_without_waiting(self) -> int | None:
+        """``now()``, or None where the clock would first ask the database (never waits: for an
+        event loop)."""
+        without_waiting = getattr(self.clock, "without_waiting", None)
+        return without_waiting() if without_waiting is not None else self.clock()

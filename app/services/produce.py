@@ -22,6 +22,7 @@ from app.services import Broker, coordinator, last_appends
 from app.services.group_commit import GroupCommit, Pending
 from app.services.topics import partition_count
 from app.storage import queries as q
+from app.storage.db import LoopConnections
 from sqlalchemy.engine import Connection
 
 
@@ -201,7 +202,10 @@ def _planned(
 # (``_joined_ahead``). Anything else — nothing remembered, another writer was there first, a
 # partition or transaction another database transaction holds (not waited for), a batch the rules
 # would refuse or answer as a duplicate — takes the locked path, whose answer stands on the state
-# it reads under the lock. Memory is only a guess here: the database decides.
+# it reads under the lock. Memory is only a guess here: the database decides. A process that serves
+# its requests on an event loop (the Kafka gateway) may await the one statement there
+# (``produce_on_loop``): the same plan and statement without a thread hand-off; anything it does not
+# take goes to ``produce``.
 
 
 @dataclass(frozen=True)
@@ -262,6 +266,14 @@ def _append_planned_ahead(
         for b in batches:
             last.forget(b.topic, b.partition, b.producer_id)
         raise
+    return _planned_ahead_results(last, planned, log_starts)
+
+
+def _planned_ahead_results(
+    last: last_appends.LastAppends, planned: Sequence[_Ahead], log_starts: dict[int, int]
+) -> list[ProduceResult | None]:
+    """What the conditional statement's answer (the log start offset of each batch it appended, by
+    index) means for each batch planned ahead; the memory learns where each left its partition."""
     results: list[ProduceResult | None] = []
     for i, a in enumerate(planned):
         b = a.plan.batch
@@ -272,6 +284,41 @@ def _append_planned_ahead(
             last.forget(b.topic, b.partition, b.producer_id)
             results.append(None)
     return results
+
+
+async def produce_on_loop(
+    broker: Broker, connections: LoopConnections, topic: str, partition: int, req: ProduceRequest
+) -> ProduceResult | None:
+    """``produce`` for a batch that can be planned ahead, its one statement awaited on the caller's
+    event loop (``connections``) rather than run in a thread — the same plan, the same conditional
+    statement, the same answer. None, having written nothing, for everything else: nothing
+    remembered, a transaction's first batch on the partition, the partition moved on since, a
+    batch the rules refuse or answer as a duplicate, every connection in use, the clock due a
+    reading from the database. The caller then calls ``produce`` (in a thread), which decides it
+    under the locks. Never waits on anything but the statement."""
+    now = broker.now_without_waiting()
+    if now is None:
+        return None
+    sizes = _validate(broker, req)
+    last = last_appends.of(broker)
+    ahead = _planned_ahead(last, topic, partition, req, now, sizes)
+    if ahead is None:
+        return None
+    batch = ahead.plan.batch
+    try:
+        async with connections.connection() as conn:
+            if conn is None:
+                return None
+            log_starts = await q.log_append_if_unchanged_awaited(
+                conn, [batch], [ahead.position.producer_state], [ahead.transactional_id]
+            )
+    except BaseException:
+        last.forget(batch.topic, batch.partition, batch.producer_id)
+        raise
+    (result,) = _planned_ahead_results(last, [ahead], log_starts)
+    if result is not None:
+        faults.crash_point(faults.SERVER_CRASH_ENV, "produce_appended")
+    return result
 
 
 def _joined_ahead(

@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import AsyncIterator, Callable, Iterator
 from urllib.parse import unquote
 
 import psycopg
@@ -287,6 +287,64 @@ class Database:
         self.engine.dispose()
 
 
+class LoopConnections:
+    """Connections in autocommit for single statements awaited on an event loop (the Kafka
+    gateway's appends planned ahead), so that such a statement needs no thread. Their sessions
+    carry the engine's limits. At most ``size`` are open; ``connection()`` gives None when all are
+    in use (the caller goes its thread's way instead of waiting). A connection idle for
+    IDLE_PING_SECONDS is checked before use (the database may have restarted), and one that failed
+    is closed, never reused. Failures are translated as the engine's are (``translate_errors``).
+    Belongs to the loop that uses it."""
+
+    def __init__(self, url: str, size: int, limits: SessionLimits | None = SessionLimits()) -> None:
+        self.url = libpq_url(url)
+        self.size = size
+        self.connect_args: dict[str, object] = {"connect_timeout": 5, "application_name": "txlog", "autocommit": True}
+        if limits is not None:
+            self.connect_args.update(limits.connect_args())
+        self._idle: list[tuple[psycopg.AsyncConnection, float]] = []
+        self._in_use = 0
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection | None]:
+        if not self._idle and self._in_use >= self.size:
+            yield None
+            return
+        self._in_use += 1
+        conn: psycopg.AsyncConnection | None = None
+        try:
+            with translate_errors():
+                conn = await self._checked_out()
+                yield conn
+        except BaseException:
+            if conn is not None:
+                await conn.close()
+            raise
+        finally:
+            self._in_use -= 1
+        if conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            await conn.close()
+        else:
+            self._idle.append((conn, time.monotonic()))
+
+    async def _checked_out(self) -> psycopg.AsyncConnection:
+        while self._idle:
+            conn, since = self._idle.pop()
+            if time.monotonic() - since < IDLE_PING_SECONDS:
+                return conn
+            try:
+                await conn.execute("SELECT 1")
+                return conn
+            except psycopg.Error:
+                await conn.close()
+        return await psycopg.AsyncConnection.connect(self.url, **self.connect_args)  # type: ignore[arg-type]
+
+    async def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn, _ in idle:
+            await conn.close()
+
+
 class DatabaseClock:
     """The database server's clock, in epoch milliseconds: every host that serves one database
     reads the same time, whatever its own clock says, so deadlines and expiry agree across hosts.
@@ -314,9 +372,20 @@ class DatabaseClock:
     def __call__(self) -> int:
         if self._monotonic() >= self._next_sync:
             self._sync()
+        now = self._carried()
+        if now is None:
+            raise TxlogError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"Cannot read the database's clock: {self._failure}")
+        return now
+
+    def without_waiting(self) -> int | None:
+        """The time as ``__call__`` tells it, or None where telling it would ask the database first
+        (a reading is due): for an event loop, which must not wait on the database."""
+        return None if self._monotonic() >= self._next_sync else self._carried()
+
+    def _carried(self) -> int | None:
         with self._lock:
             if self._base_ms is None:
-                raise TxlogError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"Cannot read the database's clock: {self._failure}")
+                return None
             now = self._base_ms + int((self._monotonic() - self._base_mono) * 1000)
             self._last_ms = max(now, self._last_ms)
             return self._last_ms

@@ -544,10 +544,32 @@ def log_append_if_unchanged(
     partitions): on a connection in autocommit the statement is the whole database transaction,
     one round trip, and no lock is held between round trips. Answers, for each batch appended (by
     its index in ``batches``), its partition's log start offset."""
+    params = _log_append_if_unchanged_params(batches, planned_against, transactional_ids)
+    return _appended(driver(conn).execute(_LOG_APPEND_IF_UNCHANGED, params).fetchone())
+
+
+async def log_append_if_unchanged_awaited(
+    conn: psycopg.AsyncConnection, batches: Sequence[AppendBatch], planned_against: Sequence[ProducerStateEntry | None],
+    transactional_ids: Sequence[str | None],
+) -> dict[int, int]:
+    """``log_append_if_unchanged`` on a connection of an event loop (``db.LoopConnections``, in
+    autocommit): the same statement, awaited."""
+    params = _log_append_if_unchanged_params(batches, planned_against, transactional_ids)
+    cursor = await conn.execute(_LOG_APPEND_IF_UNCHANGED, params)
+    return _appended(await cursor.fetchone())
+
+
+def _log_append_if_unchanged_params(
+    batches: Sequence[AppendBatch], planned_against: Sequence[ProducerStateEntry | None], transactional_ids: Sequence[str | None]
+) -> dict[str, Any]:
     params = _log_append_params(batches, planned_against)
     params["n"] = Int8(len(batches))
     params["b_tid"] = text_array(transactional_ids)
-    appended, log_starts, _ = driver(conn).execute(_LOG_APPEND_IF_UNCHANGED, params).fetchone()  # type: ignore[misc]
+    return params
+
+
+def _appended(row: Any) -> dict[int, int]:
+    appended, log_starts, _ = row
     return dict(zip((i - 1 for i in appended or ()), log_starts or ()))
 
 

@@ -1,14 +1,17 @@
 """The optimistic append against a real PostgreSQL: a batch planned against where this process's
 last append left the partition is written by one statement that checks the partition and the
-producer's state (and, for a transactional batch, its transaction) are still as planned against.
+producer's state (and, for a transactional batch, its transaction) are still as planned against,
+in a thread or awaited on an event loop.
 Whatever another process (or anything else) changed meanwhile, the batch is appended exactly once
 at the right offsets, a retry is answered as a duplicate, and refusals follow the state in the
 database, never the remembered one."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
+import psycopg
 import pytest
 
 from app.domain.records import NewRecord
@@ -18,7 +21,9 @@ from app.services import produce as produce_service
 from app.services import topics, transactions
 from app.services.last_appends import LastAppends
 from app.services.produce import ProduceRequest
+from app.storage import db as dbmod
 from app.storage import queries as q
+from app.storage.db import DatabaseClock, LoopConnections, SessionLimits, libpq_url
 from tests.conftest import make_broker
 
 
@@ -27,6 +32,7 @@ def two(db_url: str):  # type: ignore[no-untyped-def]
     """Two brokers on one database: two server processes, each with its own memory."""
     a, b = make_broker(db_url, produce_group_commit_batches=1), make_broker(db_url, produce_group_commit_batches=1)
     topics.create_topic(a, "t", 2)
+    a.now(), b.now()  # their clocks read (an append on an event loop never reads one)
     yield a, b
     a.db.dispose()
     b.db.dispose()
@@ -757,3 +763,159 @@ def test_a_group_appends_its_batches_planned_ahead_in_one_statement(db_url: str,
     finally:
         a.db.dispose()
         b.db.dispose()
+
+# --- the same statement awaited on an event loop (``produce.produce_on_loop``, as the Kafka gateway
+# appends a producer's batches): whatever moved meanwhile leaves the batch to ``produce``, nothing
+# is written twice, nothing is taken from memory that the database no longer says; and the loop's
+# connections (``db.LoopConnections``): bounded, replaced when they fail, failures named.
+
+
+def on_loop(broker, req: ProduceRequest, connections: LoopConnections | None = None):  # type: ignore[no-untyped-def]
+    """``produce_on_loop`` on a loop of its own, with connections of its own unless given."""
+
+    async def run():  # type: ignore[no-untyped-def]
+        conns = connections or LoopConnections(broker.settings.database_url, 2)
+        try:
+            return await produce_service.produce_on_loop(broker, conns, "t", 0, req)
+        finally:
+            if connections is None:
+                await conns.close()
+
+    return asyncio.run(run())
+
+
+def test_a_producers_next_batches_are_appended_on_the_loop(two) -> None:  # type: ignore[no-untyped-def]
+    a, _ = two
+    p = transactions.init_producer_id(a, None)
+    # nothing remembered yet: the first batch is left to the locked path
+    assert on_loop(a, ProduceRequest(batch("0"), p.producer_id, p.producer_epoch, 0)) is None
+    assert log(a) == []
+    produce_service.produce(a, "t", 0, ProduceRequest(batch("0"), p.producer_id, p.producer_epoch, 0))
+    results = [on_loop(a, ProduceRequest(batch(str(n)), p.producer_id, p.producer_epoch, 3 * n)) for n in (1, 2)]
+    assert [(r.base_offset, r.last_offset, r.duplicate) for r in results] == [(3, 5, False), (6, 8, False)]
+    assert log(a) == [f"{n}:{k}".encode() for n in range(3) for k in range(3)]
+    # a retry is a duplicate, and a duplicate is answered under the lock, never on the loop
+    assert on_loop(a, ProduceRequest(batch("2"), p.producer_id, p.producer_epoch, 6)) is None
+    again = produce_service.produce(a, "t", 0, ProduceRequest(batch("2"), p.producer_id, p.producer_epoch, 6))
+    assert again.duplicate and again.base_offset == 6
+    # the producer's state was saved with each batch: a gap is refused (under the lock)
+    assert on_loop(a, ProduceRequest(batch("gap"), p.producer_id, p.producer_epoch, 30)) is None
+    with pytest.raises(TxlogError) as gap:
+        produce_service.produce(a, "t", 0, ProduceRequest(batch("gap"), p.producer_id, p.producer_epoch, 30))
+    assert gap.value.code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert len(log(a)) == 9
+
+
+def test_a_partition_another_process_moved_is_left_by_the_loop_to_the_locked_path(two) -> None:  # type: ignore[no-untyped-def]
+    a, b = two
+    p = transactions.init_producer_id(a, None)
+    produce_service.produce(a, "t", 0, ProduceRequest(batch("a0"), p.producer_id, p.producer_epoch, 0))
+    produce_service.produce(b, "t", 0, ProduceRequest(batch("b")))  # another process appends first
+    assert on_loop(a, ProduceRequest(batch("a1"), p.producer_id, p.producer_epoch, 3)) is None
+    assert log(a) == [f"{t}:{k}".encode() for t in ("a0", "b") for k in range(3)]  # nothing written
+    second = produce_service.produce(a, "t", 0, ProduceRequest(batch("a1"), p.producer_id, p.producer_epoch, 3))
+    assert second.base_offset == 6 and not second.duplicate
+    # the locked path's append is remembered: the next batch is the loop's again
+    third = on_loop(a, ProduceRequest(batch("a2"), p.producer_id, p.producer_epoch, 6))
+    assert third is not None and third.base_offset == 9
+    assert log(a) == [f"{t}:{k}".encode() for t in ("a0", "b", "a1", "a2") for k in range(3)]
+
+
+def test_a_v1_transactions_batches_are_appended_on_the_loop_only_while_it_is_open(two) -> None:  # type: ignore[no-untyped-def]
+    a, _ = two
+    p = transactions.init_producer_id(a, "tx")
+    transactions.add_partitions_to_txn(a, "tx", p.producer_id, p.producer_epoch, [("t", 0)])
+
+    def req(tag: str, seq: int) -> ProduceRequest:
+        return ProduceRequest(batch(tag), p.producer_id, p.producer_epoch, seq, transactional_id="tx", require_added=True)
+
+    produce_service.produce(a, "t", 0, req("0", 0))
+    appended = on_loop(a, req("1", 3))
+    assert appended is not None and appended.base_offset == 3
+    transactions.end_txn(a, "tx", p.producer_id, p.producer_epoch, "commit", transaction_version=1)
+    # the transaction ended: a batch for it is not appended from memory; the locked path refuses
+    # it, the partition not being in an open transaction
+    assert on_loop(a, req("late", 6)) is None
+    with pytest.raises(TxlogError):
+        produce_service.produce(a, "t", 0, req("late", 6))
+    committed = fetch_service.fetch(a, "t", 0, 0, isolation_level="read_committed").records
+    assert [r.value for r in committed] == [f"{n}:{k}".encode() for n in range(2) for k in range(3)]
+
+
+def test_the_loop_waits_neither_for_a_connection_nor_for_the_clock(two) -> None:  # type: ignore[no-untyped-def]
+    a, _ = two
+    p = transactions.init_producer_id(a, None)
+    produce_service.produce(a, "t", 0, ProduceRequest(batch("0"), p.producer_id, p.producer_epoch, 0))
+
+    async def all_in_use():  # type: ignore[no-untyped-def]
+        conns = LoopConnections(a.settings.database_url, 1)
+        try:
+            async with conns.connection() as held:
+                assert held is not None
+                async with conns.connection() as none:
+                    assert none is None
+                return await produce_service.produce_on_loop(
+                    a, conns, "t", 0, ProduceRequest(batch("1"), p.producer_id, p.producer_epoch, 3)
+                )
+        finally:
+            await conns.close()
+
+    assert asyncio.run(all_in_use()) is None
+    # a clock due a reading from the database: not read from the loop
+    due = DatabaseClock(a.db, resync_s=0.0)
+    assert due() > 0 and due.without_waiting() is None
+    a.clock = due
+    assert on_loop(a, ProduceRequest(batch("1"), p.producer_id, p.producer_epoch, 3)) is None
+    assert len(log(a)) == 3
+    a.clock = DatabaseClock(a.db)
+    assert a.now_without_waiting() is None  # never read yet
+    a.now()
+    assert a.now_without_waiting() is not None
+    assert on_loop(a, ProduceRequest(batch("1"), p.producer_id, p.producer_epoch, 3)) is not None
+
+
+def test_a_failed_connection_is_named_and_replaced(db_url: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(dbmod, "IDLE_PING_SECONDS", 3600.0)  # no check before use: the failure reaches the caller
+
+    async def run() -> tuple[ErrorCode, int, int]:
+        conns = LoopConnections(db_url, 1, SessionLimits())
+        try:
+            async with conns.connection() as conn:
+                first = conn.info.backend_pid  # type: ignore[union-attr]
+                row = await (await conn.execute("SHOW lock_timeout")).fetchone()  # type: ignore[union-attr]
+                assert row == ("5s",)  # the engine's session limits
+            with psycopg.connect(libpq_url(db_url), autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (first,))
+            with pytest.raises(TxlogError) as failed:
+                async with conns.connection() as conn:
+                    await conn.execute("SELECT 1")  # type: ignore[union-attr]
+            async with conns.connection() as conn:  # a new one
+                again = conn.info.backend_pid  # type: ignore[union-attr]
+                await conn.execute("SELECT 1")  # type: ignore[union-attr]
+            return failed.value.code, first, again
+        finally:
+            await conns.close()
+
+    code, first, again = asyncio.run(run())
+    assert code is ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert again != first
+
+
+def test_an_idle_connection_is_checked_before_use(db_url: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(dbmod, "IDLE_PING_SECONDS", 0.0)  # every reuse checks first
+
+    async def run() -> tuple[int, int]:
+        conns = LoopConnections(db_url, 1)
+        try:
+            async with conns.connection() as conn:
+                first = conn.info.backend_pid  # type: ignore[union-attr]
+            with psycopg.connect(libpq_url(db_url), autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (first,))
+            async with conns.connection() as conn:  # the dead one found out and replaced, unseen
+                await conn.execute("SELECT 1")  # type: ignore[union-attr]
+                return first, conn.info.backend_pid  # type: ignore[union-attr]
+        finally:
+            await conns.close()
+
+    first, again = asyncio.run(run())
+    assert again != first

@@ -12,7 +12,8 @@ A handler is ``async def handle(ctx: RequestContext, request) -> dict | None``:
   (UNKNOWN_SERVER_ERROR for anything else): every request is answered.
 
 Services are synchronous (SQLAlchemy, psycopg): ``await ctx.call(service, *args)`` runs one in
-the gateway's thread pool, never on the event loop.
+the gateway's thread pool, never on the event loop. The one exception is an append planned ahead
+(``produce.produce_on_loop``): one statement, awaited on the loop's own connections.
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ class RequestContext:
     cluster: Any = None
     groups: Any = None
     notifier: Any = None
+    # Connections for a statement awaited on the event loop (``app.storage.db.LoopConnections``;
+    # None: every service call runs in the thread pool).
+    loop_connections: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

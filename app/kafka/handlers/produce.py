@@ -80,7 +80,15 @@ def _error(partition: int, exc: TxlogError) -> dict:
 
 async def _append(ctx: RequestContext, topic: str, partition: int, data: bytes | None, transactional_id: str | None) -> tuple[str, dict]:
     try:
-        result = await ctx.call(_produce, ctx, topic, partition, data, transactional_id)
+        if ctx.loop_connections is None or data is None or records.compressed(data):
+            result = await ctx.call(_produce, ctx, topic, partition, data, transactional_id)
+        else:
+            # An uncompressed batch is decoded here, and appended here too when it can be planned
+            # ahead: no thread hand-off for a producer's steady stream of batches.
+            req = _request(ctx, data, transactional_id)
+            result = await produce_service.produce_on_loop(ctx.broker, ctx.loop_connections, topic, partition, req)
+            if result is None:
+                result = await ctx.call(produce_service.produce, ctx.broker, topic, partition, req)
     except TxlogError as exc:
         return topic, _error(partition, exc)
     return topic, {
@@ -93,7 +101,11 @@ async def _append(ctx: RequestContext, topic: str, partition: int, data: bytes |
 
 
 def _produce(ctx: RequestContext, topic: str, partition: int, data: bytes | None, transactional_id: str | None) -> produce_service.ProduceResult:
-    """Decoding runs here, in the service's thread, not on the event loop."""
+    """Decoding runs here, in the service's thread, not on the event loop (a compressed batch)."""
+    return produce_service.produce(ctx.broker, topic, partition, _request(ctx, data, transactional_id))
+
+
+def _request(ctx: RequestContext, data: bytes | None, transactional_id: str | None) -> produce_service.ProduceRequest:
     settings = ctx.broker.settings
     batches = records.decode_batches(
         data, max_records=settings.kafka_max_batch_records, max_decompressed_bytes=settings.kafka_max_decompressed_bytes
@@ -102,5 +114,4 @@ def _produce(ctx: RequestContext, topic: str, partition: int, data: bytes | None
         # As Kafka from Produce v3: one batch per partition, so one batch is one append, answered
         # with one base offset.
         raise TxlogError(ErrorCode.INVALID_RECORD, f"A produce request carries exactly one record batch per partition, not {len(batches)}")
-    req = records.produce_request(batches[0], transactional_id, require_added=True)
-    return produce_service.produce(ctx.broker, topic, partition, req)
+    return records.produce_request(batches[0], transactional_id, require_added=True)
