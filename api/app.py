@@ -33,7 +33,7 @@ from app.services.security import Authorizer, ensure_admin_principal
 from app.services.half_messages import CheckerThread
 from app.services.outbox import DrainerThread
 from app.storage import migrate
-from app.storage.db import Database
+from app.storage.db import Database, LoopConnections, SessionLimits
 
 log = logging.getLogger("txlog")
 
@@ -60,6 +60,8 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
         notifier = AppendNotifier(settings.database_url, functools.partial(fetch_service.listen, broker))  # type: ignore[arg-type]
         notifier.start()
         app.state.notifier = notifier
+        # Appends planned ahead await their one statement on this worker's loop (``api.v1.hot``).
+        app.state.loop_connections = LoopConnections(settings.database_url, settings.db_pool_size, SessionLimits.from_settings(settings))  # type: ignore[arg-type]
         if authorizer is not None:
             authorizer.start()
         memory.settle()
@@ -78,6 +80,7 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
             for thread in background:
                 thread.stop()
             await notifier.stop()
+            await app.state.loop_connections.close()
             hot_threads.shutdown(wait=False)
             if authorizer is not None:
                 authorizer.stop()
@@ -93,6 +96,7 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
     )
     app.state.broker = broker
     app.state.settings = settings
+    app.state.loop_connections = None  # until the lifespan starts
     app.state.authorizer = authorizer
     errors.install(app)
     v1_routers = [v1_router, half_messages_router, v1_operator.router, security_router]

@@ -1,9 +1,9 @@
 """The hottest routes of the v1 API served straight from ASGI: produce to a partition, produce to a
 topic, EndTxn and fetch.
 
-Each is answered by the very functions its FastAPI route calls (``routes.produce_batch``,
-``routes.produce_plain``, ``routes.end_transaction``, ``routes.fetch_page``), after the route's own
-ACL dependency, with errors answered by ``errors.response_for`` as the application's exception
+Each is answered by the very functions its FastAPI route calls (``routes.produce_request`` and
+``routes.produced``, ``routes.produce_plain``, ``routes.end_transaction``, ``routes.fetch_page``),
+after the route's own ACL dependency, with errors answered by ``errors.response_for`` as the application's exception
 handlers answer them. What is left out is FastAPI's per-request machinery: matching the request
 against every route, solving the dependencies, and anyio's thread hand-off. Measured over HTTP,
 that machinery was about a fifth of the server's CPU per produced batch (docs/benchmarks.md).
@@ -36,6 +36,7 @@ from api import errors
 from api.auth import requires
 from api.limits import replaying
 from api.v1 import routes, schemas as s
+from app.services import produce as produce_service
 from app.config import Settings
 
 # A handler answers the request from its path parameters and body, running blocking work through
@@ -46,7 +47,18 @@ Handler = Callable[[Request, bytes, Run], Awaitable["Response | None"]]
 
 async def _produce_batch(request: Request, raw: bytes, run: Run) -> Response:
     params = request.path_params
-    return await run(routes.produce_batch, request, params["topic"], int(params["partition"]), raw)
+    topic, partition = params["topic"], int(params["partition"])
+    connections = request.app.state.loop_connections
+    if connections is None:
+        return await run(routes.produce_batch, request, topic, partition, raw)
+    # The body read here, and the batch appended here when it can be planned ahead: one statement
+    # awaited on the loop (``produce.produce_on_loop``), no thread hand-off; else in a thread.
+    broker = request.app.state.broker
+    req = routes.produce_request(request, topic, raw)
+    result = await produce_service.produce_on_loop(broker, connections, topic, partition, req)
+    if result is None:
+        result = await run(produce_service.produce, broker, topic, partition, req)
+    return routes.produced(topic, result)
 
 
 async def _produce_plain(request: Request, raw: bytes, run: Run) -> Response:

@@ -89,7 +89,7 @@ def delete_records(topic: str, partition: int, body: s.DeleteRecordsBody, b: Bro
 
 # --- produce --------------------------------------------------------------------------------------
 
-def _produced(topic: str, result: produce_service.ProduceResult) -> Response:
+def produced(topic: str, result: produce_service.ProduceResult) -> Response:
     if result.duplicate:
         DUPLICATES.labels(topic).inc()
     else:
@@ -131,13 +131,18 @@ async def produce(topic: str, partition: int, request: Request) -> Response:
 
 
 def produce_batch(request: Request, topic: str, partition: int, raw: bytes) -> Response:
-    """The answer to a produce to a partition with body ``raw``, in a worker thread (also served by
-    ``api.v1.hot``)."""
+    """The answer to a produce to a partition with body ``raw``, in a worker thread."""
+    req = produce_request(request, topic, raw)
+    return produced(topic, produce_service.produce(request.app.state.broker, topic, partition, req))
+
+
+def produce_request(request: Request, topic: str, raw: bytes) -> produce_service.ProduceRequest:
+    """The batch a produce to a partition asks for, once its body is read and the principal may
+    send it (also used by ``api.v1.hot``, on the event loop)."""
     fields, records = codec.produce_body(raw, s.ProduceBody)
     tid = fields["transactional_id"]
     authorize(request, produce_api(fields["producer_id"], tid), {"topic": topic, "transactional_id": tid})
-    req = produce_service.ProduceRequest(records=records, principal=principal_of(request), **fields)
-    return _produced(topic, produce_service.produce(request.app.state.broker, topic, partition, req))
+    return produce_service.ProduceRequest(records=records, principal=principal_of(request), **fields)
 
 
 @router.post(
@@ -156,7 +161,7 @@ def produce_plain(request: Request, topic: str, raw: bytes) -> Response:
     """The answer to a plain produce to a topic with body ``raw``, in a worker thread (also served
     by ``api.v1.hot``)."""
     _, records = codec.produce_body(raw, s.PlainProduceBody)
-    return _produced(topic, produce_service.produce_to_topic(request.app.state.broker, topic, records))
+    return produced(topic, produce_service.produce_to_topic(request.app.state.broker, topic, records))
 
 
 def add_body_schemas(openapi: dict) -> dict:
