@@ -223,6 +223,15 @@ def _planned_ahead(
 ) -> _Ahead | None:
     """The batch planned against where this process's last append left the partition, if that is
     known and the plan is an append (a refusal or a duplicate is decided under the lock)."""
+    position = _remembered(last, topic, partition, req)
+    if position is None:
+        return None
+    plan = _append_planned(topic, partition, req, now, sizes, position)
+    return _Ahead(plan, position, req.transactional_id) if plan is not None else None
+
+
+def _remembered(last: last_appends.LastAppends, topic: str, partition: int, req: ProduceRequest) -> q.AppendPosition | None:
+    """Where this process's last append left the partition, if a batch can be planned against it."""
     position = last.get(topic, partition, req.producer_id)
     if position is None:
         return None
@@ -233,8 +242,7 @@ def _planned_ahead(
         # the transaction, with the transition (``_joined_ahead``). A client before transactions V2
         # added it already.
         return None
-    plan = _append_planned(topic, partition, req, now, sizes, position)
-    return _Ahead(plan, position, req.transactional_id) if plan is not None else None
+    return position
 
 
 def _append_planned(
@@ -297,11 +305,10 @@ async def produce_on_loop(
     reading from the database. The caller then calls ``produce`` (in a thread), which decides it
     under the locks. Never waits on anything but the statement."""
     now = broker.now_without_waiting()
-    if now is None:
-        return None
-    sizes = _validate(broker, req)
     last = last_appends.of(broker)
-    ahead = _planned_ahead(last, topic, partition, req, now, sizes)
+    if now is None or _remembered(last, topic, partition, req) is None:
+        return None  # before validating: ``produce`` validates what it is left
+    ahead = _planned_ahead(last, topic, partition, req, now, _validate(broker, req))
     if ahead is None:
         return None
     batch = ahead.plan.batch
