@@ -3,8 +3,8 @@ topic, EndTxn and fetch.
 
 Each is answered by the very functions its FastAPI route calls (``routes.produce_request`` and
 ``routes.produced``, ``routes.produce_plain``, ``routes.end_transaction``, ``routes.fetch_page``),
-after the route's own ACL dependency, with errors answered by ``errors.response_for`` as the application's exception
-handlers answer them. What is left out is FastAPI's per-request machinery: matching the request
+after the route's own ACL dependency, with errors answered by ``errors.response_for`` as the
+application's exception handlers answer them. What is left out is FastAPI's per-request machinery: matching the request
 against every route, solving the dependencies, and anyio's thread hand-off. Measured over HTTP,
 that machinery was about a fifth of the server's CPU per produced batch (docs/benchmarks.md).
 

@@ -203,9 +203,9 @@ def _planned(
 # partition or transaction another database transaction holds (not waited for), a batch the rules
 # would refuse or answer as a duplicate — takes the locked path, whose answer stands on the state
 # it reads under the lock. Memory is only a guess here: the database decides. A process that serves
-# its requests on an event loop (the Kafka gateway) may await the one statement there
-# (``produce_on_loop``): the same plan and statement without a thread hand-off; anything it does not
-# take goes to ``produce``.
+# its requests on an event loop (an HTTP worker, the Kafka gateway) may await the one statement
+# there (``produce_on_loop``): the same plan and statement without a thread hand-off; anything it
+# does not take goes to ``produce``.
 
 
 @dataclass(frozen=True)
