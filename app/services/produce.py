@@ -224,8 +224,12 @@ def _planned_ahead(
     """The batch planned against where this process's last append left the partition, if that is
     known and the plan is an append (a refusal or a duplicate is decided under the lock)."""
     position = _remembered(last, topic, partition, req)
-    if position is None:
-        return None
+    return None if position is None else _ahead_at(topic, partition, req, now, sizes, position)
+
+
+def _ahead_at(
+    topic: str, partition: int, req: ProduceRequest, now: int, sizes: list[int], position: q.AppendPosition
+) -> _Ahead | None:
     plan = _append_planned(topic, partition, req, now, sizes, position)
     return _Ahead(plan, position, req.transactional_id) if plan is not None else None
 
@@ -306,9 +310,10 @@ async def produce_on_loop(
     under the locks. Never waits on anything but the statement."""
     now = broker.now_without_waiting()
     last = last_appends.of(broker)
-    if now is None or _remembered(last, topic, partition, req) is None:
+    position = None if now is None else _remembered(last, topic, partition, req)
+    if now is None or position is None:
         return None  # before validating: ``produce`` validates what it is left
-    ahead = _planned_ahead(last, topic, partition, req, now, _validate(broker, req))
+    ahead = _ahead_at(topic, partition, req, now, _validate(broker, req), position)
     if ahead is None:
         return None
     batch = ahead.plan.batch

@@ -12,10 +12,10 @@ kafka-python 3.0.12 drops a transactional request it tries to send while the coo
 connection is down (its sender's ``await_ready`` raising after the target node is chosen, so the
 request is neither sent nor queued again): a transaction whose AddPartitionsToTxn, AddOffsetsToTxn
 or EndTxn comes while the gateway restarts then waits for it forever, in
-``send_offsets_to_transaction`` or ``commit_transaction``, which take no timeout. The calls run under the watchdog of
-``copier_confluent.py`` (``copier_common.watched``): one blocked past ``STUCK_AFTER_S`` (a gateway
-restarts in a few seconds) ends the copier (exit 3) for a new one to take over, as an application
-would restart a wedged client.
+``send_offsets_to_transaction`` or ``commit_transaction``, which take no timeout. The calls run
+under the copiers' watchdog (``copier_common.watched``): one blocked past ``STUCK_AFTER_S`` (a
+gateway restarts in a few seconds) ends the copier (exit 3) for a new one to take over, as an
+application would restart a wedged client.
 """
 
 from __future__ import annotations
