@@ -7,7 +7,10 @@ producer's sequence → insert the batch → advance the high watermark → save
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import dataclasses
+import weakref
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -316,21 +319,154 @@ async def produce_on_loop(
     ahead = _ahead_at(topic, partition, req, now, _validate(broker, req), position)
     if ahead is None:
         return None
-    batch = ahead.plan.batch
-    try:
-        async with connections.connection() as conn:
-            if conn is None:
-                return None
-            log_starts = await q.log_append_if_unchanged_awaited(
-                conn, [batch], [ahead.position.producer_state], [ahead.transactional_id]
-            )
-    except BaseException:
-        last.forget(batch.topic, batch.partition, batch.producer_id)
-        raise
-    (result,) = _planned_ahead_results(last, [ahead], log_starts)
+    result = await _loop_group(broker, connections).append(ahead)
     if result is not None:
         faults.crash_point(faults.SERVER_CRASH_ENV, "produce_appended")
     return result
+
+
+# At most this many statements of ``produce_on_loop`` in flight on one event loop: the batches that
+# arrive meanwhile are appended together by the next one.
+LOOP_STATEMENTS = 2
+
+class _Waiting:
+    """A batch waiting for its statement on the loop, and what became of it. ``woken`` is set when
+    it is decided, or when its caller is handed the next statement to send (``sends``)."""
+
+    __slots__ = ("ahead", "woken", "sends", "done", "result", "error")
+
+    def __init__(self, ahead: _Ahead) -> None:
+        self.ahead = ahead
+        self.woken: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.sends = False
+        self.done = False
+        self.result: ProduceResult | None = None
+        self.error: BaseException | None = None
+
+    def decide(self, result: ProduceResult | None, error: BaseException | None = None) -> None:
+        self.done, self.result, self.error = True, result, error
+        if not self.woken.done():
+            self.woken.set_result(None)
+
+    def outcome(self) -> ProduceResult | None:
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+class _LoopGroupCommit:
+    """The group commit of one event loop's appends planned ahead (``produce_on_loop``): batches
+    that arrive while ``LOOP_STATEMENTS`` statements are in flight wait, and the next statement
+    appends them together (the same conditional statement, one batch per partition: a second batch
+    for a partition already in the group waits for the next), one commit and one WAL flush for the
+    group, up to TXLOG_PRODUCE_GROUP_COMMIT_BATCHES of them (1: each alone, at once). With one
+    producer at a time each statement is its batch alone, sent at once. Each caller hears only of
+    its own batch, after the commit: its result, None (not appended: the partition moved on, or no
+    connection was free) or the statement's failure, which may have committed. The caller whose
+    batch starts a statement sends it; once its own batch is decided it hands the next statement to
+    the oldest waiter rather than sending it itself. A statement runs to its end even if its sender
+    is cancelled: the others of its group hear of it."""
+
+    def __init__(self, broker: Broker, connections: LoopConnections) -> None:
+        self.broker = broker
+        self.connections = connections
+        self.max_batches = broker.settings.produce_group_commit_batches
+        self._waiting: collections.deque[_Waiting] = collections.deque()
+        self._senders = 0
+
+    async def append(self, ahead: _Ahead) -> ProduceResult | None:
+        me = _Waiting(ahead)
+        if self.max_batches <= 1:
+            await self._statement([me])
+            return me.outcome()
+        self._waiting.append(me)
+        if self._senders < LOOP_STATEMENTS:
+            self._senders += 1
+            me.sends = True
+        else:
+            try:
+                await me.woken
+            except asyncio.CancelledError:
+                self._leave(me)
+                raise
+        if me.sends:  # perhaps decided meanwhile, by another sender's statement
+            try:
+                while not me.done:
+                    group = self._next_group()
+                    if not group:
+                        break  # not reached: ``me`` waits in the queue until decided
+                    await asyncio.shield(asyncio.ensure_future(self._statement(group)))
+            finally:
+                self._hand_on()
+        return me.outcome()
+
+    def _next_group(self) -> list[_Waiting]:
+        group: list[_Waiting] = []
+        partitions: set[tuple[str, int]] = set()
+        later: list[_Waiting] = []
+        while self._waiting and len(group) < self.max_batches:
+            w = self._waiting.popleft()
+            batch = w.ahead.plan.batch
+            if (batch.topic, batch.partition) in partitions:
+                later.append(w)
+            else:
+                partitions.add((batch.topic, batch.partition))
+                group.append(w)
+        self._waiting.extendleft(reversed(later))
+        return group
+
+    def _hand_on(self) -> None:
+        """A sender is done: the oldest waiter not sending yet sends the next statement, if any."""
+        for w in self._waiting:
+            if not w.sends:
+                w.sends = True
+                w.woken.set_result(None)
+                return
+        self._senders -= 1
+
+    def _leave(self, me: _Waiting) -> None:
+        """A waiter's caller is cancelled: out of the queue; handed the next statement already, it
+        hands it on."""
+        if me in self._waiting:
+            self._waiting.remove(me)
+        if me.sends:
+            self._hand_on()
+
+    async def _statement(self, group: list[_Waiting]) -> None:
+        """One conditional statement for the group; each of it decided (never raises)."""
+        last = last_appends.of(self.broker)
+        planned = [w.ahead for w in group]
+        batches = [a.plan.batch for a in planned]
+        try:
+            async with self.connections.connection() as conn:
+                if conn is None:
+                    results: list[ProduceResult | None] = [None] * len(group)
+                else:
+                    log_starts = await q.log_append_if_unchanged_awaited(
+                        conn, batches, [a.position.producer_state for a in planned], [a.transactional_id for a in planned]
+                    )
+                    results = _planned_ahead_results(last, planned, log_starts)
+        except BaseException as exc:  # noqa: BLE001 - each caller of the group hears of it
+            for b in batches:
+                last.forget(b.topic, b.partition, b.producer_id)
+            for w in group:
+                w.decide(None, exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for w, result in zip(group, results):
+            w.decide(result)
+
+
+def _loop_group(broker: Broker, connections: LoopConnections) -> _LoopGroupCommit:
+    """The group commit of the loop ``connections`` belong to."""
+    group = _loop_groups.get(connections)
+    if group is None:
+        group = _loop_groups[connections] = _LoopGroupCommit(broker, connections)
+    return group
+
+
+_loop_groups: "weakref.WeakKeyDictionary[LoopConnections, _LoopGroupCommit]" = weakref.WeakKeyDictionary()
 
 
 def _joined_ahead(

@@ -919,3 +919,163 @@ def test_an_idle_connection_is_checked_before_use(db_url: str, monkeypatch) -> N
 
     first, again = asyncio.run(run())
     assert again != first
+
+
+# --- the loop's group commit: batches planned ahead that arrive while ``LOOP_STATEMENTS`` statements
+# are in flight share the next one (one batch per partition), each caller hearing of its own batch.
+
+
+@pytest.fixture
+def grouped(db_url: str, monkeypatch):  # type: ignore[no-untyped-def]
+    """A broker with the group commit, an 8-partition topic "g", 8 idempotent producers that have
+    each appended a first batch to their own partition (remembered), and the loop statements' group
+    sizes as they are sent."""
+    broker = make_broker(db_url)
+    topics.create_topic(broker, "g", 8)
+    broker.now()
+    producers = [transactions.init_producer_id(broker, None) for _ in range(8)]
+    for i, p in enumerate(producers):
+        produce_service.produce(broker, "g", i, ProduceRequest(batch(f"{i}.0"), p.producer_id, p.producer_epoch, 0))
+    sizes: list[int] = []
+    awaited = q.log_append_if_unchanged_awaited
+
+    async def counted(conn, batches, planned_against, transactional_ids):  # type: ignore[no-untyped-def]
+        sizes.append(len(batches))
+        return await awaited(conn, batches, planned_against, transactional_ids)
+
+    monkeypatch.setattr(q, "log_append_if_unchanged_awaited", counted)
+    yield broker, producers, sizes
+    broker.db.dispose()
+
+
+def values_of(broker, partition: int) -> list[bytes | None]:  # type: ignore[no-untyped-def]
+    return [r.value for r in fetch_service.fetch(broker, "g", partition, 0, max_records=100_000).records]
+
+
+def test_batches_arriving_together_on_the_loop_share_a_statement(grouped) -> None:  # type: ignore[no-untyped-def]
+    broker, producers, sizes = grouped
+
+    async def run():  # type: ignore[no-untyped-def]
+        conns = LoopConnections(broker.settings.database_url, 4)
+        try:
+            rounds = []
+            for n in (1, 2, 3):
+                rounds.append(await asyncio.gather(*(
+                    produce_service.produce_on_loop(
+                        broker, conns, "g", i, ProduceRequest(batch(f"{i}.{n}"), p.producer_id, p.producer_epoch, 3 * n)
+                    )
+                    for i, p in enumerate(producers)
+                )))
+            return rounds, produce_service._loop_group(broker, conns)._senders
+        finally:
+            await conns.close()
+
+    rounds, senders = asyncio.run(run())
+    for n, results in enumerate(rounds, 1):
+        assert [(r.base_offset, r.last_offset) for r in results] == [(3 * n, 3 * n + 2)] * 8
+    # the first two batches of a round are sent at once, alone; the six that came meanwhile share one
+    assert sizes == [1, 1, 6] * 3
+    assert senders == 0
+    for i in range(8):
+        assert values_of(broker, i) == [f"{i}.{n}:{k}".encode() for n in range(4) for k in range(3)]
+
+
+def test_a_second_batch_for_a_partition_waits_for_the_next_statement(grouped) -> None:  # type: ignore[no-untyped-def]
+    broker, producers, sizes = grouped
+    # producers 0 and 1 both append to partition 0 as well; only one of two batches planned against
+    # the same end of the partition can be appended there, the other goes the locked way
+    extra = transactions.init_producer_id(broker, None)
+    produce_service.produce(broker, "g", 0, ProduceRequest(batch("x.0"), extra.producer_id, extra.producer_epoch, 0))
+    reqs = [(i, ProduceRequest(batch(f"{i}.1"), producers[i].producer_id, producers[i].producer_epoch, 3)) for i in (1, 2, 0, 3)]
+    reqs.insert(3, (0, ProduceRequest(batch("x.1"), extra.producer_id, extra.producer_epoch, 3)))
+
+    async def run():  # type: ignore[no-untyped-def]
+        conns = LoopConnections(broker.settings.database_url, 4)
+        try:
+            return await asyncio.gather(*(produce_service.produce_on_loop(broker, conns, "g", i, r) for i, r in reqs))
+        finally:
+            await conns.close()
+
+    results = asyncio.run(run())
+    # sent: 1 alone, 2 alone, then 0 and 3 together, x (partition 0 again) left for the next statement
+    assert sizes == [1, 1, 2, 1]
+    # 0 was planned where x's first batch went since: left to the locked path
+    assert [r is not None for r in results] == [True, True, False, True, True]
+    for (i, r), result in zip(reqs, results):
+        if result is None:
+            produce_service.produce(broker, "g", i, r)
+    got = values_of(broker, 0)
+    assert sorted(got) == sorted([f"{t}:{k}".encode() for t in ("0.0", "x.0", "0.1", "x.1") for k in range(3)])
+    assert len(set(got)) == len(got)  # each batch once
+
+
+def test_a_cancelled_waiter_leaves_its_place_and_nothing_stalls(grouped) -> None:  # type: ignore[no-untyped-def]
+    broker, producers, sizes = grouped
+
+    async def run():  # type: ignore[no-untyped-def]
+        conns = LoopConnections(broker.settings.database_url, 4)
+        try:
+            tasks = [
+                asyncio.create_task(produce_service.produce_on_loop(
+                    broker, conns, "g", i, ProduceRequest(batch(f"{i}.1"), p.producer_id, p.producer_epoch, 3)
+                ))
+                for i, p in enumerate(producers)
+            ]
+            await asyncio.sleep(0)  # every task has planned and is sending or waiting
+            for t in tasks[2:5]:
+                t.cancel()
+            done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+            again = await asyncio.wait_for(asyncio.gather(*(
+                produce_service.produce_on_loop(
+                    broker, conns, "g", i, ProduceRequest(batch(f"{i}.2"), p.producer_id, p.producer_epoch, 3)
+                )
+                for i, p in enumerate(producers) if i in (2, 3, 4)
+            )), 30)
+            return done, again, produce_service._loop_group(broker, conns)._senders
+        finally:
+            await conns.close()
+
+    done, again, senders = asyncio.run(run())
+    assert [isinstance(d, asyncio.CancelledError) for d in done] == [False, False, True, True, True, False, False, False]
+    assert all(d.base_offset == 3 for i, d in enumerate(done) if i not in (2, 3, 4))
+    assert [a.base_offset for a in again] == [3, 3, 3]  # the cancelled batches were never written
+    assert sizes[:3] == [1, 1, 3] and senders == 0
+    for i in (2, 3, 4):
+        assert values_of(broker, i) == [f"{i}.{n}:{k}".encode() for n in (0, 2) for k in range(3)]
+
+
+def test_a_failed_group_statement_is_heard_by_each_of_its_batches(grouped, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    broker, producers, sizes = grouped
+    counted = q.log_append_if_unchanged_awaited
+
+    async def failing(conn, batches, planned_against, transactional_ids):  # type: ignore[no-untyped-def]
+        if len(batches) > 1:  # the group's statement: as if the connection broke (perhaps committed)
+            sizes.append(len(batches))
+            raise TxlogError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the connection to the database broke")
+        return await counted(conn, batches, planned_against, transactional_ids)
+
+    monkeypatch.setattr(q, "log_append_if_unchanged_awaited", failing)
+
+    async def run():  # type: ignore[no-untyped-def]
+        conns = LoopConnections(broker.settings.database_url, 4)
+        try:
+            got = await asyncio.gather(*(
+                produce_service.produce_on_loop(
+                    broker, conns, "g", i, ProduceRequest(batch(f"{i}.1"), p.producer_id, p.producer_epoch, 3)
+                )
+                for i, p in enumerate(producers)
+            ), return_exceptions=True)
+            return got, produce_service._loop_group(broker, conns)._senders
+        finally:
+            await conns.close()
+
+    got, senders = asyncio.run(run())
+    assert sizes == [1, 1, 6] and senders == 0
+    assert [r.base_offset for r in got[:2]] == [3, 3]
+    assert all(isinstance(e, TxlogError) and e.code is ErrorCode.COORDINATOR_NOT_AVAILABLE for e in got[2:])
+    # nothing is taken from memory after a failure: the producers' retries go the locked way
+    last = produce_service.last_appends.of(broker)
+    assert all(last.get("g", i, p.producer_id) is None for i, p in enumerate(producers) if i >= 2)
+    for i, p in enumerate(producers[2:], 2):
+        retried = produce_service.produce(broker, "g", i, ProduceRequest(batch(f"{i}.1"), p.producer_id, p.producer_epoch, 3))
+        assert retried.base_offset == 3 and not retried.duplicate
