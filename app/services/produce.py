@@ -362,10 +362,10 @@ class _LoopGroupCommit:
     group, up to TXLOG_PRODUCE_GROUP_COMMIT_BATCHES of them (1: each alone, at once). With one
     producer at a time each statement is its batch alone, sent at once. Each caller hears only of
     its own batch, after the commit: its result, None (not appended: the partition moved on, or no
-    connection was free) or the statement's failure, which may have committed. The caller whose
-    batch starts a statement sends it; once its own batch is decided it hands the next statement to
-    the oldest waiter rather than sending it itself. A statement runs to its end even if its sender
-    is cancelled: the others of its group hear of it."""
+    connection was free) or the statement's failure, which may have committed. A caller whose batch
+    arrives with a statement free, or who is handed one, sends its own batch with the oldest
+    waiters; once it is decided it hands the next statement to the oldest waiter. A statement runs
+    to its end even if its sender is cancelled: the others of its group hear of it."""
 
     def __init__(self, broker: Broker, connections: LoopConnections) -> None:
         self.broker = broker
@@ -389,28 +389,27 @@ class _LoopGroupCommit:
             except asyncio.CancelledError:
                 self._leave(me)
                 raise
-        if me.sends:  # perhaps decided meanwhile, by another sender's statement
+        if me.sends:
             try:
-                while not me.done:
-                    group = self._next_group()
-                    if not group:
-                        break  # not reached: ``me`` waits in the queue until decided
-                    await asyncio.shield(asyncio.ensure_future(self._statement(group)))
+                await asyncio.shield(asyncio.ensure_future(self._statement(self._next_group(me))))
             finally:
                 self._hand_on()
         return me.outcome()
 
-    def _next_group(self) -> list[_Waiting]:
-        group: list[_Waiting] = []
-        partitions: set[tuple[str, int]] = set()
+    def _next_group(self, me: _Waiting) -> list[_Waiting]:
+        """``me`` and the oldest waiters after it, one per partition, up to the group's size. A
+        waiter handed a statement of its own is left to it."""
+        self._waiting.remove(me)
+        group = [me]
+        partitions = {(me.ahead.plan.batch.topic, me.ahead.plan.batch.partition)}
         later: list[_Waiting] = []
         while self._waiting and len(group) < self.max_batches:
             w = self._waiting.popleft()
-            batch = w.ahead.plan.batch
-            if (batch.topic, batch.partition) in partitions:
+            key = (w.ahead.plan.batch.topic, w.ahead.plan.batch.partition)
+            if w.sends or key in partitions:
                 later.append(w)
             else:
-                partitions.add((batch.topic, batch.partition))
+                partitions.add(key)
                 group.append(w)
         self._waiting.extendleft(reversed(later))
         return group
