@@ -2,7 +2,9 @@
 topic, EndTxn and fetch.
 
 Each is answered by the very functions its FastAPI route calls (``routes.produce_request`` and
-``routes.produced``, ``routes.produce_plain``, ``routes.end_transaction``, ``routes.fetch_page``),
+``routes.produced``, ``routes.produce_plain``, ``routes.end_transaction`` and ``routes.ended``,
+``routes.fetch_page``), a batch or an EndTxn planned ahead with its one statement awaited on the
+worker's event loop (``produce.produce_on_loop``, ``transactions.end_txn_on_loop``),
 after the route's own ACL dependency, with errors answered by ``errors.response_for`` as the
 application's exception handlers answer them. What is left out is FastAPI's per-request machinery: matching the request
 against every route, solving the dependencies, and anyio's thread hand-off. Measured over HTTP,
@@ -37,6 +39,7 @@ from api.auth import requires
 from api.limits import replaying
 from api.v1 import routes, schemas as s
 from app.services import produce as produce_service
+from app.services import transactions
 from app.config import Settings
 
 # A handler answers the request from its path parameters and body, running blocking work through
@@ -72,7 +75,17 @@ async def _end_transaction(request: Request, raw: bytes, run: Run) -> Response |
         body = s.EndTxnBody.model_validate(orjson.loads(raw))
     except ValueError:  # not JSON, or not the model's: FastAPI's validation words the answer
         return None
-    return await run(routes.end_transaction, request, request.path_params["tid"], body)
+    tid = request.path_params["tid"]
+    connections = request.app.state.loop_connections
+    if connections is not None:
+        # Planned ahead against the transaction as this worker last wrote it: one statement awaited
+        # on the loop (``transactions.end_txn_on_loop``); anything else decided in a thread.
+        outcome = await transactions.end_txn_on_loop(
+            request.app.state.broker, connections, tid, body.producer_id, body.producer_epoch, body.result
+        )
+        if outcome is not None:
+            return routes.ended(body.result, outcome)
+    return await run(routes.end_transaction, request, tid, body)
 
 
 # The fetch route's query parameters: (name, default, bounds of an integer or the words allowed).

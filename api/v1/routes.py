@@ -325,7 +325,12 @@ def end_txn(tid: str, body: s.EndTxnBody, request: Request) -> Response:
 def end_transaction(request: Request, tid: str, body: s.EndTxnBody) -> Response:
     """EndTxn's answer, in a worker thread (also served by ``api.v1.hot``)."""
     outcome = transactions.end_txn(request.app.state.broker, tid, body.producer_id, body.producer_epoch, body.result)
-    TXN_ENDED.labels(body.result).inc()
+    return ended(body.result, outcome)
+
+
+def ended(result: str, outcome: transactions.EndTxnOutcome) -> Response:
+    """The answer to an EndTxn that ended its transaction so."""
+    TXN_ENDED.labels(result).inc()
     answer = {"state": outcome.state.value, "producer_id": outcome.producer_id, "producer_epoch": outcome.producer_epoch}
     return Response(orjson.dumps(answer), media_type="application/json")
 

@@ -11,8 +11,8 @@
   can write that API's answer; ApiVersions of any version is answered (a v0 body with the list),
   and otherwise the connection is closed.
 - Services run in a thread pool the size of the database pool, never on the event loop; only an
-  append planned ahead awaits its one statement on the loop, on connections of its own (at most
-  as many as the pool has).
+  append, an AddPartitionsToTxn or an EndTxn planned ahead awaits its one statement on the loop,
+  on connections of its own (at most as many as the pool has).
 - One LISTEN connection per process (``app.services.notify``), started and stopped with the
   listener, wakes the fetches that long-poll (Fetch's max_wait_ms and min_bytes).
 - At most TXLOG_KAFKA_MAX_CONNECTIONS connections: one beyond is closed at once.

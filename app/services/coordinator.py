@@ -8,7 +8,8 @@ cycle.
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
 
 from sqlalchemy.engine import Connection
 
@@ -20,6 +21,10 @@ from app.domain.partitioner import coordinator_partition
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, last_appends
 from app.storage import queries as q
+from app.storage.db import LoopConnections
+
+if TYPE_CHECKING:
+    import psycopg
 
 
 def record(
@@ -147,6 +152,62 @@ def complete_if_unchanged(broker: Broker, meta: TxnMetadata, decision: TxnEvent)
     or None when it was not written — a partition not remembered, a transaction without partitions
     or in need of a new producer id, anything moved or held — and the caller takes the locked path
     (``complete``)."""
+    planned = _completion_planned(broker, meta, decision, broker.now())
+    if planned is None:
+        return None
+    written = None
+    try:
+        written = record_if_unchanged(broker, meta, *planned.record_args())
+    finally:
+        planned.remember(broker, written is not None)
+    return written[0] if written is not None else None
+
+
+async def complete_if_unchanged_on_loop(
+    broker: Broker, connections: LoopConnections, meta: TxnMetadata, decision: TxnEvent, now: int
+) -> TxnMetadata | None:
+    """``complete_if_unchanged`` with its statement awaited on the caller's event loop
+    (``connections``): None as well when no connection is free."""
+    planned = _completion_planned(broker, meta, decision, now)
+    if planned is None:
+        return None
+    async with connections.connection() as conn:
+        if conn is None:
+            return None  # nothing tried: what is remembered stands
+        written = None
+        try:
+            written = await _recorded_on(conn, broker, meta, *planned.record_args())
+        finally:
+            planned.remember(broker, written is not None)
+    return written[0] if written is not None else None
+
+
+@dataclass(frozen=True)
+class _Completion:
+    """A transaction's end planned ahead: the events, its markers and the positions they were
+    planned against."""
+
+    events: tuple[TxnEvent, ...]
+    markers: list[q.AppendBatch]
+    positions: list[q.AppendPosition]
+    ends: txn.Result
+
+    def record_args(self) -> tuple:
+        return self.events, self.markers, self.positions, self.ends
+
+    def remember(self, broker: Broker, written: bool) -> None:
+        """Written, the markers are where the partitions now end (what a client before
+        transactions V2 appends next, once it has added a partition again); not written, they were
+        not where remembered."""
+        memory = last_appends.of(broker)
+        for m, position in zip(self.markers, self.positions):
+            if written:
+                memory.remember(m, position)
+            else:
+                memory.forget(m.topic, m.partition, m.producer_id)
+
+
+def _completion_planned(broker: Broker, meta: TxnMetadata, decision: TxnEvent, now: int) -> _Completion | None:
     if meta.state is not TxnState.ONGOING or not meta.partitions:
         return None
     prepared = txn.apply(meta, decision)
@@ -158,27 +219,13 @@ def complete_if_unchanged(broker: Broker, meta: TxnMetadata, decision: TxnEvent)
     if None in positions:
         return None
     commit = txn.prepared_result(prepared.state) == "commit"
-    now = broker.now()
     markers = [
         marker(t, p, position, meta.producer_id, meta.producer_epoch, commit, now)  # type: ignore[arg-type]
         for (t, p), position in zip(partitions, positions)
     ]
-    written = None
-    try:
-        written = record_if_unchanged(
-            broker, meta, (decision, txn.completed(prepared, now, None)), markers, positions,  # type: ignore[arg-type]
-            ends="commit" if commit else "abort",
-        )
-    finally:
-        # Written, the markers are where the partitions now end (what a client before transactions
-        # V2 appends next, once it has added a partition again); not written, they were not where
-        # remembered.
-        for m, position in zip(markers, positions):
-            if written is not None:
-                memory.remember(m, position)  # type: ignore[arg-type]
-            else:
-                memory.forget(m.topic, m.partition, m.producer_id)
-    return written[0] if written is not None else None
+    return _Completion(
+        (decision, txn.completed(prepared, now, None)), markers, positions, "commit" if commit else "abort"  # type: ignore[arg-type]
+    )
 
 
 def join_if_unchanged(
@@ -191,18 +238,42 @@ def join_if_unchanged(
     locked path, when the producer is not the transaction's, the partitions are in it already (as
     remembered), or a limit needs counting under the locks (open transactions of a principal), or
     is exceeded; or when anything moved."""
+    event = _joining(broker, meta, producer_id, producer_epoch, partitions, principal, broker.now())
+    if event is None:
+        return None
+    return record_if_unchanged(broker, meta, (event,), batches, positions)
+
+
+async def join_if_unchanged_on_loop(
+    broker: Broker, connections: LoopConnections, meta: TxnMetadata, producer_id: int, producer_epoch: int,
+    partitions: Sequence[txn.TopicPartition], principal: str | None, now: int,
+) -> tuple[TxnMetadata, list[int]] | None:
+    """``join_if_unchanged`` (partitions alone: AddPartitionsToTxn) with its statement awaited on
+    the caller's event loop (``connections``): None as well when no connection is free."""
+    event = _joining(broker, meta, producer_id, producer_epoch, partitions, principal, now)
+    if event is None:
+        return None
+    return await record_if_unchanged_on_loop(broker, connections, meta, (event,), (), ())
+
+
+def _joining(
+    broker: Broker, meta: TxnMetadata, producer_id: int, producer_epoch: int, partitions: Sequence[txn.TopicPartition],
+    principal: str | None, now: int,
+) -> TxnEvent | None:
+    """The event by which the partitions join the remembered transaction, if it can be planned
+    ahead."""
     if meta.state.is_prepared:
         return None
     try:
         txn.check_producer(meta, producer_id, producer_epoch)
     except TxlogError:
         return None
-    event = txn.partitions_added(meta, partitions, broker.now())
+    event = txn.partitions_added(meta, partitions, now)
     if event is None or (principal is not None and not meta.state.is_open):
         return None
     if len(txn.apply(meta, event).partitions) > broker.settings.max_partitions_per_transaction:
         return None
-    return record_if_unchanged(broker, meta, (event,), batches, positions)
+    return event
 
 
 def record_if_unchanged(
@@ -218,18 +289,60 @@ def record_if_unchanged(
     Answers the new state and each batch's log start offset, or None if nothing was written. This
     process remembers the new state (``last_appends``), for the next transitions planned ahead. A
     failure of the statement is the caller's: in autocommit it may have been committed."""
-    _, new = _folded(meta, events)
-    memory = last_appends.of(broker)
+    new, args = _recording(broker, meta, events, batches, positions, ends)
     try:
         with broker.db.autocommit() as conn:
-            log_starts = q.txn_append_if_unchanged(
-                conn, batches, [position.producer_state for position in positions], events, meta, new,
-                coordinator_partition(new.transactional_id, broker.settings.transaction_state_partitions),
-                txn.deadline_ms(new), txn.resets_members(meta, events[0]), ends,
-            )
+            log_starts = q.txn_append_if_unchanged(conn, *args)
     except BaseException:
-        memory.forget_txn(meta.transactional_id)
+        last_appends.of(broker).forget_txn(meta.transactional_id)
         raise
+    return _recorded(broker, meta, new, log_starts)
+
+
+async def record_if_unchanged_on_loop(
+    broker: Broker, connections: LoopConnections, meta: TxnMetadata, events: tuple[TxnEvent, ...],
+    batches: Sequence[q.AppendBatch], positions: Sequence[q.AppendPosition], ends: txn.Result | None = None,
+) -> tuple[TxnMetadata, list[int]] | None:
+    """``record_if_unchanged`` with its statement awaited on the caller's event loop
+    (``connections``, ``db.LoopConnections``); None, having written nothing, when no connection is
+    free as well."""
+    async with connections.connection() as conn:
+        if conn is None:
+            return None
+        return await _recorded_on(conn, broker, meta, events, batches, positions, ends)
+
+
+async def _recorded_on(
+    conn: "psycopg.AsyncConnection", broker: Broker, meta: TxnMetadata, events: tuple[TxnEvent, ...],
+    batches: Sequence[q.AppendBatch], positions: Sequence[q.AppendPosition], ends: txn.Result | None,
+) -> tuple[TxnMetadata, list[int]] | None:
+    new, args = _recording(broker, meta, events, batches, positions, ends)
+    try:
+        log_starts = await q.txn_append_if_unchanged_awaited(conn, *args)
+    except BaseException:
+        last_appends.of(broker).forget_txn(meta.transactional_id)
+        raise
+    return _recorded(broker, meta, new, log_starts)
+
+
+def _recording(
+    broker: Broker, meta: TxnMetadata, events: tuple[TxnEvent, ...], batches: Sequence[q.AppendBatch],
+    positions: Sequence[q.AppendPosition], ends: txn.Result | None,
+) -> tuple[TxnMetadata, tuple]:
+    """The state the events lead to, and the conditional statement's arguments after its
+    connection."""
+    _, new = _folded(meta, events)
+    return new, (
+        batches, [position.producer_state for position in positions], events, meta, new,
+        coordinator_partition(new.transactional_id, broker.settings.transaction_state_partitions),
+        txn.deadline_ms(new), txn.resets_members(meta, events[0]), ends,
+    )
+
+
+def _recorded(
+    broker: Broker, meta: TxnMetadata, new: TxnMetadata, log_starts: list[int] | None
+) -> tuple[TxnMetadata, list[int]] | None:
+    memory = last_appends.of(broker)
     if log_starts is None:
         memory.forget_txn(meta.transactional_id)
         return None

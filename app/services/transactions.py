@@ -16,6 +16,7 @@ from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.services import coordinator, inspect, last_appends
 from app.storage import queries as q
+from app.storage.db import LoopConnections
 from app.storage.queries import GroupOffset
 
 
@@ -127,13 +128,38 @@ def add_partitions_to_txn(
         # one conditional statement.
         joined = coordinator.join_if_unchanged(broker, remembered, producer_id, producer_epoch, partitions, principal)
         if joined is not None:
-            return dataclasses.replace(joined[0], partitions=tuple(sorted(set(partitions))), groups=())
+            return _added(joined[0], partitions)
     with broker.db.transaction() as conn:
         meta = coordinator.locked(conn, transactional_id, partitions=list(partitions), groups=[])
         txn.check_producer(meta, producer_id, producer_epoch)
         _check_partitions_exist(conn, partitions)
         event = txn.partitions_added(meta, partitions, broker.now())
         return coordinator.record(conn, broker, meta, event, principal=principal) if event else meta
+
+
+async def add_partitions_to_txn_on_loop(
+    broker: Broker, connections: LoopConnections, transactional_id: str, producer_id: int, producer_epoch: int,
+    partitions: Sequence[TopicPartition], principal: str | None = None,
+) -> TxnMetadata | None:
+    """``add_partitions_to_txn`` planned ahead, its one statement awaited on the caller's event loop
+    (``connections``): the same plan, statement and answer. None, having written nothing, for
+    everything the locked path decides (nothing remembered, anything moved, every connection in
+    use, the clock due a reading from the database): the caller then calls
+    ``add_partitions_to_txn`` (in a thread)."""
+    check_partitions_added(len(set(partitions)), broker.settings.max_partitions_per_transaction)
+    remembered = last_appends.of(broker).txn(transactional_id)
+    now = broker.now_without_waiting()
+    if remembered is None or now is None:
+        return None
+    joined = await coordinator.join_if_unchanged_on_loop(
+        broker, connections, remembered, producer_id, producer_epoch, partitions, principal, now
+    )
+    return _added(joined[0], partitions) if joined is not None else None
+
+
+def _added(meta: TxnMetadata, partitions: Sequence[TopicPartition]) -> TxnMetadata:
+    """The answer to AddPartitionsToTxn: the state with the partitions asked for as its members."""
+    return dataclasses.replace(meta, partitions=tuple(sorted(set(partitions))), groups=())
 
 
 def add_offsets_to_txn(
@@ -216,7 +242,7 @@ def end_txn(
         retried = _retried_end(meta, producer_id, producer_epoch, result)
         if retried is not None:
             return retried
-        decision = _decision(broker, meta, producer_id, producer_epoch, result, transaction_version)
+        decision = _decision(meta, producer_id, producer_epoch, result, transaction_version, broker.now())
         meta = coordinator.complete(conn, broker, meta, decision)
         faults.crash_point(faults.SERVER_CRASH_ENV, "end_txn_uncommitted")  # tests only: all written, nothing committed
     faults.crash_point(faults.SERVER_CRASH_ENV, "end_txn_committed")  # tests only: committed, not answered
@@ -230,15 +256,51 @@ def _end_planned_ahead(
     if meta is None or meta.state is not TxnState.ONGOING:
         with broker.db.autocommit() as conn:
             meta = q.txn_get(conn, transactional_id)
+    now = broker.now()
+    decision = _end_decision(meta, producer_id, producer_epoch, result, transaction_version, now)
+    if decision is None:
+        return None
+    faults.crash_point(faults.SERVER_CRASH_ENV, "end_txn_uncommitted")  # tests only: nothing committed
+    return _ended(coordinator.complete_if_unchanged(broker, meta, decision), result)  # type: ignore[arg-type]
+
+
+async def end_txn_on_loop(
+    broker: Broker, connections: LoopConnections, transactional_id: str, producer_id: int, producer_epoch: int,
+    result: Result, transaction_version: int = 2,
+) -> EndTxnOutcome | None:
+    """``end_txn`` planned ahead against the transaction as this process last wrote it, its one
+    statement awaited on the caller's event loop (``connections``): the same decision, statement
+    and answer. None, having written nothing, for everything else (nothing remembered, a retry, a
+    refusal, anything moved, every connection in use, the clock due a reading from the database):
+    the caller then calls ``end_txn`` (in a thread), which decides it."""
+    _check_result(result)
+    meta = last_appends.of(broker).txn(transactional_id)
+    now = broker.now_without_waiting()
+    if meta is None or now is None:
+        return None
+    decision = _end_decision(meta, producer_id, producer_epoch, result, transaction_version, now)
+    if decision is None:
+        return None
+    faults.crash_point(faults.SERVER_CRASH_ENV, "end_txn_uncommitted")  # tests only: nothing committed
+    return _ended(await coordinator.complete_if_unchanged_on_loop(broker, connections, meta, decision, now), result)
+
+
+def _end_decision(
+    meta: TxnMetadata | None, producer_id: int, producer_epoch: int, result: Result, transaction_version: int, now: int
+) -> TxnEvent | None:
+    """The decision an EndTxn planned ahead records: for an Ongoing transaction of the producer
+    (as read without a lock, or remembered), None for anything else (decided under the lock)."""
     if meta is None or meta.state is not TxnState.ONGOING:
         return None
     try:
-        decision = _decision(broker, meta, producer_id, producer_epoch, result, transaction_version)
+        decision = _decision(meta, producer_id, producer_epoch, result, transaction_version, now)
     except TxlogError:
         return None  # refused as of a read without a lock: decided again under it
     assert decision is not None
-    faults.crash_point(faults.SERVER_CRASH_ENV, "end_txn_uncommitted")  # tests only: nothing committed
-    meta = coordinator.complete_if_unchanged(broker, meta, decision)
+    return decision
+
+
+def _ended(meta: TxnMetadata | None, result: Result) -> EndTxnOutcome | None:
     if meta is None:
         return None
     faults.crash_point(faults.SERVER_CRASH_ENV, "end_txn_committed")  # tests only: committed, not answered
@@ -259,13 +321,13 @@ def _retried_end(meta: TxnMetadata, producer_id: int, producer_epoch: int, resul
 
 
 def _decision(
-    broker: Broker, meta: TxnMetadata, producer_id: int, producer_epoch: int, result: Result, transaction_version: int
+    meta: TxnMetadata, producer_id: int, producer_epoch: int, result: Result, transaction_version: int, now: int
 ) -> TxnEvent | None:
     """The PrepareCommit/PrepareAbort event this EndTxn records, or ``None`` when the transaction is
     prepared with this decision already."""
     txn.check_producer(meta, producer_id, producer_epoch)
     if not meta.state.is_prepared:
-        return txn.prepared(meta, result, broker.now(), transaction_version=transaction_version)
+        return txn.prepared(meta, result, now, transaction_version=transaction_version)
     if meta.state is not txn.prepare_state(result):
         raise TxlogError(ErrorCode.INVALID_TXN_STATE, f"Transaction is in {meta.state.value}; it cannot {result}")
     return None
@@ -285,7 +347,7 @@ def end_txn_prepare(
         retried = _retried_end(meta, producer_id, producer_epoch, result)
         if retried is not None:
             return retried
-        decision = _decision(broker, meta, producer_id, producer_epoch, result, transaction_version)
+        decision = _decision(meta, producer_id, producer_epoch, result, transaction_version, broker.now())
         if decision is not None:
             coordinator.record(conn, broker, meta, decision)
     return None

@@ -1245,6 +1245,31 @@ def txn_append_if_unchanged(
     On a connection in autocommit it is the whole database transaction, one round trip. Answers
     each batch's partition's log start offset if written, None if not. No limit is checked: the
     caller checked them against ``was``, which is exact at its version."""
+    params = _txn_append_if_unchanged_params(
+        batches, planned_against, events, was, meta, coordinator, deadline_ms, resets_members, ends
+    )
+    return _txn_appended(driver(conn).execute(_TXN_APPEND_IF_UNCHANGED, params).fetchone(), len(batches))
+
+
+async def txn_append_if_unchanged_awaited(
+    conn: psycopg.AsyncConnection, batches: Sequence[AppendBatch], planned_against: Sequence[ProducerStateEntry | None],
+    events: Sequence[TxnEvent], was: TxnMetadata, meta: TxnMetadata, coordinator: int, deadline_ms: int | None,
+    resets_members: bool, ends: str | None = None,
+) -> list[int] | None:
+    """``txn_append_if_unchanged`` on a connection of an event loop (``db.LoopConnections``, in
+    autocommit): the same statement, awaited."""
+    params = _txn_append_if_unchanged_params(
+        batches, planned_against, events, was, meta, coordinator, deadline_ms, resets_members, ends
+    )
+    cursor = await conn.execute(_TXN_APPEND_IF_UNCHANGED, params)
+    return _txn_appended(await cursor.fetchone(), len(batches))
+
+
+def _txn_append_if_unchanged_params(
+    batches: Sequence[AppendBatch], planned_against: Sequence[ProducerStateEntry | None], events: Sequence[TxnEvent],
+    was: TxnMetadata, meta: TxnMetadata, coordinator: int, deadline_ms: int | None, resets_members: bool,
+    ends: str | None,
+) -> dict[str, Any]:
     params = _log_append_params(batches, planned_against)
     params.update(_txn_record_params(events, meta, coordinator, deadline_ms))
     params.update(
@@ -1252,8 +1277,12 @@ def txn_append_if_unchanged(
         was_state=was.state.value, was_pid=Int8(was.producer_id), was_epoch=Int8(was.producer_epoch),
         resets=resets_members, end_offsets=ends is not None and bool(was.groups), commit_offsets=ends == "commit",
     )
-    kept, log_starts, _, recorded = driver(conn).execute(_TXN_APPEND_IF_UNCHANGED, params).fetchone()  # type: ignore[misc]
-    assert recorded in (0, 1) and (not recorded or len(kept or ()) == len(batches)), (kept, recorded)
+    return params
+
+
+def _txn_appended(row: Any, batches: int) -> list[int] | None:
+    kept, log_starts, _, recorded = row
+    assert recorded in (0, 1) and (not recorded or len(kept or ()) == batches), (kept, recorded)
     return list(log_starts or ()) if recorded else None
 
 

@@ -842,6 +842,84 @@ def test_a_v1_transactions_batches_are_appended_on_the_loop_only_while_it_is_ope
     assert [r.value for r in committed] == [f"{n}:{k}".encode() for n in range(2) for k in range(3)]
 
 
+def loop_call(broker, fn, *args, connections: LoopConnections | None = None):  # type: ignore[no-untyped-def]
+    """A service's ``*_on_loop`` function on a loop of its own, with connections of its own unless
+    given."""
+
+    async def run():  # type: ignore[no-untyped-def]
+        conns = connections or LoopConnections(broker.settings.database_url, 2)
+        try:
+            return await fn(broker, conns, *args)
+        finally:
+            if connections is None:
+                await conns.close()
+
+    return asyncio.run(run())
+
+
+def test_a_v1_transactions_add_and_end_are_planned_ahead_on_the_loop(two) -> None:  # type: ignore[no-untyped-def]
+    a, b = two
+    p = transactions.init_producer_id(a, "tx")
+    add, end = transactions.add_partitions_to_txn_on_loop, transactions.end_txn_on_loop
+
+    def req(tag: str, seq: int) -> ProduceRequest:
+        return ProduceRequest(batch(tag), p.producer_id, p.producer_epoch, seq, transactional_id="tx", require_added=True)
+
+    # nothing remembered of the transaction yet: both left to the thread's path, nothing written
+    assert loop_call(a, add, "tx", p.producer_id, p.producer_epoch, [("t", 0)]) is None
+    transactions.add_partitions_to_txn(a, "tx", p.producer_id, p.producer_epoch, [("t", 0)])
+    produce_service.produce(a, "t", 0, req("0", 0))
+    assert loop_call(a, end, "tx", p.producer_id, p.producer_epoch, "commit", 1) is None
+    transactions.end_txn(a, "tx", p.producer_id, p.producer_epoch, "commit", transaction_version=1)  # now remembered
+    # the next transaction: added, appended and ended on the loop, each by one statement
+    added = loop_call(a, add, "tx", p.producer_id, p.producer_epoch, [("t", 0)])
+    assert added is not None and added.state.value == "Ongoing" and added.partitions == (("t", 0),)
+    assert on_loop(a, req("1", 3)) is not None
+    ended = loop_call(a, end, "tx", p.producer_id, p.producer_epoch, "commit", 1)
+    assert ended is not None and ended.state.value == "CompleteCommit"
+    assert (ended.producer_id, ended.producer_epoch) == (p.producer_id, p.producer_epoch)  # V1 keeps the epoch
+    committed = fetch_service.fetch(a, "t", 0, 0, isolation_level="read_committed").records
+    assert [r.value for r in committed] == [f"{n}:{k}".encode() for n in range(2) for k in range(3)]
+    states = [e.to_state.value for e in transactions.events(a, "tx")]
+    assert states[-3:] == ["Ongoing", "PrepareCommit", "CompleteCommit"] and states.count("CompleteCommit") == 2
+    # another process fences the producer: what this one remembers is stale, nothing is written
+    # from it, and the thread's path answers the fencing
+    transactions.init_producer_id(b, "tx")
+    assert loop_call(a, add, "tx", p.producer_id, p.producer_epoch, [("t", 0)]) is None
+    with pytest.raises(TxlogError) as fenced:
+        transactions.add_partitions_to_txn(a, "tx", p.producer_id, p.producer_epoch, [("t", 0)])
+    assert fenced.value.code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH)
+
+
+def test_an_end_on_the_loop_waits_neither_for_a_connection_nor_for_the_clock(two) -> None:  # type: ignore[no-untyped-def]
+    a, _ = two
+    p = transactions.init_producer_id(a, "tx")
+    transactions.add_partitions_to_txn(a, "tx", p.producer_id, p.producer_epoch, [("t", 0)])
+    produce_service.produce(a, "t", 0, ProduceRequest(batch("0"), p.producer_id, p.producer_epoch, 0, transactional_id="tx", require_added=True))
+    transactions.end_txn(a, "tx", p.producer_id, p.producer_epoch, "commit", transaction_version=1)
+    added = loop_call(a, transactions.add_partitions_to_txn_on_loop, "tx", p.producer_id, p.producer_epoch, [("t", 0)])
+    assert added is not None
+
+    async def all_in_use():  # type: ignore[no-untyped-def]
+        conns = LoopConnections(a.settings.database_url, 1)
+        try:
+            async with conns.connection() as held:
+                assert held is not None
+                return await transactions.end_txn_on_loop(a, conns, "tx", p.producer_id, p.producer_epoch, "commit", 1)
+        finally:
+            await conns.close()
+
+    assert asyncio.run(all_in_use()) is None
+    a.clock = DatabaseClock(a.db, resync_s=0.0)  # due a reading from the database: not read from the loop
+    a.now()
+    assert loop_call(a, transactions.end_txn_on_loop, "tx", p.producer_id, p.producer_epoch, "commit", 1) is None
+    assert transactions.describe(a, "tx").state.value == "Ongoing"  # nothing written
+    a.clock = DatabaseClock(a.db)
+    a.now()
+    ended = loop_call(a, transactions.end_txn_on_loop, "tx", p.producer_id, p.producer_epoch, "commit", 1)
+    assert ended is not None and ended.state.value == "CompleteCommit"
+
+
 def test_the_loop_waits_neither_for_a_connection_nor_for_the_clock(two) -> None:  # type: ignore[no-untyped-def]
     a, _ = two
     p = transactions.init_producer_id(a, None)

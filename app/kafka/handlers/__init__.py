@@ -12,8 +12,10 @@ A handler is ``async def handle(ctx: RequestContext, request) -> dict | None``:
   (UNKNOWN_SERVER_ERROR for anything else): every request is answered.
 
 Services are synchronous (SQLAlchemy, psycopg): ``await ctx.call(service, *args)`` runs one in
-the gateway's thread pool, never on the event loop. The one exception is an append planned ahead
-(``produce.produce_on_loop``): one statement, awaited on the loop's own connections.
+the gateway's thread pool, never on the event loop. The exceptions are an append, an
+AddPartitionsToTxn and an EndTxn planned ahead (``produce.produce_on_loop``,
+``transactions.add_partitions_to_txn_on_loop``, ``transactions.end_txn_on_loop``): one statement
+each, awaited on the loop's own connections; what they do not take goes to the thread pool.
 """
 
 from __future__ import annotations

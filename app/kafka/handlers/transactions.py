@@ -65,15 +65,17 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> dic
     not exist, it is UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED."""
     # v0-3 name their fields v3_and_below_* (v4+ is between brokers, a batch of transactions).
     asked = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
+    args = (
+        request.v3_and_below_transactional_id, request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
+        asked,
+    )
     try:
-        await ctx.call(
-            txn_service.add_partitions_to_txn,
-            ctx.broker,
-            request.v3_and_below_transactional_id,
-            request.v3_and_below_producer_id,
-            request.v3_and_below_producer_epoch,
-            asked,
-        )
+        # Planned ahead, its statement awaited on the loop; else in a thread, under the locks.
+        added = None
+        if ctx.loop_connections is not None:
+            added = await txn_service.add_partitions_to_txn_on_loop(ctx.broker, ctx.loop_connections, *args)
+        if added is None:
+            await ctx.call(txn_service.add_partitions_to_txn, ctx.broker, *args)
         codes = {tp: 0 for tp in asked}
     except TxlogError as exc:
         missing = set(exc.details.get("partitions", ())) if exc.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION else set()
@@ -149,16 +151,14 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> dict:
     """Commit or abort: markers, offsets and the completed state in one database transaction, the
     producer's epoch kept (the first transaction protocol)."""
     result = "commit" if request.committed else "abort"
+    args = (request.transactional_id, request.producer_id, request.producer_epoch, result, TRANSACTION_VERSION)
     try:
-        await ctx.call(
-            txn_service.end_txn,
-            ctx.broker,
-            request.transactional_id,
-            request.producer_id,
-            request.producer_epoch,
-            result,
-            TRANSACTION_VERSION,
-        )
+        # Planned ahead, its statement awaited on the loop; else in a thread, under the lock.
+        ended = None
+        if ctx.loop_connections is not None:
+            ended = await txn_service.end_txn_on_loop(ctx.broker, ctx.loop_connections, *args)
+        if ended is None:
+            await ctx.call(txn_service.end_txn, ctx.broker, *args)
     except TxlogError as exc:
         return {"throttle_time_ms": 0, "error_code": _code(exc, "EndTxn", ctx.api_version)}
     return {"throttle_time_ms": 0, "error_code": 0}
