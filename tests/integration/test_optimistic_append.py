@@ -770,18 +770,24 @@ def test_a_group_appends_its_batches_planned_ahead_in_one_statement(db_url: str,
 # connections (``db.LoopConnections``): bounded, replaced when they fail, failures named.
 
 
-def on_loop(broker, req: ProduceRequest, connections: LoopConnections | None = None):  # type: ignore[no-untyped-def]
-    """``produce_on_loop`` on a loop of its own, with connections of its own unless given."""
+def loop_call(broker, fn, *args, connections: LoopConnections | None = None):  # type: ignore[no-untyped-def]
+    """A service's ``*_on_loop`` function on a loop of its own, with connections of its own unless
+    given."""
 
     async def run():  # type: ignore[no-untyped-def]
         conns = connections or LoopConnections(broker.settings.database_url, 2)
         try:
-            return await produce_service.produce_on_loop(broker, conns, "t", 0, req)
+            return await fn(broker, conns, *args)
         finally:
             if connections is None:
                 await conns.close()
 
     return asyncio.run(run())
+
+
+def on_loop(broker, req: ProduceRequest, connections: LoopConnections | None = None):  # type: ignore[no-untyped-def]
+    """``produce_on_loop`` to partition 0 of "t" on a loop of its own."""
+    return loop_call(broker, produce_service.produce_on_loop, "t", 0, req, connections=connections)
 
 
 def test_a_producers_next_batches_are_appended_on_the_loop(two) -> None:  # type: ignore[no-untyped-def]
@@ -840,21 +846,6 @@ def test_a_v1_transactions_batches_are_appended_on_the_loop_only_while_it_is_ope
         produce_service.produce(a, "t", 0, req("late", 6))
     committed = fetch_service.fetch(a, "t", 0, 0, isolation_level="read_committed").records
     assert [r.value for r in committed] == [f"{n}:{k}".encode() for n in range(2) for k in range(3)]
-
-
-def loop_call(broker, fn, *args, connections: LoopConnections | None = None):  # type: ignore[no-untyped-def]
-    """A service's ``*_on_loop`` function on a loop of its own, with connections of its own unless
-    given."""
-
-    async def run():  # type: ignore[no-untyped-def]
-        conns = connections or LoopConnections(broker.settings.database_url, 2)
-        try:
-            return await fn(broker, conns, *args)
-        finally:
-            if connections is None:
-                await conns.close()
-
-    return asyncio.run(run())
 
 
 def test_a_v1_transactions_add_and_end_are_planned_ahead_on_the_loop(two) -> None:  # type: ignore[no-untyped-def]
