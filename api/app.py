@@ -60,7 +60,7 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
         notifier = AppendNotifier(settings.database_url, functools.partial(fetch_service.listen, broker))  # type: ignore[arg-type]
         notifier.start()
         app.state.notifier = notifier
-        # Appends planned ahead await their one statement on this worker's loop (``api.v1.hot``).
+        # Appends and EndTxn planned ahead await their one statement on this worker's loop (``api.v1.hot``).
         app.state.loop_connections = LoopConnections(settings.database_url, settings.db_pool_size, SessionLimits.from_settings(settings))  # type: ignore[arg-type]
         if authorizer is not None:
             authorizer.start()

@@ -319,7 +319,7 @@ async def produce_on_loop(
     ahead = _ahead_at(topic, partition, req, now, _validate(broker, req), position)
     if ahead is None:
         return None
-    result = await _loop_group(broker, connections).append(ahead)
+    result = await _loop_group(broker, connections).append(ahead, connections)
     if result is not None:
         faults.crash_point(faults.SERVER_CRASH_ENV, "produce_appended")
     return result
@@ -367,17 +367,16 @@ class _LoopGroupCommit:
     waiters; once it is decided it hands the next statement to the oldest waiter. A statement runs
     to its end even if its sender is cancelled: the others of its group hear of it."""
 
-    def __init__(self, broker: Broker, connections: LoopConnections) -> None:
+    def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.connections = connections
         self.max_batches = broker.settings.produce_group_commit_batches
         self._waiting: collections.deque[_Waiting] = collections.deque()
         self._senders = 0
 
-    async def append(self, ahead: _Ahead) -> ProduceResult | None:
+    async def append(self, ahead: _Ahead, connections: LoopConnections) -> ProduceResult | None:
         me = _Waiting(ahead)
         if self.max_batches <= 1:
-            await self._statement([me])
+            await self._statement([me], connections)
             return me.outcome()
         self._waiting.append(me)
         if self._senders < LOOP_STATEMENTS:
@@ -391,7 +390,7 @@ class _LoopGroupCommit:
                 raise
         if me.sends:
             try:
-                await asyncio.shield(asyncio.ensure_future(self._statement(self._next_group(me))))
+                await asyncio.shield(asyncio.ensure_future(self._statement(self._next_group(me), connections)))
             finally:
                 self._hand_on()
         return me.outcome()
@@ -431,13 +430,13 @@ class _LoopGroupCommit:
         if me.sends:
             self._hand_on()
 
-    async def _statement(self, group: list[_Waiting]) -> None:
+    async def _statement(self, group: list[_Waiting], connections: LoopConnections) -> None:
         """One conditional statement for the group; each of it decided (never raises)."""
         last = last_appends.of(self.broker)
         planned = [w.ahead for w in group]
         batches = [a.plan.batch for a in planned]
         try:
-            async with self.connections.connection() as conn:
+            async with connections.connection() as conn:
                 if conn is None:
                     results: list[ProduceResult | None] = [None] * len(group)
                 else:
@@ -461,7 +460,7 @@ def _loop_group(broker: Broker, connections: LoopConnections) -> _LoopGroupCommi
     """The group commit of the loop ``connections`` belong to."""
     group = _loop_groups.get(connections)
     if group is None:
-        group = _loop_groups[connections] = _LoopGroupCommit(broker, connections)
+        group = _loop_groups[connections] = _LoopGroupCommit(broker)
     return group
 
 
