@@ -8,7 +8,8 @@ BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: run test install bench chaos clean system-deps
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py app/_native.c
+	PYTHON=$(PYTHON) bash scripts/system-deps.sh build
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[test,spark]'
@@ -16,7 +17,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Java's PostgreSQL JDBC driver and a headless Chromium for page tests (Debian/Ubuntu).
+# A C compiler, Java's PostgreSQL JDBC driver, a headless Chromium for page tests and more (Debian/Ubuntu).
 system-deps:
 	@bash scripts/system-deps.sh
 

@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
-# Installs what pip cannot: Java and the PostgreSQL JDBC driver (for Spark), Chromium (for page
-# tests), libfaketime (runs a server with its clock set apart from the database's, for clock tests)
-# and kcat (a librdkafka command-line client, for the Kafka gateway's smoke test).
+# Installs what pip cannot.
+#   system-deps.sh build: a C compiler and Python's headers, for txlog's C part (app/_native.c;
+#     without them txlog installs and runs on the Python definitions alone, slower).
+#   system-deps.sh: also Java and the PostgreSQL JDBC driver (for Spark), Chromium (for page
+#     tests), libfaketime (runs a server with its clock set apart from the database's, for clock
+#     tests) and kcat (a librdkafka command-line client, for the Kafka gateway's smoke test).
 # Skips what is present; says what is missing when it cannot install (no root, no apt).
 set -euo pipefail
+python=${PYTHON:-python3}
 need=()
-command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
-[[ -f /usr/share/java/postgresql.jar || -n "${TXLOG_JDBC_JAR:-}" ]] || need+=(libpostgresql-jdbc-java)
-command -v chromium >/dev/null 2>&1 || need+=(chromium)
-command -v faketime >/dev/null 2>&1 || need+=(faketime)
-command -v kcat >/dev/null 2>&1 || need+=(kcat)
+command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+"$python" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+  2>/dev/null || need+=(python3-dev)
+if [[ ${1:-} != build ]]; then
+  command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+  [[ -f /usr/share/java/postgresql.jar || -n "${TXLOG_JDBC_JAR:-}" ]] || need+=(libpostgresql-jdbc-java)
+  command -v chromium >/dev/null 2>&1 || need+=(chromium)
+  command -v faketime >/dev/null 2>&1 || need+=(faketime)
+  command -v kcat >/dev/null 2>&1 || need+=(kcat)
+fi
 ((${#need[@]})) || exit 0
 if command -v apt-get >/dev/null 2>&1; then
   sudo=""
@@ -18,5 +27,5 @@ if command -v apt-get >/dev/null 2>&1; then
   $sudo apt-get update -qq >/dev/null || true
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
 else
-  echo "warning: please install ${need[*]} (Spark, browser, clock and Kafka-client tests need them)" >&2
+  echo "warning: please install ${need[*]} (the C part, Spark, browser, clock and Kafka-client tests need them)" >&2
 fi

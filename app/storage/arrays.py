@@ -20,6 +20,8 @@ from psycopg import adapters
 from psycopg.adapt import Dumper
 from psycopg.pq import Format
 
+from app.native import native
+
 _HEADER = struct.Struct(">iiiii")  # ndim = 1, has nulls, element oid, length, lower bound = 1
 _EMPTY = struct.Struct(">iii")  # ndim = 0, no nulls, element oid
 _LENGTH = struct.Struct(">i").pack
@@ -66,6 +68,9 @@ _register(Int8Array, 1016)
 
 
 def _varlena(cls: type[PackedArray], oid: int, items: Sequence[bytes | None]) -> PackedArray:
+    packed = native.varlena_array(oid, items) if native else None
+    if packed is not None:
+        return cls(packed)
     n = len(items)
     if not n:
         return cls(_EMPTY.pack(0, 0, oid))
@@ -93,6 +98,9 @@ _FIXED: dict[tuple[str, int], struct.Struct] = {}
 
 
 def _fixed(cls: type[PackedArray], oid: int, code: str, width: int, items: Sequence[int | None]) -> PackedArray:
+    packed = native.fixed_array(oid, width, items) if native else None
+    if packed is not None:
+        return cls(packed)
     n = len(items)
     if not n:
         return cls(_EMPTY.pack(0, 0, oid))
