@@ -13,6 +13,8 @@
  *   encode_records(records, base_offset, base_ts)
  *       The records section of one data batch from stored rows (offset, key, value, header_keys,
  *       header_values, timestamp_ms, ...): (bytes, max timestamp).
+ *   batch_run_ends(records)
+ *       Where each run of stored rows that can be one batch ends (exclusive indexes).
  *   varlena_array(oid, items), fixed_array(oid, width, items)
  *       A one-dimensional array in PostgreSQL's binary format (array_send), of bytes (or None)
  *       items, or of integers (or None) of 4 or 8 bytes.
@@ -360,6 +362,116 @@ fallback:
     Py_RETURN_NONE;
 }
 
+/* The fields of a stored row (app.storage.queries.StoredRecord) that cut batch runs. */
+enum { ROW_OFFSET = 0, ROW_PRODUCER_ID = 6, ROW_PRODUCER_EPOCH = 7, ROW_SEQUENCE = 8, ROW_TRANSACTIONAL = 9, ROW_CONTROL_TYPE = 10 };
+
+static int
+as_int64(PyObject *obj, long long *out)
+{
+    if (!PyLong_Check(obj))
+        return -1;
+    int overflow = 0;
+    *out = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (overflow || (*out == -1 && PyErr_Occurred()))
+        return -1;
+    return 0;
+}
+
+/* 1 when ``a != b`` (Python's comparison), 0 when equal, -1 on error. */
+static int
+differ(PyObject *a, PyObject *b)
+{
+    return a == b ? 0 : PyObject_RichCompareBool(a, b, Py_NE);
+}
+
+static PyObject *
+native_batch_run_ends(PyObject *module, PyObject *args)
+{
+    PyObject *records;
+    if (!PyArg_ParseTuple(args, "O", &records))
+        return NULL;
+    PyObject *seq = PySequence_Fast(records, "records must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **rows = PySequence_Fast_ITEMS(seq);
+    PyObject *ends = PyList_New(0);
+    if (ends == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!PyTuple_Check(rows[i]) || PyTuple_GET_SIZE(rows[i]) <= ROW_CONTROL_TYPE)
+            goto fallback;
+    Py_ssize_t i = 0;
+    while (i < n) {
+        PyObject *first = rows[i];
+        Py_ssize_t j = i + 1;
+        if (PyTuple_GET_ITEM(first, ROW_CONTROL_TYPE) == Py_None) {
+            PyObject *pid = PyTuple_GET_ITEM(first, ROW_PRODUCER_ID), *epoch = PyTuple_GET_ITEM(first, ROW_PRODUCER_EPOCH);
+            PyObject *txn = PyTuple_GET_ITEM(first, ROW_TRANSACTIONAL), *first_seq = PyTuple_GET_ITEM(first, ROW_SEQUENCE);
+            long long base, last, seq0 = 0;
+            if (as_int64(PyTuple_GET_ITEM(first, ROW_OFFSET), &base) < 0)
+                goto fallback;
+            if (first_seq != Py_None && as_int64(first_seq, &seq0) < 0)
+                goto fallback;
+            last = base;
+            for (; j < n; j++) {
+                PyObject *r = rows[j];
+                long long offset;
+                if (PyTuple_GET_ITEM(r, ROW_CONTROL_TYPE) != Py_None)
+                    break;
+                int d;
+                if ((d = differ(PyTuple_GET_ITEM(r, ROW_PRODUCER_ID), pid)) != 0
+                    || (d = differ(PyTuple_GET_ITEM(r, ROW_PRODUCER_EPOCH), epoch)) != 0
+                    || (d = differ(PyTuple_GET_ITEM(r, ROW_TRANSACTIONAL), txn)) != 0) {
+                    if (d < 0)
+                        goto fallback;
+                    break;
+                }
+                if (as_int64(PyTuple_GET_ITEM(r, ROW_OFFSET), &offset) < 0)
+                    goto fallback;
+                if (offset <= last || offset - base > INT32_MAX)  /* offset > last >= base: no overflow */
+                    break;
+                PyObject *r_seq = PyTuple_GET_ITEM(r, ROW_SEQUENCE);
+                if (first_seq == Py_None) {
+                    if (r_seq != Py_None)
+                        break;
+                } else {
+                    long long s, want;
+                    if (r_seq == Py_None)
+                        break;
+                    if (as_int64(r_seq, &s) < 0 || __builtin_add_overflow(seq0, offset - base, &want))
+                        goto fallback;
+                    want %= (long long)INT32_MAX + 1;
+                    if (want < 0)
+                        want += (long long)INT32_MAX + 1;
+                    if (s != want)
+                        break;
+                }
+                last = offset;
+            }
+        }
+        PyObject *end = PyLong_FromSsize_t(j);
+        if (end == NULL || PyList_Append(ends, end) < 0) {
+            Py_XDECREF(end);
+            goto fallback;
+        }
+        Py_DECREF(end);
+        i = j;
+    }
+    Py_DECREF(seq);
+    return ends;
+fallback:
+    Py_DECREF(seq);
+    Py_DECREF(ends);
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_MemoryError))
+        PyErr_Clear();
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ---- PostgreSQL's binary arrays -------------------------------------------------------------- */
 
 static void
@@ -514,6 +626,7 @@ native_fixed_array(PyObject *module, PyObject *args)
 static PyMethodDef native_methods[] = {
     {"read_records", native_read_records, METH_VARARGS, "The records of a batch v2, or None to leave it to the Python definition."},
     {"encode_records", native_encode_records, METH_VARARGS, "A data batch's records section and max timestamp, or None."},
+    {"batch_run_ends", native_batch_run_ends, METH_VARARGS, "Where each batch run of stored rows ends, or None."},
     {"varlena_array", native_varlena_array, METH_VARARGS, "A binary array of bytes items, or None."},
     {"fixed_array", native_fixed_array, METH_VARARGS, "A binary array of int4 or int8 items, or None."},
     {NULL, NULL, 0, NULL},

@@ -694,6 +694,9 @@ def batch_runs(records: Sequence[StoredRecord]) -> list[Sequence[StoredRecord]]:
     the offsets (a record's sequence is the batch's base sequence plus its offset delta, wrapping at
     2**31). Each control record is a run of its own, as each marker is a batch of its own in Kafka.
     Offsets may have gaps inside a run (the offset deltas carry them)."""
+    ends = native.batch_run_ends(records) if native else None
+    if ends is not None:
+        return [records[i:j] for i, j in zip([0, *ends], ends)]
     runs = []
     n = len(records)
     i = 0

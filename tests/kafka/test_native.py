@@ -159,6 +159,43 @@ def test_encode_batch_beyond_the_plain_case() -> None:
         assert got == expected
 
 
+@settings(max_examples=200, deadline=None)
+@given(runs(), st.data())
+def test_batch_runs_as_defined(records, data) -> None:  # type: ignore[no-untyped-def]
+    """Runs cut where the definition cuts them, rows shuffled or with sequences off included."""
+    if data.draw(st.booleans()):
+        records = data.draw(st.permutations(records))
+    if data.draw(st.booleans()):
+        at = data.draw(st.integers(0, len(records) - 1))
+        wrong = data.draw(st.sampled_from([None, 0, 2**31 - 1, -1, 2**31]))
+        records = [*records[:at], records[at]._replace(sequence=wrong), *records[at + 1 :]]
+    fast = R.batch_runs(records)
+    with python_only(R):
+        slow = R.batch_runs(records)
+    assert fast == slow
+
+
+def test_batch_runs_beyond_the_plain_case() -> None:
+    cases = [
+        [stored(2**63 - 1), stored(0)],  # offsets at the edges of int64
+        [stored(0, producer_id=1, producer_epoch=0, sequence=2**63 - 1), stored(1, producer_id=1, producer_epoch=0, sequence=0)],
+        [stored(0, producer_id=1, producer_epoch=0, sequence=2**31 - 1), stored(1, producer_id=1, producer_epoch=0, sequence=0)],
+        [stored(0)._replace(offset=1.5), stored(1)],  # not an int: the definition's
+        [stored(0), stored(1)[:5]],  # too short: the definition's (which fails)
+    ]
+    for rows in cases:
+        with python_only(R):
+            try:
+                expected: Any = R.batch_runs(rows)
+            except Exception as exc:  # noqa: BLE001 - compared below
+                expected = type(exc)
+        try:
+            got: Any = R.batch_runs(rows)
+        except Exception as exc:  # noqa: BLE001
+            got = type(exc)
+        assert got == expected
+
+
 # --- PostgreSQL's binary arrays -----------------------------------------------------------------
 
 
