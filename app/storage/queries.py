@@ -472,7 +472,7 @@ def _log_append_sql(if_unchanged: bool, records_txn: bool = False) -> str:
         SELECT b.topic, b.partition, u.off, u.k, u.v, CAST(u.h AS jsonb),
                CASE WHEN u.hs IS NOT NULL THEN (CAST(%(hk)b AS text[]))[u.hs:u.he] END,
                CASE WHEN u.hs IS NOT NULL THEN (CAST(%(hv)b AS bytea[]))[u.hs:u.he] END,
-               to_timestamp(u.ts / 1000.0), b.pid, b.epoch,
+               to_timestamp(u.ts / CAST(1000 AS float8)), b.pid, b.epoch,
                CASE WHEN b.seq IS NULL THEN NULL ELSE ((b.seq + u.off - b.base) %% 2147483648)::int END,
                b.txn = 1, b.control, u.pos, b.txn_first
         FROM unnest(CAST(%(batch)b AS int[]), CAST(%(offsets)b AS bigint[]), CAST(%(keys)b AS bytea[]),
