@@ -15,9 +15,9 @@
  *       header_values, timestamp_ms, ...): (bytes, max timestamp).
  *   batch_run_ends(records)
  *       Where each run of stored rows that can be one batch ends (exclusive indexes).
- *   varlena_array(oid, items), fixed_array(oid, width, items)
+ *   array(oid, width, items)
  *       A one-dimensional array in PostgreSQL's binary format (array_send), of bytes (or None)
- *       items, or of integers (or None) of 4 or 8 bytes.
+ *       items (width 0), or of integers (or None) of 4 or 8 bytes.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -509,87 +509,50 @@ put_array_header(unsigned char *w, int32_t oid, Py_ssize_t n, int has_nulls)
     return 20;
 }
 
-static PyObject *
-native_varlena_array(PyObject *module, PyObject *args)
+/* The 8-byte length-and-value of an integer item, or of a bytes item (``width`` 0); -1 (out of
+ * range, another type) leaves the array to the Python definition. */
+static Py_ssize_t
+item_size(PyObject *item, int width)
 {
-    int oid;
-    PyObject *items;
-    if (!PyArg_ParseTuple(args, "iO", &oid, &items))
-        return NULL;
-    PyObject *seq = PySequence_Fast(items, "items must be a sequence");
-    if (seq == NULL)
-        return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **it = PySequence_Fast_ITEMS(seq);
-    Py_ssize_t size = 20;
-    int has_nulls = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (it[i] == Py_None) {
-            has_nulls = 1;
-            size += 4;
-        } else if (PyBytes_CheckExact(it[i]) && PyBytes_GET_SIZE(it[i]) <= INT32_MAX) {
-            size += 4 + PyBytes_GET_SIZE(it[i]);
-        } else {
-            Py_DECREF(seq);
-            Py_RETURN_NONE;
-        }
+    if (item == Py_None)
+        return 4;
+    if (width == 0)
+        return PyBytes_CheckExact(item) && PyBytes_GET_SIZE(item) <= INT32_MAX ? 4 + PyBytes_GET_SIZE(item) : -1;
+    if (!PyLong_CheckExact(item) && !PyBool_Check(item))
+        return -1;
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(item, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred()) || (width == 4 && (v < INT32_MIN || v > INT32_MAX))) {
+        PyErr_Clear();
+        return -1;
     }
-    if (n > INT32_MAX) {
-        Py_DECREF(seq);
-        Py_RETURN_NONE;
-    }
-    PyObject *out = PyBytes_FromStringAndSize(NULL, n ? size : 12);
-    if (out == NULL) {
-        Py_DECREF(seq);
-        return NULL;
-    }
-    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
-    w += put_array_header(w, oid, n, has_nulls);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (it[i] == Py_None) {
-            put_int32(w, -1);
-            w += 4;
-        } else {
-            Py_ssize_t len = PyBytes_GET_SIZE(it[i]);
-            put_int32(w, (int32_t)len);
-            memcpy(w + 4, PyBytes_AS_STRING(it[i]), len);
-            w += 4 + len;
-        }
-    }
-    Py_DECREF(seq);
-    return out;
+    return 4 + width;
 }
 
 static PyObject *
-native_fixed_array(PyObject *module, PyObject *args)
+native_array(PyObject *module, PyObject *args)
 {
     int oid, width;
     PyObject *items;
     if (!PyArg_ParseTuple(args, "iiO", &oid, &width, &items))
         return NULL;
-    if (width != 4 && width != 8)
+    if (width != 0 && width != 4 && width != 8)
         Py_RETURN_NONE;
     PyObject *seq = PySequence_Fast(items, "items must be a sequence");
     if (seq == NULL)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject **it = PySequence_Fast_ITEMS(seq);
-    int has_nulls = 0;
     Py_ssize_t size = 20;
+    int has_nulls = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (it[i] == Py_None) {
-            has_nulls = 1;
-            size += 4;
-        } else if (PyLong_CheckExact(it[i]) || PyBool_Check(it[i])) {
-            size += 4 + width;
-        } else {
+        Py_ssize_t item = item_size(it[i], width);
+        if (item < 0 || n > INT32_MAX) {
             Py_DECREF(seq);
             Py_RETURN_NONE;
         }
-    }
-    if (n > INT32_MAX) {
-        Py_DECREF(seq);
-        Py_RETURN_NONE;
+        has_nulls |= it[i] == Py_None;
+        size += item;
     }
     PyObject *out = PyBytes_FromStringAndSize(NULL, n ? size : 12);
     if (out == NULL) {
@@ -599,25 +562,24 @@ native_fixed_array(PyObject *module, PyObject *args)
     unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
     w += put_array_header(w, oid, n, has_nulls);
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (it[i] == Py_None) {
+        PyObject *item = it[i];
+        if (item == Py_None) {
             put_int32(w, -1);
             w += 4;
-            continue;
+        } else if (width == 0) {
+            Py_ssize_t len = PyBytes_GET_SIZE(item);
+            put_int32(w, (int32_t)len);
+            memcpy(w + 4, PyBytes_AS_STRING(item), len);
+            w += 4 + len;
+        } else {
+            long long v = PyLong_AsLongLong(item);  /* in range: checked above */
+            put_int32(w, width);
+            if (width == 4)
+                put_int32(w + 4, (int32_t)v);
+            else
+                put_int64(w + 4, (int64_t)v);
+            w += 4 + width;
         }
-        int overflow = 0;
-        long long v = PyLong_AsLongLongAndOverflow(it[i], &overflow);
-        if (overflow || (v == -1 && PyErr_Occurred()) || (width == 4 && (v < INT32_MIN || v > INT32_MAX))) {
-            PyErr_Clear();
-            Py_DECREF(out);
-            Py_DECREF(seq);
-            Py_RETURN_NONE;  /* out of range: the Python definition raises */
-        }
-        put_int32(w, width);
-        if (width == 4)
-            put_int32(w + 4, (int32_t)v);
-        else
-            put_int64(w + 4, (int64_t)v);
-        w += 4 + width;
     }
     Py_DECREF(seq);
     return out;
@@ -627,8 +589,7 @@ static PyMethodDef native_methods[] = {
     {"read_records", native_read_records, METH_VARARGS, "The records of a batch v2, or None to leave it to the Python definition."},
     {"encode_records", native_encode_records, METH_VARARGS, "A data batch's records section and max timestamp, or None."},
     {"batch_run_ends", native_batch_run_ends, METH_VARARGS, "Where each batch run of stored rows ends, or None."},
-    {"varlena_array", native_varlena_array, METH_VARARGS, "A binary array of bytes items, or None."},
-    {"fixed_array", native_fixed_array, METH_VARARGS, "A binary array of int4 or int8 items, or None."},
+    {"array", native_array, METH_VARARGS, "A binary array of bytes (width 0), int4 or int8 items, or None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -68,7 +68,7 @@ _register(Int8Array, 1016)
 
 
 def _varlena(cls: type[PackedArray], oid: int, items: Sequence[bytes | None]) -> PackedArray:
-    packed = native.varlena_array(oid, items) if native else None
+    packed = native.array(oid, 0, items) if native else None
     if packed is not None:
         return cls(packed)
     n = len(items)
@@ -98,7 +98,7 @@ _FIXED: dict[tuple[str, int], struct.Struct] = {}
 
 
 def _fixed(cls: type[PackedArray], oid: int, code: str, width: int, items: Sequence[int | None]) -> PackedArray:
-    packed = native.fixed_array(oid, width, items) if native else None
+    packed = native.array(oid, width, items) if native else None
     if packed is not None:
         return cls(packed)
     n = len(items)

@@ -224,6 +224,7 @@ def test_arrays_beyond_the_plain_case() -> None:
     with pytest.raises(struct.error):
         arrays.int8_array([2**63])
     assert native is not None
-    assert native.fixed_array(23, 4, [1.5]) is None and native.varlena_array(17, [bytearray(b"x")]) is None
+    assert native.array(23, 4, [1.5]) is None and native.array(17, 0, [bytearray(b"x")]) is None
+    assert native.array(23, 4, [2**31]) is None and native.array(20, 8, [2**63]) is None
     with python_only(arrays):
         assert arrays.bytea_array([bytearray(b"x")]) == arrays.bytea_array([b"x"])
