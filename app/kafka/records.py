@@ -25,6 +25,10 @@ record count, decompressed size) and raises ``TxlogError``: CORRUPT_MESSAGE for 
 parse, UNSUPPORTED_FOR_MESSAGE_FORMAT for magic 0 and 1, UNSUPPORTED_COMPRESSION_TYPE for an
 unknown codec, RECORD_LIST_TOO_LARGE / MESSAGE_TOO_LARGE beyond the limits, INVALID_RECORD for a
 header key that is not UTF-8 — never anything else.
+
+The per-record loops (reading a batch's records, encoding a fetched run, cutting runs) also run in
+C where txlog's C part is built (``app.native``); the functions here stay the definitions, and
+answer whatever the C part leaves to them.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 psycopg dumps a Python list element by element, in Python (finding the element type, then a
 dumper call per element): for a batch of 100 records that was most of what the append's parameters
 cost. An append's columns are known to be ``bytea``, ``text``, ``int4`` or ``int8``, so they are
-packed here in one pass each (``struct`` for the integers, one ``bytes.join`` for the rest) and
-psycopg passes the bytes on unchanged, with the array's type.
+packed here in one pass each (``struct`` for the integers, one ``bytes.join`` for the rest; in C
+where txlog's C part is built, ``app.native``) and psycopg passes the bytes on unchanged, with the
+array's type.
 
 The format (PostgreSQL's ``array_send``): the number of dimensions, a has-nulls flag, the element
 type's oid; per dimension its length and lower bound (1); then each element as a 4-byte length
