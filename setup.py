@@ -3,4 +3,4 @@ C compiler the package installs without it and runs the Python definitions it ac
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("app._native", ["app/_native.c"], optional=True, extra_compile_args=["-O2"])])
+setup(ext_modules=[Extension("app._native", ["app/_native.c"], optional=True)])

@@ -329,6 +329,7 @@ async def produce_on_loop(
 # arrive meanwhile are appended together by the next one.
 LOOP_STATEMENTS = 2
 
+
 class _Waiting:
     """A batch waiting for its statement on the loop, and what became of it. ``woken`` is set when
     it is decided, or when its caller is handed the next statement to send (``sends``)."""
