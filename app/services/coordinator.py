@@ -247,13 +247,14 @@ def join_if_unchanged(
 async def join_if_unchanged_on_loop(
     broker: Broker, connections: LoopConnections, meta: TxnMetadata, producer_id: int, producer_epoch: int,
     partitions: Sequence[txn.TopicPartition], principal: str | None, now: int,
+    batches: Sequence[q.AppendBatch] = (), positions: Sequence[q.AppendPosition] = (),
 ) -> tuple[TxnMetadata, list[int]] | None:
-    """``join_if_unchanged`` (partitions alone: AddPartitionsToTxn) with its statement awaited on
-    the caller's event loop (``connections``): None as well when no connection is free."""
+    """``join_if_unchanged`` with its statement awaited on the caller's event loop
+    (``connections``): None as well when no connection is free."""
     event = _joining(broker, meta, producer_id, producer_epoch, partitions, principal, now)
     if event is None:
         return None
-    return await record_if_unchanged_on_loop(broker, connections, meta, (event,), (), ())
+    return await record_if_unchanged_on_loop(broker, connections, meta, (event,), batches, positions)
 
 
 def _joining(

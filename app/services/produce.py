@@ -306,20 +306,26 @@ async def produce_on_loop(
 ) -> ProduceResult | None:
     """``produce`` for a batch that can be planned ahead, its one statement awaited on the caller's
     event loop (``connections``) rather than run in a thread — the same plan, the same conditional
-    statement, the same answer. None, having written nothing, for everything else: nothing
-    remembered, a transaction's first batch on the partition, the partition moved on since, a
+    statement, the same answer; a transaction's first batch on the partition with its transition
+    (``_joined_ahead``). None, having written nothing, for everything else: nothing
+    remembered, the partition or the transaction moved on since, a
     batch the rules refuse or answer as a duplicate, every connection in use, the clock due a
     reading from the database. The caller then calls ``produce`` (in a thread), which decides it
     under the locks. Never waits on anything but the statement."""
     now = broker.now_without_waiting()
-    last = last_appends.of(broker)
-    position = None if now is None else _remembered(last, topic, partition, req)
-    if now is None or position is None:
-        return None  # before validating: ``produce`` validates what it is left
-    ahead = _ahead_at(topic, partition, req, now, _validate(broker, req), position)
-    if ahead is None:
+    if now is None:
         return None
-    result = await _loop_group(broker, connections).append(ahead, connections)
+    last = last_appends.of(broker)
+    position = _remembered(last, topic, partition, req)
+    if position is not None:
+        ahead = _ahead_at(topic, partition, req, now, _validate(broker, req), position)
+        if ahead is None:
+            return None
+        result = await _loop_group(broker, connections).append(ahead, connections)
+    elif req.transactional_id is not None and not req.require_added:
+        result = await _joined_ahead_on_loop(broker, connections, last, topic, partition, req, now)
+    else:
+        return None  # before validating: ``produce`` validates what it is left
     if result is not None:
         faults.crash_point(faults.SERVER_CRASH_ENV, "produce_appended")
     return result
@@ -476,12 +482,10 @@ def _joined_ahead(
     wrote it, the partition where it last left it — and written with the transition by one
     conditional statement (``coordinator.join_if_unchanged``). None for the locked path: nothing
     remembered, anything the rules would refuse or that the limits decide, anything moved."""
-    meta, position = last.txn(req.transactional_id), last.get(topic, partition, req.producer_id)  # type: ignore[arg-type]
-    if meta is None or position is None:
+    joining = _joining(last, topic, partition, req, now, sizes)
+    if joining is None:
         return None
-    plan = _append_planned(topic, partition, req, now, sizes, position)
-    if plan is None:
-        return None
+    meta, position, plan = joining
     try:
         written = coordinator.join_if_unchanged(
             broker, meta, req.producer_id, req.producer_epoch, [(topic, partition)], req.principal,  # type: ignore[arg-type]
@@ -490,10 +494,55 @@ def _joined_ahead(
     except BaseException:
         last.forget(topic, partition, req.producer_id)
         raise
-    if written is None:
-        last.forget(topic, partition, req.producer_id)
+    return _joined(last, plan, position, written)
+
+
+async def _joined_ahead_on_loop(
+    broker: Broker, connections: LoopConnections, last: last_appends.LastAppends, topic: str, partition: int,
+    req: ProduceRequest, now: int,
+) -> ProduceResult | None:
+    """``_joined_ahead`` with its statement awaited on the caller's event loop (``connections``):
+    None, having written nothing, as well when no connection is free."""
+    if last.txn(req.transactional_id) is None:  # type: ignore[arg-type]
+        return None  # before validating: ``produce`` validates what it is left
+    joining = _joining(last, topic, partition, req, now, _validate(broker, req))
+    if joining is None:
         return None
-    last.remember(plan.batch, position)
+    meta, position, plan = joining
+    try:
+        written = await coordinator.join_if_unchanged_on_loop(
+            broker, connections, meta, req.producer_id, req.producer_epoch, [(topic, partition)], req.principal,  # type: ignore[arg-type]
+            now, [plan.batch], [position],
+        )
+    except BaseException:
+        last.forget(topic, partition, req.producer_id)
+        raise
+    return _joined(last, plan, position, written)
+
+
+def _joining(
+    last: last_appends.LastAppends, topic: str, partition: int, req: ProduceRequest, now: int, sizes: list[int]
+) -> tuple[txn.TxnMetadata, q.AppendPosition, _Plan] | None:
+    """The remembered transaction, the remembered partition and the batch planned against it, for a
+    transaction's first batch on the partition; None if either is not remembered or the plan is not
+    an append."""
+    meta, position = last.txn(req.transactional_id), last.get(topic, partition, req.producer_id)  # type: ignore[arg-type]
+    if meta is None or position is None:
+        return None
+    plan = _append_planned(topic, partition, req, now, sizes, position)
+    return None if plan is None else (meta, position, plan)
+
+
+def _joined(
+    last: last_appends.LastAppends, plan: _Plan, position: q.AppendPosition, written: tuple[txn.TxnMetadata, list[int]] | None
+) -> ProduceResult | None:
+    """The batch's answer once its statement ran (None: it wrote nothing); the memory learns where
+    it left the partition."""
+    b = plan.batch
+    if written is None:
+        last.forget(b.topic, b.partition, b.producer_id)
+        return None
+    last.remember(b, position)
     return dataclasses.replace(plan.result, log_start_offset=written[1][0])
 
 

@@ -882,6 +882,43 @@ def test_a_v1_transactions_add_and_end_are_planned_ahead_on_the_loop(two) -> Non
     assert fenced.value.code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH)
 
 
+def test_a_transactions_first_batch_on_a_partition_joins_it_on_the_loop(two) -> None:  # type: ignore[no-untyped-def]
+    """The statement of ``_joined_ahead`` awaited on the loop: once this process has ended a
+    producer's transaction, the next one's first batch starts it, with the partition, in one
+    statement; memory gone stale writes nothing and leaves the batch to the locked path."""
+    a, b = two
+    p = transactions.init_producer_id(a, "tx")
+    # nothing remembered of the transaction: left to the locked path, nothing written
+    assert on_loop(a, tx_batch(p, "0", 0)) is None
+    assert log(a) == [] and transactions.describe(a, "tx").state.value == "Empty"
+    produce_service.produce(a, "t", 0, tx_batch(p, "0", 0))
+    out = transactions.end_txn(a, "tx", p.producer_id, p.producer_epoch, "commit")
+    p2 = transactions.ProducerIdAndEpoch(out.producer_id, out.producer_epoch)
+    first = on_loop(a, tx_batch(p2, "1", 0))
+    assert first is not None and (first.base_offset, first.duplicate) == (4, False)
+    described = transactions.describe(a, "tx")
+    assert described.state.value == "Ongoing" and list(described.partitions) == [("t", 0)]
+    assert events(a, "tx")[-1] == "Ongoing"
+    second = on_loop(a, tx_batch(p2, "1b", 3))  # its next batch: planned ahead as any other
+    assert second is not None and second.base_offset == 7
+    with a.db.read() as conn:
+        assert q.partition_status(conn, "t", 0).last_stable_offset == 4  # held by the open transaction
+    out2 = transactions.end_txn(a, "tx", p2.producer_id, p2.producer_epoch, "commit")
+    assert [r.value for r in fetch_service.fetch(a, "t", 0, 0, isolation_level="read_committed").records] == [
+        f"{t}:{k}".encode() for t in ("0", "1", "1b") for k in range(3)
+    ]
+    # the transaction changed through another process: nothing is written from memory, and the
+    # locked path answers as the database says
+    p3 = transactions.ProducerIdAndEpoch(out2.producer_id, out2.producer_epoch)
+    transactions.init_producer_id(b, "tx")
+    before = log(a)
+    assert on_loop(a, tx_batch(p3, "late", 0)) is None
+    assert log(a) == before
+    with pytest.raises(TxlogError) as fenced:
+        produce_service.produce(a, "t", 0, tx_batch(p3, "late", 0))
+    assert fenced.value.code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH)
+
+
 def test_an_end_on_the_loop_waits_neither_for_a_connection_nor_for_the_clock(two) -> None:  # type: ignore[no-untyped-def]
     a, _ = two
     p = transactions.init_producer_id(a, "tx")
