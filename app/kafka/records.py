@@ -45,6 +45,7 @@ import google_crc32c
 from app.config import Settings
 from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT, Headers, NewRecord, validate_headers
 from app.errors import ErrorCode, TxlogError
+from app.kafka.protocol import uvarint
 from app.native import native
 from app.services.produce import ProduceRequest
 from app.storage.queries import StoredRecord
@@ -525,18 +526,9 @@ def _lz4_content_size(payload: memoryview) -> int | None:
 # --- encoding for fetch ---------------------------------------------------------------------------
 
 
-def _uvarint(z: int) -> bytes:
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
 # Unsigned varints of 0 .. 16383 (one or two bytes): the zigzag forms of -8192 .. 8191, which covers
 # most lengths and deltas. Index with the zigzag value ``(n << 1) ^ (n >> 63)`` (``n << 1`` for n >= 0).
-_UV = [_uvarint(z) for z in range(1 << 14)]
+_UV = [uvarint(z) for z in range(1 << 14)]
 _UV_SIZE = len(_UV)
 _NULL = b"\x01"  # length -1
 _NO_HEADERS = b"\x00"
@@ -550,7 +542,7 @@ _ENCODED_FIELDS = operator.attrgetter("offset", "key", "value", "header_keys", "
 def _varint(n: int) -> bytes:
     """The zigzag varint of ``n`` (any int64)."""
     z = (n << 1) ^ (n >> 63)
-    return _UV[z] if z < _UV_SIZE else _uvarint(z)
+    return _UV[z] if z < _UV_SIZE else uvarint(z)
 
 
 def _encode_headers(keys: Sequence[str], values: Sequence[bytes | None]) -> bytes:
@@ -619,7 +611,7 @@ def encode_batch(base_offset: int, records: Sequence[StoredRecord]) -> bytes:
         )
     uv = _UV
     uv_size = _UV_SIZE
-    slow = _uvarint
+    slow = uvarint
     parts: list[bytes] = [b"", b""]  # the header's places
     extend = parts.extend
     size = 0
