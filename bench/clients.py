@@ -73,7 +73,8 @@ class Lane:
     commit_every: int = 0  # transactional: batches per transaction
     transactional_id: str = ""
     offset: int = 0  # fetch: where the walk starts
-    end: int = 0  # fetch: where the walk wraps to the log start (0: at the high watermark or LSO)
+    end: int = 0  # fetch: where the walk wraps (0: at the high watermark or LSO)
+    start: int = 0  # fetch: where it wraps to (or the log start, if later)
 
 
 @dataclass
@@ -177,13 +178,14 @@ class ProduceRunner:
 
 
 class FetchRunner:
-    """Pages of 1000 records from ``offset``, following ``next_offset``, wrapping to the log start."""
+    """Pages of 1000 records from ``offset``, following ``next_offset``, wrapping to the lane's
+    ``start`` (or the log start, if later)."""
 
     def __init__(self, lane: Lane) -> None:
         self.http = Http(lane.target)
         self.offset = lane.offset
         self.bound = "last_stable_offset" if lane.mode == "read_committed" else "high_watermark"
-        self.end = lane.end
+        self.start, self.end = lane.start, lane.end
         self.path = (f"/v1/topics/{lane.topic}/partitions/{lane.partition}/records"
                      f"?max_records={PAGE}&max_bytes=16777216&isolation_level={lane.mode}&offset=")
         self.latencies: list[tuple[float, float]] = []
@@ -194,7 +196,7 @@ class FetchRunner:
         n = len(doc["records"])
         nxt = doc["next_offset"]
         wrap = nxt >= doc[self.bound] or (self.end and nxt >= self.end)
-        self.offset = doc["log_start_offset"] if wrap else nxt
+        self.offset = max(doc["log_start_offset"], self.start) if wrap else nxt
         return n
 
     def close(self) -> None:

@@ -293,7 +293,7 @@ _PARTS: list[tuple[str, str]] = [
     ("batch to the service's produce request", "produce_request (app/kafka/records.py"),
     ("produce service and queries, own code", "(app/services/"),
     ("request decode (kafka-python structs)", "decode_request (app/kafka/protocol.py"),
-    ("response encode (kafka-python structs)", "encode_response (app/kafka/protocol.py"),
+    ("response encode (Produce and Fetch written directly, others by kafka-python)", "encode_response (app/kafka/protocol.py"),
     ("request header", "read_header (app/kafka/protocol.py"),
 ]
 _PLACES: list[tuple[str, str]] = [
