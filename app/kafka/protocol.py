@@ -343,10 +343,11 @@ def encode_response(header: RequestHeader, body: Mapping[str, Any]) -> bytes | b
 # consumer (FetchResponse v4-12) is written here field by field, as Kafka's schemas lay them out,
 # rather than through the generic struct (``build``): that costs a producer's batch about 20 µs
 # more, and a fetch of 1 MiB of records about 90 µs more (with the gateway's memory settings,
-# ``app.memory``), copying the records several times where this copies them once. These writers take the fields their handlers answer with
-# (``handlers.produce``, ``handlers.fetch``), a field left out taking the schema's default as in
-# ``build``; anything else (a field they do not know) takes the generic path. tests/kafka/test_protocol.py checks them
-# byte for byte against kafka-python's codec.
+# ``app.memory``), copying the records several times where this copies them once. These writers
+# take the fields their handlers answer with (``handlers.produce``, ``handlers.fetch``), a field
+# left out taking the schema's default as in ``build``; anything else (a field they do not know)
+# takes the generic path. tests/kafka/test_protocol.py checks them byte for byte against
+# kafka-python's codec.
 
 _PRODUCE_PARTITION = frozenset(("index", "error_code", "base_offset", "log_append_time_ms", "log_start_offset", "error_message"))
 _FETCH_PARTITION = frozenset((

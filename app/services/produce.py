@@ -307,11 +307,11 @@ async def produce_on_loop(
     """``produce`` for a batch that can be planned ahead, its one statement awaited on the caller's
     event loop (``connections``) rather than run in a thread — the same plan, the same conditional
     statement, the same answer; a transaction's first batch on the partition with its transition
-    (``_joined_ahead``). None, having written nothing, for everything else: nothing
-    remembered, the partition or the transaction moved on since, a
-    batch the rules refuse or answer as a duplicate, every connection in use, the clock due a
-    reading from the database. The caller then calls ``produce`` (in a thread), which decides it
-    under the locks. Never waits on anything but the statement."""
+    (``_joined_ahead``). None, having written nothing, for everything else: nothing remembered,
+    the partition or the transaction moved on since, a batch the rules refuse or answer as a
+    duplicate, every connection in use, the clock due a reading from the database. The caller then
+    calls ``produce`` (in a thread), which decides it under the locks. Never waits on anything but
+    the statement."""
     now = broker.now_without_waiting()
     if now is None:
         return None
