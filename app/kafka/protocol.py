@@ -31,7 +31,7 @@ from __future__ import annotations
 import struct
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 # kafka-python reads its schemas with importlib.resources.read_text, deprecated since Python 3.11:
 # its warning, not ours, and only at import.
@@ -381,28 +381,21 @@ def _direct_response(header: RequestHeader, body: Mapping[str, Any]) -> bytearra
 def _produce_body(out: bytearray, version: int, flexible: bool, body: Mapping[str, Any]) -> bool:
     if body.keys() - {"responses", "throttle_time_ms"}:
         return False
-    topics = body.get("responses", ())
-    _array_length(out, len(topics), flexible)
-    for topic in topics:
-        if topic.keys() - {"name", "partition_responses"}:
+
+    def partition(part: Mapping[str, Any]) -> bool:
+        if part.keys() - _PRODUCE_PARTITION:
             return False
-        _string(out, topic.get("name", ""), flexible)
-        parts = topic.get("partition_responses", ())
-        _array_length(out, len(parts), flexible)
-        for part in parts:
-            if part.keys() - _PRODUCE_PARTITION:
-                return False
-            out += _INT32.pack(part.get("index", 0))
-            out += _I16_I64_I64.pack(part.get("error_code", 0), part.get("base_offset", 0), part.get("log_append_time_ms", -1))
-            if version >= 5:
-                out += _I64.pack(part.get("log_start_offset", -1))
-            if version >= 8:
-                _array_length(out, 0, flexible)  # record_errors
-                _string(out, part.get("error_message"), flexible)
-            if flexible:
-                out.append(0)  # tagged fields: no current_leader
-        if flexible:
-            out.append(0)
+        out.extend(_INT32.pack(part.get("index", 0)))
+        out.extend(_I16_I64_I64.pack(part.get("error_code", 0), part.get("base_offset", 0), part.get("log_append_time_ms", -1)))
+        if version >= 5:
+            out.extend(_I64.pack(part.get("log_start_offset", -1)))
+        if version >= 8:
+            _array_length(out, 0, flexible)  # record_errors
+            _string(out, part.get("error_message"), flexible)
+        return True  # (tagged fields: no current_leader)
+
+    if not _topics(out, body.get("responses", ()), "name", "partition_responses", flexible, partition):
+        return False
     out += _INT32.pack(body.get("throttle_time_ms", 0))
     if flexible:
         out.append(0)  # tagged fields: no node_endpoints
@@ -415,47 +408,63 @@ def _fetch_body(out: bytearray, version: int, flexible: bool, body: Mapping[str,
     out += _INT32.pack(body.get("throttle_time_ms", 0))
     if version >= 7:
         out += _I16_I32.pack(body.get("error_code", 0), body.get("session_id", 0))
-    topics = body.get("responses", ())
-    _array_length(out, len(topics), flexible)
-    for topic in topics:
-        if topic.keys() - {"topic", "partitions"}:
+
+    def partition(part: Mapping[str, Any]) -> bool:
+        if part.keys() - _FETCH_PARTITION:
             return False
-        _string(out, topic.get("topic", ""), flexible)
-        parts = topic.get("partitions", ())
-        _array_length(out, len(parts), flexible)
-        for part in parts:
-            if part.keys() - _FETCH_PARTITION:
-                return False
-            out += _I32_I16_I64_I64.pack(
-                part.get("partition_index", 0), part.get("error_code", 0), part.get("high_watermark", 0), part.get("last_stable_offset", -1)
-            )
-            if version >= 5:
-                out += _I64.pack(part.get("log_start_offset", -1))
-            aborted = part.get("aborted_transactions", ())
-            if aborted is None:
-                _array_length(out, -1, flexible)
-            else:
-                _array_length(out, len(aborted), flexible)
-                for entry in aborted:
-                    if entry.keys() - {"producer_id", "first_offset"}:
-                        return False
-                    out += _I64_I64.pack(entry.get("producer_id", 0), entry.get("first_offset", 0))
-                    if flexible:
-                        out.append(0)
-            if version >= 11:
-                out += _INT32.pack(part.get("preferred_read_replica", -1))
-            records = part.get("records", b"")
-            if records is None:
-                _array_length(out, -1, flexible)
-            else:
-                _array_length(out, len(records), flexible)
-                out += records
-            if flexible:
-                out.append(0)  # tagged fields: no diverging epoch, current leader or snapshot id
-        if flexible:
-            out.append(0)
+        out.extend(_I32_I16_I64_I64.pack(
+            part.get("partition_index", 0), part.get("error_code", 0), part.get("high_watermark", 0), part.get("last_stable_offset", -1)
+        ))
+        if version >= 5:
+            out.extend(_I64.pack(part.get("log_start_offset", -1)))
+        aborted = part.get("aborted_transactions", ())
+        if aborted is None:
+            _array_length(out, -1, flexible)
+        else:
+            _array_length(out, len(aborted), flexible)
+            for entry in aborted:
+                if entry.keys() - {"producer_id", "first_offset"}:
+                    return False
+                out.extend(_I64_I64.pack(entry.get("producer_id", 0), entry.get("first_offset", 0)))
+                if flexible:
+                    out.append(0)
+        if version >= 11:
+            out.extend(_INT32.pack(part.get("preferred_read_replica", -1)))
+        records = part.get("records", b"")
+        if records is None:
+            _array_length(out, -1, flexible)
+        else:
+            _array_length(out, len(records), flexible)
+            out.extend(records)
+        return True  # (tagged fields: no diverging epoch, current leader or snapshot id)
+
+    if not _topics(out, body.get("responses", ()), "topic", "partitions", flexible, partition):
+        return False
     if flexible:
         out.append(0)
+    return True
+
+
+def _topics(
+    out: bytearray, topics: Sequence[Mapping[str, Any]], name: str, partitions: str, flexible: bool,
+    partition: Callable[[Mapping[str, Any]], bool],
+) -> bool:
+    """A response's array of topics, each its name and its array of partition answers, each of
+    those written by ``partition`` (False: a field it does not write, for the generic path)."""
+    _array_length(out, len(topics), flexible)
+    for topic in topics:
+        if topic.keys() - {name, partitions}:
+            return False
+        _string(out, topic.get(name, ""), flexible)
+        parts = topic.get(partitions, ())
+        _array_length(out, len(parts), flexible)
+        for part in parts:
+            if not partition(part):
+                return False
+            if flexible:
+                out.append(0)  # the partition's tagged fields
+        if flexible:
+            out.append(0)  # the topic's
     return True
 
 
