@@ -292,10 +292,9 @@ class LoopConnections:
     AddPartitionsToTxn and EndTxn planned ahead, in an HTTP worker or the Kafka gateway), so that
     such a statement needs no thread. Their sessions carry the engine's limits. At most ``size``
     are open; ``connection()`` gives None when all are in use (the caller goes its thread's way
-    instead of waiting). A connection idle for
-    IDLE_PING_SECONDS is checked before use (the database may have restarted), and one that failed
-    is closed, never reused. Failures are translated as the engine's are (``translate_errors``).
-    Belongs to the loop that uses it."""
+    instead of waiting). A connection idle for IDLE_PING_SECONDS is checked before use (the
+    database may have restarted), and one that failed is closed, never reused. Failures are
+    translated as the engine's are (``translate_errors``). Belongs to the loop that uses it."""
 
     def __init__(self, url: str, size: int, limits: SessionLimits | None = SessionLimits()) -> None:
         self.url = libpq_url(url)

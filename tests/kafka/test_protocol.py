@@ -12,61 +12,40 @@ from hypothesis import strategies as st
 from app.kafka import protocol
 from app.kafka.protocol import ApiKey, RequestHeader
 
+INT16 = st.integers(-(2**15), 2**15 - 1)
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)
 
-# Every field optional: one left out takes the schema's default, as in ``protocol.build``.
-partition_answers = st.fixed_dictionaries(
-    {},
-    optional={
-        "index": INT32,
-        "error_code": st.integers(-(2**15), 2**15 - 1),
-        "base_offset": INT64,
-        "log_append_time_ms": INT64,
-        "log_start_offset": INT64,
+
+def optional(**fields: st.SearchStrategy) -> st.SearchStrategy:
+    """A dict of any of ``fields``: one left out takes the schema's default, as in ``protocol.build``."""
+    return st.fixed_dictionaries({}, optional=fields)
+
+
+def topics(name: str, partitions: str, partition: st.SearchStrategy) -> st.SearchStrategy:
+    """A response's array of topics, each with its name and its partitions' answers."""
+    return st.lists(optional(**{name: st.text(max_size=150), partitions: st.lists(partition, max_size=4)}), max_size=3)
+
+
+answers = optional(
+    responses=topics("name", "partition_responses", optional(
+        index=INT32, error_code=INT16, base_offset=INT64, log_append_time_ms=INT64, log_start_offset=INT64,
         # up to 300 characters, some of several bytes: compact lengths of one and two bytes
-        "error_message": st.none() | st.text(max_size=300),
-    },
+        error_message=st.none() | st.text(max_size=300),
+    )),
+    throttle_time_ms=st.integers(0, 2**31 - 1),
 )
-answers = st.fixed_dictionaries(
-    {},
-    optional={
-        "responses": st.lists(
-            st.fixed_dictionaries(
-                {}, optional={"name": st.text(max_size=150), "partition_responses": st.lists(partition_answers, max_size=4)}
-            ),
-            max_size=4,
-        ),
-        "throttle_time_ms": st.integers(0, 2**31 - 1),
-    },
-)
-
-
-fetch_partitions = st.fixed_dictionaries(
-    {},
-    optional={
-        "partition_index": INT32,
-        "error_code": st.integers(-(2**15), 2**15 - 1),
-        "high_watermark": INT64,
-        "last_stable_offset": INT64,
-        "log_start_offset": INT64,
-        "aborted_transactions": st.none() | st.lists(st.fixed_dictionaries({"producer_id": INT64, "first_offset": INT64}), max_size=3),
-        "preferred_read_replica": INT32,
+fetch_answers = optional(
+    responses=topics("topic", "partitions", optional(
+        partition_index=INT32, error_code=INT16, high_watermark=INT64, last_stable_offset=INT64, log_start_offset=INT64,
+        aborted_transactions=st.none() | st.lists(st.fixed_dictionaries({"producer_id": INT64, "first_offset": INT64}), max_size=3),
+        preferred_read_replica=INT32,
         # up to 300 bytes: compact lengths of one and two bytes
-        "records": st.none() | st.binary(max_size=300),
-    },
-)
-fetch_answers = st.fixed_dictionaries(
-    {},
-    optional={
-        "responses": st.lists(
-            st.fixed_dictionaries({}, optional={"topic": st.text(max_size=150), "partitions": st.lists(fetch_partitions, max_size=4)}),
-            max_size=3,
-        ),
-        "throttle_time_ms": st.integers(0, 2**31 - 1),
-        "error_code": st.integers(-(2**15), 2**15 - 1),
-        "session_id": INT32,
-    },
+        records=st.none() | st.binary(max_size=300),
+    )),
+    throttle_time_ms=st.integers(0, 2**31 - 1),
+    error_code=INT16,
+    session_id=INT32,
 )
 
 
