@@ -3,8 +3,8 @@ confluent-kafka (librdkafka), kafka-python and aiokafka join, rebalance (1 → 3
 and read back offsets, lose a member to its session timeout (``kill -9``), restart a static member
 without a rebalance, and read a transaction's pending offset as UNSTABLE_OFFSET_COMMIT; the admin
 clients list and describe groups and their offsets; raw frames check OffsetCommit and OffsetFetch
-version by version, the generation fence, and that a JoinGroup waiting when the gateway stops is
-answered.
+version by version, the generation fence of OffsetCommit and TxnOffsetCommit, and that a JoinGroup
+waiting when the gateway stops is answered.
 
 Each consumer of a group runs in a thread of its own (aiokafka on an event loop of its own) and
 commits synchronously after each batch it processed; a consumer that must die without leaving is
@@ -650,6 +650,46 @@ def test_offset_commit_is_fenced_by_the_group_generation(group_gateway: GatewayP
         assert commit(6) == 0
         assert commit(7, generation=gen, member=me) == E.UNKNOWN_MEMBER_ID.kafka_code
     assert committed(store, group, topic, 1) == {0: 6}
+
+
+def test_txn_offset_commit_is_fenced_by_the_group_generation(group_gateway: GatewayProcess, store: Broker) -> None:
+    """KIP-447: from v3 a TxnOffsetCommit carries the consumer's generation and member id, and a
+    zombie (an older generation, an unknown member, a fenced static instance) is refused with
+    nothing left pending in the transaction, so a copier that lost its partitions cannot commit
+    their input offsets. Before v3 the request has no generation to check, as in Kafka."""
+    topic, group, tid = new_topic(store, 1), unique("g"), unique("tx")
+    with group_gateway.connect() as conn:
+        joined = _join(conn, group, instance="host-1")
+        gen, me = joined.generation_id, joined.member_id
+        init = {"transactional_id": tid, "transaction_timeout_ms": 60_000, "producer_id": -1, "producer_epoch": -1}
+        pid = conn.request(ApiKey.InitProducerId, 3, init)
+        assert pid.error_code == 0
+        ids = {"transactional_id": tid, "producer_id": pid.producer_id, "producer_epoch": pid.producer_epoch}
+
+        def commit(offset: int, version: int = 3, **fence: object) -> int:
+            partition = {"partition_index": 0, "committed_offset": offset, "committed_leader_epoch": -1, "committed_metadata": ""}
+            body = {
+                **ids, "group_id": group, "generation_id": -1, "member_id": "", "group_instance_id": None, **fence,
+                "topics": [{"name": topic, "partitions": [partition]}],
+            }
+            return _codes(conn.request(ApiKey.TxnOffsetCommit, version, body))[0][2]
+
+        def end(committed: bool) -> None:
+            assert conn.request(ApiKey.EndTxn, 3, {**ids, "committed": committed}).error_code == 0
+
+        assert conn.request(ApiKey.AddOffsetsToTxn, 3, {**ids, "group_id": group}).error_code == 0
+        assert commit(1, generation_id=gen, member_id=me, group_instance_id="host-1") == 0
+        assert commit(2, generation_id=gen - 1, member_id=me, group_instance_id="host-1") == E.ILLEGAL_GENERATION.kafka_code
+        assert commit(3, generation_id=gen, member_id="someone-else") == E.UNKNOWN_MEMBER_ID.kafka_code
+        assert commit(4, generation_id=gen, member_id="host-1-old", group_instance_id="host-1") == E.FENCED_INSTANCE_ID.kafka_code
+        end(True)
+        assert committed(store, group, topic, 1) == {0: 1}
+
+        # v2 has no generation: a transaction's offsets from such a client are its own to commit
+        assert conn.request(ApiKey.AddOffsetsToTxn, 3, {**ids, "group_id": group}).error_code == 0
+        assert commit(5, version=2) == 0
+        end(True)
+    assert committed(store, group, topic, 1) == {0: 5}
 
 
 @pytest.mark.parametrize("version", range(1, 10))
