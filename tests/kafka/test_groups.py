@@ -674,21 +674,21 @@ def test_txn_offset_commit_is_fenced_by_the_group_generation(group_gateway: Gate
             }
             return _codes(conn.request(ApiKey.TxnOffsetCommit, version, body))[0][2]
 
-        def end(committed: bool) -> None:
-            assert conn.request(ApiKey.EndTxn, 3, {**ids, "committed": committed}).error_code == 0
+        def commit_transaction() -> None:
+            assert conn.request(ApiKey.EndTxn, 3, {**ids, "committed": True}).error_code == 0
 
         assert conn.request(ApiKey.AddOffsetsToTxn, 3, {**ids, "group_id": group}).error_code == 0
         assert commit(1, generation_id=gen, member_id=me, group_instance_id="host-1") == 0
         assert commit(2, generation_id=gen - 1, member_id=me, group_instance_id="host-1") == E.ILLEGAL_GENERATION.kafka_code
         assert commit(3, generation_id=gen, member_id="someone-else") == E.UNKNOWN_MEMBER_ID.kafka_code
         assert commit(4, generation_id=gen, member_id="host-1-old", group_instance_id="host-1") == E.FENCED_INSTANCE_ID.kafka_code
-        end(True)
+        commit_transaction()
         assert committed(store, group, topic, 1) == {0: 1}
 
         # v2 has no generation: a transaction's offsets from such a client are its own to commit
         assert conn.request(ApiKey.AddOffsetsToTxn, 3, {**ids, "group_id": group}).error_code == 0
         assert commit(5, version=2) == 0
-        end(True)
+        commit_transaction()
     assert committed(store, group, topic, 1) == {0: 5}
 
 
