@@ -41,10 +41,13 @@ def test_open_transactions_per_principal(limited: ServerProcess, database: Datab
         group = tid.rsplit("-", 1)[0] + "-g"
         return c.post(f"/v1/transactions/{tid}/offsets", json={**ids, "group_id": group, "offsets": [{"topic": "lim-out", "partition": 0, "offset": 0}]})
 
+    # Each grant is its own change of the security version, and the server reloads at most once a
+    # poll: the transactional id's grant, the one ``begin`` waits to see, is written last, so a
+    # snapshot that has it has the others too.
     ca = principals.create("lim-c")
     principals.grant("lim-c", R.TOPIC, "lim-", O.READ, O.WRITE, prefixed=True)
-    principals.grant("lim-c", R.TRANSACTIONAL_ID, "lim-c-", O.WRITE, prefixed=True)
     principals.grant("lim-c", R.GROUP, "lim-c-g", O.READ)
+    principals.grant("lim-c", R.TRANSACTIONAL_ID, "lim-c-", O.WRITE, prefixed=True)
     cb = principals.create("lim-d")
     principals.grant("lim-d", R.TOPIC, "lim-", O.READ, O.WRITE, prefixed=True)
     principals.grant("lim-d", R.TRANSACTIONAL_ID, "lim-d-", O.WRITE, prefixed=True)
