@@ -77,7 +77,7 @@ def test_two_nodes_see_each_other_and_split_the_groups(db_url: str) -> None:
 
 
 def test_a_node_id_held_elsewhere_is_refused_and_a_taken_one_is_lost(db_url: str) -> None:
-    broker = make_broker(db_url, kafka_node_lease_ms=300)  # renewed every 100 ms
+    broker = make_broker(db_url, kafka_node_lease_ms=900)  # renewed every 300 ms: a loaded machine keeps it
 
     async def scenario() -> None:
         lost = asyncio.Event()
@@ -86,7 +86,7 @@ def test_a_node_id_held_elsewhere_is_refused_and_a_taken_one_is_lost(db_url: str
         began = time.monotonic()
         with pytest.raises(NodeIdInUse, match=r"Node id 5 is held by another live gateway process \(a.example:9092\)"):
             await RegistryCluster(broker, Node(5, "intruder.example", 9999)).start()
-        assert 0.4 <= time.monotonic() - began < 2  # refused once a lease and a third passed: a renews
+        assert 1.2 <= time.monotonic() - began < 4  # refused once a lease and a third passed: a renews
         assert not lost.is_set()
         with broker.db.transaction() as conn:  # another process takes the id (a missed its renewals)
             conn.execute(text(
@@ -114,7 +114,7 @@ def test_a_restart_after_a_crash_takes_its_node_id_back_once_the_lease_lapses(db
         began = time.monotonic()
         again = RegistryCluster(broker, Node(3, "127.0.0.1", 9092))
         await again.start()
-        assert time.monotonic() - began < 0.6 + 0.2 + 0.5
+        assert time.monotonic() - began < 0.6 + 0.2 + 2  # the lease and a retry, with room for a loaded machine
         assert again.list_nodes() == [Node(3, "127.0.0.1", 9092)]
         await again.stop()
 

@@ -490,7 +490,7 @@ def test_record_counts():
     assert code_of(raw_batch(ok, 2**31 - 1)) is ErrorCode.RECORD_LIST_TOO_LARGE
     started = time.perf_counter()
     assert code_of(raw_batch(ok, 2**31 - 1), max_records=2**31) is ErrorCode.CORRUPT_MESSAGE
-    assert time.perf_counter() - started < 0.1
+    assert time.perf_counter() - started < 1.0  # not a walk of 2**31 counted records (minutes)
     assert code_of(raw_batch(ok * 3, 3), max_records=2) is ErrorCode.RECORD_LIST_TOO_LARGE
     assert len(R.decode_batches(raw_batch(ok * 3, 3), max_records=3)[0].records) == 3
     assert R.decode_batches(raw_batch(b"", 0))[0].records == ()  # an empty batch (compaction makes them)
