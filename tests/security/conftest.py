@@ -80,14 +80,21 @@ def principals(database: Database, server: ServerProcess) -> Principals:
 
 
 def eventually(request: Callable[[], httpx.Response], status: int, times: int = 8, timeout: float = 5.0) -> httpx.Response:
-    """Wait (at most ``timeout``) until ``times`` requests in a row answer ``status`` — with two
-    workers, so both have taken the change — and answer the last."""
+    """Wait (at most ``timeout``) until ``times`` requests in a row answer ``status``, and answer
+    the last. The requests of one ``client`` share its connection, so one worker answers them all;
+    ``on_new_connections`` spreads them over the workers."""
 
     def settled() -> httpx.Response | None:
         answers = [request() for _ in range(times)]
         return answers[-1] if all(a.status_code == status for a in answers) else None
 
     return wait_until(settled, timeout, 0.05, f"{times} answers in a row with status {status}")
+
+
+def on_new_connections(c: httpx.Client, path: str) -> Callable[[], httpx.Response]:
+    """A GET of ``path`` as ``c`` on a new connection each time: whichever worker accepts it
+    answers, so a run of them reaches each of the server's workers in turn or by chance."""
+    return lambda: httpx.get(f"{c.base_url}{path}", headers=c.headers, timeout=30)
 
 
 def code(response: httpx.Response) -> str:

@@ -8,7 +8,7 @@ import httpx
 
 from app.domain.acls import Operation as O, ResourceType as R
 from app.services import security
-from tests.security.conftest import Principals, client, code, eventually
+from tests.security.conftest import Principals, client, code, eventually, on_new_connections
 from tests.support import ServerProcess, wait_until
 
 
@@ -136,10 +136,12 @@ def test_deny_wins_and_acl_changes_reach_every_worker(admin: httpx.Client, princ
         denial = principals.grant("reader", R.TOPIC, "secret", O.READ, deny=True, prefixed=True)
         r = eventually(lambda: reader.get("/v1/topics/secret-plans/partitions/0/records"), 403)
         assert code(r) == "TOPIC_AUTHORIZATION_FAILED"
+        eventually(on_new_connections(reader, "/v1/topics/secret-plans/partitions/0/records"), 403, times=16)
         assert reader.get("/v1/topics/public-news/partitions/0/records").status_code == 200
         assert reader.post("/v1/topics/secret-plans/records", json=records("w")).status_code == 200  # only Read is denied
         security.remove_acls(principals.db, denial)
         eventually(lambda: reader.get("/v1/topics/secret-plans/partitions/0/records"), 200)
+        eventually(on_new_connections(reader, "/v1/topics/secret-plans/partitions/0/records"), 200, times=16)
 
 
 def test_revocation_takes_effect_on_a_running_server(admin: httpx.Client, principals: Principals, server: ServerProcess) -> None:
@@ -149,7 +151,7 @@ def test_revocation_takes_effect_on_a_running_server(admin: httpx.Client, princi
     with user:
         eventually(lambda: user.get("/v1/topics/revoked-topic/partitions/0/records"), 200, times=16)
         security.revoke_principal(principals.db, "soon-revoked")
-        r = eventually(lambda: user.get("/v1/topics/revoked-topic/partitions/0/records"), 401, times=16)
+        r = eventually(on_new_connections(user, "/v1/topics/revoked-topic/partitions/0/records"), 401, times=16)
         assert code(r) == "SASL_AUTHENTICATION_FAILED"
     # A new token for the name works; the old one stays refused.
     with principals.create("soon-revoked") as again:
