@@ -49,7 +49,7 @@ with warnings.catch_warnings():
 __all__ = [
     "ApiKey", "FrameError", "HEADER_MIN_BYTES", "Request", "RequestHeader",
     "api_versions_fallback", "build", "codec_versions", "decode_request", "decode_response", "encode_request",
-    "encode_response", "error_body", "error_response", "has_codec", "read_header", "uvarint",
+    "encode_response", "error_body", "error_response", "generic_response", "has_codec", "read_header", "uvarint",
 ]
 
 # api_key int16, api_version int16, correlation_id int32, client_id length int16 (-1: null)
@@ -332,8 +332,13 @@ def encode_response(header: RequestHeader, body: Mapping[str, Any]) -> bytes | b
     version = header.api_version
     if header.api_key == ApiKey.ApiVersions and body.get("error_code"):
         version = 0
-    message = build(header.api_key, version, body)
-    message.with_header(correlation_id=header.correlation_id)
+    return generic_response(header.api_key, version, header.correlation_id, body)
+
+
+def generic_response(api_key: int, api_version: int, correlation_id: int, body: Mapping[str, Any]) -> bytes:
+    """The framed response written by kafka-python's struct of that API and version (``build``)."""
+    message = build(api_key, api_version, body)
+    message.with_header(correlation_id=correlation_id)
     return bytes(message.encode(header=True, framed=True))
 
 
@@ -569,9 +574,7 @@ def api_versions_fallback(header: RequestHeader, api_keys: Iterable[tuple[int, i
     """ApiVersions of a version not served: header v0, a v0 body with ``code`` and every
     ``(api_key, min_version, max_version)``, from which the client picks a version it shares."""
     body = {"error_code": code, "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi} for k, lo, hi in api_keys]}
-    message = build(ApiKey.ApiVersions, 0, body)
-    message.with_header(correlation_id=header.correlation_id)
-    return bytes(message.encode(header=True, framed=True))
+    return generic_response(ApiKey.ApiVersions, 0, header.correlation_id, body)
 
 
 def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Any]:

@@ -50,9 +50,7 @@ fetch_answers = optional(
 
 
 def generic(header: RequestHeader, body: dict[str, Any]) -> bytes:
-    message = protocol.build(header.api_key, header.api_version, body)
-    message.with_header(correlation_id=header.correlation_id)
-    return bytes(message.encode(header=True, framed=True))
+    return protocol.generic_response(header.api_key, header.api_version, header.correlation_id, body)
 
 
 def check_direct(header: RequestHeader, body: dict[str, Any]) -> Any:
