@@ -16,7 +16,7 @@ def refuse_open_gateway(listen: str, auth: str, insecure: bool) -> None:
     """The gateway authenticates no one yet (no SASL): like an HTTP server without authentication
     it listens on loopback only unless ``--insecure``; and with TXLOG_AUTH=token it would let any
     client past the ACLs, so it then runs only with ``--insecure`` too."""
-    from app.kafka.server import parse_listen
+    from api.kafka.server import parse_listen
 
     try:
         host, _ = parse_listen(listen)
@@ -50,8 +50,8 @@ def kafka(
 ) -> int:
     """Run the Kafka wire gateway: Kafka clients (librdkafka, kafka-python, aiokafka, Java) produce
     and consume over Kafka's protocol, with the same guarantees as the HTTP API."""
+    from api.kafka import server as gateway
     from app.config import load_settings
-    from app.kafka import server as gateway
     from app.services import Broker
     from app.services.sweeper import SweeperThread
     from app.storage import migrate as migrations

@@ -25,7 +25,7 @@ from app.domain.consumer_protocol import (
     decode_subscription,
 )
 from app.errors import ErrorCode
-from app.kafka.admin_client import DescribedGroup, DescribedMember, GatewayUnreachable, describe_all_groups, describe_some_groups
+from app.wire.kafka.admin_client import DescribedGroup, DescribedMember, GatewayUnreachable, describe_all_groups, describe_some_groups
 from app.services import Broker
 from app.services.cluster import live_nodes
 from app.storage import queries as q

@@ -30,9 +30,9 @@ from app.domain.consumer_protocol import (
     decode_subscription,
 )
 from app.errors import ErrorCode
-from app.kafka import protocol
-from app.kafka.admin_client import AdminConnection, GatewayUnreachable, describe_all_groups, error_name
-from app.kafka.protocol import ApiKey
+from app.wire.kafka import protocol
+from app.wire.kafka.admin_client import AdminConnection, GatewayUnreachable, describe_all_groups, error_name
+from app.wire.kafka.protocol import ApiKey
 from app.services import Broker
 from app.services.cluster import deregister_node, register_node
 from app.services.kafka_groups import describe_kafka_groups

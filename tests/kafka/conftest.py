@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from app.kafka import protocol
 from app.services import Broker
+from app.wire.kafka import protocol
 from tests.conftest import fresh_database, make_broker
 from tests.support import ROOT, free_port, wait_until
 
@@ -83,7 +83,7 @@ class GatewayProcess:
 
 
 class RawConnection:
-    """Frames over a plain socket: requests built with ``app.kafka.protocol``, answers read back."""
+    """Frames over a plain socket: requests built with ``app.wire.kafka.protocol``, answers read back."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock

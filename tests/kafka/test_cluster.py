@@ -22,12 +22,12 @@ from typing import Any, Iterator
 import pytest
 from sqlalchemy import text
 
+from api.kafka.cluster import NodeIdInUse, RegistryCluster
+from api.kafka.handlers import Node
 from app.domain.cluster import coordinator_of, leader_of
 from app.errors import ErrorCode
-from app.kafka.cluster import NodeIdInUse, RegistryCluster
-from app.kafka.handlers import Node
-from app.kafka.protocol import ApiKey
 from app.services import cluster as registry
+from app.wire.kafka.protocol import ApiKey
 from tests.conftest import fresh_database, make_broker
 from tests.kafka.conftest import GatewayProcess
 from tests.support import wait_until

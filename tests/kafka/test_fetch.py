@@ -16,10 +16,10 @@ import pytest
 
 from app.domain.records import NewRecord
 from app.errors import ErrorCode
-from app.kafka import records as codec
-from app.kafka.handlers import fetch as fetch_handler
-from app.kafka.handlers.fetch import _batches_within
-from app.kafka.protocol import ApiKey
+from app.wire.kafka import records as codec
+from api.kafka.handlers import fetch as fetch_handler
+from api.kafka.handlers.fetch import _batches_within
+from app.wire.kafka.protocol import ApiKey
 from app.services import Broker
 from app.services import produce as produce_service
 from app.services import topics

@@ -14,8 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.kafka import protocol, versions
-from app.kafka.protocol import ApiKey
+from api.kafka import versions
+from app.wire.kafka import protocol
+from app.wire.kafka.protocol import ApiKey
 from tests.conftest import fresh_database
 from tests.kafka.conftest import GatewayProcess, RawConnection
 

@@ -21,12 +21,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from api.kafka import versions
+from api.kafka.handlers import Node
+from api.kafka.server import CloseConnection, Gateway
 from app.config import Settings
 from app.errors import ErrorCode, TxlogError
-from app.kafka import protocol, versions
-from app.kafka.handlers import Node
-from app.kafka.protocol import ApiKey
-from app.kafka.server import CloseConnection, Gateway
+from app.wire.kafka import protocol
+from app.wire.kafka.protocol import ApiKey
 from tests.conftest import fresh_database
 from tests.kafka.conftest import GatewayProcess, RawConnection
 from tests.support import ROOT, free_port, wait_until

@@ -29,8 +29,8 @@ import pytest
 
 from app.domain.records import NewRecord
 from app.errors import ErrorCode
-from app.kafka import protocol
-from app.kafka.protocol import ApiKey
+from app.wire.kafka import protocol
+from app.wire.kafka.protocol import ApiKey
 from app.services import Broker
 from app.services import groups as groups_service
 from app.services import produce as produce_service

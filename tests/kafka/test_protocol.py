@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.kafka import protocol
-from app.kafka.protocol import ApiKey, RequestHeader
+from app.wire.kafka import protocol
+from app.wire.kafka.protocol import ApiKey, RequestHeader
 
 INT16 = st.integers(-(2**15), 2**15 - 1)
 INT32 = st.integers(-(2**31), 2**31 - 1)

@@ -1,4 +1,4 @@
-"""Record batches v2 (app.kafka.records): round trips, kafka-python as an independent reader and
+"""Record batches v2 (app.wire.kafka.records): round trips, kafka-python as an independent reader and
 writer, every codec, hostile input, and the conversion to the produce service's request.
 
 kafka-python's codecs want python-snappy, lz4 and zstandard, which are not installed: its snappy,
@@ -34,7 +34,7 @@ with warnings.catch_warnings():
 
 from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT, NewRecord
 from app.errors import ErrorCode, TxlogError
-from app.kafka import records as R
+from app.wire.kafka import records as R
 from app.storage.queries import StoredRecord
 
 MiB = 1 << 20

@@ -1,6 +1,6 @@
 """The classic consumer-group coordinator: the pure state machine (app.domain.groups) transition by
-transition and error by error, its asyncio driver (app.kafka.group_coordinator), and the wire
-handlers (app.kafka.handlers.groups) for every version of their requests."""
+transition and error by error, its asyncio driver (app.services.group_coordinator), and the wire
+handlers (api.kafka.handlers.groups) for every version of their requests."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from app.domain.groups import (
     Waiting,
 )
 from app.errors import ErrorCode, TxlogError
-from app.kafka.group_coordinator import GroupCoordinator
+from app.services.group_coordinator import GroupCoordinator
 
 S = GroupState
 E = ErrorCode
@@ -1174,10 +1174,10 @@ def test_driver_delete_group_and_from_settings():
 
 # --- wire handlers ---------------------------------------------------------------------------------------
 
-from app.kafka import protocol  # noqa: E402
-from app.kafka.handlers import Node, RequestContext  # noqa: E402
-from app.kafka.handlers import groups as h  # noqa: E402
+from api.kafka.handlers import Node, RequestContext  # noqa: E402
+from api.kafka.handlers import groups as h  # noqa: E402
 from app.services import groups as groups_service  # noqa: E402
+from app.wire.kafka import protocol  # noqa: E402
 
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 11, 12, 13, 14, 15, 16
 

@@ -45,9 +45,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from api.kafka.handlers import Node
 from app.domain import cluster as rules
 from app.errors import TxlogError
-from app.kafka.handlers import Node
 from app.services import Broker
 from app.services import cluster as registry
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from api.kafka.handlers import RequestContext
 from app.errors import ErrorCode
-from app.kafka.handlers import RequestContext
 from app.services import groups as groups_service
 
 

@@ -12,11 +12,11 @@ import re
 import uuid
 from typing import Any
 
+from api.kafka import versions
+from api.kafka.handlers import Node, RequestContext
 from app.domain.records import validate_partition_count, validate_topic_name
 from app.domain.retention import validate_topic_config
 from app.errors import ErrorCode, TxlogError
-from app.kafka import versions
-from app.kafka.handlers import Node, RequestContext
 from app.services import Broker
 from app.services import topics
 
@@ -54,7 +54,7 @@ async def handle_api_versions(ctx: RequestContext, request: Any) -> dict:
 
 
 async def handle_metadata(ctx: RequestContext, request: Any) -> dict:
-    """Brokers (every live gateway, ``app.kafka.cluster``), and the topics asked for, each
+    """Brokers (every live gateway, ``api.kafka.cluster``), and the topics asked for, each
     partition led by the node the cluster's rule names: all of them when the list is null (or
     empty in v0), none when it is empty. An unknown topic is UNKNOWN_TOPIC_OR_PARTITION, unless auto-creation is on
     (TXLOG_KAFKA_AUTO_CREATE_TOPICS, and the request allows it from v4) and creates it with

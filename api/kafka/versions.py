@@ -17,7 +17,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
-from app.kafka.protocol import ApiKey
+from app.wire.kafka.protocol import ApiKey
 
 Handler = Callable[[Any, Any], Awaitable[dict | None]]
 
@@ -37,13 +37,13 @@ class Api:
         return self.min_version <= version <= self.max_version
 
 
-_BOOTSTRAP = "app.kafka.handlers.bootstrap"
-_FETCH = "app.kafka.handlers.fetch"
-_GROUPS = "app.kafka.handlers.groups"
-_OFFSETS = "app.kafka.handlers.offsets"
+_BOOTSTRAP = "api.kafka.handlers.bootstrap"
+_FETCH = "api.kafka.handlers.fetch"
+_GROUPS = "api.kafka.handlers.groups"
+_OFFSETS = "api.kafka.handlers.offsets"
 
 APIS: tuple[Api, ...] = (
-    Api(ApiKey.Produce, 0, 10, "app.kafka.handlers.produce:handle_produce"),  # min 0: KAFKA-18659; v0-2 refused
+    Api(ApiKey.Produce, 0, 10, "api.kafka.handlers.produce:handle_produce"),  # min 0: KAFKA-18659; v0-2 refused
     Api(ApiKey.Fetch, 4, 12, f"{_FETCH}:handle_fetch"),  # with Produce >= 3, or librdkafka writes magic 0 batches; v13+ needs topic ids
     Api(ApiKey.ListOffsets, 1, 7, f"{_FETCH}:handle_list_offsets"),  # v8+: tiered storage
     Api(ApiKey.Metadata, 0, 12, f"{_BOOTSTRAP}:handle_metadata"),  # v10+ topic ids: the zero UUID
@@ -58,11 +58,11 @@ APIS: tuple[Api, ...] = (
     Api(ApiKey.ListGroups, 0, 5, f"{_GROUPS}:handle_list_groups"),  # v4 states filter; v5 types filter
     Api(ApiKey.ApiVersions, 0, 4, f"{_BOOTSTRAP}:handle_api_versions"),  # v3+: flexible, client software
     Api(ApiKey.CreateTopics, 2, 7, f"{_BOOTSTRAP}:handle_create_topics"),
-    Api(ApiKey.InitProducerId, 0, 4, "app.kafka.handlers.transactions:handle_init_producer_id"),  # v3+: KIP-360
-    Api(ApiKey.AddPartitionsToTxn, 0, 3, "app.kafka.handlers.transactions:handle_add_partitions_to_txn"),  # v4+: brokers only
-    Api(ApiKey.AddOffsetsToTxn, 0, 3, "app.kafka.handlers.transactions:handle_add_offsets_to_txn"),
-    Api(ApiKey.EndTxn, 0, 3, "app.kafka.handlers.transactions:handle_end_txn"),  # v4: TRANSACTION_ABORTABLE; v5: V2
-    Api(ApiKey.TxnOffsetCommit, 0, 3, "app.kafka.handlers.transactions:handle_txn_offset_commit"),  # v3+: KIP-447 fence
+    Api(ApiKey.InitProducerId, 0, 4, "api.kafka.handlers.transactions:handle_init_producer_id"),  # v3+: KIP-360
+    Api(ApiKey.AddPartitionsToTxn, 0, 3, "api.kafka.handlers.transactions:handle_add_partitions_to_txn"),  # v4+: brokers only
+    Api(ApiKey.AddOffsetsToTxn, 0, 3, "api.kafka.handlers.transactions:handle_add_offsets_to_txn"),
+    Api(ApiKey.EndTxn, 0, 3, "api.kafka.handlers.transactions:handle_end_txn"),  # v4: TRANSACTION_ABORTABLE; v5: V2
+    Api(ApiKey.TxnOffsetCommit, 0, 3, "api.kafka.handlers.transactions:handle_txn_offset_commit"),  # v3+: KIP-447 fence
 )
 
 BY_KEY: dict[int, Api] = {api.api_key: api for api in APIS}

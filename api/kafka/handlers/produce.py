@@ -11,7 +11,7 @@ Transactional batches come from clients of Kafka's first transaction protocol (n
 Produce v12 here): their partitions must have been added with AddPartitionsToTxn.
 
 Any gateway appends to any partition, its leader in Metadata or not (no NOT_LEADER_OR_FOLLOWER):
-the log is one, in PostgreSQL, under the partition's row lock (``app.kafka.cluster``).
+the log is one, in PostgreSQL, under the partition's row lock (``api.kafka.cluster``).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from api.kafka.handlers import RequestContext
 from app.errors import ErrorCode, TxlogError
-from app.kafka import records
-from app.kafka.handlers import RequestContext
 from app.services import produce as produce_service
+from app.wire.kafka import records
 
 # Produce v0-2 carry message sets of magic 0 and 1, which txlog does not store (Kafka 4 refuses them
 # the same way); they are advertised only because librdkafka before 2.11.1 turns compression off

@@ -1,7 +1,7 @@
 """Kafka's request and response structs, every version, through kafka-python's generated codec.
 
-This is the only module that imports ``kafka.protocol`` (pinned in pyproject.toml): the rest of
-the gateway sees plain values.
+This is the only module that imports ``kafka.protocol`` (pinned in pyproject.toml): the gateway
+(``api.kafka``) sees plain values.
 
 - Requests: ``read_header`` reads the fixed part of a request header (key, version, correlation id,
   client id: header v1, and the start of v2, whose ``client_id`` stays a non-compact nullable
@@ -349,7 +349,7 @@ def generic_response(api_key: int, api_version: int, correlation_id: int, body: 
 # rather than through the generic struct (``build``): that costs a producer's batch about 20 µs
 # more, and a fetch of 1 MiB of records about 90 µs more (with the gateway's memory settings,
 # ``app.memory``), copying the records several times where this copies them once. These writers
-# take the fields their handlers answer with (``handlers.produce``, ``handlers.fetch``), a field
+# take the fields their handlers answer with (``api.kafka.handlers.produce``, ``.fetch``), a field
 # left out taking the schema's default as in ``build``; anything else (a field they do not know)
 # takes the generic path. tests/kafka/test_protocol.py checks them byte for byte against
 # kafka-python's codec.

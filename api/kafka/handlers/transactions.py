@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from api.kafka.handlers import RequestContext
+from api.kafka.handlers.offsets import offset_metadata
 from app.errors import ErrorCode, TxlogError
-from app.kafka.handlers import RequestContext
-from app.kafka.handlers.offsets import offset_metadata
 from app.services import transactions as txn_service
 from app.storage.queries import GroupOffset
 

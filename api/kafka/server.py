@@ -20,7 +20,7 @@
   (a few seconds at most), close the connections.
 
 ``Cluster`` is the view of the brokers that Metadata and FindCoordinator answer with: the live
-gateways of the node registry (``app.kafka.cluster``), in which ``serve`` takes its node id before
+gateways of the node registry (``api.kafka.cluster``), in which ``serve`` takes its node id before
 it answers anyone and which it leaves when it stops; ``SingleNode`` (this process alone) where no
 registry is used.
 """
@@ -37,17 +37,18 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
+from api.kafka import versions
+from api.kafka.cluster import NodeIdInUse, RegistryCluster
+from api.kafka.handlers import Node, RequestContext
 from app import memory
 from app.config import Settings
 from app.errors import ErrorCode, TxlogError
-from app.kafka import protocol, versions
-from app.kafka.group_coordinator import GroupCoordinator
-from app.kafka.cluster import NodeIdInUse, RegistryCluster
-from app.kafka.handlers import Node, RequestContext
 from app.services import Broker
 from app.services import fetch as fetch_service
+from app.services.group_coordinator import GroupCoordinator
 from app.services.notify import AppendNotifier
 from app.storage.db import LoopConnections, SessionLimits
+from app.wire.kafka import protocol
 
 log = logging.getLogger("txlog.kafka")
 

@@ -26,7 +26,7 @@ Fetch (v4 to v12, topics by name):
   read_committed fetch whose last stable offset does not move included).
 
 Any gateway reads any partition, its leader in Metadata or not (no NOT_LEADER_OR_FOLLOWER): the
-log is one, in PostgreSQL (``app.kafka.cluster``).
+log is one, in PostgreSQL (``api.kafka.cluster``).
 
 ListOffsets (v1 to v7): per partition the log start (-2), the reader's end (-1: the high watermark,
 or from v2 the last stable offset for read_committed), the record with the largest timestamp (-3),
@@ -42,16 +42,16 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Sequence
 
+from api.kafka.handlers import RequestContext
+from api.kafka.handlers.bootstrap import LEADER_EPOCH
 from app.domain.limits import long_poll_wait_ms
 from app.domain.records import IsolationLevel
 from app.errors import ErrorCode, TxlogError
-from app.kafka import records
-from app.kafka.handlers import RequestContext
-from app.kafka.handlers.bootstrap import LEADER_EPOCH
 from app.services import Broker
 from app.services import fetch as fetch_service
 from app.services.notify import AppendNotifier, Subscription
 from app.storage.queries import header_count, records_size
+from app.wire.kafka import records
 
 _ISOLATION_LEVELS: dict[int, IsolationLevel] = {0: "read_uncommitted", 1: "read_committed"}
 _NO_OFFSET = -1

@@ -36,8 +36,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
+from api.kafka.handlers import RequestContext
 from app.errors import ErrorCode, TxlogError
-from app.kafka.handlers import RequestContext
 from app.services import groups as groups_service
 from app.services.groups import FetchedOffset
 from app.storage.queries import GroupOffset

@@ -45,7 +45,7 @@ import google_crc32c
 from app.config import Settings
 from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT, Headers, NewRecord, validate_headers
 from app.errors import ErrorCode, TxlogError
-from app.kafka.protocol import uvarint
+from app.wire.kafka.protocol import uvarint
 from app.native import native
 from app.services.produce import ProduceRequest
 from app.storage.queries import StoredRecord

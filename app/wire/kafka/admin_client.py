@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from app.errors import ErrorCode
-from app.kafka import protocol
-from app.kafka.protocol import ApiKey
+from app.wire.kafka import protocol
+from app.wire.kafka.protocol import ApiKey
 
 CLIENT_ID = "txlog-admin"
 MAX_ANSWER_BYTES = 64 * 1024 * 1024  # a larger size prefix is not an answer
