@@ -290,7 +290,7 @@ _PARTS: list[tuple[str, str]] = [
     ("SQLAlchemy: pool checkout and return, transaction", "sqlalchemy/"),
     ("record size limits, checked per record", "(app/domain/limits.py"),
     ("record batch decode (CRC-32C, varints, records)", "decode_batches (app/wire/kafka/records.py"),
-    ("batch to the service's produce request", "produce_request (app/wire/kafka/records.py"),
+    ("batch to the service's produce request", "produce_request (api/kafka/handlers/produce.py"),
     ("produce service and queries, own code", "(app/services/"),
     ("request decode (kafka-python structs)", "decode_request (app/wire/kafka/protocol.py"),
     ("response encode (Produce and Fetch written directly, others by kafka-python)", "encode_response (app/wire/kafka/protocol.py"),
@@ -299,6 +299,7 @@ _PARTS: list[tuple[str, str]] = [
 _PLACES: list[tuple[str, str]] = [
     ("socket reads and writes (asyncio streams)", "asyncio/streams.py"),
     ("gateway dispatch and handlers, own code", "(api/kafka/"),
+    ("gateway dispatch and handlers, own code", "(app/wire/kafka/"),
     ("thread pool hand-off (futures, locks)", "concurrent/futures/"),
     ("thread pool hand-off (futures, locks)", "threading.py"),
     ("event loop (uvloop, asyncio tasks and futures)", "asyncio/"),

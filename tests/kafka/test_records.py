@@ -1,5 +1,6 @@
 """Record batches v2 (app.wire.kafka.records): round trips, kafka-python as an independent reader and
-writer, every codec, hostile input, and the conversion to the produce service's request.
+writer, every codec, hostile input, and the produce handler's conversion of a batch to the produce
+service's request (api.kafka.handlers.produce).
 
 kafka-python's codecs want python-snappy, lz4 and zstandard, which are not installed: its snappy,
 lz4 and zstd writers are pointed at cramjam here (its own xerial framing and batch layout stay its
@@ -32,10 +33,11 @@ with warnings.catch_warnings():
     from kafka.record.default_records import DefaultRecordBatchBuilder
     from kafka.record.memory_records import MemoryRecords
 
+from api.kafka.handlers.produce import produce_request
 from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT, NewRecord
 from app.errors import ErrorCode, TxlogError
-from app.wire.kafka import records as R
 from app.storage.queries import StoredRecord
+from app.wire.kafka import records as R
 
 MiB = 1 << 20
 SEQ_MOD = 1 << 31
@@ -644,7 +646,7 @@ def test_mutated_batches_behind_a_valid_crc_raise_only_txlog_errors(data):
 
 def produced(records: list[StoredRecord], **kwargs):  # type: ignore[no-untyped-def]
     (batch,) = R.decode_batches(R.encode_records(records))
-    return R.produce_request(batch, **kwargs)
+    return produce_request(batch, **kwargs)
 
 
 def test_produce_request_plain():
@@ -672,9 +674,9 @@ def test_produce_request_idempotent_and_transactional():
 def test_produce_request_timestamps():
     section = raw_record(0, None, b"a") + raw_record(1, None, b"b", ts_delta=1)
     (batch,) = R.decode_batches(raw_batch(section, 2, base_ts=-1))
-    assert [r.timestamp_ms for r in R.produce_request(batch).records] == [None, 0]
+    assert [r.timestamp_ms for r in produce_request(batch).records] == [None, 0]
     (batch,) = R.decode_batches(raw_batch(section, 2, attributes=0x08, base_ts=5, max_ts=6))
-    assert [r.timestamp_ms for r in R.produce_request(batch).records] == [None, None]
+    assert [r.timestamp_ms for r in produce_request(batch).records] == [None, None]
 
 
 @pytest.mark.parametrize(
@@ -696,5 +698,5 @@ def test_produce_request_timestamps():
 def test_produce_request_refuses_what_a_client_may_not_send(batch_bytes, code):
     (batch,) = R.decode_batches(batch_bytes)
     with pytest.raises(TxlogError) as info:
-        R.produce_request(batch, transactional_id="t")
+        produce_request(batch, transactional_id="t")
     assert info.value.code is code

@@ -17,18 +17,22 @@ the log is one, in PostgreSQL, under the partition's row lock (``api.kafka.clust
 from __future__ import annotations
 
 import asyncio
+import operator
 from typing import Any
 
 from api.kafka.handlers import RequestContext
 from app.errors import ErrorCode, TxlogError
 from app.services import produce as produce_service
+from app.services.produce import ProduceRequest
 from app.wire.kafka import records
+from app.wire.kafka.records import NO_PRODUCER_ID, RecordBatch, new_records
 
 # Produce v0-2 carry message sets of magic 0 and 1, which txlog does not store (Kafka 4 refuses them
 # the same way); they are advertised only because librdkafka before 2.11.1 turns compression off
 # when Produce v0 is not (KAFKA-18659).
 FIRST_SERVED_VERSION = 3
 _ACKS = (-1, 0, 1)
+_OFFSET_DELTA = operator.itemgetter(0)
 
 
 async def handle_produce(ctx: RequestContext, request: Any) -> dict | None:
@@ -114,4 +118,47 @@ def _request(ctx: RequestContext, data: bytes | None, transactional_id: str | No
         # As Kafka from Produce v3: one batch per partition, so one batch is one append, answered
         # with one base offset.
         raise TxlogError(ErrorCode.INVALID_RECORD, f"A produce request carries exactly one record batch per partition, not {len(batches)}")
-    return records.produce_request(batches[0], transactional_id, require_added=True)
+    return produce_request(batches[0], transactional_id, require_added=True)
+
+
+def produce_request(
+    batch: RecordBatch, transactional_id: str | None = None, principal: str | None = None, require_added: bool = False
+) -> ProduceRequest:
+    """What ``app.services.produce.produce`` takes for one partition's batch, once the batch is one
+    a client may send (as Kafka's ``LogValidator`` checks it): INVALID_RECORD for a control batch,
+    an empty batch, offset deltas other than 0, 1, …, count - 1, a transactional batch without a
+    producer id or an idempotent one without a base sequence; INVALID_REQUEST for a transactional
+    batch without the request's ``transactional_id``. A non-transactional batch is produced
+    without the transactional id even when the request names one. ``require_added``: Produce
+    below v12 (transactions V1), whose transactional batches go only to partitions added with
+    AddPartitionsToTxn."""
+    if batch.is_control:
+        raise TxlogError(ErrorCode.INVALID_RECORD, "Clients are not allowed to write control records")
+    count = len(batch.records)
+    if count == 0:
+        raise TxlogError(ErrorCode.INVALID_RECORD, "A batch must contain at least one record")
+    if batch.last_offset_delta != count - 1 or list(map(_OFFSET_DELTA, batch.records)) != list(range(count)):
+        raise TxlogError(
+            ErrorCode.INVALID_RECORD,
+            f"The batch's offset deltas must run 0 .. {count - 1} (last offset delta {batch.last_offset_delta})",
+        )
+    pid = batch.producer_id
+    if pid == NO_PRODUCER_ID:
+        if batch.is_transactional:
+            raise TxlogError(ErrorCode.INVALID_RECORD, "A transactional batch needs a producer id")
+        return ProduceRequest(new_records(batch), principal=principal)
+    if pid < 0:
+        raise TxlogError(ErrorCode.INVALID_RECORD, f"Invalid producer id {pid}")
+    if batch.base_sequence < 0:
+        raise TxlogError(ErrorCode.INVALID_RECORD, f"Invalid sequence number {batch.base_sequence} in a batch of producer {pid}")
+    if batch.is_transactional and transactional_id is None:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, "A transactional batch needs the produce request's transactional_id")
+    return ProduceRequest(
+        new_records(batch),
+        producer_id=pid,
+        producer_epoch=batch.producer_epoch,
+        base_sequence=batch.base_sequence,
+        transactional_id=transactional_id if batch.is_transactional else None,
+        principal=principal,
+        require_added=require_added and batch.is_transactional,
+    )

@@ -45,10 +45,9 @@ import google_crc32c
 from app.config import Settings
 from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT, Headers, NewRecord, validate_headers
 from app.errors import ErrorCode, TxlogError
-from app.wire.kafka.protocol import uvarint
 from app.native import native
-from app.services.produce import ProduceRequest
 from app.storage.queries import StoredRecord
+from app.wire.kafka.protocol import uvarint
 
 MAGIC = 2
 
@@ -737,9 +736,6 @@ def encode_runs(runs: Sequence[Sequence[StoredRecord]]) -> bytes:
 # --- produce --------------------------------------------------------------------------------------
 
 
-_OFFSET_DELTA = operator.itemgetter(0)
-
-
 def new_records(batch: RecordBatch) -> list[NewRecord]:
     """The batch's records as the produce service takes them. The timestamp is the producer's
     (CreateTime), or None — the append time — for a LogAppendTime batch or a record without one
@@ -753,46 +749,3 @@ def new_records(batch: RecordBatch) -> list[NewRecord]:
         new(NewRecord, (key, value, headers, ts if keep_time and ts != NO_TIMESTAMP else None))
         for _, ts, key, value, headers in batch.records
     ]
-
-
-def produce_request(
-    batch: RecordBatch, transactional_id: str | None = None, principal: str | None = None, require_added: bool = False
-) -> ProduceRequest:
-    """What ``app.services.produce.produce`` takes for one partition's batch, once the batch is one
-    a client may send (as Kafka's ``LogValidator`` checks it): INVALID_RECORD for a control batch,
-    an empty batch, offset deltas other than 0, 1, …, count - 1, a transactional batch without a
-    producer id or an idempotent one without a base sequence; INVALID_REQUEST for a transactional
-    batch without the request's ``transactional_id``. A non-transactional batch is produced
-    without the transactional id even when the request names one. ``require_added``: Produce
-    below v12 (transactions V1), whose transactional batches go only to partitions added with
-    AddPartitionsToTxn."""
-    if batch.is_control:
-        raise TxlogError(ErrorCode.INVALID_RECORD, "Clients are not allowed to write control records")
-    count = len(batch.records)
-    if count == 0:
-        raise TxlogError(ErrorCode.INVALID_RECORD, "A batch must contain at least one record")
-    if batch.last_offset_delta != count - 1 or list(map(_OFFSET_DELTA, batch.records)) != list(range(count)):
-        raise TxlogError(
-            ErrorCode.INVALID_RECORD,
-            f"The batch's offset deltas must run 0 .. {count - 1} (last offset delta {batch.last_offset_delta})",
-        )
-    pid = batch.producer_id
-    if pid == NO_PRODUCER_ID:
-        if batch.is_transactional:
-            raise TxlogError(ErrorCode.INVALID_RECORD, "A transactional batch needs a producer id")
-        return ProduceRequest(new_records(batch), principal=principal)
-    if pid < 0:
-        raise TxlogError(ErrorCode.INVALID_RECORD, f"Invalid producer id {pid}")
-    if batch.base_sequence < 0:
-        raise TxlogError(ErrorCode.INVALID_RECORD, f"Invalid sequence number {batch.base_sequence} in a batch of producer {pid}")
-    if batch.is_transactional and transactional_id is None:
-        raise TxlogError(ErrorCode.INVALID_REQUEST, "A transactional batch needs the produce request's transactional_id")
-    return ProduceRequest(
-        new_records(batch),
-        producer_id=pid,
-        producer_epoch=batch.producer_epoch,
-        base_sequence=batch.base_sequence,
-        transactional_id=transactional_id if batch.is_transactional else None,
-        principal=principal,
-        require_added=require_added and batch.is_transactional,
-    )
