@@ -43,12 +43,12 @@ import cramjam
 import google_crc32c
 
 from app.config import Settings
+from app.domain.log import StoredRecord
 from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT, Headers, NewRecord, validate_headers
 from app.errors import ErrorCode, TxlogError
 from app.kafka.protocol import uvarint
 from app.native import native
 from app.services.produce import ProduceRequest
-from app.storage.queries import StoredRecord
 
 MAGIC = 2
 

@@ -32,10 +32,10 @@ with warnings.catch_warnings():
     from kafka.record.default_records import DefaultRecordBatchBuilder
     from kafka.record.memory_records import MemoryRecords
 
+from app.domain.log import StoredRecord
 from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT, NewRecord
 from app.errors import ErrorCode, TxlogError
 from app.kafka import records as R
-from app.storage.queries import StoredRecord
 
 MiB = 1 << 20
 SEQ_MOD = 1 << 31

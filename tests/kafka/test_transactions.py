@@ -21,13 +21,13 @@ from typing import Any, Callable
 import pytest
 from sqlalchemy import text
 
+from app.domain.log import StoredRecord
 from app.domain.transactions import TxnState
 from app.errors import ErrorCode
 from app.kafka import records as codec
 from app.kafka.protocol import ApiKey
 from app.services import Broker, fetch, groups, topics
 from app.services import transactions as txn_service
-from app.storage.queries import StoredRecord
 from tests.conftest import make_broker
 from tests.kafka.conftest import GatewayProcess, RawConnection
 from tests.kafka.test_fetch import CONSUMERS, ISOLATION, write

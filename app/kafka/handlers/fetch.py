@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Sequence
 
 from app.domain.limits import long_poll_wait_ms
+from app.domain.log import header_count, records_size
 from app.domain.records import IsolationLevel
 from app.errors import ErrorCode, TxlogError
 from app.kafka import records
@@ -51,7 +52,6 @@ from app.kafka.handlers.bootstrap import LEADER_EPOCH
 from app.services import Broker
 from app.services import fetch as fetch_service
 from app.services.notify import AppendNotifier, Subscription
-from app.storage.queries import header_count, records_size
 
 _ISOLATION_LEVELS: dict[int, IsolationLevel] = {0: "read_uncommitted", 1: "read_committed"}
 _NO_OFFSET = -1

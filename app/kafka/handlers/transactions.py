@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.domain.groups import GroupOffset
 from app.errors import ErrorCode, TxlogError
 from app.kafka.handlers import RequestContext
 from app.kafka.handlers.offsets import offset_metadata
 from app.services import transactions as txn_service
-from app.storage.queries import GroupOffset
 
 # The first transaction protocol (Kafka's transactions V1): the epoch is kept across transactions.
 TRANSACTION_VERSION = 1
