@@ -362,7 +362,7 @@ fallback:
     Py_RETURN_NONE;
 }
 
-/* The fields of a stored row (app.storage.queries.StoredRecord) that cut batch runs. */
+/* The fields of a stored row (app.domain.log.StoredRecord) that cut batch runs. */
 enum { ROW_OFFSET = 0, ROW_PRODUCER_ID = 6, ROW_PRODUCER_EPOCH = 7, ROW_SEQUENCE = 8, ROW_TRANSACTIONAL = 9, ROW_CONTROL_TYPE = 10 };
 
 static int

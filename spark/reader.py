@@ -327,7 +327,7 @@ def commit_offsets(
     """Commit offsets to a consumer group once a job has succeeded: a snapshot's end offsets
     (``snap`` or ``snap.committable()``), or ``{partition: offset}`` with ``topic``."""
     from app.services import groups
-    from app.storage.queries import GroupOffset
+    from app.domain.groups import GroupOffset
 
     if isinstance(end_offsets, TopicSnapshot):
         end_offsets = end_offsets.committable()

@@ -27,8 +27,8 @@ from app.domain.records import (
     valid_text,
     validate_headers,
 )
+from app.domain.log import StoredRecord
 from app.services.fetch import FetchResult
-from app.storage.queries import StoredRecord
 
 _MAX_TIMESTAMP_MS = 253402300799999  # 9999-12-31T23:59:59.999Z, as RecordIn declares
 _MAX_RECORDS = 100_000

@@ -9,6 +9,7 @@ FindCoordinator, as they do when a Kafka broker goes away. No I/O here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterable
 
 from app.domain.partitioner import murmur2, to_positive
@@ -40,3 +41,11 @@ def coordinator_of(key: str, node_ids: Iterable[int]) -> int:
     number of live nodes indexes the node ids in order."""
     nodes = _ordered(node_ids)
     return nodes[_hash(key) % len(nodes)]
+
+
+@dataclass(frozen=True)
+class KafkaNode:
+    node_id: int
+    host: str
+    port: int
+    expires_at_ms: int

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Iterable, Mapping, Protocol, Sequence, TypeVar, Union
+from typing import Iterable, Mapping, NamedTuple, Protocol, Sequence, TypeVar, Union
 
 from app.errors import ErrorCode, TxlogError
 
@@ -81,6 +81,26 @@ def _java_length(text: str) -> int:
         return len(text)
     return len(text) + sum(1 for c in text if ord(c) > 0xFFFF)
 
+
+
+@dataclass(frozen=True)
+class GroupOffset:
+    """An offset committed, or to commit, for a group on a partition."""
+
+    topic: str
+    partition: int
+    offset: int
+    metadata: str
+
+
+class GroupOffsetRow(NamedTuple):
+    """A group's offset of a partition as stored."""
+
+    topic: str
+    partition: int
+    offset: int | None  # None: nothing committed
+    metadata: str | None
+    pending: bool  # a transaction has an offset pending for the partition
 
 # --- The classic group coordinator ----------------------------------------------------------------
 

@@ -13,16 +13,16 @@ from dataclasses import dataclass
 
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
-from app.storage import queries as q
+from app.storage import cluster as cluster_store
 
 
 def cluster_id(broker: Broker) -> str:
     """The cluster's id, as Kafka's Metadata answers it: random, made once for the database."""
     with broker.db.transaction() as conn:
-        found = q.cluster_id_get(conn)
+        found = cluster_store.cluster_id_get(conn)
         if found is None:
-            q.cluster_id_create(conn)
-            found = q.cluster_id_get(conn)
+            cluster_store.cluster_id_create(conn)
+            found = cluster_store.cluster_id_get(conn)
     assert found is not None
     return found
 
@@ -50,9 +50,9 @@ def _check_node(node_id: int, host: str, port: int, lease_ms: int) -> None:
 
 def _claim(broker: Broker, reg: NodeRegistration, lease_ms: int) -> None:
     with broker.db.transaction() as conn:
-        if q.kafka_node_claim(conn, reg.node_id, reg.host, reg.port, reg.token, lease_ms):
+        if cluster_store.kafka_node_claim(conn, reg.node_id, reg.host, reg.port, reg.token, lease_ms):
             return
-        holder = q.kafka_node_get(conn, reg.node_id)
+        holder = cluster_store.kafka_node_get(conn, reg.node_id)
     where = f" ({holder.host}:{holder.port})" if holder else ""
     raise TxlogError(
         ErrorCode.INVALID_REQUEST,
@@ -84,10 +84,10 @@ def renew_node(broker: Broker, registration: NodeRegistration, lease_ms: int) ->
 def deregister_node(broker: Broker, registration: NodeRegistration) -> None:
     """Give the node id up at once (a clean stop); nothing if another process holds it now."""
     with broker.db.transaction() as conn:
-        q.kafka_node_release(conn, registration.node_id, registration.token)
+        cluster_store.kafka_node_release(conn, registration.node_id, registration.token)
 
 
 def live_nodes(broker: Broker) -> list[tuple[int, str, int]]:
     """(node id, host, port) of every node whose lease runs, in node id order."""
     with broker.db.read() as conn:
-        return [(n.node_id, n.host, n.port) for n in q.kafka_nodes_live(conn)]
+        return [(n.node_id, n.host, n.port) for n in cluster_store.kafka_nodes_live(conn)]

@@ -14,13 +14,17 @@ from typing import TYPE_CHECKING, Sequence
 from sqlalchemy.engine import Connection
 
 from app.domain import limits, transactions as txn
+from app.domain.log import AppendBatch, AppendPosition
+from app.domain.partitioner import coordinator_partition
 from app.domain.producer_state import after_marker
 from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT, NewRecord
 from app.domain.transactions import TxnEvent, TxnMetadata, TxnState
-from app.domain.partitioner import coordinator_partition
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, last_appends
-from app.storage import queries as q
+from app.storage import append as append_store
+from app.storage import groups as groups_store
+from app.storage import producers as producers_store
+from app.storage import transactions as transactions_store
 from app.storage.db import LoopConnections
 
 if TYPE_CHECKING:
@@ -46,29 +50,29 @@ def record(
     # This process's memory of the transaction (transitions planned ahead) is stale from here.
     last_appends.of(broker).forget_txn(tid)
     if meta is not None and txn.resets_members(meta, events[0]):
-        q.txn_members_clear(conn, tid)
+        transactions_store.txn_members_clear(conn, tid)
     settings = broker.settings
     adding = sum(len(e.partitions_added) for e in events)
     starts = meta is not None and not meta.state.is_open and events[0].to_state is TxnState.ONGOING
     max_open = settings.max_open_transactions_per_principal if starts and principal is not None else None
     if max_open is not None:
-        q.txn_principal_lock(conn, principal)  # type: ignore[arg-type]
-    recorded = q.txn_record(
+        transactions_store.txn_principal_lock(conn, principal)  # type: ignore[arg-type]
+    recorded = transactions_store.txn_record(
         conn, events, new, coordinator_partition(tid, settings.transaction_state_partitions), txn.deadline_ms(new),
         max_partitions=settings.max_partitions_per_transaction if adding else None,
         principal=principal, starts=starts, max_open=max_open,
     )
     if not recorded:
-        in_transaction, open_now = q.txn_limit_usage(conn, tid, principal)
+        in_transaction, open_now = transactions_store.txn_limit_usage(conn, tid, principal)
         if adding and in_transaction > settings.max_partitions_per_transaction:
             raise limits.partitions_per_transaction_exceeded(adding, in_transaction - adding, settings.max_partitions_per_transaction)
         raise limits.open_transactions_exceeded(principal or "", open_now, settings.max_open_transactions_per_principal)
     for before, event in steps:
         if before is None or event.producer_id != before.producer_id:
-            q.producer_id_assign(conn, event.producer_id, tid, event.at_ms)
-            q.producer_ids_retire(conn, tid, event.producer_id, "newer_epoch", event.at_ms)
+            producers_store.producer_id_assign(conn, event.producer_id, tid, event.at_ms)
+            producers_store.producer_ids_retire(conn, tid, event.producer_id, "newer_epoch", event.at_ms)
     if new.state is TxnState.DEAD:
-        q.producer_ids_retire(conn, tid, None, "expired", new.updated_at_ms)
+        producers_store.producer_ids_retire(conn, tid, None, "expired", new.updated_at_ms)
     return new
 
 
@@ -93,7 +97,7 @@ def locked(
 ) -> TxnMetadata:
     """The transactional id's state, its row locked. With ``partitions``/``groups``, only those of
     them are read back as members (enough to know whether they are in the transaction already)."""
-    meta = q.txn_get(conn, transactional_id, for_update=True, partitions=partitions, groups=groups)
+    meta = transactions_store.txn_get(conn, transactional_id, for_update=True, partitions=partitions, groups=groups)
     if meta is None:
         raise TxlogError(
             ErrorCode.INVALID_PRODUCER_ID_MAPPING,
@@ -103,7 +107,7 @@ def locked(
 
 
 def new_producer_id_if_exhausted(conn: Connection, epoch: int) -> int | None:
-    return q.producer_id_next(conn) if txn.needs_new_producer_id(epoch) else None
+    return producers_store.producer_id_next(conn) if txn.needs_new_producer_id(epoch) else None
 
 
 def complete(conn: Connection, broker: Broker, meta: TxnMetadata, decision: TxnEvent | None = None) -> TxnMetadata:
@@ -122,21 +126,21 @@ def complete(conn: Connection, broker: Broker, meta: TxnMetadata, decision: TxnE
     commit = txn.prepared_result(meta.state) == "commit"
     now = broker.now()
     partitions = sorted(meta.partitions)
-    positions = q.partitions_lock_for_append(conn, [(t, p, meta.producer_id) for t, p in partitions]) if partitions else []
+    positions = append_store.partitions_lock_for_append(conn, [(t, p, meta.producer_id) for t, p in partitions]) if partitions else []
     markers = [
         marker(topic, partition, position, meta.producer_id, meta.producer_epoch, commit, now)
         for (topic, partition), position in zip(partitions, positions)
         if position is not None  # None: the topic is gone, nothing to mark
     ]
     if markers:
-        q.log_append(conn, markers)
+        append_store.log_append(conn, markers)
         # The markers moved these partitions on: a next batch of the producer there is not planned
         # against this process's memory of them (it would only find them moved).
         memory = last_appends.of(broker)
         for m in markers:
             memory.forget(m.topic, m.partition, m.producer_id)
     if meta.groups:  # pending offsets are only ever written for a group of the transaction
-        q.pending_offsets_apply(conn, meta.transactional_id, commit)
+        groups_store.pending_offsets_apply(conn, meta.transactional_id, commit)
     new_pid = new_producer_id_if_exhausted(conn, meta.producer_epoch) if meta.transaction_version >= 2 else None
     completed = txn.completed(meta, now, new_pid)
     if decision is not None:
@@ -188,8 +192,8 @@ class _Completion:
     planned against."""
 
     events: tuple[TxnEvent, ...]
-    markers: list[q.AppendBatch]
-    positions: list[q.AppendPosition]
+    markers: list[AppendBatch]
+    positions: list[AppendPosition]
     ends: txn.Result
 
     def record_args(self) -> tuple:
@@ -230,7 +234,7 @@ def _completion_planned(broker: Broker, meta: TxnMetadata, decision: TxnEvent, n
 
 def join_if_unchanged(
     broker: Broker, meta: TxnMetadata, producer_id: int, producer_epoch: int, partitions: Sequence[txn.TopicPartition],
-    principal: str | None, batches: Sequence[q.AppendBatch] = (), positions: Sequence[q.AppendPosition] = (),
+    principal: str | None, batches: Sequence[AppendBatch] = (), positions: Sequence[AppendPosition] = (),
 ) -> tuple[TxnMetadata, list[int]] | None:
     """Partitions joining the transaction — starting one if none is open — planned against the
     transaction as this process last wrote it (``meta``), recorded with ``batches`` (the batch that
@@ -247,7 +251,7 @@ def join_if_unchanged(
 async def join_if_unchanged_on_loop(
     broker: Broker, connections: LoopConnections, meta: TxnMetadata, producer_id: int, producer_epoch: int,
     partitions: Sequence[txn.TopicPartition], principal: str | None, now: int,
-    batches: Sequence[q.AppendBatch] = (), positions: Sequence[q.AppendPosition] = (),
+    batches: Sequence[AppendBatch] = (), positions: Sequence[AppendPosition] = (),
 ) -> tuple[TxnMetadata, list[int]] | None:
     """``join_if_unchanged`` with its statement awaited on the caller's event loop
     (``connections``): None as well when no connection is free."""
@@ -278,13 +282,13 @@ def _joining(
 
 
 def record_if_unchanged(
-    broker: Broker, meta: TxnMetadata, events: tuple[TxnEvent, ...], batches: Sequence[q.AppendBatch],
-    positions: Sequence[q.AppendPosition], ends: txn.Result | None = None,
+    broker: Broker, meta: TxnMetadata, events: tuple[TxnEvent, ...], batches: Sequence[AppendBatch],
+    positions: Sequence[AppendPosition], ends: txn.Result | None = None,
 ) -> tuple[TxnMetadata, list[int]] | None:
     """Transitions of a transaction known without its lock (``meta``: read, or as this process last
     wrote it — exact at its version) recorded with batches of it planned against ``positions``, in
     one statement in autocommit that writes all of them only if nothing moved since
-    (``q.txn_append_if_unchanged``): two round trips with a read, or one, against six on the locked
+    (``append_store.txn_append_if_unchanged``): two round trips with a read, or one, against six on the locked
     path (BEGIN, the transaction's lock, the partitions' locks, the batches, the events, COMMIT).
     ``ends``: the events end the transaction so (its pending group offsets applied or dropped).
     Answers the new state and each batch's log start offset, or None if nothing was written. This
@@ -293,7 +297,7 @@ def record_if_unchanged(
     new, args = _recording(broker, meta, events, batches, positions, ends)
     try:
         with broker.db.autocommit() as conn:
-            log_starts = q.txn_append_if_unchanged(conn, *args)
+            log_starts = append_store.txn_append_if_unchanged(conn, *args)
     except BaseException:
         last_appends.of(broker).forget_txn(meta.transactional_id)
         raise
@@ -302,7 +306,7 @@ def record_if_unchanged(
 
 async def record_if_unchanged_on_loop(
     broker: Broker, connections: LoopConnections, meta: TxnMetadata, events: tuple[TxnEvent, ...],
-    batches: Sequence[q.AppendBatch], positions: Sequence[q.AppendPosition], ends: txn.Result | None = None,
+    batches: Sequence[AppendBatch], positions: Sequence[AppendPosition], ends: txn.Result | None = None,
 ) -> tuple[TxnMetadata, list[int]] | None:
     """``record_if_unchanged`` with its statement awaited on the caller's event loop
     (``connections``, ``db.LoopConnections``); None, having written nothing, when no connection is
@@ -315,11 +319,11 @@ async def record_if_unchanged_on_loop(
 
 async def _recorded_on(
     conn: "psycopg.AsyncConnection", broker: Broker, meta: TxnMetadata, events: tuple[TxnEvent, ...],
-    batches: Sequence[q.AppendBatch], positions: Sequence[q.AppendPosition], ends: txn.Result | None,
+    batches: Sequence[AppendBatch], positions: Sequence[AppendPosition], ends: txn.Result | None,
 ) -> tuple[TxnMetadata, list[int]] | None:
     new, args = _recording(broker, meta, events, batches, positions, ends)
     try:
-        log_starts = await q.txn_append_if_unchanged_awaited(conn, *args)
+        log_starts = await append_store.txn_append_if_unchanged_awaited(conn, *args)
     except BaseException:
         last_appends.of(broker).forget_txn(meta.transactional_id)
         raise
@@ -327,8 +331,8 @@ async def _recorded_on(
 
 
 def _recording(
-    broker: Broker, meta: TxnMetadata, events: tuple[TxnEvent, ...], batches: Sequence[q.AppendBatch],
-    positions: Sequence[q.AppendPosition], ends: txn.Result | None,
+    broker: Broker, meta: TxnMetadata, events: tuple[TxnEvent, ...], batches: Sequence[AppendBatch],
+    positions: Sequence[AppendPosition], ends: txn.Result | None,
 ) -> tuple[TxnMetadata, tuple]:
     """The state the events lead to, and the conditional statement's arguments after its
     connection."""
@@ -352,22 +356,22 @@ def _recorded(
 
 
 def write_marker(
-    conn: Connection, topic: str, partition: int, position: q.AppendPosition, producer_id: int, producer_epoch: int,
+    conn: Connection, topic: str, partition: int, position: AppendPosition, producer_id: int, producer_epoch: int,
     commit: bool, now_ms: int,
 ) -> int:
     """Append a COMMIT or ABORT control record for the producer on a partition whose append lock
     ``position`` holds, closing its open transaction there (Kafka's WriteTxnMarkers). Answers the
     marker's offset."""
-    q.log_append(conn, [marker(topic, partition, position, producer_id, producer_epoch, commit, now_ms)])
+    append_store.log_append(conn, [marker(topic, partition, position, producer_id, producer_epoch, commit, now_ms)])
     return position.next_offset
 
 
 def marker(
-    topic: str, partition: int, position: q.AppendPosition, producer_id: int, producer_epoch: int, commit: bool, now_ms: int
-) -> q.AppendBatch:
+    topic: str, partition: int, position: AppendPosition, producer_id: int, producer_epoch: int, commit: bool, now_ms: int
+) -> AppendBatch:
     """The COMMIT or ABORT marker batch of ``write_marker``, to append with others in one statement."""
     entry = position.producer_state
-    return q.AppendBatch(
+    return AppendBatch(
         topic, partition, position.next_offset, position.next_position, [NewRecord(None, None)], now_ms,
         producer_id, producer_epoch,
         transactional=True,

@@ -20,10 +20,10 @@ from app.domain.records import (
     readable_end,
     take_within_limits,
 )
+from app.domain.log import PartitionStatus, StoredRecord, unknown_partition
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
-from app.storage import queries as q
-from app.storage.queries import PartitionStatus, StoredRecord
+from app.storage import log as log_store
 
 
 @dataclass(frozen=True)
@@ -61,13 +61,13 @@ def fetch(
         raise TxlogError(ErrorCode.INVALID_REQUEST, "max_records and max_bytes must be positive")
     committed = isolation_level == "read_committed"
     with broker.db.read() as conn:  # one snapshot: status and records agree
-        status = q.partition_status(conn, topic, partition)
+        status = log_store.partition_status(conn, topic, partition)
         _check_offset(status, offset)
         upper = readable_end(status.high_watermark, status.last_stable_offset, isolation_level)
         # The work of one fetch is bounded by the request, however long the aborted ranges or runs
         # of markers it meets: it reads at most a window of offsets past ``offset``.
         scan_end = fetch_scan_end(offset, upper, max_records)
-        rows = q.records_fetch(conn, topic, partition, offset, scan_end, max_records + 1, committed) if offset < scan_end else []
+        rows = log_store.records_fetch(conn, topic, partition, offset, scan_end, max_records + 1, committed) if offset < scan_end else []
     # The property's getter mapped: no generator frame resumed per record (a 1000-record page).
     count, truncated = take_within_limits(map(StoredRecord.size.fget, rows), max_records, max_bytes)  # type: ignore[attr-defined]
     rows = rows[:count]
@@ -120,10 +120,10 @@ def fetch_log(
         raise TxlogError(ErrorCode.INVALID_REQUEST, "max_records and max_bytes must be positive")
     committed = isolation_level == "read_committed"
     with broker.db.read() as conn:  # one snapshot: status and rows agree
-        status = q.partition_status(conn, topic, partition)
+        status = log_store.partition_status(conn, topic, partition)
         _check_offset(status, offset)
         end = min(readable_end(status.high_watermark, status.last_stable_offset, isolation_level), offset + max_records)
-        rows = q.records_fetch_log(conn, topic, partition, offset, end, max_bytes, committed) if offset < end else []
+        rows = log_store.records_fetch_log(conn, topic, partition, offset, end, max_bytes, committed) if offset < end else []
     if len(rows) > 1 and rows[-1].position + rows[-1].size - rows[0].position > max_bytes:
         rows.pop()  # the one row that starts inside the budget but does not end in it
     aborted = None
@@ -136,7 +136,7 @@ def partition_statuses(broker: Broker, partitions: Sequence[tuple[str, int]]) ->
     """Log start offset, high watermark and last stable offset of each of ``partitions`` that
     exists (one statement); the others are absent."""
     with broker.db.read() as conn:
-        return q.partition_statuses(conn, partitions)
+        return log_store.partition_statuses(conn, partitions)
 
 
 @dataclass(frozen=True)
@@ -154,19 +154,19 @@ def list_offsets(
     """Kafka's ListOffsets: for each (topic, partition, timestamp), in order, the log start
     (EARLIEST_TIMESTAMP, -2, and EARLIEST_LOCAL_TIMESTAMP, -4), the reader's end (LATEST_TIMESTAMP,
     -1: the high watermark, or the last stable offset for read_committed), the first offset whose
-    record's timestamp is at or after a timestamp >= 0 (``queries.partition_offsets_at``: a
+    record's timestamp is at or after a timestamp >= 0 (``storage.log.partition_offsets_at``: a
     bisection over the offsets, exact while timestamps grow with offsets, as with log-append time),
     or the data record with the largest timestamp (MAX_TIMESTAMP, -3: reads the partition's whole
     log). A record found at or past the reader's end is no answer (``records.listed_offset``).
     Errors are per partition. One snapshot."""
     out: list[ListOffsetsResult] = []
     with broker.db.read() as conn:
-        statuses = q.partition_statuses(conn, [(t, p) for t, p, _ in requests])
+        statuses = log_store.partition_statuses(conn, [(t, p) for t, p, _ in requests])
         for topic, partition, timestamp in requests:
             status = statuses.get((topic, partition))
             try:
                 if status is None:
-                    raise q.unknown_partition(topic, partition)
+                    raise unknown_partition(topic, partition)
                 check_list_offsets_timestamp(timestamp)
                 found = _record_for_time(conn, status, timestamp) if timestamp >= 0 or timestamp == MAX_TIMESTAMP else None
                 end = readable_end(status.high_watermark, status.last_stable_offset, isolation_level)
@@ -180,18 +180,18 @@ def _record_for_time(conn, status: PartitionStatus, timestamp: int) -> tuple[int
     """(offset, timestamp) of the record a ListOffsets by ``timestamp`` (or MAX_TIMESTAMP) finds."""
     topic, partition = status.topic, status.partition
     if timestamp == MAX_TIMESTAMP:
-        return q.partition_max_timestamp(conn, topic, partition, status.log_start_offset, status.high_watermark)
-    if timestamp > q.LAST_RECORD_TIME_MS:
+        return log_store.partition_max_timestamp(conn, topic, partition, status.log_start_offset, status.high_watermark)
+    if timestamp > log_store.LAST_RECORD_TIME_MS:
         return None  # no record is that late
-    offset = q.partition_offsets_at(conn, [timestamp], topic, partition)[(topic, partition)][0]
+    offset = log_store.partition_offsets_at(conn, [timestamp], topic, partition)[(topic, partition)][0]
     if offset >= status.high_watermark:
         return None
-    found_ms = q.record_timestamp(conn, topic, partition, offset)
+    found_ms = log_store.record_timestamp(conn, topic, partition, offset)
     return (offset, found_ms) if found_ms is not None else None
 
 
 def listen(broker: Broker, topic: str, partition: int, lease_ms: int) -> bool:
     """Ask appends to ``topic``-``partition`` to notify long-polling fetches for ``lease_ms``
-    (see ``queries.fetch_listener_register``); False if there is no such partition."""
+    (see ``storage.log.fetch_listener_register``); False if there is no such partition."""
     with broker.db.transaction() as conn:
-        return q.fetch_listener_register(conn, topic, partition, lease_ms)
+        return log_store.fetch_listener_register(conn, topic, partition, lease_ms)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from app.domain.groups import check_committable, last_per_partition
+from app.domain.groups import GroupOffset, check_committable, last_per_partition
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
-from app.storage import queries as q
-from app.storage.queries import GroupOffset
+from app.storage import groups as groups_store
+from app.storage import topics as topics_store
 
 
 def _check_group(group_id: str) -> None:
@@ -26,14 +26,14 @@ def offset_commit(broker: Broker, group_id: str, offsets: Sequence[GroupOffset])
     offsets = last_per_partition(offsets)
     check_committable(offsets, broker.settings.offset_metadata_max_bytes)
     with broker.db.transaction() as conn:
-        missing = q.partitions_missing(conn, [(o.topic, o.partition) for o in offsets])
+        missing = topics_store.partitions_missing(conn, [(o.topic, o.partition) for o in offsets])
         if missing:
             raise TxlogError(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                 "Unknown topic-partitions: " + ", ".join(f"{t}-{p}" for t, p in missing),
                 partitions=[tuple(tp) for tp in missing],
             )
-        q.group_offsets_upsert(conn, group_id, offsets)
+        groups_store.group_offsets_upsert(conn, group_id, offsets)
     return offsets
 
 
@@ -61,7 +61,7 @@ def offset_fetch_partitions(
     open transactions'."""
     _check_group(group_id)
     with broker.db.read() as conn:
-        rows = q.group_offsets_fetch(conn, group_id, partitions)
+        rows = groups_store.group_offsets_fetch(conn, group_id, partitions)
     out = []
     for r in rows:
         if partitions is None and r.offset is None and not require_stable:
@@ -94,4 +94,4 @@ def offset_fetch(broker: Broker, group_id: str, require_stable: bool = False) ->
 def list_groups(broker: Broker, among: Sequence[str] | None = None) -> list[str]:
     """Groups known by their offsets: all, or those of ``among``."""
     with broker.db.read() as conn:
-        return q.group_ids(conn, among)
+        return groups_store.group_ids(conn, among)

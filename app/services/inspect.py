@@ -1,8 +1,9 @@
 """The read side an operator needs: partitions and their offsets, the log with what became of each
 record, producer state, transactions and their histories, consumer groups, and what looks stuck.
 
-Read-only: every function reads one snapshot (``broker.db.read()``) through ``app.storage.queries``
-and shapes it into plain values for the admin pages. Time comes from ``broker.now()``.
+Read-only: every function reads one snapshot (``broker.db.read()``) through the storage modules
+(``app.storage.admin_reads`` and those of each entity) and shapes it into plain values for the admin
+pages. Time comes from ``broker.now()``.
 """
 
 from __future__ import annotations
@@ -10,12 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from app.domain.log import LogRecord, LsoHolder, PartitionStatus, unknown_partition
 from app.domain.producer_state import BatchMetadata
 from app.domain.transactions import TxnEvent, TxnMetadata, TxnState
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
-from app.storage import queries as q
-from app.storage.queries import LogRecord, LsoHolder, PartitionStatus
+from app.storage import admin_reads
+from app.storage import groups as groups_store
+from app.storage import log as log_store
+from app.storage import topics as topics_store
+from app.storage import transactions as transactions_store
 
 RATE_BUCKET_MS = 60_000
 RATE_BUCKETS = 15
@@ -54,7 +59,7 @@ def bucket_bounds(now_ms: int, buckets: int = RATE_BUCKETS, width_ms: int = RATE
 def _record_rate(conn, now_ms: int, topic: str | None = None, partition: int | None = None) -> list[RatePoint]:  # type: ignore[no-untyped-def]
     bounds = bucket_bounds(now_ms)
     # The last bucket includes records stamped exactly now.
-    offsets = q.partition_offsets_at(conn, bounds[:-1] + [now_ms + 1], topic, partition)
+    offsets = log_store.partition_offsets_at(conn, bounds[:-1] + [now_ms + 1], topic, partition)
     counts = [0] * (len(bounds) - 1)
     for found in offsets.values():
         for i in range(len(counts)):
@@ -100,8 +105,8 @@ class Alert:
 
 
 def _alerts(conn, now_ms: int) -> list[Alert]:  # type: ignore[no-untyped-def]
-    overdue = q.txns_overdue(conn, now_ms, now_ms - PREPARED_ALERT_MS)
-    holders = q.lso_holders(conn)
+    overdue = transactions_store.txns_overdue(conn, now_ms, now_ms - PREPARED_ALERT_MS)
+    holders = admin_reads.lso_holders(conn)
     by_key: dict[object, dict] = {}
     for meta in overdue:
         reason: AlertReason = "timed_out" if meta.state is TxnState.ONGOING else "stuck_prepared"
@@ -182,8 +187,8 @@ def _topics(statuses: list[PartitionStatus]) -> list[TopicSummary]:
 def overview(broker: Broker) -> Overview:
     now = broker.now()
     with broker.db.read() as conn:
-        statuses = q.partition_status_all(conn)
-        counts = q.txn_state_counts(conn)
+        statuses = log_store.partition_status_all(conn)
+        counts = transactions_store.txn_state_counts(conn)
         alerts = _alerts(conn, now)
         rate = _record_rate(conn, now)
     return Overview(now, _topics(statuses), {s.value: counts.get(s.value, 0) for s in TxnState}, alerts, rate)
@@ -200,11 +205,11 @@ class TopicDetail:
 def topic_detail(broker: Broker, topic: str) -> TopicDetail:
     now = broker.now()
     with broker.db.read() as conn:
-        statuses = q.partition_status_all(conn, topic)
+        statuses = log_store.partition_status_all(conn, topic)
         if not statuses:
             raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {topic!r} does not exist")
         rate = _record_rate(conn, now, topic)
-        holders = {h.partition: h for h in q.lso_holders(conn) if h.topic == topic}
+        holders = {h.partition: h for h in admin_reads.lso_holders(conn) if h.topic == topic}
     return TopicDetail(now, TopicSummary(topic, statuses), rate, holders)
 
 
@@ -239,15 +244,15 @@ def browse_partition(
         raise TxlogError(ErrorCode.INVALID_REQUEST, "limit must be between 1 and 1000")
     now = broker.now()
     with broker.db.read() as conn:
-        status = q.partition_status(conn, topic, partition)
+        status = log_store.partition_status(conn, topic, partition)
         upper = status.last_stable_offset if mode == "read_committed" else status.high_watermark
         common = dict(include_control=mode == "all", include_aborted=mode != "read_committed")
         if offset is not None:
             start = min(max(offset, status.log_start_offset), upper)
-            records = q.records_page(conn, topic, partition, start, upper, limit, **common)  # type: ignore[arg-type]
+            records = admin_reads.records_page(conn, topic, partition, start, upper, limit, **common)  # type: ignore[arg-type]
         else:
             end = upper if before is None else min(max(before, status.log_start_offset), upper)
-            records = q.records_page(conn, topic, partition, status.log_start_offset, end, limit, backwards=True, **common)  # type: ignore[arg-type]
+            records = admin_reads.records_page(conn, topic, partition, status.log_start_offset, end, limit, backwards=True, **common)  # type: ignore[arg-type]
         rate = _record_rate(conn, now, topic, partition)
     first = records[0].offset if records else None
     last = records[-1].offset if records else None
@@ -280,7 +285,7 @@ def transactions_page(
             raise TxlogError(ErrorCode.INVALID_REQUEST, f"Unknown state {s!r}; one of {', '.join(sorted(known))}")
     started_before = broker.now() - older_than_ms if older_than_ms is not None else None
     with broker.db.read() as conn:
-        rows = q.txn_browse(conn, states, started_before, prefix, after, limit + 1)
+        rows = admin_reads.txn_browse(conn, states, started_before, prefix, after, limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
     return TxnPage(rows, rows[-1].transactional_id if more and rows else None)
@@ -351,16 +356,16 @@ class TxnDetail:
 def transaction_detail(broker: Broker, transactional_id: str, events_limit: int = 200) -> TxnDetail:
     now = broker.now()
     with broker.db.read() as conn:
-        meta = q.txn_get(conn, transactional_id)
+        meta = transactions_store.txn_get(conn, transactional_id)
         if meta is None:
             raise TxlogError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"Transactional id {transactional_id!r} not found")
-        events = q.txn_events(conn, transactional_id, events_limit)
-        pending = q.pending_offsets_of_txn(conn, transactional_id)
-        states = {(s["topic"], s["partition"]): s for s in q.producer_states_by_id(conn, meta.producer_id)} if meta.partitions else {}
+        events = transactions_store.txn_events(conn, transactional_id, events_limit)
+        pending = groups_store.pending_offsets_of_txn(conn, transactional_id)
+        states = {(s["topic"], s["partition"]): s for s in admin_reads.producer_states_by_id(conn, meta.producer_id)} if meta.partitions else {}
         statuses = {}
         for topic, partition in meta.partitions:
             try:
-                statuses[(topic, partition)] = q.partition_status(conn, topic, partition)
+                statuses[(topic, partition)] = log_store.partition_status(conn, topic, partition)
             except TxlogError:
                 statuses[(topic, partition)] = None
         alerts = [a for a in _alerts(conn, now) if a.transactional_id == transactional_id]
@@ -427,10 +432,10 @@ def producers_page(
     expiration = broker.settings.producer_id_expiration_ms
     with broker.db.read() as conn:
         if producer_id is not None:
-            rows = [r for r in q.producer_states_by_id(conn, producer_id)
+            rows = [r for r in admin_reads.producer_states_by_id(conn, producer_id)
                     if (topic is None or r["topic"] == topic) and (not open_only or r["txn_first_offset"] is not None)]
             return ProducerPage([_producer_entry(r, expiration) for r in rows], None)
-        rows = q.producer_states_page(conn, after, limit + 1, topic, open_only)
+        rows = admin_reads.producer_states_page(conn, after, limit + 1, topic, open_only)
     more = len(rows) > limit
     entries = [_producer_entry(r, expiration) for r in rows[:limit]]
     last = entries[-1] if more and entries else None
@@ -451,7 +456,7 @@ class GroupSummary:
 
 def groups(broker: Broker, limit: int = 1000) -> list[GroupSummary]:
     with broker.db.read() as conn:
-        return [GroupSummary(**r) for r in q.group_summaries(conn, limit)]
+        return [GroupSummary(**r) for r in admin_reads.group_summaries(conn, limit)]
 
 
 @dataclass(frozen=True)
@@ -488,8 +493,8 @@ def group_detail(broker: Broker, group_id: str) -> GroupDetail:
     """A group's committed and pending offsets; an unknown group simply has none (as Kafka's
     OffsetFetch answers)."""
     with broker.db.read() as conn:
-        offsets = [GroupPartition(**r) for r in q.group_offsets_with_status(conn, group_id)]
-        pending = q.pending_offsets_of_group(conn, group_id)
+        offsets = [GroupPartition(**r) for r in admin_reads.group_offsets_with_status(conn, group_id)]
+        pending = groups_store.pending_offsets_of_group(conn, group_id)
     return GroupDetail(group_id, offsets, pending)
 
 
@@ -557,20 +562,20 @@ def open_transactions(
     now = broker.now()
     with broker.db.read() as conn:
         if topic is not None:
-            count = q.topic_partitions(conn, topic)
+            count = topics_store.topic_partitions(conn, topic)
             if count is None:
                 raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {topic!r} does not exist")
             if partition is not None and not 0 <= partition < count:
-                raise q.unknown_partition(topic, partition)
+                raise unknown_partition(topic, partition)
         rows: list[dict] = []
         after = (topic, partition, -1) if topic is not None and partition is not None else None
         while True:
-            page = q.producer_states_page(conn, after, 1000, topic, open_only=True)
+            page = admin_reads.producer_states_page(conn, after, 1000, topic, open_only=True)
             rows.extend(r for r in page if partition is None or r["partition"] == partition)
             if len(page) < 1000 or (partition is not None and page[-1]["partition"] != partition):
                 break
             after = (page[-1]["topic"], page[-1]["partition"], page[-1]["producer_id"])
-        metas = {tid: q.txn_get(conn, tid) for tid in {r["transactional_id"] for r in rows} if tid is not None}
+        metas = {tid: transactions_store.txn_get(conn, tid) for tid in {r["transactional_id"] for r in rows} if tid is not None}
     found = []
     for r in rows:
         meta = metas.get(r["transactional_id"]) if r["transactional_id"] is not None else None

@@ -24,12 +24,13 @@ from app.domain.consumer_protocol import (
     decode_assignment,
     decode_subscription,
 )
+from app.domain.log import PartitionStatus
 from app.errors import ErrorCode
 from app.wire.kafka.admin_client import DescribedGroup, DescribedMember, GatewayUnreachable, describe_all_groups, describe_some_groups
 from app.services import Broker
 from app.services.cluster import live_nodes
-from app.storage import queries as q
-from app.storage.queries import PartitionStatus
+from app.storage import admin_reads
+from app.storage import log as log_store
 
 ADMIN_TIMEOUT_S = 2.0  # one gateway's whole conversation: connecting, ApiVersions, ListGroups, DescribeGroups
 MAX_PARALLEL = 16  # gateways asked at once (beyond that, a frozen one can cost another timeout)
@@ -185,8 +186,8 @@ def describe_kafka_groups(
     }
     assigned = sorted({(topic, p) for ms in members.values() for m in ms for topic, ps in m.assignment or () for p in ps})
     with broker.db.read() as conn:
-        committed = {gid: q.group_offsets_with_status(conn, gid) for gid in {d.group_id for _, d in found}}
-        statuses = q.partition_statuses(conn, assigned)
+        committed = {gid: admin_reads.group_offsets_with_status(conn, gid) for gid in {d.group_id for _, d in found}}
+        statuses = log_store.partition_statuses(conn, assigned)
     groups = []
     for node_id, d in found:
         ms = members[(node_id, d.group_id)]

@@ -4,9 +4,9 @@ wrote them: the memory the optimistic append (``produce``) and the transitions p
 
 from __future__ import annotations
 
+from app.domain.log import AppendBatch, AppendPosition
 from app.domain.transactions import TxnMetadata
 from app.services import Broker
-from app.storage import queries as q
 
 
 class LastAppends:
@@ -18,20 +18,20 @@ class LastAppends:
 
     def __init__(self, limit: int = 100_000) -> None:
         self.limit = limit
-        self._at: dict[tuple[str, int, int | None], q.AppendPosition] = {}
+        self._at: dict[tuple[str, int, int | None], AppendPosition] = {}
         self._txns: dict[str, TxnMetadata] = {}
 
     def __len__(self) -> int:
         return len(self._at)
 
-    def get(self, topic: str, partition: int, producer_id: int | None) -> q.AppendPosition | None:
+    def get(self, topic: str, partition: int, producer_id: int | None) -> AppendPosition | None:
         return self._at.get((topic, partition, producer_id))
 
-    def remember(self, batch: q.AppendBatch, before: q.AppendPosition) -> None:
+    def remember(self, batch: AppendBatch, before: AppendPosition) -> None:
         """``batch`` was appended at ``before`` (and committed)."""
         if len(self._at) >= self.limit:
             self._at.clear()
-        self._at[(batch.topic, batch.partition, batch.producer_id)] = q.AppendPosition(
+        self._at[(batch.topic, batch.partition, batch.producer_id)] = AppendPosition(
             batch.base_offset + len(batch.records), before.log_start_offset,
             batch.base_position + sum(batch.record_sizes()), batch.producer_state, None,
         )

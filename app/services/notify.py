@@ -19,7 +19,7 @@ import time
 from collections import defaultdict
 from typing import Any, AsyncIterator, Awaitable, Callable
 
-from app.storage.queries import append_notifications
+from app.storage.log import append_notifications
 
 log = logging.getLogger("txlog.notify")
 

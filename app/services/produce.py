@@ -17,6 +17,7 @@ from typing import Sequence
 from app import faults
 from app.domain import transactions as txn
 from app.domain.limits import RecordLimits, checked_record_sizes
+from app.domain.log import AppendBatch, AppendPosition
 from app.domain.partitioner import partition_for_key
 from app.domain.producer_state import Append, Duplicate, after_append, check_append
 from app.domain.records import NewRecord
@@ -24,7 +25,7 @@ from app.errors import ErrorCode, TxlogError
 from app.services import Broker, coordinator, last_appends
 from app.services.group_commit import GroupCommit, Pending
 from app.services.topics import partition_count
-from app.storage import queries as q
+from app.storage import append as append_store
 from app.storage.db import LoopConnections
 from sqlalchemy.engine import Connection
 
@@ -127,7 +128,7 @@ def append(
             )
         if req.require_added:
             txn.check_partition_added(meta, topic, partition)
-    position = q.partition_lock_for_append(conn, topic, partition, req.producer_id)
+    position = append_store.partition_lock_for_append(conn, topic, partition, req.producer_id)
     faults.stop_point(faults.SERVER_STOP_ENV, "produce_locked")  # tests only: freeze holding the locks
     plan = _planned(topic, partition, req, now, sizes, position)
     if isinstance(plan, ProduceResult):
@@ -136,7 +137,7 @@ def append(
         event = txn.partitions_added(meta, [(topic, partition)], now)
         if event is not None:
             coordinator.record(conn, broker, meta, event, principal=req.principal)
-    q.log_append(conn, [plan.batch], commit=commit)
+    append_store.log_append(conn, [plan.batch], commit=commit)
     if memory is not None and commit:
         memory.remember(plan.batch, position)
     return plan.result
@@ -144,12 +145,12 @@ def append(
 
 @dataclass(frozen=True)
 class _Plan:
-    batch: q.AppendBatch
+    batch: AppendBatch
     result: ProduceResult
 
 
 def _planned(
-    topic: str, partition: int, req: ProduceRequest, now: int, sizes: list[int] | None, position: q.AppendPosition
+    topic: str, partition: int, req: ProduceRequest, now: int, sizes: list[int] | None, position: AppendPosition
 ) -> _Plan | ProduceResult:
     """What appending ``req`` at ``position`` (its partition's lock held) comes to, by the producer
     rules: the batch to write, or — a producer's retry of a batch already appended — the original
@@ -177,7 +178,7 @@ def _planned(
             return ProduceResult(b.first_offset, b.last_offset, b.timestamp_ms, log_start, duplicate=True)
         assert isinstance(decision, Append)
         state = after_append(entry, pid, epoch, decision, base_offset, last_offset, now, transactional)  # type: ignore[arg-type]
-    batch = q.AppendBatch(
+    batch = AppendBatch(
         topic, partition, base_offset, position.next_position, req.records, now, pid, epoch, seq, transactional, state,
         txn_first_offset=state.txn_first_offset if transactional and state is not None else None, sizes=sizes,
     )
@@ -191,7 +192,7 @@ def _planned(
 # appender) left each partition; the next batch is planned against that by the same rules
 # (``_planned``) and written by one statement in autocommit, which locks the partition and appends
 # only if the partition and the producer's state are still exactly as planned against
-# (``q.log_append_if_unchanged``): one round trip and one database transaction instead of four
+# (``append_store.log_append_if_unchanged``): one round trip and one database transaction instead of four
 # round trips (BEGIN, lock, write, COMMIT), and no lock held between round trips. A group commit
 # sends all its batches that can be planned so in one such statement. A transactional batch is
 # planned so too once its partition is in the open transaction; the statement then also checks,
@@ -217,7 +218,7 @@ class _Ahead:
     transactional id whose transaction it must still be in (None: a plain or idempotent batch)."""
 
     plan: _Plan
-    position: q.AppendPosition
+    position: AppendPosition
     transactional_id: str | None
 
 
@@ -231,13 +232,13 @@ def _planned_ahead(
 
 
 def _ahead_at(
-    topic: str, partition: int, req: ProduceRequest, now: int, sizes: list[int], position: q.AppendPosition
+    topic: str, partition: int, req: ProduceRequest, now: int, sizes: list[int], position: AppendPosition
 ) -> _Ahead | None:
     plan = _append_planned(topic, partition, req, now, sizes, position)
     return _Ahead(plan, position, req.transactional_id) if plan is not None else None
 
 
-def _remembered(last: last_appends.LastAppends, topic: str, partition: int, req: ProduceRequest) -> q.AppendPosition | None:
+def _remembered(last: last_appends.LastAppends, topic: str, partition: int, req: ProduceRequest) -> AppendPosition | None:
     """Where this process's last append left the partition, if a batch can be planned against it."""
     position = last.get(topic, partition, req.producer_id)
     if position is None:
@@ -253,7 +254,7 @@ def _remembered(last: last_appends.LastAppends, topic: str, partition: int, req:
 
 
 def _append_planned(
-    topic: str, partition: int, req: ProduceRequest, now: int, sizes: list[int], position: q.AppendPosition
+    topic: str, partition: int, req: ProduceRequest, now: int, sizes: list[int], position: AppendPosition
 ) -> _Plan | None:
     """``_planned`` against a remembered position, if the plan is an append: a refusal or a
     duplicate is decided under the lock."""
@@ -274,7 +275,7 @@ def _append_planned_ahead(
     batches = [a.plan.batch for a in planned]
     try:
         with broker.db.autocommit() as conn:
-            log_starts = q.log_append_if_unchanged(
+            log_starts = append_store.log_append_if_unchanged(
                 conn, batches, [a.position.producer_state for a in planned], [a.transactional_id for a in planned]
             )
     except BaseException:
@@ -447,7 +448,7 @@ class _LoopGroupCommit:
                 if conn is None:
                     results: list[ProduceResult | None] = [None] * len(group)
                 else:
-                    log_starts = await q.log_append_if_unchanged_awaited(
+                    log_starts = await append_store.log_append_if_unchanged_awaited(
                         conn, batches, [a.position.producer_state for a in planned], [a.transactional_id for a in planned]
                     )
                     results = _planned_ahead_results(last, planned, log_starts)
@@ -522,7 +523,7 @@ async def _joined_ahead_on_loop(
 
 def _joining(
     last: last_appends.LastAppends, topic: str, partition: int, req: ProduceRequest, now: int, sizes: list[int]
-) -> tuple[txn.TxnMetadata, q.AppendPosition, _Plan] | None:
+) -> tuple[txn.TxnMetadata, AppendPosition, _Plan] | None:
     """The remembered transaction, the remembered partition and the batch planned against it, for a
     transaction's first batch on the partition; None if either is not remembered or the plan is not
     an append."""
@@ -534,7 +535,7 @@ def _joining(
 
 
 def _joined(
-    last: last_appends.LastAppends, plan: _Plan, position: q.AppendPosition, written: tuple[txn.TxnMetadata, list[int]] | None
+    last: last_appends.LastAppends, plan: _Plan, position: AppendPosition, written: tuple[txn.TxnMetadata, list[int]] | None
 ) -> ProduceResult | None:
     """The batch's answer once its statement ran (None: it wrote nothing); the memory learns where
     it left the partition."""
@@ -600,10 +601,10 @@ def _append_group(broker: Broker, group: Sequence[Pending[_Append, ProduceResult
     busy: list[Pending[_Append, ProduceResult]] = []
     answers: list[tuple[Pending[_Append, ProduceResult], ProduceResult]] = []
     statements_done = False
-    appended: list[tuple[q.AppendBatch, q.AppendPosition]] = []
+    appended: list[tuple[AppendBatch, AppendPosition]] = []
     try:
         with broker.db.transaction() as conn:
-            positions = q.partitions_lock_for_append(
+            positions = append_store.partitions_lock_for_append(
                 conn, [(p.item.topic, p.item.partition, p.item.req.producer_id) for p in members], skip_locked=True
             )
             faults.stop_point(faults.SERVER_STOP_ENV, "produce_locked")  # tests only: freeze holding the locks
@@ -623,7 +624,7 @@ def _append_group(broker: Broker, group: Sequence[Pending[_Append, ProduceResult
                     appended.append((plan.batch, position))
                     answers.append((p, plan.result))
             if appended:
-                q.log_append(conn, [batch for batch, _ in appended])
+                append_store.log_append(conn, [batch for batch, _ in appended])
             statements_done = True
     except Exception as exc:
         if statements_done:  # the COMMIT failed: its batches' callers hear it

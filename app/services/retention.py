@@ -14,10 +14,12 @@ import logging
 import time
 from dataclasses import dataclass
 
+from app.domain.log import RetainedPartition
 from app.domain.retention import log_start_for_retention
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
-from app.storage import queries as q
+from app.storage import log as log_store
+from app.storage import retention as retention_store
 
 log = logging.getLogger("txlog.retention")
 
@@ -40,7 +42,7 @@ def delete_records(broker: Broker, topic: str, partition: int, before_offset: in
     if before_offset < -1:
         raise TxlogError(ErrorCode.OFFSET_OUT_OF_RANGE, f"before_offset {before_offset} is negative (-1 means the last stable offset)")
     with broker.db.transaction() as conn:
-        status = q.partition_lock(conn, topic, partition)
+        status = retention_store.partition_lock(conn, topic, partition)
         target = status.last_stable_offset if before_offset == -1 else before_offset
         if target > status.last_stable_offset:
             raise TxlogError(
@@ -52,7 +54,7 @@ def delete_records(broker: Broker, topic: str, partition: int, before_offset: in
                 high_watermark=status.high_watermark,
             )
         if target > status.log_start_offset:
-            q.log_start_advance(conn, topic, partition, target)
+            retention_store.log_start_advance(conn, topic, partition, target)
         return DeleteRecordsResult(topic, partition, max(target, status.log_start_offset))
 
 
@@ -69,7 +71,7 @@ def enforce_limits(broker: Broker, report: RetentionReport, deadline: float) -> 
     next round."""
     now = broker.now()
     with broker.db.read() as conn:
-        partitions = q.partitions_with_retention(conn, broker.settings.log_retention_ms, broker.settings.log_retention_bytes)
+        partitions = retention_store.partitions_with_retention(conn, broker.settings.log_retention_ms, broker.settings.log_retention_bytes)
     for p in partitions:
         if time.monotonic() >= deadline:
             return
@@ -80,7 +82,7 @@ def enforce_limits(broker: Broker, report: RetentionReport, deadline: float) -> 
             log.warning("retention of %s-%d failed: %s", p.topic, p.partition, exc)
 
 
-def _enforce(broker: Broker, p: q.RetainedPartition, now: int, deadline: float, report: RetentionReport) -> None:
+def _enforce(broker: Broker, p: RetainedPartition, now: int, deadline: float, report: RetentionReport) -> None:
     by_time = by_size = None
     with broker.db.read() as conn:
         cutoff = None if p.retention_ms is None else now - p.retention_ms
@@ -91,22 +93,22 @@ def _enforce(broker: Broker, p: q.RetainedPartition, now: int, deadline: float, 
             by_time = p.log_start_offset
             while by_time < p.last_stable_offset and time.monotonic() < deadline:
                 end = min(by_time + TIME_SCAN_WINDOW, p.last_stable_offset)
-                found = q.partition_offset_at_time(conn, p.topic, p.partition, by_time, end, cutoff)
+                found = log_store.partition_offset_at_time(conn, p.topic, p.partition, by_time, end, cutoff)
                 by_time = found
                 if found < end:
                     break
         if p.retention_bytes is not None and p.size_bytes > p.retention_bytes:
             # the first offset from which the log holds at most retention.bytes
             keep_from = p.next_position - p.retention_bytes
-            by_size = q.partition_offset_at_position(conn, p.topic, p.partition, keep_from)
+            by_size = log_store.partition_offset_at_position(conn, p.topic, p.partition, keep_from)
     wanted = log_start_for_retention(p.log_start_offset, p.last_stable_offset, by_time, by_size)
     if wanted is None:
         return
     with broker.db.transaction() as conn:
-        status = q.partition_lock(conn, p.topic, p.partition)
+        status = retention_store.partition_lock(conn, p.topic, p.partition)
         target = min(wanted, status.last_stable_offset)
         if target > status.log_start_offset:
-            q.log_start_advance(conn, p.topic, p.partition, target)
+            retention_store.log_start_advance(conn, p.topic, p.partition, target)
             report.log_start_moved += 1
             log.info("log start of %s-%d moved to %d (retention)", p.topic, p.partition, target)
 
@@ -118,7 +120,7 @@ def trim(broker: Broker, report: RetentionReport, deadline: float) -> None:
     passed: set[tuple[str, int]] = set()
     while time.monotonic() < deadline:
         with broker.db.read() as conn:
-            todo = [tp for tp in q.partitions_to_trim(conn) if tp not in passed]
+            todo = [tp for tp in retention_store.partitions_to_trim(conn) if tp not in passed]
         if not todo:
             return
         for topic, partition in todo:
@@ -126,7 +128,7 @@ def trim(broker: Broker, report: RetentionReport, deadline: float) -> None:
                 return
             try:
                 with broker.db.transaction() as conn:
-                    deleted = q.log_trim(conn, topic, partition, TRIM_BATCH)
+                    deleted = retention_store.log_trim(conn, topic, partition, TRIM_BATCH)
             except Exception as exc:
                 passed.add((topic, partition))
                 report.failed += 1

@@ -23,7 +23,8 @@ from app.domain import transactions as txn
 from app.domain.transactions import TxnMetadata, TxnState
 from app.errors import TxlogError
 from app.services import Broker, coordinator, retention
-from app.storage import queries as q
+from app.storage import producers as producers_store
+from app.storage import transactions as transactions_store
 from sqlalchemy.engine import Connection
 
 log = logging.getLogger("txlog.sweeper")
@@ -94,7 +95,7 @@ def abort_timed_out(broker: Broker, report: SweepReport | None = None, budget_s:
     report = report or SweepReport()
 
     def claim(conn: Connection, skip: list[str]) -> TxnMetadata | None:
-        return q.txn_claim(conn, "timed_out", now_ms=broker.now(), skip=skip)
+        return transactions_store.txn_claim(conn, "timed_out", now_ms=broker.now(), skip=skip)
 
     def handle(conn: Connection, meta: TxnMetadata) -> bool:
         if not txn.is_timed_out(meta, broker.now()):
@@ -112,7 +113,7 @@ def complete_prepared(broker: Broker, report: SweepReport | None = None, budget_
     report = report or SweepReport()
 
     def claim(conn: Connection, skip: list[str]) -> TxnMetadata | None:
-        return q.txn_claim(conn, "prepared", before_ms=broker.now() - older_than_ms + 1, skip=skip)
+        return transactions_store.txn_claim(conn, "prepared", before_ms=broker.now() - older_than_ms + 1, skip=skip)
 
     def handle(conn: Connection, meta: TxnMetadata) -> bool:
         if not meta.state.is_prepared:
@@ -131,7 +132,7 @@ def expire_transactional_ids(broker: Broker, report: SweepReport | None = None, 
     ended = [s.value for s in TxnState if s.expiration_allowed]
 
     def claim_idle(conn: Connection, skip: list[str]) -> TxnMetadata | None:
-        return q.txn_claim(conn, "idle", before_ms=broker.now() - expiration, states=ended, skip=skip)
+        return transactions_store.txn_claim(conn, "idle", before_ms=broker.now() - expiration, states=ended, skip=skip)
 
     def expire(conn: Connection, meta: TxnMetadata) -> bool:
         if not meta.state.expiration_allowed or meta.updated_at_ms >= broker.now() - expiration:
@@ -141,10 +142,10 @@ def expire_transactional_ids(broker: Broker, report: SweepReport | None = None, 
 
     def claim_dead(conn: Connection, skip: list[str]) -> TxnMetadata | None:
         before = broker.now() - broker.settings.transaction_abort_check_interval_ms
-        return q.txn_claim(conn, "idle", before_ms=before, states=[TxnState.DEAD.value], skip=skip)
+        return transactions_store.txn_claim(conn, "idle", before_ms=before, states=[TxnState.DEAD.value], skip=skip)
 
     def remove(conn: Connection, meta: TxnMetadata) -> bool:
-        q.txn_delete(conn, meta.transactional_id)
+        transactions_store.txn_delete(conn, meta.transactional_id)
         return True
 
     expired = _each_claimed(broker, "expire", claim_idle, expire, budget_s, report)
@@ -168,13 +169,13 @@ def _until_done(broker: Broker, step: Callable[[Connection], int], budget_s: flo
 
 def expire_producer_states(broker: Broker, budget_s: float = 60.0) -> int:
     older_than = broker.now() - broker.settings.producer_id_expiration_ms
-    return _until_done(broker, lambda conn: q.producer_states_expire(conn, older_than, BATCH_ROWS), budget_s)
+    return _until_done(broker, lambda conn: producers_store.producer_states_expire(conn, older_than, BATCH_ROWS), budget_s)
 
 
 def forget_producer_ids(broker: Broker, budget_s: float = 60.0) -> int:
     """Producer ids retired longer than producer.id.expiration.ms ago are forgotten."""
     older_than = broker.now() - broker.settings.producer_id_expiration_ms
-    return _until_done(broker, lambda conn: q.producer_ids_forget(conn, older_than, BATCH_ROWS), budget_s)
+    return _until_done(broker, lambda conn: producers_store.producer_ids_forget(conn, older_than, BATCH_ROWS), budget_s)
 
 
 def sweep(broker: Broker, budget_s: float | None = None) -> SweepReport:

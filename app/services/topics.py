@@ -3,12 +3,13 @@ from __future__ import annotations
 import uuid
 from typing import Sequence
 
+from app.domain.log import PartitionStatus, TopicMetadata
 from app.domain.records import validate_partition_count, validate_topic_name
 from app.domain.retention import altered_config, validate_topic_config
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
-from app.storage import queries as q
-from app.storage.queries import PartitionStatus, TopicMetadata
+from app.storage import log as log_store
+from app.storage import topics as topics_store
 
 
 def create_topic(broker: Broker, name: str, partitions: int, config: dict | None = None) -> tuple[str, int]:
@@ -16,14 +17,14 @@ def create_topic(broker: Broker, name: str, partitions: int, config: dict | None
     validate_partition_count(partitions, broker.settings.max_partitions_per_topic)
     config = {k: v for k, v in validate_topic_config(config or {}).items() if v is not None}
     with broker.db.transaction() as conn:
-        if not q.topic_insert(conn, name, partitions, config):
+        if not topics_store.topic_insert(conn, name, partitions, config):
             raise TxlogError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic {name!r} already exists")
     return name, partitions
 
 
 def list_topics(broker: Broker) -> list[tuple[str, int]]:
     with broker.db.read() as conn:
-        return q.topic_list(conn)
+        return topics_store.topic_list(conn)
 
 
 def topics_metadata(
@@ -34,12 +35,12 @@ def topics_metadata(
     ``topic_ids`` that exist (the absent ones are the caller's UNKNOWN_TOPIC_OR_PARTITION or
     UNKNOWN_TOPIC_ID)."""
     with broker.db.read() as conn:
-        return q.topics_metadata(conn, names, topic_ids)
+        return topics_store.topics_metadata(conn, names, topic_ids)
 
 
 def describe_topic(broker: Broker, name: str) -> list[PartitionStatus]:
     with broker.db.read() as conn:
-        statuses = q.partition_status_all(conn, name)
+        statuses = log_store.partition_status_all(conn, name)
     if not statuses:
         raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name!r} does not exist")
     return statuses
@@ -47,7 +48,7 @@ def describe_topic(broker: Broker, name: str) -> list[PartitionStatus]:
 
 def partition_count(broker: Broker, name: str) -> int:
     with broker.db.read() as conn:
-        n = q.topic_partitions(conn, name)
+        n = topics_store.topic_partitions(conn, name)
     if n is None:
         raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name!r} does not exist")
     return n
@@ -55,7 +56,7 @@ def partition_count(broker: Broker, name: str) -> int:
 
 def topic_config(broker: Broker, name: str) -> dict:
     with broker.db.read() as conn:
-        config = q.topic_config_get(conn, name)
+        config = topics_store.topic_config_get(conn, name)
     if config is None:
         raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name!r} does not exist")
     return config
@@ -65,9 +66,9 @@ def alter_topic_config(broker: Broker, name: str, changes: dict) -> dict:
     """Kafka's IncrementalAlterConfigs on a topic: set the keys given, remove those given as null.
     Retention changes take effect at the sweeper's next round."""
     with broker.db.transaction() as conn:
-        current = q.topic_config_get(conn, name, for_update=True)
+        current = topics_store.topic_config_get(conn, name, for_update=True)
         if current is None:
             raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name!r} does not exist")
         config = altered_config(current, changes)
-        q.topic_config_set(conn, name, config)
+        topics_store.topic_config_set(conn, name, config)
     return config

@@ -9,15 +9,18 @@ from typing import Sequence
 
 from app import faults
 from app.domain import transactions as txn
-from app.domain.groups import check_committable, last_per_partition
+from app.domain.groups import GroupOffset, check_committable, last_per_partition
 from app.domain.limits import check_partitions_added
 from app.domain.transactions import Result, TopicPartition, TxnEvent, TxnMetadata, TxnState
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.services import coordinator, inspect, last_appends
-from app.storage import queries as q
+from app.storage import append as append_store
+from app.storage import groups as groups_store
+from app.storage import producers as producers_store
+from app.storage import topics as topics_store
+from app.storage import transactions as transactions_store
 from app.storage.db import LoopConnections
-from app.storage.queries import GroupOffset
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,7 @@ def init_producer_id(
         raise TxlogError(ErrorCode.INVALID_REQUEST, "producer_id and producer_epoch go together")
     if transactional_id is None:
         with broker.db.transaction() as conn:
-            return ProducerIdAndEpoch(q.producer_id_next(conn), 0)
+            return ProducerIdAndEpoch(producers_store.producer_id_next(conn), 0)
     _check_tid(transactional_id)
     caller = (producer_id, producer_epoch) if producer_id is not None and producer_epoch is not None else None
     for attempt in range(3):
@@ -82,13 +85,13 @@ def _init_transactional(
     broker: Broker, transactional_id: str, timeout: int, caller: tuple[int, int] | None
 ) -> ProducerIdAndEpoch:
     with broker.db.transaction() as conn:
-        meta = q.txn_get(conn, transactional_id, for_update=True)
+        meta = transactions_store.txn_get(conn, transactional_id, for_update=True)
         if meta is not None and meta.state is TxnState.DEAD:
-            q.txn_delete(conn, transactional_id)
+            transactions_store.txn_delete(conn, transactional_id)
             meta = None
         if meta is None:
             # Unknown (or expired): whatever producer id the request names, it starts afresh.
-            meta = coordinator.record(conn, broker, None, txn.created(transactional_id, q.producer_id_next(conn), timeout, broker.now()))
+            meta = coordinator.record(conn, broker, None, txn.created(transactional_id, producers_store.producer_id_next(conn), timeout, broker.now()))
         elif caller is not None and txn.check_init_producer(meta, *caller):
             pass  # a retry of the init that made the current epoch: the same answer, nothing changes
         else:
@@ -105,7 +108,7 @@ def _init_transactional(
 
 
 def _check_partitions_exist(conn, partitions: Sequence[TopicPartition]) -> None:  # type: ignore[no-untyped-def]
-    missing = q.partitions_missing(conn, partitions)
+    missing = topics_store.partitions_missing(conn, partitions)
     if missing:
         raise TxlogError(
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -197,7 +200,7 @@ def txn_offset_commit(
         if event:
             meta = coordinator.record(conn, broker, meta, event, principal=principal)
         if offsets:
-            q.pending_offsets_upsert(conn, group_id, transactional_id, producer_id, producer_epoch, offsets)
+            groups_store.pending_offsets_upsert(conn, group_id, transactional_id, producer_id, producer_epoch, offsets)
         return meta
 
 
@@ -255,7 +258,7 @@ def _end_planned_ahead(
     meta = last_appends.of(broker).txn(transactional_id)  # as this process last wrote it, if it did
     if meta is None or meta.state is not TxnState.ONGOING:
         with broker.db.autocommit() as conn:
-            meta = q.txn_get(conn, transactional_id)
+            meta = transactions_store.txn_get(conn, transactional_id)
     now = broker.now()
     decision = _end_decision(meta, producer_id, producer_epoch, result, transaction_version, now)
     if decision is None:
@@ -375,7 +378,7 @@ def abort_by_operator(broker: Broker, transactional_id: str) -> TxnMetadata:
     """kafka-transactions.sh abort: abort the open transaction and fence its producer. A prepared
     transaction keeps its decision (a PrepareCommit completes as a commit)."""
     with broker.db.transaction() as conn:
-        meta = q.txn_get(conn, transactional_id, for_update=True)
+        meta = transactions_store.txn_get(conn, transactional_id, for_update=True)
         if meta is None:
             raise TxlogError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"Transactional id {transactional_id!r} not found")
         if not meta.state.is_open:
@@ -428,7 +431,7 @@ def abort_on_partition(
         meta = abort_by_operator(broker, o.transactional_id)
         return PartitionAbort(topic, partition, o.producer_id, o.producer_epoch, o.start_offset, o.transactional_id, None, meta)
     with broker.db.transaction() as conn:
-        position = q.partition_lock_for_append(conn, topic, partition, o.producer_id)
+        position = append_store.partition_lock_for_append(conn, topic, partition, o.producer_id)
         entry = position.producer_state
         if entry is None or entry.txn_first_offset != o.start_offset or entry.producer_epoch != o.producer_epoch:
             raise TxlogError(
@@ -443,7 +446,7 @@ def abort_on_partition(
 
 def describe(broker: Broker, transactional_id: str) -> TxnMetadata:
     with broker.db.read() as conn:
-        meta = q.txn_get(conn, transactional_id)
+        meta = transactions_store.txn_get(conn, transactional_id)
     if meta is None:
         raise TxlogError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"Transactional id {transactional_id!r} not found")
     return meta
@@ -456,7 +459,7 @@ def list_transactions(
         raise TxlogError(ErrorCode.INVALID_REQUEST, f"Unknown state {state!r}; one of {', '.join(s.value for s in TxnState)}")
     started_before = broker.now() - older_than_ms if older_than_ms is not None else None
     with broker.db.read() as conn:
-        return q.txn_list(conn, state, started_before, prefix, limit)
+        return transactions_store.txn_list(conn, state, started_before, prefix, limit)
 
 
 MAX_EVENTS_PAGE = 1000
@@ -471,12 +474,12 @@ def events(
     if not 1 <= limit <= MAX_EVENTS_PAGE:
         raise TxlogError(ErrorCode.INVALID_REQUEST, f"limit must be between 1 and {MAX_EVENTS_PAGE}")
     with broker.db.read() as conn:
-        evs = q.txn_events(conn, transactional_id, limit, before_version)
-        if not evs and q.txn_get(conn, transactional_id) is None:
+        evs = transactions_store.txn_events(conn, transactional_id, limit, before_version)
+        if not evs and transactions_store.txn_get(conn, transactional_id) is None:
             raise TxlogError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"Transactional id {transactional_id!r} not found")
     return evs
 
 
 def pending_offsets(broker: Broker, transactional_id: str) -> list[dict]:
     with broker.db.read() as conn:
-        return q.pending_offsets_of_txn(conn, transactional_id)
+        return groups_store.pending_offsets_of_txn(conn, transactional_id)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from app.domain.groups import GroupOffset
 from app.domain.records import NewRecord
 from app.domain.transactions import TxnState
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, groups, inspect, topics, transactions
 from app.services.produce import ProduceRequest, produce
-from app.storage.queries import GroupOffset
 from tests.conftest import ManualClock
 
 MINUTE = 60_000

@@ -10,10 +10,10 @@ from api.admin import svg
 from api.admin.auth import CLUSTER, SESSION_COOKIE, Action, Principal, Resource, SessionSigner, TokenAuthorizer, is_loopback_connection
 from api.admin.deps import parse_duration_ms
 from api.admin.fmt import duration, show_bytes
+from app.domain.log import PartitionStatus
 from app.domain.transactions import TxnEvent, TxnState
 from app.errors import TxlogError
 from app.services.inspect import RatePoint, bucket_bounds, epoch_history
-from app.storage.queries import PartitionStatus
 
 ABORT = Action.ABORT_TRANSACTION
 TID = Resource("transactional_id", "t")

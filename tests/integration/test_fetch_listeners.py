@@ -14,7 +14,7 @@ from app.domain.records import NewRecord
 from app.services import fetch as fetch_service
 from app.services import topics
 from app.services.produce import ProduceRequest, produce
-from app.storage.queries import NOTIFY_CHANNEL
+from app.storage.log import NOTIFY_CHANNEL
 
 
 def _notifications(db_url: str, action) -> list[str]:  # type: ignore[no-untyped-def]

@@ -23,7 +23,7 @@ from app.services import fetch as fetch_service
 from app.services import produce as produce_service
 from app.services import topics
 from app.services.produce import ProduceRequest
-from app.storage import queries as q
+from app.storage import retention as retention_store
 from tests.integration.test_log import _explain, _statements_of
 from tests.integration.test_transactions import Producer, error_of
 
@@ -99,7 +99,7 @@ def test_offsets_outside_the_log_are_out_of_range(broker, topic):
         err = error_of(page, broker, topic, offset)
         assert (err.code, err.details) == (ErrorCode.OFFSET_OUT_OF_RANGE, {"log_start_offset": 0, "high_watermark": 3})
     with broker.db.transaction() as conn:
-        q.log_start_advance(conn, topic, 0, 2)
+        retention_store.log_start_advance(conn, topic, 0, 2)
     assert error_of(page, broker, topic, 1).code is ErrorCode.OFFSET_OUT_OF_RANGE
     got = page(broker, topic, 2)
     assert offsets(got) == [2] and got.log_start_offset == 2
@@ -217,7 +217,7 @@ def test_list_offsets_earliest_latest_by_isolation_and_by_timestamp(broker, topi
     p = Producer(broker, "open")
     p.send(topic, 0, "undecided")  # 5, at the wall clock: holds the LSO
     with broker.db.transaction() as conn:
-        q.log_start_advance(conn, topic, 0, 1)
+        retention_store.log_start_advance(conn, topic, 0, 1)
 
     def listed(timestamp: int, isolation: str = "read_uncommitted"):  # type: ignore[no-untyped-def]
         [r] = fetch_service.list_offsets(broker, [(topic, 0, timestamp)], isolation)  # type: ignore[arg-type]

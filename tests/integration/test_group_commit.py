@@ -17,7 +17,7 @@ from app.services import fetch as fetch_service
 from app.services import produce as produce_service
 from app.services import topics, transactions
 from app.services.produce import ProduceRequest
-from app.storage import queries as q
+from app.storage import append as append_store
 from tests.conftest import make_broker
 
 PARTITIONS = 4
@@ -37,13 +37,13 @@ def values(broker, partition: int) -> list[bytes | None]:  # type: ignore[no-unt
 
 def test_concurrent_batches_are_grouped_and_each_appended_once_in_order(grouped, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     sizes: list[int] = []
-    real = q.log_append
+    real = append_store.log_append
 
     def counting(conn, batches, commit=False):  # type: ignore[no-untyped-def]
         sizes.append(len(batches))
         return real(conn, batches, commit)
 
-    monkeypatch.setattr(q, "log_append", counting)
+    monkeypatch.setattr(append_store, "log_append", counting)
     producers = [transactions.init_producer_id(grouped, None) for _ in range(8)]
     per_producer = 40
 
@@ -101,7 +101,7 @@ def test_a_refused_batch_refuses_only_itself(grouped) -> None:  # type: ignore[n
 def test_a_held_partition_does_not_hold_up_the_others(grouped) -> None:  # type: ignore[no-untyped-def]
     with ThreadPoolExecutor(8) as pool:
         with grouped.db.transaction() as holder:
-            q.partition_lock_for_append(holder, "t", 0, None)  # another transaction holds partition 0
+            append_store.partition_lock_for_append(holder, "t", 0, None)  # another transaction holds partition 0
             started = time.monotonic()
             waiting = pool.submit(produce_service.produce, grouped, "t", 0, ProduceRequest([NewRecord(None, b"held")]))
             others = [pool.submit(produce_service.produce, grouped, "t", 1 + i % 3, ProduceRequest([NewRecord(None, b"free")])) for i in range(20)]
@@ -115,7 +115,7 @@ def test_a_held_partition_does_not_hold_up_the_others(grouped) -> None:  # type:
 
 
 def test_a_failing_statement_puts_each_batch_through_alone(grouped, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    real = q.log_append
+    real = append_store.log_append
     failed = []
 
     def failing_in_groups(conn, batches, commit=False):  # type: ignore[no-untyped-def]
@@ -124,7 +124,7 @@ def test_a_failing_statement_puts_each_batch_through_alone(grouped, monkeypatch)
             conn.exec_driver_sql("SELECT 1/0")
         return real(conn, batches, commit)
 
-    monkeypatch.setattr(q, "log_append", failing_in_groups)
+    monkeypatch.setattr(append_store, "log_append", failing_in_groups)
     barrier = threading.Barrier(8)
 
     def run(i: int):  # type: ignore[no-untyped-def]

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from app.domain.groups import GroupOffset
 from app.errors import ErrorCode
 from app.services import groups, topics
 from app.services.groups import FetchedOffset
-from app.storage.queries import GroupOffset
 from tests.integration.test_transactions import Producer, error_of
 
 

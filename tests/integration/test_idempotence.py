@@ -16,7 +16,7 @@ from app.services import fetch as fetch_service
 from app.services import produce as produce_service
 from app.services import sweeper, topics, transactions
 from app.services.produce import ProduceRequest
-from app.storage import queries as q
+from tests import storage_helpers
 from tests.conftest import make_broker
 
 
@@ -198,8 +198,8 @@ def test_producer_state_expires_after_producer_id_expiration(db_url, clock):
         report = sweeper.sweep(expiring)
         assert report.producer_states_expired == 1
         with expiring.db.read() as conn:
-            assert q.producer_state_get(conn, "t", 0, idle) is None
-            assert q.producer_state_get(conn, "t", 0, busy) is not None
+            assert storage_helpers.producer_state_get(conn, "t", 0, idle) is None
+            assert storage_helpers.producer_state_get(conn, "t", 0, busy) is not None
         # forgotten: a retry is no longer recognised, and the producer must start over at 0
         assert error_of(send, expiring, idle, 0, 1, "next").code is ErrorCode.UNKNOWN_PRODUCER_ID
         assert not send(expiring, idle, 0, 0, "idle").duplicate
@@ -218,7 +218,7 @@ def test_producer_state_of_an_open_transaction_does_not_expire(db_url, clock):
         clock.advance(5_000)
         assert sweeper.sweep(expiring).producer_states_expired == 0
         with expiring.db.read() as conn:
-            assert q.producer_state_get(conn, "t", 0, p.producer_id) is not None
+            assert storage_helpers.producer_state_get(conn, "t", 0, p.producer_id) is not None
         assert send(expiring, p.producer_id, p.producer_epoch, 0, "open", tid="tx").duplicate
     finally:
         expiring.db.dispose()

@@ -9,6 +9,7 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
+from app.domain.groups import GroupOffset
 from app.domain.partitioner import partition_for_key
 from app.domain.records import NewRecord, headers_from_object
 from app.errors import ErrorCode, TxlogError
@@ -16,7 +17,6 @@ from app.services import fetch as fetch_service
 from app.services import groups, produce as produce_service, topics
 from app.services.produce import ProduceRequest
 from app.storage.db import driver
-from app.storage.queries import GroupOffset
 from tests.conftest import make_broker
 
 

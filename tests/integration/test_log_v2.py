@@ -16,7 +16,7 @@ from app.services import fetch as fetch_service
 from app.services import produce as produce_service
 from app.services import sweeper, topics, transactions
 from app.services.produce import ProduceRequest
-from app.storage import queries as q
+from app.storage import log as log_store
 from tests.integration.test_log import _explain, _statements_of
 from tests.integration.test_transactions import Producer, error_of, read
 
@@ -249,4 +249,4 @@ def test_adding_partitions_to_a_long_transaction_never_rewrites_the_ones_it_has(
     assert transactions.describe(broker, "wide").partitions == (("wide", 0),)
     p.commit()
     with broker.db.read() as conn:
-        assert q.partition_status(conn, "wide", 59).last_stable_offset == 2
+        assert log_store.partition_status(conn, "wide", 59).last_stable_offset == 2

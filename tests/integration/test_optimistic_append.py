@@ -14,6 +14,8 @@ import dataclasses
 import psycopg
 import pytest
 
+from app.domain.groups import GroupOffset
+from app.domain.log import AppendBatch, AppendPosition
 from app.domain.records import NewRecord
 from app.errors import ErrorCode, TxlogError
 from app.services import fetch as fetch_service
@@ -21,8 +23,12 @@ from app.services import produce as produce_service
 from app.services import topics, transactions
 from app.services.last_appends import LastAppends
 from app.services.produce import ProduceRequest
+from app.storage import append as append_store
 from app.storage import db as dbmod
-from app.storage import queries as q
+from app.storage import groups as groups_store
+from app.storage import log as log_store
+from app.storage import producers as producers_store
+from app.storage import transactions as transactions_store
 from app.storage.db import DatabaseClock, LoopConnections, SessionLimits, libpq_url
 from tests.conftest import make_broker
 
@@ -53,7 +59,7 @@ def statements(monkeypatch):  # type: ignore[no-untyped-def]
     on the partition, written with the partition's joining by one conditional statement),
     'join-stale' (that statement found something changed) or 'locked'."""
     seen: list[str] = []
-    conditional, locked, with_txn = q.log_append_if_unchanged, q.log_append, q.txn_append_if_unchanged
+    conditional, locked, with_txn = append_store.log_append_if_unchanged, append_store.log_append, append_store.txn_append_if_unchanged
 
     def if_unchanged(conn, batches, planned_against, transactional_ids):  # type: ignore[no-untyped-def]
         out = conditional(conn, batches, planned_against, transactional_ids)
@@ -73,9 +79,9 @@ def statements(monkeypatch):  # type: ignore[no-untyped-def]
             seen.append("joined" if out is not None else "join-stale")
         return out
 
-    monkeypatch.setattr(q, "log_append_if_unchanged", if_unchanged)
-    monkeypatch.setattr(q, "log_append", log_append)
-    monkeypatch.setattr(q, "txn_append_if_unchanged", txn_append)
+    monkeypatch.setattr(append_store, "log_append_if_unchanged", if_unchanged)
+    monkeypatch.setattr(append_store, "log_append", log_append)
+    monkeypatch.setattr(append_store, "txn_append_if_unchanged", txn_append)
     return seen
 
 
@@ -143,7 +149,7 @@ def test_a_producer_state_gone_from_the_database_is_not_taken_from_memory(two, s
     for n in range(2):
         produce_service.produce(a, "t", 0, ProduceRequest(batch(str(n)), p.producer_id, p.producer_epoch, 3 * n))
     with a.db.transaction() as conn:  # as the producer-state expiry deletes it
-        q.producer_states_expire(conn, a.now() + 60_000)
+        producers_store.producer_states_expire(conn, a.now() + 60_000)
     statements.clear()
     with pytest.raises(TxlogError) as unknown:
         produce_service.produce(a, "t", 0, ProduceRequest(batch("2"), p.producer_id, p.producer_epoch, 6))
@@ -163,10 +169,10 @@ def test_the_conditional_statement_writes_nothing_when_the_producer_state_differ
     assert isinstance(plan, produce_service._Plan)
     other_epoch = type(position.producer_state)(p.producer_id, p.producer_epoch + 1, position.producer_state.batches)
     with a.db.autocommit() as conn:
-        assert q.log_append_if_unchanged(conn, [plan.batch], [other_epoch], [None]) == {}  # not the state there
-        assert q.log_append_if_unchanged(conn, [plan.batch], [None], [None]) == {}  # there is a state
-        assert q.log_append_if_unchanged(conn, [plan.batch], [position.producer_state], [None]) == {0: 0}
-        assert q.log_append_if_unchanged(conn, [plan.batch], [position.producer_state], [None]) == {}  # moved on: once only
+        assert append_store.log_append_if_unchanged(conn, [plan.batch], [other_epoch], [None]) == {}  # not the state there
+        assert append_store.log_append_if_unchanged(conn, [plan.batch], [None], [None]) == {}  # there is a state
+        assert append_store.log_append_if_unchanged(conn, [plan.batch], [position.producer_state], [None]) == {0: 0}
+        assert append_store.log_append_if_unchanged(conn, [plan.batch], [position.producer_state], [None]) == {}  # moved on: once only
     assert [r.value for r in fetch_service.fetch(a, "t", 1, 0).records] == [f"{t}:{k}".encode() for t in "01" for k in range(3)]
 
 
@@ -185,7 +191,7 @@ def test_a_transactions_next_batches_on_a_partition_take_one_statement(two, stat
     assert retry.duplicate and retry.base_offset == 6
     assert fetch_service.fetch(a, "t", 0, 0, isolation_level="read_committed").records == []  # not committed yet
     with a.db.read() as conn:
-        assert q.partition_status(conn, "t", 0).last_stable_offset == 0
+        assert log_store.partition_status(conn, "t", 0).last_stable_offset == 0
     out = transactions.end_txn(a, "tx", p.producer_id, p.producer_epoch, "commit")
     committed = fetch_service.fetch(a, "t", 0, 0, isolation_level="read_committed").records
     assert [r.value for r in committed] == [f"{n}:{k}".encode() for n in range(3) for k in range(3)]
@@ -276,7 +282,7 @@ def test_a_transaction_ended_while_its_batches_stream_in_is_never_torn(two, resu
         streamer.join()
         for partition in (0, 1):
             with a.db.read() as conn:
-                s = q.partition_status(conn, "t", partition)
+                s = log_store.partition_status(conn, "t", partition)
             assert s.last_stable_offset == s.high_watermark, (round_, partition)
             visible = {r.offset for r in fetch_service.fetch(a, "t", partition, 0, max_records=100_000, isolation_level="read_committed").records}
             mine = {o for part, base, n in acked if part == partition for o in range(base, base + n)}
@@ -292,14 +298,14 @@ def test_the_conditional_statement_checks_the_transaction(two) -> None:  # type:
     plan = produce_service._planned("t", 1, tx_batch(p, "1", 3), a.now(), [3] * 3, position)
     state = position.producer_state
     with a.db.autocommit() as conn:
-        assert q.log_append_if_unchanged(conn, [plan.batch], [state], [None]) == {}  # its pid has a transactional id
-        assert q.log_append_if_unchanged(conn, [plan.batch], [state], ["other"]) == {}  # not that transactional id's
+        assert append_store.log_append_if_unchanged(conn, [plan.batch], [state], [None]) == {}  # its pid has a transactional id
+        assert append_store.log_append_if_unchanged(conn, [plan.batch], [state], ["other"]) == {}  # not that transactional id's
     with a.db.transaction() as conn:  # the transaction's row held (as by an EndTxn): not waited for
-        q.txn_get(conn, "tx", for_update=True)
+        transactions_store.txn_get(conn, "tx", for_update=True)
         with a.db.autocommit() as other:
-            assert q.log_append_if_unchanged(other, [plan.batch], [state], ["tx"]) == {}
+            assert append_store.log_append_if_unchanged(other, [plan.batch], [state], ["tx"]) == {}
     with a.db.autocommit() as conn:
-        assert q.log_append_if_unchanged(conn, [plan.batch], [state], ["tx"]) == {0: 0}
+        assert append_store.log_append_if_unchanged(conn, [plan.batch], [state], ["tx"]) == {0: 0}
     transactions.end_txn(a, "tx", p.producer_id, p.producer_epoch, "commit")
     assert [r.value for r in fetch_service.fetch(a, "t", 1, 0, isolation_level="read_committed").records] == [
         f"{t}:{k}".encode() for t in "01" for k in range(3)
@@ -311,7 +317,7 @@ def ends(monkeypatch):  # type: ignore[no-untyped-def]
     """Which path each EndTxn took: 'ahead' (written by the conditional statement), 'moved' (the
     conditional statement found something changed) or 'locked' (never tried)."""
     seen: list[str] = []
-    conditional, locked = q.txn_append_if_unchanged, transactions.coordinator.complete
+    conditional, locked = append_store.txn_append_if_unchanged, transactions.coordinator.complete
 
     def if_unchanged(conn, batches, *args, **kwargs):  # type: ignore[no-untyped-def]
         written = conditional(conn, batches, *args, **kwargs)
@@ -323,14 +329,14 @@ def ends(monkeypatch):  # type: ignore[no-untyped-def]
         seen.append("locked")
         return locked(*args, **kwargs)
 
-    monkeypatch.setattr(q, "txn_append_if_unchanged", if_unchanged)
+    monkeypatch.setattr(append_store, "txn_append_if_unchanged", if_unchanged)
     monkeypatch.setattr(transactions.coordinator, "complete", complete)
     return seen
 
 
 def events(broker, tid: str) -> list[str]:  # type: ignore[no-untyped-def]
     with broker.db.read() as conn:
-        return [e.to_state.value for e in q.txn_events(conn, tid)]
+        return [e.to_state.value for e in transactions_store.txn_events(conn, tid)]
 
 
 @pytest.mark.parametrize("result", ["commit", "abort"])
@@ -357,10 +363,10 @@ def test_an_end_after_the_transactions_batches_here_takes_one_statement(two, end
     assert out.state.value == done
     assert events(a, "tx")[-2:] == ["PrepareCommit" if result == "commit" else "PrepareAbort", done]
     with a.db.read() as conn:
-        meta = q.txn_get(conn, "tx")
+        meta = transactions_store.txn_get(conn, "tx")
         assert meta is not None and meta.state.value == done and meta.transaction_version == version
         for partition in (0, 1):
-            s = q.partition_status(conn, "t", partition)
+            s = log_store.partition_status(conn, "t", partition)
             assert (s.high_watermark, s.last_stable_offset) == (7, 7)  # 6 records and the marker
     for partition in (0, 1):
         committed = [r.value for r in fetch_service.fetch(a, "t", partition, 0, isolation_level="read_committed").records]
@@ -418,7 +424,7 @@ def test_an_end_whose_partition_moved_takes_the_locked_path(two, ends) -> None: 
     transactions.end_txn(a, "tx", out.producer_id, out.producer_epoch, "abort")
     assert ends == ["moved", "locked"]
     with a.db.read() as conn:
-        s = q.partition_status(conn, "t", 0)
+        s = log_store.partition_status(conn, "t", 0)
     assert s.last_stable_offset == s.high_watermark == 11
     assert [r.value for r in fetch_service.fetch(a, "t", 0, 4, isolation_level="read_committed").records] == []
 
@@ -435,7 +441,7 @@ def test_the_conditional_end_checks_the_transaction_and_every_partition(two) -> 
     for partition in (0, 1):
         produce_service.produce(a, "t", partition, tx_batch(p, str(partition), 0, partition=partition))
     with a.db.read() as conn:
-        meta = q.txn_get(conn, "tx")
+        meta = transactions_store.txn_get(conn, "tx")
     assert meta is not None
     memory = last_appends.of(a)
     positions = [memory.get("t", partition, p.producer_id) for partition in (0, 1)]
@@ -448,31 +454,31 @@ def test_the_conditional_end_checks_the_transaction_and_every_partition(two) -> 
         markers = [coordinator.marker("t", part, pos, p.producer_id, p.producer_epoch, True, now) for part, pos in zip((0, 1), positions)]
         done = txn.completed(prepared, now, None)
         with a.db.autocommit() as conn:
-            return q.txn_append_if_unchanged(
+            return append_store.txn_append_if_unchanged(
                 conn, markers, [pos.producer_state for pos in positions], (decision, done), was, txn.apply(prepared, done), 0, None,
                 False,
             ) is not None
 
     def untouched() -> None:
         with a.db.read() as conn:
-            assert q.txn_get(conn, "tx") == meta
-            assert [q.partition_status(conn, "t", part).high_watermark for part in (0, 1)] == [3, 3]
+            assert transactions_store.txn_get(conn, "tx") == meta
+            assert [log_store.partition_status(conn, "t", part).high_watermark for part in (0, 1)] == [3, 3]
 
     assert not attempt(meta.version - 1)  # planned against an older version
     untouched()
     with a.db.transaction() as conn:  # the row held, as by another EndTxn: not waited for
-        q.txn_get(conn, "tx", for_update=True)
+        transactions_store.txn_get(conn, "tx", for_update=True)
         assert not attempt(meta.version)
     untouched()
     with a.db.transaction() as conn:  # one partition held: nothing of the end is written
-        q.partition_lock_for_append(conn, "t", 1, None)
+        append_store.partition_lock_for_append(conn, "t", 1, None)
         assert not attempt(meta.version)
     untouched()
     produce_service.produce(b, "t", 1, ProduceRequest(batch("plain")))  # one partition moved
     assert not attempt(meta.version)
     with a.db.read() as conn:
-        assert q.txn_get(conn, "tx") == meta
-        assert q.partition_status(conn, "t", 0).high_watermark == 3
+        assert transactions_store.txn_get(conn, "tx") == meta
+        assert log_store.partition_status(conn, "t", 0).high_watermark == 3
     # the locked path ends it, whole
     assert transactions.end_txn(a, "tx", p.producer_id, p.producer_epoch, "commit").producer_epoch == p.producer_epoch + 1
     assert [r.value for r in fetch_service.fetch(a, "t", 1, 0, isolation_level="read_committed").records] == [
@@ -507,7 +513,7 @@ def test_a_transactions_first_batch_on_a_partition_joins_it_in_one_statement(two
     assert produce_service.produce(a, "t", 1, tx_batch(p2, "n1", 0, partition=1)).base_offset == 4
     assert members(a, "tx") == [("t", 1)]  # the ended transaction's partition 0 left behind
     with a.db.read() as conn:
-        meta = q.txn_get(conn, "tx")
+        meta = transactions_store.txn_get(conn, "tx")
     assert meta is not None and meta.state.value == "Ongoing" and meta.partitions == (("t", 1),)
     assert events(a, "tx")[-1] == "Ongoing"
     assert produce_service.produce(a, "t", 1, tx_batch(p2, "n1b", 3, partition=1)).base_offset == 7
@@ -518,7 +524,7 @@ def test_a_transactions_first_batch_on_a_partition_joins_it_in_one_statement(two
     assert ends == ["ahead"]
     for partition, hw in ((0, 8), (1, 11)):
         with a.db.read() as conn:
-            s = q.partition_status(conn, "t", partition)
+            s = log_store.partition_status(conn, "t", partition)
         assert (s.high_watermark, s.last_stable_offset) == (hw, hw)
     assert [r.value for r in fetch_service.fetch(a, "t", 1, 0, isolation_level="read_committed").records] == [
         f"first1:{k}".encode() for k in range(3)
@@ -531,7 +537,7 @@ def test_a_transactions_first_batch_on_a_partition_joins_it_in_one_statement(two
     transactions.end_txn(a, "tx", p3.producer_id, p3.producer_epoch, "commit")
     assert statements == ["joined"] and ends == ["ahead"]
     with a.db.read() as conn:
-        assert (q.partition_status(conn, "t", 0).high_watermark, q.partition_status(conn, "t", 1).high_watermark) == (8, 15)
+        assert (log_store.partition_status(conn, "t", 0).high_watermark, log_store.partition_status(conn, "t", 1).high_watermark) == (8, 15)
     # the transaction changed through another process (it started there): this process's memory
     # of it is stale, and the batch takes the locked path, into the transaction as it is
     statements.clear()
@@ -578,7 +584,7 @@ def test_a_v1_transaction_after_an_end_here_is_one_statement_a_request(two, stat
     transactions.end_txn(a, "v1", p.producer_id, p.producer_epoch, "abort", transaction_version=1)
     assert statements == ["added", "optimistic", "optimistic"] and ends == ["ahead"]
     with a.db.read() as conn:
-        assert [q.partition_status(conn, "t", part).last_stable_offset for part in (0, 1)] == [11, 4]
+        assert [log_store.partition_status(conn, "t", part).last_stable_offset for part in (0, 1)] == [11, 4]
     assert [r.value for r in fetch_service.fetch(a, "t", 0, 0, isolation_level="read_committed").records] == [
         f"a:{k}".encode() for k in range(3)
     ]
@@ -589,7 +595,7 @@ def test_a_v1_transaction_after_an_end_here_is_one_statement_a_request(two, stat
     assert unknown.value.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert statements == ["add-stale"] and members(a, "v1") == [("t", 0)]
     with a.db.read() as conn:
-        assert q.txn_get(conn, "v1").state.value == "CompleteAbort"  # type: ignore[union-attr]
+        assert transactions_store.txn_get(conn, "v1").state.value == "CompleteAbort"  # type: ignore[union-attr]
     # refused, the transaction is forgotten: the next AddPartitionsToTxn takes the locked path
     statements.clear()
     transactions.add_partitions_to_txn(a, "v1", p.producer_id, p.producer_epoch, [("t", 0)])
@@ -603,7 +609,7 @@ def test_a_v1_transaction_after_an_end_here_is_one_statement_a_request(two, stat
     assert members(a, "v1") == [("t", 0), ("t", 1)]
     transactions.end_txn(a, "v1", p.producer_id, p.producer_epoch, "commit", transaction_version=1)
     with a.db.read() as conn:
-        assert [q.partition_status(conn, "t", part).last_stable_offset for part in (0, 1)] == [13, 5]
+        assert [log_store.partition_status(conn, "t", part).last_stable_offset for part in (0, 1)] == [13, 5]
 
 
 @pytest.mark.parametrize("result", ["commit", "abort"])
@@ -614,19 +620,19 @@ def test_an_end_planned_ahead_applies_or_drops_the_group_offsets(two, ends, resu
     a, _ = two
     topics.create_topic(a, "in", 2)
     with a.db.transaction() as conn:
-        q.group_offsets_upsert(conn, "g", [q.GroupOffset("in", 1, 5, "before")])
+        groups_store.group_offsets_upsert(conn, "g", [GroupOffset("in", 1, 5, "before")])
     p = transactions.init_producer_id(a, "eos")
     for partition in (0, 1):
         produce_service.produce(a, "t", partition, tx_batch(p, f"out{partition}", 0, "eos", partition))
     transactions.txn_offset_commit(
-        a, "eos", p.producer_id, p.producer_epoch, "g", [q.GroupOffset("in", 0, 42, "m0"), q.GroupOffset("in", 1, 7, "m1")]
+        a, "eos", p.producer_id, p.producer_epoch, "g", [GroupOffset("in", 0, 42, "m0"), GroupOffset("in", 1, 7, "m1")]
     )
     with a.db.read() as conn:
-        assert [(o.partition, o.offset, o.pending) for o in q.group_offsets_fetch(conn, "g")] == [(0, None, True), (1, 5, True)]
+        assert [(o.partition, o.offset, o.pending) for o in groups_store.group_offsets_fetch(conn, "g")] == [(0, None, True), (1, 5, True)]
     transactions.end_txn(a, "eos", p.producer_id, p.producer_epoch, result)  # type: ignore[arg-type]
     assert ends == ["ahead"]
     with a.db.read() as conn:
-        got = [(o.partition, o.offset, o.metadata, o.pending) for o in q.group_offsets_fetch(conn, "g")]
+        got = [(o.partition, o.offset, o.metadata, o.pending) for o in groups_store.group_offsets_fetch(conn, "g")]
         pending = conn.exec_driver_sql("SELECT count(*) FROM txlog.pending_group_offsets").scalar()
     assert pending == 0
     assert got == ([(0, 42, "m0", False), (1, 7, "m1", False)] if result == "commit" else [(1, 5, "before", False)])
@@ -673,9 +679,9 @@ def test_a_partition_beyond_the_limit_is_refused_on_the_locked_path(db_url: str,
 
 def test_last_appends_is_bounded() -> None:
     last = LastAppends(limit=2)
-    position = q.AppendPosition(0, 0, 0, None, None)
+    position = AppendPosition(0, 0, 0, None, None)
     for partition in range(5):
-        last.remember(q.AppendBatch("t", partition, 0, 0, batch("x", 1), 0, sizes=[3]), position)
+        last.remember(AppendBatch("t", partition, 0, 0, batch("x", 1), 0, sizes=[3]), position)
         assert len(last) <= 2
     remembered = last.get("t", 4, None)
     assert remembered is not None and (remembered.next_offset, remembered.next_position) == (1, 3)
@@ -730,13 +736,13 @@ def test_a_group_appends_its_batches_planned_ahead_in_one_statement(db_url: str,
     try:
         topics.create_topic(a, "t", 4)
         sizes: list[int] = []
-        conditional = q.log_append_if_unchanged
+        conditional = append_store.log_append_if_unchanged
 
         def counting(conn, batches, planned_against, transactional_ids):  # type: ignore[no-untyped-def]
             sizes.append(len(batches))
             return conditional(conn, batches, planned_against, transactional_ids)
 
-        monkeypatch.setattr(q, "log_append_if_unchanged", counting)
+        monkeypatch.setattr(append_store, "log_append_if_unchanged", counting)
         producers = [transactions.init_producer_id(a, None) for _ in range(4)]
         rounds = 30
         moved = threading.Event()
@@ -902,7 +908,7 @@ def test_a_transactions_first_batch_on_a_partition_joins_it_on_the_loop(two) -> 
     second = on_loop(a, tx_batch(p2, "1b", 3))  # its next batch: planned ahead as any other
     assert second is not None and second.base_offset == 7
     with a.db.read() as conn:
-        assert q.partition_status(conn, "t", 0).last_stable_offset == 4  # held by the open transaction
+        assert log_store.partition_status(conn, "t", 0).last_stable_offset == 4  # held by the open transaction
     out2 = transactions.end_txn(a, "tx", p2.producer_id, p2.producer_epoch, "commit")
     assert [r.value for r in fetch_service.fetch(a, "t", 0, 0, isolation_level="read_committed").records] == [
         f"{t}:{k}".encode() for t in ("0", "1", "1b") for k in range(3)
@@ -1043,13 +1049,13 @@ def grouped(db_url: str, monkeypatch):  # type: ignore[no-untyped-def]
     for i, p in enumerate(producers):
         produce_service.produce(broker, "g", i, ProduceRequest(batch(f"{i}.0"), p.producer_id, p.producer_epoch, 0))
     sizes: list[int] = []
-    awaited = q.log_append_if_unchanged_awaited
+    awaited = append_store.log_append_if_unchanged_awaited
 
     async def counted(conn, batches, planned_against, transactional_ids):  # type: ignore[no-untyped-def]
         sizes.append(len(batches))
         return await awaited(conn, batches, planned_against, transactional_ids)
 
-    monkeypatch.setattr(q, "log_append_if_unchanged_awaited", counted)
+    monkeypatch.setattr(append_store, "log_append_if_unchanged_awaited", counted)
     yield broker, producers, sizes
     broker.db.dispose()
 
@@ -1153,7 +1159,7 @@ def test_a_cancelled_waiter_leaves_its_place_and_nothing_stalls(grouped) -> None
 
 def test_a_failed_group_statement_is_heard_by_each_of_its_batches(grouped, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     broker, producers, sizes = grouped
-    counted = q.log_append_if_unchanged_awaited
+    counted = append_store.log_append_if_unchanged_awaited
 
     async def failing(conn, batches, planned_against, transactional_ids):  # type: ignore[no-untyped-def]
         if all(b.partition >= 2 for b in batches):  # the waiters' statements: as if the connection broke
@@ -1161,7 +1167,7 @@ def test_a_failed_group_statement_is_heard_by_each_of_its_batches(grouped, monke
             raise TxlogError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the connection to the database broke")
         return await counted(conn, batches, planned_against, transactional_ids)
 
-    monkeypatch.setattr(q, "log_append_if_unchanged_awaited", failing)
+    monkeypatch.setattr(append_store, "log_append_if_unchanged_awaited", failing)
 
     async def run():  # type: ignore[no-untyped-def]
         conns = LoopConnections(broker.settings.database_url, 4)

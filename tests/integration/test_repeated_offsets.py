@@ -3,8 +3,8 @@ wins, as in Kafka, and the answer is what was stored."""
 
 from __future__ import annotations
 
+from app.domain.groups import GroupOffset
 from app.services import groups, topics, transactions
-from app.storage.queries import GroupOffset
 
 
 def test_offset_commit_keeps_the_last_offset_of_a_repeated_partition(broker):

@@ -14,7 +14,7 @@ from app.domain import transactions as txn
 from app.domain.transactions import TxnState
 from app.errors import TxlogError
 from app.services import sweeper, topics, transactions
-from app.storage import queries as q
+from app.storage import transactions as transactions_store
 from tests.integration.test_transactions import Producer, prepare_only
 
 S = TxnState
@@ -45,8 +45,8 @@ def assert_replay_matches(broker) -> None:  # type: ignore[no-untyped-def]
     assert ids
     for tid in ids:
         with broker.db.read() as conn:
-            events = q.txn_events(conn, tid)
-            current = q.txn_get(conn, tid)
+            events = transactions_store.txn_events(conn, tid)
+            current = transactions_store.txn_get(conn, tid)
             view = conn.execute(
                 text("SELECT producer_id, producer_epoch, state, timeout_ms FROM txlog.transaction_state WHERE transactional_id = :t"),
                 {"t": tid},

@@ -13,15 +13,17 @@ import time
 import psycopg
 from sqlalchemy import text
 
+from app.domain.groups import GroupOffset
+from app.domain.log import PartitionStatus
 from app.domain.records import NewRecord, record_size
 from app.domain.retention import MAX_LONG
 from app.errors import ErrorCode
 from app.services import Broker, fetch as fetch_service, groups, inspect, retention, sweeper, topics
 from app.services import produce as produce_service
 from app.services.produce import ProduceRequest
-from app.storage import queries as q
+from app.storage import log as log_store
+from app.storage import retention as retention_store
 from app.storage.db import libpq_url
-from app.storage.queries import GroupOffset
 from tests.conftest import make_broker
 from tests.integration.test_transactions import Producer, error_of
 
@@ -39,9 +41,9 @@ def fill(broker: Broker, topic: str, partition: int, n: int, batch: int = 500) -
         produce(broker, topic, partition, *(f"r{j}" for j in range(i, min(n, i + batch))))
 
 
-def status(broker: Broker, topic: str, partition: int = 0) -> q.PartitionStatus:
+def status(broker: Broker, topic: str, partition: int = 0) -> PartitionStatus:
     with broker.db.read() as conn:
-        return q.partition_status(conn, topic, partition)
+        return log_store.partition_status(conn, topic, partition)
 
 
 def log_start(broker: Broker, topic: str, partition: int = 0) -> int:
@@ -304,7 +306,7 @@ def test_one_partition_that_cannot_be_locked_does_not_stop_the_others(db_url):
         for p in (0, 1):
             produce(b, "t", p, *(["0123456789"] * 3))
         with b.db.transaction() as conn:
-            q.partition_lock(conn, "t", 0)  # an append in flight, holding partition 0's lock
+            retention_store.partition_lock(conn, "t", 0)  # an append in flight, holding partition 0's lock
             report = retention.apply(b, 10)
         assert report.failed == 1 and report.log_start_moved == 1
         assert (log_start(b, "t", 0), log_start(b, "t", 1)) == (0, 2)
@@ -324,7 +326,7 @@ def test_trim_deletes_below_the_log_start_in_bounded_batches(broker, monkeypatch
     retention.delete_records(broker, "t", 1, 4)
     assert stored(broker, "t", 0) == (0, 0, 2999, 3000)  # nothing deleted yet: readers see the log start at once
     batches: list[tuple[str, int, int, int, int]] = []
-    log_trim = q.log_trim
+    log_trim = retention_store.log_trim
 
     def spy(conn, topic, partition, batch):  # type: ignore[no-untyped-def]
         deleted = log_trim(conn, topic, partition, batch)
@@ -332,7 +334,7 @@ def test_trim_deletes_below_the_log_start_in_bounded_batches(broker, monkeypatch
         batches.append((topic, partition, deleted, txid, stored(broker, topic, partition)[0]))  # as others see it meanwhile
         return deleted
 
-    monkeypatch.setattr(q, "log_trim", spy)
+    monkeypatch.setattr(retention_store, "log_trim", spy)
     report = sweep(broker)
     assert report.records_deleted == 2504
     mine = [(t, p, n) for t, p, n, _, _ in batches if n]
@@ -445,9 +447,9 @@ def test_a_partition_being_trimmed_is_left_to_its_sweeper(broker):
     fill(broker, "t", 0, 2500)
     retention.delete_records(broker, "t", 0, 2500)
     with broker.db.transaction() as conn:
-        assert q.log_trim(conn, "t", 0, 1000) == 1000  # a sweeper mid-batch
+        assert retention_store.log_trim(conn, "t", 0, 1000) == 1000  # a sweeper mid-batch
         with broker.db.transaction() as other:
-            assert q.log_trim(other, "t", 0, 1000) is None
+            assert retention_store.log_trim(other, "t", 0, 1000) is None
         report = retention.RetentionReport()
         retention.trim(broker, report, time.monotonic() + 10)  # a whole round of another sweeper
         assert report.records_deleted == 0

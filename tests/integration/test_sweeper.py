@@ -10,11 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from app.domain.groups import GroupOffset
 from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT
 from app.domain.transactions import TxnState
 from app.errors import ErrorCode
 from app.services import groups, sweeper, topics, transactions
-from app.storage.queries import GroupOffset
 from tests.conftest import make_broker
 from tests.integration.test_transactions import Producer, error_of, markers, prepare_only, read, status
 

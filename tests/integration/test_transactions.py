@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sqlalchemy import text
 
+from app.domain.groups import GroupOffset
 from app.domain.producer_state import MAX_EPOCH
 from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT, NewRecord
 from app.domain.transactions import TxnState
@@ -21,8 +22,8 @@ from app.services import groups
 from app.services import produce as produce_service
 from app.services import topics, transactions
 from app.services.produce import ProduceRequest
-from app.storage import queries as q
-from app.storage.queries import GroupOffset
+from app.storage import log as log_store
+from tests import storage_helpers
 
 S = TxnState
 
@@ -100,14 +101,14 @@ def read(broker, topic: str, partition: int, isolation: str = "read_committed", 
 def status(broker, topic: str, partition: int) -> tuple[int, int]:  # type: ignore[no-untyped-def]
     """(high watermark, last stable offset)."""
     with broker.db.read() as conn:
-        s = q.partition_status(conn, topic, partition)
+        s = log_store.partition_status(conn, topic, partition)
     return s.high_watermark, s.last_stable_offset
 
 
 def log(broker, topic: str, partition: int) -> list[tuple[int, int | None, bytes | None, bool]]:  # type: ignore[no-untyped-def]
     """Every record: (offset, control type, value, whether it is data of an aborted transaction)."""
     with broker.db.read() as conn:
-        rows = q.records_browse(conn, topic, partition, 0, 10_000)
+        rows = storage_helpers.records_browse(conn, topic, partition, 0, 10_000)
     return [(r.offset, r.control_type, r.value, r.aborted and r.control_type is None) for r in rows]
 
 
@@ -487,7 +488,7 @@ def _mixed_log(broker, topic, rng) -> tuple[dict[int, bool], int]:
     with broker.db.read() as conn:
         view = dict(conn.execute(text(
             "SELECT \"offset\", aborted FROM txlog.log_records WHERE topic = :t AND partition = 0"), {"t": topic}).all())
-        status = q.partition_status(conn, topic, 0)
+        status = log_store.partition_status(conn, topic, 0)
     assert any(view.values()) and not all(view.values())
     return view, status.high_watermark
 
@@ -504,7 +505,7 @@ def test_a_fetch_page_flags_aborted_records_as_the_view_does(broker, topic, seed
         end = rng.randint(start + 1, hw)
         max_bytes = rng.choice([1, 40, 200, 10_000])
         with broker.db.read() as conn:
-            page = q.records_fetch_log(conn, topic, 0, start, end, max_bytes, with_aborted=True)
+            page = log_store.records_fetch_log(conn, topic, 0, start, end, max_bytes, with_aborted=True)
         assert page and page[0].offset == start
         assert [(r.offset, r.aborted) for r in page] == [(r.offset, view[r.offset]) for r in page]
 
@@ -526,7 +527,7 @@ def test_a_committed_read_leaves_out_what_the_view_calls_aborted(broker, topic, 
         upper = rng.randint(start + 1, hw)
         limit = rng.choice([1, 2, 3, 5, 17, 40, 400])
         with broker.db.read() as conn:
-            got = [r.offset for r in q.records_fetch(conn, topic, 0, start, upper, limit, committed_only=True)]
+            got = [r.offset for r in log_store.records_fetch(conn, topic, 0, start, upper, limit, committed_only=True)]
         assert got == [o for o in data if start <= o < upper and not view[o]][:limit], (start, upper, limit)
 
 
@@ -545,7 +546,7 @@ def test_lso_is_the_first_offset_of_the_earliest_open_transaction(broker, topic)
     assert status(broker, topic, 0) == (6, 6)
     assert read(broker, topic, 0) == [b"p0", b"b2"]
     with broker.db.read() as conn:
-        s = q.partition_status(conn, topic, 0)
+        s = log_store.partition_status(conn, topic, 0)
     assert s.open_transactions == 0
 
 

@@ -12,6 +12,7 @@ import copy
 import pytest
 from sqlalchemy import text
 
+from app.domain.groups import GroupOffset
 from app.domain.producer_state import MAX_EPOCH
 from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT, NewRecord
 from app.domain.transactions import TxnState
@@ -20,8 +21,7 @@ from app.services import fetch as fetch_service
 from app.services import groups, topics, transactions
 from app.services import produce as produce_service
 from app.services.produce import ProduceRequest
-from app.storage import queries as q
-from app.storage.queries import GroupOffset
+from tests import storage_helpers
 from tests.integration.test_transactions import Producer, describe, error_of, log, read, set_epoch, status
 
 S = TxnState
@@ -107,7 +107,7 @@ def test_the_epoch_and_the_sequences_carry_on_from_one_transaction_to_the_next(b
     p.commit()
     assert p.epoch == epoch == describe(broker, "classic").producer_epoch
     with broker.db.read() as conn:
-        sequences = [r.sequence for r in q.records_browse(conn, topic, 0, 0, 100) if r.control_type is None]
+        sequences = [r.sequence for r in storage_helpers.records_browse(conn, topic, 0, 0, 100) if r.control_type is None]
     assert sequences == [0, 1, 2, 3]
     assert values(broker, topic, 0) == ["a", "b", "e"]
     assert values(broker, topic, 1) == []
@@ -302,7 +302,7 @@ def test_an_aborted_then_a_committed_transaction_of_one_epoch_on_one_partition_r
         ranges = conn.execute(
             text("SELECT producer_id, first_offset, last_offset FROM txlog.aborted_txns WHERE topic = :t"), {"t": topic}
         ).all()
-        flagged = [(r.offset, r.aborted) for r in q.records_browse(conn, topic, 0, 0, 100)]
+        flagged = [(r.offset, r.aborted) for r in storage_helpers.records_browse(conn, topic, 0, 0, 100)]
     assert view == expected
     assert ranges == [(p.pid, 1, 4)]
     assert [o for o, aborted in flagged if aborted] == [1, 2, 4]  # the aborted records and their marker

@@ -18,10 +18,10 @@ from sqlalchemy import text
 
 from app.domain.records import NewRecord
 from app.services import fetch as fetch_service
-from app.services import produce as produce_service
 from app.services import inspect, topics, transactions
+from app.services import produce as produce_service
 from app.services.produce import ProduceRequest
-from app.storage import queries as q
+from app.storage import log as log_store
 from tests.integration.test_transactions import Producer
 
 PARTITIONS = 2
@@ -132,7 +132,7 @@ def check(broker, topic: str, model: Model, page: int) -> None:  # type: ignore[
                 {"t": topic},
             )
         ]
-        statuses = q.partition_status_all(conn, topic)
+        statuses = log_store.partition_status_all(conn, topic)
     assert view == [(p, o, v) for p in range(PARTITIONS) for o, v in model.committed(p)]
     for p in range(PARTITIONS):  # the admin record browser, as a read_committed reader
         page_ = inspect.browse_partition(broker, topic, p, "read_committed", offset=0, limit=1000)

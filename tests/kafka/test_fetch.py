@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from app.domain.log import StoredRecord
 from app.domain.records import NewRecord
 from app.errors import ErrorCode
 from app.wire.kafka import records as codec
@@ -24,7 +25,6 @@ from app.services import Broker
 from app.services import produce as produce_service
 from app.services import topics
 from app.services.produce import ProduceRequest
-from app.storage.queries import StoredRecord
 from tests.conftest import make_broker
 from tests.integration.test_transactions import Producer
 from tests.kafka.conftest import GatewayProcess, RawConnection

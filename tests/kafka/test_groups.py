@@ -27,6 +27,7 @@ from typing import Callable, Iterable, Iterator
 
 import pytest
 
+from app.domain.groups import GroupOffset
 from app.domain.records import NewRecord
 from app.errors import ErrorCode
 from app.wire.kafka import protocol
@@ -37,7 +38,6 @@ from app.services import produce as produce_service
 from app.services import topics
 from app.services import transactions as txn_service
 from app.services.produce import ProduceRequest
-from app.storage.queries import GroupOffset
 from tests.conftest import fresh_database, make_broker
 from tests.kafka.conftest import GatewayProcess
 from tests.support import ROOT, wait_until

@@ -34,9 +34,9 @@ with warnings.catch_warnings():
     from kafka.record.memory_records import MemoryRecords
 
 from api.kafka.handlers.produce import produce_request
+from app.domain.log import StoredRecord
 from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT, NewRecord
 from app.errors import ErrorCode, TxlogError
-from app.storage.queries import StoredRecord
 from app.wire.kafka import records as R
 
 MiB = 1 << 20

@@ -21,11 +21,11 @@ from typing import Any, Callable
 import pytest
 from sqlalchemy import text
 
+from app.domain.log import StoredRecord
 from app.domain.transactions import TxnState
 from app.errors import ErrorCode
 from app.services import Broker, fetch, groups, topics
 from app.services import transactions as txn_service
-from app.storage.queries import StoredRecord
 from app.wire.kafka import records as codec
 from app.wire.kafka.protocol import ApiKey
 from tests.conftest import make_broker

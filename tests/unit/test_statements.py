@@ -10,20 +10,22 @@ import re
 import psycopg._queries
 import pytest
 
+from app.storage import _sql, append, log, transactions
 from app.storage import db  # noqa: F401  (sets psycopg's limit)
-from app.storage import queries as q
 
 
-@pytest.mark.parametrize("name", [
+@pytest.mark.parametrize("sql", [
+    append._LOG_APPEND, append._LOG_APPEND_IF_UNCHANGED, append._TXN_APPEND_IF_UNCHANGED, transactions._TXN_RECORD,
+    log._FETCH_LOG_WITH_ABORTED, log._FETCH_COMMITTED,
+], ids=[
     "_LOG_APPEND", "_LOG_APPEND_IF_UNCHANGED", "_TXN_APPEND_IF_UNCHANGED", "_TXN_RECORD", "_FETCH_LOG_WITH_ABORTED",
     "_FETCH_COMMITTED",
 ])
-def test_a_hot_statement_is_parsed_once(name):  # type: ignore[no-untyped-def]
-    sql = getattr(q, name)
+def test_a_hot_statement_is_parsed_once(sql):  # type: ignore[no-untyped-def]
     assert len(sql.encode()) <= psycopg._queries.MAX_CACHED_STATEMENT_LENGTH
     assert len(set(re.findall(r"%\((\w+)\)[sb]", sql))) <= psycopg._queries.MAX_CACHED_STATEMENT_PARAMS
 
 
 def test_compacting_keeps_the_statement_and_drops_only_indentation():  # type: ignore[no-untyped-def]
     sql = "\n    SELECT a,\n           b -- a comment\n    FROM t  WHERE x = 'a  b'\n"
-    assert q._compact(sql) == "SELECT a,\nb -- a comment\nFROM t  WHERE x = 'a  b'"
+    assert _sql._compact(sql) == "SELECT a,\nb -- a comment\nFROM t  WHERE x = 'a  b'"

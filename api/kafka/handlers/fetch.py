@@ -45,12 +45,12 @@ from typing import Any, AsyncIterator, Sequence
 from api.kafka.handlers import RequestContext
 from api.kafka.handlers.bootstrap import LEADER_EPOCH
 from app.domain.limits import long_poll_wait_ms
+from app.domain.log import header_count, records_size
 from app.domain.records import IsolationLevel
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.services import fetch as fetch_service
 from app.services.notify import AppendNotifier, Subscription
-from app.storage.queries import header_count, records_size
 from app.wire.kafka import records
 
 _ISOLATION_LEVELS: dict[int, IsolationLevel] = {0: "read_uncommitted", 1: "read_committed"}

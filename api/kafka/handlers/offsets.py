@@ -37,10 +37,10 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from api.kafka.handlers import RequestContext
+from app.domain.groups import GroupOffset
 from app.errors import ErrorCode, TxlogError
 from app.services import groups as groups_service
 from app.services.groups import FetchedOffset
-from app.storage.queries import GroupOffset
 
 NO_OFFSET = -1
 NO_LEADER_EPOCH = -1

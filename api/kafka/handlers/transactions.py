@@ -15,9 +15,9 @@ from typing import Any
 
 from api.kafka.handlers import RequestContext
 from api.kafka.handlers.offsets import offset_metadata
+from app.domain.groups import GroupOffset
 from app.errors import ErrorCode, TxlogError
 from app.services import transactions as txn_service
-from app.storage.queries import GroupOffset
 
 # The first transaction protocol (Kafka's transactions V1): the epoch is kept across transactions.
 TRANSACTION_VERSION = 1

@@ -43,10 +43,10 @@ import cramjam
 import google_crc32c
 
 from app.config import Settings
+from app.domain.log import StoredRecord
 from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT, Headers, NewRecord, validate_headers
 from app.errors import ErrorCode, TxlogError
 from app.native import native
-from app.storage.queries import StoredRecord
 from app.wire.kafka.protocol import uvarint
 
 MAGIC = 2

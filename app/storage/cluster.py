@@ -1,0 +1,73 @@
+"""The Kafka wire gateway's cluster: its id, and the registry of gateway nodes (leases on node ids)."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from app.domain.cluster import KafkaNode
+from app.storage._sql import _ms
+
+
+def cluster_id_get(conn: Connection) -> str | None:
+    return conn.execute(text("SELECT cluster_id FROM txlog.cluster WHERE id = 1")).scalar()
+
+
+def cluster_id_create(conn: Connection) -> None:
+    """Make the cluster id if there is none yet (the migration that creates the table makes it; a
+    schema built from the tables alone has none): a random UUID as Kafka writes one, URL-safe
+    base64 without padding."""
+    conn.execute(
+        text(
+            "INSERT INTO txlog.cluster (id, cluster_id) "
+            "VALUES (1, translate(rtrim(encode(uuid_send(gen_random_uuid()), 'base64'), '='), '+/', '-_')) "
+            "ON CONFLICT (id) DO NOTHING"
+        )
+    )
+
+
+def kafka_node_claim(conn: Connection, node_id: int, host: str, port: int, token: str, lease_ms: int) -> bool:
+    """Take or renew ``node_id`` for the process ``token`` until ``lease_ms`` from now (the
+    database's clock): granted when the id is free, its lease has ended, or ``token`` holds it
+    already (a renewal, also after its lease ended if nobody took the id meanwhile). False when
+    another process holds it, its lease running."""
+    row = conn.execute(
+        text(
+            """
+            INSERT INTO txlog.kafka_nodes (node_id, host, port, process_token, registered_at, expires_at)
+            VALUES (:node_id, :host, :port, :token, clock_timestamp(), clock_timestamp() + make_interval(secs => :lease_ms / 1000.0))
+            ON CONFLICT (node_id) DO UPDATE
+            SET host = EXCLUDED.host, port = EXCLUDED.port, process_token = EXCLUDED.process_token,
+                registered_at = CASE WHEN txlog.kafka_nodes.process_token = EXCLUDED.process_token
+                                     THEN txlog.kafka_nodes.registered_at ELSE EXCLUDED.registered_at END,
+                expires_at = EXCLUDED.expires_at
+            WHERE txlog.kafka_nodes.process_token = EXCLUDED.process_token OR txlog.kafka_nodes.expires_at <= clock_timestamp()
+            RETURNING node_id
+            """
+        ),
+        {"node_id": node_id, "host": host, "port": port, "token": token, "lease_ms": lease_ms},
+    ).first()
+    return row is not None
+
+
+def kafka_node_release(conn: Connection, node_id: int, token: str) -> None:
+    conn.execute(text("DELETE FROM txlog.kafka_nodes WHERE node_id = :node_id AND process_token = :token"), {"node_id": node_id, "token": token})
+
+
+def kafka_node_get(conn: Connection, node_id: int) -> KafkaNode | None:
+    row = conn.execute(
+        text(f"SELECT node_id, host, port, {_ms('expires_at')} FROM txlog.kafka_nodes WHERE node_id = :node_id"),
+        {"node_id": node_id},
+    ).first()
+    return KafkaNode(*row) if row else None
+
+
+def kafka_nodes_live(conn: Connection) -> list[KafkaNode]:
+    """The nodes whose lease runs, in node id order."""
+    rows = conn.execute(
+        text(
+            f"SELECT node_id, host, port, {_ms('expires_at')} FROM txlog.kafka_nodes "
+            "WHERE expires_at > clock_timestamp() ORDER BY node_id"
+        )
+    )
+    return [KafkaNode(*r) for r in rows]
