@@ -48,7 +48,7 @@ def spark_job(name: str, check: Callable[[dict], None] | None = None) -> Callabl
             url, _server = resolve_database_url(database_url)  # an embedded server keeps running after we exit, as with db-url
             from pyspark.errors import PySparkException
 
-            from spark.reader import spark_session
+            from spark.session import spark_session
 
             spark = spark_session(f"txlog-{name}", master)
             try:
