@@ -42,6 +42,7 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
     settings = settings or load_settings()
     if not settings.database_url:
         raise RuntimeError("TXLOG_DATABASE_URL is not set (txlog serve sets it)")
+    database_url = settings.database_url
     db = Database.from_settings(settings)
     broker = Broker(db, settings)
     hot_threads = hot.executor(settings)
@@ -57,11 +58,11 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        notifier = AppendNotifier(settings.database_url, functools.partial(fetch_service.listen, broker))  # type: ignore[arg-type]
+        notifier = AppendNotifier(database_url, functools.partial(fetch_service.listen, broker))
         notifier.start()
         app.state.notifier = notifier
         # Appends and EndTxn planned ahead await their one statement on this worker's loop (``api.v1.hot``).
-        app.state.loop_connections = LoopConnections(settings.database_url, settings.db_pool_size, SessionLimits.from_settings(settings))  # type: ignore[arg-type]
+        app.state.loop_connections = LoopConnections(database_url, settings.db_pool_size, SessionLimits.from_settings(settings))
         if authorizer is not None:
             authorizer.start()
         memory.settle()
@@ -69,7 +70,7 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
         if sweeper:
             sweeper.start()
         # Half messages' check-backs and the outbox's drain run beside the sweeper, in every worker.
-        background = [CheckerThread(broker), DrainerThread(broker)] if run_sweeper else []
+        background: list[CheckerThread | DrainerThread] = [CheckerThread(broker), DrainerThread(broker)] if run_sweeper else []
         for thread in background:
             thread.start()
         try:
@@ -141,7 +142,7 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
             app.openapi_schema = add_body_schemas(default_openapi())
         return app.openapi_schema
 
-    app.openapi = openapi  # type: ignore[method-assign]
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to customize the schema
 
     # Innermost first: the hot routes (produce, EndTxn, fetch) under the body size limit and the
     # request metrics.

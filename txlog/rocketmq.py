@@ -114,7 +114,7 @@ class MessageExt(Message):
             topic=payload["topic"],
             body=decode(payload.get("value")),
             key=decode(payload.get("key")),
-            properties=properties,  # type: ignore[arg-type]
+            properties=properties,  # type: ignore[arg-type]  # a header sent without a value comes back as None
             partition=payload.get("partition"),
             transaction_id=payload.get("transaction_id"),
             producer_group=payload.get("producer_group", ""),
@@ -183,8 +183,8 @@ class CheckBackListener:
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        host = f"[{host}]" if ":" in str(host) else host
+        host, port = str(self._server.server_address[0]), self._server.server_port  # an IP server's: a str
+        host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{port}/"
 
     def check(self, msg: MessageExt) -> LocalTransactionState:

@@ -125,10 +125,10 @@ def describe_half_message(transaction_id: str, request: Request, b: Broker = Dep
     return {
         **half_json(d.stored.msg),
         "encoding": enc,
-        "key": encode_bytes(r.key, enc),  # type: ignore[arg-type]
-        "value": encode_bytes(r.value, enc),  # type: ignore[arg-type]
+        "key": encode_bytes(r.key, enc),
+        "value": encode_bytes(r.value, enc),
         "headers": headers_object(r.headers),
-        "header_list": [{"key": k, "value": encode_bytes(v, enc)} for k, v in r.headers],  # type: ignore[arg-type]
+        "header_list": [{"key": k, "value": encode_bytes(v, enc)} for k, v in r.headers],
         "checks": [vars(c) for c in d.checks],
     }
 

@@ -66,5 +66,5 @@ def kafka(
             broker.db.dispose()
     finally:
         if server is not None:
-            server.stop()  # type: ignore[attr-defined]
+            server.stop()
     return 0

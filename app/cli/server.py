@@ -8,13 +8,17 @@ import signal
 import subprocess
 import sys
 import tempfile
+from typing import TYPE_CHECKING
 
 import click
 
 from app.cli.listeners import refuse_open_gateway, refuse_open_listener
 
+if TYPE_CHECKING:
+    from app.storage.embedded import EmbeddedPostgres
 
-def resolve_database_url(given: str | None) -> tuple[str, object | None]:
+
+def resolve_database_url(given: str | None) -> tuple[str, EmbeddedPostgres | None]:
     """The database URL to use (``given``, else ``$TXLOG_DATABASE_URL``, else the embedded
     server's, started if needed) and, when it is the embedded server, the server object."""
     from app.config import load_settings
@@ -119,7 +123,7 @@ def serve(
         if gateway is not None:
             _stop_gateway(gateway)
         if server is not None:
-            server.stop()  # type: ignore[attr-defined]
+            server.stop()
     return 0
 
 
