@@ -13,25 +13,28 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi_offline import FastAPIOffline
 
 from api import errors
+from api.admin import mount as mount_admin
+from api.auth import assert_every_route_secured, requires
 from api.limits import MaxBodySize
 from api.metrics import RequestMetrics, metrics_response
 from api.notify import AppendNotifier
-from api.admin import mount as mount_admin
-from api.auth import assert_every_route_secured, requires
-from api.v1.responses import errors as error_responses
-from api.v1 import hot, operator as v1_operator
-from api.v1.routes import add_body_schemas, router as v1_router
+from api.v1 import hot
+from api.v1 import operator as v1_operator
 from api.v1.half_messages import router as half_messages_router
+from api.v1.responses import errors as error_responses
+from api.v1.routes import add_body_schemas
+from api.v1.routes import router as v1_router
 from api.v1.security import router as security_router
 from app import memory
-from app.domain.acls import Api
 from app.config import Settings, load_settings
+from app.domain.acls import Api
 from app.errors import ErrorCode, TxlogError
-from app.services import Broker, fetch as fetch_service
-from app.services.sweeper import SweeperThread
-from app.services.security import Authorizer, ensure_admin_principal
+from app.services import Broker
+from app.services import fetch as fetch_service
 from app.services.half_messages import CheckerThread
 from app.services.outbox import DrainerThread
+from app.services.security import Authorizer, ensure_admin_principal
+from app.services.sweeper import SweeperThread
 from app.storage import migrate
 from app.storage.db import Database, LoopConnections, SessionLimits
 

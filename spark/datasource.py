@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Iterator, Literal, Sequence
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from spark.reader import SLICE_SESSION_INIT, IsolationLevel, OffsetRange, records_select, record_schema, snapshot, split_ranges
+from spark.reader import SLICE_SESSION_INIT, IsolationLevel, OffsetRange, record_schema, records_select, snapshot, split_ranges
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -27,15 +27,15 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Iterable, Iterator
 
+from app import faults
 from app.domain.partitioner import partition_for_key
 from app.domain.records import NewRecord
 from app.errors import ErrorCode, TxlogError
 from app.services import produce, topics, transactions
 from app.services.produce import ProduceRequest
 from app.storage.queries import GroupOffset
-from app import faults
 from spark.progress import say
-from spark.reader import TopicSnapshot, service_broker, read_snapshot, snapshot
+from spark.reader import TopicSnapshot, read_snapshot, service_broker, snapshot
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -28,19 +28,20 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from enum import Enum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import orjson
+
+from app.domain.records import decode_bytes
+from txlog._http import Transport, segment
+from txlog.errors import KafkaError, KafkaException
+from txlog.message import b64
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128  # the server's checker may ask about many half messages at once
-from typing import Any
 
-import orjson
-
-from txlog._http import Transport, segment
-from app.domain.records import decode_bytes
-from txlog.errors import KafkaError, KafkaException
-from txlog.message import b64
 
 log = logging.getLogger("txlog.rocketmq")
 

@@ -5,12 +5,20 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from api.v1 import half_message_schemas as s
 from api.auth import active, authorize, requires, visible
+from api.v1 import half_message_schemas as s
 from api.v1.responses import errors
 from app.domain.acls import Api
 from app.domain.half_messages import HalfMessage, ProducerGroup
-from app.domain.records import NewRecord, decode_bytes, encode_bytes, headers_from_object, headers_object, valid_text, validate_headers
+from app.domain.records import (
+    NewRecord,
+    decode_bytes,
+    encode_bytes,
+    headers_from_object,
+    headers_object,
+    valid_text,
+    validate_headers,
+)
 from app.services import Broker, half_messages
 
 router = APIRouter(prefix="/v1", tags=["half messages"])

@@ -39,7 +39,7 @@ def _ms(value: int | None) -> str:
         return "-"
     import datetime
 
-    return datetime.datetime.fromtimestamp(value / 1000, tz=datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.fromtimestamp(value / 1000, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # --- principals -----------------------------------------------------------------------------------

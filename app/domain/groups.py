@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Iterable, Mapping, Protocol, Sequence, TypeVar, Union
+from typing import Any, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from app.errors import ErrorCode, TxlogError
 
@@ -312,7 +312,7 @@ class CancelTimer:
     timer: Timer
 
 
-Effect = Union[Park, AnswerJoin, AnswerSync, ArmTimer, CancelTimer]
+Effect = Park | AnswerJoin | AnswerSync | ArmTimer | CancelTimer
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,12 @@ state exactly. Time is passed in as ``now`` (epoch milliseconds).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, Iterable, Literal
 
-from app.errors import ErrorCode, TxlogError
 from app.domain.producer_state import MAX_EPOCH, fenced
+from app.errors import ErrorCode, TxlogError
 
 TopicPartition = tuple[str, int]
 Result = Literal["commit", "abort"]
@@ -403,7 +403,7 @@ def check_init_producer(meta: TxnMetadata, producer_id: int, producer_epoch: int
 
 
 def fenced_error(meta: TxnMetadata, producer_epoch: int, reason: FenceReason | None = None) -> TxlogError:
-    since = datetime.fromtimestamp(meta.epoch_changed_at_ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
+    since = datetime.fromtimestamp(meta.epoch_changed_at_ms / 1000, UTC).isoformat(timespec="milliseconds")
     if reason is None:
         # The epoch just before the current one knows exactly why it was superseded: the server
         # or an operator ended its transaction (fence_reason), or its producer's own EndTxn did.

@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 import orjson
+from sqlalchemy.engine import Connection
 
 from app import faults
 from app.domain import half_messages as hm
@@ -47,7 +48,6 @@ from app.errors import ErrorCode, TxlogError
 from app.services import Broker, produce
 from app.storage import half_messages as q
 from app.storage.half_messages import CheckRecord, StoredHalfMessage
-from sqlalchemy.engine import Connection
 
 log = logging.getLogger("txlog.half_messages")
 

@@ -19,12 +19,13 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from sqlalchemy.engine import Connection
+
 from app.domain import transactions as txn
 from app.domain.transactions import TxnMetadata, TxnState
 from app.errors import TxlogError
 from app.services import Broker, coordinator, retention
 from app.storage import queries as q
-from sqlalchemy.engine import Connection
 
 log = logging.getLogger("txlog.sweeper")
 

@@ -16,7 +16,8 @@ from sqlalchemy import text
 from app.domain.records import NewRecord, record_size
 from app.domain.retention import MAX_LONG
 from app.errors import ErrorCode
-from app.services import Broker, fetch as fetch_service, groups, inspect, retention, sweeper, topics
+from app.services import Broker, groups, inspect, retention, sweeper, topics
+from app.services import fetch as fetch_service
 from app.services import produce as produce_service
 from app.services.produce import ProduceRequest
 from app.storage import queries as q

@@ -18,8 +18,8 @@ from sqlalchemy import text
 
 from app.domain.records import NewRecord
 from app.services import fetch as fetch_service
-from app.services import produce as produce_service
 from app.services import inspect, topics, transactions
+from app.services import produce as produce_service
 from app.services.produce import ProduceRequest
 from app.storage import queries as q
 from tests.integration.test_transactions import Producer

@@ -20,9 +20,8 @@ from app.kafka import records as codec
 from app.kafka.handlers import fetch as fetch_handler
 from app.kafka.handlers.fetch import _batches_within
 from app.kafka.protocol import ApiKey
-from app.services import Broker
+from app.services import Broker, topics
 from app.services import produce as produce_service
-from app.services import topics
 from app.services.produce import ProduceRequest
 from app.storage.queries import StoredRecord
 from tests.conftest import make_broker
