@@ -13,25 +13,28 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi_offline import FastAPIOffline
 
 from api import errors
+from api.admin import mount as mount_admin
+from api.auth import assert_every_route_secured, requires
 from api.limits import MaxBodySize
 from api.metrics import RequestMetrics, metrics_response
 from api.notify import AppendNotifier
-from api.admin import mount as mount_admin
-from api.auth import assert_every_route_secured, requires
-from api.v1.responses import errors as error_responses
-from api.v1 import hot, operator as v1_operator
-from api.v1.routes import add_body_schemas, router as v1_router
+from api.v1 import hot
+from api.v1 import operator as v1_operator
 from api.v1.half_messages import router as half_messages_router
+from api.v1.responses import errors as error_responses
+from api.v1.routes import add_body_schemas
+from api.v1.routes import router as v1_router
 from api.v1.security import router as security_router
 from app import memory
-from app.domain.acls import Api
 from app.config import Settings, load_settings
+from app.domain.acls import Api
 from app.errors import ErrorCode, TxlogError
-from app.services import Broker, fetch as fetch_service
-from app.services.sweeper import SweeperThread
-from app.services.security import Authorizer, ensure_admin_principal
+from app.services import Broker
+from app.services import fetch as fetch_service
 from app.services.half_messages import CheckerThread
 from app.services.outbox import DrainerThread
+from app.services.security import Authorizer, ensure_admin_principal
+from app.services.sweeper import SweeperThread
 from app.storage import migrate
 from app.storage.db import Database, LoopConnections, SessionLimits
 
@@ -42,6 +45,7 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
     settings = settings or load_settings()
     if not settings.database_url:
         raise RuntimeError("TXLOG_DATABASE_URL is not set (txlog serve sets it)")
+    database_url = settings.database_url
     db = Database.from_settings(settings)
     broker = Broker(db, settings)
     hot_threads = hot.executor(settings)
@@ -57,11 +61,11 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        notifier = AppendNotifier(settings.database_url, functools.partial(fetch_service.listen, broker))  # type: ignore[arg-type]
+        notifier = AppendNotifier(database_url, functools.partial(fetch_service.listen, broker))
         notifier.start()
         app.state.notifier = notifier
         # Appends and EndTxn planned ahead await their one statement on this worker's loop (``api.v1.hot``).
-        app.state.loop_connections = LoopConnections(settings.database_url, settings.db_pool_size, SessionLimits.from_settings(settings))  # type: ignore[arg-type]
+        app.state.loop_connections = LoopConnections(database_url, settings.db_pool_size, SessionLimits.from_settings(settings))
         if authorizer is not None:
             authorizer.start()
         memory.settle()
@@ -69,7 +73,7 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
         if sweeper:
             sweeper.start()
         # Half messages' check-backs and the outbox's drain run beside the sweeper, in every worker.
-        background = [CheckerThread(broker), DrainerThread(broker)] if run_sweeper else []
+        background: list[CheckerThread | DrainerThread] = [CheckerThread(broker), DrainerThread(broker)] if run_sweeper else []
         for thread in background:
             thread.start()
         try:
@@ -141,7 +145,7 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
             app.openapi_schema = add_body_schemas(default_openapi())
         return app.openapi_schema
 
-    app.openapi = openapi  # type: ignore[method-assign]
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to customize the schema
 
     # Innermost first: the hot routes (produce, EndTxn, fetch) under the body size limit and the
     # request metrics.

@@ -77,7 +77,7 @@ def authorize(request: Request, api: Api, names: Mapping[str, str | Sequence[str
         auth.check(request.state.principal, api, names)
 
 
-def visible(request: Request, api: Api, items: Sequence[Item], name_of) -> list[Item]:  # type: ignore[no-untyped-def]
+def visible(request: Request, api: Api, items: Sequence[Item], name_of) -> list[Item]:
     """The items of a list answer the principal may see (all of them without auth)."""
     auth: Authorizer | None = request.app.state.authorizer
     if auth is None:
@@ -94,4 +94,4 @@ def assert_every_route_secured(routers: Sequence[APIRouter]) -> None:
     for router in routers:
         for route in router.routes:
             if isinstance(route, APIRoute) and not any(isinstance(d.call, requires) for d in route.dependant.dependencies):
-                raise RuntimeError(f"{sorted(route.methods)} {route.path} has no ACL requirement (api.auth.requires)")
+                raise RuntimeError(f"{sorted(route.methods or ())} {route.path} has no ACL requirement (api.auth.requires)")

@@ -13,7 +13,6 @@ import sys
 import threading
 from collections import Counter
 
-
 SERVER_CRASH_ENV = "TXLOG_CRASH_AT"
 SERVER_STOP_ENV = "TXLOG_STOP_AT"
 

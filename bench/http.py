@@ -66,7 +66,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Callable, Iterator
 from urllib.parse import urlsplit, urlunsplit
@@ -103,6 +103,8 @@ from bench.harness import (
     ratio_cell,
     round_arguments,
     round_settings,
+)
+from bench.harness import (
     summaries as workload_summaries,
 )
 
@@ -478,7 +480,7 @@ def run(argv: list[str] | None = None) -> str:
         machine = procs.machine(pg_version)
         elapsed = time.perf_counter() - started
 
-    config = {**cfg.__dict__, "groups": args.only, "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    config = {**cfg.__dict__, "groups": args.only, "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
               "batch_records": BATCH, "value_bytes": VALUE_BYTES, "key_bytes": KEY_BYTES, "page_records": PAGE,
               "server_workers": 2, "postgres": settings, "elapsed_s": round(elapsed, 1),
               "other_load_cores_median": report.median(others), "other_load_cores_max": max(others, default=None),

@@ -57,7 +57,7 @@ import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Callable
 
@@ -79,7 +79,14 @@ from bench.clients import (
 )
 from bench.common import bench_database, reset
 from bench.harness import (
-    Harness, ServerProcess, Window, describe_other_load, ratio_cell, round_arguments, round_settings, summaries,
+    Harness,
+    ServerProcess,
+    Window,
+    describe_other_load,
+    ratio_cell,
+    round_arguments,
+    round_settings,
+    summaries,
 )
 from bench.http import FETCH_LOG, PARTITIONS, RESULTS
 
@@ -485,7 +492,7 @@ def run(argv: list[str] | None = None) -> str:
         machine = procs.machine(pg_version)
         elapsed = time.perf_counter() - started
 
-    config = {**cfg.__dict__, "groups": args.only, "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    config = {**cfg.__dict__, "groups": args.only, "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
               "batch_records": BATCH, "value_bytes": VALUE_BYTES, "key_bytes": KEY_BYTES, "page_records": PAGE,
               "commit_every_batches": COMMIT_EVERY, "gateway_processes": cfg.gateways, "brokers_listed_with_two": listed,
               "producer": KAFKA_PRODUCER, "consumer": KAFKA_CONSUMER, "client": f"confluent-kafka {_client_version()}",

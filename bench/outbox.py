@@ -25,9 +25,9 @@ from pathlib import Path
 import httpx
 import psycopg
 
+from app.storage.db import libpq_url
 from bench.common import bench_database
 from bench.http import Server
-from app.storage.db import libpq_url
 
 TOPIC = "outbox-bench"
 RESULTS = Path(__file__).resolve().parent / "results" / "outbox.json"
@@ -35,7 +35,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "outbox.json"
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def run_apps(db_url: str, server_url: str, apps: int, rate: float, seconds: float, with_send: bool) -> dict:

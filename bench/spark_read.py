@@ -94,7 +94,8 @@ def main() -> None:
     ap.add_argument("--slices", default="1,2,4")
     args = ap.parse_args()
 
-    from spark.reader import JDBC_DRIVER_CLASS, JDBC_FETCH_SIZE, jdbc_url, read_topic, snapshot, spark_session
+    from spark.reader import JDBC_DRIVER_CLASS, JDBC_FETCH_SIZE, jdbc_url, read_topic, snapshot
+    from spark.session import spark_session
 
     with bench_database() as url:
         reset(url)

@@ -4,6 +4,7 @@
     df = read_topic(spark_session("report"), "postgresql://…/txlog", "orders")
 """
 
-from spark.reader import commit_offsets, read_topic, snapshot, spark_session
+from spark.reader import commit_offsets, read_topic, snapshot
+from spark.session import spark_session
 
 __all__ = ["commit_offsets", "read_topic", "snapshot", "spark_session"]

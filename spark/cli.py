@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
 from app.cli.common import EXIT_MISSING_DEPENDENCY
 from app.cli.server import resolve_database_url
 from app.errors import TxlogError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from spark.export import Encoding, Format
+    from spark.reader import IsolationLevel
 
 INSTALL_HINT = (
     "PySpark is not installed. Install txlog's Spark extra: pip install 'txlog[spark]' "
@@ -48,7 +54,7 @@ def spark_job(name: str, check: Callable[[dict], None] | None = None) -> Callabl
             url, _server = resolve_database_url(database_url)  # an embedded server keeps running after we exit, as with db-url
             from pyspark.errors import PySparkException
 
-            from spark.reader import spark_session
+            from spark.session import spark_session
 
             spark = spark_session(f"txlog-{name}", master)
             try:
@@ -79,8 +85,8 @@ def spark() -> None:
 @click.option("--encoding", type=ENCODING, default=None,
               help="keys and values: utf8 text, base64 or bytes (default: bytes for parquet, utf8 for json)")
 @spark_job("export")
-def export(spark, url: str, topic: str, output: str, format_: str, isolation_level: str, group: str | None,  # type: ignore[no-untyped-def]
-           mode: str, encoding: str | None, num_partitions: int | None) -> int:
+def export(spark: SparkSession, url: str, topic: str, output: str, format_: Format, isolation_level: IsolationLevel,
+           group: str | None, mode: str, encoding: Encoding | None, num_partitions: int | None) -> int:
     """Write a topic's records as Parquet or JSON files."""
     from spark.export import export as run_export
 
@@ -94,7 +100,7 @@ def export(spark, url: str, topic: str, output: str, format_: str, isolation_lev
 @click.option("--group", required=True, help="consumer group whose offsets track the input")
 @click.option("--transaction-timeout-ms", type=int, default=None)
 @spark_job("pipeline")
-def pipeline(spark, url: str, input_: str, output: str, group: str, transaction_timeout_ms: int | None,  # type: ignore[no-untyped-def]
+def pipeline(spark: SparkSession, url: str, input_: str, output: str, group: str, transaction_timeout_ms: int | None,
              num_partitions: int | None) -> int:
     """Exactly-once job: orders in, per-customer running totals out."""
     from spark.pipeline import run_pipeline
@@ -120,12 +126,14 @@ def _check_stream(options: dict) -> None:
 @click.option("--max-batches", type=int, default=None, help="stop after this many batches")
 @click.option("--available-now", is_flag=True, help="stop once a trigger finds nothing new")
 @spark_job("stream", check=_check_stream)
-def stream(spark, url: str, topic: str, group: str, output: str | None, sink: str, format_: str, encoding: str | None,  # type: ignore[no-untyped-def]
-           isolation_level: str, trigger_seconds: float, max_batches: int | None, available_now: bool, num_partitions: int | None) -> int:
+def stream(spark: SparkSession, url: str, topic: str, group: str, output: str | None, sink: str, format_: Format,
+           encoding: Encoding | None, isolation_level: IsolationLevel, trigger_seconds: float, max_batches: int | None,
+           available_now: bool, num_partitions: int | None) -> int:
     """Micro-batches from a group's offsets to files, resumable exactly once."""
     from spark.stream import ConsoleSink, FileSink, run_stream
 
-    file_sink = FileSink(output, format_, encoding) if sink == "files" else None
+    # _check_stream has refused --sink files without --output
+    file_sink = FileSink(output, format_, encoding) if sink == "files" and output is not None else None
     result = run_stream(
         spark, url, topic, group, file_sink or ConsoleSink(), trigger_seconds, max_batches, available_now,
         isolation_level, num_partitions,

@@ -22,12 +22,12 @@ per row than Spark's JDBC source reading straight into the JVM. For bulk reads p
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Literal, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from spark.reader import SLICE_SESSION_INIT, OffsetRange, records_select, record_schema, snapshot, split_ranges
+from spark.reader import SLICE_SESSION_INIT, IsolationLevel, OffsetRange, record_schema, records_select, snapshot, split_ranges
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,14 +39,14 @@ BATCH_ROWS = 10_000
 class TxlogSlice(InputPartition):
     """One slice of a read: offset ranges of one topic, read in one task."""
 
-    def __init__(self, url: str, topic: str, isolation_level: str, ranges: Sequence[OffsetRange]) -> None:
+    def __init__(self, url: str, topic: str, isolation_level: IsolationLevel, ranges: Sequence[OffsetRange]) -> None:
         super().__init__([(r.partition, r.start, r.end) for r in ranges])
         self.url = url
         self.topic = topic
         self.isolation_level = isolation_level
 
 
-def _arrow_schema():  # type: ignore[no-untyped-def]
+def _arrow_schema():
     import pyarrow as pa
 
     return pa.schema(
@@ -63,7 +63,7 @@ def _arrow_schema():  # type: ignore[no-untyped-def]
     )
 
 
-def read_slice(part: TxlogSlice) -> Iterator:  # type: ignore[type-arg]
+def read_slice(part: TxlogSlice) -> Iterator:
     """Rows of a slice as Arrow record batches, range by range in offset order (runs in a Python
     worker: opens its own connection)."""
     import psycopg
@@ -89,12 +89,12 @@ def read_slice(part: TxlogSlice) -> Iterator:  # type: ignore[type-arg]
                     yield pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)], schema=schema)
 
 
-def _option(options, name: str, default: str | None = None) -> str | None:  # type: ignore[no-untyped-def]
+def _option(options, name: str, default: str | None = None) -> str | None:
     value = options.get(name, options.get(name.lower(), default))
     return value
 
 
-def _required(options, name: str) -> str:  # type: ignore[no-untyped-def]
+def _required(options, name: str) -> str:
     value = _option(options, name)
     if not value:
         raise ValueError(f"the txlog data source needs option {name!r}")
@@ -117,11 +117,11 @@ class TxlogDataSource(DataSource):
 
 
 class _Options:
-    def __init__(self, options) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, options) -> None:
         self.url = _required(options, "url")
         self.topic = _required(options, "topic")
-        self.isolation_level = _option(options, "isolationLevel", "read_committed")
-        self.num_partitions = int(_option(options, "numPartitions", "2"))  # type: ignore[arg-type]
+        self.isolation_level: IsolationLevel = _option(options, "isolationLevel", "read_committed")  # type: ignore[assignment]  # snapshot() checks it
+        self.num_partitions = int(_option(options, "numPartitions", "2"))  # type: ignore[arg-type]  # it has a default
         self.group = _option(options, "group")
         self.starting = _option(options, "startingOffsets", "earliest")
         max_offsets = _option(options, "maxOffsetsPerTrigger")
@@ -130,25 +130,25 @@ class _Options:
 
     def slices(self, ranges: Sequence[OffsetRange]) -> list[TxlogSlice]:
         return [
-            TxlogSlice(self.url, self.topic, self.isolation_level, s)  # type: ignore[arg-type]
+            TxlogSlice(self.url, self.topic, self.isolation_level, s)
             for s in split_ranges([r for r in ranges if r.span], self.num_partitions)
         ]
 
 
 class TxlogBatchReader(DataSourceReader):
-    def __init__(self, options) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, options) -> None:
         self.opts = _Options(options)
 
     def partitions(self) -> Sequence[InputPartition]:
         o = self.opts
-        snap = snapshot(o.url, o.topic, o.isolation_level, group_id=o.group)  # type: ignore[arg-type]
+        snap = snapshot(o.url, o.topic, o.isolation_level, group_id=o.group)
         return o.slices(snap.ranges)
 
-    def read(self, partition: InputPartition) -> Iterator:  # type: ignore[type-arg]
-        return read_slice(partition)  # type: ignore[arg-type]
+    def read(self, partition: InputPartition) -> Iterator:
+        return read_slice(partition)  # type: ignore[arg-type]  # our partitions() made it a TxlogSlice
 
 
-def _as_offsets(d: dict) -> dict[int, int]:  # type: ignore[type-arg]
+def _as_offsets(d: dict) -> dict[int, int]:
     return {int(k): int(v) for k, v in d.items()}
 
 
@@ -160,27 +160,27 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of what a consumer of the isolation level sees: each batch ends at the last
     stable offsets of the moment Spark asks (Kafka's ``endOffsets()``)."""
 
-    def __init__(self, options) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, options) -> None:
         self.opts = _Options(options)
         self.target: dict[int, int] | None = None  # Trigger.AvailableNow: the ends fixed at its start
 
     def prepareForTriggerAvailableNow(self) -> None:
         o = self.opts
-        self.target = dict(snapshot(o.url, o.topic, o.isolation_level).end_offsets)  # type: ignore[arg-type]
+        self.target = dict(snapshot(o.url, o.topic, o.isolation_level).end_offsets)
 
-    def initialOffset(self) -> dict:  # type: ignore[type-arg]
+    def initialOffset(self) -> dict:
         o = self.opts
-        snap = snapshot(o.url, o.topic, o.isolation_level, group_id=o.group)  # type: ignore[arg-type]
+        snap = snapshot(o.url, o.topic, o.isolation_level, group_id=o.group)
         start = snap.end_offsets if o.starting == "latest" and not o.group else snap.start_offsets
         return _as_json(start)
 
-    def latestOffset(self, start: dict, limit) -> dict:  # type: ignore[no-untyped-def, type-arg]
+    def latestOffset(self, start: dict, limit) -> dict:
         from pyspark.sql.streaming.datasource import ReadMaxRows
 
         o = self.opts
         begin = _as_offsets(start)
-        ends = self.target if self.target is not None else "latest_stable"
-        snap = snapshot(o.url, o.topic, o.isolation_level, start_offsets=begin, end_offsets=ends)  # type: ignore[arg-type]
+        ends: dict[int, int] | Literal["latest_stable"] = self.target if self.target is not None else "latest_stable"
+        snap = snapshot(o.url, o.topic, o.isolation_level, start_offsets=begin, end_offsets=ends)
         end = dict(snap.end_offsets)
         budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if budget is not None:
@@ -190,24 +190,24 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 budget -= take
         return _as_json({p: max(end[p], begin.get(p, end[p])) for p in end})
 
-    def getDefaultReadLimit(self):  # type: ignore[no-untyped-def]
+    def getDefaultReadLimit(self):
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
         return ReadMaxRows(self.opts.max_offsets) if self.opts.max_offsets else ReadAllAvailable()
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:  # type: ignore[type-arg]
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin, stop = _as_offsets(start), _as_offsets(end)
         ranges = [OffsetRange(p, begin.get(p, 0), e) for p, e in sorted(stop.items())]
         return self.opts.slices(ranges)
 
-    def read(self, partition: InputPartition) -> Iterator:  # type: ignore[type-arg]
-        return read_slice(partition)  # type: ignore[arg-type]
+    def read(self, partition: InputPartition) -> Iterator:
+        return read_slice(partition)  # type: ignore[arg-type]  # our partitions() made it a TxlogSlice
 
-    def commit(self, end: dict) -> None:  # type: ignore[type-arg]
+    def commit(self, end: dict) -> None:
         if self.opts.commit_offsets:
             from spark.reader import commit_offsets
 
-            commit_offsets(self.opts.url, self.opts.group, _as_offsets(end), topic=self.opts.topic)  # type: ignore[arg-type]
+            commit_offsets(self.opts.url, self.opts.group, _as_offsets(end), topic=self.opts.topic)  # type: ignore[arg-type]  # commit_offsets is set only with a group
 
 
 def register(spark: "SparkSession") -> None:

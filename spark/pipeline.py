@@ -35,7 +35,7 @@ from app.errors import ErrorCode, TxlogError
 from app.services import produce, topics, transactions
 from app.services.produce import ProduceRequest
 from spark.progress import say
-from spark.reader import TopicSnapshot, service_broker, read_snapshot, snapshot
+from spark.reader import TopicSnapshot, read_snapshot, service_broker, snapshot
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

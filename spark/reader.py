@@ -25,10 +25,7 @@ offsets once the job has succeeded::
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Literal, Mapping, Sequence
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
@@ -44,9 +41,6 @@ if TYPE_CHECKING:
 
 IsolationLevel = Literal["read_committed", "read_uncommitted"]
 
-JDBC_JAR_ENV = "TXLOG_JDBC_JAR"
-JDBC_JAR_DEFAULT = "/usr/share/java/postgresql.jar"  # Debian/Ubuntu: apt install libpostgresql-jdbc-java
-JDBC_PACKAGE = "org.postgresql:postgresql:42.7.4"  # fetched from Maven Central when no jar is found
 JDBC_DRIVER_CLASS = "org.postgresql.Driver"
 JDBC_FETCH_SIZE = 10_000  # rows per round trip; also makes the driver stream instead of buffering a slice
 
@@ -344,7 +338,7 @@ def commit_offsets(
         groups.offset_commit(broker, group_id, offsets)
 
 
-# --- JDBC and the Spark session -------------------------------------------------------------------
+# --- JDBC -------------------------------------------------------------------------------------------
 
 def jdbc_url(url: str) -> str:
     """A txlog database URL (``postgresql://user:password@host:port/db``, as ``txlog db-url``
@@ -377,52 +371,3 @@ def jdbc_url(url: str) -> str:
         params.append(("targetServerType", "primary"))
     suffix = "&".join(f"{k}={quote(v, safe='')}" for k, v in params)
     return f"jdbc:postgresql://{address}/{quote(database, safe='')}" + (f"?{suffix}" if suffix else "")
-
-
-def jdbc_driver_conf() -> tuple[str, str]:
-    """Where Spark gets the PostgreSQL JDBC driver: ``$TXLOG_JDBC_JAR``, else the system jar, else
-    Maven Central (``spark.jars.packages``; needs network access at session start)."""
-    given = os.environ.get(JDBC_JAR_ENV)
-    if given:
-        if not Path(given).is_file():
-            raise FileNotFoundError(f"{JDBC_JAR_ENV}={given} is not a file")
-        return "spark.jars", given
-    if Path(JDBC_JAR_DEFAULT).is_file():
-        return "spark.jars", JDBC_JAR_DEFAULT
-    return "spark.jars.packages", JDBC_PACKAGE
-
-
-def spark_session(
-    app_name: str = "txlog",
-    master: str | None = "local[2]",
-    config: Mapping[str, str] | None = None,
-    register_datasource: bool = True,
-) -> "SparkSession":
-    """A SparkSession that can read txlog: the JDBC driver on its class path, Python workers on
-    this interpreter (unless ``PYSPARK_PYTHON`` says otherwise), timestamps in UTC, and the
-    ``txlog`` Python data source registered."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if master and master.startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local job needs no other interface
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder.appName(app_name)
-    if master:
-        builder = builder.master(master)
-    key, value = jdbc_driver_conf()
-    settings = {
-        key: value,
-        "spark.sql.session.timeZone": "UTC",
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        **(config or {}),
-    }
-    for k, v in settings.items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    if register_datasource:
-        from spark.datasource import register
-
-        register(spark)
-    return spark

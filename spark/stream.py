@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from app.errors import ErrorCode, TxlogError
 from app import faults
+from app.errors import ErrorCode, TxlogError
 from spark.export import Encoding, Format, encode_payload, write_files
 from spark.progress import say
-from spark.reader import IsolationLevel, TopicSnapshot, service_broker, commit_offsets, read_snapshot, snapshot
+from spark.reader import IsolationLevel, TopicSnapshot, commit_offsets, read_snapshot, service_broker, snapshot
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -302,7 +302,7 @@ class Consumer:
                 self._next = (self._next + i + 1) % n
                 msg = f.buffer.popleft()
                 if self._auto_store:
-                    f.stored = msg.offset() + 1  # type: ignore[operator]
+                    f.stored = msg.offset() + 1  # type: ignore[operator]  # a fetched record has an offset
                 return msg
         return None
 
@@ -429,7 +429,7 @@ class Consumer:
         attempt = 0
         while True:
             try:
-                answer = self._transport.get(f"/v1/groups/{segment(self._group_id)}/offsets", params)  # type: ignore[arg-type]
+                answer = self._transport.get(f"/v1/groups/{segment(self._group_id)}/offsets", params)  # type: ignore[arg-type]  # asked only with a group.id
                 return {TopicPartition(o["topic"], o["partition"]): o["offset"] for o in answer["offsets"]}
             except KafkaException as exc:
                 if not exc.args[0].retriable():
@@ -492,7 +492,7 @@ class Consumer:
         with self._lock:
             self._check_open()
             if message is not None:
-                offsets = [TopicPartition(message.topic(), message.partition(), message.offset() + 1)]  # type: ignore[arg-type, operator]
+                offsets = [TopicPartition(message.topic(), message.partition(), message.offset() + 1)]  # type: ignore[arg-type, operator]  # a consumed message has all three
             for tp in offsets or []:
                 f = self._fetches.get(_tp(tp))
                 if f is None:
@@ -508,7 +508,7 @@ class Consumer:
         with self._lock:
             self._check_open()
             if message is not None:
-                offsets = [TopicPartition(message.topic(), message.partition(), message.offset() + 1)]  # type: ignore[arg-type, operator]
+                offsets = [TopicPartition(message.topic(), message.partition(), message.offset() + 1)]  # type: ignore[arg-type, operator]  # a consumed message has all three
             elif offsets is None:
                 offsets = [TopicPartition(tp.topic, tp.partition, f.stored) for tp, f in self._fetches.items() if f.stored is not None]
                 if not offsets:

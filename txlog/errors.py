@@ -8,6 +8,9 @@ negative codes (``_TRANSPORT``, ``_TIMED_OUT``, ``_STATE``, ...). Code that catc
 
 from __future__ import annotations
 
+import builtins
+from typing import TYPE_CHECKING
+
 from app.errors import ErrorCode
 
 # librdkafka's local error codes (rdkafka.h, RD_KAFKA_RESP_ERR__*), the ones this client raises.
@@ -40,7 +43,19 @@ _NAMES[0] = "NO_ERROR"
 _RETRIABLE = {c.kafka_code for c in ErrorCode if c.retriable} | {_LOCAL["_TRANSPORT"], _LOCAL["_TIMED_OUT"]}
 
 
-class KafkaError:
+if TYPE_CHECKING:
+
+    class _WithCodes(type):
+        """What the type checker knows of the per-code constants, which are set from the tables
+        below after the class is made."""
+
+        def __getattr__(cls, name: builtins.str) -> int: ...
+
+else:
+    _WithCodes = type
+
+
+class KafkaError(metaclass=_WithCodes):
     """One error: ``code()``, ``name()``, ``str()``, ``retriable()``, ``fatal()``, ``txn_requires_abort()``.
 
     The class has one constant per code, as confluent-kafka's: ``KafkaError.PRODUCER_FENCED == 90``,
@@ -105,7 +120,7 @@ class KafkaError:
     def __hash__(self) -> int:
         return hash(self._code)
 
-    def __str__(self) -> str:
+    def __str__(self) -> builtins.str:  # `str` in this class is the method above
         return f"KafkaError{{code={self.name()},val={self._code},str=\"{self._reason}\"}}"
 
     __repr__ = __str__

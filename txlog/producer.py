@@ -346,6 +346,7 @@ class Producer:
     def _serve(self) -> int:
         """Call the waiting callbacks, outside the lock, in order."""
         served = 0
+        call: tuple[Callable[..., Any], tuple[Any, ...]] | None
         while True:
             with self._cond:
                 if self._errors:
@@ -482,8 +483,7 @@ class Producer:
         elif self._purging:
             self._fail(b, KafkaError(KafkaError._PURGE_INFLIGHT, "Local: Purged in flight: the transaction is being aborted"))
         elif err.code() in _FATAL_CODES:
-            self._set_fatal(err)
-            self._fail(b, self._fatal)  # type: ignore[arg-type]
+            self._fail(b, self._set_fatal(err))
         elif err.retriable() or self._overtaken(b, err):
             if b.attempts > self._retries:
                 self._batch_failed(b, err)
@@ -510,11 +510,9 @@ class Producer:
         if not self._idempotent:
             self._fail(b, err)
         elif self._transactional_id is not None:
-            self._set_abortable(err)
-            self._fail(b, self._txn_error)  # type: ignore[arg-type]
+            self._fail(b, self._set_abortable(err))
         else:
-            self._set_fatal(err)
-            self._fail(b, self._fatal)  # type: ignore[arg-type]
+            self._fail(b, self._set_fatal(err))
 
     def _fail(self, b: _Batch, err: KafkaError) -> None:
         b.state = _FAILED
@@ -547,18 +545,22 @@ class Producer:
             self._report_done(pq)
         self._cond.notify_all()
 
-    def _set_fatal(self, err: KafkaError) -> None:
+    def _set_fatal(self, err: KafkaError) -> KafkaError:
+        """Make the producer fatally failed (unless it already is); answer the error in force."""
         if self._fatal is not None:
-            return
+            return self._fatal
         self._fatal = err.with_flags(fatal=True, retriable=False, txn_requires_abort=False)
         self._errors.append(self._fatal)
         self._fail_unsent(self._fatal)
+        return self._fatal
 
-    def _set_abortable(self, err: KafkaError) -> None:
+    def _set_abortable(self, err: KafkaError) -> KafkaError:
+        """Make the transaction abortable (unless it already is); answer the error in force."""
         if self._txn_error is not None:
-            return
+            return self._txn_error
         self._txn_error = err.with_flags(txn_requires_abort=True, retriable=False, fatal=False)
         self._fail_unsent(self._txn_error)
+        return self._txn_error
 
     def _init_idempotent_producer(self) -> None:
         """InitProducerId without a transactional id: a fresh producer id at epoch 0."""
@@ -614,7 +616,7 @@ class Producer:
     def send_offsets_to_transaction(self, positions: list[TopicPartition], group_metadata: Any, timeout: float | None = None) -> None:
         """Commit the consumer's ``positions`` (the next offsets to read) for its group as part of
         the transaction: they become the group's committed offsets if and only if it commits."""
-        self._require_transactional("send_offsets_to_transaction")
+        transactional_id = self._require_transactional("send_offsets_to_transaction")
         with self._cond:
             self._raise_fatal()
             if self._txn_state != _IN_TXN:
@@ -633,7 +635,7 @@ class Producer:
             return
         try:
             self._coordinator_call(
-                f"/v1/transactions/{segment(self._transactional_id)}/offsets",
+                f"/v1/transactions/{segment(transactional_id)}/offsets",
                 {"producer_id": pid, "producer_epoch": epoch, "group_id": group_id, "offsets": offsets}, timeout,
             )
         except KafkaException as exc:
@@ -641,14 +643,13 @@ class Producer:
             if err.fatal() or err.retriable():
                 raise
             with self._cond:
-                self._set_abortable(err)
-                raise KafkaException(self._txn_error) from None
+                raise KafkaException(self._set_abortable(err)) from None
 
     def commit_transaction(self, timeout: float | None = None) -> None:
         """Flush, then commit. A record that failed makes the transaction abortable: this raises
         ``KafkaException`` whose error has ``txn_requires_abort()``; call ``abort_transaction()``.
         A retriable error (timeout) may be retried by calling ``commit_transaction()`` again."""
-        self._require_transactional("commit_transaction")
+        transactional_id = self._require_transactional("commit_transaction")
         deadline = _deadline(timeout if timeout is not None else self._txn_timeout_ms / 1000)
         with self._cond:
             self._raise_fatal()
@@ -666,12 +667,12 @@ class Producer:
                 if self._txn_error is not None:
                     raise KafkaException(self._txn_error)
                 self._txn_state = _COMMITTING
-        self._end_txn("commit", deadline)
+        self._end_txn(transactional_id, "commit", deadline)
 
     def abort_transaction(self, timeout: float | None = None) -> None:
         """Drop the records not sent yet, wait for those on their way, then abort: nothing of the
         transaction becomes visible to read_committed consumers, nor its offsets to the group."""
-        self._require_transactional("abort_transaction")
+        transactional_id = self._require_transactional("abort_transaction")
         deadline = _deadline(timeout if timeout is not None else self._txn_timeout_ms / 1000)
         with self._cond:
             self._raise_fatal()
@@ -694,13 +695,13 @@ class Producer:
                 if not self._reports:
                     self._cond.wait(remaining)
         self._serve()
-        self._end_txn("abort", deadline)
+        self._end_txn(transactional_id, "abort", deadline)
 
-    def _end_txn(self, result: str, deadline: float | None) -> None:
+    def _end_txn(self, transactional_id: str, result: str, deadline: float | None) -> None:
         with self._cond:
             pid, epoch = self._producer_id, self._producer_epoch
         answer = self._coordinator_call(
-            f"/v1/transactions/{segment(self._transactional_id)}/end",
+            f"/v1/transactions/{segment(transactional_id)}/end",
             {"producer_id": pid, "producer_epoch": epoch, "result": result}, _remaining(deadline),
             fatal_unless_retriable=True,
         )
@@ -733,15 +734,16 @@ class Producer:
                 raise KafkaException(err.with_flags(retriable=True))
             if err.code() in _FATAL_CODES or fatal_unless_retriable:
                 with self._cond:
-                    self._set_fatal(err)
-                    raise KafkaException(self._fatal)
+                    raise KafkaException(self._set_fatal(err))
             raise KafkaException(err)
 
-    def _require_transactional(self, call: str) -> None:
+    def _require_transactional(self, call: str) -> str:
+        """The transactional id, which every call of the transactional API needs."""
         if self._transactional_id is None:
             raise KafkaException(KafkaError(
                 KafkaError._NOT_CONFIGURED, f"{call}(): the transactional API requires transactional.id to be configured",
             ))
+        return self._transactional_id
 
     def _raise_fatal(self) -> None:
         if self._fatal is not None:

@@ -28,19 +28,20 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from enum import Enum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import orjson
+
+from app.domain.records import decode_bytes
+from txlog._http import Transport, segment
+from txlog.errors import KafkaError, KafkaException
+from txlog.message import b64
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128  # the server's checker may ask about many half messages at once
-from typing import Any
 
-import orjson
-
-from txlog._http import Transport, segment
-from app.domain.records import decode_bytes
-from txlog.errors import KafkaError, KafkaException
-from txlog.message import b64
 
 log = logging.getLogger("txlog.rocketmq")
 
@@ -114,7 +115,7 @@ class MessageExt(Message):
             topic=payload["topic"],
             body=decode(payload.get("value")),
             key=decode(payload.get("key")),
-            properties=properties,  # type: ignore[arg-type]
+            properties=properties,  # type: ignore[arg-type]  # a header sent without a value comes back as None
             partition=payload.get("partition"),
             transaction_id=payload.get("transaction_id"),
             producer_group=payload.get("producer_group", ""),
@@ -183,8 +184,8 @@ class CheckBackListener:
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        host = f"[{host}]" if ":" in str(host) else host
+        host, port = str(self._server.server_address[0]), self._server.server_port  # an IP server's: a str
+        host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{port}/"
 
     def check(self, msg: MessageExt) -> LocalTransactionState:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from app.domain.records import CONTROL_NAMES
 
@@ -14,21 +14,21 @@ from app.domain.records import CONTROL_NAMES
 def ts(ms: int | None, with_ms: bool = False) -> str:
     if ms is None:
         return "—"
-    dt = datetime.fromtimestamp(ms / 1000, timezone.utc)
+    dt = datetime.fromtimestamp(ms / 1000, UTC)
     return dt.strftime("%Y-%m-%d %H:%M:%S") + (f".{ms % 1000:03d}" if with_ms else "")
 
 
 def clock(ms: int | None, with_ms: bool = True) -> str:
     if ms is None:
         return "—"
-    dt = datetime.fromtimestamp(ms / 1000, timezone.utc)
+    dt = datetime.fromtimestamp(ms / 1000, UTC)
     return dt.strftime("%H:%M:%S") + (f".{ms % 1000:03d}" if with_ms else "")
 
 
 def iso(ms: int | None) -> str:
     if ms is None:
         return ""
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def duration(ms: int | float | None) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from api.admin.fmt import duration
 from app.domain.transactions import TxnEvent, TxnState
@@ -64,7 +64,7 @@ def partition_bar(p: PartitionStatus, scale: int) -> PartitionBar:
         widths[widest] -= excess  # the thin segments keep their minimum; the widest gives way
     segments: list[Segment] = []
     cursor = 0.0
-    for (lo, hi, cls, title), w in zip(present, widths):
+    for (_lo, _hi, cls, title), w in zip(present, widths):
         segments.append(Segment(round(cursor, 2), round(w, 2), cls, title))
         cursor += w
     hw_x = segments[-1].x + segments[-1].width if segments else 0.0
@@ -113,7 +113,7 @@ def nice_ceiling(value: float) -> float:
 
 
 def _hhmm(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%H:%M")
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%H:%M")
 
 
 def _rate_label(v: float) -> str:

@@ -96,6 +96,8 @@ def _records(items: Any, encoding: Encoding) -> list[NewRecord]:
     out = []
     utf8 = encoding == "utf8"
     new = tuple.__new__  # a NamedTuple's own constructor costs twice as much
+    k: bytes | None
+    v: bytes | None
     for i, r in enumerate(items):
         if type(r) is not dict:
             raise _Unusual
@@ -171,6 +173,8 @@ _NO_HEADER_LIST: list[Any] = []
 def _fetched_records(records: list[StoredRecord], encoding: Encoding) -> list[dict[str, Any]]:
     out = []
     utf8 = encoding == "utf8"
+    k: str | None
+    v: str | None
     for r in records:
         key, value = r.key, r.value
         headers = r.headers if r.header_keys else None

@@ -5,12 +5,20 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from api.v1 import half_message_schemas as s
 from api.auth import active, authorize, requires, visible
+from api.v1 import half_message_schemas as s
 from api.v1.responses import errors
 from app.domain.acls import Api
 from app.domain.half_messages import HalfMessage, ProducerGroup
-from app.domain.records import NewRecord, decode_bytes, encode_bytes, headers_from_object, headers_object, valid_text, validate_headers
+from app.domain.records import (
+    NewRecord,
+    decode_bytes,
+    encode_bytes,
+    headers_from_object,
+    headers_object,
+    valid_text,
+    validate_headers,
+)
 from app.services import Broker, half_messages
 
 router = APIRouter(prefix="/v1", tags=["half messages"])
@@ -125,10 +133,10 @@ def describe_half_message(transaction_id: str, request: Request, b: Broker = Dep
     return {
         **half_json(d.stored.msg),
         "encoding": enc,
-        "key": encode_bytes(r.key, enc),  # type: ignore[arg-type]
-        "value": encode_bytes(r.value, enc),  # type: ignore[arg-type]
+        "key": encode_bytes(r.key, enc),
+        "value": encode_bytes(r.value, enc),
         "headers": headers_object(r.headers),
-        "header_list": [{"key": k, "value": encode_bytes(v, enc)} for k, v in r.headers],  # type: ignore[arg-type]
+        "header_list": [{"key": k, "value": encode_bytes(v, enc)} for k, v in r.headers],
         "checks": [vars(c) for c in d.checks],
     }
 

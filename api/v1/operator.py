@@ -10,9 +10,9 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from api.auth import requires, visible
 from api.v1 import schemas as s
-from app.domain.acls import Api
 from api.v1.responses import errors
 from api.v1.routes import broker, txn_json
+from app.domain.acls import Api
 from app.services import Broker, inspect, transactions
 
 router = APIRouter(prefix="/v1")

@@ -5,22 +5,25 @@ from __future__ import annotations
 import time
 from typing import Awaitable, Callable, Literal
 
+import orjson
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
-import orjson
 from fastapi.responses import Response
 
 from api.auth import authorize, principal_of, requires, visible
 from api.metrics import DUPLICATES, RECORDS_APPENDED, TXN_ENDED
-from api.v1 import codec, schemas as s
+from api.v1 import codec
+from api.v1 import schemas as s
 from api.v1.responses import errors
 from app.domain.acls import Api, init_producer_api, produce_api
 from app.domain.groups import GroupOffset
 from app.domain.limits import long_poll_wait_ms
 from app.domain.partitioner import coordinator_partition
-from app.domain.records import valid_text
+from app.domain.records import Encoding, IsolationLevel, valid_text
 from app.domain.transactions import TxnEvent, TxnMetadata
-from app.services import Broker, fetch as fetch_service, groups, produce as produce_service, retention, topics, transactions
+from app.services import Broker, groups, retention, topics, transactions
+from app.services import fetch as fetch_service
+from app.services import produce as produce_service
 
 router = APIRouter(prefix="/v1")
 
@@ -199,8 +202,8 @@ async def fetch(
 
 
 async def fetch_page(
-    request: Request, topic: str, partition: int, offset: int, max_records: int, max_bytes: int, isolation_level: str,
-    encoding: str, wait_ms: int, run: Callable[..., Awaitable],
+    request: Request, topic: str, partition: int, offset: int, max_records: int, max_bytes: int,
+    isolation_level: IsolationLevel, encoding: Encoding, wait_ms: int, run: Callable[..., Awaitable],
 ) -> Response:
     """Fetch's answer; ``run(fn)`` runs ``fn`` in a worker thread (also served by ``api.v1.hot``)."""
     b: Broker = request.app.state.broker

@@ -103,7 +103,7 @@ def consume(
         consumer.assign([TopicPartition(topic, p, start if isinstance(start, int) else logical[start]) for p in partitions])
 
     shown = Progress("consumed", progress if progress is not None else (None if not sys.stdout.isatty() else False))
-    at_end: set[int] = set()
+    at_end: set[int | None] = set()  # partitions at their end (a message's partition() is typed optional)
     count = 0
     out = sys.stdout
     try:

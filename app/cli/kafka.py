@@ -7,27 +7,10 @@ import sys
 
 import click
 
-from app.cli.server import DATABASE_URL, refuse_open_listener, resolve_database_url
+from app.cli.listeners import refuse_open_gateway
+from app.cli.server import DATABASE_URL, resolve_database_url
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
-
-
-def refuse_open_gateway(listen: str, auth: str, insecure: bool) -> None:
-    """The gateway authenticates no one yet (no SASL): like an HTTP server without authentication
-    it listens on loopback only unless ``--insecure``; and with TXLOG_AUTH=token it would let any
-    client past the ACLs, so it then runs only with ``--insecure`` too."""
-    from api.kafka.server import parse_listen
-
-    try:
-        host, _ = parse_listen(listen)
-    except ValueError as exc:
-        raise click.UsageError(f"--listen: {exc}") from None
-    if auth != "none" and not insecure:
-        raise click.UsageError(
-            "refusing to run the Kafka gateway with TXLOG_AUTH=token: it has no SASL yet, so its clients would "
-            "bypass the principals' ACLs. Pass --insecure to run it anyway (on a trusted network)."
-        )
-    refuse_open_listener(host, False, insecure, "The Kafka gateway has no authentication yet (no SASL)")
 
 
 @click.command()
@@ -83,5 +66,5 @@ def kafka(
             broker.db.dispose()
     finally:
         if server is not None:
-            server.stop()  # type: ignore[attr-defined]
+            server.stop()
     return 0

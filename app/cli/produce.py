@@ -129,7 +129,7 @@ def produce(
     finally:
         producer.close(0)  # everything delivered is reported by now; what is not stays undelivered
         shown.finish()
-    summary = {
+    summary: dict[str, Any] = {
         "topic": topic,
         "records": deliveries.delivered,
         "failed": deliveries.failed,

@@ -6,6 +6,7 @@ jobs over its tables."""
 from __future__ import annotations
 
 import importlib
+from typing import ClassVar
 
 import click
 
@@ -24,7 +25,7 @@ class Commands(click.Group):
     """The commands, those of ``LAZY`` imported only when named (``spark`` brings SQLAlchemy and the
     Spark helpers, which the client commands do not need)."""
 
-    LAZY = {"spark": ("spark.cli", "spark")}
+    LAZY: ClassVar[dict[str, tuple[str, str]]] = {"spark": ("spark.cli", "spark")}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *self.LAZY])

@@ -8,7 +8,7 @@ within a second."""
 from __future__ import annotations
 
 import json
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import click
 
@@ -16,10 +16,13 @@ from app.cli.server import DATABASE_URL, resolve_database_url
 from app.domain.acls import CLUSTER_NAME, AclBinding, Operation, PatternType, PermissionType, ResourceType, principal_name
 from app.errors import TxlogError
 
+if TYPE_CHECKING:
+    from app.storage.db import Database
+
 JSON = click.option("--json", "as_json", is_flag=True, help="JSON instead of a table")
 
 
-def _database(url: str | None):  # type: ignore[no-untyped-def]
+def _database(url: str | None) -> Database:
     from app.storage.db import Database
 
     resolved, _ = resolve_database_url(url)
@@ -36,7 +39,7 @@ def _ms(value: int | None) -> str:
         return "-"
     import datetime
 
-    return datetime.datetime.fromtimestamp(value / 1000, tz=datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.fromtimestamp(value / 1000, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # --- principals -----------------------------------------------------------------------------------
@@ -110,7 +113,7 @@ def principals_revoke(name: str, database_url: str | None) -> int:
 
 # --- ACLs -----------------------------------------------------------------------------------------
 
-def _resource_options(f):  # type: ignore[no-untyped-def]
+def _resource_options(f: Callable[..., int]) -> Callable[..., int]:
     for option in reversed([
         click.option("--allow-principal", multiple=True, metavar="P", help="principal allowed (User:NAME, NAME or *)"),
         click.option("--deny-principal", multiple=True, metavar="P", help="principal denied (a DENY wins over every ALLOW)"),
@@ -172,11 +175,11 @@ def acls() -> None:
 
 @acls.command("add")
 @_resource_options
-def acls_add(database_url: str | None, **selection: object) -> int:
+def acls_add(database_url: str | None, **selection: Any) -> int:
     """Add ACLs: every principal named × every resource × every operation."""
     from app.services import security
 
-    bindings = list(_bindings(**selection))  # type: ignore[arg-type]
+    bindings = list(_bindings(**selection))
     db = _database(database_url)
     try:
         added = security.add_acls(db, bindings)
@@ -191,11 +194,11 @@ def acls_add(database_url: str | None, **selection: object) -> int:
 
 @acls.command("remove")
 @_resource_options
-def acls_remove(database_url: str | None, **selection: object) -> int:
+def acls_remove(database_url: str | None, **selection: Any) -> int:
     """Remove exactly the ACLs named as `acls add` would add them."""
     from app.services import security
 
-    bindings = list(_bindings(**selection))  # type: ignore[arg-type]
+    bindings = list(_bindings(**selection))
     db = _database(database_url)
     try:
         removed = security.remove_acls(db, bindings)

@@ -3,17 +3,22 @@ directly (every other command is a client of the HTTP API)."""
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+from typing import TYPE_CHECKING
 
 import click
 
+from app.cli.listeners import refuse_open_gateway, refuse_open_listener
 
-def resolve_database_url(given: str | None) -> tuple[str, object | None]:
+if TYPE_CHECKING:
+    from app.storage.embedded import EmbeddedPostgres
+
+
+def resolve_database_url(given: str | None) -> tuple[str, EmbeddedPostgres | None]:
     """The database URL to use (``given``, else ``$TXLOG_DATABASE_URL``, else the embedded
     server's, started if needed) and, when it is the embedded server, the server object."""
     from app.config import load_settings
@@ -82,8 +87,6 @@ def serve(
         "Set TXLOG_AUTH=token (or --auth token) and create principals with `txlog principals create`",
     )
     if kafka:
-        from app.cli.kafka import refuse_open_gateway
-
         refuse_open_gateway(settings.kafka_listen, auth, insecure)
     os.environ["TXLOG_AUTH"] = auth  # workers read their settings from the environment
     url, server = resolve_database_url(database_url)
@@ -120,7 +123,7 @@ def serve(
         if gateway is not None:
             _stop_gateway(gateway)
         if server is not None:
-            server.stop()  # type: ignore[attr-defined]
+            server.stop()
     return 0
 
 
@@ -138,25 +141,6 @@ def _stop_gateway(gateway: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             gateway.kill()
             gateway.wait()
-
-
-def refuse_open_listener(host: str, authenticated: bool, insecure: bool, remedy: str) -> None:
-    """The rule of every listener: without authentication, loopback only, unless ``--insecure``."""
-    if not authenticated and not insecure and not is_loopback_host(host):
-        raise click.UsageError(
-            f"refusing to serve {host} without authentication: anyone who can reach it could read and write "
-            f"every topic. {remedy}, or pass --insecure to serve it open anyway."
-        )
-
-
-def is_loopback_host(host: str) -> bool:
-    """``localhost`` or a loopback address (127.0.0.0/8, ::1): reachable only from this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:

@@ -72,10 +72,12 @@ class _Reader:
         return piece
 
     def int16(self) -> int:
-        return _INT16.unpack(self._take(2))[0]
+        value: int = _INT16.unpack(self._take(2))[0]
+        return value
 
     def int32(self) -> int:
-        return _INT32.unpack(self._take(4))[0]
+        value: int = _INT32.unpack(self._take(4))[0]
+        return value
 
     def string(self, nullable: bool = False) -> str | None:
         length = self.int16()

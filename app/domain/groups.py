@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Iterable, Mapping, NamedTuple, Protocol, Sequence, TypeVar, Union
+from typing import Any, Iterable, Mapping, NamedTuple, Protocol, Sequence, TypeVar, Union
 
 from app.errors import ErrorCode, TxlogError
 
@@ -332,7 +332,7 @@ class CancelTimer:
     timer: Timer
 
 
-Effect = Union[Park, AnswerJoin, AnswerSync, ArmTimer, CancelTimer]
+Effect = Park | AnswerJoin | AnswerSync | ArmTimer | CancelTimer
 
 
 @dataclass(frozen=True)
@@ -389,7 +389,7 @@ def sync_error(error: ErrorCode) -> SyncResult:
 # --- small steps over a group; ``fx`` collects the effects of the one event being computed ----------
 
 
-def _transition(group: Group, to: GroupState, now: int, **changes: object) -> Group:
+def _transition(group: Group, to: GroupState, now: int, **changes: Any) -> Group:
     check_transition(group.state, to)
     return dataclasses.replace(group, state=to, state_since_ms=now, **changes)
 
@@ -525,7 +525,7 @@ def _complete_join(group: Group, now: int, config: GroupConfig, fx: list[Effect]
     for m in list(group.members.values()):
         if m.waiting is not Waiting.JOIN and m.group_instance_id is None:
             group = _remove(group, m.member_id, fx)
-    if group.members and group.members[group.leader_id].waiting is not Waiting.JOIN:  # type: ignore[index]
+    if group.members and group.members[group.leader_id].waiting is not Waiting.JOIN:  # type: ignore[index]  # a group with members has a leader
         joined = next((mid for mid, m in group.members.items() if m.waiting is Waiting.JOIN), None)
         if joined is None:
             # Only static members that have not rejoined: wait another rebalance timeout for them

@@ -15,10 +15,19 @@ them where records, topics and transactions come in, whatever the way in.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Protocol, Sequence
 
-from app.domain.records import NewRecord, record_size, record_sizes
+from app.domain.records import Header, NewRecord, record_size, record_sizes
 from app.errors import ErrorCode, TxlogError
+
+
+class RecordLimitSettings(Protocol):
+    """The settings ``RecordLimits`` are read from (``app.config.Settings``)."""
+
+    max_batch_records: int
+    max_key_bytes: int
+    max_value_bytes: int
+    max_header_bytes: int
 
 
 @dataclass(frozen=True)
@@ -31,7 +40,7 @@ class RecordLimits:
     max_header_bytes: int = 65_536
 
     @classmethod
-    def from_settings(cls, settings) -> "RecordLimits":  # type: ignore[no-untyped-def]
+    def from_settings(cls, settings: RecordLimitSettings) -> "RecordLimits":
         return cls(settings.max_batch_records, settings.max_key_bytes, settings.max_value_bytes, settings.max_header_bytes)
 
 
@@ -53,7 +62,9 @@ def checked_record_sizes(records: Sequence[NewRecord], limits: RecordLimits) -> 
     return sizes
 
 
-def check_record(key: bytes | None, value: bytes | None, headers, limits: RecordLimits, what: str = "the record") -> None:  # type: ignore[no-untyped-def]
+def check_record(
+    key: bytes | None, value: bytes | None, headers: Iterable[Header] | None, limits: RecordLimits, what: str = "the record"
+) -> None:
     """MESSAGE_TOO_LARGE when the record's key, value or headers (keys and values together) are
     larger than their limit."""
     for part, size, limit in (

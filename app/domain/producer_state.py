@@ -5,7 +5,6 @@ ProducerAppendInfo. Pure functions over frozen values; storage persists the resu
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Union
 
 from app.errors import ErrorCode, TxlogError
 
@@ -65,7 +64,7 @@ class Duplicate:
     batch: BatchMetadata
 
 
-AppendDecision = Union[Append, Duplicate]
+AppendDecision = Append | Duplicate
 
 
 def fenced(current_epoch: int, epoch: int, reason: str = "newer_epoch", since: str | None = None) -> TxlogError:

@@ -10,12 +10,12 @@ state exactly. Time is passed in as ``now`` (epoch milliseconds).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
-from typing import Iterable, Literal
+from typing import Any, Iterable, Literal
 
-from app.errors import ErrorCode, TxlogError
 from app.domain.producer_state import MAX_EPOCH, fenced
+from app.errors import ErrorCode, TxlogError
 
 TopicPartition = tuple[str, int]
 Result = Literal["commit", "abort"]
@@ -133,11 +133,11 @@ def apply(meta: TxnMetadata | None, event: TxnEvent) -> TxnMetadata:
         raise ValueError(f"event version {event.version} does not follow {meta.version}")
     to = event.to_state
     starts_new = starts_transaction(meta, event)
-    if resets_members(meta, event):
+    if meta is None or resets_members(meta, event):
         partitions: tuple[TopicPartition, ...] = ()
         groups: tuple[str, ...] = ()
     else:
-        partitions, groups = meta.partitions, meta.groups  # type: ignore[union-attr]
+        partitions, groups = meta.partitions, meta.groups
     partitions = tuple(sorted(set(partitions) | set(event.partitions_added)))
     groups = tuple(sorted(set(groups) | set(event.groups_added)))
     epoch_changed = meta is None or (meta.producer_id, meta.producer_epoch) != (event.producer_id, event.producer_epoch)
@@ -155,7 +155,7 @@ def apply(meta: TxnMetadata | None, event: TxnEvent) -> TxnMetadata:
         timeout_ms=event.timeout_ms,
         version=event.version,
         updated_at_ms=event.at_ms,
-        epoch_changed_at_ms=event.at_ms if epoch_changed else meta.epoch_changed_at_ms,
+        epoch_changed_at_ms=event.at_ms if epoch_changed or meta is None else meta.epoch_changed_at_ms,
         started_at_ms=started,
         partitions=partitions,
         groups=groups,
@@ -186,9 +186,9 @@ def replay(events: Iterable[TxnEvent]) -> TxnMetadata | None:
     return meta
 
 
-def _event(meta: TxnMetadata, to: TxnState, now: int, **changes: object) -> TxnEvent:
+def _event(meta: TxnMetadata, to: TxnState, now: int, **changes: Any) -> TxnEvent:
     check_transition(meta.state, to)
-    base = dict(
+    base: dict[str, Any] = dict(
         transactional_id=meta.transactional_id,
         version=meta.version + 1,
         from_state=meta.state,
@@ -203,7 +203,7 @@ def _event(meta: TxnMetadata, to: TxnState, now: int, **changes: object) -> TxnE
         transaction_version=meta.transaction_version,
     )
     base.update(changes)
-    return TxnEvent(**base)  # type: ignore[arg-type]
+    return TxnEvent(**base)
 
 
 def needs_new_producer_id(epoch: int) -> bool:
@@ -403,7 +403,7 @@ def check_init_producer(meta: TxnMetadata, producer_id: int, producer_epoch: int
 
 
 def fenced_error(meta: TxnMetadata, producer_epoch: int, reason: FenceReason | None = None) -> TxlogError:
-    since = datetime.fromtimestamp(meta.epoch_changed_at_ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
+    since = datetime.fromtimestamp(meta.epoch_changed_at_ms / 1000, UTC).isoformat(timespec="milliseconds")
     if reason is None:
         # The epoch just before the current one knows exactly why it was superseded: the server
         # or an operator ended its transaction (fence_reason), or its producer's own EndTxn did.

@@ -17,7 +17,7 @@ class Broker:
 
     db: Database
     settings: Settings
-    clock: Callable[[], int] = field(default=None)  # type: ignore[assignment]
+    clock: Callable[[], int] = field(default=None)  # type: ignore[assignment]  # None: __post_init__ puts the database's
     # Per-process machinery services keep across calls, by name (the produce service's group commit).
     extensions: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 

@@ -69,7 +69,7 @@ def fetch(
         scan_end = fetch_scan_end(offset, upper, max_records)
         rows = log_store.records_fetch(conn, topic, partition, offset, scan_end, max_records + 1, committed) if offset < scan_end else []
     # The property's getter mapped: no generator frame resumed per record (a 1000-record page).
-    count, truncated = take_within_limits(map(StoredRecord.size.fget, rows), max_records, max_bytes)  # type: ignore[attr-defined]
+    count, truncated = take_within_limits(map(StoredRecord.size.fget, rows), max_records, max_bytes)  # type: ignore[attr-defined]  # a property, typed as its value
     rows = rows[:count]
     next_offset = next_offset_after_fetch(rows[-1].offset if rows else None, scan_end, truncated, offset)
     return FetchResult(
@@ -128,8 +128,11 @@ def fetch_log(
         rows.pop()  # the one row that starts inside the budget but does not end in it
     aborted = None
     if committed:
-        aborted = sorted({(r.producer_id, r.txn_first_offset) for r in rows if r.aborted}, key=lambda a: (a[1], a[0]))  # type: ignore[arg-type, return-value]
-    return LogPage(topic, partition, rows, aborted, status.high_watermark, status.last_stable_offset, status.log_start_offset)
+        aborted = sorted({(r.producer_id, r.txn_first_offset) for r in rows if r.aborted}, key=lambda a: (a[1], a[0]))
+    return LogPage(
+        topic, partition, rows, aborted,  # type: ignore[arg-type]  # aborted rows are transactional: producer id and first offset set
+        status.high_watermark, status.last_stable_offset, status.log_start_offset,
+    )
 
 
 def partition_statuses(broker: Broker, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], PartitionStatus]:
@@ -176,7 +179,7 @@ def list_offsets(
     return out
 
 
-def _record_for_time(conn, status: PartitionStatus, timestamp: int) -> tuple[int, int] | None:  # type: ignore[no-untyped-def]
+def _record_for_time(conn, status: PartitionStatus, timestamp: int) -> tuple[int, int] | None:
     """(offset, timestamp) of the record a ListOffsets by ``timestamp`` (or MAX_TIMESTAMP) finds."""
     topic, partition = status.topic, status.partition
     if timestamp == MAX_TIMESTAMP:

@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 import orjson
+from sqlalchemy.engine import Connection
 
 from app import faults
 from app.domain import half_messages as hm
@@ -42,12 +43,11 @@ from app.domain.half_messages import (
     Repeated,
 )
 from app.domain.limits import RecordLimits, check_record
-from app.domain.records import NewRecord, encode_bytes, headers_object
+from app.domain.records import Encoding, NewRecord, encode_bytes, headers_object
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, produce
 from app.storage import half_messages as q
 from app.storage.half_messages import CheckRecord, StoredHalfMessage
-from sqlalchemy.engine import Connection
 
 log = logging.getLogger("txlog.half_messages")
 
@@ -105,7 +105,7 @@ def send_half_message(
     topic: str,
     partition: int | None,
     record: NewRecord,
-    encoding: str = "utf8",
+    encoding: Encoding = "utf8",
     transaction_id: str | None = None,
 ) -> HalfMessage:
     """Store a half message, invisible to every reader and outside its partition. Without a
@@ -247,10 +247,10 @@ def check_payload(stored: StoredHalfMessage, check_no: int) -> dict[str, Any]:
         "topic": m.topic,
         "partition": m.partition,
         "encoding": enc,
-        "key": encode_bytes(r.key, enc),  # type: ignore[arg-type]
-        "value": encode_bytes(r.value, enc),  # type: ignore[arg-type]
+        "key": encode_bytes(r.key, enc),
+        "value": encode_bytes(r.value, enc),
         "headers": headers_object(r.headers),
-        "header_list": [{"key": k, "value": encode_bytes(v, enc)} for k, v in r.headers],  # type: ignore[arg-type]
+        "header_list": [{"key": k, "value": encode_bytes(v, enc)} for k, v in r.headers],
         "timestamp_ms": m.created_at_ms,
         "check_count": check_no,
     }

@@ -56,7 +56,7 @@ def bucket_bounds(now_ms: int, buckets: int = RATE_BUCKETS, width_ms: int = RATE
     return [current - (buckets - 1 - i) * width_ms for i in range(buckets)] + [now_ms]
 
 
-def _record_rate(conn, now_ms: int, topic: str | None = None, partition: int | None = None) -> list[RatePoint]:  # type: ignore[no-untyped-def]
+def _record_rate(conn, now_ms: int, topic: str | None = None, partition: int | None = None) -> list[RatePoint]:
     bounds = bucket_bounds(now_ms)
     # The last bucket includes records stamped exactly now.
     offsets = log_store.partition_offsets_at(conn, bounds[:-1] + [now_ms + 1], topic, partition)
@@ -104,7 +104,7 @@ class Alert:
         return self.transactional_id is not None and self.state in OPEN_STATES
 
 
-def _alerts(conn, now_ms: int) -> list[Alert]:  # type: ignore[no-untyped-def]
+def _alerts(conn, now_ms: int) -> list[Alert]:
     overdue = transactions_store.txns_overdue(conn, now_ms, now_ms - PREPARED_ALERT_MS)
     holders = admin_reads.lso_holders(conn)
     by_key: dict[object, dict] = {}
@@ -249,10 +249,10 @@ def browse_partition(
         common = dict(include_control=mode == "all", include_aborted=mode != "read_committed")
         if offset is not None:
             start = min(max(offset, status.log_start_offset), upper)
-            records = admin_reads.records_page(conn, topic, partition, start, upper, limit, **common)  # type: ignore[arg-type]
+            records = admin_reads.records_page(conn, topic, partition, start, upper, limit, **common)
         else:
             end = upper if before is None else min(max(before, status.log_start_offset), upper)
-            records = admin_reads.records_page(conn, topic, partition, status.log_start_offset, end, limit, backwards=True, **common)  # type: ignore[arg-type]
+            records = admin_reads.records_page(conn, topic, partition, status.log_start_offset, end, limit, backwards=True, **common)
         rate = _record_rate(conn, now, topic, partition)
     first = records[0].offset if records else None
     last = records[-1].offset if records else None
@@ -362,7 +362,7 @@ def transaction_detail(broker: Broker, transactional_id: str, events_limit: int 
         events = transactions_store.txn_events(conn, transactional_id, events_limit)
         pending = groups_store.pending_offsets_of_txn(conn, transactional_id)
         states = {(s["topic"], s["partition"]): s for s in admin_reads.producer_states_by_id(conn, meta.producer_id)} if meta.partitions else {}
-        statuses = {}
+        statuses: dict[tuple[str, int], PartitionStatus | None] = {}  # None: the partition is gone
         for topic, partition in meta.partitions:
             try:
                 statuses[(topic, partition)] = log_store.partition_status(conn, topic, partition)

@@ -37,7 +37,7 @@ class Subscription:
     async def wait(self, timeout: float) -> bool:
         try:
             await asyncio.wait_for(self._event.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         self._event.clear()
         return True

@@ -170,7 +170,7 @@ def ensure_admin_principal(db: Database, token: str) -> None:
     with db.transaction() as conn:
         current = sql.principal_get(conn, ADMIN_PRINCIPAL)
         unchanged = current is not None and current.token_id == token_id and current.revoked_at_ms is None
-        if unchanged and hmac.compare_digest(current.token_hash, token_hash(token_id, secret)):  # type: ignore[union-attr]
+        if unchanged and hmac.compare_digest(current.token_hash, token_hash(token_id, secret)):  # type: ignore[union-attr]  # unchanged: it exists
             changed = False
         else:
             changed = sql.principal_put(conn, ADMIN_PRINCIPAL, token_id, token_hash(token_id, secret))

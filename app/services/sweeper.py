@@ -19,13 +19,14 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from sqlalchemy.engine import Connection
+
 from app.domain import transactions as txn
 from app.domain.transactions import TxnMetadata, TxnState
 from app.errors import TxlogError
 from app.services import Broker, coordinator, retention
 from app.storage import producers as producers_store
 from app.storage import transactions as transactions_store
-from sqlalchemy.engine import Connection
 
 log = logging.getLogger("txlog.sweeper")
 

@@ -15,7 +15,7 @@ type's oid; per dimension its length and lower bound (1); then each element as a
 from __future__ import annotations
 
 import struct
-from typing import Sequence
+from typing import Sequence, TypeVar
 
 from psycopg import adapters
 from psycopg.adapt import Dumper
@@ -51,6 +51,9 @@ class Int8Array(PackedArray):
     pass
 
 
+_A = TypeVar("_A", bound=PackedArray)
+
+
 def _register(cls: type[PackedArray], array_oid: int) -> None:
     class _Dumper(Dumper):
         format = Format.BINARY
@@ -68,7 +71,7 @@ _register(Int4Array, 1007)
 _register(Int8Array, 1016)
 
 
-def _varlena(cls: type[PackedArray], oid: int, items: Sequence[bytes | None]) -> PackedArray:
+def _varlena(cls: type[_A], oid: int, items: Sequence[bytes | None]) -> _A:
     packed = native.array(oid, 0, items) if native else None
     if packed is not None:
         return cls(packed)
@@ -81,24 +84,24 @@ def _varlena(cls: type[PackedArray], oid: int, items: Sequence[bytes | None]) ->
         parts[2::2] = [b"" if item is None else item for item in items]
         parts[0] = _HEADER.pack(1, 1, oid, n, 1)
     else:
-        parts[1::2] = map(_LENGTH, map(len, items))  # type: ignore[arg-type]
-        parts[2::2] = items  # type: ignore[assignment]
+        parts[1::2] = map(_LENGTH, map(len, items))  # type: ignore[arg-type]  # no None among them: the branch above took those
+        parts[2::2] = items  # type: ignore[assignment]  # no None among them, as above
         parts[0] = _HEADER.pack(1, 0, oid, n, 1)
     return cls(b"".join(parts))
 
 
 def bytea_array(items: Sequence[bytes | None]) -> ByteaArray:
-    return _varlena(ByteaArray, _BYTEA, items)  # type: ignore[return-value]
+    return _varlena(ByteaArray, _BYTEA, items)
 
 
 def text_array(items: Sequence[str | None]) -> TextArray:
-    return _varlena(TextArray, _TEXT, [None if s is None else s.encode() for s in items])  # type: ignore[return-value]
+    return _varlena(TextArray, _TEXT, [None if s is None else s.encode() for s in items])
 
 
 _FIXED: dict[tuple[str, int], struct.Struct] = {}
 
 
-def _fixed(cls: type[PackedArray], oid: int, code: str, width: int, items: Sequence[int | None]) -> PackedArray:
+def _fixed(cls: type[_A], oid: int, code: str, width: int, items: Sequence[int | None]) -> _A:
     packed = native.array(oid, width, items) if native else None
     if packed is not None:
         return cls(packed)
@@ -106,7 +109,7 @@ def _fixed(cls: type[PackedArray], oid: int, code: str, width: int, items: Seque
     if not n:
         return cls(_EMPTY.pack(0, 0, oid))
     if None in items:
-        if items.count(None) == n:  # type: ignore[attr-defined]
+        if items.count(None) == n:
             body = _NULL * n
         else:
             body = b"".join(_NULL if v is None else _LENGTH(width) + struct.pack(">" + code, v) for v in items)
@@ -117,13 +120,13 @@ def _fixed(cls: type[PackedArray], oid: int, code: str, width: int, items: Seque
         if len(_FIXED) < 4096:
             _FIXED[(code, n)] = packer
     values: list[int] = [width] * (2 * n)
-    values[1::2] = items
+    values[1::2] = items  # type: ignore[assignment]  # no None among them: the branch above took those
     return cls(_HEADER.pack(1, 0, oid, n, 1) + packer.pack(*values))
 
 
 def int4_array(items: Sequence[int | None]) -> Int4Array:
-    return _fixed(Int4Array, _INT4, "i", 4, items)  # type: ignore[return-value]
+    return _fixed(Int4Array, _INT4, "i", 4, items)
 
 
 def int8_array(items: Sequence[int | None]) -> Int8Array:
-    return _fixed(Int8Array, _INT8, "q", 8, items)  # type: ignore[return-value]
+    return _fixed(Int8Array, _INT8, "q", 8, items)

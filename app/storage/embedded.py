@@ -26,7 +26,7 @@ DATABASE = "txlog"
 SUPERUSER = "postgres"
 
 
-def _pgserver_utils():  # type: ignore[no-untyped-def]
+def _pgserver_utils():
     """The wheel's helpers module (its package import warns about XDG_RUNTIME_DIR; harmless)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

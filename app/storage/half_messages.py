@@ -11,7 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from app.domain.half_messages import DecidedBy, HalfMessage, HalfState, ProducerGroup
-from app.domain.records import Headers, NewRecord
+from app.domain.records import Encoding, Headers, NewRecord
 
 
 def _ms(col: str) -> str:
@@ -73,7 +73,7 @@ class StoredHalfMessage:
 
     msg: HalfMessage
     record: NewRecord
-    encoding: str
+    encoding: Encoding  # as it was accepted: utf8 or base64
 
 
 _HALF_COLUMNS = f"""

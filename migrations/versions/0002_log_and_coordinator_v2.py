@@ -6,8 +6,8 @@ Revision ID: 0002
 Revises: 0001
 Create Date: 2026-11-23
 """
-from alembic import context, op
 import sqlalchemy as sa
+from alembic import context, op
 from sqlalchemy.dialects import postgresql
 
 revision = '0002'

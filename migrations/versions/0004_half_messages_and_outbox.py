@@ -6,8 +6,8 @@ Revision ID: 0004
 Revises: 0003
 Create Date: 2026-11-24
 """
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = '0004'

@@ -4,8 +4,8 @@ Revision ID: 0007
 Revises: 0006
 Create Date: 2026-11-24
 """
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = '0007'

@@ -7,7 +7,16 @@ import pytest
 from starlette.requests import Request
 
 from api.admin import svg
-from api.admin.auth import CLUSTER, SESSION_COOKIE, Action, Principal, Resource, SessionSigner, TokenAuthorizer, is_loopback_connection
+from api.admin.auth import (
+    CLUSTER,
+    SESSION_COOKIE,
+    Action,
+    Principal,
+    Resource,
+    SessionSigner,
+    TokenAuthorizer,
+    is_loopback_connection,
+)
 from api.admin.deps import parse_duration_ms
 from api.admin.fmt import duration, show_bytes
 from app.domain.log import PartitionStatus

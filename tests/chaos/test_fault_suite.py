@@ -401,7 +401,7 @@ def check(db_url: str, url: str, load: Load, in_end: dict[int, int], committed_o
 
     # The output as read_committed: each input record transformed exactly once, nothing else.
     sources: dict[str, str] = {}
-    for p, records in committed_out.items():
+    for records in committed_out.values():
         for r in records:
             source = r["headers"].get("source")
             assert source not in sources, f"input {source} transformed twice"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.server
 import threading
+from typing import ClassVar
 
 import httpx
 import psycopg
@@ -89,7 +90,7 @@ def test_exit_codes_tell_server_errors_usage_and_an_unreachable_server_apart(txl
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):
-    seen: list[tuple[str, str | None]] = []
+    seen: ClassVar[list[tuple[str, str | None]]] = []
 
     def do_GET(self) -> None:  # noqa: N802 — the standard library's name
         _Recorder.seen.append((self.path, self.headers.get("Authorization")))

@@ -134,7 +134,7 @@ def test_bytes_headers_and_timestamps_arrive_exactly(server, topic_name):
     p.flush(30)
     p.close()
     assert reports.errors == []
-    first, second = (m for _, m in reports.items)
+    first, _second = (m for _, m in reports.items)
     assert first.timestamp() == (1, 1_700_000_000_123)
     assert first.headers() == [("h", b"\x00\xff"), ("h", None), ("text", "caf\u00e9".encode())]
     log = read_partition(server.url, topic_name, 0, "read_uncommitted")
@@ -214,7 +214,7 @@ def test_abort_drops_records_not_sent_yet(server, topic_name):
     p = Producer({"url": server.url, "transactional.id": _tid(), "linger.ms": 60_000, "on_delivery": reports})
     p.init_transactions()
     p.begin_transaction()
-    for i in range(5):
+    for _i in range(5):
         p.produce(topic_name, value=b"never")
     p.abort_transaction()
     assert [e.code() for e in reports.errors] == [KafkaError._PURGE_QUEUE] * 5

@@ -6,14 +6,15 @@ from __future__ import annotations
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+import orjson
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128  # the server's checker may ask about many half messages at once
-from typing import Callable
 
-import orjson
 
 # What to do with one check-back: (HTTP status, body, seconds to wait before answering).
 Behaviour = Callable[[dict], tuple[int, bytes, float]]

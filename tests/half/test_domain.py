@@ -14,9 +14,11 @@ from app.domain.half_messages import (
     GiveUp,
     HalfMessage,
     HalfState,
-    LocalTransactionState as L,
     ProducerGroup,
     Repeated,
+)
+from app.domain.half_messages import (
+    LocalTransactionState as L,
 )
 from app.errors import ErrorCode, TxlogError
 

@@ -19,7 +19,8 @@ import pytest
 from tests.conftest import fresh_database
 from tests.half.endpoint import Endpoint, answer
 from tests.support import ROOT, ServerProcess, wait_until
-from txlog.rocketmq import CheckBackListener, LocalTransactionState as S, Message, MessageExt, TransactionListener, TransactionProducer
+from txlog.rocketmq import CheckBackListener, Message, MessageExt, TransactionListener, TransactionProducer
+from txlog.rocketmq import LocalTransactionState as S
 
 CHECKER = {"TXLOG_HALF_CHECK_POLL_INTERVAL_MS": "100", "TXLOG_HALF_CHECK_TIMEOUT_MS": "2000"}
 KNOBS = {"check_interval_ms": 150, "check_immunity_ms": 300, "max_checks": 4}

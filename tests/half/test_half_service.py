@@ -17,7 +17,8 @@ from app.domain.half_messages import HalfState
 from app.domain.partitioner import partition_for_key
 from app.domain.records import NewRecord
 from app.errors import ErrorCode, TxlogError
-from app.services import Broker, fetch, half_messages as hs, topics
+from app.services import Broker, fetch, topics
+from app.services import half_messages as hs
 from app.storage.db import libpq_url
 from tests.conftest import make_broker
 from tests.half.endpoint import Endpoint, answer

@@ -5,7 +5,6 @@ under concurrent applications and drainers; a long application transaction holds
 
 from __future__ import annotations
 
-import os
 import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +16,6 @@ import sqlalchemy as sa
 
 from app.domain.partitioner import murmur2, partition_for_key
 from app.domain.records import NewRecord
-from app.errors import ErrorCode, TxlogError
 from app.services import Broker, fetch, outbox, produce, topics
 from app.storage.db import libpq_url
 from tests.conftest import make_broker
@@ -90,7 +88,7 @@ def test_committed_rows_are_appended_once_with_their_headers_and_send_time_then_
     k_partition = partition_for_key(b"k", 3)
     r1 = fetch.fetch(b, TOPIC, k_partition, 0, 10, 10**6, "read_committed").records
     r2 = fetch.fetch(b, TOPIC, 2, 0, 10, 10**6, "read_committed").records
-    first = [r for r in r1 if r.value == b"v1"][0]
+    first = next(r for r in r1 if r.value == b"v1")
     assert first.headers == (("a", None), ("b", b"2")) and first.timestamp_ms == sent_at[0][0]
     assert [r.headers for r in r2 if r.value == b"v2"] == [(("x", b"1"), ("x", None))]
     with app_conn(b) as conn:
@@ -223,7 +221,7 @@ def test_concurrent_applications_and_drainers_append_each_committed_row_once_in_
         for p in range(3):
             mine = [position[v][1] for q, v in rows if q == p]
             assert mine == sorted(mine)
-    for began_a, done_a, _, rows_a in commits:  # committed before the other began: comes first
+    for _began_a, done_a, _, rows_a in commits:  # committed before the other began: comes first
         for began_b, _, _, rows_b in commits:
             if done_a < began_b:
                 for p in range(3):

@@ -14,7 +14,8 @@ from app.domain.partitioner import partition_for_key
 from app.domain.records import NewRecord, headers_from_object
 from app.errors import ErrorCode, TxlogError
 from app.services import fetch as fetch_service
-from app.services import groups, produce as produce_service, topics
+from app.services import groups, topics
+from app.services import produce as produce_service
 from app.services.produce import ProduceRequest
 from app.storage.db import driver
 from tests.conftest import make_broker

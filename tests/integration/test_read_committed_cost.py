@@ -6,13 +6,13 @@ one with thousands, and thousands of producers."""
 
 from __future__ import annotations
 
+from sqlalchemy import text
+
 from app.domain.records import NewRecord
 from app.services import fetch as fetch_service
 from app.services import topics
 from app.services.produce import ProduceRequest, produce
 from app.services.transactions import init_producer_id
-from sqlalchemy import text
-
 from tests.integration.test_log import _explain, _statements_of
 from tests.integration.test_transactions import Producer, status
 

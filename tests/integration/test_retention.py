@@ -18,7 +18,8 @@ from app.domain.log import PartitionStatus
 from app.domain.records import NewRecord, record_size
 from app.domain.retention import MAX_LONG
 from app.errors import ErrorCode
-from app.services import Broker, fetch as fetch_service, groups, inspect, retention, sweeper, topics
+from app.services import Broker, groups, inspect, retention, sweeper, topics
+from app.services import fetch as fetch_service
 from app.services import produce as produce_service
 from app.services.produce import ProduceRequest
 from app.storage import log as log_store

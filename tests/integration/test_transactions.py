@@ -18,9 +18,8 @@ from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT, NewRecord
 from app.domain.transactions import TxnState
 from app.errors import ErrorCode, TxlogError
 from app.services import fetch as fetch_service
-from app.services import groups
+from app.services import groups, topics, transactions
 from app.services import produce as produce_service
-from app.services import topics, transactions
 from app.services.produce import ProduceRequest
 from app.storage import log as log_store
 from tests import storage_helpers

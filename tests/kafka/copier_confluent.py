@@ -31,8 +31,15 @@ import time
 from typing import Any, Callable, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-
-from copier_common import FATAL, WATCHDOG, arguments, crash_if_due, log, pause_before_commit, watched  # a sibling: the copier runs as a script
+from copier_common import (  # a sibling: the copier runs as a script
+    FATAL,
+    WATCHDOG,
+    arguments,
+    crash_if_due,
+    log,
+    pause_before_commit,
+    watched,
+)
 
 T = TypeVar("T")
 CALL_TIMEOUT_S = 10  # below the watchdog's STUCK_AFTER_S

@@ -24,10 +24,18 @@ import argparse
 import sys
 import time
 
-from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
+from copier_common import (  # a sibling: the copier runs as a script
+    FATAL,
+    WATCHDOG,
+    arguments,
+    crash_if_due,
+    log,
+    pause_before_commit,
+    watched,
+)
 from kafka.errors import KafkaError, ProducerFencedError
 
-from copier_common import FATAL, WATCHDOG, arguments, crash_if_due, log, pause_before_commit, watched  # a sibling: the copier runs as a script
+from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 
 # Reconnect to a restarted gateway within a second, not after kafka-python's backoff of up to 30 s.
 RECONNECT = {"reconnect_backoff_ms": 50, "reconnect_backoff_max_ms": 1000}

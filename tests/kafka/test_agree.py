@@ -203,7 +203,8 @@ def test_wire_records_are_in_committed_records_and_the_aborted_are_not(agree_db:
 
 
 def test_wire_records_read_the_same_in_spark(agree_db: str, from_the_wire: tuple[str, list[Sent]]) -> None:
-    from spark.reader import read_topic, spark_session
+    from spark.reader import read_topic
+    from spark.session import spark_session
 
     topic, sent = from_the_wire
     spark = spark_session("txlog-agree", "local[1]", {"spark.sql.shuffle.partitions": "2"})

@@ -17,13 +17,12 @@ import pytest
 from app.domain.log import StoredRecord
 from app.domain.records import NewRecord
 from app.errors import ErrorCode
-from app.wire.kafka import records as codec
 from api.kafka.handlers import fetch as fetch_handler
 from api.kafka.handlers.fetch import _batches_within
+from app.services import Broker, topics
+from app.wire.kafka import records as codec
 from app.wire.kafka.protocol import ApiKey
-from app.services import Broker
 from app.services import produce as produce_service
-from app.services import topics
 from app.services.produce import ProduceRequest
 from tests.conftest import make_broker
 from tests.integration.test_transactions import Producer

@@ -136,7 +136,7 @@ def test_corrupt_frames_close_or_answer_only_their_connection(
     while pos < len(received):
         assert pos + 4 <= len(received), f"a cut size prefix in {received!r}"
         size = struct.unpack_from(">i", received, pos)[0]
-        assert 4 <= size and pos + 4 + size <= len(received), f"a cut answer in {received!r}"
+        assert size >= 4 and pos + 4 + size <= len(received), f"a cut answer in {received!r}"
         answered.append(struct.unpack_from(">i", received, pos + 4)[0])
         pos += 4 + size
     # answers come in order, one per request at most (acks=0 Produce has none), each to a request sent

@@ -68,7 +68,7 @@ def test_every_served_version_decodes_and_answers(api: versions.Api) -> None:
         assert request.header == protocol.RequestHeader(api.api_key, version, version + 1, "t")
         header = request.header
         for body in ({}, protocol.error_body(api.api_key, version, 42, "bad", request.body)):
-            correlation_id, answer = protocol.decode_response(api.api_key, version, protocol.encode_response(header, body)[4:])
+            correlation_id, _answer = protocol.decode_response(api.api_key, version, protocol.encode_response(header, body)[4:])
             assert correlation_id == version + 1
 
 
@@ -282,8 +282,9 @@ def aiokafka_topics(bootstrap: str, wanted: list[str]) -> dict[str, int]:
 
 def test_three_clients_agree_on_topics_created_through_the_wire(gateway: GatewayProcess, topic_name: str) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
-    from kafka import KafkaAdminClient
     from kafka.admin import NewTopic as KafkaNewTopic
+
+    from kafka import KafkaAdminClient
 
     rdk = names(topic_name + "-rdk", 3)
     admin = AdminClient({"bootstrap.servers": gateway.bootstrap})

@@ -30,12 +30,11 @@ import pytest
 from app.domain.groups import GroupOffset
 from app.domain.records import NewRecord
 from app.errors import ErrorCode
+from app.services import Broker, topics
 from app.wire.kafka import protocol
 from app.wire.kafka.protocol import ApiKey
-from app.services import Broker
 from app.services import groups as groups_service
 from app.services import produce as produce_service
-from app.services import topics
 from app.services import transactions as txn_service
 from app.services.produce import ProduceRequest
 from tests.conftest import fresh_database, make_broker
@@ -183,8 +182,9 @@ def _run_confluent(m: Member) -> None:
 
 
 def _run_kafka_python(m: Member) -> None:
-    from kafka import ConsumerRebalanceListener, KafkaConsumer
     from kafka.structs import OffsetAndMetadata
+
+    from kafka import ConsumerRebalanceListener, KafkaConsumer
 
     class Listener(ConsumerRebalanceListener):
         def on_partitions_revoked(self, revoked):  # type: ignore[no-untyped-def]

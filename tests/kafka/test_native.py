@@ -19,7 +19,6 @@ from app.storage import arrays
 from tests.kafka.test_records import raw_record, runs, stored, zz
 
 
-
 def test_the_c_part_is_built() -> None:
     assert native is not None, (
         "app._native was not built: install a C compiler and Python's headers (scripts/system-deps.sh) "

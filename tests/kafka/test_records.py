@@ -14,10 +14,9 @@ import struct
 import time
 import tracemalloc
 import types
+import warnings
 import zlib
 from typing import Callable, Iterator
-
-import warnings
 
 import cramjam
 import google_crc32c

@@ -10,16 +10,22 @@ from app.domain.acls import (
     REQUIRED,
     AclBinding,
     Api,
-    Operation as O,
-    PatternType as P,
     PermissionType,
-    ResourceType as R,
     authorize,
     check_api,
     init_producer_api,
     principal_name,
     produce_api,
     validate_binding,
+)
+from app.domain.acls import (
+    Operation as O,
+)
+from app.domain.acls import (
+    PatternType as P,
+)
+from app.domain.acls import (
+    ResourceType as R,
 )
 
 ALLOW, DENY = PermissionType.ALLOW, PermissionType.DENY

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.cli.server import is_loopback_host
+from app.cli.listeners import is_loopback_host
 from tests.support import ROOT, free_port, wait_until
 
 

@@ -10,7 +10,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    from spark.reader import spark_session
+    from spark.session import spark_session
 
     session = spark_session("txlog-tests", "local[2]", {"spark.sql.shuffle.partitions": "4"})
     yield session

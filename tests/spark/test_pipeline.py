@@ -49,7 +49,7 @@ class Orders:
         for outcome in ("commit", "abort", "commit"):
             t = Txn(self.broker)
             batch = [self.order() for _ in range(5)]
-            for i, (c, a, value) in enumerate(batch):
+            for i, (c, _a, value) in enumerate(batch):
                 t.send(INPUT, i % 3, rec(value.decode(), c))
             if outcome == "commit":
                 t.commit()

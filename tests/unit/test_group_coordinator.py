@@ -215,13 +215,13 @@ class Sim:
 
 
 def test_the_valid_previous_states_are_kafkas():
-    assert VALID_PREVIOUS == {
+    assert {
         S.EMPTY: {None, S.PREPARING_REBALANCE},
         S.PREPARING_REBALANCE: {S.EMPTY, S.STABLE, S.COMPLETING_REBALANCE},
         S.COMPLETING_REBALANCE: {S.PREPARING_REBALANCE},
         S.STABLE: {S.COMPLETING_REBALANCE},
         S.DEAD: {S.EMPTY, S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE, S.STABLE, S.DEAD},
-    }
+    } == VALID_PREVIOUS
     assert [s.value for s in S] == ["Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"]
 
 
@@ -630,7 +630,7 @@ def test_a_rebalance_while_completing_answers_waiting_followers_and_clears_assig
     sim.join(b)  # answered at once: the last to rejoin
     sim.take(a)
     assert sim.sync(b) is PARKED
-    c, _ = sim.new_member()  # joins while the leader is assigning
+    _c, _ = sim.new_member()  # joins while the leader is assigning
     assert sim.take(b, Waiting.SYNC) == SyncResult(E.REBALANCE_IN_PROGRESS)
     assert sim.g.state is S.PREPARING_REBALANCE
     assert all(m.assignment == b"" for m in sim.g.members.values())
@@ -703,7 +703,7 @@ def test_heartbeats_keep_a_member_past_its_session_timeout():
 
 def test_a_member_without_heartbeats_is_removed_at_its_session_timeout_and_the_group_rebalances():
     sim = Sim()
-    a, b = sim.stable(2)
+    a, _b = sim.stable(2)
     sim.advance(SESSION - 1)
     sim.heartbeat(a)
     sim.advance(1)
@@ -747,7 +747,7 @@ def test_a_new_members_join_expires_after_the_new_member_join_timeout():
 
 def test_a_stale_timer_does_nothing():
     sim = Sim()
-    a, b = sim.stable(2)
+    a, _b = sim.stable(2)
     before = sim.group
     for timer in (Timer(TimerKind.SESSION, a), Timer(TimerKind.SESSION, "gone"), Timer(TimerKind.JOIN), Timer(TimerKind.SYNC)):
         outcome = groups.on_timer(before, timer, sim.now, sim.config)
@@ -803,7 +803,7 @@ def test_leave_batch_with_instance_ids_and_pending_members():
 
 def test_a_member_leaving_while_parked_is_answered():
     sim = Sim()
-    a, b = sim.stable(2)
+    _a, b = sim.stable(2)
     sim.join(b, protocols=(("range", b"other"),))
     sim.leave((b, None))
     assert sim.take(b) == JoinResult(E.UNKNOWN_MEMBER_ID, "")
