@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
-from typing import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
@@ -31,6 +33,7 @@ from app.domain.acls import Api
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.services import fetch as fetch_service
+from app.services.executor import LoopExecutor
 from app.services.half_messages import CheckerThread
 from app.services.outbox import DrainerThread
 from app.services.security import Authorizer, ensure_admin_principal
@@ -39,6 +42,10 @@ from app.storage import migrate
 from app.storage.db import Database, LoopConnections, SessionLimits
 
 log = logging.getLogger("txlog")
+
+
+def _in_threads(threads: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+    return asyncio.get_running_loop().run_in_executor(threads, functools.partial(fn, *args))
 
 
 def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> FastAPI:
@@ -64,8 +71,8 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
         notifier = AppendNotifier(database_url, functools.partial(fetch_service.listen, broker))
         notifier.start()
         app.state.notifier = notifier
-        # Appends and EndTxn planned ahead await their one statement on this worker's loop (``api.v1.hot``).
-        app.state.loop_connections = LoopConnections(database_url, settings.db_pool_size, SessionLimits.from_settings(settings))
+        # Statements planned ahead (appends, EndTxn) are awaited on this worker's loop, on its own connections.
+        loop_executor.connections = LoopConnections(database_url, settings.db_pool_size, SessionLimits.from_settings(settings))
         if authorizer is not None:
             authorizer.start()
         memory.settle()
@@ -84,7 +91,9 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
             for thread in background:
                 thread.stop()
             await notifier.stop()
-            await app.state.loop_connections.close()
+            connections, loop_executor.connections = loop_executor.connections, None
+            if connections is not None:
+                await connections.close()
             hot_threads.shutdown(wait=False)
             if authorizer is not None:
                 authorizer.stop()
@@ -100,7 +109,10 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
     )
     app.state.broker = broker
     app.state.settings = settings
-    app.state.loop_connections = None  # until the lifespan starts
+    # Where operations run (``app.services.executor``): blocking steps in the hot routes' threads;
+    # statements on the worker's own connections once the lifespan starts, in those threads until then.
+    loop_executor = LoopExecutor(broker, None, functools.partial(_in_threads, hot_threads))
+    app.state.loop_executor = loop_executor
     app.state.authorizer = authorizer
     errors.install(app)
     v1_routers = [v1_router, half_messages_router, v1_operator.router, security_router]

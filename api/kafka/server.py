@@ -47,6 +47,7 @@ from app.services import Broker
 from app.services import fetch as fetch_service
 from app.services.group_coordinator import GroupCoordinator
 from app.services.notify import AppendNotifier
+from app.services.executor import LoopExecutor
 from app.storage.db import LoopConnections, SessionLimits
 from app.wire.kafka import protocol
 
@@ -109,7 +110,7 @@ class Gateway:
         self.executor = executor
         self.groups = groups
         self.notifier: AppendNotifier | None = None
-        self.loop_connections: LoopConnections | None = None
+        self.loop_executor = LoopExecutor(broker, None, self._run_blocking)
         self.routes = versions.resolve()
         self.api_keys = versions.advertised()
         self._server: asyncio.AbstractServer | None = None
@@ -129,7 +130,7 @@ class Gateway:
                 self.settings.database_url, functools.partial(fetch_service.listen, self.broker), self._run_blocking
             )
             self.notifier.start()
-            self.loop_connections = LoopConnections(
+            self.loop_executor.connections = LoopConnections(
                 self.settings.database_url, self.settings.db_pool_size, SessionLimits.from_settings(self.settings)
             )
         return self._server.sockets[0].getsockname()[1]
@@ -158,8 +159,9 @@ class Gateway:
             await self._server.wait_closed()
         if self.notifier is not None:
             await self.notifier.stop()
-        if self.loop_connections is not None:
-            await self.loop_connections.close()
+        connections, self.loop_executor.connections = self.loop_executor.connections, None
+        if connections is not None:
+            await connections.close()
 
     # -- connections -------------------------------------------------------------------------------
 
@@ -226,7 +228,7 @@ class Gateway:
             broker=self.broker, node=self.node, api_key=header.api_key, api_version=header.api_version,
             correlation_id=header.correlation_id, client_id=header.client_id, client_host=client.rpartition(":")[0],
             executor=self.executor, cluster=self.cluster, groups=self.groups, notifier=self.notifier,
-            loop_connections=self.loop_connections,
+            loop_executor=self.loop_executor,
         )
         no_answer = header.api_key == protocol.ApiKey.Produce and request.body.acks == 0
         try:

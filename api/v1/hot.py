@@ -1,11 +1,10 @@
 """The hottest routes of the v1 API served straight from ASGI: produce to a partition, produce to a
 topic, EndTxn and fetch.
 
-Each is answered by the very functions its FastAPI route calls (``routes.produce_request`` and
-``routes.produced``, ``routes.produce_plain``, ``routes.end_transaction`` and ``routes.ended``,
-``routes.fetch_page``), a batch or an EndTxn planned ahead with its one statement awaited on the
-worker's event loop (``produce.produce_on_loop``, ``transactions.end_txn_on_loop``),
-after the route's own ACL dependency, with errors answered by ``errors.response_for`` as the
+Each is answered by the very functions its FastAPI route calls (``routes.produce_batch``,
+``routes.produce_plain``, ``routes.end_transaction``, ``routes.fetch_page``), which run the
+operation through the worker's executor (``app.services.executor``), after the route's own ACL
+dependency, with errors answered by ``errors.response_for`` as the
 application's exception handlers answer them. What is left out is FastAPI's per-request machinery: matching the request
 against every route, solving the dependencies, and anyio's thread hand-off. Measured over HTTP,
 that machinery was about a fifth of the server's CPU per produced batch (docs/benchmarks.md).
@@ -38,8 +37,6 @@ from api import errors
 from api.auth import requires
 from api.limits import replaying
 from api.v1 import routes, schemas as s
-from app.services import produce as produce_service
-from app.services import transactions
 from app.config import Settings
 
 # A handler answers the request from its path parameters and body, running blocking work through
@@ -50,18 +47,7 @@ Handler = Callable[[Request, bytes, Run], Awaitable["Response | None"]]
 
 async def _produce_batch(request: Request, raw: bytes, run: Run) -> Response:
     params = request.path_params
-    topic, partition = params["topic"], int(params["partition"])
-    connections = request.app.state.loop_connections
-    if connections is None:
-        return await run(routes.produce_batch, request, topic, partition, raw)
-    # The body read here, and the batch appended here when it can be planned ahead: one statement
-    # awaited on the loop (``produce.produce_on_loop``), no thread hand-off; else in a thread.
-    broker = request.app.state.broker
-    req = routes.produce_request(request, topic, raw)
-    result = await produce_service.produce_on_loop(broker, connections, topic, partition, req)
-    if result is None:
-        result = await run(produce_service.produce, broker, topic, partition, req)
-    return routes.produced(topic, result)
+    return await routes.produce_batch(request, params["topic"], int(params["partition"]), raw)
 
 
 async def _produce_plain(request: Request, raw: bytes, run: Run) -> Response:
@@ -75,17 +61,7 @@ async def _end_transaction(request: Request, raw: bytes, run: Run) -> Response |
         body = s.EndTxnBody.model_validate(orjson.loads(raw))
     except ValueError:  # not JSON, or not the model's: FastAPI's validation words the answer
         return None
-    tid = request.path_params["tid"]
-    connections = request.app.state.loop_connections
-    if connections is not None:
-        # Planned ahead against the transaction as this worker last wrote it: one statement awaited
-        # on the loop (``transactions.end_txn_on_loop``); anything else decided in a thread.
-        outcome = await transactions.end_txn_on_loop(
-            request.app.state.broker, connections, tid, body.producer_id, body.producer_epoch, body.result
-        )
-        if outcome is not None:
-            return routes.ended(body.result, outcome)
-    return await run(routes.end_transaction, request, tid, body)
+    return await routes.end_transaction(request, request.path_params["tid"], body)
 
 
 # The fetch route's query parameters: (name, default, bounds of an integer or the words allowed).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import time
 from typing import Awaitable, Callable, Literal
 
@@ -130,18 +132,19 @@ def _json_body(model: type[s.Model]) -> dict:
     tags=["produce"],
 )
 async def produce(topic: str, partition: int, request: Request) -> Response:
-    return await run_in_threadpool(produce_batch, request, topic, partition, await request.body())
+    return await produce_batch(request, topic, partition, await request.body())
 
 
-def produce_batch(request: Request, topic: str, partition: int, raw: bytes) -> Response:
-    """The answer to a produce to a partition with body ``raw``, in a worker thread."""
+async def produce_batch(request: Request, topic: str, partition: int, raw: bytes) -> Response:
+    """The answer to a produce to a partition with body ``raw`` (also served by ``api.v1.hot``)."""
     req = produce_request(request, topic, raw)
-    return produced(topic, produce_service.produce(request.app.state.broker, topic, partition, req))
+    steps = functools.partial(produce_service.produce_steps, request.app.state.broker, topic, partition, req)
+    return produced(topic, await request.app.state.loop_executor.run(steps))
 
 
 def produce_request(request: Request, topic: str, raw: bytes) -> produce_service.ProduceRequest:
     """The batch a produce to a partition asks for, once its body is read and the principal may
-    send it (also used by ``api.v1.hot``, on the event loop)."""
+    send it."""
     fields, records = codec.produce_body(raw, s.ProduceBody)
     tid = fields["transactional_id"]
     authorize(request, produce_api(fields["producer_id"], tid), {"topic": topic, "transactional_id": tid})
@@ -321,14 +324,16 @@ def txn_offset_commit(tid: str, body: s.TxnOffsetsBody, request: Request, b: Bro
 
 
 @router.post("/transactions/{tid}/end", dependencies=[Depends(requires(Api.END_TXN))], response_model=s.EndTxnResponse, responses=errors(400, 409, 413), tags=["transactions"])
-def end_txn(tid: str, body: s.EndTxnBody, request: Request) -> Response:
-    return end_transaction(request, tid, body)
+async def end_txn(tid: str, body: s.EndTxnBody, request: Request) -> Response:
+    return await end_transaction(request, tid, body)
 
 
-def end_transaction(request: Request, tid: str, body: s.EndTxnBody) -> Response:
-    """EndTxn's answer, in a worker thread (also served by ``api.v1.hot``)."""
-    outcome = transactions.end_txn(request.app.state.broker, tid, body.producer_id, body.producer_epoch, body.result)
-    return ended(body.result, outcome)
+async def end_transaction(request: Request, tid: str, body: s.EndTxnBody) -> Response:
+    """EndTxn's answer (also served by ``api.v1.hot``)."""
+    steps = functools.partial(
+        transactions.end_txn_steps, request.app.state.broker, tid, body.producer_id, body.producer_epoch, body.result, 2
+    )
+    return ended(body.result, await request.app.state.loop_executor.run(steps))
 
 
 def ended(result: str, outcome: transactions.EndTxnOutcome) -> Response:

@@ -9,27 +9,23 @@ cycle.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from sqlalchemy.engine import Connection
 
 from app.domain import limits, transactions as txn
-from app.domain.log import AppendBatch, AppendPosition
-from app.domain.partitioner import coordinator_partition
 from app.domain.producer_state import after_marker
 from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT, NewRecord
 from app.domain.transactions import TxnEvent, TxnMetadata, TxnState
+from app.domain.partitioner import coordinator_partition
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, last_appends
+from app.domain.log import AppendBatch, AppendPosition
 from app.storage import append as append_store
 from app.storage import groups as groups_store
 from app.storage import producers as producers_store
 from app.storage import transactions as transactions_store
-from app.storage.db import LoopConnections
-
-if TYPE_CHECKING:
-    import psycopg
-
+from app.services.executor import Operation
 
 def record(
     conn: Connection, broker: Broker, meta: TxnMetadata | None, *events: TxnEvent, principal: str | None = None
@@ -148,7 +144,7 @@ def complete(conn: Connection, broker: Broker, meta: TxnMetadata, decision: TxnE
     return record(conn, broker, meta, completed)
 
 
-def complete_if_unchanged(broker: Broker, meta: TxnMetadata, decision: TxnEvent) -> TxnMetadata | None:
+def complete_if_unchanged(broker: Broker, meta: TxnMetadata, decision: TxnEvent, now: int) -> Operation[TxnMetadata | None]:
     """``complete`` planned ahead: an Ongoing transaction, as read without a lock or as this process
     last wrote it (``meta``, exact at its version), ended by ``decision`` in one statement in
     autocommit, its markers planned against where this process's last appends left its partitions
@@ -156,33 +152,14 @@ def complete_if_unchanged(broker: Broker, meta: TxnMetadata, decision: TxnEvent)
     or None when it was not written — a partition not remembered, a transaction without partitions
     or in need of a new producer id, anything moved or held — and the caller takes the locked path
     (``complete``)."""
-    planned = _completion_planned(broker, meta, decision, broker.now())
+    planned = _completion_planned(broker, meta, decision, now)
     if planned is None:
         return None
     written = None
     try:
-        written = record_if_unchanged(broker, meta, *planned.record_args())
+        written = yield from record_if_unchanged(broker, meta, *planned.record_args())
     finally:
         planned.remember(broker, written is not None)
-    return written[0] if written is not None else None
-
-
-async def complete_if_unchanged_on_loop(
-    broker: Broker, connections: LoopConnections, meta: TxnMetadata, decision: TxnEvent, now: int
-) -> TxnMetadata | None:
-    """``complete_if_unchanged`` with its statement awaited on the caller's event loop
-    (``connections``): None as well when no connection is free."""
-    planned = _completion_planned(broker, meta, decision, now)
-    if planned is None:
-        return None
-    async with connections.connection() as conn:
-        if conn is None:
-            return None  # nothing tried: what is remembered stands
-        written = None
-        try:
-            written = await _recorded_on(conn, broker, meta, *planned.record_args())
-        finally:
-            planned.remember(broker, written is not None)
     return written[0] if written is not None else None
 
 
@@ -234,31 +211,18 @@ def _completion_planned(broker: Broker, meta: TxnMetadata, decision: TxnEvent, n
 
 def join_if_unchanged(
     broker: Broker, meta: TxnMetadata, producer_id: int, producer_epoch: int, partitions: Sequence[txn.TopicPartition],
-    principal: str | None, batches: Sequence[AppendBatch] = (), positions: Sequence[AppendPosition] = (),
-) -> tuple[TxnMetadata, list[int]] | None:
+    principal: str | None, now: int, batches: Sequence[AppendBatch] = (), positions: Sequence[AppendPosition] = (),
+) -> Operation[tuple[TxnMetadata, list[int]] | None]:
     """Partitions joining the transaction — starting one if none is open — planned against the
     transaction as this process last wrote it (``meta``), recorded with ``batches`` (the batch that
     adds its partition; none for AddPartitionsToTxn) by ``record_if_unchanged``. None, for the
     locked path, when the producer is not the transaction's, the partitions are in it already (as
     remembered), or a limit needs counting under the locks (open transactions of a principal), or
     is exceeded; or when anything moved."""
-    event = _joining(broker, meta, producer_id, producer_epoch, partitions, principal, broker.now())
-    if event is None:
-        return None
-    return record_if_unchanged(broker, meta, (event,), batches, positions)
-
-
-async def join_if_unchanged_on_loop(
-    broker: Broker, connections: LoopConnections, meta: TxnMetadata, producer_id: int, producer_epoch: int,
-    partitions: Sequence[txn.TopicPartition], principal: str | None, now: int,
-    batches: Sequence[AppendBatch] = (), positions: Sequence[AppendPosition] = (),
-) -> tuple[TxnMetadata, list[int]] | None:
-    """``join_if_unchanged`` with its statement awaited on the caller's event loop
-    (``connections``): None as well when no connection is free."""
     event = _joining(broker, meta, producer_id, producer_epoch, partitions, principal, now)
     if event is None:
         return None
-    return await record_if_unchanged_on_loop(broker, connections, meta, (event,), batches, positions)
+    return (yield from record_if_unchanged(broker, meta, (event,), batches, positions))
 
 
 def _joining(
@@ -284,7 +248,7 @@ def _joining(
 def record_if_unchanged(
     broker: Broker, meta: TxnMetadata, events: tuple[TxnEvent, ...], batches: Sequence[AppendBatch],
     positions: Sequence[AppendPosition], ends: txn.Result | None = None,
-) -> tuple[TxnMetadata, list[int]] | None:
+) -> Operation[tuple[TxnMetadata, list[int]] | None]:
     """Transitions of a transaction known without its lock (``meta``: read, or as this process last
     wrote it — exact at its version) recorded with batches of it planned against ``positions``, in
     one statement in autocommit that writes all of them only if nothing moved since
@@ -296,34 +260,7 @@ def record_if_unchanged(
     failure of the statement is the caller's: in autocommit it may have been committed."""
     new, args = _recording(broker, meta, events, batches, positions, ends)
     try:
-        with broker.db.autocommit() as conn:
-            log_starts = append_store.txn_append_if_unchanged(conn, *args)
-    except BaseException:
-        last_appends.of(broker).forget_txn(meta.transactional_id)
-        raise
-    return _recorded(broker, meta, new, log_starts)
-
-
-async def record_if_unchanged_on_loop(
-    broker: Broker, connections: LoopConnections, meta: TxnMetadata, events: tuple[TxnEvent, ...],
-    batches: Sequence[AppendBatch], positions: Sequence[AppendPosition], ends: txn.Result | None = None,
-) -> tuple[TxnMetadata, list[int]] | None:
-    """``record_if_unchanged`` with its statement awaited on the caller's event loop
-    (``connections``, ``db.LoopConnections``); None, having written nothing, when no connection is
-    free as well."""
-    async with connections.connection() as conn:
-        if conn is None:
-            return None
-        return await _recorded_on(conn, broker, meta, events, batches, positions, ends)
-
-
-async def _recorded_on(
-    conn: "psycopg.AsyncConnection", broker: Broker, meta: TxnMetadata, events: tuple[TxnEvent, ...],
-    batches: Sequence[AppendBatch], positions: Sequence[AppendPosition], ends: txn.Result | None,
-) -> tuple[TxnMetadata, list[int]] | None:
-    new, args = _recording(broker, meta, events, batches, positions, ends)
-    try:
-        log_starts = await append_store.txn_append_if_unchanged_awaited(conn, *args)
+        log_starts = yield append_store.txn_append_if_unchanged(*args)
     except BaseException:
         last_appends.of(broker).forget_txn(meta.transactional_id)
         raise

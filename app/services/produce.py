@@ -7,26 +7,25 @@ producer's sequence → insert the batch → advance the high watermark → save
 
 from __future__ import annotations
 
-import asyncio
-import collections
 import dataclasses
-import weakref
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
 from app import faults
 from app.domain import transactions as txn
 from app.domain.limits import RecordLimits, checked_record_sizes
-from app.domain.log import AppendBatch, AppendPosition
 from app.domain.partitioner import partition_for_key
 from app.domain.producer_state import Append, Duplicate, after_append, check_append
 from app.domain.records import NewRecord
 from app.errors import ErrorCode, TxlogError
-from app.services import Broker, coordinator, last_appends
+from app.services import Broker, coordinator, executor, last_appends
+from app.services.executor import Blocking, Operation, Together
 from app.services.group_commit import GroupCommit, Pending
 from app.services.topics import partition_count
+from app.domain.log import AppendBatch, AppendPosition
 from app.storage import append as append_store
-from app.storage.db import LoopConnections
+from app.storage.statements import Statement
 from sqlalchemy.engine import Connection
 
 
@@ -75,29 +74,30 @@ def _validate(broker: Broker, req: ProduceRequest) -> list[int]:
 
 
 def produce(broker: Broker, topic: str, partition: int, req: ProduceRequest) -> ProduceResult:
+    """Produce, blocking (``produce_steps``)."""
+    return executor.run(broker, functools.partial(produce_steps, broker, topic, partition, req))
+
+
+def produce_steps(broker: Broker, topic: str, partition: int, req: ProduceRequest, now: int) -> Operation[ProduceResult]:
+    """Produce: the batch appended as planned ahead (below) if it can be, else under the locks
+    (``append``; plain and idempotent batches in a group commit)."""
     sizes = _validate(broker, req)
-    if req.transactional_id is None and broker.settings.produce_group_commit_batches > 1:
-        result = _group_commit(broker).submit(_Append(topic, partition, req, sizes))
-    else:
-        result = _produce_alone(broker, topic, partition, req, sizes)
+    result = yield from _appended_ahead(broker, topic, partition, req, now, sizes)
+    if result is None:
+        result = yield Blocking(functools.partial(_produce_locked, broker, topic, partition, req, sizes))
     faults.crash_point(faults.SERVER_CRASH_ENV, "produce_appended")
     return result
 
 
-def _produce_alone(broker: Broker, topic: str, partition: int, req: ProduceRequest, sizes: list[int]) -> ProduceResult:
-    now = broker.now()
-    last = last_appends.of(broker)  # planned ahead if it can be (optimistic append, below)
-    planned = _planned_ahead(last, topic, partition, req, now, sizes)
-    if planned is not None:
-        (result,) = _append_planned_ahead(broker, last, [planned])
-        if result is not None:
-            return result
-    elif req.transactional_id is not None and not req.require_added:
-        result = _joined_ahead(broker, last, topic, partition, req, now, sizes)
-        if result is not None:
-            return result
+def _produce_locked(broker: Broker, topic: str, partition: int, req: ProduceRequest, sizes: list[int]) -> ProduceResult:
+    if req.transactional_id is None and broker.settings.produce_group_commit_batches > 1:
+        return _group_commit(broker).submit(_Append(topic, partition, req, sizes), (topic, partition))
+    return _append_alone(broker, topic, partition, req, sizes)
+
+
+def _append_alone(broker: Broker, topic: str, partition: int, req: ProduceRequest, sizes: list[int]) -> ProduceResult:
     with broker.db.transaction() as conn:
-        return append(conn, broker, topic, partition, req, now, sizes, commit=True, memory=last)
+        return append(conn, broker, topic, partition, req, broker.now(), sizes, commit=True, memory=last_appends.of(broker))
 
 
 def append(
@@ -206,10 +206,8 @@ def _planned(
 # (``_joined_ahead``). Anything else — nothing remembered, another writer was there first, a
 # partition or transaction another database transaction holds (not waited for), a batch the rules
 # would refuse or answer as a duplicate — takes the locked path, whose answer stands on the state
-# it reads under the lock. Memory is only a guess here: the database decides. A process that serves
-# its requests on an event loop (an HTTP worker, the Kafka gateway) may await the one statement
-# there (``produce_on_loop``): the same plan and statement without a thread hand-off; anything it
-# does not take goes to ``produce``.
+# it reads under the lock. Memory is only a guess here: the database decides. Where the statement
+# runs — an event loop's own connection, a worker thread — is the executor's (``app.services.executor``).
 
 
 @dataclass(frozen=True)
@@ -220,15 +218,6 @@ class _Ahead:
     plan: _Plan
     position: AppendPosition
     transactional_id: str | None
-
-
-def _planned_ahead(
-    last: last_appends.LastAppends, topic: str, partition: int, req: ProduceRequest, now: int, sizes: list[int]
-) -> _Ahead | None:
-    """The batch planned against where this process's last append left the partition, if that is
-    known and the plan is an append (a refusal or a duplicate is decided under the lock)."""
-    position = _remembered(last, topic, partition, req)
-    return None if position is None else _ahead_at(topic, partition, req, now, sizes, position)
 
 
 def _ahead_at(
@@ -265,219 +254,53 @@ def _append_planned(
     return None if isinstance(plan, ProduceResult) else plan
 
 
-def _append_planned_ahead(
-    broker: Broker, last: last_appends.LastAppends, planned: Sequence[_Ahead]
-) -> list[ProduceResult | None]:
-    """Batches planned ahead (distinct partitions) appended by one conditional statement in
-    autocommit; each one's result, or None where the partition had moved on or was held, or the
-    transaction was not as planned (the caller takes the locked path). A failure of the statement
-    is each caller's: in autocommit it may have been committed."""
-    batches = [a.plan.batch for a in planned]
-    try:
-        with broker.db.autocommit() as conn:
-            log_starts = append_store.log_append_if_unchanged(
-                conn, batches, [a.position.producer_state for a in planned], [a.transactional_id for a in planned]
-            )
-    except BaseException:
-        for b in batches:
-            last.forget(b.topic, b.partition, b.producer_id)
-        raise
-    return _planned_ahead_results(last, planned, log_starts)
-
-
-def _planned_ahead_results(
-    last: last_appends.LastAppends, planned: Sequence[_Ahead], log_starts: dict[int, int]
-) -> list[ProduceResult | None]:
-    """What the conditional statement's answer (the log start offset of each batch it appended, by
-    index) means for each batch planned ahead; the memory learns where each left its partition."""
-    results: list[ProduceResult | None] = []
-    for i, a in enumerate(planned):
-        b = a.plan.batch
-        if i in log_starts:
-            last.remember(b, a.position)
-            results.append(dataclasses.replace(a.plan.result, log_start_offset=log_starts[i]))
-        else:
-            last.forget(b.topic, b.partition, b.producer_id)
-            results.append(None)
-    return results
-
-
-async def produce_on_loop(
-    broker: Broker, connections: LoopConnections, topic: str, partition: int, req: ProduceRequest
-) -> ProduceResult | None:
-    """``produce`` for a batch that can be planned ahead, its one statement awaited on the caller's
-    event loop (``connections``) rather than run in a thread — the same plan, the same conditional
-    statement, the same answer; a transaction's first batch on the partition with its transition
-    (``_joined_ahead``). None, having written nothing, for everything else: nothing remembered,
+def _appended_ahead(
+    broker: Broker, topic: str, partition: int, req: ProduceRequest, now: int, sizes: list[int]
+) -> Operation[ProduceResult | None]:
+    """The batch appended as planned ahead, sharing its statement with other batches planned ahead
+    (``appends_if_unchanged``); a transaction's first batch on the partition with its transition
+    (``_joined_ahead``). None, having written nothing, for the locked path: nothing remembered,
     the partition or the transaction moved on since, a batch the rules refuse or answer as a
-    duplicate, every connection in use, the clock due a reading from the database. The caller then
-    calls ``produce`` (in a thread), which decides it under the locks. Never waits on anything but
-    the statement."""
-    now = broker.now_without_waiting()
-    if now is None:
-        return None
+    duplicate."""
     last = last_appends.of(broker)
     position = _remembered(last, topic, partition, req)
-    if position is not None:
-        ahead = _ahead_at(topic, partition, req, now, _validate(broker, req), position)
-        if ahead is None:
-            return None
-        result = await _loop_group(broker, connections).append(ahead, connections)
-    elif req.transactional_id is not None and not req.require_added:
-        result = await _joined_ahead_on_loop(broker, connections, last, topic, partition, req, now)
-    else:
-        return None  # before validating: ``produce`` validates what it is left
-    if result is not None:
-        faults.crash_point(faults.SERVER_CRASH_ENV, "produce_appended")
-    return result
+    if position is None:
+        if req.transactional_id is not None and not req.require_added:
+            return (yield from _joined_ahead(broker, last, topic, partition, req, now, sizes))
+        return None
+    ahead = _ahead_at(topic, partition, req, now, sizes, position)
+    if ahead is None:
+        return None
+    b = ahead.plan.batch
+    try:
+        log_start = yield Together(ahead, (topic, partition), appends_if_unchanged)
+    except Exception:  # perhaps committed: the caller hears it; the memory is stale
+        last.forget(topic, partition, b.producer_id)
+        raise
+    # (A caller cancelled meanwhile leaves the memory be: if its statement was sent and appended the
+    # batch, the next batch planned against the memory finds the partition moved on, and writes
+    # nothing.)
+    if log_start is None:
+        last.forget(topic, partition, b.producer_id)
+        return None
+    last.remember(b, ahead.position)
+    return dataclasses.replace(ahead.plan.result, log_start_offset=log_start)
 
 
-# At most this many statements of ``produce_on_loop`` in flight on one event loop: the batches that
-# arrive meanwhile are appended together by the next one.
-LOOP_STATEMENTS = 2
-
-
-class _Waiting:
-    """A batch waiting for its statement on the loop, and what became of it. ``woken`` is set when
-    it is decided, or when its caller is handed the next statement to send (``sends``)."""
-
-    __slots__ = ("ahead", "woken", "sends", "done", "result", "error")
-
-    def __init__(self, ahead: _Ahead) -> None:
-        self.ahead = ahead
-        self.woken: asyncio.Future = asyncio.get_running_loop().create_future()
-        self.sends = False
-        self.done = False
-        self.result: ProduceResult | None = None
-        self.error: BaseException | None = None
-
-    def decide(self, result: ProduceResult | None, error: BaseException | None = None) -> None:
-        self.done, self.result, self.error = True, result, error
-        if not self.woken.done():
-            self.woken.set_result(None)
-
-    def outcome(self) -> ProduceResult | None:
-        if self.error is not None:
-            raise self.error
-        return self.result
-
-
-class _LoopGroupCommit:
-    """The group commit of one event loop's appends planned ahead (``produce_on_loop``): batches
-    that arrive while ``LOOP_STATEMENTS`` statements are in flight wait, and the next statement
-    appends them together (the same conditional statement, one batch per partition: a second batch
-    for a partition already in the group waits for the next), one commit and one WAL flush for the
-    group, up to TXLOG_PRODUCE_GROUP_COMMIT_BATCHES of them (1: each alone, at once). With one
-    producer at a time each statement is its batch alone, sent at once. Each caller hears only of
-    its own batch, after the commit: its result, None (not appended: the partition moved on, or no
-    connection was free) or the statement's failure, which may have committed. A caller whose batch
-    arrives with a statement free, or who is handed one, sends its own batch with the oldest
-    waiters; once it is decided it hands the next statement to the oldest waiter. A statement runs
-    to its end even if its sender is cancelled: the others of its group hear of it."""
-
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.max_batches = broker.settings.produce_group_commit_batches
-        self._waiting: collections.deque[_Waiting] = collections.deque()
-        self._senders = 0
-
-    async def append(self, ahead: _Ahead, connections: LoopConnections) -> ProduceResult | None:
-        me = _Waiting(ahead)
-        if self.max_batches <= 1:
-            await self._statement([me], connections)
-            return me.outcome()
-        self._waiting.append(me)
-        if self._senders < LOOP_STATEMENTS:
-            self._senders += 1
-            me.sends = True
-        else:
-            try:
-                await me.woken
-            except asyncio.CancelledError:
-                self._leave(me)
-                raise
-        if me.sends:
-            try:
-                await asyncio.shield(asyncio.ensure_future(self._statement(self._next_group(me), connections)))
-            finally:
-                self._hand_on()
-        return me.outcome()
-
-    def _next_group(self, me: _Waiting) -> list[_Waiting]:
-        """``me`` and the oldest waiters after it, one per partition, up to the group's size. A
-        waiter handed a statement of its own is left to it."""
-        self._waiting.remove(me)
-        group = [me]
-        partitions = {(me.ahead.plan.batch.topic, me.ahead.plan.batch.partition)}
-        later: list[_Waiting] = []
-        while self._waiting and len(group) < self.max_batches:
-            w = self._waiting.popleft()
-            key = (w.ahead.plan.batch.topic, w.ahead.plan.batch.partition)
-            if w.sends or key in partitions:
-                later.append(w)
-            else:
-                partitions.add(key)
-                group.append(w)
-        self._waiting.extendleft(reversed(later))
-        return group
-
-    def _hand_on(self) -> None:
-        """A sender is done: the oldest waiter not sending yet sends the next statement, if any."""
-        for w in self._waiting:
-            if not w.sends:
-                w.sends = True
-                w.woken.set_result(None)
-                return
-        self._senders -= 1
-
-    def _leave(self, me: _Waiting) -> None:
-        """A waiter's caller is cancelled: out of the queue; handed the next statement already, it
-        hands it on."""
-        if me in self._waiting:
-            self._waiting.remove(me)
-        if me.sends:
-            self._hand_on()
-
-    async def _statement(self, group: list[_Waiting], connections: LoopConnections) -> None:
-        """One conditional statement for the group; each of it decided (never raises)."""
-        last = last_appends.of(self.broker)
-        planned = [w.ahead for w in group]
-        batches = [a.plan.batch for a in planned]
-        try:
-            async with connections.connection() as conn:
-                if conn is None:
-                    results: list[ProduceResult | None] = [None] * len(group)
-                else:
-                    log_starts = await append_store.log_append_if_unchanged_awaited(
-                        conn, batches, [a.position.producer_state for a in planned], [a.transactional_id for a in planned]
-                    )
-                    results = _planned_ahead_results(last, planned, log_starts)
-        except BaseException as exc:  # noqa: BLE001 - each caller of the group hears of it
-            for b in batches:
-                last.forget(b.topic, b.partition, b.producer_id)
-            for w in group:
-                w.decide(None, exc)
-            if not isinstance(exc, Exception):
-                raise
-            return
-        for w, result in zip(group, results):
-            w.decide(result)
-
-
-def _loop_group(broker: Broker, connections: LoopConnections) -> _LoopGroupCommit:
-    """The group commit of the loop ``connections`` belong to."""
-    group = _loop_groups.get(connections)
-    if group is None:
-        group = _loop_groups[connections] = _LoopGroupCommit(broker)
-    return group
-
-
-_loop_groups: "weakref.WeakKeyDictionary[LoopConnections, _LoopGroupCommit]" = weakref.WeakKeyDictionary()
+def appends_if_unchanged(planned: Sequence[_Ahead]) -> Statement[list[int | None]]:
+    """Batches planned ahead (distinct partitions) appended by one conditional statement in
+    autocommit (``append_store.log_append_if_unchanged``): each one's log start offset, or None where the
+    partition had moved on or was held, or the transaction was not as planned."""
+    n = len(planned)
+    statement = append_store.log_append_if_unchanged(
+        [a.plan.batch for a in planned], [a.position.producer_state for a in planned], [a.transactional_id for a in planned]
+    )
+    return statement.then(lambda log_starts: [log_starts.get(i) for i in range(n)])
 
 
 def _joined_ahead(
     broker: Broker, last: last_appends.LastAppends, topic: str, partition: int, req: ProduceRequest, now: int, sizes: list[int]
-) -> ProduceResult | None:
+) -> Operation[ProduceResult | None]:
     """A transactional batch that adds its partition to the transaction (starting one if none is
     open), planned against this process's memory of both — the transaction as this process last
     wrote it, the partition where it last left it — and written with the transition by one
@@ -488,31 +311,8 @@ def _joined_ahead(
         return None
     meta, position, plan = joining
     try:
-        written = coordinator.join_if_unchanged(
+        written = yield from coordinator.join_if_unchanged(
             broker, meta, req.producer_id, req.producer_epoch, [(topic, partition)], req.principal,  # type: ignore[arg-type]
-            [plan.batch], [position],
-        )
-    except BaseException:
-        last.forget(topic, partition, req.producer_id)
-        raise
-    return _joined(last, plan, position, written)
-
-
-async def _joined_ahead_on_loop(
-    broker: Broker, connections: LoopConnections, last: last_appends.LastAppends, topic: str, partition: int,
-    req: ProduceRequest, now: int,
-) -> ProduceResult | None:
-    """``_joined_ahead`` with its statement awaited on the caller's event loop (``connections``):
-    None, having written nothing, as well when no connection is free."""
-    if last.txn(req.transactional_id) is None:  # type: ignore[arg-type]
-        return None  # before validating: ``produce`` validates what it is left
-    joining = _joining(last, topic, partition, req, now, _validate(broker, req))
-    if joining is None:
-        return None
-    meta, position, plan = joining
-    try:
-        written = await coordinator.join_if_unchanged_on_loop(
-            broker, connections, meta, req.producer_id, req.producer_epoch, [(topic, partition)], req.principal,  # type: ignore[arg-type]
             now, [plan.batch], [position],
         )
     except BaseException:
@@ -556,8 +356,8 @@ def _joined(
 # One statement takes the group's locks in (topic, partition) order and waits for none: a partition
 # another transaction holds is appended to alone after the group, so a stuck holder of one
 # partition never delays another partition's batch. A rule that refuses one batch (a sequence gap,
-# a fenced epoch) refuses only that batch. A second batch for a partition already in the group is
-# appended alone after it. If a statement of the group fails, nothing of it was committed and each
+# a fenced epoch) refuses only that batch. A second batch for a partition already in the group waits
+# for a later group (``GroupCommit``'s key). If a statement of the group fails, nothing of it was committed and each
 # batch is appended again, alone; if the COMMIT itself fails, whether it took effect is unknown and
 # each of its callers hears the error, as a lone append's caller would. Transactional batches are
 # appended alone: they lock their transaction first.
@@ -583,21 +383,10 @@ def _group_commit(broker: Broker) -> GroupCommit[_Append, ProduceResult]:
 
 def _append_group(broker: Broker, group: Sequence[Pending[_Append, ProduceResult]]) -> None:
     if len(group) == 1:
-        _append_alone(broker, group)
+        _each_alone(broker, group)
         return
     now = broker.now()
-    first: dict[tuple[str, int], Pending[_Append, ProduceResult]] = {}
-    seconds: list[Pending[_Append, ProduceResult]] = []  # a partition's second batch and later ones
-    for p in group:
-        key = (p.item.topic, p.item.partition)
-        if key in first:
-            seconds.append(p)
-        else:
-            first[key] = p
-    members = _group_planned_ahead(broker, list(first.values()), now)
-    if not members:
-        _append_alone(broker, seconds)
-        return
+    members = list(group)  # one batch per partition: the group commit's key
     busy: list[Pending[_Append, ProduceResult]] = []
     answers: list[tuple[Pending[_Append, ProduceResult], ProduceResult]] = []
     statements_done = False
@@ -641,45 +430,14 @@ def _append_group(broker: Broker, group: Sequence[Pending[_Append, ProduceResult
             last.remember(batch, position)
     for p, result in answers:
         p.resolve(result)
-    _append_alone(broker, busy + seconds)
+    _each_alone(broker, busy)
 
 
-def _group_planned_ahead(
-    broker: Broker, members: list[Pending[_Append, ProduceResult]], now: int
-) -> list[Pending[_Append, ProduceResult]]:
-    """The group's batches that can be planned ahead appended by one conditional statement, each
-    caller answered; the members left for the locked path."""
-    last = last_appends.of(broker)
-    ahead: list[tuple[Pending[_Append, ProduceResult], _Ahead]] = []
-    rest = []
-    for p in members:
-        a = p.item
-        planned = _planned_ahead(last, a.topic, a.partition, a.req, now, a.sizes)
-        if planned is None:
-            rest.append(p)
-        else:
-            ahead.append((p, planned))
-    if not ahead:
-        return rest
-    try:
-        results = _append_planned_ahead(broker, last, [planned for _, planned in ahead])
-    except Exception as exc:  # perhaps committed: each caller hears it, as of a failed COMMIT
-        for p, _ in ahead:
-            p.fail(exc)
-        return rest
-    for (p, _), result in zip(ahead, results):
-        if result is None:
-            rest.append(p)
-        else:
-            p.resolve(result)
-    return rest
-
-
-def _append_alone(broker: Broker, pending: Sequence[Pending[_Append, ProduceResult]]) -> None:
+def _each_alone(broker: Broker, pending: Sequence[Pending[_Append, ProduceResult]]) -> None:
     for p in pending:
         a = p.item
         try:
-            p.resolve(_produce_alone(broker, a.topic, a.partition, a.req, a.sizes))
+            p.resolve(_append_alone(broker, a.topic, a.partition, a.req, a.sizes))
         except TxlogError as exc:
             p.fail(exc)
 

@@ -4,6 +4,7 @@ abort, and the read side (describe, list, events)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -14,13 +15,13 @@ from app.domain.limits import check_partitions_added
 from app.domain.transactions import Result, TopicPartition, TxnEvent, TxnMetadata, TxnState
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
-from app.services import coordinator, inspect, last_appends
+from app.services import coordinator, executor, inspect, last_appends
+from app.services.executor import Blocking, Operation
 from app.storage import append as append_store
 from app.storage import groups as groups_store
 from app.storage import producers as producers_store
 from app.storage import topics as topics_store
 from app.storage import transactions as transactions_store
-from app.storage.db import LoopConnections
 
 
 @dataclass(frozen=True)
@@ -121,43 +122,42 @@ def add_partitions_to_txn(
     broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition],
     principal: str | None = None,
 ) -> TxnMetadata:
+    """AddPartitionsToTxn, blocking (``add_partitions_to_txn_steps``)."""
+    return executor.run(
+        broker, functools.partial(add_partitions_to_txn_steps, broker, transactional_id, producer_id, producer_epoch, partitions, principal)
+    )
+
+
+def add_partitions_to_txn_steps(
+    broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition],
+    principal: str | None, now: int,
+) -> Operation[TxnMetadata]:
     """AddPartitionsToTxn. ``principal``: the authenticated requester, whose open transactions are
     limited when this starts one (``coordinator.record``). Answers the transaction's state with the
-    partitions asked for as its members (the locked path reads only those)."""
+    partitions asked for as its members (the locked path reads only those).
+
+    Planned ahead against the transaction as this process last wrote it, if it did (Kafka clients
+    before transactions V2 send one for every transaction): one conditional statement. Whatever
+    that does not take is decided under the transaction's lock."""
     check_partitions_added(len(set(partitions)), broker.settings.max_partitions_per_transaction)
-    remembered = last_appends.of(broker).txn(transactional_id)  # as this process last wrote it, if it did
+    remembered = last_appends.of(broker).txn(transactional_id)
     if remembered is not None:
-        # Planned against it (Kafka clients before transactions V2 send one for every transaction):
-        # one conditional statement.
-        joined = coordinator.join_if_unchanged(broker, remembered, producer_id, producer_epoch, partitions, principal)
+        joined = yield from coordinator.join_if_unchanged(broker, remembered, producer_id, producer_epoch, partitions, principal, now)
         if joined is not None:
             return _added(joined[0], partitions)
+    return (yield Blocking(functools.partial(_add_partitions_locked, broker, transactional_id, producer_id, producer_epoch, partitions, principal)))
+
+
+def _add_partitions_locked(
+    broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition],
+    principal: str | None,
+) -> TxnMetadata:
     with broker.db.transaction() as conn:
         meta = coordinator.locked(conn, transactional_id, partitions=list(partitions), groups=[])
         txn.check_producer(meta, producer_id, producer_epoch)
         _check_partitions_exist(conn, partitions)
         event = txn.partitions_added(meta, partitions, broker.now())
         return coordinator.record(conn, broker, meta, event, principal=principal) if event else meta
-
-
-async def add_partitions_to_txn_on_loop(
-    broker: Broker, connections: LoopConnections, transactional_id: str, producer_id: int, producer_epoch: int,
-    partitions: Sequence[TopicPartition], principal: str | None = None,
-) -> TxnMetadata | None:
-    """``add_partitions_to_txn`` planned ahead, its one statement awaited on the caller's event loop
-    (``connections``): the same plan, statement and answer. None, having written nothing, for
-    everything the locked path decides (nothing remembered, anything moved, every connection in
-    use, the clock due a reading from the database): the caller then calls
-    ``add_partitions_to_txn`` (in a thread)."""
-    check_partitions_added(len(set(partitions)), broker.settings.max_partitions_per_transaction)
-    remembered = last_appends.of(broker).txn(transactional_id)
-    now = broker.now_without_waiting()
-    if remembered is None or now is None:
-        return None
-    joined = await coordinator.join_if_unchanged_on_loop(
-        broker, connections, remembered, producer_id, producer_epoch, partitions, principal, now
-    )
-    return _added(joined[0], partitions) if joined is not None else None
 
 
 def _added(meta: TxnMetadata, partitions: Sequence[TopicPartition]) -> TxnMetadata:
@@ -214,6 +214,16 @@ class EndTxnOutcome:
 def end_txn(
     broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, result: Result, transaction_version: int = 2
 ) -> EndTxnOutcome:
+    """EndTxn, blocking (``end_txn_steps``)."""
+    return executor.run(
+        broker, functools.partial(end_txn_steps, broker, transactional_id, producer_id, producer_epoch, result, transaction_version)
+    )
+
+
+def end_txn_steps(
+    broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, result: Result, transaction_version: int,
+    now: int,
+) -> Operation[EndTxnOutcome]:
     """EndTxn, in one database transaction: lock the transaction row, record the decision
     (PrepareCommit/PrepareAbort), write the markers, apply or drop the pending offsets and record
     CompleteCommit/CompleteAbort with the next epoch. Every partition lives in this database, so
@@ -237,9 +247,23 @@ def end_txn(
     a lock, then ended by one conditional statement. Whatever that does not take — a retry, a
     refusal, anything moved meanwhile — is decided here under the transaction's lock."""
     _check_result(result)
-    ended = _end_planned_ahead(broker, transactional_id, producer_id, producer_epoch, result, transaction_version)
-    if ended is not None:
-        return ended
+    meta = last_appends.of(broker).txn(transactional_id)  # as this process last wrote it, if it did
+    if meta is None or meta.state is not TxnState.ONGOING:
+        meta = yield transactions_store.txn_read(transactional_id)
+    decision = _end_decision(meta, producer_id, producer_epoch, result, transaction_version, now)
+    if decision is not None:
+        assert meta is not None
+        faults.crash_point(faults.SERVER_CRASH_ENV, "end_txn_uncommitted")  # tests only: nothing committed
+        ended = _ended((yield from coordinator.complete_if_unchanged(broker, meta, decision, now)), result)
+        if ended is not None:
+            return ended
+    args = (broker, transactional_id, producer_id, producer_epoch, result, transaction_version)
+    return (yield Blocking(functools.partial(_end_txn_locked, *args)))
+
+
+def _end_txn_locked(
+    broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, result: Result, transaction_version: int
+) -> EndTxnOutcome:
     with broker.db.transaction() as conn:
         meta = coordinator.locked(conn, transactional_id)
         retried = _retried_end(meta, producer_id, producer_epoch, result)
@@ -250,42 +274,6 @@ def end_txn(
         faults.crash_point(faults.SERVER_CRASH_ENV, "end_txn_uncommitted")  # tests only: all written, nothing committed
     faults.crash_point(faults.SERVER_CRASH_ENV, "end_txn_committed")  # tests only: committed, not answered
     return EndTxnOutcome(txn.complete_state(result), meta.producer_id, meta.producer_epoch)
-
-
-def _end_planned_ahead(
-    broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, result: Result, transaction_version: int
-) -> EndTxnOutcome | None:
-    meta = last_appends.of(broker).txn(transactional_id)  # as this process last wrote it, if it did
-    if meta is None or meta.state is not TxnState.ONGOING:
-        with broker.db.autocommit() as conn:
-            meta = transactions_store.txn_get(conn, transactional_id)
-    now = broker.now()
-    decision = _end_decision(meta, producer_id, producer_epoch, result, transaction_version, now)
-    if decision is None:
-        return None
-    faults.crash_point(faults.SERVER_CRASH_ENV, "end_txn_uncommitted")  # tests only: nothing committed
-    return _ended(coordinator.complete_if_unchanged(broker, meta, decision), result)  # type: ignore[arg-type]
-
-
-async def end_txn_on_loop(
-    broker: Broker, connections: LoopConnections, transactional_id: str, producer_id: int, producer_epoch: int,
-    result: Result, transaction_version: int = 2,
-) -> EndTxnOutcome | None:
-    """``end_txn`` planned ahead against the transaction as this process last wrote it, its one
-    statement awaited on the caller's event loop (``connections``): the same decision, statement
-    and answer. None, having written nothing, for everything else (nothing remembered, a retry, a
-    refusal, anything moved, every connection in use, the clock due a reading from the database):
-    the caller then calls ``end_txn`` (in a thread), which decides it."""
-    _check_result(result)
-    meta = last_appends.of(broker).txn(transactional_id)
-    now = broker.now_without_waiting()
-    if meta is None or now is None:
-        return None
-    decision = _end_decision(meta, producer_id, producer_epoch, result, transaction_version, now)
-    if decision is None:
-        return None
-    faults.crash_point(faults.SERVER_CRASH_ENV, "end_txn_uncommitted")  # tests only: nothing committed
-    return _ended(await coordinator.complete_if_unchanged_on_loop(broker, connections, meta, decision, now), result)
 
 
 def _end_decision(

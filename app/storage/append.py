@@ -10,7 +10,6 @@ import itertools
 import json
 from typing import Any, Sequence
 
-import psycopg
 from psycopg.types.numeric import Int8
 from sqlalchemy.engine import Connection
 
@@ -23,6 +22,7 @@ from app.storage.arrays import bytea_array, int4_array, int8_array, text_array
 from app.storage.db import driver
 from app.storage.groups import PENDING_OFFSETS_CTES
 from app.storage.log import NOTIFY_CHANNEL
+from app.storage.statements import Statement
 from app.storage.transactions import TXN_COLUMNS_NO_MEMBERS, TXN_RECORD_CTES, txn_from_row, txn_record_params
 
 
@@ -285,9 +285,8 @@ def log_append(conn: Connection, batches: Sequence[AppendBatch], commit: bool = 
 
 
 def log_append_if_unchanged(
-    conn: Connection, batches: Sequence[AppendBatch], planned_against: Sequence[ProducerStateEntry | None],
-    transactional_ids: Sequence[str | None],
-) -> dict[int, int]:
+    batches: Sequence[AppendBatch], planned_against: Sequence[ProducerStateEntry | None], transactional_ids: Sequence[str | None]
+) -> Statement[dict[int, int]]:
     """Append each of ``batches`` (distinct partitions) whose partition still ends at the batch's
     base offset and position and whose producer's state there is still the one it was planned
     against; write nothing of the others, nor of a batch whose partition or transaction another
@@ -296,21 +295,10 @@ def log_append_if_unchanged(
     transactional id's transaction still Ongoing, of its producer id and epoch, with the batch's
     partition in it already. Takes the locks itself (a transaction's row, shared, before
     partitions): on a connection in autocommit the statement is the whole database transaction,
-    one round trip, and no lock is held between round trips. Answers, for each batch appended (by
+    one round trip, and no lock is held between round trips. Reads, for each batch appended (by
     its index in ``batches``), its partition's log start offset."""
     params = _log_append_if_unchanged_params(batches, planned_against, transactional_ids)
-    return _appended(driver(conn).execute(_LOG_APPEND_IF_UNCHANGED, params).fetchone())
-
-
-async def log_append_if_unchanged_awaited(
-    conn: psycopg.AsyncConnection, batches: Sequence[AppendBatch], planned_against: Sequence[ProducerStateEntry | None],
-    transactional_ids: Sequence[str | None],
-) -> dict[int, int]:
-    """``log_append_if_unchanged`` on a connection of an event loop (``db.LoopConnections``, in
-    autocommit): the same statement, awaited."""
-    params = _log_append_if_unchanged_params(batches, planned_against, transactional_ids)
-    cursor = await conn.execute(_LOG_APPEND_IF_UNCHANGED, params)
-    return _appended(await cursor.fetchone())
+    return Statement(_LOG_APPEND_IF_UNCHANGED, params, _appended)
 
 
 def _log_append_if_unchanged_params(
@@ -410,10 +398,10 @@ def _log_append_params(batches: Sequence[AppendBatch], planned_against: Sequence
 
 
 def txn_append_if_unchanged(
-    conn: Connection, batches: Sequence[AppendBatch], planned_against: Sequence[ProducerStateEntry | None],
+    batches: Sequence[AppendBatch], planned_against: Sequence[ProducerStateEntry | None],
     events: Sequence[TxnEvent], was: TxnMetadata, meta: TxnMetadata, coordinator: int, deadline_ms: int | None,
     resets_members: bool, ends: str | None = None,
-) -> list[int] | None:
+) -> Statement[list[int] | None]:
     """Batches of one transaction (distinct partitions: its markers, or the batch that adds its
     partition to the transaction; or none, AddPartitionsToTxn alone) and the transitions planned
     with them (``events``, leading from ``was`` to ``meta``; with ``resets_members`` the first
@@ -424,27 +412,14 @@ def txn_append_if_unchanged(
     planned against (as ``log_append_if_unchanged`` checks them), and every partition added exists;
     a row or partition another database transaction holds writes nothing either. Only group offset
     rows, last in the lock order, are waited for.
-    On a connection in autocommit it is the whole database transaction, one round trip. Answers
+    On a connection in autocommit it is the whole database transaction, one round trip. Reads
     each batch's partition's log start offset if written, None if not. No limit is checked: the
     caller checked them against ``was``, which is exact at its version."""
     params = _txn_append_if_unchanged_params(
         batches, planned_against, events, was, meta, coordinator, deadline_ms, resets_members, ends
     )
-    return _txn_appended(driver(conn).execute(_TXN_APPEND_IF_UNCHANGED, params).fetchone(), len(batches))
-
-
-async def txn_append_if_unchanged_awaited(
-    conn: psycopg.AsyncConnection, batches: Sequence[AppendBatch], planned_against: Sequence[ProducerStateEntry | None],
-    events: Sequence[TxnEvent], was: TxnMetadata, meta: TxnMetadata, coordinator: int, deadline_ms: int | None,
-    resets_members: bool, ends: str | None = None,
-) -> list[int] | None:
-    """``txn_append_if_unchanged`` on a connection of an event loop (``db.LoopConnections``, in
-    autocommit): the same statement, awaited."""
-    params = _txn_append_if_unchanged_params(
-        batches, planned_against, events, was, meta, coordinator, deadline_ms, resets_members, ends
-    )
-    cursor = await conn.execute(_TXN_APPEND_IF_UNCHANGED, params)
-    return _txn_appended(await cursor.fetchone(), len(batches))
+    n = len(batches)
+    return Statement(_TXN_APPEND_IF_UNCHANGED, params, lambda row: _txn_appended(row, n))
 
 
 def _txn_append_if_unchanged_params(

@@ -11,6 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from app.domain.transactions import TopicPartition, TxnEvent, TxnMetadata, TxnState
+from app.storage.statements import Statement
 from app.storage._sql import _compact, _int8, _ms
 from app.storage.db import driver
 
@@ -68,6 +69,15 @@ def txn_from_row(row) -> TxnMetadata:  # type: ignore[no-untyped-def]
         fence_reason=row[14],
         transaction_version=row[15],
     )
+
+
+TXN_READ = "SELECT " + TXN_COLUMNS + " FROM txlog.transactions t WHERE t.transactional_id = %(tid)s"
+
+
+def txn_read(transactional_id: str) -> Statement[TxnMetadata | None]:
+    """``txn_get`` without a lock, all members read, as a statement: what a transition planned
+    ahead starts from when this process does not remember the transaction."""
+    return Statement(TXN_READ, {"tid": transactional_id}, lambda row: txn_from_row(row) if row else None)
 
 
 def txn_get(

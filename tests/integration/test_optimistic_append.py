@@ -10,26 +10,30 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 
 import psycopg
 import pytest
 
-from app.domain.groups import GroupOffset
-from app.domain.log import AppendBatch, AppendPosition
 from app.domain.records import NewRecord
 from app.errors import ErrorCode, TxlogError
 from app.services import fetch as fetch_service
 from app.services import produce as produce_service
 from app.services import topics, transactions
 from app.services.last_appends import LastAppends
+from app.services import executor as executor_mod
+from app.services.executor import Blocking, LoopExecutor
 from app.services.produce import ProduceRequest
-from app.storage import append as append_store
 from app.storage import db as dbmod
+from app.domain.log import AppendBatch, AppendPosition
+from app.domain.groups import GroupOffset
+from app.storage import append as append_store
 from app.storage import groups as groups_store
 from app.storage import log as log_store
 from app.storage import producers as producers_store
 from app.storage import transactions as transactions_store
-from app.storage.db import DatabaseClock, LoopConnections, SessionLimits, libpq_url
+from app.storage.db import DatabaseClock, LoopConnections, SessionLimits, driver, libpq_url
+from app.storage.statements import execute
 from tests.conftest import make_broker
 
 
@@ -61,23 +65,27 @@ def statements(monkeypatch):  # type: ignore[no-untyped-def]
     seen: list[str] = []
     conditional, locked, with_txn = append_store.log_append_if_unchanged, append_store.log_append, append_store.txn_append_if_unchanged
 
-    def if_unchanged(conn, batches, planned_against, transactional_ids):  # type: ignore[no-untyped-def]
-        out = conditional(conn, batches, planned_against, transactional_ids)
-        seen.extend("optimistic" if i in out else "stale" for i in range(len(batches)))
-        return out
+    def if_unchanged(batches, planned_against, transactional_ids):  # type: ignore[no-untyped-def]
+        def note(out):  # type: ignore[no-untyped-def]
+            seen.extend("optimistic" if i in out else "stale" for i in range(len(batches)))
+            return out
+
+        return conditional(batches, planned_against, transactional_ids).then(note)
 
     def log_append(conn, batches, commit=False):  # type: ignore[no-untyped-def]
         if batches[0].control_type is None:  # not the markers of a locked EndTxn
             seen.append("locked")
         return locked(conn, batches, commit)
 
-    def txn_append(conn, batches, *args, **kwargs):  # type: ignore[no-untyped-def]
-        out = with_txn(conn, batches, *args, **kwargs)
-        if not batches:  # AddPartitionsToTxn planned ahead
-            seen.append("added" if out is not None else "add-stale")
-        elif batches[0].control_type is None:  # not the markers of an EndTxn planned ahead
-            seen.append("joined" if out is not None else "join-stale")
-        return out
+    def txn_append(batches, *args, **kwargs):  # type: ignore[no-untyped-def]
+        def note(out):  # type: ignore[no-untyped-def]
+            if not batches:  # AddPartitionsToTxn planned ahead
+                seen.append("added" if out is not None else "add-stale")
+            elif batches[0].control_type is None:  # not the markers of an EndTxn planned ahead
+                seen.append("joined" if out is not None else "join-stale")
+            return out
+
+        return with_txn(batches, *args, **kwargs).then(note)
 
     monkeypatch.setattr(append_store, "log_append_if_unchanged", if_unchanged)
     monkeypatch.setattr(append_store, "log_append", log_append)
@@ -169,10 +177,10 @@ def test_the_conditional_statement_writes_nothing_when_the_producer_state_differ
     assert isinstance(plan, produce_service._Plan)
     other_epoch = type(position.producer_state)(p.producer_id, p.producer_epoch + 1, position.producer_state.batches)
     with a.db.autocommit() as conn:
-        assert append_store.log_append_if_unchanged(conn, [plan.batch], [other_epoch], [None]) == {}  # not the state there
-        assert append_store.log_append_if_unchanged(conn, [plan.batch], [None], [None]) == {}  # there is a state
-        assert append_store.log_append_if_unchanged(conn, [plan.batch], [position.producer_state], [None]) == {0: 0}
-        assert append_store.log_append_if_unchanged(conn, [plan.batch], [position.producer_state], [None]) == {}  # moved on: once only
+        assert execute(driver(conn), append_store.log_append_if_unchanged([plan.batch], [other_epoch], [None])) == {}  # not the state there
+        assert execute(driver(conn), append_store.log_append_if_unchanged([plan.batch], [None], [None])) == {}  # there is a state
+        assert execute(driver(conn), append_store.log_append_if_unchanged([plan.batch], [position.producer_state], [None])) == {0: 0}
+        assert execute(driver(conn), append_store.log_append_if_unchanged([plan.batch], [position.producer_state], [None])) == {}  # moved on: once only
     assert [r.value for r in fetch_service.fetch(a, "t", 1, 0).records] == [f"{t}:{k}".encode() for t in "01" for k in range(3)]
 
 
@@ -298,14 +306,14 @@ def test_the_conditional_statement_checks_the_transaction(two) -> None:  # type:
     plan = produce_service._planned("t", 1, tx_batch(p, "1", 3), a.now(), [3] * 3, position)
     state = position.producer_state
     with a.db.autocommit() as conn:
-        assert append_store.log_append_if_unchanged(conn, [plan.batch], [state], [None]) == {}  # its pid has a transactional id
-        assert append_store.log_append_if_unchanged(conn, [plan.batch], [state], ["other"]) == {}  # not that transactional id's
+        assert execute(driver(conn), append_store.log_append_if_unchanged([plan.batch], [state], [None])) == {}  # its pid has a transactional id
+        assert execute(driver(conn), append_store.log_append_if_unchanged([plan.batch], [state], ["other"])) == {}  # not that transactional id's
     with a.db.transaction() as conn:  # the transaction's row held (as by an EndTxn): not waited for
         transactions_store.txn_get(conn, "tx", for_update=True)
         with a.db.autocommit() as other:
-            assert append_store.log_append_if_unchanged(other, [plan.batch], [state], ["tx"]) == {}
+            assert execute(driver(other), append_store.log_append_if_unchanged([plan.batch], [state], ["tx"])) == {}
     with a.db.autocommit() as conn:
-        assert append_store.log_append_if_unchanged(conn, [plan.batch], [state], ["tx"]) == {0: 0}
+        assert execute(driver(conn), append_store.log_append_if_unchanged([plan.batch], [state], ["tx"])) == {0: 0}
     transactions.end_txn(a, "tx", p.producer_id, p.producer_epoch, "commit")
     assert [r.value for r in fetch_service.fetch(a, "t", 1, 0, isolation_level="read_committed").records] == [
         f"{t}:{k}".encode() for t in "01" for k in range(3)
@@ -319,11 +327,13 @@ def ends(monkeypatch):  # type: ignore[no-untyped-def]
     seen: list[str] = []
     conditional, locked = append_store.txn_append_if_unchanged, transactions.coordinator.complete
 
-    def if_unchanged(conn, batches, *args, **kwargs):  # type: ignore[no-untyped-def]
-        written = conditional(conn, batches, *args, **kwargs)
-        if batches and batches[0].control_type is not None:  # markers: an EndTxn
-            seen.append("ahead" if written is not None else "moved")
-        return written
+    def if_unchanged(batches, *args, **kwargs):  # type: ignore[no-untyped-def]
+        def note(written):  # type: ignore[no-untyped-def]
+            if batches and batches[0].control_type is not None:  # markers: an EndTxn
+                seen.append("ahead" if written is not None else "moved")
+            return written
+
+        return conditional(batches, *args, **kwargs).then(note)
 
     def complete(*args, **kwargs):  # type: ignore[no-untyped-def]
         seen.append("locked")
@@ -454,10 +464,10 @@ def test_the_conditional_end_checks_the_transaction_and_every_partition(two) -> 
         markers = [coordinator.marker("t", part, pos, p.producer_id, p.producer_epoch, True, now) for part, pos in zip((0, 1), positions)]
         done = txn.completed(prepared, now, None)
         with a.db.autocommit() as conn:
-            return append_store.txn_append_if_unchanged(
-                conn, markers, [pos.producer_state for pos in positions], (decision, done), was, txn.apply(prepared, done), 0, None,
+            return execute(driver(conn), append_store.txn_append_if_unchanged(
+                markers, [pos.producer_state for pos in positions], (decision, done), was, txn.apply(prepared, done), 0, None,
                 False,
-            ) is not None
+            )) is not None
 
     def untouched() -> None:
         with a.db.read() as conn:
@@ -738,9 +748,9 @@ def test_a_group_appends_its_batches_planned_ahead_in_one_statement(db_url: str,
         sizes: list[int] = []
         conditional = append_store.log_append_if_unchanged
 
-        def counting(conn, batches, planned_against, transactional_ids):  # type: ignore[no-untyped-def]
+        def counting(batches, planned_against, transactional_ids):  # type: ignore[no-untyped-def]
             sizes.append(len(batches))
-            return conditional(conn, batches, planned_against, transactional_ids)
+            return conditional(batches, planned_against, transactional_ids)
 
         monkeypatch.setattr(append_store, "log_append_if_unchanged", counting)
         producers = [transactions.init_producer_id(a, None) for _ in range(4)]
@@ -770,20 +780,34 @@ def test_a_group_appends_its_batches_planned_ahead_in_one_statement(db_url: str,
         a.db.dispose()
         b.db.dispose()
 
-# --- the same statement awaited on an event loop (``produce.produce_on_loop``, as the Kafka gateway
-# appends a producer's batches): whatever moved meanwhile leaves the batch to ``produce``, nothing
-# is written twice, nothing is taken from memory that the database no longer says; and the loop's
+# --- the same operations on an event loop (``executor.LoopExecutor``, as the Kafka gateway and the
+# HTTP workers run them): whatever moved meanwhile leaves the batch to the locked path, nothing is
+# written twice, nothing is taken from memory that the database no longer says; and the loop's
 # connections (``db.LoopConnections``): bounded, replaced when they fail, failures named.
 
 
-def loop_call(broker, fn, *args, connections: LoopConnections | None = None):  # type: ignore[no-untyped-def]
-    """A service's ``*_on_loop`` function on a loop of its own, with connections of its own unless
-    given."""
+class AheadOnly(LoopExecutor):
+    """The loop's executor, except that an operation's blocking step (its locked path) is answered
+    None instead of run: what an operation takes on the loop by its statements planned ahead."""
+
+    async def _step(self, step):  # type: ignore[no-untyped-def]
+        if isinstance(step, Blocking):
+            return None
+        return await super()._step(step)
+
+
+async def in_thread(fn, *args):  # type: ignore[no-untyped-def]
+    return await asyncio.to_thread(fn, *args)
+
+
+def loop_call(broker, steps, *args, connections: LoopConnections | None = None, blocking=in_thread):  # type: ignore[no-untyped-def]
+    """An operation's steps (``steps(broker, *args, now)``) on a loop of its own, planned ahead
+    only (``AheadOnly``; None: left to the locked path), with connections of its own unless given."""
 
     async def run():  # type: ignore[no-untyped-def]
         conns = connections or LoopConnections(broker.settings.database_url, 2)
         try:
-            return await fn(broker, conns, *args)
+            return await AheadOnly(broker, conns, blocking).run(functools.partial(steps, broker, *args))
         finally:
             if connections is None:
                 await conns.close()
@@ -791,9 +815,14 @@ def loop_call(broker, fn, *args, connections: LoopConnections | None = None):  #
     return asyncio.run(run())
 
 
-def on_loop(broker, req: ProduceRequest, connections: LoopConnections | None = None):  # type: ignore[no-untyped-def]
-    """``produce_on_loop`` to partition 0 of "t" on a loop of its own."""
-    return loop_call(broker, produce_service.produce_on_loop, "t", 0, req, connections=connections)
+def on_loop(broker, req: ProduceRequest, connections: LoopConnections | None = None, blocking=in_thread):  # type: ignore[no-untyped-def]
+    """A produce to partition 0 of "t" on a loop of its own, planned ahead only."""
+    return loop_call(broker, produce_service.produce_steps, "t", 0, req, connections=connections, blocking=blocking)
+
+
+def add(broker, tid, producer_id, producer_epoch, partitions, now):  # type: ignore[no-untyped-def]
+    """AddPartitionsToTxn's steps, of no principal."""
+    return transactions.add_partitions_to_txn_steps(broker, tid, producer_id, producer_epoch, partitions, None, now)
 
 
 def test_a_producers_next_batches_are_appended_on_the_loop(two) -> None:  # type: ignore[no-untyped-def]
@@ -857,17 +886,19 @@ def test_a_v1_transactions_batches_are_appended_on_the_loop_only_while_it_is_ope
 def test_a_v1_transactions_add_and_end_are_planned_ahead_on_the_loop(two) -> None:  # type: ignore[no-untyped-def]
     a, b = two
     p = transactions.init_producer_id(a, "tx")
-    add, end = transactions.add_partitions_to_txn_on_loop, transactions.end_txn_on_loop
+    end = transactions.end_txn_steps
 
     def req(tag: str, seq: int) -> ProduceRequest:
         return ProduceRequest(batch(tag), p.producer_id, p.producer_epoch, seq, transactional_id="tx", require_added=True)
 
-    # nothing remembered of the transaction yet: both left to the thread's path, nothing written
+    # nothing remembered of the transaction yet: the add is left to the locked path, nothing written
     assert loop_call(a, add, "tx", p.producer_id, p.producer_epoch, [("t", 0)]) is None
+    assert transactions.describe(a, "tx").state.value == "Empty"
     transactions.add_partitions_to_txn(a, "tx", p.producer_id, p.producer_epoch, [("t", 0)])
     produce_service.produce(a, "t", 0, req("0", 0))
-    assert loop_call(a, end, "tx", p.producer_id, p.producer_epoch, "commit", 1) is None
-    transactions.end_txn(a, "tx", p.producer_id, p.producer_epoch, "commit", transaction_version=1)  # now remembered
+    # the end reads the transaction, and ends it by one statement planned against that reading
+    first = loop_call(a, end, "tx", p.producer_id, p.producer_epoch, "commit", 1)
+    assert first is not None and first.state.value == "CompleteCommit"  # now remembered
     # the next transaction: added, appended and ended on the loop, each by one statement
     added = loop_call(a, add, "tx", p.producer_id, p.producer_epoch, [("t", 0)])
     assert added is not None and added.state.value == "Ongoing" and added.partitions == (("t", 0),)
@@ -925,33 +956,59 @@ def test_a_transactions_first_batch_on_a_partition_joins_it_on_the_loop(two) -> 
     assert fenced.value.code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH)
 
 
+class Blocked:
+    """A loop's ``blocking``: runs each function in a thread, noting its name."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    async def __call__(self, fn, *args):  # type: ignore[no-untyped-def]
+        self.names.append(getattr(fn, "__name__", type(fn).__name__))
+        return await asyncio.to_thread(fn, *args)
+
+
 def test_an_end_on_the_loop_waits_neither_for_a_connection_nor_for_the_clock(two) -> None:  # type: ignore[no-untyped-def]
     a, _ = two
     p = transactions.init_producer_id(a, "tx")
-    transactions.add_partitions_to_txn(a, "tx", p.producer_id, p.producer_epoch, [("t", 0)])
-    produce_service.produce(a, "t", 0, ProduceRequest(batch("0"), p.producer_id, p.producer_epoch, 0, transactional_id="tx", require_added=True))
-    transactions.end_txn(a, "tx", p.producer_id, p.producer_epoch, "commit", transaction_version=1)
-    added = loop_call(a, transactions.add_partitions_to_txn_on_loop, "tx", p.producer_id, p.producer_epoch, [("t", 0)])
-    assert added is not None
 
-    async def all_in_use():  # type: ignore[no-untyped-def]
+    def transaction() -> None:  # one batch in an open V1 transaction, all of it remembered
+        transactions.add_partitions_to_txn(a, "tx", p.producer_id, p.producer_epoch, [("t", 0)])
+        produce_service.produce(a, "t", 0, ProduceRequest(batch("0"), p.producer_id, p.producer_epoch, 0, transactional_id="tx", require_added=True))
+
+    transaction()
+    transactions.end_txn(a, "tx", p.producer_id, p.producer_epoch, "commit", transaction_version=1)
+    added = loop_call(a, add, "tx", p.producer_id, p.producer_epoch, [("t", 0)])
+    assert added is not None
+    produce_service.produce(a, "t", 0, ProduceRequest(batch("1"), p.producer_id, p.producer_epoch, 3, transactional_id="tx", require_added=True))
+
+    # every connection of the loop in use: the statement is sent from a worker thread instead
+    async def all_in_use(blocked: Blocked):  # type: ignore[no-untyped-def]
         conns = LoopConnections(a.settings.database_url, 1)
         try:
             async with conns.connection() as held:
                 assert held is not None
-                return await transactions.end_txn_on_loop(a, conns, "tx", p.producer_id, p.producer_epoch, "commit", 1)
+                steps = functools.partial(transactions.end_txn_steps, a, "tx", p.producer_id, p.producer_epoch, "commit", 1)
+                return await AheadOnly(a, conns, blocked).run(steps)
         finally:
             await conns.close()
 
-    assert asyncio.run(all_in_use()) is None
-    a.clock = DatabaseClock(a.db, resync_s=0.0)  # due a reading from the database: not read from the loop
+    blocked = Blocked()
+    ended = asyncio.run(all_in_use(blocked))
+    assert ended is not None and ended.state.value == "CompleteCommit"
+    assert blocked.names == ["_in_thread"]
+    # a clock due a reading from the database: the operation runs whole in a worker thread
+    a.clock = DatabaseClock(a.db, resync_s=0.0)
     a.now()
-    assert loop_call(a, transactions.end_txn_on_loop, "tx", p.producer_id, p.producer_epoch, "commit", 1) is None
-    assert transactions.describe(a, "tx").state.value == "Ongoing"  # nothing written
+    blocked = Blocked()
+    ended = loop_call(a, add, "tx", p.producer_id, p.producer_epoch, [("t", 0)], blocking=blocked)
+    assert ended is not None and ended.state.value == "Ongoing"
+    assert blocked.names == ["run"]
     a.clock = DatabaseClock(a.db)
     a.now()
-    ended = loop_call(a, transactions.end_txn_on_loop, "tx", p.producer_id, p.producer_epoch, "commit", 1)
-    assert ended is not None and ended.state.value == "CompleteCommit"
+    blocked = Blocked()
+    ended = loop_call(a, transactions.end_txn_steps, "tx", p.producer_id, p.producer_epoch, "abort", 1, blocking=blocked)
+    assert ended is not None and ended.state.value == "CompleteAbort"
+    assert blocked.names == []  # nothing left the loop
 
 
 def test_the_loop_waits_neither_for_a_connection_nor_for_the_clock(two) -> None:  # type: ignore[no-untyped-def]
@@ -959,31 +1016,40 @@ def test_the_loop_waits_neither_for_a_connection_nor_for_the_clock(two) -> None:
     p = transactions.init_producer_id(a, None)
     produce_service.produce(a, "t", 0, ProduceRequest(batch("0"), p.producer_id, p.producer_epoch, 0))
 
-    async def all_in_use():  # type: ignore[no-untyped-def]
+    async def all_in_use(blocked: Blocked):  # type: ignore[no-untyped-def]
         conns = LoopConnections(a.settings.database_url, 1)
         try:
             async with conns.connection() as held:
                 assert held is not None
                 async with conns.connection() as none:
                     assert none is None
-                return await produce_service.produce_on_loop(
-                    a, conns, "t", 0, ProduceRequest(batch("1"), p.producer_id, p.producer_epoch, 3)
+                steps = functools.partial(
+                    produce_service.produce_steps, a, "t", 0, ProduceRequest(batch("1"), p.producer_id, p.producer_epoch, 3)
                 )
+                return await AheadOnly(a, conns, blocked).run(steps)
         finally:
             await conns.close()
 
-    assert asyncio.run(all_in_use()) is None
+    blocked = Blocked()
+    appended = asyncio.run(all_in_use(blocked))
+    assert appended is not None and appended.base_offset == 3
+    assert blocked.names == ["_in_thread"]  # sent from a worker thread, not waited for on the loop
     # a clock due a reading from the database: not read from the loop
     due = DatabaseClock(a.db, resync_s=0.0)
     assert due() > 0 and due.without_waiting() is None
     a.clock = due
-    assert on_loop(a, ProduceRequest(batch("1"), p.producer_id, p.producer_epoch, 3)) is None
-    assert len(log(a)) == 3
+    blocked = Blocked()
+    appended = on_loop(a, ProduceRequest(batch("2"), p.producer_id, p.producer_epoch, 6), blocking=blocked)
+    assert appended is not None and appended.base_offset == 6
+    assert blocked.names == ["run"]
+    assert len(log(a)) == 9
     a.clock = DatabaseClock(a.db)
     assert a.now_without_waiting() is None  # never read yet
     a.now()
     assert a.now_without_waiting() is not None
-    assert on_loop(a, ProduceRequest(batch("1"), p.producer_id, p.producer_epoch, 3)) is not None
+    blocked = Blocked()
+    assert on_loop(a, ProduceRequest(batch("3"), p.producer_id, p.producer_epoch, 9), blocking=blocked) is not None
+    assert blocked.names == []
 
 
 def test_a_failed_connection_is_named_and_replaced(db_url: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -1033,6 +1099,16 @@ def test_an_idle_connection_is_checked_before_use(db_url: str, monkeypatch) -> N
     assert again != first
 
 
+def producing(broker, partition: int, req: ProduceRequest):  # type: ignore[no-untyped-def]
+    """A produce's steps to a partition of "g"."""
+    return functools.partial(produce_service.produce_steps, broker, "g", partition, req)
+
+
+def senders(ex: LoopExecutor) -> int:
+    """Statements the loop's group commits count as in flight."""
+    return sum(executor_mod.LOOP_STATEMENTS - group._queue._free for group in ex._groups.values())
+
+
 # --- the loop's group commit: batches planned ahead that arrive while ``LOOP_STATEMENTS`` statements
 # are in flight share the next one (one batch per partition), each caller hearing of its own batch.
 
@@ -1049,13 +1125,13 @@ def grouped(db_url: str, monkeypatch):  # type: ignore[no-untyped-def]
     for i, p in enumerate(producers):
         produce_service.produce(broker, "g", i, ProduceRequest(batch(f"{i}.0"), p.producer_id, p.producer_epoch, 0))
     sizes: list[int] = []
-    awaited = append_store.log_append_if_unchanged_awaited
+    statement_of = produce_service.appends_if_unchanged
 
-    async def counted(conn, batches, planned_against, transactional_ids):  # type: ignore[no-untyped-def]
-        sizes.append(len(batches))
-        return await awaited(conn, batches, planned_against, transactional_ids)
+    def counted(planned):  # type: ignore[no-untyped-def]
+        sizes.append(len(planned))
+        return statement_of(planned)
 
-    monkeypatch.setattr(append_store, "log_append_if_unchanged_awaited", counted)
+    monkeypatch.setattr(produce_service, "appends_if_unchanged", counted)
     yield broker, producers, sizes
     broker.db.dispose()
 
@@ -1069,26 +1145,25 @@ def test_batches_arriving_together_on_the_loop_share_a_statement(grouped) -> Non
 
     async def run():  # type: ignore[no-untyped-def]
         conns = LoopConnections(broker.settings.database_url, 4)
+        ex = AheadOnly(broker, conns, in_thread)
         try:
             rounds = []
             for n in (1, 2, 3):
                 rounds.append(await asyncio.gather(*(
-                    produce_service.produce_on_loop(
-                        broker, conns, "g", i, ProduceRequest(batch(f"{i}.{n}"), p.producer_id, p.producer_epoch, 3 * n)
-                    )
+                    ex.run(producing(broker, i, ProduceRequest(batch(f"{i}.{n}"), p.producer_id, p.producer_epoch, 3 * n)))
                     for i, p in enumerate(producers)
                 )))
-            return rounds, produce_service._loop_group(broker, conns)._senders
+            return rounds, senders(ex)
         finally:
             await conns.close()
 
-    rounds, senders = asyncio.run(run())
+    rounds, in_flight = asyncio.run(run())
     for n, results in enumerate(rounds, 1):
         assert [(r.base_offset, r.last_offset) for r in results] == [(3 * n, 3 * n + 2)] * 8
     # the first two batches of a round are sent at once, alone; the six that came meanwhile share the
     # next statement or, when both first statements end before it is sent, the next two
     assert sum(sizes) == 24 and len(sizes) <= 12 and max(sizes) >= 3
-    assert senders == 0
+    assert in_flight == 0
     for i in range(8):
         assert values_of(broker, i) == [f"{i}.{n}:{k}".encode() for n in range(4) for k in range(3)]
 
@@ -1104,8 +1179,9 @@ def test_a_second_batch_for_a_partition_waits_for_the_next_statement(grouped) ->
 
     async def run():  # type: ignore[no-untyped-def]
         conns = LoopConnections(broker.settings.database_url, 4)
+        ex = AheadOnly(broker, conns, in_thread)
         try:
-            return await asyncio.gather(*(produce_service.produce_on_loop(broker, conns, "g", i, r) for i, r in reqs))
+            return await asyncio.gather(*(ex.run(producing(broker, i, r)) for i, r in reqs))
         finally:
             await conns.close()
 
@@ -1127,11 +1203,10 @@ def test_a_cancelled_waiter_leaves_its_place_and_nothing_stalls(grouped) -> None
 
     async def run():  # type: ignore[no-untyped-def]
         conns = LoopConnections(broker.settings.database_url, 4)
+        ex = AheadOnly(broker, conns, in_thread)
         try:
             tasks = [
-                asyncio.create_task(produce_service.produce_on_loop(
-                    broker, conns, "g", i, ProduceRequest(batch(f"{i}.1"), p.producer_id, p.producer_epoch, 3)
-                ))
+                asyncio.create_task(ex.run(producing(broker, i, ProduceRequest(batch(f"{i}.1"), p.producer_id, p.producer_epoch, 3))))
                 for i, p in enumerate(producers)
             ]
             await asyncio.sleep(0)  # every task has planned and is sending or waiting
@@ -1139,51 +1214,48 @@ def test_a_cancelled_waiter_leaves_its_place_and_nothing_stalls(grouped) -> None
                 t.cancel()
             done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
             again = await asyncio.wait_for(asyncio.gather(*(
-                produce_service.produce_on_loop(
-                    broker, conns, "g", i, ProduceRequest(batch(f"{i}.2"), p.producer_id, p.producer_epoch, 3)
-                )
+                ex.run(producing(broker, i, ProduceRequest(batch(f"{i}.2"), p.producer_id, p.producer_epoch, 3)))
                 for i, p in enumerate(producers) if i in (2, 3, 4)
             )), 30)
-            return done, again, produce_service._loop_group(broker, conns)._senders
+            return done, again, senders(ex)
         finally:
             await conns.close()
 
-    done, again, senders = asyncio.run(run())
+    done, again, in_flight = asyncio.run(run())
     assert [isinstance(d, asyncio.CancelledError) for d in done] == [False, False, True, True, True, False, False, False]
     assert all(d.base_offset == 3 for i, d in enumerate(done) if i not in (2, 3, 4))
     assert [a.base_offset for a in again] == [3, 3, 3]  # the cancelled batches were never written
-    assert sum(sizes) == 8 and max(sizes) >= 2 and senders == 0
+    assert sum(sizes) == 8 and max(sizes) >= 2 and in_flight == 0
     for i in (2, 3, 4):
         assert values_of(broker, i) == [f"{i}.{n}:{k}".encode() for n in (0, 2) for k in range(3)]
 
 
 def test_a_failed_group_statement_is_heard_by_each_of_its_batches(grouped, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     broker, producers, sizes = grouped
-    counted = append_store.log_append_if_unchanged_awaited
+    counted = produce_service.appends_if_unchanged
 
-    async def failing(conn, batches, planned_against, transactional_ids):  # type: ignore[no-untyped-def]
-        if all(b.partition >= 2 for b in batches):  # the waiters' statements: as if the connection broke
-            sizes.append(len(batches))
+    def failing(planned):  # type: ignore[no-untyped-def]
+        if all(a.plan.batch.partition >= 2 for a in planned):  # the waiters' statements: as if the connection broke
+            sizes.append(len(planned))
             raise TxlogError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the connection to the database broke")
-        return await counted(conn, batches, planned_against, transactional_ids)
+        return counted(planned)
 
-    monkeypatch.setattr(append_store, "log_append_if_unchanged_awaited", failing)
+    monkeypatch.setattr(produce_service, "appends_if_unchanged", failing)
 
     async def run():  # type: ignore[no-untyped-def]
         conns = LoopConnections(broker.settings.database_url, 4)
+        ex = AheadOnly(broker, conns, in_thread)
         try:
             got = await asyncio.gather(*(
-                produce_service.produce_on_loop(
-                    broker, conns, "g", i, ProduceRequest(batch(f"{i}.1"), p.producer_id, p.producer_epoch, 3)
-                )
+                ex.run(producing(broker, i, ProduceRequest(batch(f"{i}.1"), p.producer_id, p.producer_epoch, 3)))
                 for i, p in enumerate(producers)
             ), return_exceptions=True)
-            return got, produce_service._loop_group(broker, conns)._senders
+            return got, senders(ex)
         finally:
             await conns.close()
 
-    got, senders = asyncio.run(run())
-    assert sum(sizes) == 8 and max(sizes) >= 3 and senders == 0
+    got, in_flight = asyncio.run(run())
+    assert sum(sizes) == 8 and max(sizes) >= 3 and in_flight == 0
     assert [r.base_offset for r in got[:2]] == [3, 3]
     assert all(isinstance(e, TxlogError) and e.code is ErrorCode.COORDINATOR_NOT_AVAILABLE for e in got[2:])
     # nothing is taken from memory after a failure: the producers' retries go the locked way

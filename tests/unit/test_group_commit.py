@@ -48,14 +48,14 @@ def _hammer(gc: GroupCommit, callers: int, per_caller: int) -> dict[tuple[int, i
     return outcomes
 
 
-@pytest.mark.parametrize("leaders,max_items", [(1, 4), (2, 16), (3, 1)])
-def test_concurrent_callers_each_get_their_own_outcome_after_their_group(leaders: int, max_items: int) -> None:
-    running = threading.Semaphore(leaders)
+@pytest.mark.parametrize("senders,max_items", [(1, 4), (2, 16), (3, 1)])
+def test_concurrent_callers_each_get_their_own_outcome_after_their_group(senders: int, max_items: int) -> None:
+    running = threading.Semaphore(senders)
     ran: set[tuple[int, int]] = set()
     sizes: list[int] = []
 
     def run(group):  # type: ignore[no-untyped-def]
-        assert running.acquire(blocking=False), "more groups at once than leaders"
+        assert running.acquire(blocking=False), "more groups at once than senders"
         try:
             sizes.append(len(group))
             assert len(group) <= max_items
@@ -71,7 +71,7 @@ def test_concurrent_callers_each_get_their_own_outcome_after_their_group(leaders
         finally:
             running.release()
 
-    outcomes = _hammer(GroupCommit(run, leaders=leaders, max_items=max_items), callers=8, per_caller=60)
+    outcomes = _hammer(GroupCommit(run, senders=senders, max_items=max_items), callers=8, per_caller=60)
     assert len(outcomes) == 8 * 60 == len(ran)
     for (c, i), outcome in outcomes.items():
         if (c + i) % 7 == 0:
@@ -90,7 +90,7 @@ def test_an_exception_of_the_group_fails_its_undecided_callers_and_the_lead_goes
         for p in group[1:]:
             p.resolve("decided")
 
-    outcomes = _hammer(GroupCommit(run, leaders=2, max_items=3), callers=6, per_caller=40)
+    outcomes = _hammer(GroupCommit(run, senders=2, max_items=3), callers=6, per_caller=40)
     assert len(outcomes) == 240
     failed = [k for k, o in outcomes.items() if isinstance(o, ValueError)]
     assert all(o == "decided" for k, o in outcomes.items() if k not in failed)
@@ -101,7 +101,7 @@ def test_undecided_items_fail_rather_than_hang() -> None:
     with pytest.raises(RuntimeError, match="undecided"):
         gc.submit(1)
     # the leader's place was given back
-    gc2: GroupCommit[int, int] = GroupCommit(lambda group: [p.resolve(1) for p in group], leaders=1)
+    gc2: GroupCommit[int, int] = GroupCommit(lambda group: [p.resolve(1) for p in group], senders=1)
     assert gc2.submit(1) == 1 and gc2.submit(2) == 1
 
 
@@ -112,3 +112,62 @@ def test_pending_outcome() -> None:
     assert (p.done, p.result, p.error) == (True, "x", None)
     p.reopen()
     assert (p.done, p.result, p.error) == (False, None, None)
+
+
+def test_items_of_one_key_never_share_a_group_and_keep_their_order() -> None:
+    seen: list[list[tuple[int, int]]] = []
+
+    def run(group):  # type: ignore[no-untyped-def]
+        seen.append([p.item for p in group])
+        time.sleep(random.random() / 1000)
+        for p in group:
+            p.resolve(p.item)
+
+    gc: GroupCommit[tuple[int, int], tuple[int, int]] = GroupCommit(run, senders=2, max_items=8)
+    done: dict[int, list[int]] = {k: [] for k in range(3)}
+
+    def caller(c: int) -> None:
+        for i in range(40):
+            key, _ = gc.submit((c % 3, i), key=c % 3)
+            done[key].append(i)
+
+    threads = [threading.Thread(target=caller, args=(c,)) for c in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert all(len({k for k, _ in group}) == len(group) for group in seen), "two items of one key in a group"
+    assert max(len(group) for group in seen) > 1
+    assert sum(len(group) for group in seen) == 240
+
+
+def test_the_loops_group_commit_groups_waiters_and_a_cancelled_waiter_leaves() -> None:
+    import asyncio
+
+    from app.services.group_commit import LoopGroupCommit
+
+    groups: list[list[int]] = []
+
+    async def run(group):  # type: ignore[no-untyped-def]
+        groups.append([p.item for p in group])
+        await asyncio.sleep(0.01)
+        for p in group:
+            p.resolve(p.item * 10)
+
+    async def main() -> tuple[list[object], list[int]]:
+        gc: LoopGroupCommit[int, int] = LoopGroupCommit(run, senders=1, max_items=4)
+        tasks = [asyncio.create_task(gc.submit(i, key=i % 5)) for i in range(10)]
+        await asyncio.sleep(0)  # every task has arrived: 0 sends, the others wait
+        tasks[3].cancel()
+        got = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+        after = await asyncio.wait_for(gc.submit(99), 30)  # the sender's place was handed back
+        return got, [after]
+
+    got, after = asyncio.run(main())
+    assert isinstance(got[3], asyncio.CancelledError)
+    assert [g for i, g in enumerate(got) if i != 3] == [i * 10 for i in range(10) if i != 3]
+    assert after == [990]
+    assert 3 not in [i for group in groups for i in group]
+    assert all(len({i % 5 for i in group}) == len(group) <= 4 for group in groups[:-1])
+    assert groups[0] == [0] and max(len(g) for g in groups) > 1

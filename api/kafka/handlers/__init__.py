@@ -12,10 +12,9 @@ A handler is ``async def handle(ctx: RequestContext, request) -> dict | None``:
   (UNKNOWN_SERVER_ERROR for anything else): every request is answered.
 
 Services are synchronous (SQLAlchemy, psycopg): ``await ctx.call(service, *args)`` runs one in
-the gateway's thread pool, never on the event loop. The exceptions are an append, an
-AddPartitionsToTxn and an EndTxn planned ahead (``produce.produce_on_loop``,
-``transactions.add_partitions_to_txn_on_loop``, ``transactions.end_txn_on_loop``): one statement
-each, awaited on the loop's own connections; what they do not take goes to the thread pool.
+the gateway's thread pool, never on the event loop. The operations defined as steps (a produce,
+AddPartitionsToTxn, EndTxn: ``app.services.executor``) run through ``ctx.loop_executor``, which
+awaits their statements on the loop's own connections and their blocking steps in the pool.
 """
 
 from __future__ import annotations
@@ -56,9 +55,8 @@ class RequestContext:
     cluster: Any = None
     groups: Any = None
     notifier: Any = None
-    # Connections for a statement awaited on the event loop (``app.storage.db.LoopConnections``;
-    # None: every service call runs in the thread pool).
-    loop_connections: Any = None
+    # Where operations defined as steps run (``app.services.executor.LoopExecutor``).
+    loop_executor: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -16,6 +16,8 @@ the log is one, in PostgreSQL, under the partition's row lock (``api.kafka.clust
 
 from __future__ import annotations
 
+import functools
+
 import asyncio
 import operator
 from typing import Any
@@ -84,15 +86,12 @@ def _error(partition: int, exc: TxlogError) -> dict:
 
 async def _append(ctx: RequestContext, topic: str, partition: int, data: bytes | None, transactional_id: str | None) -> tuple[str, dict]:
     try:
-        if ctx.loop_connections is None or data is None or records.compressed(data):
-            result = await ctx.call(_produce, ctx, topic, partition, data, transactional_id)
+        if data is None or records.compressed(data):
+            req = await ctx.call(_request, ctx, data, transactional_id)  # decompressed in a thread, not on the loop
         else:
-            # An uncompressed batch is decoded here, and appended here too when it can be planned
-            # ahead: no thread hand-off for a producer's steady stream of batches.
             req = _request(ctx, data, transactional_id)
-            result = await produce_service.produce_on_loop(ctx.broker, ctx.loop_connections, topic, partition, req)
-            if result is None:
-                result = await ctx.call(produce_service.produce, ctx.broker, topic, partition, req)
+        steps = functools.partial(produce_service.produce_steps, ctx.broker, topic, partition, req)
+        result = await ctx.loop_executor.run(steps)
     except TxlogError as exc:
         return topic, _error(partition, exc)
     return topic, {
@@ -102,11 +101,6 @@ async def _append(ctx: RequestContext, topic: str, partition: int, data: bytes |
         "log_append_time_ms": -1,  # CreateTime: the producer's timestamps are kept
         "log_start_offset": result.log_start_offset,
     }
-
-
-def _produce(ctx: RequestContext, topic: str, partition: int, data: bytes | None, transactional_id: str | None) -> produce_service.ProduceResult:
-    """Decoding runs here, in the service's thread, not on the event loop (a compressed batch)."""
-    return produce_service.produce(ctx.broker, topic, partition, _request(ctx, data, transactional_id))
 
 
 def _request(ctx: RequestContext, data: bytes | None, transactional_id: str | None) -> produce_service.ProduceRequest:

@@ -11,6 +11,8 @@ coordinate any transaction: its state is in PostgreSQL, under the transaction's 
 
 from __future__ import annotations
 
+import functools
+
 from typing import Any
 
 from api.kafka.handlers import RequestContext
@@ -70,12 +72,7 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> dic
         asked,
     )
     try:
-        # Planned ahead, its statement awaited on the loop; else in a thread, under the locks.
-        added = None
-        if ctx.loop_connections is not None:
-            added = await txn_service.add_partitions_to_txn_on_loop(ctx.broker, ctx.loop_connections, *args)
-        if added is None:
-            await ctx.call(txn_service.add_partitions_to_txn, ctx.broker, *args)
+        await ctx.loop_executor.run(functools.partial(txn_service.add_partitions_to_txn_steps, ctx.broker, *args, None))
         codes = {tp: 0 for tp in asked}
     except TxlogError as exc:
         missing = set(exc.details.get("partitions", ())) if exc.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION else set()
@@ -153,12 +150,7 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> dict:
     result = "commit" if request.committed else "abort"
     args = (request.transactional_id, request.producer_id, request.producer_epoch, result, TRANSACTION_VERSION)
     try:
-        # Planned ahead, its statement awaited on the loop; else in a thread, under the lock.
-        ended = None
-        if ctx.loop_connections is not None:
-            ended = await txn_service.end_txn_on_loop(ctx.broker, ctx.loop_connections, *args)
-        if ended is None:
-            await ctx.call(txn_service.end_txn, ctx.broker, *args)
+        await ctx.loop_executor.run(functools.partial(txn_service.end_txn_steps, ctx.broker, *args))
     except TxlogError as exc:
         return {"throttle_time_ms": 0, "error_code": _code(exc, "EndTxn", ctx.api_version)}
     return {"throttle_time_ms": 0, "error_code": 0}
