@@ -320,8 +320,8 @@ def commit_offsets(
 ) -> None:
     """Commit offsets to a consumer group once a job has succeeded: a snapshot's end offsets
     (``snap`` or ``snap.committable()``), or ``{partition: offset}`` with ``topic``."""
-    from app.services import groups
     from app.domain.groups import GroupOffset
+    from app.services import groups
 
     if isinstance(end_offsets, TopicSnapshot):
         end_offsets = end_offsets.committable()

@@ -45,9 +45,9 @@ from app.config import Settings
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.services import fetch as fetch_service
+from app.services.executor import LoopExecutor
 from app.services.group_coordinator import GroupCoordinator
 from app.services.notify import AppendNotifier
-from app.services.executor import LoopExecutor
 from app.storage.db import LoopConnections, SessionLimits
 from app.wire.kafka import protocol
 

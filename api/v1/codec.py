@@ -16,6 +16,7 @@ import orjson
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
+from app.domain.log import StoredRecord
 from app.domain.records import (
     Encoding,
     Headers,
@@ -27,7 +28,6 @@ from app.domain.records import (
     valid_text,
     validate_headers,
 )
-from app.domain.log import StoredRecord
 from app.services.fetch import FetchResult
 
 _MAX_TIMESTAMP_MS = 253402300799999  # 9999-12-31T23:59:59.999Z, as RecordIn declares

@@ -36,7 +36,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from api import errors
 from api.auth import requires
 from api.limits import replaying
-from api.v1 import routes, schemas as s
+from api.v1 import routes
+from api.v1 import schemas as s
 from app.config import Settings
 
 # A handler answers the request from its path parameters and body, running blocking work through

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Iterable, Mapping, NamedTuple, Protocol, Sequence, TypeVar, Union
+from typing import Any, Iterable, Mapping, NamedTuple, Protocol, Sequence, TypeVar
 
 from app.errors import ErrorCode, TxlogError
 

@@ -13,19 +13,21 @@ from typing import Sequence
 
 from sqlalchemy.engine import Connection
 
-from app.domain import limits, transactions as txn
+from app.domain import limits
+from app.domain import transactions as txn
+from app.domain.log import AppendBatch, AppendPosition
+from app.domain.partitioner import coordinator_partition
 from app.domain.producer_state import after_marker
 from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT, NewRecord
 from app.domain.transactions import TxnEvent, TxnMetadata, TxnState
-from app.domain.partitioner import coordinator_partition
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, last_appends
-from app.domain.log import AppendBatch, AppendPosition
+from app.services.executor import Operation
 from app.storage import append as append_store
 from app.storage import groups as groups_store
 from app.storage import producers as producers_store
 from app.storage import transactions as transactions_store
-from app.services.executor import Operation
+
 
 def record(
     conn: Connection, broker: Broker, meta: TxnMetadata | None, *events: TxnEvent, principal: str | None = None

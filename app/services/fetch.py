@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from app.domain.log import PartitionStatus, StoredRecord, unknown_partition
 from app.domain.records import (
     MAX_TIMESTAMP,
     IsolationLevel,
@@ -20,7 +21,6 @@ from app.domain.records import (
     readable_end,
     take_within_limits,
 )
-from app.domain.log import PartitionStatus, StoredRecord, unknown_partition
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.storage import log as log_store

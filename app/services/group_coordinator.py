@@ -20,6 +20,7 @@ import time
 import uuid
 from typing import Any, Callable, Collection, Iterable, Sequence
 
+from app.config import Settings
 from app.domain import groups
 from app.domain.groups import (
     AnswerJoin,
@@ -40,7 +41,6 @@ from app.domain.groups import (
     Timer,
     Waiting,
 )
-from app.config import Settings
 from app.errors import ErrorCode
 
 log = logging.getLogger(__name__)

@@ -26,11 +26,17 @@ from app.domain.consumer_protocol import (
 )
 from app.domain.log import PartitionStatus
 from app.errors import ErrorCode
-from app.wire.kafka.admin_client import DescribedGroup, DescribedMember, GatewayUnreachable, describe_all_groups, describe_some_groups
 from app.services import Broker
 from app.services.cluster import live_nodes
 from app.storage import admin_reads
 from app.storage import log as log_store
+from app.wire.kafka.admin_client import (
+    DescribedGroup,
+    DescribedMember,
+    GatewayUnreachable,
+    describe_all_groups,
+    describe_some_groups,
+)
 
 ADMIN_TIMEOUT_S = 2.0  # one gateway's whole conversation: connecting, ApiVersions, ListGroups, DescribeGroups
 MAX_PARALLEL = 16  # gateways asked at once (beyond that, a frozen one can cost another timeout)

@@ -12,9 +12,12 @@ import functools
 from dataclasses import dataclass
 from typing import Sequence
 
+from sqlalchemy.engine import Connection
+
 from app import faults
 from app.domain import transactions as txn
 from app.domain.limits import RecordLimits, checked_record_sizes
+from app.domain.log import AppendBatch, AppendPosition
 from app.domain.partitioner import partition_for_key
 from app.domain.producer_state import Append, Duplicate, after_append, check_append
 from app.domain.records import NewRecord
@@ -23,10 +26,8 @@ from app.services import Broker, coordinator, executor, last_appends
 from app.services.executor import Blocking, Operation, Together
 from app.services.group_commit import GroupCommit, Pending
 from app.services.topics import partition_count
-from app.domain.log import AppendBatch, AppendPosition
 from app.storage import append as append_store
 from app.storage.statements import Statement
-from sqlalchemy.engine import Connection
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,7 @@ from app.domain.groups import GroupOffset, check_committable, last_per_partition
 from app.domain.limits import check_partitions_added
 from app.domain.transactions import Result, TopicPartition, TxnEvent, TxnMetadata, TxnState
 from app.errors import ErrorCode, TxlogError
-from app.services import Broker
-from app.services import coordinator, executor, inspect, last_appends
+from app.services import Broker, coordinator, executor, inspect, last_appends
 from app.services.executor import Blocking, Operation
 from app.storage import append as append_store
 from app.storage import groups as groups_store

@@ -11,10 +11,9 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from app.domain.transactions import TopicPartition, TxnEvent, TxnMetadata, TxnState
-from app.storage.statements import Statement
 from app.storage._sql import _compact, _int8, _ms
 from app.storage.db import driver
-
+from app.storage.statements import Statement
 
 # The columns of a transactions row as ``txn_from_row`` reads them (alias ``t``): its state, then
 # its partitions and groups, then what its last transaction left.

@@ -30,12 +30,12 @@ from app.domain.consumer_protocol import (
     decode_subscription,
 )
 from app.errors import ErrorCode
-from app.wire.kafka import protocol
-from app.wire.kafka.admin_client import AdminConnection, GatewayUnreachable, describe_all_groups, error_name
-from app.wire.kafka.protocol import ApiKey
 from app.services import Broker
 from app.services.cluster import deregister_node, register_node
 from app.services.kafka_groups import describe_kafka_groups
+from app.wire.kafka import protocol
+from app.wire.kafka.admin_client import AdminConnection, GatewayUnreachable, describe_all_groups, error_name
+from app.wire.kafka.protocol import ApiKey
 from tests.admin.conftest import ADMIN_TOKEN, sign_in
 from tests.conftest import make_broker
 from tests.support import ServerProcess, free_port

@@ -15,19 +15,19 @@ import functools
 import psycopg
 import pytest
 
+from app.domain.groups import GroupOffset
+from app.domain.log import AppendBatch, AppendPosition
 from app.domain.records import NewRecord
 from app.errors import ErrorCode, TxlogError
+from app.services import executor as executor_mod
 from app.services import fetch as fetch_service
 from app.services import produce as produce_service
 from app.services import topics, transactions
-from app.services.last_appends import LastAppends
-from app.services import executor as executor_mod
 from app.services.executor import Blocking, LoopExecutor
+from app.services.last_appends import LastAppends
 from app.services.produce import ProduceRequest
-from app.storage import db as dbmod
-from app.domain.log import AppendBatch, AppendPosition
-from app.domain.groups import GroupOffset
 from app.storage import append as append_store
+from app.storage import db as dbmod
 from app.storage import groups as groups_store
 from app.storage import log as log_store
 from app.storage import producers as producers_store

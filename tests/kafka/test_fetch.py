@@ -14,16 +14,16 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from api.kafka.handlers import fetch as fetch_handler
+from api.kafka.handlers.fetch import _batches_within
 from app.domain.log import StoredRecord
 from app.domain.records import NewRecord
 from app.errors import ErrorCode
-from api.kafka.handlers import fetch as fetch_handler
-from api.kafka.handlers.fetch import _batches_within
 from app.services import Broker, topics
-from app.wire.kafka import records as codec
-from app.wire.kafka.protocol import ApiKey
 from app.services import produce as produce_service
 from app.services.produce import ProduceRequest
+from app.wire.kafka import records as codec
+from app.wire.kafka.protocol import ApiKey
 from tests.conftest import make_broker
 from tests.integration.test_transactions import Producer
 from tests.kafka.conftest import GatewayProcess, RawConnection

@@ -31,12 +31,12 @@ from app.domain.groups import GroupOffset
 from app.domain.records import NewRecord
 from app.errors import ErrorCode
 from app.services import Broker, topics
-from app.wire.kafka import protocol
-from app.wire.kafka.protocol import ApiKey
 from app.services import groups as groups_service
 from app.services import produce as produce_service
 from app.services import transactions as txn_service
 from app.services.produce import ProduceRequest
+from app.wire.kafka import protocol
+from app.wire.kafka.protocol import ApiKey
 from tests.conftest import fresh_database, make_broker
 from tests.kafka.conftest import GatewayProcess
 from tests.support import ROOT, wait_until

@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.errors import TxlogError
-from app.wire.kafka import records as R
 from app.native import native
 from app.storage import arrays
+from app.wire.kafka import records as R
 from tests.kafka.test_records import raw_record, runs, stored, zz
 
 

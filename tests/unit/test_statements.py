@@ -10,8 +10,13 @@ import re
 import psycopg._queries
 import pytest
 
-from app.storage import _sql, append, log, transactions
-from app.storage import db  # noqa: F401  (sets psycopg's limit)
+from app.storage import (
+    _sql,
+    append,
+    db,  # noqa: F401  (sets psycopg's limit)
+    log,
+    transactions,
+)
 
 
 @pytest.mark.parametrize("sql", [

@@ -17,8 +17,7 @@ from api.kafka.handlers import Node, RequestContext
 from app.domain.records import validate_partition_count, validate_topic_name
 from app.domain.retention import validate_topic_config
 from app.errors import ErrorCode, TxlogError
-from app.services import Broker
-from app.services import topics
+from app.services import Broker, topics
 
 # A topic that could not be answered has the zero UUID (Kafka's Uuid.ZERO_UUID). Fetch is served up
 # to v12, which names topics, so clients need no topic id to read.

@@ -16,9 +16,8 @@ the log is one, in PostgreSQL, under the partition's row lock (``api.kafka.clust
 
 from __future__ import annotations
 
-import functools
-
 import asyncio
+import functools
 import operator
 from typing import Any
 

@@ -12,7 +12,6 @@ coordinate any transaction: its state is in PostgreSQL, under the transaction's 
 from __future__ import annotations
 
 import functools
-
 from typing import Any
 
 from api.kafka.handlers import RequestContext
