@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import time
 from typing import Awaitable, Callable, Literal
 
 import orjson
@@ -18,13 +17,13 @@ from api.v1 import schemas as s
 from api.v1.responses import errors
 from app.domain.acls import Api, init_producer_api, produce_api
 from app.domain.groups import GroupOffset
-from app.domain.limits import long_poll_wait_ms
 from app.domain.partitioner import coordinator_partition
 from app.domain.records import Encoding, IsolationLevel, valid_text
 from app.domain.transactions import TxnEvent, TxnMetadata
 from app.services import Broker, groups, retention, topics, transactions
 from app.services import fetch as fetch_service
 from app.services import produce as produce_service
+from app.services.notify import wait_for_records
 
 router = APIRouter(prefix="/v1")
 
@@ -209,8 +208,6 @@ async def fetch_page(
 ) -> Response:
     """Fetch's answer; ``run(fn)`` runs ``fn`` in a worker thread (also served by ``api.v1.hot``)."""
     b: Broker = request.app.state.broker
-    notifier = request.app.state.notifier
-    wait_ms = long_poll_wait_ms(wait_ms, b.settings.max_fetch_wait_ms, notifier.waiting, b.settings.max_long_polls)
 
     def once() -> tuple[fetch_service.FetchResult, bytes]:
         # The answer is built here, off the event loop, as bytes, without checking each record
@@ -218,17 +215,10 @@ async def fetch_page(
         result = fetch_service.fetch(b, topic, partition, offset, max_records, max_bytes, isolation_level)
         return result, codec.fetch_page(result, encoding)
 
-    if wait_ms <= 0:
-        result, body = await run(once)
-    else:
-        deadline = time.monotonic() + wait_ms / 1000
-        async with notifier.subscribe(topic, partition) as sub:
-            result, body = await run(once)
-            while not result.records and result.next_offset == offset and (remaining := deadline - time.monotonic()) > 0:
-                if await sub.wait(remaining):
-                    result, body = await run(once)
-                elif await request.is_disconnected():
-                    break
+    _, body = await wait_for_records(
+        request.app.state.notifier, [(topic, partition)], wait_ms, b.settings.max_fetch_wait_ms, b.settings.max_long_polls,
+        lambda: run(once), lambda page: bool(page[0].records) or page[0].next_offset != offset,
+    )
     return Response(body, media_type="application/json")
 
 

@@ -17,14 +17,16 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, Sequence, TypeVar
 
+from app.domain.limits import long_poll_wait_ms
 from app.storage.log import append_notifications
 
 log = logging.getLogger("txlog.notify")
 
 # How a blocking call runs off the event loop: ``run(fn, *args)`` → awaitable of its result.
 RunBlocking = Callable[..., Awaitable[Any]]
+T = TypeVar("T")
 
 
 class Subscription:
@@ -120,3 +122,45 @@ class AppendNotifier:
                 log.debug("listener disconnected: %s", exc)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
+
+
+async def wait_for_records(
+    notifier: AppendNotifier | None, partitions: Sequence[tuple[str, int]], wait_ms: int, max_wait_ms: int, max_waiting: int,
+    read: Callable[[], Awaitable[T]], enough: Callable[[T], bool],
+) -> T:
+    """A fetch's long poll, for every way in: ``read()`` once, and while what it read is not
+    ``enough``, wait for an append to one of ``partitions`` and read again, for at most ``wait_ms``
+    from now (bounded by ``max_wait_ms``, and not at all when ``max_waiting`` fetches already wait
+    in this process: ``limits.long_poll_wait_ms``). Subscribed before the second reading, so an
+    append between the first reading and the subscription still wakes it. Answers the last reading.
+    Without a notifier (no database to listen to) it does not wait."""
+    deadline = time.monotonic() + wait_ms / 1000
+    reading = await read()
+    if enough(reading) or notifier is None:
+        return reading
+    wait_ms = long_poll_wait_ms(wait_ms, max_wait_ms, notifier.waiting, max_waiting)
+    deadline = min(deadline, time.monotonic() + wait_ms / 1000)
+    if deadline <= time.monotonic():
+        return reading
+    async with contextlib.AsyncExitStack() as stack:
+        subscriptions = [await stack.enter_async_context(notifier.subscribe(t, p)) for t, p in dict.fromkeys(partitions)]
+        reading = await read()
+        while not enough(reading) and (left := deadline - time.monotonic()) > 0:
+            if not await _woken(subscriptions, left):
+                break
+            reading = await read()
+    return reading
+
+
+async def _woken(subscriptions: Sequence[Subscription], timeout: float) -> bool:
+    """Whether an append to one of the subscriptions' partitions came within ``timeout`` seconds."""
+    if len(subscriptions) == 1:
+        return await subscriptions[0].wait(timeout)
+    waits = [asyncio.ensure_future(s.wait(timeout)) for s in subscriptions]
+    try:
+        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        return any(w.result() for w in done)
+    finally:
+        for w in waits:
+            w.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)

@@ -12,14 +12,29 @@ from app.storage import log as log_store
 from app.storage import topics as topics_store
 
 
-def create_topic(broker: Broker, name: str, partitions: int, config: dict | None = None) -> tuple[str, int]:
+def create_topic(
+    broker: Broker, name: str, partitions: int, config: dict | None = None, validate_only: bool = False
+) -> tuple[str, int]:
+    """Create a topic (CreateTopics): its name, partition count and config checked, then written;
+    TOPIC_ALREADY_EXISTS if there is one of that name. ``validate_only`` (Kafka's): checked the same
+    way, existence included, and nothing written."""
     validate_topic_name(name)
     validate_partition_count(partitions, broker.settings.max_partitions_per_topic)
-    config = {k: v for k, v in validate_topic_config(config or {}).items() if v is not None}
-    with broker.db.transaction() as conn:
-        if not topics_store.topic_insert(conn, name, partitions, config):
-            raise TxlogError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic {name!r} already exists")
+    config = kept_config(config or {})
+    if validate_only:
+        with broker.db.read() as conn:
+            exists = topics_store.topic_partitions(conn, name) is not None
+    else:
+        with broker.db.transaction() as conn:
+            exists = not topics_store.topic_insert(conn, name, partitions, config)
+    if exists:
+        raise TxlogError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic {name!r} already exists")
     return name, partitions
+
+
+def kept_config(config: dict) -> dict:
+    """A topic's config as it is kept: checked, the keys given as null left out."""
+    return {k: v for k, v in validate_topic_config(config).items() if v is not None}
 
 
 def list_topics(broker: Broker) -> list[tuple[str, int]]:

@@ -14,8 +14,7 @@ from typing import Any
 
 from api.kafka import versions
 from api.kafka.handlers import Node, RequestContext
-from app.domain.records import validate_partition_count, validate_topic_name
-from app.domain.retention import validate_topic_config
+from app.domain.records import validate_topic_name
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, topics
 
@@ -191,16 +190,11 @@ def _creatable(ctx: RequestContext, topic: Any) -> tuple[int, dict[str, str]]:
 def _create_topic(broker: Broker, name: str, partitions: int, config: dict, validate_only: bool) -> tuple[dict, uuid.UUID]:
     """Create the topic, or check that it could be created: its config as kept, and its topic id
     (the zero id when only checked, as Kafka answers validate_only)."""
-    if not validate_only:
-        topics.create_topic(broker, name, partitions, config)
-        (created,) = topics.topics_metadata(broker, [name])
-        return topics.topic_config(broker, name), created.topic_id
-    validate_topic_name(name)
-    validate_partition_count(partitions, broker.settings.max_partitions_per_topic)
-    config = validate_topic_config(config)
-    if name in dict(topics.list_topics(broker)):
-        raise TxlogError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic {name!r} already exists")
-    return config, ZERO_TOPIC_ID
+    topics.create_topic(broker, name, partitions, config, validate_only)
+    if validate_only:
+        return topics.kept_config(config), ZERO_TOPIC_ID
+    (created,) = topics.topics_metadata(broker, [name])
+    return topics.topic_config(broker, name), created.topic_id
 
 
 def _created(

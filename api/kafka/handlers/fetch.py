@@ -36,21 +36,18 @@ when there is none.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, Sequence
 
 from api.kafka.handlers import RequestContext
 from api.kafka.handlers.bootstrap import LEADER_EPOCH
-from app.domain.limits import long_poll_wait_ms
 from app.domain.log import header_count, records_size
 from app.domain.records import IsolationLevel
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.services import fetch as fetch_service
-from app.services.notify import AppendNotifier, Subscription
+from app.services.notify import wait_for_records
 from app.wire.kafka import records
 
 _ISOLATION_LEVELS: dict[int, IsolationLevel] = {0: "read_uncommitted", 1: "read_committed"}
@@ -94,30 +91,19 @@ class _Read:
 
 
 async def handle_fetch(ctx: RequestContext, request: Any) -> dict:
-    loop = asyncio.get_running_loop()
-    started = loop.time()
     isolation = _isolation(request.isolation_level)
     wanted = [
         _Wanted(topic.topic, part.partition, part.fetch_offset, part.partition_max_bytes)
         for topic in request.topics
         for part in topic.partitions
     ]
-    read = await ctx.call(_read, ctx.broker, wanted, request.max_bytes, isolation)
-    notifier: AppendNotifier | None = ctx.notifier
-    if notifier is not None and wanted and read.size < request.min_bytes and not read.failed:
-        settings = ctx.broker.settings
-        wait_ms = long_poll_wait_ms(request.max_wait_ms, settings.max_fetch_wait_ms, notifier.waiting, settings.max_long_polls)
-        deadline = started + wait_ms / 1000
-        if deadline > loop.time():
-            partitions = list(dict.fromkeys((w.topic, w.partition) for w in wanted))
-            async with _subscribed(notifier, partitions) as subscriptions:
-                # Read again once subscribed: an append between the first reading and the
-                # subscription would otherwise wake nobody.
-                read = await ctx.call(_read, ctx.broker, wanted, request.max_bytes, isolation)
-                while read.size < request.min_bytes and not read.failed and (left := deadline - loop.time()) > 0:
-                    if not await _woken(subscriptions, left):
-                        break
-                    read = await ctx.call(_read, ctx.broker, wanted, request.max_bytes, isolation)
+    settings = ctx.broker.settings
+    read = await wait_for_records(
+        ctx.notifier if wanted else None, [(w.topic, w.partition) for w in wanted], request.max_wait_ms,
+        settings.max_fetch_wait_ms, settings.max_long_polls,
+        lambda: ctx.call(_read, ctx.broker, wanted, request.max_bytes, isolation),
+        lambda read: read.size >= request.min_bytes or read.failed,
+    )
     answers = iter(read.partitions)
     return {
         "throttle_time_ms": 0,
@@ -213,26 +199,6 @@ def _partition_error(partition: int, exc: TxlogError) -> dict:
         "preferred_read_replica": _NO_READ_REPLICA,
         "records": b"",
     }
-
-
-@contextlib.asynccontextmanager
-async def _subscribed(notifier: AppendNotifier, partitions: Sequence[tuple[str, int]]) -> AsyncIterator[list[Subscription]]:
-    async with contextlib.AsyncExitStack() as stack:
-        yield [await stack.enter_async_context(notifier.subscribe(topic, partition)) for topic, partition in partitions]
-
-
-async def _woken(subscriptions: Sequence[Subscription], timeout: float) -> bool:
-    """Whether an append to one of the partitions came within ``timeout`` seconds."""
-    if len(subscriptions) == 1:
-        return await subscriptions[0].wait(timeout)
-    waits = [asyncio.ensure_future(s.wait(timeout)) for s in subscriptions]
-    try:
-        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        return any(w.result() for w in done)
-    finally:
-        for w in waits:
-            w.cancel()
-        await asyncio.gather(*waits, return_exceptions=True)
 
 
 # -- ListOffsets ---------------------------------------------------------------------------------
