@@ -16,6 +16,7 @@ import orjson
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
+from api.v1.schemas import MAX_BODY_RECORDS, MAX_TIMESTAMP_MS
 from app.domain.log import StoredRecord
 from app.domain.records import (
     Encoding,
@@ -30,8 +31,6 @@ from app.domain.records import (
 )
 from app.services.fetch import FetchResult
 
-_MAX_TIMESTAMP_MS = 253402300799999  # 9999-12-31T23:59:59.999Z, as RecordIn declares
-_MAX_RECORDS = 100_000
 
 
 class _Unusual(Exception):
@@ -91,7 +90,7 @@ def _headers(h: Any, encoding: Encoding, i: int) -> Headers:
 
 
 def _records(items: Any, encoding: Encoding) -> list[NewRecord]:
-    if type(items) is not list or not 1 <= len(items) <= _MAX_RECORDS:
+    if type(items) is not list or not 1 <= len(items) <= MAX_BODY_RECORDS:
         raise _Unusual
     out = []
     utf8 = encoding == "utf8"
@@ -108,7 +107,7 @@ def _records(items: Any, encoding: Encoding) -> list[NewRecord]:
             k = decode_bytes(_text_or_none(key), encoding, f"records[{i}].key")
             v = decode_bytes(_text_or_none(value), encoding, f"records[{i}].value")
         ts = r.get("timestamp_ms")
-        if ts is not None and (type(ts) is not int or not 0 <= ts <= _MAX_TIMESTAMP_MS):
+        if ts is not None and (type(ts) is not int or not 0 <= ts <= MAX_TIMESTAMP_MS):
             raise _Unusual
         h = r.get("headers")
         out.append(new(NewRecord, (k, v, _headers(h, encoding, i) if h is not None else (), ts)))

@@ -22,11 +22,13 @@ route; the request's ``route`` is the FastAPI route's, so the metrics label it t
 from __future__ import annotations
 
 import asyncio
+import functools
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Literal, get_args, get_origin
 from urllib.parse import parse_qsl
 
+import annotated_types
 import orjson
 from fastapi.routing import APIRoute
 from starlette.requests import Request
@@ -65,18 +67,31 @@ async def _end_transaction(request: Request, raw: bytes, run: Run) -> Response |
     return await routes.end_transaction(request, request.path_params["tid"], body)
 
 
-# The fetch route's query parameters: (name, default, bounds of an integer or the words allowed).
-_FETCH_QUERY: tuple[tuple[str, int | str, tuple[int, int] | tuple[str, ...]], ...] = (
-    ("offset", 0, (0, s.INT64)),
-    ("max_records", 500, (1, 100_000)),
-    ("max_bytes", 1_048_576, (1, 2**31 - 1)),
-    ("isolation_level", "read_uncommitted", ("read_uncommitted", "read_committed")),
-    ("encoding", "utf8", ("utf8", "base64")),
-    ("wait_ms", 0, (0, 60_000)),
-)
+# A route's query parameters as ``_fetch_query`` checks them: (name, default, bounds of an integer
+# or the words allowed), read from the route's own declaration, so they cannot differ from it.
+QueryBounds = tuple[tuple[str, "int | str", "tuple[int, int] | tuple[str, ...]"], ...]
 
 
-def _fetch_query(query_string: bytes) -> dict[str, int | str] | None:
+@functools.cache
+def query_bounds(route: APIRoute) -> QueryBounds:
+    """The query parameters ``route`` declares: integers with their ``ge``/``le`` bounds, words
+    with their ``Literal`` choices (anything else is not served here: an error names it)."""
+    out = []
+    for param in route.dependant.query_params:
+        info = param.field_info
+        choices = get_args(info.annotation) if get_origin(info.annotation) is Literal else ()
+        if choices:
+            out.append((param.alias, info.default, tuple(choices)))
+            continue
+        low = next(m.ge for m in info.metadata if isinstance(m, annotated_types.Ge))
+        high = next(m.le for m in info.metadata if isinstance(m, annotated_types.Le))
+        if info.annotation is not int:
+            raise TypeError(f"{route.path}: query parameter {param.alias} is neither a bounded int nor a Literal")
+        out.append((param.alias, info.default, (low, high)))
+    return tuple(out)
+
+
+def _fetch_query(query_string: bytes, declared: QueryBounds) -> dict[str, int | str] | None:
     """The fetch parameters as the route would read them, or None where FastAPI must judge them."""
     given: dict[str, str] = {}
     for name, value in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True):
@@ -84,7 +99,7 @@ def _fetch_query(query_string: bytes) -> dict[str, int | str] | None:
             return None
         given[name] = value
     out: dict[str, int | str] = {}
-    for name, default, allowed in _FETCH_QUERY:
+    for name, default, allowed in declared:
         text = given.get(name)
         if text is None:
             out[name] = default
@@ -101,7 +116,7 @@ def _fetch_query(query_string: bytes) -> dict[str, int | str] | None:
 
 
 async def _fetch(request: Request, raw: bytes, run: Run) -> Response | None:
-    query = _fetch_query(request.scope["query_string"])
+    query = _fetch_query(request.scope["query_string"], query_bounds(request.scope["route"]))
     if query is None:
         return None
     params = request.path_params
@@ -134,6 +149,7 @@ def _hot_routes() -> list[_Hot]:
     found = []
     for method, path, handler in HOT:
         route = by_key[(method, path)]
+        query_bounds(route)  # its query parameters are of the kinds ``_fetch_query`` reads: checked at start
         (auth,) = [d.dependency for d in route.dependencies if isinstance(d.dependency, requires)]
         found.append(_Hot(method, route, auth, handler))
     return found

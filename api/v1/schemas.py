@@ -12,6 +12,9 @@ from app.errors import ErrorCode
 
 INT32 = 2**31 - 1
 INT64 = 2**63 - 1
+# A produce body's bounds (``codec`` reads bodies by them too, without the models).
+MAX_TIMESTAMP_MS = 253402300799999  # 9999-12-31T23:59:59.999Z
+MAX_BODY_RECORDS = 100_000
 
 
 class Model(BaseModel):
@@ -73,7 +76,7 @@ class RecordIn(Model):
     # Kafka's headers: an ordered list of {"key", "value"} (keys may repeat, values follow
     # ``encoding``, null allowed), or an object {"key": "text value"} for the simple case.
     headers: list[HeaderIn] | dict[str, str | None] | None = None
-    timestamp_ms: int | None = Field(None, ge=0, le=253402300799999)
+    timestamp_ms: int | None = Field(None, ge=0, le=MAX_TIMESTAMP_MS)
 
 
 class ProduceBody(Model):
@@ -82,12 +85,12 @@ class ProduceBody(Model):
     base_sequence: int | None = Field(None, ge=0, le=INT32)
     transactional_id: str | None = Field(None, min_length=1, max_length=32767)
     encoding: Literal["utf8", "base64"] = "utf8"
-    records: list[RecordIn] = Field(min_length=1, max_length=100_000)
+    records: list[RecordIn] = Field(min_length=1, max_length=MAX_BODY_RECORDS)
 
 
 class PlainProduceBody(Model):
     encoding: Literal["utf8", "base64"] = "utf8"
-    records: list[RecordIn] = Field(min_length=1, max_length=100_000)
+    records: list[RecordIn] = Field(min_length=1, max_length=MAX_BODY_RECORDS)
 
 
 class ProduceResponse(Model):

@@ -32,12 +32,13 @@ class RecordLimitSettings(Protocol):
 
 @dataclass(frozen=True)
 class RecordLimits:
-    """What one batch and each of its records may be at most."""
+    """What one batch and each of its records may be at most (their defaults are the settings':
+    ``app.config.Settings``)."""
 
-    max_batch_records: int = 100_000
-    max_key_bytes: int = 65_536
-    max_value_bytes: int = 1_048_576
-    max_header_bytes: int = 65_536
+    max_batch_records: int
+    max_key_bytes: int
+    max_value_bytes: int
+    max_header_bytes: int
 
     @classmethod
     def from_settings(cls, settings: RecordLimitSettings) -> "RecordLimits":
