@@ -215,7 +215,7 @@ class Gateway:
 
     # -- requests ----------------------------------------------------------------------------------
 
-    async def answer(self, frame: bytes, client: str = "") -> bytes | None:
+    async def answer(self, frame: bytes, client: str = "") -> bytes | bytearray | None:
         """The framed answer to one request frame, or None (Produce with acks=0). Raises
         ``FrameError`` or ``CloseConnection`` when the connection must close instead."""
         header = protocol.read_header(frame)
@@ -245,7 +245,7 @@ class Gateway:
             raise CloseConnection(f"Produce with acks=0 failed: {code.name}: {message}")
         return protocol.error_response(header, code.kafka_code, message, request.body)
 
-    def _unsupported(self, frame: bytes, header: protocol.RequestHeader) -> bytes:
+    def _unsupported(self, frame: bytes, header: protocol.RequestHeader) -> bytes | bytearray:
         code = ErrorCode.UNSUPPORTED_VERSION
         name = protocol.api_name(header.api_key)
         if header.api_key == protocol.ApiKey.ApiVersions:

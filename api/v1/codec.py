@@ -32,7 +32,6 @@ from app.domain.records import (
 from app.services.fetch import FetchResult
 
 
-
 class _Unusual(Exception):
     """The fast path does not take this body as it is: let the model judge it."""
 

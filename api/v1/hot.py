@@ -109,7 +109,7 @@ def _fetch_query(query_string: bytes, declared: QueryBounds) -> dict[str, int | 
             out[name] = text
         else:
             low, high = allowed
-            if not _canonical_int(text) or not low <= int(text) <= high:
+            if not _canonical_int(text) or not int(low) <= int(text) <= int(high):
                 return None
             out[name] = int(text)
     return out
@@ -120,7 +120,7 @@ async def _fetch(request: Request, raw: bytes, run: Run) -> Response | None:
     if query is None:
         return None
     params = request.path_params
-    return await routes.fetch_page(request, params["topic"], int(params["partition"]), run=run, **query)  # type: ignore[arg-type]
+    return await routes.fetch_page(request, params["topic"], int(params["partition"]), run=run, **query)  # type: ignore[arg-type]  # the query was read by the route's own bounds (query_bounds)
 
 
 # (method, the FastAPI route's path, its handler)
@@ -145,7 +145,7 @@ class _Hot:
 
 
 def _hot_routes() -> list[_Hot]:
-    by_key = {(m, r.path): r for r in routes.router.routes if isinstance(r, APIRoute) for m in r.methods}
+    by_key = {(m, r.path): r for r in routes.router.routes if isinstance(r, APIRoute) for m in r.methods or ()}
     found = []
     for method, path, handler in HOT:
         route = by_key[(method, path)]

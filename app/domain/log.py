@@ -17,7 +17,7 @@ from app.errors import ErrorCode, TxlogError
 
 def stored_headers(keys: list[str] | None, values: list[bytes | None] | None) -> Headers:
     """A record's headers from its stored columns: the keys and the values, in order."""
-    return tuple(zip(keys, values)) if keys else ()  # type: ignore[arg-type]
+    return tuple(zip(keys, values)) if keys else ()  # type: ignore[arg-type]  # values line up with keys: the arrays are written together
 
 
 class StoredRecord(NamedTuple):

@@ -54,7 +54,7 @@ def record(
     starts = meta is not None and not meta.state.is_open and events[0].to_state is TxnState.ONGOING
     max_open = settings.max_open_transactions_per_principal if starts and principal is not None else None
     if max_open is not None:
-        transactions_store.txn_principal_lock(conn, principal)  # type: ignore[arg-type]
+        transactions_store.txn_principal_lock(conn, principal)  # type: ignore[arg-type]  # a limit is checked only with a principal
     recorded = transactions_store.txn_record(
         conn, events, new, coordinator_partition(tid, settings.transaction_state_partitions), txn.deadline_ms(new),
         max_partitions=settings.max_partitions_per_transaction if adding else None,
@@ -203,11 +203,11 @@ def _completion_planned(broker: Broker, meta: TxnMetadata, decision: TxnEvent, n
         return None
     commit = txn.prepared_result(prepared.state) == "commit"
     markers = [
-        marker(t, p, position, meta.producer_id, meta.producer_epoch, commit, now)  # type: ignore[arg-type]
+        marker(t, p, position, meta.producer_id, meta.producer_epoch, commit, now)  # type: ignore[arg-type]  # every position is known: None was ruled out above
         for (t, p), position in zip(partitions, positions)
     ]
     return _Completion(
-        (decision, txn.completed(prepared, now, None)), markers, positions, "commit" if commit else "abort"  # type: ignore[arg-type]
+        (decision, txn.completed(prepared, now, None)), markers, positions, "commit" if commit else "abort"  # type: ignore[arg-type]  # the state is prepared, so completed() is given its completion
     )
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Generator, Generic, Hashable, Sequence, TypeVar, Union
+from typing import Any, Awaitable, Callable, Generator, Generic, Hashable, Sequence, TypeVar
 
 from app.services import Broker
 from app.services.group_commit import GroupCommit, LoopGroupCommit, Pending
@@ -56,7 +56,7 @@ class Together(Generic[I, R]):
     statement_of: Callable[[Sequence[I]], Statement[list[R | None]]]
 
 
-Step = Union[Statement[Any], Together[Any, Any], Blocking[Any]]
+Step = Statement[Any] | Together[Any, Any] | Blocking[Any]
 Operation = Generator[Step, Any, T]
 
 
@@ -69,7 +69,7 @@ def run(broker: Broker, operation: Callable[[int], Operation[T]]) -> T:
         try:
             step = op.send(outcome) if failed is None else op.throw(failed)
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]  # the generator's return value
+            return done.value
         outcome, failed = None, None
         try:
             outcome = _step(broker, step)
@@ -135,7 +135,7 @@ class LoopExecutor:
     async def run(self, operation: Callable[[int], Operation[T]]) -> T:
         now = self.broker.now_without_waiting()
         if now is None:  # the clock is due a reading from the database: not on the loop
-            return await self.blocking(run, self.broker, operation)  # type: ignore[no-any-return]
+            return await self.blocking(run, self.broker, operation)
         op = operation(now)
         outcome: Any = None
         failed: BaseException | None = None
@@ -143,7 +143,7 @@ class LoopExecutor:
             try:
                 step = op.send(outcome) if failed is None else op.throw(failed)
             except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]  # the generator's return value
+                return done.value
             outcome, failed = None, None
             try:
                 outcome = await self._step(step)
@@ -170,7 +170,7 @@ class LoopExecutor:
             async with self.connections.connection() as conn:
                 if conn is not None:
                     return await execute_async(conn, statement)
-        return await self.blocking(_in_thread, self.broker, statement)  # type: ignore[no-any-return]
+        return await self.blocking(_in_thread, self.broker, statement)
 
 
 # At most this many shared statements in flight on one event loop: the items that arrive meanwhile

@@ -191,5 +191,6 @@ class LoopGroupCommit(Generic[T, R]):
 
 
 def _wake(p: Pending[T, R] | None) -> None:
-    if p is not None and not p._wake.done():  # type: ignore[union-attr]  # a loop's: a Future
-        p._wake.set_result(None)  # type: ignore[union-attr]
+    """Wake a loop's waiter (its wake is a Future), if it still waits."""
+    if p is not None and isinstance(p._wake, asyncio.Future) and not p._wake.done():
+        p._wake.set_result(None)

@@ -112,7 +112,7 @@ class GroupCoordinator:
             require_known_member_id, supports_skip_assignment,
         )
         outcome = groups.join(self._groups.get(group_id), group_id, request, self._unique(), self._clock(), self.config)
-        return await self._reply(group_id, outcome)  # type: ignore[return-value]
+        return await self._reply(group_id, outcome)  # type: ignore[return-value]  # the outcome of this event carries this reply type
 
     async def sync_group(
         self,
@@ -133,7 +133,7 @@ class GroupCoordinator:
             tuple((mid, bytes(assignment)) for mid, assignment in assignments),
         )
         outcome = groups.sync(self._groups.get(group_id), request, self._clock(), self.config)
-        return await self._reply(group_id, outcome)  # type: ignore[return-value]
+        return await self._reply(group_id, outcome)  # type: ignore[return-value]  # the outcome of this event carries this reply type
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None) -> ErrorCode | None:
         error = self._refusal(group_id)
@@ -141,7 +141,7 @@ class GroupCoordinator:
             return error
         outcome = groups.heartbeat(self._groups.get(group_id), generation_id, member_id, group_instance_id, self._clock())
         self._apply(group_id, outcome)
-        return outcome.reply  # type: ignore[return-value]
+        return outcome.reply  # type: ignore[return-value]  # the outcome of this event carries this reply type
 
     def leave_group(self, group_id: str, members: Sequence[tuple[str, str | None]]) -> LeaveAnswer:
         """LeaveGroup for (member id, group instance id) pairs."""
@@ -150,7 +150,7 @@ class GroupCoordinator:
             return LeaveAnswer(error, ())
         outcome = groups.leave(self._groups.get(group_id), members, self._clock(), self.config)
         self._apply(group_id, outcome)
-        return outcome.reply  # type: ignore[return-value]
+        return outcome.reply  # type: ignore[return-value]  # the outcome of this event carries this reply type
 
     def check_offset_commit(
         self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None, transactional: bool
@@ -164,7 +164,7 @@ class GroupCoordinator:
             self._groups.get(group_id), generation_id, member_id, group_instance_id, transactional, self._clock()
         )
         self._apply(group_id, outcome)
-        return outcome.reply  # type: ignore[return-value]
+        return outcome.reply  # type: ignore[return-value]  # the outcome of this event carries this reply type
 
     def check_offset_fetch(self, group_id: str) -> ErrorCode | None:
         """May this gateway answer OffsetFetch for the group? None if so (NOT_COORDINATOR when another
@@ -178,7 +178,7 @@ class GroupCoordinator:
             return error
         outcome = groups.delete(self._groups.get(group_id), self._clock())
         self._apply(group_id, outcome)
-        return outcome.reply  # type: ignore[return-value]
+        return outcome.reply  # type: ignore[return-value]  # the outcome of this event carries this reply type
 
     def describe_groups(self, group_ids: Iterable[str], with_offsets: Collection[str] = ()) -> list[GroupDescription]:
         """DescribeGroups. A group held nowhere here but with committed offsets (``with_offsets``, the

@@ -121,7 +121,7 @@ def append(
     meta = None
     if req.transactional_id is not None:
         meta = coordinator.locked(conn, req.transactional_id, partitions=[(topic, partition)])
-        txn.check_producer(meta, req.producer_id, req.producer_epoch)  # type: ignore[arg-type]
+        txn.check_producer(meta, req.producer_id, req.producer_epoch)  # type: ignore[arg-type]  # a transactional request has its producer id and epoch (checked by _validate)
         if meta.state.is_prepared:
             raise TxlogError(
                 ErrorCode.CONCURRENT_TRANSACTIONS,
@@ -163,7 +163,7 @@ def _planned(
     if owner is not None:
         # The producer id is a transactional id's: fenced epochs write nowhere, and while its
         # transaction is open every batch of it belongs to that transaction.
-        txn.check_batch_producer(owner.transactional_id, owner.meta, owner.retire_reason, pid, epoch)  # type: ignore[arg-type]
+        txn.check_batch_producer(owner.transactional_id, owner.meta, owner.retire_reason, pid, epoch)  # type: ignore[arg-type]  # an owned producer id comes with its epoch (checked by _validate)
         if not transactional and owner.meta is not None and owner.meta.state.is_open:
             raise TxlogError(
                 ErrorCode.INVALID_TXN_STATE,
@@ -173,12 +173,12 @@ def _planned(
     state = None
     last_offset = base_offset + len(req.records) - 1
     if pid is not None:
-        decision = check_append(entry, pid, epoch, seq, len(req.records))  # type: ignore[arg-type]
+        decision = check_append(entry, pid, epoch, seq, len(req.records))  # type: ignore[arg-type]  # pid given: epoch and sequence too (checked by _validate)
         if isinstance(decision, Duplicate):
             b = decision.batch
             return ProduceResult(b.first_offset, b.last_offset, b.timestamp_ms, log_start, duplicate=True)
         assert isinstance(decision, Append)
-        state = after_append(entry, pid, epoch, decision, base_offset, last_offset, now, transactional)  # type: ignore[arg-type]
+        state = after_append(entry, pid, epoch, decision, base_offset, last_offset, now, transactional)  # type: ignore[arg-type]  # pid given: epoch and sequence too (checked by _validate)
     batch = AppendBatch(
         topic, partition, base_offset, position.next_position, req.records, now, pid, epoch, seq, transactional, state,
         txn_first_offset=state.txn_first_offset if transactional and state is not None else None, sizes=sizes,
@@ -313,7 +313,7 @@ def _joined_ahead(
     meta, position, plan = joining
     try:
         written = yield from coordinator.join_if_unchanged(
-            broker, meta, req.producer_id, req.producer_epoch, [(topic, partition)], req.principal,  # type: ignore[arg-type]
+            broker, meta, req.producer_id, req.producer_epoch, [(topic, partition)], req.principal,  # type: ignore[arg-type]  # a transactional request has its producer id and epoch (checked by _validate)
             now, [plan.batch], [position],
         )
     except BaseException:
@@ -328,7 +328,7 @@ def _joining(
     """The remembered transaction, the remembered partition and the batch planned against it, for a
     transaction's first batch on the partition; None if either is not remembered or the plan is not
     an append."""
-    meta, position = last.txn(req.transactional_id), last.get(topic, partition, req.producer_id)  # type: ignore[arg-type]
+    meta, position = last.txn(req.transactional_id), last.get(topic, partition, req.producer_id)  # type: ignore[arg-type]  # only transactional requests come here
     if meta is None or position is None:
         return None
     plan = _append_planned(topic, partition, req, now, sizes, position)

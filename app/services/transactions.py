@@ -107,7 +107,7 @@ def _init_transactional(
         return ProducerIdAndEpoch(meta.producer_id, meta.producer_epoch)
 
 
-def _check_partitions_exist(conn, partitions: Sequence[TopicPartition]) -> None:  # type: ignore[no-untyped-def]
+def _check_partitions_exist(conn, partitions: Sequence[TopicPartition]) -> None:
     missing = topics_store.partitions_missing(conn, partitions)
     if missing:
         raise TxlogError(

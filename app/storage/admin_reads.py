@@ -107,7 +107,7 @@ def lso_holders(conn: Connection) -> list[LsoHolder]:
     return [LsoHolder(*r) for r in rows]
 
 
-def _producer_row(r) -> dict:  # type: ignore[no-untyped-def]
+def _producer_row(r) -> dict:
     return dict(r._mapping)
 
 

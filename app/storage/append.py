@@ -71,7 +71,7 @@ def _append_position(row: Sequence[Any], producer_id: int | None) -> AppendPosit
     entry = None
     if pp_epoch is not None:
         entry = ProducerStateEntry(
-            producer_id, pp_epoch, tuple(BatchMetadata.from_json(b) for b in pp_batches),  # type: ignore[arg-type]
+            producer_id, pp_epoch, tuple(BatchMetadata.from_json(b) for b in pp_batches),  # type: ignore[arg-type]  # the row's batches are the JSON objects BatchMetadata wrote
             pp_txn_first, pp_last_ts,
         )
     owner = None
@@ -346,7 +346,11 @@ def _log_append_params(batches: Sequence[AppendBatch], planned_against: Sequence
         b_next.append(b.base_offset + n)
         batch_of += [i] * n
     # Header columns: NULL arrays when no record has headers (unnest pads them with NULLs).
-    headers_json = hstart = hend = hk = hv = None
+    hstart: list[int | None] | None = None
+    hend: list[int | None] | None = None
+    hk: list[str] | None = None
+    hv: list[bytes | None] | None = None
+    headers_json: list[str | None] | None = None
     if any(headers):
         hstart, hend, hk, hv, headers_json = [], [], [], [], []
         for h in headers:

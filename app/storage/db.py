@@ -90,7 +90,7 @@ class SessionLimits:
     tcp_user_timeout_ms: int = 30_000
 
     @classmethod
-    def from_settings(cls, settings) -> "SessionLimits":  # type: ignore[no-untyped-def]
+    def from_settings(cls, settings) -> "SessionLimits":
         return cls(
             settings.db_lock_timeout_ms,
             settings.db_statement_timeout_ms,
@@ -149,11 +149,11 @@ def _ping_idle_connections(engine: Engine) -> None:
     found dead is replaced transparently; a disconnect seen mid-request invalidates the whole pool."""
 
     @event.listens_for(engine, "checkin")
-    def _checkin(dbapi_conn, record) -> None:  # type: ignore[no-untyped-def]
+    def _checkin(dbapi_conn, record) -> None:
         record.info["idle_since"] = time.monotonic()
 
     @event.listens_for(engine, "checkout")
-    def _checkout(dbapi_conn, record, proxy) -> None:  # type: ignore[no-untyped-def]
+    def _checkout(dbapi_conn, record, proxy) -> None:
         idle_since = record.info.get("idle_since")
         if idle_since is None or time.monotonic() - idle_since < IDLE_PING_SECONDS:
             return
@@ -238,7 +238,7 @@ def driver(conn: Connection) -> psycopg.Connection:
     """The psycopg connection under a SQLAlchemy one, in the same database transaction: for hot
     paths that send binary parameters, read binary results or build rows without SQLAlchemy.
     Its failures are translated by ``translate_errors`` as SQLAlchemy's are."""
-    return conn.connection.driver_connection  # type: ignore[return-value]
+    return conn.connection.driver_connection  # type: ignore[return-value]  # psycopg's connection under SQLAlchemy's: untyped there
 
 
 class Database:
@@ -253,7 +253,7 @@ class Database:
         self.engine = create_engine(url, pool_size, max_overflow, limits, pool_timeout_ms)
 
     @classmethod
-    def from_settings(cls, settings) -> "Database":  # type: ignore[no-untyped-def]
+    def from_settings(cls, settings) -> "Database":
         """A server process's database: ``settings.database_url`` with its pool and session limits."""
         return cls(
             settings.database_url, pool_size=settings.db_pool_size, max_overflow=settings.db_pool_max_overflow,
@@ -337,7 +337,7 @@ class LoopConnections:
                 return conn
             except psycopg.Error:
                 await conn.close()
-        return await psycopg.AsyncConnection.connect(self.url, **self.connect_args)  # type: ignore[arg-type]
+        return await psycopg.AsyncConnection.connect(self.url, **self.connect_args)  # type: ignore[arg-type]  # connect's keyword arguments are libpq's, typed loosely
 
     async def close(self) -> None:
         idle, self._idle = self._idle, []

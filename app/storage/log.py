@@ -82,7 +82,7 @@ def _stored(rows: Sequence[Sequence[Any]]) -> list[StoredRecord]:
     fast as ``StoredRecord._make``, whose one addition is the width check made here once)."""
     if rows and len(rows[0]) != _RECORD_WIDTH:
         raise TypeError(f"a record row has {len(rows[0])} columns, not {_RECORD_WIDTH}")
-    return list(map(tuple.__new__, itertools.repeat(StoredRecord), rows))  # type: ignore[arg-type]
+    return list(map(tuple.__new__, itertools.repeat(StoredRecord), rows))
 
 
 def records_fetch(

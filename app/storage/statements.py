@@ -33,10 +33,10 @@ class Statement(Generic[R]):
 
 def execute(conn: psycopg.Connection[Any], statement: Statement[R]) -> R:
     """Run ``statement`` on a blocking connection; its reading."""
-    return statement.read(conn.execute(statement.sql, statement.params).fetchone())  # type: ignore[arg-type]  # SQL from constants
+    return statement.read(conn.execute(statement.sql, statement.params).fetchone())
 
 
 async def execute_async(conn: psycopg.AsyncConnection[Any], statement: Statement[R]) -> R:
     """Run ``statement`` on an asyncio connection: the same, awaited."""
-    cursor = await conn.execute(statement.sql, statement.params)  # type: ignore[arg-type]  # SQL from constants
+    cursor = await conn.execute(statement.sql, statement.params)
     return statement.read(await cursor.fetchone())

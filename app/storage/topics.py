@@ -33,7 +33,7 @@ def topic_insert(conn: Connection, name: str, partitions: int, config: dict) -> 
 
 
 def topic_list(conn: Connection) -> list[tuple[str, int]]:
-    return [tuple(r) for r in conn.execute(text("SELECT name, partitions FROM txlog.topics ORDER BY name"))]  # type: ignore[misc]
+    return [tuple(r) for r in conn.execute(text("SELECT name, partitions FROM txlog.topics ORDER BY name"))]
 
 
 def topic_config_get(conn: Connection, name: str, for_update: bool = False) -> dict | None:

@@ -49,7 +49,7 @@ TXN_COLUMNS_ASKED_MEMBERS = _TXN_STATE_COLUMNS + _TXN_MEMBERS_ASKED + _TXN_LAST_
 TXN_COLUMNS_NO_MEMBERS = _TXN_STATE_COLUMNS + "NULL::jsonb, NULL::jsonb" + _TXN_LAST_COLUMNS
 
 
-def txn_from_row(row) -> TxnMetadata:  # type: ignore[no-untyped-def]
+def txn_from_row(row) -> TxnMetadata:
     return TxnMetadata(
         transactional_id=row[0],
         producer_id=row[1],

@@ -66,20 +66,22 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict:
         names = [e.name for e in requested if e.name is not None]
         found = await ctx.call(topics.topics_metadata, ctx.broker, names, [e.topic_id for e in requested if e.name is None])
     existing = {t.name: t for t in found}
+    answers: list[dict]
     if requested is None:
         answers = [_topic(ctx, existing[name]) for name in sorted(existing)]
     else:
         settings = ctx.broker.settings
         auto_create = settings.kafka_auto_create_topics and (ctx.api_version < 4 or request.allow_auto_topic_creation)
-        answers, seen = [], set()
+        answers = []
+        seen: set[str] = set()
         for entry in requested:
             name = entry.name
             if name is None:  # v10+ may ask by topic id
-                found = next((t for t in existing.values() if t.topic_id == entry.topic_id), None)
-                if found is None:
+                by_id = next((t for t in existing.values() if t.topic_id == entry.topic_id), None)
+                if by_id is None:
                     answers.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID.kafka_code, "name": None, "topic_id": entry.topic_id})
                 else:
-                    answers.append(_topic(ctx, found))
+                    answers.append(_topic(ctx, by_id))
                 continue
             if name in seen:
                 continue

@@ -131,7 +131,7 @@ def _read(broker: Broker, wanted: Sequence[_Wanted], max_bytes: int, isolation: 
             failed = True
             continue
         data, last_offset = _batches_within(page.records, limit, first_whole)
-        aborted = page.aborted_transactions
+        aborted: list | None = page.aborted_transactions
         if aborted is not None:
             aborted = [
                 {"producer_id": pid, "first_offset": first} for pid, first in aborted

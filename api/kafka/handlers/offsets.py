@@ -106,7 +106,8 @@ async def _commit(ctx: RequestContext, request: Any, offsets: Sequence[GroupOffs
             # The service commits all or nothing and names the partitions it refused; the others
             # are committed on the next round, as Kafka commits a request partition by partition.
             asked = {(o.topic, o.partition) for o in remaining}
-            refused = {(str(t), int(p)) for t, p in exc.details.get("partitions", ())} & asked
+            named: Iterable[tuple[str, int]] = exc.details.get("partitions", ())  # type: ignore[assignment]  # details hold plain values
+            refused = {(str(t), int(p)) for t, p in named} & asked
             if not refused:
                 codes.update({tp: exc.code.kafka_code for tp in asked})
                 return codes

@@ -12,11 +12,12 @@ coordinate any transaction: its state is in PostgreSQL, under the transaction's 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Iterable
 
 from api.kafka.handlers import RequestContext
 from api.kafka.handlers.offsets import offset_metadata
 from app.domain.groups import GroupOffset
+from app.domain.transactions import Result
 from app.errors import ErrorCode, TxlogError
 from app.services import transactions as txn_service
 
@@ -74,7 +75,8 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> dic
         await ctx.loop_executor.run(functools.partial(txn_service.add_partitions_to_txn_steps, ctx.broker, *args, None))
         codes = {tp: 0 for tp in asked}
     except TxlogError as exc:
-        missing = set(exc.details.get("partitions", ())) if exc.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION else set()
+        named: Iterable[tuple[str, int]] = exc.details.get("partitions", ())  # type: ignore[assignment]  # details hold plain values
+        missing = set(named) if exc.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION else set()
         code = _code(exc, "AddPartitionsToTxn", ctx.api_version)
         if missing:
             not_attempted = ErrorCode.OPERATION_NOT_ATTEMPTED.kafka_code
@@ -146,10 +148,13 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
 async def handle_end_txn(ctx: RequestContext, request: Any) -> dict:
     """Commit or abort: markers, offsets and the completed state in one database transaction, the
     producer's epoch kept (the first transaction protocol)."""
-    result = "commit" if request.committed else "abort"
-    args = (request.transactional_id, request.producer_id, request.producer_epoch, result, TRANSACTION_VERSION)
+    result: Result = "commit" if request.committed else "abort"
+    steps = functools.partial(
+        txn_service.end_txn_steps, ctx.broker, request.transactional_id, request.producer_id, request.producer_epoch, result,
+        TRANSACTION_VERSION,
+    )
     try:
-        await ctx.loop_executor.run(functools.partial(txn_service.end_txn_steps, ctx.broker, *args))
+        await ctx.loop_executor.run(steps)
     except TxlogError as exc:
         return {"throttle_time_ms": 0, "error_code": _code(exc, "EndTxn", ctx.api_version)}
     return {"throttle_time_ms": 0, "error_code": 0}

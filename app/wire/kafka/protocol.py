@@ -108,9 +108,10 @@ class Request:
     body: Any  # kafka-python's request struct: attributes named as in Kafka's schemas, snake_case
 
 
-def _message_classes() -> tuple[dict[int, type], dict[int, type]]:
-    requests: dict[int, type] = {}
-    responses: dict[int, type] = {}
+def _message_classes() -> tuple[dict[int, Any], dict[int, Any]]:
+    """Each API key's request and response class (kafka-python's, untyped)."""
+    requests: dict[int, Any] = {}
+    responses: dict[int, Any] = {}
     pending = list(ApiMessage.__subclasses__())
     while pending:
         cls = pending.pop()
@@ -258,7 +259,7 @@ def encode_request(
 # -- responses -----------------------------------------------------------------------------------
 
 
-def build(cls_or_key: type | int, api_version: int, data: Mapping[str, Any]) -> Any:
+def build(cls_or_key: Any, api_version: int, data: Mapping[str, Any]) -> Any:
     """kafka-python's response struct (or request struct, given its class) for ``api_version``
     from plain data (see the module's doc)."""
     cls = _RESPONSES[cls_or_key] if isinstance(cls_or_key, int) else cls_or_key
@@ -562,7 +563,7 @@ def _mirrored(name: str, source: DataContainer) -> Iterable[Any] | None:
     return None
 
 
-def error_response(header: RequestHeader, code: int, message: str | None = None, request: Any = None) -> bytes | None:
+def error_response(header: RequestHeader, code: int, message: str | None = None, request: Any = None) -> bytes | bytearray | None:
     """The framed error answer to ``header`` (see ``error_body``), or None when the codec has no
     response of that API and version."""
     if not has_codec(header.api_key, header.api_version):
@@ -578,7 +579,8 @@ def api_versions_fallback(header: RequestHeader, api_keys: Iterable[tuple[int, i
 
 
 def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Any]:
-    """``(correlation_id, struct)`` of a response frame (without its size prefix): for tests."""
+    """``(correlation_id, struct)`` of a response frame (without its size prefix): what a client
+    reads (``admin_client``, and the tests)."""
     cls = _RESPONSES[api_key]
     message = cls.decode(frame, version=api_version, header=True)
     return message.header.correlation_id, message

@@ -194,7 +194,7 @@ def decode_batches(
         return []
     if not isinstance(data, bytes):
         data = bytes(data)
-    batches = []
+    batches: list[RecordBatch] = []
     pos = 0
     end = len(data)
     budget = max_decompressed_bytes
@@ -286,7 +286,7 @@ def _read_records(
     """``count`` records from ``buf[p:]``, which they must fill exactly (the definition that
     ``native.read_records`` accelerates)."""
     end = len(buf)
-    records = []
+    records: list[Record] = []
     append = records.append
     varint = _read_varint
     small = _SMALL_VARINTS
@@ -294,7 +294,7 @@ def _read_records(
     i = 0
     try:
         # Deltas, key lengths and header counts are mostly one byte: read those inline.
-        for i in range(count):
+        for _ in range(count):
             b = buf[p]
             if b < 0x80:
                 length = small[b]
@@ -361,7 +361,7 @@ def _read_records(
             else:
                 if n < 0 or n > (record_end - p) // 2:
                     raise _corrupt(f"header count {n} with {record_end - p} bytes left in the record")
-                pairs = []
+                pairs: list[tuple[str, bytes | None]] = []
                 for _ in range(n):
                     n, p = varint(buf, p)
                     if n < 0:
@@ -480,7 +480,7 @@ def _unsnappy_raw(block: memoryview, budget: int, where: str) -> bytes:
         raise _corrupt(f"{where}: bad snappy data ({exc})") from None
 
 
-def _decompress_into(name: str, decompress_into, payload: memoryview, declared: int | None, budget: int, where: str) -> bytes:  # type: ignore[no-untyped-def]
+def _decompress_into(name: str, decompress_into, payload: memoryview, declared: int | None, budget: int, where: str) -> bytes:
     """lz4 (frame format) and zstd: into a buffer of the size the frame declares, else of a guess
     that grows fourfold while the output does not fit, never beyond ``budget``."""
     if declared is not None and declared > budget:
@@ -673,7 +673,7 @@ def _encode_control(
     base_ts = records[0].timestamp_ms
     parts = [b"", b""]
     parts.extend(
-        _control_record(r.timestamp_ms - base_ts, r.offset - base_offset, r.control_type, coordinator_epoch)  # type: ignore[arg-type]
+        _control_record(r.timestamp_ms - base_ts, r.offset - base_offset, r.control_type, coordinator_epoch)  # type: ignore[arg-type]  # a control record's type is never None
         for r in records
     )
     return _finish(
