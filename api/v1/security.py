@@ -13,9 +13,8 @@ from pydantic import Field
 from api.auth import requires
 from api.v1.responses import errors
 from api.v1.schemas import Model
-from app.domain.acls import AclBinding, Api, Operation, PatternType, PermissionType, ResourceType, principal_name
+from app.domain.acls import AclBinding, Api, Operation, PatternType, PermissionType, ResourceType, StoredPrincipal, principal_name
 from app.services import Broker, security
-from app.storage.security import StoredPrincipal
 
 router = APIRouter(prefix="/v1", tags=["security"])
 

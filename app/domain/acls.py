@@ -289,3 +289,15 @@ def check_api(acls: Sequence[AclBinding], api: Api, names: Mapping[str, str | Se
         if failed is not None:
             return failed
     return None
+
+
+@dataclass(frozen=True)
+class StoredPrincipal:
+    """A principal as it is kept: its name, its token's id and hash (never the token), and when it
+    was created and revoked (epoch milliseconds)."""
+
+    name: str
+    token_id: str
+    token_hash: bytes
+    created_at_ms: int
+    revoked_at_ms: int | None

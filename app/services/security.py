@@ -33,6 +33,7 @@ from app.domain.acls import (
     PatternType,
     PermissionType,
     ResourceType,
+    StoredPrincipal,
     authorize,
     check_api,
     validate_binding,
@@ -40,7 +41,6 @@ from app.domain.acls import (
 from app.errors import ErrorCode, TxlogError
 from app.storage import security as sql
 from app.storage.db import Database
-from app.storage.security import StoredPrincipal
 
 log = logging.getLogger("txlog.security")
 

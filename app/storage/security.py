@@ -3,23 +3,12 @@ noun-first. Every change raises ``security_version`` in the same database transa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from app.domain.acls import AclBinding, Operation, PatternType, PermissionType, ResourceType
-
-
-@dataclass(frozen=True)
-class StoredPrincipal:
-    name: str
-    token_id: str
-    token_hash: bytes
-    created_at_ms: int
-    revoked_at_ms: int | None
-
+from app.domain.acls import AclBinding, Operation, PatternType, PermissionType, ResourceType, StoredPrincipal
 
 _PRINCIPAL_COLUMNS = (
     "name, token_id, token_hash, (extract(epoch FROM created_at) * 1000)::bigint, "
