@@ -192,11 +192,6 @@ class TopicSnapshot:
     def select_sql(self) -> str:
         return records_select(self.isolation_level, sql_literal(self.topic))
 
-    def slice_queries(self, num_partitions: int) -> list[str]:
-        """The statement each slice runs in PostgreSQL (as Spark's JDBC source sends it)."""
-        base = self.select_sql()
-        return [f"SELECT * FROM ({base}) AS t WHERE {slice_predicate(s)}" for s in self.slices(num_partitions)]
-
     def read(self, spark: "SparkSession", num_partitions: int | None = None) -> "DataFrame":
         return read_snapshot(spark, self, num_partitions)
 

@@ -16,7 +16,7 @@ from app.config import Settings
 from app.services import Broker
 from app.storage import migrate
 from app.storage.db import Database, SessionLimits, libpq_url
-from tests.support import ServerProcess
+from tests.support import ServerProcess, destroy_embedded
 
 
 def _with_database(url: str, name: str) -> str:
@@ -42,7 +42,7 @@ def pg_admin_url() -> Iterator[str]:
     finally:
         log = server.pgdata / "server.log"
         text = log.read_text(errors="replace") if log.exists() else ""
-        server.destroy()
+        destroy_embedded(server)
     # A crash of the server fails the run with its own account of what happened.
     crashes = [line for line in text.splitlines() if "terminated by signal" in line or "PANIC" in line]
     assert not crashes, "the test PostgreSQL crashed:\n" + "\n".join(text.splitlines()[-200:])

@@ -133,3 +133,11 @@ class ServerProcess:
 def running_server(database_url: str, **kwargs) -> Iterator[ServerProcess]:  # type: ignore[no-untyped-def]
     with ServerProcess(database_url, **kwargs) as server:
         yield server
+
+
+def destroy_embedded(server) -> None:  # type: ignore[no-untyped-def]
+    """Stop an embedded PostgreSQL (``app.storage.embedded``) and delete its data directory."""
+    import shutil
+
+    server.stop()
+    shutil.rmtree(server.data_dir, ignore_errors=True)

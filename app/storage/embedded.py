@@ -12,7 +12,6 @@ from __future__ import annotations
 import fcntl
 import os
 import pwd
-import shutil
 import socket
 import stat
 import subprocess
@@ -163,6 +162,3 @@ class EmbeddedPostgres:
         if self.is_running():
             self._run("pg_ctl", "-D", str(self.pgdata), "-m", "immediate", "-w", "stop", timeout=60)
 
-    def destroy(self) -> None:
-        self.stop()
-        shutil.rmtree(self.data_dir, ignore_errors=True)

@@ -12,7 +12,7 @@ import pytest
 
 from app.storage import migrate
 from app.storage.embedded import EmbeddedPostgres
-from tests.support import ServerProcess, wait_until
+from tests.support import ServerProcess, destroy_embedded, wait_until
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def own_database(tmp_path):  # type: ignore[no-untyped-def]
     try:
         yield pg
     finally:
-        pg.destroy()
+        destroy_embedded(pg)
 
 
 def assert_unavailable(r: httpx.Response) -> None:

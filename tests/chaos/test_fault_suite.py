@@ -45,7 +45,7 @@ import pytest
 from app.storage import migrate
 from app.storage.embedded import EmbeddedPostgres
 from tests.client.proxy import LossyProxy
-from tests.support import ROOT, ServerProcess, wait_until, wait_while_progressing
+from tests.support import ROOT, ServerProcess, destroy_embedded, wait_until, wait_while_progressing
 from txlog import Consumer, KafkaException, Producer, TopicPartition
 
 pytestmark = pytest.mark.slow
@@ -348,7 +348,7 @@ def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(t
             with contextlib.suppress(Exception):
                 h.signal_group(signal.SIGCONT)
             h.kill()
-        pg.destroy()
+        destroy_embedded(pg)
 
 
 def check(db_url: str, url: str, load: Load, in_end: dict[int, int], committed_out: dict[int, list[dict]]) -> dict:

@@ -230,7 +230,7 @@ def test_round_trip(records):
     assert markers == [(r.offset, r.control_type, r.producer_id, r.producer_epoch) for r in records if r.control_type is not None]
     for b in batches:
         assert b.magic == 2 and b.partition_leader_epoch == 0 and b.compression == R.COMPRESSION_NONE
-        assert b.timestamp_type == R.TIMESTAMP_CREATE_TIME
+        assert not b.attributes & R.ATTR_LOG_APPEND_TIME  # CreateTime
         assert b.base_timestamp == b.records[0].timestamp_ms
         assert b.max_timestamp == max(r.timestamp_ms for r in b.records)
         assert b.last_offset_delta == b.records[-1].offset_delta
@@ -505,7 +505,7 @@ def test_unknown_compression_codec():
 def test_log_append_time_batch_gives_each_record_the_max_timestamp():
     section = raw_record(0, None, b"a", ts_delta=5) + raw_record(1, None, b"b", ts_delta=-5)
     (batch,) = R.decode_batches(raw_batch(section, 2, attributes=0x08, base_ts=100, max_ts=999))
-    assert batch.timestamp_type == R.TIMESTAMP_LOG_APPEND_TIME
+    assert batch.attributes & R.ATTR_LOG_APPEND_TIME  # LogAppendTime
     assert [r.timestamp_ms for r in batch.records] == [999, 999]
     (batch,) = R.decode_batches(raw_batch(section, 2, base_ts=100, max_ts=999))
     assert [r.timestamp_ms for r in batch.records] == [105, 95]

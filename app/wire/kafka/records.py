@@ -58,8 +58,6 @@ COMPRESSION_LZ4 = 3
 COMPRESSION_ZSTD = 4
 COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
-TIMESTAMP_CREATE_TIME = 0
-TIMESTAMP_LOG_APPEND_TIME = 1
 
 ATTR_COMPRESSION_MASK = 0x07
 ATTR_LOG_APPEND_TIME = 0x08
@@ -140,11 +138,6 @@ class RecordBatch:
     def compression(self) -> int:
         """COMPRESSION_NONE, _GZIP, _SNAPPY, _LZ4 or _ZSTD."""
         return self.attributes & ATTR_COMPRESSION_MASK
-
-    @property
-    def timestamp_type(self) -> int:
-        """TIMESTAMP_CREATE_TIME or TIMESTAMP_LOG_APPEND_TIME."""
-        return TIMESTAMP_LOG_APPEND_TIME if self.attributes & ATTR_LOG_APPEND_TIME else TIMESTAMP_CREATE_TIME
 
     @property
     def is_transactional(self) -> bool:
