@@ -66,15 +66,22 @@ def run(broker: Broker, operation: Callable[[int], Operation[T]]) -> T:
     outcome: Any = None
     failed: BaseException | None = None
     while True:
+        done, step = _advance(op, outcome, failed)
+        if done:
+            return step  # the operation's result
         try:
-            step = op.send(outcome) if failed is None else op.throw(failed)
-        except StopIteration as done:
-            return done.value
-        outcome, failed = None, None
-        try:
-            outcome = _step(broker, step)
+            outcome, failed = _step(broker, step), None
         except BaseException as exc:  # noqa: BLE001 - the operation hears of it at its yield
-            failed = exc
+            outcome, failed = None, exc
+
+
+def _advance(op: Operation[T], outcome: Any, failed: BaseException | None) -> tuple[bool, Any]:
+    """The operation's next step, sent the last one's outcome (or thrown its failure): ``(False,
+    step)``, or ``(True, result)`` once it returns."""
+    try:
+        return False, (op.send(outcome) if failed is None else op.throw(failed))
+    except StopIteration as done:
+        return True, done.value
 
 
 def _step(broker: Broker, step: Step) -> Any:
@@ -140,15 +147,13 @@ class LoopExecutor:
         outcome: Any = None
         failed: BaseException | None = None
         while True:
+            done, step = _advance(op, outcome, failed)
+            if done:
+                return step  # the operation's result
             try:
-                step = op.send(outcome) if failed is None else op.throw(failed)
-            except StopIteration as done:
-                return done.value
-            outcome, failed = None, None
-            try:
-                outcome = await self._step(step)
+                outcome, failed = await self._step(step), None
             except BaseException as exc:  # noqa: BLE001 - the operation hears of it at its yield
-                failed = exc
+                outcome, failed = None, exc
 
     async def _step(self, step: Step) -> Any:
         if isinstance(step, Statement):
