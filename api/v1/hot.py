@@ -22,7 +22,6 @@ route; the request's ``route`` is the FastAPI route's, so the metrics label it t
 from __future__ import annotations
 
 import asyncio
-import functools
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Literal, get_args, get_origin
@@ -72,7 +71,10 @@ async def _end_transaction(request: Request, raw: bytes, run: Run) -> Response |
 QueryBounds = tuple[tuple[str, "int | str", "tuple[int, int] | tuple[str, ...]"], ...]
 
 
-@functools.cache
+# Each hot route's query parameters, read from its declaration once (``_hot_routes``), by method and path.
+_QUERY_BOUNDS: dict[tuple[str, str], QueryBounds] = {}
+
+
 def query_bounds(route: APIRoute) -> QueryBounds:
     """The query parameters ``route`` declares: integers with their ``ge``/``le`` bounds, words
     with their ``Literal`` choices (anything else is not served here: an error names it)."""
@@ -116,7 +118,7 @@ def _fetch_query(query_string: bytes, declared: QueryBounds) -> dict[str, int | 
 
 
 async def _fetch(request: Request, raw: bytes, run: Run) -> Response | None:
-    query = _fetch_query(request.scope["query_string"], query_bounds(request.scope["route"]))
+    query = _fetch_query(request.scope["query_string"], _QUERY_BOUNDS[("GET", request.scope["route"].path)])
     if query is None:
         return None
     params = request.path_params
@@ -149,7 +151,7 @@ def _hot_routes() -> list[_Hot]:
     found = []
     for method, path, handler in HOT:
         route = by_key[(method, path)]
-        query_bounds(route)  # its query parameters are of the kinds ``_fetch_query`` reads: checked at start
+        _QUERY_BOUNDS[(method, path)] = query_bounds(route)
         (auth,) = [d.dependency for d in route.dependencies if isinstance(d.dependency, requires)]
         found.append(_Hot(method, route, auth, handler))
     return found
