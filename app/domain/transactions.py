@@ -34,30 +34,41 @@ class TxnState(Enum):
 
     @property
     def is_open(self) -> bool:
-        return self in (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+        return self in OPEN_STATES
 
     @property
     def is_prepared(self) -> bool:
-        return self in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+        return self in PREPARED_STATES
 
     @property
     def expiration_allowed(self) -> bool:
-        return self in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+        return self in ENDED_STATES
 
 
 S = TxnState
-_ENDED = frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT})
+# The groups of states, defined here once; every other list of state names (the SQL of storage
+# and its partial indexes, the CLI, the admin pages) is derived from these.
+# Prepared: the decision is durable and the markers are being written.
+PREPARED_STATES = frozenset({S.PREPARE_COMMIT, S.PREPARE_ABORT})
+# Open: a transaction is in flight (its records may still be undecided or unmarked); the last
+# stable offsets of its partitions wait for it.
+OPEN_STATES = frozenset({S.ONGOING, *PREPARED_STATES})
+# Ended: nothing in flight; the transactional id may expire from here.
+ENDED_STATES = frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT})
+# The names, in TxnState's order (Kafka's), as stored and shown.
+STATE_NAMES: tuple[str, ...] = tuple(s.value for s in TxnState)
+OPEN_STATE_NAMES: tuple[str, ...] = tuple(s.value for s in TxnState if s in OPEN_STATES)
 
 # Which states each state may be entered from. ``None`` is "the transactional id did not exist".
 VALID_PREVIOUS: dict[TxnState, frozenset[TxnState | None]] = {
-    S.EMPTY: frozenset({None, *_ENDED}),
-    S.ONGOING: frozenset({S.ONGOING, *_ENDED}),
+    S.EMPTY: frozenset({None, *ENDED_STATES}),
+    S.ONGOING: frozenset({S.ONGOING, *ENDED_STATES}),
     # Ending a transaction with nothing in it is allowed (transactions V2): from Empty/Complete*.
-    S.PREPARE_COMMIT: frozenset({S.ONGOING, *_ENDED}),
-    S.PREPARE_ABORT: frozenset({S.ONGOING, *_ENDED}),
+    S.PREPARE_COMMIT: frozenset({S.ONGOING, *ENDED_STATES}),
+    S.PREPARE_ABORT: frozenset({S.ONGOING, *ENDED_STATES}),
     S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
     S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
-    S.DEAD: frozenset(_ENDED),
+    S.DEAD: ENDED_STATES,
 }
 
 
@@ -170,7 +181,7 @@ def apply(meta: TxnMetadata | None, event: TxnEvent) -> TxnMetadata:
 def starts_transaction(meta: TxnMetadata | None, event: TxnEvent) -> bool:
     """A transaction starts when a partition or group joins it (Ongoing) or, for an empty
     transaction, when it is ended straight from Empty/Complete*."""
-    return (event.to_state is S.ONGOING or event.to_state.is_prepared) and (meta is None or meta.state in _ENDED)
+    return (event.to_state is S.ONGOING or event.to_state.is_prepared) and (meta is None or meta.state in ENDED_STATES)
 
 
 def resets_members(meta: TxnMetadata | None, event: TxnEvent) -> bool:
