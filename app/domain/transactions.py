@@ -355,8 +355,23 @@ def expired(meta: TxnMetadata, now: int) -> TxnEvent:
     return _event(meta, S.DEAD, now, reason="expired")
 
 
+# What the sweeper finds overdue (and the admin pages report): an Ongoing transaction past its
+# timeout, to abort; a prepared one not completed since a moment ago, whose EndTxn died between
+# its steps, to complete. Storage states the same in SQL, served by a partial index each
+# (``app.storage.transactions.OVERDUE``); tests/integration/test_sweeper.py holds the two equal.
+
+
 def is_timed_out(meta: TxnMetadata, now: int) -> bool:
     return meta.state is S.ONGOING and meta.started_at_ms is not None and now - meta.started_at_ms > meta.timeout_ms
+
+
+def is_stuck_prepared(meta: TxnMetadata, before_ms: int) -> bool:
+    """Prepared, and not completed since before ``before_ms``."""
+    return meta.state.is_prepared and meta.updated_at_ms < before_ms
+
+
+def is_overdue(meta: TxnMetadata, now: int, prepared_before_ms: int) -> bool:
+    return is_timed_out(meta, now) or is_stuck_prepared(meta, prepared_before_ms)
 
 
 def deadline_ms(meta: TxnMetadata) -> int | None:

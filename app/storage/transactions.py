@@ -363,11 +363,20 @@ def like_prefix(prefix: str | None) -> str:
     return (prefix or "").replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
+# What is overdue, in SQL (the domain's ``is_timed_out`` and ``is_stuck_prepared``, held equal by
+# tests/integration/test_sweeper.py): kind: (the predicate, the order it is served in by its
+# partial index — transactions_deadline, transactions_prepared).
+OVERDUE = {
+    # Ongoing past its deadline (started_at + timeout, stored while Ongoing) at ``:now``.
+    "timed_out": (f"t.state = {ONGOING_SQL} AND t.deadline < to_timestamp(:now / 1000.0)", "t.deadline"),
+    # Prepared and not completed since before ``:before``.
+    "prepared": (f"t.state IN {PREPARED_STATES_SQL} AND t.updated_at < to_timestamp(:before / 1000.0)", "t.updated_at"),
+}
+
 # The sweeper's claims: the next due transaction that nobody holds, locked, in the caller's
 # database transaction. Several sweepers on several hosts each take a different one.
 _CLAIM = {  # kind: (what is due, in which order)
-    "timed_out": (f"t.state = {ONGOING_SQL} AND t.deadline < to_timestamp(:now / 1000.0)", "t.deadline"),
-    "prepared": (f"t.state IN {PREPARED_STATES_SQL} AND t.updated_at < to_timestamp(:before / 1000.0)", "t.updated_at"),
+    **OVERDUE,
     "idle": ("t.state = ANY(CAST(:states AS text[])) AND t.updated_at < to_timestamp(:before / 1000.0)", "t.updated_at"),
 }
 
@@ -399,14 +408,10 @@ def txns_overdue(conn: Connection, now_ms: int, prepared_before_ms: int, limit: 
     not completed since ``prepared_before_ms`` (the prepared index)."""
     rows = conn.execute(
         text(
-            f"""
-            (SELECT {TXN_COLUMNS} FROM txlog.transactions t
-             WHERE t.state = {ONGOING_SQL} AND t.deadline < to_timestamp(:now / 1000.0) ORDER BY t.deadline LIMIT :limit)
-            UNION ALL
-            (SELECT {TXN_COLUMNS} FROM txlog.transactions t
-             WHERE t.state IN {PREPARED_STATES_SQL} AND t.updated_at < to_timestamp(:before / 1000.0)
-             ORDER BY t.updated_at LIMIT :limit)
-            """
+            " UNION ALL ".join(
+                f"(SELECT {TXN_COLUMNS} FROM txlog.transactions t WHERE {due} ORDER BY {order} LIMIT :limit)"
+                for due, order in (OVERDUE["timed_out"], OVERDUE["prepared"])
+            )
         ),
         {"now": now_ms, "before": prepared_before_ms, "limit": limit},
     )
