@@ -81,7 +81,9 @@ def txn_browse(
 
 def lso_holders(conn: Connection) -> list[LsoHolder]:
     """Per partition with an open transaction, the one holding its last stable offset back. Reads
-    only the partial index of open transactions' first offsets, then primary-key lookups."""
+    only the partial index of open transactions' first offsets, then primary-key lookups. The
+    holder's first offset is the partition's last stable offset by the same rule as
+    ``txlog.partition_status`` (held equal by tests/integration/test_lso_holders.py)."""
     rows = conn.execute(
         text(
             f"""
