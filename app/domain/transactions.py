@@ -20,6 +20,10 @@ from app.errors import ErrorCode, TxlogError
 TopicPartition = tuple[str, int]
 Result = Literal["commit", "abort"]
 
+# A transactional id is a Kafka STRING (an int16 length): at most 32767 characters. Not the epoch's
+# bound (MAX_EPOCH), though the number is the same.
+MAX_TRANSACTIONAL_ID_LENGTH = 32767
+
 
 class TxnState(Enum):
     """Stored by name; the names are Kafka's."""
@@ -218,7 +222,7 @@ def _event(meta: TxnMetadata, to: TxnState, now: int, **changes: Any) -> TxnEven
 
 
 def needs_new_producer_id(epoch: int) -> bool:
-    """Raising the epoch past 32767 needs a new producer id (at epoch 0)."""
+    """Raising the epoch past MAX_EPOCH needs a new producer id (at epoch 0)."""
     return epoch >= MAX_EPOCH
 
 
