@@ -14,12 +14,11 @@ from starlette.responses import HTMLResponse
 from api.admin import csrf, svg
 from api.admin.auth import CLUSTER, Action, Resource
 from api.admin.fmt import clock, control_name, duration, iso, num, rate, show_bytes, state_cls, ts
+from app.domain.transactions import OPEN_STATE_NAMES, STATE_NAMES
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
-
-STATE_ORDER = ["Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "Dead"]
 
 
 def url(request: Request, name: str, query: dict[str, Any] | None = None, **params: Any) -> str:
@@ -48,7 +47,9 @@ templates.env.filters.update(
     ts=ts, clock=clock, iso=iso, duration=duration, num=num, rate=rate, state_cls=state_cls,
     show_bytes=show_bytes, control_name=control_name,
 )
-templates.env.globals.update(STATE_ORDER=STATE_ORDER, svg=svg, static_version=_static_version())
+templates.env.globals.update(
+    STATE_ORDER=STATE_NAMES, OPEN_STATES=OPEN_STATE_NAMES, svg=svg, static_version=_static_version()
+)
 
 
 def render(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:

@@ -10,6 +10,7 @@ from api.admin import csrf, svg
 from api.admin.auth import Action, Principal, Resource
 from api.admin.deps import broker, parse_duration_ms, require, viewer
 from api.admin.render import render, url
+from app.domain.transactions import OPEN_STATE_NAMES
 from app.services import Broker, inspect, transactions
 
 router = APIRouter(dependencies=[Depends(viewer)])
@@ -27,7 +28,7 @@ def transaction_list(
     after: str | None = None,
     b: Broker = Depends(broker),
 ) -> HTMLResponse:
-    states = list(inspect.OPEN_STATES) if state == "open" else ([state] if state else None)
+    states = list(OPEN_STATE_NAMES) if state == "open" else ([state] if state else None)
     page = inspect.transactions_page(b, states, parse_duration_ms(older_than), prefix or None, after, PAGE)
     return render(
         request, "transactions.html", nav="transactions", page=page, state=state, older_than=older_than,

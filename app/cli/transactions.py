@@ -5,9 +5,8 @@ from __future__ import annotations
 import click
 
 from app.cli.common import Client, client_command, duration, fields, ms_ago, now_ms, print_json, table
+from app.domain.transactions import OPEN_STATE_NAMES, STATE_NAMES
 from txlog._http import segment
-
-STATES = ["Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "Dead"]
 
 
 @click.group()
@@ -16,7 +15,7 @@ def transactions() -> None:
 
 
 @transactions.command("list")
-@click.option("--state", type=click.Choice(STATES), default=None, help="Only transactions in this state.")
+@click.option("--state", type=click.Choice(STATE_NAMES), default=None, help="Only transactions in this state.")
 @click.option("--older-than-ms", type=click.IntRange(min=0), default=None, metavar="MS", help="Only transactions started longer ago.")
 @client_command
 def list_(client: Client, state: str | None, older_than_ms: int | None) -> int:
@@ -30,7 +29,7 @@ def list_(client: Client, state: str | None, older_than_ms: int | None) -> int:
         ["TRANSACTIONAL-ID", "COORDINATOR", "PRODUCER-ID", "EPOCH", "STATE", "OPEN-FOR", "PARTITIONS"],
         [
             (t["transactional_id"], t["coordinator"], t["producer_id"], t["producer_epoch"], t["state"],
-             ms_ago(now, t["started_at_ms"]) if t["state"] in ("Ongoing", "PrepareCommit", "PrepareAbort") else None,
+             ms_ago(now, t["started_at_ms"]) if t["state"] in OPEN_STATE_NAMES else None,
              len(t["partitions"]))
             for t in answer["transactions"]
         ],
@@ -50,7 +49,7 @@ def describe(client: Client, transactional_id: str, events: bool) -> int:
         print_json({**t, "events": history["events"]} if history else t)
         return 0
     now = now_ms()
-    open_ = t["state"] in ("Ongoing", "PrepareCommit", "PrepareAbort")
+    open_ = t["state"] in OPEN_STATE_NAMES
     fields([
         ("TransactionalId", t["transactional_id"]),
         ("Coordinator", t["coordinator"]),

@@ -120,7 +120,7 @@ def validate_binding(b: AclBinding) -> str | None:
     if b.principal != WILDCARD and not PRINCIPAL_NAME.match(b.principal):
         return f"principal {b.principal!r} is not a principal name ([A-Za-z0-9._@-], 1 to 128) or *"
     if not b.resource_name or len(b.resource_name) > RESOURCE_NAME_MAX:
-        return "resource name must have 1 to 32767 characters"
+        return f"resource name must have 1 to {RESOURCE_NAME_MAX} characters"
     if b.resource_type is ResourceType.CLUSTER and (b.resource_name != CLUSTER_NAME or b.pattern_type is not PatternType.LITERAL):
         return f"the cluster resource is the literal {CLUSTER_NAME!r}"
     if b.pattern_type is PatternType.PREFIXED and b.resource_name == WILDCARD:

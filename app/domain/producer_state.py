@@ -10,7 +10,7 @@ from app.errors import ErrorCode, TxlogError
 
 NUM_BATCHES_TO_RETAIN = 5
 MAX_SEQUENCE = 2**31 - 1
-MAX_EPOCH = 32767
+MAX_EPOCH = 32767  # Kafka's Short.MAX_VALUE: the epoch is an int16 (a smallint in the tables)
 
 
 def increment_sequence(sequence: int, increment: int) -> int:

@@ -20,6 +20,10 @@ from app.errors import ErrorCode, TxlogError
 TopicPartition = tuple[str, int]
 Result = Literal["commit", "abort"]
 
+# A transactional id is a Kafka STRING (an int16 length): at most 32767 characters. Not the epoch's
+# bound (MAX_EPOCH), though the number is the same.
+MAX_TRANSACTIONAL_ID_LENGTH = 32767
+
 
 class TxnState(Enum):
     """Stored by name; the names are Kafka's."""
@@ -34,30 +38,41 @@ class TxnState(Enum):
 
     @property
     def is_open(self) -> bool:
-        return self in (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+        return self in OPEN_STATES
 
     @property
     def is_prepared(self) -> bool:
-        return self in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+        return self in PREPARED_STATES
 
     @property
     def expiration_allowed(self) -> bool:
-        return self in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+        return self in ENDED_STATES
 
 
 S = TxnState
-_ENDED = frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT})
+# The groups of states, defined here once; every other list of state names (the SQL of storage
+# and its partial indexes, the CLI, the admin pages) is derived from these.
+# Prepared: the decision is durable and the markers are being written.
+PREPARED_STATES = frozenset({S.PREPARE_COMMIT, S.PREPARE_ABORT})
+# Open: a transaction is in flight (its records may still be undecided or unmarked); the last
+# stable offsets of its partitions wait for it.
+OPEN_STATES = frozenset({S.ONGOING, *PREPARED_STATES})
+# Ended: nothing in flight; the transactional id may expire from here.
+ENDED_STATES = frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT})
+# The names, in TxnState's order (Kafka's), as stored and shown.
+STATE_NAMES: tuple[str, ...] = tuple(s.value for s in TxnState)
+OPEN_STATE_NAMES: tuple[str, ...] = tuple(s.value for s in TxnState if s in OPEN_STATES)
 
 # Which states each state may be entered from. ``None`` is "the transactional id did not exist".
 VALID_PREVIOUS: dict[TxnState, frozenset[TxnState | None]] = {
-    S.EMPTY: frozenset({None, *_ENDED}),
-    S.ONGOING: frozenset({S.ONGOING, *_ENDED}),
+    S.EMPTY: frozenset({None, *ENDED_STATES}),
+    S.ONGOING: frozenset({S.ONGOING, *ENDED_STATES}),
     # Ending a transaction with nothing in it is allowed (transactions V2): from Empty/Complete*.
-    S.PREPARE_COMMIT: frozenset({S.ONGOING, *_ENDED}),
-    S.PREPARE_ABORT: frozenset({S.ONGOING, *_ENDED}),
+    S.PREPARE_COMMIT: frozenset({S.ONGOING, *ENDED_STATES}),
+    S.PREPARE_ABORT: frozenset({S.ONGOING, *ENDED_STATES}),
     S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
     S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
-    S.DEAD: frozenset(_ENDED),
+    S.DEAD: ENDED_STATES,
 }
 
 
@@ -170,7 +185,7 @@ def apply(meta: TxnMetadata | None, event: TxnEvent) -> TxnMetadata:
 def starts_transaction(meta: TxnMetadata | None, event: TxnEvent) -> bool:
     """A transaction starts when a partition or group joins it (Ongoing) or, for an empty
     transaction, when it is ended straight from Empty/Complete*."""
-    return (event.to_state is S.ONGOING or event.to_state.is_prepared) and (meta is None or meta.state in _ENDED)
+    return (event.to_state is S.ONGOING or event.to_state.is_prepared) and (meta is None or meta.state in ENDED_STATES)
 
 
 def resets_members(meta: TxnMetadata | None, event: TxnEvent) -> bool:
@@ -207,7 +222,7 @@ def _event(meta: TxnMetadata, to: TxnState, now: int, **changes: Any) -> TxnEven
 
 
 def needs_new_producer_id(epoch: int) -> bool:
-    """Raising the epoch past 32767 needs a new producer id (at epoch 0)."""
+    """Raising the epoch past MAX_EPOCH needs a new producer id (at epoch 0)."""
     return epoch >= MAX_EPOCH
 
 
@@ -344,8 +359,23 @@ def expired(meta: TxnMetadata, now: int) -> TxnEvent:
     return _event(meta, S.DEAD, now, reason="expired")
 
 
+# What the sweeper finds overdue (and the admin pages report): an Ongoing transaction past its
+# timeout, to abort; a prepared one not completed since a moment ago, whose EndTxn died between
+# its steps, to complete. Storage states the same in SQL, served by a partial index each
+# (``app.storage.transactions.OVERDUE``); tests/integration/test_sweeper.py holds the two equal.
+
+
 def is_timed_out(meta: TxnMetadata, now: int) -> bool:
     return meta.state is S.ONGOING and meta.started_at_ms is not None and now - meta.started_at_ms > meta.timeout_ms
+
+
+def is_stuck_prepared(meta: TxnMetadata, before_ms: int) -> bool:
+    """Prepared, and not completed since before ``before_ms``."""
+    return meta.state.is_prepared and meta.updated_at_ms < before_ms
+
+
+def is_overdue(meta: TxnMetadata, now: int, prepared_before_ms: int) -> bool:
+    return is_timed_out(meta, now) or is_stuck_prepared(meta, prepared_before_ms)
 
 
 def deadline_ms(meta: TxnMetadata) -> int | None:

@@ -13,7 +13,7 @@ from typing import Literal
 
 from app.domain.log import LogRecord, LsoHolder, PartitionStatus, unknown_partition
 from app.domain.producer_state import BatchMetadata
-from app.domain.transactions import TxnEvent, TxnMetadata, TxnState
+from app.domain.transactions import OPEN_STATE_NAMES, TxnEvent, TxnMetadata, TxnState
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.storage import admin_reads
@@ -32,7 +32,6 @@ PREPARED_ALERT_MS = 60_000
 
 BrowseMode = Literal["read_uncommitted", "read_committed", "all"]
 BROWSE_MODES: tuple[BrowseMode, ...] = ("read_uncommitted", "read_committed", "all")
-OPEN_STATES = tuple(s.value for s in TxnState if s.is_open)
 
 
 # --- record rate ----------------------------------------------------------------------------------
@@ -101,7 +100,7 @@ class Alert:
 
     @property
     def abortable(self) -> bool:
-        return self.transactional_id is not None and self.state in OPEN_STATES
+        return self.transactional_id is not None and self.state in OPEN_STATE_NAMES
 
 
 def _alerts(conn, now_ms: int) -> list[Alert]:
@@ -174,7 +173,7 @@ class Overview:
 
     @property
     def open_transactions(self) -> int:
-        return sum(self.state_counts.get(s, 0) for s in OPEN_STATES)
+        return sum(self.state_counts.get(s, 0) for s in OPEN_STATE_NAMES)
 
 
 def _topics(statuses: list[PartitionStatus]) -> list[TopicSummary]:

@@ -113,11 +113,14 @@ def complete_prepared(broker: Broker, report: SweepReport | None = None, budget_
     between them right now: ``older_than_ms`` leaves those alone for a moment)."""
     report = report or SweepReport()
 
+    def before() -> int:  # prepared at or before older_than_ms ago
+        return broker.now() - older_than_ms + 1
+
     def claim(conn: Connection, skip: list[str]) -> TxnMetadata | None:
-        return transactions_store.txn_claim(conn, "prepared", before_ms=broker.now() - older_than_ms + 1, skip=skip)
+        return transactions_store.txn_claim(conn, "prepared", before_ms=before(), skip=skip)
 
     def handle(conn: Connection, meta: TxnMetadata) -> bool:
-        if not meta.state.is_prepared:
+        if not txn.is_stuck_prepared(meta, before()):
             return False
         coordinator.complete(conn, broker, meta)
         log.info("completed prepared transaction %r (%s)", meta.transactional_id, meta.state.value)

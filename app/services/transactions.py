@@ -40,7 +40,7 @@ def _check_timeout(broker: Broker, timeout_ms: int | None) -> int:
 
 
 def _check_tid(transactional_id: str) -> None:
-    if not transactional_id or "\x00" in transactional_id or len(transactional_id) > 32767:
+    if not transactional_id or "\x00" in transactional_id or len(transactional_id) > txn.MAX_TRANSACTIONAL_ID_LENGTH:
         raise TxlogError(ErrorCode.INVALID_REQUEST, "A transactional id must be a non-empty string without NUL characters")
 
 

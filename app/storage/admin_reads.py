@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection
 
 from app.domain.log import LogRecord, LsoHolder, stored_headers
 from app.domain.transactions import TxnMetadata
-from app.storage._sql import _ms
+from app.storage._sql import OPEN_STATES_SQL, _ms
 from app.storage.log import RECORD_COLUMNS
 from app.storage.transactions import TXN_COLUMNS, like_prefix, txn_from_row
 
@@ -81,7 +81,9 @@ def txn_browse(
 
 def lso_holders(conn: Connection) -> list[LsoHolder]:
     """Per partition with an open transaction, the one holding its last stable offset back. Reads
-    only the partial index of open transactions' first offsets, then primary-key lookups."""
+    only the partial index of open transactions' first offsets, then primary-key lookups. The
+    holder's first offset is the partition's last stable offset by the same rule as
+    ``txlog.partition_status`` (held equal by tests/integration/test_lso_holders.py)."""
     rows = conn.execute(
         text(
             f"""
@@ -97,7 +99,7 @@ def lso_holders(conn: Connection) -> list[LsoHolder]:
             JOIN txlog.partitions p ON p.topic = h.topic AND p.partition = h.partition
             LEFT JOIN LATERAL (
                 SELECT t.transactional_id, t.state, t.started_at FROM txlog.transactions t
-                WHERE t.producer_id = h.producer_id AND t.state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort')
+                WHERE t.producer_id = h.producer_id AND t.state IN {OPEN_STATES_SQL}
                 LIMIT 1
             ) t ON true
             ORDER BY h.topic, h.partition

@@ -17,7 +17,7 @@ from app.domain.log import AppendBatch, AppendPosition, ProducerOwner, unknown_p
 from app.domain.producer_state import BatchMetadata, ProducerStateEntry
 from app.domain.records import headers_object
 from app.domain.transactions import TxnEvent, TxnMetadata
-from app.storage._sql import _compact, _ms
+from app.storage._sql import ONGOING_SQL, _compact, _ms
 from app.storage.arrays import bytea_array, int4_array, int8_array, text_array
 from app.storage.db import driver
 from app.storage.groups import PENDING_OFFSETS_CTES
@@ -179,9 +179,9 @@ _IN_PLANNED_TXN = "EXISTS (SELECT 1 FROM t WHERE t.producer_id = b.pid AND t.pro
 # ended are forgotten when the first transition starts the next one (``resets``) — but for
 # those it adds again, which stay. Ending a transaction (``end_offsets``), its pending group
 # offsets are applied or dropped.
-_ONGOING_TXNS = """t AS MATERIALIZED (
+_ONGOING_TXNS = f"""t AS MATERIALIZED (
             SELECT t.transactional_id, t.producer_id, t.producer_epoch FROM txlog.transactions t
-            WHERE t.transactional_id = ANY(CAST(%(b_tid)b AS text[])) AND t.state = 'Ongoing'
+            WHERE t.transactional_id = ANY(CAST(%(b_tid)b AS text[])) AND t.state = {ONGOING_SQL}
             FOR SHARE SKIP LOCKED
         ), """
 _PLANNED_TXN = """t AS MATERIALIZED (

@@ -25,6 +25,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
+from app.storage._sql import IDLE_STATES_SQL, ONGOING_SQL, OPEN_STATES_SQL, PREPARED_STATES_SQL
+
 SCHEMA = "txlog"
 metadata = MetaData(schema=SCHEMA)
 
@@ -189,12 +191,14 @@ transactions = Table(
     Column("principal", Text),
     Index("transactions_producer_id", "producer_id"),
     Index("transactions_state_started", "state", "started_at"),
-    Index("transactions_deadline", "deadline", postgresql_where=text("state = 'Ongoing'")),
-    Index("transactions_prepared", "updated_at", postgresql_where=text("state IN ('PrepareCommit', 'PrepareAbort')")),
-    Index("transactions_idle", "updated_at", postgresql_where=text("state IN ('Empty', 'CompleteCommit', 'CompleteAbort', 'Dead')")),
+    # The partial indexes name the domain's groups of states (the migrations that created them keep
+    # their own literal copies, held equal to these by tests/migration).
+    Index("transactions_deadline", "deadline", postgresql_where=text(f"state = {ONGOING_SQL}")),
+    Index("transactions_prepared", "updated_at", postgresql_where=text(f"state IN {PREPARED_STATES_SQL}")),
+    Index("transactions_idle", "updated_at", postgresql_where=text(f"state IN {IDLE_STATES_SQL}")),
     Index(
         "transactions_open_by_principal", "principal",
-        postgresql_where=text("state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort') AND principal IS NOT NULL"),
+        postgresql_where=text(f"state IN {OPEN_STATES_SQL} AND principal IS NOT NULL"),
     ),
 )
 

@@ -11,7 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from app.domain.transactions import TopicPartition, TxnEvent, TxnMetadata, TxnState
-from app.storage._sql import _compact, _int8, _ms
+from app.storage._sql import ONGOING_SQL, OPEN_STATES_SQL, PREPARED_STATES_SQL, _compact, _int8, _ms
 from app.storage.db import driver
 from app.storage.statements import Statement
 
@@ -120,7 +120,7 @@ def txn_get(
 # if ``{gate}`` holds — the condition that transitions planned ahead put on themselves and their
 # batches (``append.txn_append_if_unchanged``). Psycopg placeholders: ``txn_record`` runs on the
 # driver.
-TXN_RECORD_CTES = """events AS (
+TXN_RECORD_CTES = f"""events AS (
         INSERT INTO txlog.transaction_events (transactional_id, version, from_state, to_state, producer_id,
             producer_epoch, timeout_ms, at, partitions_added, groups_added, last_producer_id,
             last_producer_epoch, result, reason, transaction_version)
@@ -131,17 +131,17 @@ TXN_RECORD_CTES = """events AS (
             version int, from_state text, to_state text, producer_id bigint, producer_epoch smallint, timeout_ms int,
             at_ms bigint, partitions_added jsonb, groups_added jsonb, last_producer_id bigint,
             last_producer_epoch smallint, result text, reason text, transaction_version smallint)
-        WHERE {gate}
+        WHERE {{gate}}
     ), members_added AS (
         INSERT INTO txlog.transaction_partitions (transactional_id, topic, partition)
         SELECT %(tid)s, u.topic, u.partition
         FROM unnest(CAST(%(added_topics)s AS text[]), CAST(%(added_parts)s AS int[])) AS u(topic, partition)
-        WHERE {gate}
+        WHERE {{gate}}
         ON CONFLICT DO NOTHING
     ), groups_added AS (
         INSERT INTO txlog.transaction_groups (transactional_id, group_id)
         SELECT %(tid)s, u.group_id FROM unnest(CAST(%(added_groups)s AS text[])) AS u(group_id)
-        WHERE {gate}
+        WHERE {{gate}}
         ON CONFLICT DO NOTHING
     ), recorded AS (
         INSERT INTO txlog.transactions (transactional_id, producer_id, producer_epoch, state, timeout_ms, version,
@@ -151,7 +151,7 @@ TXN_RECORD_CTES = """events AS (
             to_timestamp(%(updated)s / 1000.0), to_timestamp(%(epoch_changed)s / 1000.0),
             to_timestamp(%(deadline)s / 1000.0), %(last_pid)s, %(last_epoch)s, %(last_result)s, %(reason)s,
             %(coordinator)s, %(txn_version)s, CAST(%(principal)s AS text)
-        WHERE {gate}
+        WHERE {{gate}}
         ON CONFLICT (transactional_id) DO UPDATE SET
             producer_id = EXCLUDED.producer_id, producer_epoch = EXCLUDED.producer_epoch, state = EXCLUDED.state,
             timeout_ms = EXCLUDED.timeout_ms, version = EXCLUDED.version, started_at = EXCLUDED.started_at,
@@ -169,7 +169,7 @@ TXN_RECORD_CTES = """events AS (
                 + CAST(%(n_added)s AS int) <= CAST(%(max_partitions)s AS int) END
             AND CASE WHEN CAST(%(max_open)s AS int) IS NULL THEN true ELSE
                 (SELECT count(*) FROM txlog.transactions o WHERE o.principal = CAST(%(principal)s AS text)
-                 AND o.state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort') AND o.principal IS NOT NULL)
+                 AND o.state IN {OPEN_STATES_SQL} AND o.principal IS NOT NULL)
                 < CAST(%(max_open)s AS int) END
         RETURNING version
     )"""
@@ -279,7 +279,7 @@ def txn_limit_usage(conn: Connection, transactional_id: str, principal: str | No
         text(
             "SELECT (SELECT count(*) FROM txlog.transaction_partitions WHERE transactional_id = :tid), "
             "(SELECT count(*) FROM txlog.transactions WHERE principal = CAST(:p AS text) "
-            "AND state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort') AND principal IS NOT NULL)"
+            f"AND state IN {OPEN_STATES_SQL} AND principal IS NOT NULL)"
         ),
         {"tid": transactional_id, "p": principal},
     ).one()
@@ -363,11 +363,20 @@ def like_prefix(prefix: str | None) -> str:
     return (prefix or "").replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
+# What is overdue, in SQL (the domain's ``is_timed_out`` and ``is_stuck_prepared``, held equal by
+# tests/integration/test_sweeper.py): kind: (the predicate, the order it is served in by its
+# partial index — transactions_deadline, transactions_prepared).
+OVERDUE = {
+    # Ongoing past its deadline (started_at + timeout, stored while Ongoing) at ``:now``.
+    "timed_out": (f"t.state = {ONGOING_SQL} AND t.deadline < to_timestamp(:now / 1000.0)", "t.deadline"),
+    # Prepared and not completed since before ``:before``.
+    "prepared": (f"t.state IN {PREPARED_STATES_SQL} AND t.updated_at < to_timestamp(:before / 1000.0)", "t.updated_at"),
+}
+
 # The sweeper's claims: the next due transaction that nobody holds, locked, in the caller's
 # database transaction. Several sweepers on several hosts each take a different one.
 _CLAIM = {  # kind: (what is due, in which order)
-    "timed_out": ("t.state = 'Ongoing' AND t.deadline < to_timestamp(:now / 1000.0)", "t.deadline"),
-    "prepared": ("t.state IN ('PrepareCommit', 'PrepareAbort') AND t.updated_at < to_timestamp(:before / 1000.0)", "t.updated_at"),
+    **OVERDUE,
     "idle": ("t.state = ANY(CAST(:states AS text[])) AND t.updated_at < to_timestamp(:before / 1000.0)", "t.updated_at"),
 }
 
@@ -399,14 +408,10 @@ def txns_overdue(conn: Connection, now_ms: int, prepared_before_ms: int, limit: 
     not completed since ``prepared_before_ms`` (the prepared index)."""
     rows = conn.execute(
         text(
-            f"""
-            (SELECT {TXN_COLUMNS} FROM txlog.transactions t
-             WHERE t.state = 'Ongoing' AND t.deadline < to_timestamp(:now / 1000.0) ORDER BY t.deadline LIMIT :limit)
-            UNION ALL
-            (SELECT {TXN_COLUMNS} FROM txlog.transactions t
-             WHERE t.state IN ('PrepareCommit', 'PrepareAbort') AND t.updated_at < to_timestamp(:before / 1000.0)
-             ORDER BY t.updated_at LIMIT :limit)
-            """
+            " UNION ALL ".join(
+                f"(SELECT {TXN_COLUMNS} FROM txlog.transactions t WHERE {due} ORDER BY {order} LIMIT :limit)"
+                for due, order in (OVERDUE["timed_out"], OVERDUE["prepared"])
+            )
         ),
         {"now": now_ms, "before": prepared_before_ms, "limit": limit},
     )

@@ -8,7 +8,7 @@ import pytest
 
 from app.domain.groups import GroupOffset
 from app.domain.records import NewRecord
-from app.domain.transactions import TxnState
+from app.domain.transactions import OPEN_STATE_NAMES, TxnState
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, groups, inspect, topics, transactions
 from app.services.produce import ProduceRequest, produce
@@ -184,7 +184,7 @@ def test_transactions_page_filters_and_pages(clocked_broker: Broker, clock: Manu
     # "_" is a literal character in a prefix, not a LIKE wildcard
     assert [t.transactional_id for t in inspect.transactions_page(b, prefix="other_").transactions] == ["other_1"]
     assert inspect.transactions_page(b, prefix="other-").transactions == []
-    opened = inspect.transactions_page(b, states=list(inspect.OPEN_STATES))
+    opened = inspect.transactions_page(b, states=list(OPEN_STATE_NAMES))
     assert [t.transactional_id for t in opened.transactions] == ["app-1", "app-2", "app-3", "other_1"]
     assert inspect.transactions_page(b, states=["Ongoing"], older_than_ms=1_000).transactions == []
     clock.advance(2_000)

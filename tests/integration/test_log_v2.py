@@ -9,6 +9,7 @@ import copy
 
 from sqlalchemy import text
 
+from app.domain.producer_state import MAX_EPOCH
 from app.domain.records import NewRecord
 from app.domain.transactions import TxnState
 from app.errors import ErrorCode
@@ -169,13 +170,16 @@ def test_a_producer_id_given_up_for_a_new_one_is_fenced_at_every_epoch(broker):
     topics.create_topic(broker, "f", 1)
     p = Producer(broker, "exhausted")
     with broker.db.transaction() as conn:  # the epoch is at its last value
-        conn.execute(text("UPDATE txlog.transactions SET producer_epoch = 32766 WHERE transactional_id = 'exhausted'"))
-    p.init()  # epoch 32767
+        conn.execute(
+            text("UPDATE txlog.transactions SET producer_epoch = :epoch WHERE transactional_id = 'exhausted'"),
+            {"epoch": MAX_EPOCH - 1},
+        )
+    p.init()  # epoch MAX_EPOCH
     old_pid = p.pid
     p.send("f", 0, "x")
     p.commit()  # a new producer id at epoch 0
     assert p.pid != old_pid and p.epoch == 0
-    for epoch in (0, 32767):
+    for epoch in (0, MAX_EPOCH):
         err = error_of(produce_service.produce, broker, "f", 0, ProduceRequest([NewRecord(None, b"z")], old_pid, epoch, 0))
         assert err.code is ErrorCode.PRODUCER_FENCED and f"now uses producer id {p.pid}" in err.message
     p.send("f", 0, "y")

@@ -1,20 +1,24 @@
 """The sweeper against a real PostgreSQL with a clock the tests move: timeouts abort and fence,
 prepared transactions left by a crash are completed, idle transactional ids expire and are
-removed, and two sweepers at once do each job once."""
+removed, what storage finds overdue is what the domain calls overdue, and two sweepers at once do
+each job once."""
 
 from __future__ import annotations
 
 import copy
+import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from app.domain import transactions as txn
 from app.domain.groups import GroupOffset
 from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT
 from app.domain.transactions import TxnState
 from app.errors import ErrorCode
 from app.services import groups, sweeper, topics, transactions
+from app.storage import transactions as transactions_store
 from tests.conftest import make_broker
 from tests.integration.test_transactions import Producer, error_of, markers, prepare_only, read, status
 
@@ -225,6 +229,48 @@ def test_init_of_a_dead_transactional_id_starts_afresh(expiring, clock):
     new.send("t", 0, "ok")
     new.commit()
     assert read(b, "t", 0) == [b"ok"]
+
+
+# --- what is overdue: the SQL and the domain agree ---------------------------------------------------
+
+def test_what_storage_finds_overdue_is_what_the_domain_calls_overdue(clocked_broker, clock, topic):
+    """``OVERDUE`` (SQL: the sweeper's claims, the admin alerts) against ``txn.is_timed_out`` and
+    ``txn.is_stuck_prepared`` (Python: the sweeper's re-check under the lock), over transactions in
+    every state, at every instant where one of them becomes due and either side of it."""
+    b = clocked_broker
+    rng = random.Random(20261124)
+    for i in range(30):
+        p = Producer(b, f"tx{i}", timeout_ms=rng.choice([50, 200, 1000]))
+        action = rng.choice(["empty", "ongoing", "committed", "aborted", "prepare_commit", "prepare_abort"])
+        if action != "empty":
+            p.send(topic, rng.randrange(3), f"v{i}")
+        if action in ("committed", "aborted"):
+            p.end({"committed": "commit", "aborted": "abort"}[action])
+        elif action.startswith("prepare_"):
+            prepare_only(b, f"tx{i}", action.removeprefix("prepare_"))
+        clock.advance(rng.randrange(0, 300))
+    with b.db.read() as conn:
+        every = transactions_store.txn_list(conn, None, None)
+    assert len(every) == 30 and {m.state for m in every} >= {S.EMPTY, S.ONGOING, S.PREPARE_COMMIT, S.PREPARE_ABORT}
+
+    instants = {clock.now_ms}
+    for m in every:
+        for t in (txn.deadline_ms(m), m.updated_at_ms):
+            if t is not None:
+                instants |= {t - 1, t, t + 1}
+    for at in sorted(instants):
+        for now, before in ((at, at), (at, at - 100), (at + 100, at)):
+            expected = {m.transactional_id for m in every if txn.is_overdue(m, now, before)}
+            with b.db.read() as conn:
+                found = transactions_store.txns_overdue(conn, now, before, limit=1000)
+            assert sorted(m.transactional_id for m in found) == sorted(expected), (now, before)
+            for kind, due in (("timed_out", lambda m: txn.is_timed_out(m, now)), ("prepared", lambda m: txn.is_stuck_prepared(m, before))):
+                claimed: list[str] = []
+                with b.db.transaction() as conn:
+                    while (m := transactions_store.txn_claim(conn, kind, now_ms=now, before_ms=before, skip=claimed)) is not None:
+                        assert due(m), (kind, m)
+                        claimed.append(m.transactional_id)
+                assert sorted(claimed) == sorted(m.transactional_id for m in every if due(m)), (kind, now, before)
 
 
 # --- two sweepers ------------------------------------------------------------------------------------

@@ -4,8 +4,10 @@ after_marker, branch by branch, as Kafka's ProducerAppendInfo / ProducerStateEnt
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import SmallInteger
 
 from app.domain.producer_state import (
+    MAX_EPOCH,
     MAX_SEQUENCE,
     NUM_BATCHES_TO_RETAIN,
     Append,
@@ -18,6 +20,7 @@ from app.domain.producer_state import (
     increment_sequence,
 )
 from app.errors import ErrorCode, TxlogError
+from app.storage import tables
 
 PID = 4242
 
@@ -265,3 +268,9 @@ def test_a_marker_without_state_creates_an_entry_without_batches():
 def test_batch_metadata_round_trips_through_json():
     b = BatchMetadata(1, 2, 3, 4, 5)
     assert BatchMetadata.from_json(b.to_json()) == b
+
+
+def test_max_epoch_is_kafkas_short_max_value_and_fits_every_epoch_column():
+    assert MAX_EPOCH == 2**15 - 1  # Short.MAX_VALUE; the largest smallint
+    epochs = [c for t in tables.metadata.tables.values() for c in t.columns if c.name.endswith("producer_epoch")]
+    assert epochs and all(isinstance(c.type, SmallInteger) for c in epochs)
