@@ -18,7 +18,9 @@ from pydantic import BaseModel, ValidationError
 
 from api.v1.schemas import MAX_BODY_RECORDS, MAX_TIMESTAMP_MS
 from app.domain.log import StoredRecord
+from app.domain.producer_state import MAX_EPOCH
 from app.domain.records import (
+    MAX_STRING_LENGTH,
     Encoding,
     Headers,
     NewRecord,
@@ -29,6 +31,7 @@ from app.domain.records import (
     valid_text,
     validate_headers,
 )
+from app.domain.transactions import MAX_TRANSACTIONAL_ID_LENGTH
 from app.services.fetch import FetchResult
 
 
@@ -78,7 +81,7 @@ def _headers(h: Any, encoding: Encoding, i: int) -> Headers:
     elif type(h) is list:
         items = []
         for j, e in enumerate(h):
-            if type(e) is not dict or type(e.get("key")) is not str or len(e["key"]) > 32767:
+            if type(e) is not dict or type(e.get("key")) is not str or len(e["key"]) > MAX_STRING_LENGTH:
                 raise _Unusual
             items.append((e["key"], decode_bytes(_text_or_none(e.get("value")), encoding, f"records[{i}].headers[{j}].value")))
         out = tuple(items)
@@ -140,10 +143,10 @@ def _read(obj: dict[str, Any], model: type[BaseModel]) -> tuple[dict[str, Any], 
     fields: dict[str, Any] = {}
     if "producer_id" in model.model_fields:
         fields["producer_id"] = _int_or_none(obj, "producer_id", 2**63 - 1)
-        fields["producer_epoch"] = _int_or_none(obj, "producer_epoch", 32767)
+        fields["producer_epoch"] = _int_or_none(obj, "producer_epoch", MAX_EPOCH)
         fields["base_sequence"] = _int_or_none(obj, "base_sequence", 2**31 - 1)
         tid = obj.get("transactional_id")
-        if tid is not None and (type(tid) is not str or not 1 <= len(tid) <= 32767):
+        if tid is not None and (type(tid) is not str or not 1 <= len(tid) <= MAX_TRANSACTIONAL_ID_LENGTH):
             raise _Unusual
         fields["transactional_id"] = tid
     return fields, _records(obj.get("records"), encoding)

@@ -6,8 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.domain.records import TOPIC_NAME
-from app.domain.transactions import Result
+from app.domain.producer_state import MAX_EPOCH
+from app.domain.records import MAX_STRING_LENGTH, TOPIC_NAME
+from app.domain.transactions import MAX_TRANSACTIONAL_ID_LENGTH, Result
 from app.errors import ErrorCode
 
 INT32 = 2**31 - 1
@@ -66,7 +67,7 @@ class DeleteRecordsResponse(Model):
 
 
 class HeaderIn(Model):
-    key: str = Field(max_length=32767)
+    key: str = Field(max_length=MAX_STRING_LENGTH)
     value: str | None = None  # follows the request's encoding
 
 
@@ -81,9 +82,9 @@ class RecordIn(Model):
 
 class ProduceBody(Model):
     producer_id: int | None = Field(None, ge=0, le=INT64)
-    producer_epoch: int | None = Field(None, ge=0, le=32767)
+    producer_epoch: int | None = Field(None, ge=0, le=MAX_EPOCH)
     base_sequence: int | None = Field(None, ge=0, le=INT32)
-    transactional_id: str | None = Field(None, min_length=1, max_length=32767)
+    transactional_id: str | None = Field(None, min_length=1, max_length=MAX_TRANSACTIONAL_ID_LENGTH)
     encoding: Literal["utf8", "base64"] = "utf8"
     records: list[RecordIn] = Field(min_length=1, max_length=MAX_BODY_RECORDS)
 
@@ -103,7 +104,7 @@ class ProduceResponse(Model):
 
 
 class InitProducerBody(Model):
-    transactional_id: str | None = Field(None, min_length=1, max_length=32767)
+    transactional_id: str | None = Field(None, min_length=1, max_length=MAX_TRANSACTIONAL_ID_LENGTH)
     transaction_timeout_ms: int | None = Field(None, ge=-INT32, le=INT32)
 
 
@@ -119,7 +120,7 @@ class TopicPartitionIn(Model):
 
 class TxnProducer(Model):
     producer_id: int = Field(ge=0, le=INT64)
-    producer_epoch: int = Field(ge=0, le=32767)
+    producer_epoch: int = Field(ge=0, le=MAX_EPOCH)
 
 
 class AddPartitionsBody(TxnProducer):

@@ -13,7 +13,17 @@ from pydantic import Field
 from api.auth import requires
 from api.v1.responses import errors
 from api.v1.schemas import Model
-from app.domain.acls import AclBinding, Api, Operation, PatternType, PermissionType, ResourceType, StoredPrincipal, principal_name
+from app.domain.acls import (
+    RESOURCE_NAME_MAX,
+    AclBinding,
+    Api,
+    Operation,
+    PatternType,
+    PermissionType,
+    ResourceType,
+    StoredPrincipal,
+    principal_name,
+)
 from app.services import Broker, security
 
 router = APIRouter(prefix="/v1", tags=["security"])
@@ -47,7 +57,7 @@ class PrincipalCreated(PrincipalOut):
 class Acl(Model):
     principal: str = Field(max_length=133, description="A principal's name (``User:`` prefix allowed) or ``*``: every principal")
     resource_type: ResourceTypeName
-    resource_name: str = Field(max_length=32767, description="``txlog-cluster`` for the cluster; ``*`` (literal): every resource")
+    resource_name: str = Field(max_length=RESOURCE_NAME_MAX, description="``txlog-cluster`` for the cluster; ``*`` (literal): every resource")
     pattern_type: Literal["literal", "prefixed"] = "literal"
     operation: OperationName
     permission_type: Literal["allow", "deny"] = "allow"
@@ -107,7 +117,7 @@ def create_acls(body: AclList, b: Broker = Depends(broker)) -> dict:
 def delete_acls(
     principal: str = Query(max_length=133),
     resource_type: ResourceTypeName = Query(),
-    resource_name: str = Query(max_length=32767),
+    resource_name: str = Query(max_length=RESOURCE_NAME_MAX),
     operation: OperationName = Query(),
     pattern_type: Literal["literal", "prefixed"] = "literal",
     permission_type: Literal["allow", "deny"] = "allow",

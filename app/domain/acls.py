@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Iterable, Mapping, Sequence
 
+from app.domain.records import MAX_STRING_LENGTH
+
 
 class ResourceType(Enum):
     TOPIC = "topic"
@@ -67,7 +69,7 @@ WILDCARD = "*"
 IMPLIES_DESCRIBE = frozenset({Operation.READ, Operation.WRITE, Operation.DELETE, Operation.ALTER})
 
 PRINCIPAL_NAME = re.compile(r"^[A-Za-z0-9._@-]{1,128}$")
-RESOURCE_NAME_MAX = 32767
+RESOURCE_NAME_MAX = MAX_STRING_LENGTH
 
 
 def principal_name(text: str) -> str:

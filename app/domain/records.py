@@ -9,6 +9,11 @@ from typing import Iterable, Literal, NamedTuple, Sequence
 
 from app.errors import ErrorCode, TxlogError
 
+# A Kafka STRING's length is an int16: at most this many characters (a transactional id, an ACL's
+# resource name, a header key). Not the epoch's bound (``producer_state.MAX_EPOCH``), though the
+# number is the same.
+MAX_STRING_LENGTH = 32767
+
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 MAX_PARTITIONS = 10_000
 

@@ -15,14 +15,13 @@ from enum import Enum
 from typing import Any, Iterable, Literal
 
 from app.domain.producer_state import MAX_EPOCH, fenced
+from app.domain.records import MAX_STRING_LENGTH
 from app.errors import ErrorCode, TxlogError
 
 TopicPartition = tuple[str, int]
 Result = Literal["commit", "abort"]
 
-# A transactional id is a Kafka STRING (an int16 length): at most 32767 characters. Not the epoch's
-# bound (MAX_EPOCH), though the number is the same.
-MAX_TRANSACTIONAL_ID_LENGTH = 32767
+MAX_TRANSACTIONAL_ID_LENGTH = MAX_STRING_LENGTH  # a Kafka STRING
 
 
 class TxnState(Enum):
