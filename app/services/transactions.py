@@ -10,7 +10,7 @@ from typing import Sequence
 
 from app import faults
 from app.domain import transactions as txn
-from app.domain.groups import GroupOffset, check_committable, last_per_partition
+from app.domain.groups.offsets import GroupOffset, check_committable, last_per_partition
 from app.domain.limits import check_partitions_added
 from app.domain.transactions import Result, TopicPartition, TxnEvent, TxnMetadata, TxnState
 from app.errors import ErrorCode, TxlogError

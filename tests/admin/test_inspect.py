@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.domain.groups import GroupOffset
+from app.domain.groups.offsets import GroupOffset
 from app.domain.records import NewRecord
 from app.domain.transactions import TxnState
 from app.errors import ErrorCode, TxlogError

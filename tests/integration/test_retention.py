@@ -13,7 +13,7 @@ import time
 import psycopg
 from sqlalchemy import text
 
-from app.domain.groups import GroupOffset
+from app.domain.groups.offsets import GroupOffset
 from app.domain.log import PartitionStatus
 from app.domain.records import NewRecord, record_size
 from app.domain.retention import MAX_LONG
