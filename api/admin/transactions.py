@@ -10,7 +10,8 @@ from api.admin import csrf, svg
 from api.admin.auth import Action, Principal, Resource
 from api.admin.deps import broker, parse_duration_ms, require, viewer
 from api.admin.render import render, url
-from app.services import Broker, inspect, transactions
+from app.services import Broker, transactions
+from app.services.inspect import transactions as inspect
 
 router = APIRouter(dependencies=[Depends(viewer)])
 
