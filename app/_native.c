@@ -1,7 +1,7 @@
 /*
  * app._native: the per-record loops of the hot paths, in C.
  *
- * Each function here has a Python definition that stays the reference (app/wire/kafka/records.py,
+ * Each function here has a Python definition that stays the reference (app/wire/kafka/records/,
  * app/storage/arrays.py); the tests hold the two equal. A function answers None whenever its input
  * is anything but the plain case it was written for (a malformed record, an integer out of range,
  * an unexpected type): the caller then runs the Python definition, which gives the exact answer or

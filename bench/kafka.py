@@ -296,7 +296,7 @@ _PARTS: list[tuple[str, str]] = [
     ("psycopg: parameters to binary, pipeline, results", "psycopg/"),
     ("SQLAlchemy: pool checkout and return, transaction", "sqlalchemy/"),
     ("record size limits, checked per record", "(app/domain/limits.py"),
-    ("record batch decode (CRC-32C, varints, records)", "decode_batches (app/wire/kafka/records.py"),
+    ("record batch decode (CRC-32C, varints, records)", "decode_batches (app/wire/kafka/records/decode.py"),
     ("batch to the service's produce request", "produce_request (api/kafka/handlers/produce.py"),
     ("produce service and queries, own code", "(app/services/"),
     ("request decode (kafka-python structs)", "decode_request (app/wire/kafka/protocol.py"),

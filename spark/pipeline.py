@@ -28,7 +28,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 from app import faults
-from app.domain.groups import GroupOffset
+from app.domain.groups.offsets import GroupOffset
 from app.domain.partitioner import partition_for_key
 from app.domain.records import NewRecord
 from app.errors import ErrorCode, TxlogError

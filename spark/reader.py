@@ -315,7 +315,7 @@ def commit_offsets(
 ) -> None:
     """Commit offsets to a consumer group once a job has succeeded: a snapshot's end offsets
     (``snap`` or ``snap.committable()``), or ``{partition: offset}`` with ``topic``."""
-    from app.domain.groups import GroupOffset
+    from app.domain.groups.offsets import GroupOffset
     from app.services import groups
 
     if isinstance(end_offsets, TopicSnapshot):

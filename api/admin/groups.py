@@ -7,7 +7,8 @@ from fastapi.responses import HTMLResponse
 
 from api.admin.deps import broker, viewer
 from api.admin.render import render
-from app.services import Broker, inspect
+from app.services import Broker
+from app.services.inspect import groups as inspect
 
 router = APIRouter(dependencies=[Depends(viewer)])
 

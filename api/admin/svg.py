@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from api.admin.fmt import duration
+from app.domain.log import PartitionStatus
 from app.domain.transactions import TxnEvent, TxnState
-from app.services.inspect import PartitionStatus, RatePoint
+from app.services.inspect.rates import RatePoint
 
 # --- partition bar --------------------------------------------------------------------------------
 

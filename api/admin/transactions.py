@@ -11,7 +11,8 @@ from api.admin.auth import Action, Principal, Resource
 from api.admin.deps import broker, parse_duration_ms, require, viewer
 from api.admin.render import render, url
 from app.domain.transactions import OPEN_STATE_NAMES
-from app.services import Broker, inspect, transactions
+from app.services import Broker, transactions
+from app.services.inspect import transactions as inspect
 
 router = APIRouter(dependencies=[Depends(viewer)])
 

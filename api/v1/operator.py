@@ -13,7 +13,9 @@ from api.v1 import schemas as s
 from api.v1.responses import errors
 from api.v1.routes import broker, txn_json
 from app.domain.acls import Api
-from app.services import Broker, inspect, transactions
+from app.services import Broker, transactions
+from app.services.inspect import groups as inspect_groups
+from app.services.inspect import transactions as inspect_transactions
 
 router = APIRouter(prefix="/v1")
 
@@ -22,7 +24,7 @@ router = APIRouter(prefix="/v1")
 def list_groups(request: Request, b: Broker = Depends(broker)) -> dict:
     """Every consumer group with committed or pending offsets, its partitions and total lag (what a
     read_committed consumer of the group still has to read: up to each last stable offset)."""
-    return {"groups": [vars(g) for g in visible(request, Api.LIST_GROUPS, inspect.groups(b), lambda g: g.group_id)]}
+    return {"groups": [vars(g) for g in visible(request, Api.LIST_GROUPS, inspect_groups.groups(b), lambda g: g.group_id)]}
 
 
 @router.get("/groups/{group}", dependencies=[Depends(requires(Api.DESCRIBE_GROUPS))], response_model=s.GroupDescription, responses=errors(400), tags=["groups"])
@@ -30,7 +32,7 @@ def describe_group(group: str, b: Broker = Depends(broker)) -> dict:
     """A group's committed offsets beside each partition's log start, high watermark and last
     stable offset, with the lag against the last stable offset, and its offsets still pending in
     open transactions. A group that never committed has none (as Kafka's OffsetFetch answers)."""
-    d = inspect.group_detail(b, group)
+    d = inspect_groups.group_detail(b, group)
     return {
         "group_id": d.group_id,
         "lag": d.lag,
@@ -39,7 +41,7 @@ def describe_group(group: str, b: Broker = Depends(broker)) -> dict:
     }
 
 
-def _open_json(o: inspect.OpenTransaction) -> dict:
+def _open_json(o: inspect_transactions.OpenTransaction) -> dict:
     return {**vars(o), "hanging": list(o.hanging)}
 
 
@@ -57,7 +59,7 @@ def open_transactions(
     (nothing will write its marker there) or ``open_too_long`` (open longer than
     ``max_transaction_timeout_ms``, default the server's maximum transaction timeout). With
     ``hanging=true`` only the hanging ones (kafka-transactions.sh find-hanging)."""
-    found = (inspect.find_hanging if hanging else inspect.open_transactions)(b, topic, partition, max_transaction_timeout_ms)
+    found = (inspect_transactions.find_hanging if hanging else inspect_transactions.open_transactions)(b, topic, partition, max_transaction_timeout_ms)
     limit = b.settings.max_transaction_timeout_ms if max_transaction_timeout_ms is None else max_transaction_timeout_ms
     return {"max_transaction_timeout_ms": limit, "open_transactions": [_open_json(o) for o in found]}
 

@@ -16,7 +16,7 @@ from api.v1 import codec
 from api.v1 import schemas as s
 from api.v1.responses import errors
 from app.domain.acls import Api, init_producer_api, produce_api
-from app.domain.groups import GroupOffset
+from app.domain.groups.offsets import GroupOffset
 from app.domain.partitioner import coordinator_partition
 from app.domain.records import Encoding, IsolationLevel, valid_text
 from app.domain.transactions import TxnEvent, TxnMetadata

@@ -1,9 +1,9 @@
 """The consumer-group coordinator's moving parts: groups in memory, parked JoinGroup/SyncGroup
 requests, timers.
 
-Every decision is made by the pure state machine in ``app.domain.groups``; this class only keeps
+Every decision is made by the pure state machine in ``app.domain.groups.coordinator``; this class only keeps
 its results and carries out its effects in order: a parked request becomes an asyncio future, an
-answer resolves it, a timer is a ``loop.call_later`` handle that calls ``groups.on_timer`` when its
+answer resolves it, a timer is a ``loop.call_later`` handle that calls ``coordinator.on_timer`` when its
 deadline passes. One gateway owns a group (the one FindCoordinator names); its groups live here and
 are lost when it stops — members then rejoin, as they do when Kafka moves a group to another
 coordinator. Offsets are not here: they are committed to PostgreSQL by the services, after
@@ -21,16 +21,16 @@ import uuid
 from typing import Any, Callable, Collection, Iterable, Sequence
 
 from app.config import Settings
-from app.domain import groups
-from app.domain.groups import (
+from app.domain.groups import coordinator, describe
+from app.domain.groups.describe import GroupDescription, GroupListing
+from app.domain.groups.state import (
     AnswerJoin,
     AnswerSync,
     ArmTimer,
     CancelTimer,
     Group,
     GroupConfig,
-    GroupDescription,
-    GroupListing,
+    GroupState,
     JoinRequest,
     JoinResult,
     LeaveAnswer,
@@ -105,13 +105,13 @@ class GroupCoordinator:
         """JoinGroup; waits until the join phase ends (or answers at once)."""
         error = self._refusal(group_id)
         if error is not None:
-            return groups.join_error(member_id, error)
+            return coordinator.join_error(member_id, error)
         request = JoinRequest(
             member_id, group_instance_id, session_timeout_ms, rebalance_timeout_ms, protocol_type,
             tuple((name, bytes(meta)) for name, meta in protocols), client_id, client_host,
             require_known_member_id, supports_skip_assignment,
         )
-        outcome = groups.join(self._groups.get(group_id), group_id, request, self._unique(), self._clock(), self.config)
+        outcome = coordinator.join(self._groups.get(group_id), group_id, request, self._unique(), self._clock(), self.config)
         return await self._reply(group_id, outcome)  # type: ignore[return-value]  # the outcome of this event carries this reply type
 
     async def sync_group(
@@ -127,19 +127,19 @@ class GroupCoordinator:
         """SyncGroup; a follower waits for the leader's assignment."""
         error = self._refusal(group_id)
         if error is not None:
-            return groups.sync_error(error)
+            return coordinator.sync_error(error)
         request = SyncRequest(
             generation_id, member_id, group_instance_id, protocol_type, protocol_name,
             tuple((mid, bytes(assignment)) for mid, assignment in assignments),
         )
-        outcome = groups.sync(self._groups.get(group_id), request, self._clock(), self.config)
+        outcome = coordinator.sync(self._groups.get(group_id), request, self._clock(), self.config)
         return await self._reply(group_id, outcome)  # type: ignore[return-value]  # the outcome of this event carries this reply type
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None) -> ErrorCode | None:
         error = self._refusal(group_id)
         if error is not None:
             return error
-        outcome = groups.heartbeat(self._groups.get(group_id), generation_id, member_id, group_instance_id, self._clock())
+        outcome = coordinator.heartbeat(self._groups.get(group_id), generation_id, member_id, group_instance_id, self._clock())
         self._apply(group_id, outcome)
         return outcome.reply  # type: ignore[return-value]  # the outcome of this event carries this reply type
 
@@ -148,7 +148,7 @@ class GroupCoordinator:
         error = self._refusal(group_id)
         if error is not None:
             return LeaveAnswer(error, ())
-        outcome = groups.leave(self._groups.get(group_id), members, self._clock(), self.config)
+        outcome = coordinator.leave(self._groups.get(group_id), members, self._clock(), self.config)
         self._apply(group_id, outcome)
         return outcome.reply  # type: ignore[return-value]  # the outcome of this event carries this reply type
 
@@ -156,11 +156,11 @@ class GroupCoordinator:
         self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None, transactional: bool
     ) -> ErrorCode | None:
         """May this OffsetCommit (``transactional``: TxnOffsetCommit) commit? None if so; see
-        ``app.domain.groups.offset_commit``."""
+        ``app.domain.groups.coordinator.offset_commit``."""
         error = self._refusal(group_id)
         if error is not None:
             return error
-        outcome = groups.offset_commit(
+        outcome = coordinator.offset_commit(
             self._groups.get(group_id), generation_id, member_id, group_instance_id, transactional, self._clock()
         )
         self._apply(group_id, outcome)
@@ -176,7 +176,7 @@ class GroupCoordinator:
         error = self._refusal(group_id)
         if error is not None:
             return error
-        outcome = groups.delete(self._groups.get(group_id), self._clock())
+        outcome = coordinator.delete(self._groups.get(group_id), self._clock())
         self._apply(group_id, outcome)
         return outcome.reply  # type: ignore[return-value]  # the outcome of this event carries this reply type
 
@@ -193,7 +193,7 @@ class GroupCoordinator:
             group = self._groups.get(group_id)
             if group is None and group_id in with_offsets:
                 group = Group(group_id)
-            described.append(groups.describe(group_id, group))
+            described.append(describe.describe(group_id, group))
         return described
 
     def list_groups(
@@ -202,11 +202,11 @@ class GroupCoordinator:
         """ListGroups: the groups held here, and the groups with committed offsets (``with_offsets``)
         this gateway coordinates but holds no state of, as Empty groups."""
         stored = [] if self._closed else [Group(g) for g in with_offsets if g not in self._groups and self._owns(g)]
-        return groups.listing([*self._groups.values(), *stored], states_filter, types_filter)
+        return describe.listing([*self._groups.values(), *stored], states_filter, types_filter)
 
     def snapshot(self) -> list[dict[str, object]]:
         """Every group and its members as plain data (the admin pages)."""
-        return [groups.snapshot(g) for g in self._groups.values()]
+        return [describe.snapshot(g) for g in self._groups.values()]
 
     def close(self) -> None:
         """Stops coordinating: parked requests are answered NOT_COORDINATOR, timers cancelled, groups
@@ -214,7 +214,7 @@ class GroupCoordinator:
         self._closed = True
         now = self._clock()
         for group_id, group in list(self._groups.items()):
-            self._apply(group_id, groups.unload(group, now))
+            self._apply(group_id, coordinator.unload(group, now))
         for handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
@@ -230,7 +230,7 @@ class GroupCoordinator:
         now = self._clock()
         moved = [group_id for group_id in self._groups if not self._owns(group_id)]
         for group_id in moved:
-            self._apply(group_id, groups.unload(self._groups[group_id], now))
+            self._apply(group_id, coordinator.unload(self._groups[group_id], now))
         return moved
 
     # --- carrying out outcomes --------------------------------------------------------------------
@@ -251,7 +251,7 @@ class GroupCoordinator:
     def _apply(self, group_id: str, outcome: Outcome) -> asyncio.Future[JoinResult | SyncResult] | None:
         """Keeps the group as it became and carries out the effects in order; returns the caller's
         future when the outcome parks it."""
-        if outcome.group is None or outcome.group.state is groups.GroupState.DEAD:
+        if outcome.group is None or outcome.group.state is GroupState.DEAD:
             self._groups.pop(group_id, None)
         else:
             self._groups[group_id] = outcome.group
@@ -285,7 +285,7 @@ class GroupCoordinator:
 
     @staticmethod
     def _error_result(waiting: Waiting, member_id: str, error: ErrorCode) -> JoinResult | SyncResult:
-        return groups.join_error(member_id, error) if waiting is Waiting.JOIN else groups.sync_error(error)
+        return coordinator.join_error(member_id, error) if waiting is Waiting.JOIN else coordinator.sync_error(error)
 
     def _resolve(self, group_id: str, waiting: Waiting, member_id: str, result: JoinResult | SyncResult) -> None:
         future = self._parked.pop((group_id, waiting, member_id), None)
@@ -308,7 +308,7 @@ class GroupCoordinator:
         # The loop's monotonic clock decided the deadline passed; the wall clock may lag a little.
         now = max(self._clock(), deadline_ms)
         try:
-            self._apply(group_id, groups.on_timer(group, timer, now, self.config))
+            self._apply(group_id, coordinator.on_timer(group, timer, now, self.config))
         except Exception:
             log.exception("group %s: timer %s failed", group_id, timer)
 

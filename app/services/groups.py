@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from app.domain.groups import GroupOffset, check_committable, last_per_partition
+from app.domain.groups.offsets import GroupOffset, check_committable, last_per_partition
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.storage import groups as groups_store

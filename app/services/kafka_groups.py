@@ -7,7 +7,7 @@ asks every live gateway (``txlog.kafka_nodes``) over Kafka's protocol, as Kafka'
 — ListGroups, then DescribeGroups — all of them at once, each conversation bounded by
 ``timeout_s``: a gateway that is gone or frozen is reported unreachable, with why, and never holds
 the page longer than that. Committed offsets and partition positions are then read in one
-snapshot of the database, as ``app.services.inspect`` reads them for the groups page.
+snapshot of the database, as ``app.services.inspect.groups`` reads them for the groups page.
 """
 
 from __future__ import annotations

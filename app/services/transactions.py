@@ -10,12 +10,13 @@ from typing import Sequence
 
 from app import faults
 from app.domain import transactions as txn
-from app.domain.groups import GroupOffset, check_committable, last_per_partition
+from app.domain.groups.offsets import GroupOffset, check_committable, last_per_partition
 from app.domain.limits import check_partitions_added
 from app.domain.transactions import Result, TopicPartition, TxnEvent, TxnMetadata, TxnState
 from app.errors import ErrorCode, TxlogError
-from app.services import Broker, coordinator, executor, inspect, last_appends
+from app.services import Broker, coordinator, executor, last_appends
 from app.services.executor import Blocking, Operation
+from app.services.inspect import transactions as inspect_transactions
 from app.storage import append as append_store
 from app.storage import groups as groups_store
 from app.storage import producers as producers_store
@@ -397,7 +398,7 @@ def abort_on_partition(
     never torn; one it does not (a hanging transaction) gets an ABORT marker on this partition
     alone (Kafka's WriteTxnMarkers), which moves the last stable offset past it."""
     found = [
-        o for o in inspect.open_transactions(broker, topic, partition)
+        o for o in inspect_transactions.open_transactions(broker, topic, partition)
         if (producer_id is None or o.producer_id == producer_id) and (start_offset is None or o.start_offset == start_offset)
     ]
     wanted = " and ".join(

@@ -7,7 +7,7 @@ from typing import Sequence
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from app.domain.groups import GroupOffset, GroupOffsetRow
+from app.domain.groups.offsets import GroupOffset, GroupOffsetRow
 from app.storage._sql import _compact, _int8
 from app.storage.db import driver
 

@@ -12,7 +12,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from app.services.inspect import bucket_bounds
+from app.services.inspect.rates import bucket_bounds
 from tests.admin.conftest import ADMIN_TOKEN, csrf_of
 from tests.admin.scenario import Producer, Scenario
 from tests.support import ServerProcess, wait_until

@@ -22,7 +22,8 @@ from api.admin.fmt import duration, show_bytes
 from app.domain.log import PartitionStatus
 from app.domain.transactions import TxnEvent, TxnState
 from app.errors import TxlogError
-from app.services.inspect import RatePoint, bucket_bounds, epoch_history
+from app.services.inspect.rates import RatePoint, bucket_bounds
+from app.services.inspect.transactions import epoch_history
 
 ABORT = Action.ABORT_TRANSACTION
 TID = Resource("transactional_id", "t")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.domain.groups import GroupOffset
+from app.domain.groups.offsets import GroupOffset
 from app.errors import ErrorCode
 from app.services import groups, topics
 from app.services.groups import FetchedOffset

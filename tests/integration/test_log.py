@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
-from app.domain.groups import GroupOffset
+from app.domain.groups.offsets import GroupOffset
 from app.domain.partitioner import partition_for_key
 from app.domain.records import NewRecord, headers_from_object
 from app.errors import ErrorCode, TxlogError

@@ -15,7 +15,7 @@ import functools
 import psycopg
 import pytest
 
-from app.domain.groups import GroupOffset
+from app.domain.groups.offsets import GroupOffset
 from app.domain.log import AppendBatch, AppendPosition
 from app.domain.records import NewRecord
 from app.errors import ErrorCode, TxlogError

@@ -3,7 +3,7 @@ wins, as in Kafka, and the answer is what was stored."""
 
 from __future__ import annotations
 
-from app.domain.groups import GroupOffset
+from app.domain.groups.offsets import GroupOffset
 from app.services import groups, topics, transactions
 
 

@@ -13,14 +13,15 @@ import time
 import psycopg
 from sqlalchemy import text
 
-from app.domain.groups import GroupOffset
+from app.domain.groups.offsets import GroupOffset
 from app.domain.log import PartitionStatus
 from app.domain.records import NewRecord, record_size
 from app.domain.retention import MAX_LONG
 from app.errors import ErrorCode
-from app.services import Broker, groups, inspect, retention, sweeper, topics
+from app.services import Broker, groups, retention, sweeper, topics
 from app.services import fetch as fetch_service
 from app.services import produce as produce_service
+from app.services.inspect.topics import BROWSE_MODES, browse_partition
 from app.services.produce import ProduceRequest
 from app.storage import log as log_store
 from app.storage import retention as retention_store
@@ -383,7 +384,7 @@ def test_trim_deletes_aborted_ranges_below_the_log_start_and_keeps_a_straddling_
     with psycopg.connect(libpq_url(broker.db.url)) as conn:
         view = conn.execute('SELECT "offset" FROM txlog.committed_records WHERE topic = \'t\' ORDER BY 1').fetchall()
     assert [o for (o,) in view] == [4, 6, 8]
-    page = inspect.browse_partition(broker, "t", 0, "all", offset=0)
+    page = browse_partition(broker, "t", 0, "all", offset=0)
     assert [(r.offset, r.control_type, r.aborted and r.control_type is None) for r in page.records] == [
         (4, None, False), (5, None, True), (6, None, False), (7, 0, False), (8, None, False)
     ]
@@ -420,13 +421,13 @@ def test_every_reader_starts_at_the_new_log_start(broker):
         assert [o for (o,) in committed] == [3, 4, 5, 6, 7]
         assert s == (3, 9, 9)
         # the admin browser, in every mode, however it is asked
-        for mode in inspect.BROWSE_MODES:
-            tail = inspect.browse_partition(broker, "t", 0, mode)
+        for mode in BROWSE_MODES:
+            tail = browse_partition(broker, "t", 0, mode)
             assert tail.records[0].offset == 3 and tail.older is None and tail.status.log_start_offset == 3
-            assert inspect.browse_partition(broker, "t", 0, mode, offset=0).records[0].offset == 3
-            assert inspect.browse_partition(broker, "t", 0, mode, before=2).records == []
-            assert inspect.browse_partition(broker, "t", 0, mode, offset=4, limit=1).older == 4
-            assert inspect.browse_partition(broker, "t", 0, mode, before=4, limit=5).records[0].offset == 3
+            assert browse_partition(broker, "t", 0, mode, offset=0).records[0].offset == 3
+            assert browse_partition(broker, "t", 0, mode, before=2).records == []
+            assert browse_partition(broker, "t", 0, mode, offset=4, limit=1).older == 4
+            assert browse_partition(broker, "t", 0, mode, before=4, limit=5).records[0].offset == 3
         # the Spark reader's snapshot (no Spark needed to fix the offsets)
         from spark.reader import snapshot
 

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from app.domain import transactions as txn
-from app.domain.groups import GroupOffset
+from app.domain.groups.offsets import GroupOffset
 from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT
 from app.domain.transactions import TxnState
 from app.errors import ErrorCode

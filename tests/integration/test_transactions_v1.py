@@ -12,7 +12,7 @@ import copy
 import pytest
 from sqlalchemy import text
 
-from app.domain.groups import GroupOffset
+from app.domain.groups.offsets import GroupOffset
 from app.domain.producer_state import MAX_EPOCH
 from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT, NewRecord
 from app.domain.transactions import TxnState

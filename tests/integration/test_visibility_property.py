@@ -18,8 +18,9 @@ from sqlalchemy import text
 
 from app.domain.records import NewRecord
 from app.services import fetch as fetch_service
-from app.services import inspect, topics, transactions
 from app.services import produce as produce_service
+from app.services import topics, transactions
+from app.services.inspect.topics import browse_partition
 from app.services.produce import ProduceRequest
 from app.storage import log as log_store
 from tests.integration.test_transactions import Producer
@@ -135,7 +136,7 @@ def check(broker, topic: str, model: Model, page: int) -> None:  # type: ignore[
         statuses = log_store.partition_status_all(conn, topic)
     assert view == [(p, o, v) for p in range(PARTITIONS) for o, v in model.committed(p)]
     for p in range(PARTITIONS):  # the admin record browser, as a read_committed reader
-        page_ = inspect.browse_partition(broker, topic, p, "read_committed", offset=0, limit=1000)
+        page_ = browse_partition(broker, topic, p, "read_committed", offset=0, limit=1000)
         assert [(r.offset, r.value) for r in page_.records] == model.committed(p)
     assert [(s.high_watermark, s.last_stable_offset) for s in statuses] == [(model.hw(p), model.lso(p)) for p in range(PARTITIONS)]
     for p in range(PARTITIONS):

@@ -22,8 +22,10 @@ from app.errors import ErrorCode
 from app.services import Broker, topics
 from app.services import produce as produce_service
 from app.services.produce import ProduceRequest
-from app.wire.kafka import records as codec
 from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.records.batch import HEADER_SIZE, RecordBatch
+from app.wire.kafka.records.decode import decode_batches
+from app.wire.kafka.records.encode import batch_runs, encode_records
 from tests.conftest import make_broker
 from tests.integration.test_transactions import Producer
 from tests.kafka.conftest import GatewayProcess, RawConnection
@@ -309,7 +311,7 @@ def test_a_long_poll_wakes_on_an_append_to_any_of_its_partitions(raw: RawConnect
     assert took < 4.0
     p0, p1 = answer.responses[0].partitions
     assert p0.records in (b"", None)
-    assert [r.value for b in codec.decode_batches(p1.records) for r in b.records] == [b"new"]
+    assert [r.value for b in decode_batches(p1.records) for r in b.records] == [b"new"]
 
 
 def test_a_long_poll_answers_at_its_deadline_with_nothing(raw: RawConnection, topic: str) -> None:
@@ -350,8 +352,8 @@ def test_a_partition_in_error_answers_at_once(raw: RawConnection, topic: str) ->
 # -- raw frames ----------------------------------------------------------------------------------
 
 
-def batches_of(records: bytes | None) -> list[codec.RecordBatch]:
-    return codec.decode_batches(records)
+def batches_of(records: bytes | None) -> list[RecordBatch]:
+    return decode_batches(records)
 
 
 @pytest.mark.parametrize("version", [4, 7, 11, 12])
@@ -464,11 +466,11 @@ def log_rows(n: int, headers_every: int = 3) -> list[StoredRecord]:
 
 def test_a_page_is_cut_in_whole_records_within_the_limit() -> None:
     rows = log_rows(60)
-    whole = codec.encode_records(rows)
+    whole = encode_records(rows)
     for limit in (0, 1, 60, 200, 1000, 5000, len(whole) - 1, len(whole), 10 * len(whole)):
         for first_whole in (False, True):
             data, last = _batches_within(rows, limit, first_whole)
-            offsets = [b.base_offset + r.offset_delta for b in codec.decode_batches(data) for r in b.records]
+            offsets = [b.base_offset + r.offset_delta for b in decode_batches(data) for r in b.records]
             assert offsets == [r.offset for r in rows][: len(offsets)]
             assert last == (offsets[-1] if offsets else None)
             assert len(data) <= limit or (first_whole and len(offsets) == 1)
@@ -483,8 +485,8 @@ def _longest_head(rows: list[StoredRecord], limit: int, first_whole: bool) -> in
     record and header overheads at their largest and each batch with its header, while the sum
     stays within ``limit``."""
     size = kept = 0
-    for run in codec.batch_runs(rows):
-        size += codec.HEADER_SIZE
+    for run in batch_runs(rows):
+        size += HEADER_SIZE
         for row in run:
             size += row.size + fetch_handler._RECORD_OVERHEAD_MAX + fetch_handler._HEADER_OVERHEAD_MAX * len(row.header_keys or ())
             if size > limit and not (kept == 0 and first_whole):
@@ -497,13 +499,13 @@ def _longest_head(rows: list[StoredRecord], limit: int, first_whole: bool) -> in
 def test_a_page_is_cut_at_the_longest_head_within_the_limit(headers_every: int) -> None:
     """Runs without headers are sized whole; the cut is still the one row by row would make."""
     rows = log_rows(120, headers_every)
-    whole = codec.encode_records(rows)
+    whole = encode_records(rows)
     for limit in range(0, len(whole) + 200, 97):
         for first_whole in (False, True):
             data, last = _batches_within(rows, limit, first_whole)
             kept = _longest_head(rows, limit, first_whole)
             assert last == (rows[kept - 1].offset if kept else None), (limit, first_whole)
-            assert data == codec.encode_records(rows[:kept])
+            assert data == encode_records(rows[:kept])
 
 
 def test_an_unknown_isolation_level_is_refused(raw: RawConnection, topic: str) -> None:

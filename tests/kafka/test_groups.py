@@ -27,7 +27,7 @@ from typing import Callable, Iterable, Iterator
 
 import pytest
 
-from app.domain.groups import GroupOffset
+from app.domain.groups.offsets import GroupOffset
 from app.domain.records import NewRecord
 from app.errors import ErrorCode
 from app.services import Broker, topics

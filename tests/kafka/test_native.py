@@ -15,7 +15,10 @@ from hypothesis import strategies as st
 from app.errors import TxlogError
 from app.native import native
 from app.storage import arrays
-from app.wire.kafka import records as R
+from app.wire.kafka.records import encode
+from app.wire.kafka.records.batch import HEADER_SIZE, Record
+from app.wire.kafka.records.decode import _read_records
+from app.wire.kafka.records.encode import batch_runs, encode_batch
 from tests.kafka.test_records import raw_record, runs, stored, zz
 
 
@@ -44,7 +47,7 @@ def python_only(*modules: Any) -> Iterator[None]:
 
 def _python_read(section: bytes, count: int, base_ts: int, log_append_ts: int | None) -> Any:
     try:
-        return R._read_records(section, 0, count, base_ts, log_append_ts, "batch")
+        return _read_records(section, 0, count, base_ts, log_append_ts, "batch")
     except TxlogError as exc:
         return exc.code
 
@@ -52,19 +55,19 @@ def _python_read(section: bytes, count: int, base_ts: int, log_append_ts: int | 
 def _same_reading(section: bytes, count: int, base_ts: int = 1_700_000_000_000, log_append_ts: int | None = None) -> None:
     assert native is not None
     expected = _python_read(section, count, base_ts, log_append_ts)
-    got = native.read_records(section, 0, count, base_ts, log_append_ts, R.Record)
+    got = native.read_records(section, 0, count, base_ts, log_append_ts, Record)
     if isinstance(expected, tuple):
         assert got == expected
-        assert all(type(r) is R.Record for r in got)
+        assert all(type(r) is Record for r in got)
     else:
         assert got is None, expected  # refused by the definition: left to it
 
 
 def _section(records: list) -> tuple[bytes, int]:
     """The records section of the first data run's batch, and its record count."""
-    run = next(r for r in R.batch_runs(records) if r[0].control_type is None)
-    batch = R.encode_batch(run[0].offset, run)
-    return batch[R.HEADER_SIZE:], len(run)
+    run = next(r for r in batch_runs(records) if r[0].control_type is None)
+    batch = encode_batch(run[0].offset, run)
+    return batch[HEADER_SIZE:], len(run)
 
 
 @settings(max_examples=150, deadline=None)
@@ -130,10 +133,10 @@ def test_read_records_of_every_lie() -> None:
 @settings(max_examples=200, deadline=None)
 @given(runs())
 def test_encode_batch_as_defined(records) -> None:  # type: ignore[no-untyped-def]
-    for run in R.batch_runs(records):
-        fast = R.encode_batch(run[0].offset, run)
-        with python_only(R):
-            assert fast == R.encode_batch(run[0].offset, run)
+    for run in batch_runs(records):
+        fast = encode_batch(run[0].offset, run)
+        with python_only(encode):
+            assert fast == encode_batch(run[0].offset, run)
 
 
 def test_encode_batch_beyond_the_plain_case() -> None:
@@ -146,13 +149,13 @@ def test_encode_batch_beyond_the_plain_case() -> None:
         [stored(2**63 - 1)],
     ]
     for run in cases:
-        with python_only(R):
+        with python_only(encode):
             try:
-                expected: Any = R.encode_batch(run[0].offset, run)
+                expected: Any = encode_batch(run[0].offset, run)
             except Exception as exc:  # noqa: BLE001 - compared below
                 expected = type(exc)
         try:
-            got: Any = R.encode_batch(run[0].offset, run)
+            got: Any = encode_batch(run[0].offset, run)
         except Exception as exc:  # noqa: BLE001
             got = type(exc)
         assert got == expected
@@ -168,9 +171,9 @@ def test_batch_runs_as_defined(records, data) -> None:  # type: ignore[no-untype
         at = data.draw(st.integers(0, len(records) - 1))
         wrong = data.draw(st.sampled_from([None, 0, 2**31 - 1, -1, 2**31]))
         records = [*records[:at], records[at]._replace(sequence=wrong), *records[at + 1 :]]
-    fast = R.batch_runs(records)
-    with python_only(R):
-        slow = R.batch_runs(records)
+    fast = batch_runs(records)
+    with python_only(encode):
+        slow = batch_runs(records)
     assert fast == slow
 
 
@@ -183,13 +186,13 @@ def test_batch_runs_beyond_the_plain_case() -> None:
         [stored(0), stored(1)[:5]],  # too short: the definition's (which fails)
     ]
     for rows in cases:
-        with python_only(R):
+        with python_only(encode):
             try:
-                expected: Any = R.batch_runs(rows)
+                expected: Any = batch_runs(rows)
             except Exception as exc:  # noqa: BLE001 - compared below
                 expected = type(exc)
         try:
-            got: Any = R.batch_runs(rows)
+            got: Any = batch_runs(rows)
         except Exception as exc:  # noqa: BLE001
             got = type(exc)
         assert got == expected

@@ -36,7 +36,19 @@ from api.kafka.handlers.produce import produce_request
 from app.domain.log import StoredRecord
 from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT, NewRecord
 from app.errors import ErrorCode, TxlogError
-from app.wire.kafka import records as R
+from app.wire.kafka.records.batch import (
+    ATTR_LOG_APPEND_TIME,
+    COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
+    COMPRESSION_NONE,
+    COMPRESSION_SNAPPY,
+    COMPRESSION_ZSTD,
+    INT32_MAX,
+    Record,
+    RecordBatch,
+)
+from app.wire.kafka.records.decode import DEFAULT_MAX_DECOMPRESSED_BYTES, decode_batches
+from app.wire.kafka.records.encode import batch_runs, encode_batch, encode_control_batch, encode_records
 
 MiB = 1 << 20
 SEQ_MOD = 1 << 31
@@ -135,11 +147,11 @@ def recompress(batch: bytes, codec: int, compress) -> bytes:  # type: ignore[no-
 
 def code_of(data: bytes, **limits: int) -> ErrorCode:
     with pytest.raises(TxlogError) as info:
-        R.decode_batches(data, **limits)
+        decode_batches(data, **limits)
     return info.value.code
 
 
-def flatten(batches: list[R.RecordBatch]) -> list[tuple]:
+def flatten(batches: list[RecordBatch]) -> list[tuple]:
     """Per record: offset, timestamp, key, value, headers, producer id, epoch, transactional, sequence."""
     out = []
     for b in batches:
@@ -222,15 +234,15 @@ def runs(draw, max_records: int = 12) -> list[StoredRecord]:  # type: ignore[no-
 @settings(max_examples=150, deadline=None)
 @given(runs())
 def test_round_trip(records):
-    data = R.encode_records(records)
-    batches = R.decode_batches(data)
+    data = encode_records(records)
+    batches = decode_batches(data)
     data_records = [r for r in records if r.control_type is None]
     assert flatten([b for b in batches if not b.is_control]) == expected(data_records)
     markers = [(b.base_offset, b.control_type, b.producer_id, b.producer_epoch) for b in batches if b.is_control]
     assert markers == [(r.offset, r.control_type, r.producer_id, r.producer_epoch) for r in records if r.control_type is not None]
     for b in batches:
-        assert b.magic == 2 and b.partition_leader_epoch == 0 and b.compression == R.COMPRESSION_NONE
-        assert not b.attributes & R.ATTR_LOG_APPEND_TIME  # CreateTime
+        assert b.magic == 2 and b.partition_leader_epoch == 0 and b.compression == COMPRESSION_NONE
+        assert not b.attributes & ATTR_LOG_APPEND_TIME  # CreateTime
         assert b.base_timestamp == b.records[0].timestamp_ms
         assert b.max_timestamp == max(r.timestamp_ms for r in b.records)
         assert b.last_offset_delta == b.records[-1].offset_delta
@@ -240,7 +252,7 @@ def test_round_trip(records):
 def test_round_trip_keeps_headers_exactly():
     headers = [("h", b"\x00\xff"), ("h", None), ("", b""), ("ünï", b"x" * 300), ("h", b"")]
     records = [stored(5, None, None, headers), stored(6, b"", b"", []), stored(7, b"\x00", None, None)]
-    (batch,) = R.decode_batches(R.encode_records(records))
+    (batch,) = decode_batches(encode_records(records))
     assert [r.headers for r in batch.records] == [tuple(headers), (), ()]
     assert [(r.key, r.value) for r in batch.records] == [(None, None), (b"", b""), (b"\x00", None)]
 
@@ -248,13 +260,13 @@ def test_round_trip_keeps_headers_exactly():
 def test_large_values_and_varints_of_every_width():
     values = [b"", b"a" * 63, b"a" * 64, b"a" * 8191, b"a" * 8192, b"a" * 1_100_000]
     records = [stored(2**40 + i, value=v, timestamp_ms=2**44 - i * 2**35) for i, v in enumerate(values)]
-    (batch,) = R.decode_batches(R.encode_records(records))
+    (batch,) = decode_batches(encode_records(records))
     assert flatten([batch]) == expected(records)
 
 
 def test_control_batch_layout():
-    data = R.encode_control_batch(77, producer_id=5, producer_epoch=3, control_type=CONTROL_COMMIT, timestamp_ms=1234)
-    (batch,) = R.decode_batches(data)
+    data = encode_control_batch(77, producer_id=5, producer_epoch=3, control_type=CONTROL_COMMIT, timestamp_ms=1234)
+    (batch,) = decode_batches(data)
     assert batch.is_control and batch.is_transactional and batch.attributes == 0x30
     assert (batch.base_offset, batch.last_offset, batch.producer_id, batch.producer_epoch) == (77, 77, 5, 3)
     assert batch.base_sequence == -1 and batch.control_type == CONTROL_COMMIT
@@ -264,7 +276,7 @@ def test_control_batch_layout():
     assert record.timestamp_ms == 1234 and record.headers == ()
     assert kafka_python_read(data) == [("control", 77, 1234, CONTROL_COMMIT, 5, 3)]
     with pytest.raises(ValueError):
-        R.encode_control_batch(1, 1, 1, 7, 0)
+        encode_control_batch(1, 1, 1, 7, 0)
 
 
 def test_markers_from_stored_records_are_batches_of_their_own():
@@ -273,16 +285,16 @@ def test_markers_from_stored_records_are_batches_of_their_own():
         stored(11, None, None, None, 99, 1, 0, None, True, CONTROL_ABORT),
         stored(12, None, None, None, 98, 1, 0, None, True, CONTROL_COMMIT),
     ]
-    batches = R.decode_batches(R.encode_records(records))
+    batches = decode_batches(encode_records(records))
     assert [(b.base_offset, b.is_control, b.control_type) for b in batches] == [(10, False, None), (11, True, 0), (12, True, 1)]
-    assert kafka_python_read(R.encode_records(records))[1:] == [("control", 11, 99, 0, 1, 0), ("control", 12, 98, 1, 1, 0)]
+    assert kafka_python_read(encode_records(records))[1:] == [("control", 11, 99, 0, 1, 0), ("control", 12, 98, 1, 1, 0)]
 
 
 # --- where batches are cut -----------------------------------------------------------------------------
 
 
 def cuts(records: list[StoredRecord]) -> list[list[int]]:
-    return [[r.offset for r in run] for run in R.batch_runs(records)]
+    return [[r.offset for r in run] for run in batch_runs(records)]
 
 
 def test_batch_runs_cut_where_a_batch_attribute_changes():
@@ -312,17 +324,17 @@ def test_batch_runs_keep_sequences_following_offsets():
     assert cuts(wrap) == [[0, 1]]
     assert cuts(lost_sequence) == [[0], [1]]
     assert cuts(gained_sequence) == [[0], [1]]
-    (batch,) = R.decode_batches(R.encode_records(wrap))
+    (batch,) = decode_batches(encode_records(wrap))
     assert flatten([batch]) == expected(wrap)
 
 
 def test_batch_runs_cut_where_offsets_do_not_fit_one_batch():
-    far = [stored(0), stored(R.INT32_MAX), stored(R.INT32_MAX + 1)]
-    assert cuts(far) == [[0, R.INT32_MAX], [R.INT32_MAX + 1]]
+    far = [stored(0), stored(INT32_MAX), stored(INT32_MAX + 1)]
+    assert cuts(far) == [[0, INT32_MAX], [INT32_MAX + 1]]
     assert cuts([stored(3), stored(3), stored(2)]) == [[3], [3], [2]]
-    assert flatten(R.decode_batches(R.encode_records(far))) == expected(far)
+    assert flatten(decode_batches(encode_records(far))) == expected(far)
     with pytest.raises(ValueError):
-        R.encode_batch(0, [stored(0), stored(R.INT32_MAX + 1)])
+        encode_batch(0, [stored(0), stored(INT32_MAX + 1)])
 
 
 # --- kafka-python as the other side ---------------------------------------------------------------
@@ -331,7 +343,7 @@ def test_batch_runs_cut_where_offsets_do_not_fit_one_batch():
 @settings(max_examples=60, deadline=None)
 @given(runs(max_records=5))
 def test_kafka_python_reads_our_batches(records):
-    data = R.encode_records(records)
+    data = encode_records(records)
     theirs = kafka_python_read(data)
     ours = [
         ("control", r.offset, r.timestamp_ms, r.control_type, r.producer_id, r.producer_epoch) if r.control_type is not None else e
@@ -373,9 +385,9 @@ def test_kafka_python_batches_with_every_codec(codec):
         for i in range(300)
     ]
     data = kafka_python_batch(codec, items, producer=(42, 3, 1000, True))
-    (batch,) = R.decode_batches(data)
+    (batch,) = decode_batches(data)
     assert batch.compression == codec
-    if codec == R.COMPRESSION_SNAPPY:
+    if codec == COMPRESSION_SNAPPY:
         assert data[61:69] == b"\x82SNAPPY\x00"
     assert (batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.is_transactional) == (42, 3, 1000, True)
     assert [(r.offset_delta, r.timestamp_ms, r.key, r.value, list(r.headers)) for r in batch.records] == [
@@ -385,12 +397,12 @@ def test_kafka_python_batches_with_every_codec(codec):
 
 
 COMPRESSORS = {
-    "gzip-stdlib": (R.COMPRESSION_GZIP, gzip.compress),
-    "gzip-two-members": (R.COMPRESSION_GZIP, lambda b: gzip.compress(b[:100]) + gzip.compress(b[100:])),
-    "snappy-raw": (R.COMPRESSION_SNAPPY, cramjam.snappy.compress_raw),  # librdkafka's
-    "lz4-frame": (R.COMPRESSION_LZ4, cramjam.lz4.compress),
-    "zstd-with-size": (R.COMPRESSION_ZSTD, cramjam.zstd.compress),
-    "zstd-streamed": (R.COMPRESSION_ZSTD, lambda b: _zstd_streamed(b)),  # no content size, as Java's zstd-jni
+    "gzip-stdlib": (COMPRESSION_GZIP, gzip.compress),
+    "gzip-two-members": (COMPRESSION_GZIP, lambda b: gzip.compress(b[:100]) + gzip.compress(b[100:])),
+    "snappy-raw": (COMPRESSION_SNAPPY, cramjam.snappy.compress_raw),  # librdkafka's
+    "lz4-frame": (COMPRESSION_LZ4, cramjam.lz4.compress),
+    "zstd-with-size": (COMPRESSION_ZSTD, cramjam.zstd.compress),
+    "zstd-streamed": (COMPRESSION_ZSTD, lambda b: _zstd_streamed(b)),  # no content size, as Java's zstd-jni
 }
 
 
@@ -404,10 +416,10 @@ def _zstd_streamed(b: bytes) -> bytes:
 @given(runs(max_records=8), st.sampled_from(sorted(COMPRESSORS)))
 def test_compressed_batches_decode_as_uncompressed(records, name):
     codec, compress = COMPRESSORS[name]
-    plain = [R.encode_batch(run[0].offset, run) for run in R.batch_runs(records)]
+    plain = [encode_batch(run[0].offset, run) for run in batch_runs(records)]
     data = b"".join(recompress(b, codec, compress) for b in plain)
-    batches = R.decode_batches(data)
-    assert flatten(batches) == flatten(R.decode_batches(b"".join(plain)))
+    batches = decode_batches(data)
+    assert flatten(batches) == flatten(decode_batches(b"".join(plain)))
     assert {b.compression for b in batches} == {codec}
 
 
@@ -415,12 +427,12 @@ def test_compressed_batches_decode_as_uncompressed(records, name):
 
 
 def good_batch() -> bytes:
-    return R.encode_records([stored(i, b"k", b"v" * i, [("h", None)], producer_id=1, producer_epoch=0, sequence=i) for i in range(3)])
+    return encode_records([stored(i, b"k", b"v" * i, [("h", None)], producer_id=1, producer_epoch=0, sequence=i) for i in range(3)])
 
 
 def test_empty_or_null_input_is_no_batch():
-    assert R.decode_batches(b"") == [] and R.decode_batches(None) == []
-    assert R.decode_batches(memoryview(good_batch())) == R.decode_batches(bytearray(good_batch()))
+    assert decode_batches(b"") == [] and decode_batches(None) == []
+    assert decode_batches(memoryview(good_batch())) == decode_batches(bytearray(good_batch()))
 
 
 def test_bad_crc():
@@ -446,7 +458,7 @@ def test_every_truncation_is_corrupt():
     for n in range(1, len(data)):
         if n != one:
             assert code_of(data[:n]) is ErrorCode.CORRUPT_MESSAGE, n
-    assert len(R.decode_batches(data[:one])) == 1
+    assert len(decode_batches(data[:one])) == 1
 
 
 def test_batch_length_that_lies():
@@ -458,7 +470,7 @@ def test_batch_length_that_lies():
 
 def test_records_that_lie():
     ok = raw_record(0, b"k", b"v")
-    assert R.decode_batches(raw_batch(ok, 1))[0].records == (R.Record(0, 1_700_000_000_000, b"k", b"v", ()),)
+    assert decode_batches(raw_batch(ok, 1))[0].records == (Record(0, 1_700_000_000_000, b"k", b"v", ()),)
     lies = {
         "record longer than the batch": raw_record(0, b"k", b"v", length_adjust=50),
         "record longer than its fields": raw_record(0, b"k", b"v", length_adjust=1) + b"\x00",
@@ -493,8 +505,8 @@ def test_record_counts():
     assert code_of(raw_batch(ok, 2**31 - 1), max_records=2**31) is ErrorCode.CORRUPT_MESSAGE
     assert time.perf_counter() - started < 1.0  # not a walk of 2**31 counted records (minutes)
     assert code_of(raw_batch(ok * 3, 3), max_records=2) is ErrorCode.RECORD_LIST_TOO_LARGE
-    assert len(R.decode_batches(raw_batch(ok * 3, 3), max_records=3)[0].records) == 3
-    assert R.decode_batches(raw_batch(b"", 0))[0].records == ()  # an empty batch (compaction makes them)
+    assert len(decode_batches(raw_batch(ok * 3, 3), max_records=3)[0].records) == 3
+    assert decode_batches(raw_batch(b"", 0))[0].records == ()  # an empty batch (compaction makes them)
 
 
 def test_unknown_compression_codec():
@@ -504,10 +516,10 @@ def test_unknown_compression_codec():
 
 def test_log_append_time_batch_gives_each_record_the_max_timestamp():
     section = raw_record(0, None, b"a", ts_delta=5) + raw_record(1, None, b"b", ts_delta=-5)
-    (batch,) = R.decode_batches(raw_batch(section, 2, attributes=0x08, base_ts=100, max_ts=999))
-    assert batch.attributes & R.ATTR_LOG_APPEND_TIME  # LogAppendTime
+    (batch,) = decode_batches(raw_batch(section, 2, attributes=0x08, base_ts=100, max_ts=999))
+    assert batch.attributes & ATTR_LOG_APPEND_TIME  # LogAppendTime
     assert [r.timestamp_ms for r in batch.records] == [999, 999]
-    (batch,) = R.decode_batches(raw_batch(section, 2, base_ts=100, max_ts=999))
+    (batch,) = decode_batches(raw_batch(section, 2, base_ts=100, max_ts=999))
     assert [r.timestamp_ms for r in batch.records] == [105, 95]
 
 
@@ -520,16 +532,16 @@ def test_damaged_compressed_data_is_corrupt(name):
         assert code_of(raw_batch(damaged, 50, attributes=codec)) is ErrorCode.CORRUPT_MESSAGE
     # right data, wrong record count
     assert code_of(raw_batch(packed, 51, attributes=codec)) is ErrorCode.CORRUPT_MESSAGE
-    assert len(R.decode_batches(raw_batch(packed, 50, attributes=codec))[0].records) == 50
+    assert len(decode_batches(raw_batch(packed, 50, attributes=codec))[0].records) == 50
 
 
 def test_xerial_snappy_framing_that_lies():
     block = bytes(cramjam.snappy.compress_raw(raw_record(0, b"k", b"v")))
     head = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
-    assert len(R.decode_batches(raw_batch(_xerial([block]), 1, attributes=2))[0].records) == 1
+    assert len(decode_batches(raw_batch(_xerial([block]), 1, attributes=2))[0].records) == 1
     record = raw_record(0, b"k", b"v")
     split = _xerial([bytes(cramjam.snappy.compress_raw(record[:3])), bytes(cramjam.snappy.compress_raw(record[3:]))])
-    assert R.decode_batches(raw_batch(split, 1, attributes=2))[0].records[0].value == b"v"  # a record across blocks
+    assert decode_batches(raw_batch(split, 1, attributes=2))[0].records[0].value == b"v"  # a record across blocks
     for section in (head[:12], head + b"\x00\x00", head + struct.pack(">i", len(block) + 1) + block,
                     head + struct.pack(">i", -1) + block):
         assert code_of(raw_batch(section, 1, attributes=2)) is ErrorCode.CORRUPT_MESSAGE
@@ -580,7 +592,7 @@ def test_decompression_bomb_is_refused_quickly_and_small(name):
         tracemalloc.stop()
     assert elapsed < 2.0
     # the budget's worth of output, plus the batch's copy that its CRC is computed on
-    assert peak < R.DEFAULT_MAX_DECOMPRESSED_BYTES + len(data) + 4 * MiB
+    assert peak < DEFAULT_MAX_DECOMPRESSED_BYTES + len(data) + 4 * MiB
     assert code_of(data, max_decompressed_bytes=MiB // 2) is ErrorCode.MESSAGE_TOO_LARGE
 
 
@@ -592,16 +604,16 @@ def test_zstd_frame_declaring_more_than_the_budget_is_refused_unread():
 def test_decompressed_budget_is_shared_by_the_batches_of_one_call():
     section = raw_record(0, None, bytes(1000))
     one = raw_batch(bytes(cramjam.zstd.compress(section)), 1, attributes=4)
-    assert len(R.decode_batches(one * 3, max_decompressed_bytes=3 * len(section))) == 3
+    assert len(decode_batches(one * 3, max_decompressed_bytes=3 * len(section))) == 3
     assert code_of(one * 3, max_decompressed_bytes=3 * len(section) - 1) is ErrorCode.MESSAGE_TOO_LARGE
     exactly = raw_batch(bytes(gzip.compress(section)), 1, attributes=1)
-    assert len(R.decode_batches(exactly, max_decompressed_bytes=len(section))) == 1
+    assert len(decode_batches(exactly, max_decompressed_bytes=len(section))) == 1
     assert code_of(exactly, max_decompressed_bytes=len(section) - 1) is ErrorCode.MESSAGE_TOO_LARGE
 
 
 def _decodes_or_txlog_error(data: bytes) -> None:
     try:
-        batches = R.decode_batches(data, max_records=1000, max_decompressed_bytes=MiB)
+        batches = decode_batches(data, max_records=1000, max_decompressed_bytes=MiB)
     except TxlogError as exc:
         assert exc.code in {ErrorCode.CORRUPT_MESSAGE, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
                             ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.INVALID_RECORD}
@@ -644,7 +656,7 @@ def test_mutated_batches_behind_a_valid_crc_raise_only_txlog_errors(data):
 
 
 def produced(records: list[StoredRecord], **kwargs):  # type: ignore[no-untyped-def]
-    (batch,) = R.decode_batches(R.encode_records(records))
+    (batch,) = decode_batches(encode_records(records))
     return produce_request(batch, **kwargs)
 
 
@@ -672,16 +684,16 @@ def test_produce_request_idempotent_and_transactional():
 
 def test_produce_request_timestamps():
     section = raw_record(0, None, b"a") + raw_record(1, None, b"b", ts_delta=1)
-    (batch,) = R.decode_batches(raw_batch(section, 2, base_ts=-1))
+    (batch,) = decode_batches(raw_batch(section, 2, base_ts=-1))
     assert [r.timestamp_ms for r in produce_request(batch).records] == [None, 0]
-    (batch,) = R.decode_batches(raw_batch(section, 2, attributes=0x08, base_ts=5, max_ts=6))
+    (batch,) = decode_batches(raw_batch(section, 2, attributes=0x08, base_ts=5, max_ts=6))
     assert [r.timestamp_ms for r in produce_request(batch).records] == [None, None]
 
 
 @pytest.mark.parametrize(
     "batch_bytes, code",
     [
-        (R.encode_control_batch(0, 1, 0, CONTROL_COMMIT, 0), ErrorCode.INVALID_RECORD),
+        (encode_control_batch(0, 1, 0, CONTROL_COMMIT, 0), ErrorCode.INVALID_RECORD),
         (raw_batch(b"", 0), ErrorCode.INVALID_RECORD),
         (raw_batch(raw_record(1, None, b"a"), 1, last_offset_delta=1), ErrorCode.INVALID_RECORD),
         (raw_batch(raw_record(0, None, b"a") + raw_record(0, None, b"b"), 2), ErrorCode.INVALID_RECORD),
@@ -695,7 +707,7 @@ def test_produce_request_timestamps():
          "pid-negative", "header-key-nul"],
 )
 def test_produce_request_refuses_what_a_client_may_not_send(batch_bytes, code):
-    (batch,) = R.decode_batches(batch_bytes)
+    (batch,) = decode_batches(batch_bytes)
     with pytest.raises(TxlogError) as info:
         produce_request(batch, transactional_id="t")
     assert info.value.code is code

@@ -26,8 +26,8 @@ from app.domain.transactions import TxnState
 from app.errors import ErrorCode
 from app.services import Broker, fetch, groups, topics
 from app.services import transactions as txn_service
-from app.wire.kafka import records as codec
 from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.records.encode import encode_batch
 from tests.conftest import make_broker
 from tests.kafka.conftest import GatewayProcess, RawConnection
 from tests.kafka.test_fetch import CONSUMERS, ISOLATION, write
@@ -543,7 +543,7 @@ def test_each_clients_idempotent_producer_writes_every_record_once_with_its_prod
 def batch(producer_id: int, epoch: int, sequence: int, items: list[bytes], transactional: bool = False) -> bytes:
     """One record batch v2 as a producer sends it: offsets from 0, the producer's id, epoch and
     base sequence."""
-    return codec.encode_batch(0, [
+    return encode_batch(0, [
         StoredRecord(i, b"k", value, None, None, T0 + i, producer_id, epoch, sequence, transactional, None, 0, None, False)
         for i, value in enumerate(items)
     ])

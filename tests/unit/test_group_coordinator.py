@@ -11,8 +11,8 @@ from typing import Any, Callable
 import pytest
 
 from app.config import Settings
-from app.domain import groups
-from app.domain.groups import (
+from app.domain.groups import coordinator, describe
+from app.domain.groups.state import (
     VALID_PREVIOUS,
     AnswerJoin,
     AnswerSync,
@@ -21,16 +21,21 @@ from app.domain.groups import (
     Group,
     GroupConfig,
     GroupState,
+    JoinedMember,
     JoinRequest,
     JoinResult,
+    LeaveAnswer,
     LeftMember,
     Outcome,
     Park,
+    Protocols,
     SyncRequest,
     SyncResult,
     Timer,
     TimerKind,
     Waiting,
+    check_transition,
+    timers,
 )
 from app.errors import ErrorCode, TxlogError
 from app.services.group_coordinator import GroupCoordinator
@@ -84,7 +89,7 @@ class Sim:
             elif isinstance(e, CancelTimer):
                 del self.timers[e.timer]
         self.group = outcome.group
-        assert self.timers == groups.timers(self.group)
+        assert self.timers == timers(self.group)
         members = self.group.members.values() if self.group else ()
         assert self.parked == {(m.waiting, m.member_id) for m in members if m.waiting is not None}
         self.last_parked = caller
@@ -97,13 +102,13 @@ class Sim:
     # --- requests ---
 
     def join(
-        self, member_id: str = "", *, instance: str | None = None, protocols: groups.Protocols = RANGE,
+        self, member_id: str = "", *, instance: str | None = None, protocols: Protocols = RANGE,
         session: int = SESSION, rebalance: int = REBALANCE, protocol_type: str = "consumer",
         v4: bool = True, skip: bool = False, client_id: str = "c", group_id: str | None = None,
     ) -> Any:
         r = JoinRequest(member_id, instance, session, rebalance, protocol_type, protocols, client_id, "10.0.0.1", v4, skip)
         gid = self.group_id if group_id is None else group_id
-        return self.apply(groups.join(self.group, gid, r, str(next(self._unique)), self.now, self.config))
+        return self.apply(coordinator.join(self.group, gid, r, str(next(self._unique)), self.now, self.config))
 
     def new_member(self, **kw: Any) -> tuple[str, Any]:
         """The v4 round trip: MEMBER_ID_REQUIRED, then the join with the given id."""
@@ -117,17 +122,17 @@ class Sim:
     ) -> Any:
         gen = self.group.generation_id if generation is None and self.group else (generation or 0)
         r = SyncRequest(gen, member_id, instance, protocol_type, protocol_name, assignments)
-        return self.apply(groups.sync(self.group, r, self.now, self.config))
+        return self.apply(coordinator.sync(self.group, r, self.now, self.config))
 
     def heartbeat(self, member_id: str, generation: int | None = None, instance: str | None = None) -> Any:
         gen = self.group.generation_id if generation is None and self.group else (generation or 0)
-        return self.apply(groups.heartbeat(self.group, gen, member_id, instance, self.now))
+        return self.apply(coordinator.heartbeat(self.group, gen, member_id, instance, self.now))
 
     def leave(self, *pairs: tuple[str, str | None]) -> Any:
-        return self.apply(groups.leave(self.group, pairs, self.now, self.config))
+        return self.apply(coordinator.leave(self.group, pairs, self.now, self.config))
 
     def commit(self, member_id: str, generation: int, instance: str | None = None, transactional: bool = False) -> Any:
-        return self.apply(groups.offset_commit(self.group, generation, member_id, instance, transactional, self.now))
+        return self.apply(coordinator.offset_commit(self.group, generation, member_id, instance, transactional, self.now))
 
     def advance(self, ms: int) -> None:
         target = self.now + ms
@@ -138,7 +143,7 @@ class Sim:
             deadline, _, _, timer = due[0]
             self.now = max(self.now, deadline)
             del self.timers[timer]
-            self.apply(groups.on_timer(self.group, timer, self.now, self.config))
+            self.apply(coordinator.on_timer(self.group, timer, self.now, self.config))
         self.now = target
 
     def wait(self, ms: int, *alive: str, every: int = SESSION // 2) -> None:
@@ -229,10 +234,10 @@ def test_the_valid_previous_states_are_kafkas():
 @pytest.mark.parametrize("from_state", [None, *S])
 def test_check_transition_allows_exactly_the_table(from_state, to_state):
     if from_state in VALID_PREVIOUS[to_state]:
-        groups.check_transition(from_state, to_state)
+        check_transition(from_state, to_state)
     else:
         with pytest.raises(TxlogError) as info:
-            groups.check_transition(from_state, to_state)
+            check_transition(from_state, to_state)
         assert info.value.code is E.UNKNOWN_SERVER_ERROR
 
 
@@ -404,7 +409,7 @@ def test_members_that_do_not_rejoin_by_the_rebalance_timeout_are_removed():
     assert sim.g.state is S.PREPARING_REBALANCE
     sim.advance(1)
     assert list(sim.g.members) == [a] and sim.g.generation_id == 2
-    assert sim.take(a).members == (groups.JoinedMember(a, None, b"range-meta"),)
+    assert sim.take(a).members == (JoinedMember(a, None, b"range-meta"),)
 
 
 def test_a_static_member_that_does_not_rejoin_stays_in_the_group():
@@ -750,17 +755,17 @@ def test_a_stale_timer_does_nothing():
     a, _b = sim.stable(2)
     before = sim.group
     for timer in (Timer(TimerKind.SESSION, a), Timer(TimerKind.SESSION, "gone"), Timer(TimerKind.JOIN), Timer(TimerKind.SYNC)):
-        outcome = groups.on_timer(before, timer, sim.now, sim.config)
+        outcome = coordinator.on_timer(before, timer, sim.now, sim.config)
         assert outcome.group == before
         assert [e for e in outcome.effects if not isinstance(e, ArmTimer)] == []
-    assert groups.on_timer(None, Timer(TimerKind.JOIN), sim.now, sim.config).group is None
+    assert coordinator.on_timer(None, Timer(TimerKind.JOIN), sim.now, sim.config).group is None
 
 
 def test_a_fired_timer_still_wanted_is_armed_again():
     sim = Sim()
     a, _ = sim.stable(2)
     deadline = sim.timers[Timer(TimerKind.SESSION, a)]
-    outcome = groups.on_timer(sim.g, Timer(TimerKind.SESSION, a), deadline - 1, sim.config)
+    outcome = coordinator.on_timer(sim.g, Timer(TimerKind.SESSION, a), deadline - 1, sim.config)
     assert ArmTimer(Timer(TimerKind.SESSION, a), deadline) in outcome.effects
 
 
@@ -771,7 +776,7 @@ def test_a_member_leaving_starts_a_rebalance_and_the_next_member_leads():
     sim = Sim()
     a, b, c = sim.stable(3)
     answer = sim.leave((a, None))
-    assert answer == groups.LeaveAnswer(None, (LeftMember(a, None, None),))
+    assert answer == LeaveAnswer(None, (LeftMember(a, None, None),))
     assert sim.g.leader_id == b and sim.g.state is S.PREPARING_REBALANCE
     sim.join(b)
     assert sim.join(c).leader_id == b
@@ -811,7 +816,7 @@ def test_a_member_leaving_while_parked_is_answered():
 
 def test_leave_an_unknown_group():
     answer = Sim().leave(("a", None), ("", "i-1"))
-    assert answer == groups.LeaveAnswer(None, (LeftMember("a", None, E.UNKNOWN_MEMBER_ID), LeftMember("", "i-1", E.UNKNOWN_MEMBER_ID)))
+    assert answer == LeaveAnswer(None, (LeftMember("a", None, E.UNKNOWN_MEMBER_ID), LeftMember("", "i-1", E.UNKNOWN_MEMBER_ID)))
 
 
 # --- static membership (KIP-345) ----------------------------------------------------------------------
@@ -957,14 +962,14 @@ def test_unloading_answers_every_parked_request_not_coordinator():
     a, b, c = sim.stable(3)
     sim.join(a)
     sim.join(b)
-    outcome = groups.unload(sim.g, sim.now)
+    outcome = coordinator.unload(sim.g, sim.now)
     sim.apply(outcome)
     assert sim.take(a) == JoinResult(E.NOT_COORDINATOR, a) and sim.take(b) == JoinResult(E.NOT_COORDINATOR, b)
     assert sim.g.state is S.DEAD and sim.timers == {}
     assert sim.heartbeat(c) is E.COORDINATOR_NOT_AVAILABLE
     assert sim.join("").error is E.COORDINATOR_NOT_AVAILABLE
     assert sim.sync(c) == SyncResult(E.COORDINATOR_NOT_AVAILABLE)
-    assert sim.leave((c, None)) == groups.LeaveAnswer(E.COORDINATOR_NOT_AVAILABLE, ())
+    assert sim.leave((c, None)) == LeaveAnswer(E.COORDINATOR_NOT_AVAILABLE, ())
     assert sim.commit(c, 1) is E.COORDINATOR_NOT_AVAILABLE
 
 
@@ -973,38 +978,38 @@ def test_unloading_answers_waiting_syncs():
     a, b = sim.joined(2)
     sim.take(a), sim.take(b)
     sim.sync(b)
-    sim.apply(groups.unload(sim.g, sim.now))
+    sim.apply(coordinator.unload(sim.g, sim.now))
     assert sim.take(b, Waiting.SYNC) == SyncResult(E.NOT_COORDINATOR)
 
 
 def test_delete_only_an_empty_group():
     sim = Sim()
-    assert groups.delete(None, T0).reply is E.GROUP_ID_NOT_FOUND
+    assert coordinator.delete(None, T0).reply is E.GROUP_ID_NOT_FOUND
     ids = sim.stable(1)
-    assert groups.delete(sim.g, T0).reply is E.NON_EMPTY_GROUP
+    assert coordinator.delete(sim.g, T0).reply is E.NON_EMPTY_GROUP
     sim.leave((ids[0], None))
-    outcome = groups.delete(sim.g, T0)
+    outcome = coordinator.delete(sim.g, T0)
     assert outcome.reply is None and outcome.group is not None and outcome.group.state is S.DEAD
-    assert groups.delete(outcome.group, T0).reply is E.GROUP_ID_NOT_FOUND
+    assert coordinator.delete(outcome.group, T0).reply is E.GROUP_ID_NOT_FOUND
 
 
 def test_describe_shows_metadata_and_assignments_only_when_stable():
     sim = Sim()
     a, b = sim.stable(2)
-    d = groups.describe("g", sim.g)
+    d = describe.describe("g", sim.g)
     assert (d.error, d.state, d.protocol_type, d.protocol_data) == (None, "Stable", "consumer", "range")
     assert [(m.member_id, m.client_id, m.client_host, m.metadata, m.assignment) for m in d.members] == [
         (a, "c", "10.0.0.1", b"range-meta", b"A:" + a.encode()),
         (b, "c", "10.0.0.1", b"range-meta", b"A:" + b.encode()),
     ]
     sim.join(a)
-    d = groups.describe("g", sim.g)
+    d = describe.describe("g", sim.g)
     assert (d.state, d.protocol_data) == ("PreparingRebalance", "")
     assert {(m.metadata, m.assignment) for m in d.members} == {(b"", b"")}
 
 
 def test_describe_an_unknown_group():
-    assert groups.describe("x", None) == groups.GroupDescription("x", E.GROUP_ID_NOT_FOUND, "Dead", "", "", ())
+    assert describe.describe("x", None) == describe.GroupDescription("x", E.GROUP_ID_NOT_FOUND, "Dead", "", "", ())
 
 
 def test_listing_filters_by_state_and_type_case_insensitively():
@@ -1013,26 +1018,26 @@ def test_listing_filters_by_state_and_type_case_insensitively():
     _emptied(empty)
     preparing.new_member()
     all_groups = [stable.g, empty.g, preparing.g]
-    assert [(g.group_id, g.state, g.protocol_type) for g in groups.listing(all_groups)] == [
+    assert [(g.group_id, g.state, g.protocol_type) for g in describe.listing(all_groups)] == [
         ("s", "Stable", "consumer"), ("e", "Empty", "consumer"), ("p", "PreparingRebalance", "consumer"),
     ]
-    assert [g.group_id for g in groups.listing(all_groups, ["stable", "EMPTY"])] == ["s", "e"]
-    assert [g.group_id for g in groups.listing(all_groups, types_filter=["Classic"])] == ["s", "e", "p"]
-    assert groups.listing(all_groups, types_filter=["consumer"]) == []
+    assert [g.group_id for g in describe.listing(all_groups, ["stable", "EMPTY"])] == ["s", "e"]
+    assert [g.group_id for g in describe.listing(all_groups, types_filter=["Classic"])] == ["s", "e", "p"]
+    assert describe.listing(all_groups, types_filter=["consumer"]) == []
 
 
 def test_snapshot_is_plain_data():
     sim = Sim()
     a, b = sim.stable(2)
-    snap = groups.snapshot(sim.g)
+    snap = describe.snapshot(sim.g)
     assert snap["state"] == "Stable" and snap["generation_id"] == 1 and snap["leader_id"] == a
     assert [m["member_id"] for m in snap["members"]] == [a, b]  # type: ignore[index]
     assert snap["members"][1]["assignment"] == b"A:" + b.encode()  # type: ignore[index]
 
 
 def test_new_member_ids_are_kafkas():
-    assert groups.new_member_id("rdkafka", None, "u1") == "rdkafka-u1"
-    assert groups.new_member_id("rdkafka", "host-7", "u1") == "host-7-u1"
+    assert coordinator.new_member_id("rdkafka", None, "u1") == "rdkafka-u1"
+    assert coordinator.new_member_id("rdkafka", "host-7", "u1") == "host-7-u1"
 
 
 # --- the asyncio driver -------------------------------------------------------------------------------

@@ -22,8 +22,19 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from app.domain import groups
-from app.domain.groups import AnswerJoin, AnswerSync, GroupConfig, GroupState, JoinResult, SyncResult, Waiting
+from app.domain.groups import coordinator
+from app.domain.groups.state import (
+    AnswerJoin,
+    AnswerSync,
+    Group,
+    GroupConfig,
+    GroupState,
+    JoinResult,
+    Outcome,
+    Protocols,
+    SyncResult,
+    Waiting,
+)
 from app.errors import ErrorCode
 from tests.unit.test_group_coordinator import PARKED, Sim
 
@@ -56,7 +67,7 @@ class Client:
     synced: bool = False  # has its assignment for this generation
     rejoin: bool = False  # was told to rejoin
 
-    def protocol_list(self) -> groups.Protocols:
+    def protocol_list(self) -> Protocols:
         return tuple((name, f"{name}:{self.version}".encode()) for name in self.protocols)
 
 
@@ -70,7 +81,7 @@ class GroupModel(RuleBasedStateMachine):
         self.zombies: list[Client] = []
         self.names = 0
         self.checked = 0  # outcomes already checked
-        self.before: groups.Group | None = None
+        self.before: Group | None = None
         self.given: dict[int, dict[str, bytes]] = {}  # the leader's assignment per generation
 
     # --- helpers ---
@@ -328,7 +339,7 @@ class GroupModel(RuleBasedStateMachine):
         self.checked = len(self.sim.outcomes)
         self._check_group(self.sim.group)
 
-    def _check_step(self, before: groups.Group | None, outcome: groups.Outcome) -> None:
+    def _check_step(self, before: Group | None, outcome: Outcome) -> None:
         after = outcome.group
         if after is None:
             return
@@ -348,14 +359,14 @@ class GroupModel(RuleBasedStateMachine):
                 assert after.state is S.STABLE
                 self._check_assignment(after, e.member_id, e.result.assignment)
 
-    def _check_assignment(self, group: groups.Group, member_id: str, assignment: bytes) -> None:
+    def _check_assignment(self, group: Group, member_id: str, assignment: bytes) -> None:
         given = self.given.get(group.generation_id, {})
         if member_id in given:
             assert assignment == given[member_id]  # exactly the leader's bytes
         else:
             assert assignment == b"" or assignment.startswith(f"g{group.generation_id}:".encode())
 
-    def _check_group(self, g: groups.Group | None) -> None:
+    def _check_group(self, g: Group | None) -> None:
         if g is None:
             return
         members = g.members
@@ -377,7 +388,7 @@ class GroupModel(RuleBasedStateMachine):
             assert g.join_deadline_ms is not None  # a join phase always ends
         if g.state in (S.COMPLETING_REBALANCE, S.STABLE):
             assert g.protocol_name is not None and g.generation_id > 0
-            assert g.protocol_name in (groups.candidate_protocols(g) or [])
+            assert g.protocol_name in (coordinator.candidate_protocols(g) or [])
         if g.state is S.STABLE:
             for mid, m in members.items():
                 self._check_assignment(g, mid, m.assignment)

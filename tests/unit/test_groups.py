@@ -1,8 +1,8 @@
-"""Consumer group offset rules (app.domain.groups)."""
+"""Consumer group offset rules (app.domain.groups.offsets)."""
 
 from dataclasses import dataclass
 
-from app.domain.groups import last_per_partition
+from app.domain.groups.offsets import last_per_partition
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class Committed:
 def test_metadata_longer_than_the_limit_is_refused_naming_its_partitions():
     import pytest
 
-    from app.domain.groups import check_committable
+    from app.domain.groups.offsets import check_committable
     from app.errors import ErrorCode, TxlogError
 
     check_committable([Committed("a", 0, 1, "x" * 10), Committed("a", 1, 1, "")], max_metadata=10)

@@ -48,7 +48,8 @@ from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.services import fetch as fetch_service
 from app.services.notify import wait_for_records
-from app.wire.kafka import records
+from app.wire.kafka.records import encode
+from app.wire.kafka.records.batch import HEADER_SIZE
 
 _ISOLATION_LEVELS: dict[int, IsolationLevel] = {0: "read_uncommitted", 1: "read_committed"}
 _NO_OFFSET = -1
@@ -162,9 +163,9 @@ def _batches_within(rows: Sequence[Any], limit: int, first_whole: bool) -> tuple
     kept = 0
     size = 0
     runs = []
-    for run in records.batch_runs(rows):
+    for run in encode.batch_runs(rows):
         whole = (
-            records.HEADER_SIZE + _RECORD_OVERHEAD_MAX * len(run) + _HEADER_OVERHEAD_MAX * header_count(run)
+            HEADER_SIZE + _RECORD_OVERHEAD_MAX * len(run) + _HEADER_OVERHEAD_MAX * header_count(run)
             + records_size(run)
         )
         if size + whole <= limit:
@@ -172,7 +173,7 @@ def _batches_within(rows: Sequence[Any], limit: int, first_whole: bool) -> tuple
             kept += len(run)
             runs.append(run)
             continue
-        size += records.HEADER_SIZE
+        size += HEADER_SIZE
         taken = 0
         for row in run:
             size += row.size + _RECORD_OVERHEAD_MAX + _HEADER_OVERHEAD_MAX * len(row.header_keys or ())
@@ -185,7 +186,7 @@ def _batches_within(rows: Sequence[Any], limit: int, first_whole: bool) -> tuple
         break
     if not kept:
         return b"", None
-    return records.encode_runs(runs), rows[kept - 1].offset
+    return encode.encode_runs(runs), rows[kept - 1].offset
 
 
 def _partition_error(partition: int, exc: TxlogError) -> dict:

@@ -1,6 +1,6 @@
 """JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroups and ListGroups: wire requests to the
 group coordinator (``ctx.groups``) and back. Only the versions' differences live here; every rule
-is the coordinator's (``app.domain.groups``).
+is the coordinator's (``app.domain.groups.coordinator``).
 
 Versions read from the schemas: JoinGroup 0–9, SyncGroup 0–5, Heartbeat 0–4, LeaveGroup 0–5,
 DescribeGroups 0–6, ListGroups 0–5.

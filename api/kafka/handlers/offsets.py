@@ -37,7 +37,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from api.kafka.handlers import RequestContext
-from app.domain.groups import GroupOffset
+from app.domain.groups.offsets import GroupOffset
 from app.errors import ErrorCode, TxlogError
 from app.services import groups as groups_service
 from app.services.groups import FetchedOffset

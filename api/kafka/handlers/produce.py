@@ -25,8 +25,9 @@ from api.kafka.handlers import RequestContext
 from app.errors import ErrorCode, TxlogError
 from app.services import produce as produce_service
 from app.services.produce import ProduceRequest
-from app.wire.kafka import records
-from app.wire.kafka.records import NO_PRODUCER_ID, RecordBatch, new_records
+from app.wire.kafka.records import decode
+from app.wire.kafka.records.batch import NO_PRODUCER_ID, RecordBatch
+from app.wire.kafka.records.decode import new_records
 
 # Produce v0-2 carry message sets of magic 0 and 1, which txlog does not store (Kafka 4 refuses them
 # the same way); they are advertised only because librdkafka before 2.11.1 turns compression off
@@ -85,7 +86,7 @@ def _error(partition: int, exc: TxlogError) -> dict:
 
 async def _append(ctx: RequestContext, topic: str, partition: int, data: bytes | None, transactional_id: str | None) -> tuple[str, dict]:
     try:
-        if data is None or records.compressed(data):
+        if data is None or decode.compressed(data):
             req = await ctx.call(_request, ctx, data, transactional_id)  # decompressed in a thread, not on the loop
         else:
             req = _request(ctx, data, transactional_id)
@@ -104,7 +105,7 @@ async def _append(ctx: RequestContext, topic: str, partition: int, data: bytes |
 
 def _request(ctx: RequestContext, data: bytes | None, transactional_id: str | None) -> produce_service.ProduceRequest:
     settings = ctx.broker.settings
-    batches = records.decode_batches(
+    batches = decode.decode_batches(
         data, max_records=settings.kafka_max_batch_records, max_decompressed_bytes=settings.kafka_max_decompressed_bytes
     )
     if len(batches) != 1:

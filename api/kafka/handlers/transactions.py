@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 from api.kafka.handlers import RequestContext
 from api.kafka.handlers.offsets import offset_metadata
-from app.domain.groups import GroupOffset
+from app.domain.groups.offsets import GroupOffset
 from app.domain.transactions import Result
 from app.errors import ErrorCode, TxlogError
 from app.services import transactions as txn_service

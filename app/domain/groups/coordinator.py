@@ -1,365 +1,47 @@
-"""Consumer groups: the offset rules and the classic group coordinator, as plain data and pure
-functions, no I/O.
+"""Kafka's classic group coordinator (``GroupCoordinator``) as pure functions, no I/O.
 
-The coordinator is Kafka's classic one (``GroupCoordinator`` and ``GroupMetadata``): JoinGroup,
-SyncGroup, Heartbeat and LeaveGroup move a group through five states, declared once as data
-(``VALID_PREVIOUS``); ``check_transition`` is the one place a transition is checked. Each event is
-a function from the group as it is (``None``: unknown) to an ``Outcome``: the group as it becomes,
+JoinGroup, SyncGroup, Heartbeat and LeaveGroup move a group through its states (``state``). Each event
+is a function from the group as it is (``None``: unknown) to an ``Outcome``: the group as it becomes,
 the caller's answer (or ``Park``: the caller waits), and the effects the driver carries out in
-order — answer waiting JoinGroup/SyncGroup requests, arm or cancel timers. The timers follow from
-the state (``timers``): a member's session, the end of a join phase, the deadline for SyncGroup;
-when one fires the driver calls ``on_timer``. Time is passed in as ``now`` (epoch milliseconds),
-new member ids are passed in too, so nothing here sleeps, draws random numbers or reads a clock.
+order — answer waiting JoinGroup/SyncGroup requests, arm or cancel timers. When a timer fires the
+driver calls ``on_timer``. Time is passed in as ``now`` (epoch milliseconds), new member ids are
+passed in too, so nothing here sleeps, draws random numbers or reads a clock.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, Iterable, Mapping, NamedTuple, Protocol, Sequence, TypeVar
-
-from app.errors import ErrorCode, TxlogError
-
-
-class PartitionOffset(Protocol):
-    @property
-    def topic(self) -> str: ...
-
-    @property
-    def partition(self) -> int: ...
-
-
-O = TypeVar("O", bound=PartitionOffset)
-
-
-def last_per_partition(offsets: Iterable[O]) -> list[O]:
-    """An offsets list as Kafka's OffsetCommit and TxnOffsetCommit read it, one entry per
-    topic-partition: a partition given more than once keeps its last entry (the request is read into
-    a map), in the place where the partition first appeared."""
-    by_partition: dict[tuple[str, int], O] = {}
-    for o in offsets:
-        by_partition[(o.topic, o.partition)] = o
-    return list(by_partition.values())
-
-
-class CommittedOffset(PartitionOffset, Protocol):
-    @property
-    def offset(self) -> int: ...
-
-    @property
-    def metadata(self) -> str: ...
-
-
-def check_committable(offsets: Sequence[CommittedOffset], max_metadata: int) -> None:
-    """What OffsetCommit and TxnOffsetCommit store: an offset that is not negative, with metadata
-    PostgreSQL text can hold (no NUL) — INVALID_REQUEST otherwise — and no longer than
-    ``max_metadata`` (offset.metadata.max.bytes, counted as Kafka counts a string's length: UTF-16
-    code units) — OFFSET_METADATA_TOO_LARGE otherwise. The error names the partitions in
-    ``details["partitions"]`` so that each gets its own."""
-    invalid = [(o.topic, o.partition) for o in offsets if o.offset < 0 or "\x00" in o.metadata]
-    if invalid:
-        raise TxlogError(
-            ErrorCode.INVALID_REQUEST,
-            "Offsets must not be negative, nor their metadata hold a NUL character: "
-            + ", ".join(f"{t}-{p}" for t, p in invalid),
-            partitions=invalid,
-        )
-    too_large = [(o.topic, o.partition) for o in offsets if _java_length(o.metadata) > max_metadata]
-    if too_large:
-        raise TxlogError(
-            ErrorCode.OFFSET_METADATA_TOO_LARGE,
-            f"Offset metadata longer than {max_metadata} characters (offset.metadata.max.bytes): "
-            + ", ".join(f"{t}-{p}" for t, p in too_large),
-            partitions=too_large,
-        )
-
-
-def _java_length(text: str) -> int:
-    """A string's length as Java counts it: UTF-16 code units (a character beyond U+FFFF is two)."""
-    if text.isascii():
-        return len(text)
-    return len(text) + sum(1 for c in text if ord(c) > 0xFFFF)
-
-
-
-@dataclass(frozen=True)
-class GroupOffset:
-    """An offset committed, or to commit, for a group on a partition."""
-
-    topic: str
-    partition: int
-    offset: int
-    metadata: str
-
-
-class GroupOffsetRow(NamedTuple):
-    """A group's offset of a partition as stored."""
-
-    topic: str
-    partition: int
-    offset: int | None  # None: nothing committed
-    metadata: str | None
-    pending: bool  # a transaction has an offset pending for the partition
-
-# --- The classic group coordinator ----------------------------------------------------------------
-
-
-class GroupState(Enum):
-    """A classic group's state; the values are Kafka's names (DescribeGroups, ListGroups)."""
-
-    EMPTY = "Empty"  # no members; offsets may still be committed ("simple" consumers using assign())
-    PREPARING_REBALANCE = "PreparingRebalance"  # a join phase: JoinGroup requests wait for the others
-    COMPLETING_REBALANCE = "CompletingRebalance"  # JoinGroup answered; waiting for the leader's SyncGroup
-    STABLE = "Stable"  # the leader's assignment is delivered; members heartbeat
-    DEAD = "Dead"  # deleted, or its coordinator stopped: it is removed next
-
-
-S = GroupState
-
-# Which states each state may be entered from. ``None`` is "the group did not exist".
-VALID_PREVIOUS: dict[GroupState, frozenset[GroupState | None]] = {
-    S.EMPTY: frozenset({None, S.PREPARING_REBALANCE}),
-    S.PREPARING_REBALANCE: frozenset({S.EMPTY, S.STABLE, S.COMPLETING_REBALANCE}),
-    S.COMPLETING_REBALANCE: frozenset({S.PREPARING_REBALANCE}),
-    S.STABLE: frozenset({S.COMPLETING_REBALANCE}),
-    S.DEAD: frozenset({S.EMPTY, S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE, S.STABLE, S.DEAD}),
-}
-
-
-def check_transition(from_state: GroupState | None, to_state: GroupState) -> None:
-    """The one place a transition is validated. A refused transition is a coordinator bug, never a
-    client's mistake: clients are answered from the state before any transition is attempted."""
-    if from_state not in VALID_PREVIOUS[to_state]:
-        name = from_state.value if from_state else "(none)"
-        raise TxlogError(ErrorCode.UNKNOWN_SERVER_ERROR, f"A group cannot move from {name} to {to_state.value}")
-
-
-GROUP_TYPE = "classic"  # ListGroups v5+ GroupType
-# How long a new member's JoinGroup may wait before the member is dropped (Kafka's
-# NewMemberJoinTimeoutMs): its session cannot run yet, and a client that gave up would otherwise
-# hold the join phase until the rebalance timeout.
-NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
-
-
-@dataclass(frozen=True)
-class GroupConfig:
-    """The broker's group settings (group.min/max.session.timeout.ms, group.initial.rebalance.delay.ms,
-    group.max.size; ``None``: no limit)."""
-
-    min_session_timeout_ms: int = 6_000
-    max_session_timeout_ms: int = 1_800_000
-    initial_rebalance_delay_ms: int = 3_000
-    max_size: int | None = None
-    new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS
-
-
-Protocols = tuple[tuple[str, bytes], ...]  # (name, metadata) in the member's order of preference
-
-
-class Waiting(Enum):
-    """What a member's parked request waits for. One field: a member waits for one thing at most."""
-
-    JOIN = "join"  # its JoinGroup, for the join phase to end
-    SYNC = "sync"  # its SyncGroup, for the leader's assignment
-
-
-@dataclass(frozen=True)
-class Member:
-    member_id: str
-    group_instance_id: str | None  # set for a static member (KIP-345)
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocols: Protocols
-    session_deadline_ms: int  # removed when this passes, unless it is waiting (see ``kept_alive``)
-    waiting: Waiting | None = None
-    is_new: bool = False  # joined in the current join phase and not answered yet
-    assignment: bytes = b""
-
-    def metadata(self, protocol: str | None) -> bytes:
-        return next((meta for name, meta in self.protocols if name == protocol), b"")
-
-    @property
-    def kept_alive(self) -> bool:
-        """A member whose request is parked cannot heartbeat; the wait keeps it, except a new member's
-        JoinGroup, which has its own deadline."""
-        return self.waiting is Waiting.SYNC or (self.waiting is Waiting.JOIN and not self.is_new)
-
-
-@dataclass(frozen=True)
-class Group:
-    group_id: str
-    state: GroupState = S.EMPTY
-    generation_id: int = 0
-    protocol_type: str | None = None
-    protocol_name: str | None = None  # chosen at the end of each join phase; None when Empty
-    leader_id: str | None = None
-    members: Mapping[str, Member] = field(default_factory=dict)  # in joining order; never mutated
-    # Member ids handed out with MEMBER_ID_REQUIRED and their deadline to join with them.
-    pending_members: Mapping[str, int] = field(default_factory=dict)
-    pending_sync: frozenset[str] = frozenset()  # members that have not sent SyncGroup this generation
-    join_deadline_ms: int | None = None  # the join phase ends then at the latest
-    # While the first join phase of an Empty group is delayed (group.initial.rebalance.delay.ms): how
-    # much of the rebalance timeout is left for further delays; a new member extends the delay.
-    initial_delay_remaining_ms: int | None = None
-    new_member_added: bool = False
-    sync_deadline_ms: int | None = None  # members still in ``pending_sync`` then are removed
-    state_since_ms: int = 0
-
-    def static_member_id(self, group_instance_id: str | None) -> str | None:
-        if group_instance_id is None:
-            return None
-        return next((m.member_id for m in self.members.values() if m.group_instance_id == group_instance_id), None)
-
-    @property
-    def rebalance_timeout_ms(self) -> int:
-        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
-
-    @property
-    def all_joined(self) -> bool:
-        return not self.pending_members and all(m.waiting is Waiting.JOIN for m in self.members.values())
-
-
-# --- requests, answers and effects -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class JoinRequest:
-    member_id: str  # "" for a member without an id yet
-    group_instance_id: str | None
-    session_timeout_ms: int
-    rebalance_timeout_ms: int  # JoinGroup v0 has none: the session timeout
-    protocol_type: str
-    protocols: Protocols
-    client_id: str = ""
-    client_host: str = ""
-    require_known_member_id: bool = True  # JoinGroup v4+: a dynamic member first gets its id
-    supports_skip_assignment: bool = False  # JoinGroup v9+
-
-
-@dataclass(frozen=True)
-class SyncRequest:
-    generation_id: int
-    member_id: str
-    group_instance_id: str | None
-    protocol_type: str | None  # SyncGroup v5+, else None
-    protocol_name: str | None
-    assignments: tuple[tuple[str, bytes], ...]  # the leader's (member id, assignment); others send none
-
-
-@dataclass(frozen=True)
-class JoinedMember:
-    member_id: str
-    group_instance_id: str | None
-    metadata: bytes
-
-
-@dataclass(frozen=True)
-class JoinResult:
-    error: ErrorCode | None
-    member_id: str
-    generation_id: int = -1
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader_id: str = ""
-    skip_assignment: bool = False
-    members: tuple[JoinedMember, ...] = ()  # only the leader's answer lists the members
-
-
-@dataclass(frozen=True)
-class SyncResult:
-    error: ErrorCode | None
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    assignment: bytes = b""
-
-
-@dataclass(frozen=True)
-class LeftMember:
-    member_id: str
-    group_instance_id: str | None
-    error: ErrorCode | None
-
-
-@dataclass(frozen=True)
-class LeaveAnswer:
-    error: ErrorCode | None  # the request's error; each member has its own below
-    members: tuple[LeftMember, ...]
-
-
-class TimerKind(Enum):
-    SESSION = "session"  # a member's (or a pending member id's) session deadline
-    JOIN = "join"  # the end of the join phase: the rebalance timeout, or the initial delay
-    SYNC = "sync"  # members that have not sent SyncGroup by then are removed
-
-
-@dataclass(frozen=True)
-class Timer:
-    kind: TimerKind
-    member_id: str = ""  # SESSION timers only
-
-
-@dataclass(frozen=True)
-class Park:
-    """The caller's request waits as this member's ``waiting`` request until an answer effect."""
-
-    member_id: str
-    waiting: Waiting
-
-
-@dataclass(frozen=True)
-class AnswerJoin:
-    member_id: str
-    result: JoinResult
-
-
-@dataclass(frozen=True)
-class AnswerSync:
-    member_id: str
-    result: SyncResult
-
-
-@dataclass(frozen=True)
-class ArmTimer:
-    timer: Timer
-    deadline_ms: int
-
-
-@dataclass(frozen=True)
-class CancelTimer:
-    timer: Timer
-
-
-Effect = Park | AnswerJoin | AnswerSync | ArmTimer | CancelTimer
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """An event's result. ``group`` None: the group does not exist (or no longer does). ``reply`` is
-    the caller's answer unless ``effects`` park it. Effects are carried out in order."""
-
-    group: Group | None
-    reply: object = None
-    effects: tuple[Effect, ...] = ()
-
-    @property
-    def parked(self) -> Park | None:
-        return next((e for e in self.effects if isinstance(e, Park)), None)
-
-
-def timers(group: Group | None) -> dict[Timer, int]:
-    """The timers a group needs, with their deadlines: derived from the state, so they cannot drift."""
-    if group is None or group.state is S.DEAD:
-        return {}
-    wanted = {Timer(TimerKind.SESSION, m.member_id): m.session_deadline_ms for m in group.members.values() if not m.kept_alive}
-    wanted.update({Timer(TimerKind.SESSION, mid): deadline for mid, deadline in group.pending_members.items()})
-    if group.state is S.PREPARING_REBALANCE and group.join_deadline_ms is not None:
-        wanted[Timer(TimerKind.JOIN)] = group.join_deadline_ms
-    if group.pending_sync and group.sync_deadline_ms is not None:
-        wanted[Timer(TimerKind.SYNC)] = group.sync_deadline_ms
-    return wanted
+from typing import Any, Sequence
+
+from app.domain.groups.state import (
+    VALID_PREVIOUS,
+    AnswerJoin,
+    AnswerSync,
+    ArmTimer,
+    CancelTimer,
+    Effect,
+    Group,
+    GroupConfig,
+    GroupState,
+    JoinedMember,
+    JoinRequest,
+    JoinResult,
+    LeaveAnswer,
+    LeftMember,
+    Member,
+    Outcome,
+    Park,
+    Protocols,
+    S,
+    SyncRequest,
+    SyncResult,
+    Timer,
+    TimerKind,
+    Waiting,
+    check_transition,
+    timers,
+)
+from app.errors import ErrorCode
 
 
 def _finish(before: Group | None, after: Group | None, fx: list[Effect], reply: object = None, fired: Timer | None = None) -> Outcome:
@@ -899,95 +581,3 @@ def delete(group: Group | None, now: int) -> Outcome:
     if group.state is not S.EMPTY:
         return _finish(group, group, [], ErrorCode.NON_EMPTY_GROUP)
     return _finish(group, _transition(group, S.DEAD, now), [], None)
-
-
-# --- reading a group ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MemberDescription:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    metadata: bytes  # for the chosen protocol; only while Stable
-    assignment: bytes  # only while Stable
-
-
-@dataclass(frozen=True)
-class GroupDescription:
-    group_id: str
-    error: ErrorCode | None  # GROUP_ID_NOT_FOUND for a group this coordinator does not know
-    state: str
-    protocol_type: str
-    protocol_data: str  # the chosen protocol; only while Stable
-    members: tuple[MemberDescription, ...]
-
-
-@dataclass(frozen=True)
-class GroupListing:
-    group_id: str
-    protocol_type: str
-    state: str
-    group_type: str = GROUP_TYPE
-
-
-def describe(group_id: str, group: Group | None) -> GroupDescription:
-    """DescribeGroups' view of one group, as Kafka's GroupMetadata.summary."""
-    if group is None or group.state is S.DEAD:
-        error = ErrorCode.GROUP_ID_NOT_FOUND if group is None else None
-        return GroupDescription(group_id, error, S.DEAD.value, "", "", ())
-    stable = group.state is S.STABLE
-    members = tuple(
-        MemberDescription(
-            m.member_id, m.group_instance_id, m.client_id, m.client_host,
-            m.metadata(group.protocol_name) if stable else b"", m.assignment if stable else b"",
-        )
-        for m in group.members.values()
-    )
-    return GroupDescription(group.group_id, None, group.state.value, group.protocol_type or "", group.protocol_name or "" if stable else "", members)
-
-
-def listing(groups: Iterable[Group], states_filter: Iterable[str] = (), types_filter: Iterable[str] = ()) -> list[GroupListing]:
-    """ListGroups: the groups whose state (and type) is in the filters, compared case-insensitively;
-    an empty filter takes all."""
-    states = {s.lower() for s in states_filter}
-    types = {t.lower() for t in types_filter}
-    if types and GROUP_TYPE not in types:
-        return []
-    return [
-        GroupListing(g.group_id, g.protocol_type or "", g.state.value)
-        for g in groups
-        if g.state is not S.DEAD and (not states or g.state.value.lower() in states)
-    ]
-
-
-def snapshot(group: Group) -> dict[str, object]:
-    """The group as plain data, for the admin pages."""
-    return {
-        "group_id": group.group_id,
-        "group_type": GROUP_TYPE,
-        "state": group.state.value,
-        "state_since_ms": group.state_since_ms,
-        "generation_id": group.generation_id,
-        "protocol_type": group.protocol_type,
-        "protocol_name": group.protocol_name,
-        "leader_id": group.leader_id,
-        "pending_member_ids": sorted(group.pending_members),
-        "members": [
-            {
-                "member_id": m.member_id,
-                "group_instance_id": m.group_instance_id,
-                "client_id": m.client_id,
-                "client_host": m.client_host,
-                "session_timeout_ms": m.session_timeout_ms,
-                "rebalance_timeout_ms": m.rebalance_timeout_ms,
-                "session_deadline_ms": m.session_deadline_ms,
-                "protocols": [name for name, _ in m.protocols],
-                "waiting": m.waiting.value if m.waiting else None,
-                "awaiting_sync": m.member_id in group.pending_sync,
-                "assignment": m.assignment,
-            }
-            for m in group.members.values()
-        ],
-    }

@@ -1,18 +1,15 @@
-"""The read side an operator needs: partitions and their offsets, the log with what became of each
-record, producer state, transactions and their histories, consumer groups, and what looks stuck.
-
-Read-only: every function reads one snapshot (``broker.db.read()``) through the storage modules
-(``app.storage.admin_reads`` and those of each entity) and shapes it into plain values for the admin
-pages. Time comes from ``broker.now()``.
+"""The transactions' pages: transactions that look stuck (``hanging_transactions``: timed out, left
+prepared, or holding a partition's last stable offset back), the transactions page, one
+transaction's detail with its epochs, and the open transactions on partitions as
+kafka-transactions.sh find-hanging reads them (KIP-664).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
-from app.domain.log import LogRecord, LsoHolder, PartitionStatus, unknown_partition
-from app.domain.producer_state import BatchMetadata
+from app.domain.log import PartitionStatus, unknown_partition
 from app.domain.transactions import OPEN_STATE_NAMES, TxnEvent, TxnMetadata, TxnState
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
@@ -22,48 +19,12 @@ from app.storage import log as log_store
 from app.storage import topics as topics_store
 from app.storage import transactions as transactions_store
 
-RATE_BUCKET_MS = 60_000
-RATE_BUCKETS = 15
 # An open transaction holding a partition's last stable offset back for longer than this is
 # reported, whatever its own timeout: read_committed consumers of that partition are stalled.
 LSO_HOLD_ALERT_MS = 60_000
 # A prepared transaction normally completes within one request; one left longer is reported.
 PREPARED_ALERT_MS = 60_000
 
-BrowseMode = Literal["read_uncommitted", "read_committed", "all"]
-BROWSE_MODES: tuple[BrowseMode, ...] = ("read_uncommitted", "read_committed", "all")
-
-
-# --- record rate ----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class RatePoint:
-    """Records appended (data and control) in [start_ms, end_ms)."""
-
-    start_ms: int
-    end_ms: int
-    records: int
-
-    @property
-    def per_second(self) -> float:
-        return self.records * 1000 / max(self.end_ms - self.start_ms, 1)
-
-
-def bucket_bounds(now_ms: int, buckets: int = RATE_BUCKETS, width_ms: int = RATE_BUCKET_MS) -> list[int]:
-    """Bucket boundaries aligned to whole minutes, the last bucket ending now (partial)."""
-    current = now_ms - now_ms % width_ms
-    return [current - (buckets - 1 - i) * width_ms for i in range(buckets)] + [now_ms]
-
-
-def _record_rate(conn, now_ms: int, topic: str | None = None, partition: int | None = None) -> list[RatePoint]:
-    bounds = bucket_bounds(now_ms)
-    # The last bucket includes records stamped exactly now.
-    offsets = log_store.partition_offsets_at(conn, bounds[:-1] + [now_ms + 1], topic, partition)
-    counts = [0] * (len(bounds) - 1)
-    for found in offsets.values():
-        for i in range(len(counts)):
-            counts[i] += max(found[i + 1] - found[i], 0)
-    return [RatePoint(bounds[i], bounds[i + 1], counts[i]) for i in range(len(counts))]
 
 
 # --- hanging transactions -------------------------------------------------------------------------
@@ -136,130 +97,6 @@ def _alerts(conn, now_ms: int) -> list[Alert]:
 def hanging_transactions(broker: Broker) -> list[Alert]:
     with broker.db.read() as conn:
         return _alerts(conn, broker.now())
-
-
-# --- overview and topics --------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class TopicSummary:
-    name: str
-    partitions: list[PartitionStatus]
-
-    @property
-    def records(self) -> int:
-        return sum(p.high_watermark - p.log_start_offset for p in self.partitions)
-
-    @property
-    def unstable(self) -> int:
-        """Records between the last stable offset and the high watermark, over all partitions."""
-        return sum(p.high_watermark - p.last_stable_offset for p in self.partitions)
-
-    @property
-    def open_transactions(self) -> int:
-        return sum(p.open_transactions for p in self.partitions)
-
-    @property
-    def max_high_watermark(self) -> int:
-        return max((p.high_watermark for p in self.partitions), default=0)
-
-
-@dataclass(frozen=True)
-class Overview:
-    now_ms: int
-    topics: list[TopicSummary]
-    state_counts: dict[str, int]
-    alerts: list[Alert]
-    rate: list[RatePoint]
-
-    @property
-    def open_transactions(self) -> int:
-        return sum(self.state_counts.get(s, 0) for s in OPEN_STATE_NAMES)
-
-
-def _topics(statuses: list[PartitionStatus]) -> list[TopicSummary]:
-    by_topic: dict[str, list[PartitionStatus]] = {}
-    for s in statuses:
-        by_topic.setdefault(s.topic, []).append(s)
-    return [TopicSummary(name, parts) for name, parts in by_topic.items()]
-
-
-def overview(broker: Broker) -> Overview:
-    now = broker.now()
-    with broker.db.read() as conn:
-        statuses = log_store.partition_status_all(conn)
-        counts = transactions_store.txn_state_counts(conn)
-        alerts = _alerts(conn, now)
-        rate = _record_rate(conn, now)
-    return Overview(now, _topics(statuses), {s.value: counts.get(s.value, 0) for s in TxnState}, alerts, rate)
-
-
-@dataclass(frozen=True)
-class TopicDetail:
-    now_ms: int
-    topic: TopicSummary
-    rate: list[RatePoint]
-    holders: dict[int, LsoHolder]  # by partition
-
-
-def topic_detail(broker: Broker, topic: str) -> TopicDetail:
-    now = broker.now()
-    with broker.db.read() as conn:
-        statuses = log_store.partition_status_all(conn, topic)
-        if not statuses:
-            raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {topic!r} does not exist")
-        rate = _record_rate(conn, now, topic)
-        holders = {h.partition: h for h in admin_reads.lso_holders(conn) if h.topic == topic}
-    return TopicDetail(now, TopicSummary(topic, statuses), rate, holders)
-
-
-# --- the log --------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class RecordPage:
-    status: PartitionStatus
-    mode: BrowseMode
-    records: list[LogRecord]
-    upper: int  # the mode's end of the log: the last stable offset for read_committed, else the high watermark
-    older: int | None  # ask with before=older for the previous page
-    newer: int | None  # ask with offset=newer for the next page
-    rate: list[RatePoint] = field(default_factory=list)
-
-
-def browse_partition(
-    broker: Broker,
-    topic: str,
-    partition: int,
-    mode: BrowseMode = "all",
-    offset: int | None = None,
-    before: int | None = None,
-    limit: int = 50,
-) -> RecordPage:
-    """A page of a partition's log as a reader at ``mode`` sees it (``all``: control records and
-    aborted records too, each flagged). From ``offset`` forwards, or the page ending just before
-    ``before``, or else the tail of the log. Offsets out of range are clamped."""
-    if mode not in BROWSE_MODES:
-        raise TxlogError(ErrorCode.INVALID_REQUEST, f"Unknown mode {mode!r}; one of {', '.join(BROWSE_MODES)}")
-    if not 1 <= limit <= 1000:
-        raise TxlogError(ErrorCode.INVALID_REQUEST, "limit must be between 1 and 1000")
-    now = broker.now()
-    with broker.db.read() as conn:
-        status = log_store.partition_status(conn, topic, partition)
-        upper = status.last_stable_offset if mode == "read_committed" else status.high_watermark
-        common = dict(include_control=mode == "all", include_aborted=mode != "read_committed")
-        if offset is not None:
-            start = min(max(offset, status.log_start_offset), upper)
-            records = admin_reads.records_page(conn, topic, partition, start, upper, limit, **common)
-        else:
-            end = upper if before is None else min(max(before, status.log_start_offset), upper)
-            records = admin_reads.records_page(conn, topic, partition, status.log_start_offset, end, limit, backwards=True, **common)
-        rate = _record_rate(conn, now, topic, partition)
-    first = records[0].offset if records else None
-    last = records[-1].offset if records else None
-    older = first if first is not None and first > status.log_start_offset else None
-    newer = last + 1 if last is not None and last + 1 < upper else None
-    if not records and offset is not None and offset > status.log_start_offset:
-        older = min(offset, upper)
-    return RecordPage(status, mode, records, upper, older, newer, rate)
 
 
 # --- transactions ---------------------------------------------------------------------------------
@@ -375,126 +212,6 @@ def transaction_detail(broker: Broker, transactional_id: str, events_limit: int 
         status = statuses[tp]
         parts.append(TxnPartition(status, tp[0], tp[1], first, first is not None and status is not None and status.last_stable_offset == first))
     return TxnDetail(now, meta, events, meta.version, parts, pending, epoch_history(events), alerts[0] if alerts else None)
-
-
-# --- producers ------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ProducerEntry:
-    """Kafka's ProducerStateEntry of one producer id on one partition, as stored."""
-
-    topic: str
-    partition: int
-    producer_id: int
-    producer_epoch: int
-    transactional_id: str | None
-    last_sequence: int | None
-    last_offset: int | None
-    batches: int
-    last_timestamp_ms: int
-    txn_first_offset: int | None
-    expires_at_ms: int | None  # None while a transaction is open: open state never expires
-
-
-@dataclass(frozen=True)
-class ProducerPage:
-    entries: list[ProducerEntry]
-    next_after: tuple[str, int, int] | None
-
-
-def _producer_entry(row: dict, expiration_ms: int) -> ProducerEntry:
-    batches = [BatchMetadata.from_json(b) for b in row["batches"]]
-    last = batches[-1] if batches else None
-    return ProducerEntry(
-        topic=row["topic"],
-        partition=row["partition"],
-        producer_id=row["producer_id"],
-        producer_epoch=row["producer_epoch"],
-        transactional_id=row["transactional_id"],
-        last_sequence=last.last_seq if last else None,
-        last_offset=last.last_offset if last else None,
-        batches=len(batches),
-        last_timestamp_ms=row["last_timestamp_ms"],
-        txn_first_offset=row["txn_first_offset"],
-        expires_at_ms=row["last_timestamp_ms"] + expiration_ms if row["txn_first_offset"] is None else None,
-    )
-
-
-def producers_page(
-    broker: Broker,
-    after: tuple[str, int, int] | None = None,
-    limit: int = 100,
-    topic: str | None = None,
-    open_only: bool = False,
-    producer_id: int | None = None,
-) -> ProducerPage:
-    expiration = broker.settings.producer_id_expiration_ms
-    with broker.db.read() as conn:
-        if producer_id is not None:
-            rows = [r for r in admin_reads.producer_states_by_id(conn, producer_id)
-                    if (topic is None or r["topic"] == topic) and (not open_only or r["txn_first_offset"] is not None)]
-            return ProducerPage([_producer_entry(r, expiration) for r in rows], None)
-        rows = admin_reads.producer_states_page(conn, after, limit + 1, topic, open_only)
-    more = len(rows) > limit
-    entries = [_producer_entry(r, expiration) for r in rows[:limit]]
-    last = entries[-1] if more and entries else None
-    return ProducerPage(entries, (last.topic, last.partition, last.producer_id) if last else None)
-
-
-# --- consumer groups ------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class GroupSummary:
-    group_id: str
-    partitions: int
-    lag: int
-    last_commit_ms: int | None
-    pending_offsets: int
-    pending_transactions: int
-
-
-def groups(broker: Broker, limit: int = 1000) -> list[GroupSummary]:
-    with broker.db.read() as conn:
-        return [GroupSummary(**r) for r in admin_reads.group_summaries(conn, limit)]
-
-
-@dataclass(frozen=True)
-class GroupPartition:
-    topic: str
-    partition: int
-    offset: int
-    metadata: str
-    committed_at_ms: int
-    log_start_offset: int | None
-    last_stable_offset: int | None
-    high_watermark: int | None
-
-    @property
-    def lag(self) -> int | None:
-        """What a read_committed consumer of the group still has to read."""
-        if self.last_stable_offset is None:
-            return None
-        return max(self.last_stable_offset - self.offset, 0)
-
-
-@dataclass(frozen=True)
-class GroupDetail:
-    group_id: str
-    offsets: list[GroupPartition]
-    pending: list[dict]
-
-    @property
-    def lag(self) -> int:
-        return sum(p.lag or 0 for p in self.offsets)
-
-
-def group_detail(broker: Broker, group_id: str) -> GroupDetail:
-    """A group's committed and pending offsets; an unknown group simply has none (as Kafka's
-    OffsetFetch answers)."""
-    with broker.db.read() as conn:
-        offsets = [GroupPartition(**r) for r in admin_reads.group_offsets_with_status(conn, group_id)]
-        pending = groups_store.pending_offsets_of_group(conn, group_id)
-    return GroupDetail(group_id, offsets, pending)
 
 
 # --- open transactions on partitions, as kafka-transactions.sh find-hanging reads them (KIP-664) ---
