@@ -23,6 +23,7 @@ class ErrorCode(Enum):
     OFFSET_OUT_OF_RANGE = _Spec(1, 416, False, "The requested offset is not within the range of offsets maintained by the server.")
     CORRUPT_MESSAGE = _Spec(2, 400, True, "This message has failed its CRC checksum, exceeds the valid size, has a null key for a compacted topic, or is otherwise corrupt.")
     UNKNOWN_TOPIC_OR_PARTITION = _Spec(3, 404, False, "This server does not host this topic-partition.")
+    LEADER_NOT_AVAILABLE = _Spec(5, 503, True, "There is no leader for this topic-partition as we are in the middle of a leadership election.")
     REQUEST_TIMED_OUT = _Spec(7, 503, True, "The request timed out.")
     MESSAGE_TOO_LARGE = _Spec(10, 413, False, "The request included a message larger than the max message size the server will accept.")
     OFFSET_METADATA_TOO_LARGE = _Spec(12, 413, False, "The metadata field of the offset request was too large.")
@@ -57,6 +58,7 @@ class ErrorCode(Enum):
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = _Spec(53, 403, False, "Transactional Id authorization failed.")
     OPERATION_NOT_ATTEMPTED = _Spec(55, 409, False, "The broker did not attempt to execute this operation.")
     SASL_AUTHENTICATION_FAILED = _Spec(58, 401, False, "SASL Authentication failed.")
+    KAFKA_STORAGE_ERROR = _Spec(56, 503, True, "Disk error when trying to access log file on the disk.")
     UNKNOWN_PRODUCER_ID = _Spec(59, 409, False, "This exception is raised by the broker if it could not locate the producer metadata.")
     NON_EMPTY_GROUP = _Spec(68, 409, False, "The group is not empty.")
     GROUP_ID_NOT_FOUND = _Spec(69, 404, False, "The group id does not exist.")
@@ -101,6 +103,15 @@ class TxlogError(Exception):
             "retriable": self.code.retriable,
             **self.details,
         }
+
+
+class DatabaseUnavailable(TxlogError):
+    """The database cannot be reached: down, restarting, failing over or cut off. Always
+    COORDINATOR_NOT_AVAILABLE (retriable) to the HTTP API; each way in may name it as its protocol
+    does (the Kafka gateway as a broker names a partition or coordinator it cannot serve)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.COORDINATOR_NOT_AVAILABLE, message)
 
 
 def error(code: ErrorCode, message: str | None = None, **details: object) -> TxlogError:

@@ -72,9 +72,11 @@ class _View:
         return next(n for n in self.nodes if n.node_id == node_id)
 
 
-def _view(rows: Iterable[tuple[int, str, int]], own: Node) -> _View:
-    """The registry's live nodes, with this one in any case (it is alive: it is answering)."""
-    nodes = {node_id: Node(node_id, host, port) for node_id, host, port in rows}
+def _view(rows: Iterable[tuple[int, str, int]], own: Node, kept: Iterable[Node] = ()) -> _View:
+    """The registry's live nodes, with this one in any case (it is alive: it is answering), and
+    the ``kept`` ones the registry no longer lists."""
+    nodes = {n.node_id: n for n in kept}
+    nodes.update((node_id, Node(node_id, host, port)) for node_id, host, port in rows)
     nodes[own.node_id] = own
     return _View(tuple(nodes[i] for i in sorted(nodes)))
 
@@ -94,6 +96,8 @@ class RegistryCluster:
         self._listeners: list[Callable[[list[Node]], Any]] = []
         self._registration: registry.NodeRegistration | None = None
         self._task: asyncio.Task | None = None
+        self._away = False  # the last beat could not reach the database
+        self._keep_until = 0.0  # until then, nodes the registry drops stay in the view (see ``beat``)
 
     # -- the Cluster protocol (from memory) --------------------------------------------------------
 
@@ -173,9 +177,28 @@ class RegistryCluster:
 
     async def beat(self) -> None:
         """Renew this node's lease and read the live nodes once (``NodeIdInUse`` if another
-        process holds the id now)."""
+        process holds the id now).
+
+        After beats that could not reach the database, the nodes this process knew stay in its
+        view for one more lease even if the registry shows their lease lapsed: while the database
+        was away (restarted, failed over, cut off) no gateway could renew, and the others renew at
+        their next beat. Without it, the first gateway back would drop the others for a moment,
+        moving partition leaders and group coordinators, and clients would forget brokers that
+        never went away. A node that does not renew within that lease drops out as usual."""
         assert self._registration is not None, "start first"
-        self._update(await asyncio.to_thread(self._renew_and_read, self._registration))
+        loop = asyncio.get_running_loop()
+        try:
+            rows = await asyncio.to_thread(self._renew_and_read, self._registration)
+        except NodeIdInUse:
+            raise
+        except Exception:
+            self._away = True
+            raise
+        if self._away:
+            self._away = False
+            self._keep_until = loop.time() + self.lease_ms / 1000
+        kept = self._view.nodes if loop.time() < self._keep_until else ()
+        self._update(rows, kept)
 
     def _renew_and_read(self, registration: registry.NodeRegistration) -> list[tuple[int, str, int]]:
         try:
@@ -197,11 +220,13 @@ class RegistryCluster:
                 if self._on_lost is not None:
                     self._on_lost()
                 return
-            except Exception:  # the database is away: keep the last view and try again
+            except TxlogError as exc:  # the database is away: keep the last view and try again
+                log.warning("could not renew node %d's lease: %s", self.node.node_id, exc)
+            except Exception:
                 log.warning("could not renew node %d's lease", self.node.node_id, exc_info=True)
 
-    def _update(self, rows: list[tuple[int, str, int]]) -> None:
-        view = _view(rows, self.node)
+    def _update(self, rows: list[tuple[int, str, int]], kept: Iterable[Node] = ()) -> None:
+        view = _view(rows, self.node, kept)
         if view == self._view:
             return
         self._view = view

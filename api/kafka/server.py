@@ -39,7 +39,8 @@ from typing import Any, Protocol
 
 from api.kafka import versions
 from api.kafka.cluster import NodeIdInUse, RegistryCluster
-from api.kafka.handlers import Node, RequestContext
+from api.kafka.handlers import Node, RequestContext, partition_code
+from api.kafka.handlers.bootstrap import KnownTopics
 from app import memory
 from app.config import Settings
 from app.errors import ErrorCode, TxlogError
@@ -56,6 +57,8 @@ log = logging.getLogger("txlog.kafka")
 IDLE_TIMEOUT_S = 600.0  # Kafka's connections.max.idle.ms
 SHUTDOWN_GRACE_S = 5.0  # how long a request in progress has to be answered at shutdown
 CLUSTER_ID = "txlog"
+# APIs whose errors are each partition's (``handlers.partition_code``), whole-request failures included
+_PARTITION_APIS = frozenset({protocol.ApiKey.Produce, protocol.ApiKey.Fetch, protocol.ApiKey.ListOffsets})
 
 
 class Cluster(Protocol):
@@ -111,6 +114,7 @@ class Gateway:
         self.groups = groups
         self.notifier: AppendNotifier | None = None
         self.loop_executor = LoopExecutor(broker, None, self._run_blocking)
+        self.known_topics = KnownTopics()
         self.routes = versions.resolve()
         self.api_keys = versions.advertised()
         self._server: asyncio.AbstractServer | None = None
@@ -228,7 +232,7 @@ class Gateway:
             broker=self.broker, node=self.node, api_key=header.api_key, api_version=header.api_version,
             correlation_id=header.correlation_id, client_id=header.client_id, client_host=client.rpartition(":")[0],
             executor=self.executor, cluster=self.cluster, groups=self.groups, notifier=self.notifier,
-            loop_executor=self.loop_executor,
+            loop_executor=self.loop_executor, known_topics=self.known_topics,
         )
         no_answer = header.api_key == protocol.ApiKey.Produce and request.body.acks == 0
         try:
@@ -237,7 +241,8 @@ class Gateway:
                 raise RuntimeError(f"the {api.name} handler gave no answer")
             return None if body is None else protocol.encode_response(header, body)
         except TxlogError as exc:
-            code, message = exc.code, exc.message
+            code = partition_code(exc) if header.api_key in _PARTITION_APIS else exc.code
+            message = exc.message
         except Exception:
             log.exception("%s v%d from %s (%s) failed", api.name, header.api_version, client, header.client_id)
             code, message = ErrorCode.UNKNOWN_SERVER_ERROR, ErrorCode.UNKNOWN_SERVER_ERROR.value.default_message

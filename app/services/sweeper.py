@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection
 
 from app.domain import transactions as txn
 from app.domain.transactions import TxnMetadata, TxnState
-from app.errors import TxlogError
+from app.errors import DatabaseUnavailable, TxlogError
 from app.services import Broker, coordinator, retention
 from app.storage import producers as producers_store
 from app.storage import transactions as transactions_store
@@ -198,7 +198,11 @@ def sweep(broker: Broker, budget_s: float | None = None) -> SweepReport:
     for name, job in jobs:
         try:
             job()
-        except TxlogError as exc:  # the database is away, say: the next job and round try again
+        except DatabaseUnavailable as exc:  # the others would fail the same way: the next round tries again
+            report.failed += 1
+            log.warning("sweeper round stopped at job %s: %s", name, exc)
+            break
+        except TxlogError as exc:  # a conflict, or too slow an answer: the next job and round try again
             report.failed += 1
             log.warning("sweeper job %s failed: %s", name, exc)
         except Exception:

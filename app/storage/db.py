@@ -17,7 +17,7 @@ from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 
-from app.errors import ErrorCode, TxlogError
+from app.errors import DatabaseUnavailable, ErrorCode, TxlogError
 
 # psycopg parses a statement for its placeholders once and keeps the result, but only for
 # statements of at most MAX_CACHED_STATEMENT_LENGTH bytes (4096) and MAX_CACHED_STATEMENT_PARAMS
@@ -203,7 +203,7 @@ def error_for(exc: sa_exc.DBAPIError | psycopg.Error) -> TxlogError | None:
     if isinstance(exc, (sa_exc.DataError, sa_exc.IntegrityError, psycopg.DataError, psycopg.IntegrityError)):
         return TxlogError(ErrorCode.INVALID_REQUEST, f"Rejected by the database: {_first_line(exc)}")
     if isinstance(exc, (*_UNAVAILABLE, psycopg.OperationalError, psycopg.InterfaceError)) or getattr(exc, "connection_invalidated", False):
-        return TxlogError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"Database unavailable: {_first_line(exc)}")
+        return DatabaseUnavailable(f"Database unavailable: {_first_line(exc)}")
     return None
 
 

@@ -11,7 +11,7 @@ exactly when the copies are visible. A failed transaction is aborted and the inp
 the offsets of the last commit. It exits 0 once the group's offsets reach ``--ends``; 2 on a fatal
 error (fenced, or anything the client cannot recover from); a restarted copier takes over.
 
-Both clients set ``metadata.recovery.strategy=none``: with librdkafka's default (re-bootstrap once
+Both clients set ``metadata.recovery.strategy=none`` unless ``--metadata-recovery`` says otherwise: with librdkafka's default (re-bootstrap once
 every broker is down, as when the only gateway restarts) the brokers it knew are decommissioned,
 and ``send_offsets_to_transaction`` can then wait forever, past its own timeout, for the group
 coordinator it had cached (confluentinc/librdkafka #5511 and #5456, open in 2.16; seen here with
@@ -67,7 +67,10 @@ def retried(what: str, step: Callable[[], T], deadline_s: float = 120) -> T:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = arguments(argv, debug={"default": None, "help": "librdkafka debug contexts, for a copier that misbehaves"})
+    args = arguments(
+        argv, debug={"default": None, "help": "librdkafka debug contexts, for a copier that misbehaves"},
+        **{"metadata-recovery": {"default": "none", "help": "librdkafka's metadata.recovery.strategy"}},
+    )
     WATCHDOG.start()
     debug = {"debug": args.debug} if args.debug else {}
     ends = args.ends
@@ -76,11 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     consumer = Consumer({
         "bootstrap.servers": args.bootstrap, "group.id": args.group, "isolation.level": "read_committed",
         "enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
-        "enable.partition.eof": False, "metadata.recovery.strategy": "none", **debug,
+        "enable.partition.eof": False, "metadata.recovery.strategy": args.metadata_recovery, **debug,
     })
     producer = Producer({
         "bootstrap.servers": args.bootstrap, "transactional.id": args.transactional_id, "linger.ms": 5,
-        "transaction.timeout.ms": 30_000, "metadata.recovery.strategy": "none", **debug,
+        "transaction.timeout.ms": 30_000, "metadata.recovery.strategy": args.metadata_recovery, **debug,
     })
     try:
         # First the producer: its init fences a previous copier and ends its open transaction, so

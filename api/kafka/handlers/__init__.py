@@ -25,9 +25,20 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
+from app.errors import DatabaseUnavailable, ErrorCode, TxlogError
 from app.services import Broker
 
 T = TypeVar("T")
+
+
+def partition_code(exc: TxlogError) -> ErrorCode:
+    """A partition's failure as a broker names it in Produce, Fetch and ListOffsets: the database
+    away is KAFKA_STORAGE_ERROR, Kafka's answer for a partition whose log directory is offline.
+    Clients take it as retriable and ask Metadata again, which answers the partition
+    LEADER_NOT_AVAILABLE until the database is back (``bootstrap.handle_metadata``); the
+    coordinators' APIs keep COORDINATOR_NOT_AVAILABLE, Kafka's answer for a coordinator that
+    cannot serve."""
+    return ErrorCode.KAFKA_STORAGE_ERROR if isinstance(exc, DatabaseUnavailable) else exc.code
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,8 @@ class RequestContext:
     notifier: Any = None
     # Where operations defined as steps run (``app.services.executor.LoopExecutor``).
     loop_executor: Any = None
+    # The topics Metadata last read (``bootstrap.KnownTopics``): its answer while they cannot be read.
+    known_topics: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

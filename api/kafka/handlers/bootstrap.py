@@ -56,15 +56,34 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict:
     partition led by the node the cluster's rule names: all of them when the list is null (or
     empty in v0), none when it is empty. An unknown topic is UNKNOWN_TOPIC_OR_PARTITION, unless auto-creation is on
     (TXLOG_KAFKA_AUTO_CREATE_TOPICS, and the request allows it from v4) and creates it with
-    TXLOG_KAFKA_NUM_PARTITIONS partitions; an illegal name is INVALID_TOPIC_EXCEPTION."""
+    TXLOG_KAFKA_NUM_PARTITIONS partitions; an illegal name is INVALID_TOPIC_EXCEPTION.
+
+    The brokers and the controller are always answered, from memory: a Kafka broker never answers
+    Metadata without them, and a client that is told of no broker forgets those it knew. When the
+    topics cannot be read (the database is away or too slow: a retriable error), each topic this
+    gateway has read before (``KnownTopics``) is answered with its partitions and their leaders,
+    each partition LEADER_NOT_AVAILABLE, and any other topic asked for LEADER_NOT_AVAILABLE.
+    Clients keep their brokers, partitions and leaders, and retry the KAFKA_STORAGE_ERROR that
+    Produce and Fetch answer meanwhile (``handlers.partition_code``) until the database is back.
+    The leader stays named, where Kafka would answer leader -1 for a partition without a live
+    replica: aiokafka fails an idempotent producer's batches for a partition without a leader
+    after its request timeout and then cannot deliver again (OUT_OF_ORDER_SEQUENCE_NUMBER), while
+    every client retries a Produce answered KAFKA_STORAGE_ERROR, librdkafka and aiokafka for as
+    long as an idempotent producer's delivery timeout allows."""
     requested = request.topics
     if ctx.api_version == 0 and not requested:
         requested = None
-    if requested is None:
-        found = await ctx.call(topics.topics_metadata, ctx.broker)
-    else:  # only the topics asked for are read, by name or (v10+) by topic id
-        names = [e.name for e in requested if e.name is not None]
-        found = await ctx.call(topics.topics_metadata, ctx.broker, names, [e.topic_id for e in requested if e.name is None])
+    try:
+        if requested is None:
+            found = await ctx.call(topics.topics_metadata, ctx.broker)
+        else:  # only the topics asked for are read, by name or (v10+) by topic id
+            names = [e.name for e in requested if e.name is not None]
+            found = await ctx.call(topics.topics_metadata, ctx.broker, names, [e.topic_id for e in requested if e.name is None])
+    except TxlogError as exc:
+        if not exc.code.retriable:
+            raise
+        return _metadata(ctx, _unavailable(ctx, requested))
+    ctx.known_topics.remember(found, None if requested is None else [e.name for e in requested if e.name is not None])
     existing = {t.name: t for t in found}
     answers: list[dict]
     if requested is None:
@@ -98,6 +117,10 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict:
                 answers.append({"error_code": exc.code.kafka_code, "name": name, "topic_id": ZERO_TOPIC_ID})
             else:
                 answers.append(_topic(ctx, created))
+    return _metadata(ctx, answers)
+
+
+def _metadata(ctx: RequestContext, answers: list[dict]) -> dict:
     nodes = ctx.cluster.list_nodes()
     return {
         "throttle_time_ms": 0,
@@ -107,6 +130,50 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict:
         "controller_id": min(node.node_id for node in nodes),
         "topics": answers,
     }
+
+
+class KnownTopics:
+    """The topics this gateway last read for Metadata, by name: what it answers while it cannot
+    read them. Only ever an answer of LEADER_NOT_AVAILABLE comes from here, never a leader."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, topics.TopicMetadata] = {}
+
+    def remember(self, found: list[topics.TopicMetadata], asked: list[str] | None) -> None:
+        """``found``: the topics read for names ``asked`` (None: every topic, so the others are gone)."""
+        if asked is None:
+            self._by_name = {t.name: t for t in found}
+            return
+        for name in asked:
+            self._by_name.pop(name, None)
+        self._by_name.update((t.name, t) for t in found)
+
+    def get(self, name: str | None, topic_id: uuid.UUID | None = None) -> topics.TopicMetadata | None:
+        if name is not None:
+            return self._by_name.get(name)
+        return next((t for t in self._by_name.values() if t.topic_id == topic_id), None)
+
+    def all(self) -> list[topics.TopicMetadata]:
+        return [self._by_name[name] for name in sorted(self._by_name)]
+
+
+def _unavailable(ctx: RequestContext, requested: list[Any] | None) -> list[dict]:
+    """Metadata's topics while they cannot be read (see ``handle_metadata``)."""
+    known = ctx.known_topics
+    if requested is None:
+        return [_topic(ctx, t, unavailable=True) for t in known.all()]
+    answers = []
+    for entry in requested:
+        by_id = entry.name is None  # v10+ may ask by topic id
+        topic = known.get(None, entry.topic_id) if by_id else known.get(entry.name)
+        if topic is not None:
+            answers.append(_topic(ctx, topic, unavailable=True))
+        else:
+            answers.append({
+                "error_code": ErrorCode.LEADER_NOT_AVAILABLE.kafka_code, "name": entry.name,
+                "topic_id": entry.topic_id if by_id else ZERO_TOPIC_ID,
+            })
+    return answers
 
 
 def _create_if_absent(broker: Broker, name: str, partitions: int) -> topics.TopicMetadata:
@@ -124,13 +191,14 @@ def _broker(node: Node) -> dict:
     return {"node_id": node.node_id, "host": node.host, "port": node.port, "rack": None}
 
 
-def _topic(ctx: RequestContext, topic: topics.TopicMetadata) -> dict:
+def _topic(ctx: RequestContext, topic: topics.TopicMetadata, unavailable: bool = False) -> dict:
+    """A topic's metadata; ``unavailable``: each partition LEADER_NOT_AVAILABLE (see ``handle_metadata``)."""
     name = topic.name
     answer = []
     for partition in range(topic.partitions):
         leader = ctx.cluster.leader_of(name, partition).node_id
         answer.append({
-            "error_code": 0,
+            "error_code": ErrorCode.LEADER_NOT_AVAILABLE.kafka_code if unavailable else 0,
             "partition_index": partition,
             "leader_id": leader,
             "leader_epoch": LEADER_EPOCH,

@@ -40,7 +40,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from api.kafka.handlers import RequestContext
+from api.kafka.handlers import RequestContext, partition_code
 from api.kafka.handlers.bootstrap import LEADER_EPOCH
 from app.domain.log import header_count, records_size
 from app.domain.records import IsolationLevel
@@ -192,7 +192,7 @@ def _batches_within(rows: Sequence[Any], limit: int, first_whole: bool) -> tuple
 def _partition_error(partition: int, exc: TxlogError) -> dict:
     return {
         "partition_index": partition,
-        "error_code": exc.code.kafka_code,
+        "error_code": partition_code(exc).kafka_code,
         "high_watermark": exc.details.get("high_watermark", _NO_OFFSET),
         "last_stable_offset": _NO_OFFSET,
         "log_start_offset": exc.details.get("log_start_offset", _NO_OFFSET),
@@ -229,7 +229,7 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> dict:
 
 def _listed(partition: int, found: Any, error: TxlogError | None) -> dict:
     if error is not None or found is None:
-        code = error.code.kafka_code if error is not None else 0
+        code = partition_code(error).kafka_code if error is not None else 0
         return {"partition_index": partition, "error_code": code, "timestamp": _NO_OFFSET, "offset": _NO_OFFSET, "leader_epoch": _NO_LEADER_EPOCH}
     timestamp = _NO_OFFSET if found.timestamp_ms is None else found.timestamp_ms
     return {"partition_index": partition, "error_code": 0, "timestamp": timestamp, "offset": found.offset, "leader_epoch": LEADER_EPOCH}

@@ -1,0 +1,425 @@
+"""Kafka's own clients ride through PostgreSQL going away under two gateways.
+
+Two ``txlog kafka`` gateways share one PostgreSQL. Under load:
+- idempotent producers, one per client: confluent-kafka with ``metadata.recovery.strategy=none``
+  and with its default (re-bootstrap), kafka-python and aiokafka, each writing numbered values;
+- transactional copiers (``tests/kafka/copier_*.py``): confluent-kafka with either recovery
+  strategy and kafka-python, each copying its own input topic to its own output topic, one
+  transaction per poll with the input offsets in it;
+- read_committed group consumers, one per client, following every output topic.
+
+Meanwhile PostgreSQL is stopped in immediate mode (no checkpoint, crash recovery on start) and
+started again at once, twice, then stopped for longer than the clients' request timeout. After
+each fault every producer must have new values acknowledged; afterwards every copier finishes in
+its first run (its transactions in flight at a restart ended committed or aborted and it went on),
+every acknowledged value is in the log exactly once where it was acknowledged and nothing was
+written twice, each output is its input transformed exactly once, and each consumer read exactly
+that. Every producer's client objects are the ones created before the first fault: a client that
+lost its brokers would never deliver again."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import psycopg
+import pytest
+
+from app.storage import migrate
+from app.storage.embedded import EmbeddedPostgres
+from tests.kafka.conftest import GatewayProcess
+from tests.kafka.test_exactly_once import COPIERS
+from tests.support import ROOT, destroy_embedded, wait_until
+
+pytestmark = pytest.mark.slow
+
+PARTITIONS = 3
+REQUEST_TIMEOUT_MS = 5000
+OUTAGE_S = REQUEST_TIMEOUT_MS / 1000 + 3  # longer than every client's request timeout
+COPY_RECORDS = 3000  # per copier: at its pace, enough for the copiers to be mid-run at every fault
+PROGRESS_S = 90  # how long a client may take to deliver again after PostgreSQL is back
+ACKS = "acks"
+COPIER_RUNS = {  # name -> (program, extra arguments)
+    "confluent-none": ("confluent", ["--metadata-recovery", "none"]),
+    "confluent-rebootstrap": ("confluent", ["--metadata-recovery", "rebootstrap"]),
+    "kafka-python": ("kafka-python", []),
+}
+
+
+@dataclass
+class Acked:
+    """What one idempotent producer was told."""
+
+    name: str
+    acked: dict[str, tuple[int, int]] = field(default_factory=dict)  # value -> (partition, offset)
+    last_ack: float = 0.0  # time.monotonic() of the last acknowledgement
+    errors: Counter = field(default_factory=Counter)  # delivery failures, by error
+    failed: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def ack(self, value: str, partition: int, offset: int) -> None:
+        with self.lock:
+            self.acked[value] = (partition, offset)
+            self.last_ack = time.monotonic()
+
+    def fail(self, value: str, error: object) -> None:
+        with self.lock:
+            self.failed.append(value)
+            self.errors[str(error)[:120]] += 1
+
+
+class Load:
+    """The producers' and consumers' threads, each with one client object for the whole run."""
+
+    def __init__(self, bootstrap: str, outputs: list[str], log_dir: Path) -> None:
+        self.bootstrap = bootstrap
+        self.log_dir = log_dir
+        self.outputs = outputs
+        self.stop = threading.Event()
+        self.producers = {name: Acked(name) for name in ("confluent-none", "confluent-rebootstrap", "kafka-python", "aiokafka")}
+        self.read: dict[str, dict[tuple[str, int], list[bytes]]] = {
+            name: defaultdict(list) for name in ("confluent", "kafka-python", "aiokafka")
+        }
+        self.failures: list[str] = []
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        runs: dict[str, Callable[[], Any]] = {
+            "confluent-none": lambda: self._confluent_producer(self.producers["confluent-none"], "none"),
+            "confluent-rebootstrap": lambda: self._confluent_producer(self.producers["confluent-rebootstrap"], "rebootstrap"),
+            "kafka-python": lambda: self._kafka_python_producer(self.producers["kafka-python"]),
+            "aiokafka": lambda: asyncio.run(self._aiokafka_producer(self.producers["aiokafka"])),
+            "read-confluent": lambda: self._confluent_consumer(self.read["confluent"]),
+            "read-kafka-python": lambda: self._kafka_python_consumer(self.read["kafka-python"]),
+            "read-aiokafka": lambda: asyncio.run(self._aiokafka_consumer(self.read["aiokafka"])),
+        }
+        for name, run in runs.items():
+            t = threading.Thread(target=self._guarded, args=(name, run), name=name, daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def _guarded(self, name: str, run: Callable[[], Any]) -> None:
+        try:
+            run()
+        except Exception as exc:  # a client call that raised: the test fails with it
+            self.failures.append(f"{name}: {exc!r}")
+            raise
+
+    def join(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(120)
+            assert not t.is_alive(), f"{t.name} did not stop"
+
+    def _values(self, log: Acked, pause: bool = True) -> Iterator[tuple[int, str]]:
+        """Five values, then a pause of 50 ms (the caller's when ``pause`` is false), until stopped."""
+        i = 0
+        while not self.stop.is_set():
+            for _ in range(5):
+                yield i % PARTITIONS, f"{log.name}-{i}"
+                i += 1
+            if pause:
+                time.sleep(0.05)
+
+    # -- producers ---------------------------------------------------------------------------------
+
+    def _confluent_producer(self, log: Acked, recovery: str) -> None:
+        from confluent_kafka import Producer
+
+        p = Producer({
+            "bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 5,
+            "request.timeout.ms": REQUEST_TIMEOUT_MS, "metadata.recovery.strategy": recovery,
+        })
+
+        def report(err, msg) -> None:  # type: ignore[no-untyped-def]
+            value = msg.value().decode()
+            if err is None:
+                log.ack(value, msg.partition(), msg.offset())
+            else:
+                log.fail(value, err)
+
+        for partition, value in self._values(log):
+            p.produce(ACKS, value.encode(), partition=partition, on_delivery=report)
+            p.poll(0)
+        assert p.flush(PROGRESS_S) == 0, f"{log.name}: records still undelivered"
+
+    def _kafka_python_producer(self, log: Acked) -> None:
+        from kafka import KafkaProducer
+
+        p = KafkaProducer(
+            bootstrap_servers=self.bootstrap.split(","), enable_idempotence=True, linger_ms=5,
+            request_timeout_ms=REQUEST_TIMEOUT_MS, reconnect_backoff_ms=50, reconnect_backoff_max_ms=1000,
+        )
+        for partition, value in self._values(log):
+            future = p.send(ACKS, value.encode(), partition=partition)
+            future.add_callback(lambda md, v=value: log.ack(v, md.partition, md.offset))
+            future.add_errback(lambda exc, v=value: log.fail(v, exc))
+        p.flush(PROGRESS_S)
+        p.close(10)
+
+    async def _aiokafka_producer(self, log: Acked) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        p = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap.split(","), enable_idempotence=True, linger_ms=5,
+            request_timeout_ms=REQUEST_TIMEOUT_MS,
+        )
+        await p.start()
+        pending: set[asyncio.Future] = set()
+
+        def done(value: str, future: asyncio.Future) -> None:
+            pending.discard(future)
+            if future.exception() is None:
+                md = future.result()
+                log.ack(value, md.partition, md.offset)
+            else:
+                log.fail(value, future.exception())
+
+        try:
+            for partition, value in self._values(log, pause=False):
+                future = await p.send(ACKS, value.encode(), partition=partition)
+                pending.add(future)
+                future.add_done_callback(lambda f, v=value: done(v, f))
+                if partition == PARTITIONS - 1:
+                    await asyncio.sleep(0.03)
+            await p.flush()
+        finally:
+            await p.stop()
+
+    # -- consumers ---------------------------------------------------------------------------------
+
+    def _confluent_consumer(self, read: dict[tuple[str, int], list[bytes]]) -> None:
+        from confluent_kafka import Consumer
+
+        c = Consumer({
+            "bootstrap.servers": self.bootstrap, "group.id": "readers-confluent", "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest", "enable.partition.eof": False, "metadata.recovery.strategy": "none",
+            "socket.timeout.ms": REQUEST_TIMEOUT_MS, **_librdkafka_log(self.log_dir / "consumer-confluent.log"),
+        })
+        c.subscribe(self.outputs)
+        try:
+            while not self.stop.is_set():
+                for m in c.consume(100, 0.25):
+                    if m.error() is None:
+                        read[(m.topic(), m.partition())].append(m.value())
+        finally:
+            c.close()
+
+    def _kafka_python_consumer(self, read: dict[tuple[str, int], list[bytes]]) -> None:
+        from kafka import KafkaConsumer
+
+        c = KafkaConsumer(
+            bootstrap_servers=self.bootstrap.split(","), group_id="readers-kafka-python", isolation_level="read_committed",
+            auto_offset_reset="earliest", request_timeout_ms=REQUEST_TIMEOUT_MS + 1000, reconnect_backoff_ms=50,
+            reconnect_backoff_max_ms=1000,
+        )
+        c.subscribe(self.outputs)
+        for topic in self.outputs:  # see docs/kafka.md: kafka-python's group leader wants the metadata first
+            c.partitions_for_topic(topic)
+        try:
+            while not self.stop.is_set():
+                for tp, records in c.poll(timeout_ms=250).items():
+                    read[(tp.topic, tp.partition)].extend(r.value for r in records)
+        finally:
+            c.close()
+
+    async def _aiokafka_consumer(self, read: dict[tuple[str, int], list[bytes]]) -> None:
+        from aiokafka import AIOKafkaConsumer
+
+        c = AIOKafkaConsumer(
+            *self.outputs, bootstrap_servers=self.bootstrap.split(","), group_id="readers-aiokafka",
+            isolation_level="read_committed", auto_offset_reset="earliest", request_timeout_ms=REQUEST_TIMEOUT_MS,
+        )
+        await c.start()
+        try:
+            while not self.stop.is_set():
+                for tp, records in (await c.getmany(timeout_ms=250)).items():
+                    read[(tp.topic, tp.partition)].extend(r.value for r in records)
+        finally:
+            await c.stop()
+
+
+def _librdkafka_log(path: Path) -> dict[str, Any]:
+    """TXLOG_CHAOS_DEBUG=cgrp,fetch,…: librdkafka's debug contexts, logged to ``path``."""
+    contexts = os.environ.get("TXLOG_CHAOS_DEBUG")
+    if not contexts:
+        return {}
+    logger = logging.getLogger(f"librdkafka.{path.stem}")
+    logger.addHandler(logging.FileHandler(path))
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    return {"debug": contexts, "logger": logger}
+
+
+class Copier:
+    """One copier process: it must finish in its first run."""
+
+    def __init__(self, name: str, bootstrap: str, log_dir: Path) -> None:
+        program, extra = COPIER_RUNS[name]
+        self.name = name
+        self.input, self.output = f"in-{name}", f"out-{name}"
+        self.argv = [
+            sys.executable, str(COPIERS[program]), "--bootstrap", bootstrap, "--input", self.input, "--output", self.output,
+            "--group", f"copier-{name}", "--transactional-id", f"copier-{name}", "--max-batch", "10", "--pause-ms", "200",
+            *extra,
+        ]
+        self.log_path = log_dir / f"copier-{name}.log"
+        self.proc: Any = None
+
+    def start(self, ends: list[int]) -> None:
+        import subprocess
+
+        with open(self.log_path, "wb") as out:
+            self.proc = subprocess.Popen(
+                [*self.argv, "--ends", ",".join(map(str, ends))], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+
+@pytest.fixture
+def own_database(tmp_path: Path) -> Iterator[EmbeddedPostgres]:
+    pg = EmbeddedPostgres(tmp_path / "pg")
+    pg.start()
+    migrate.upgrade(pg.url)
+    try:
+        yield pg
+    finally:
+        destroy_embedded(pg)
+
+
+def produce_inputs(bootstrap: str, copiers: list[Copier]) -> dict[str, dict[int, list[bytes]]]:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topics = [ACKS, *(c.input for c in copiers), *(c.output for c in copiers)]
+    for future in admin.create_topics([NewTopic(t, PARTITIONS) for t in topics]).values():
+        future.result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
+    inputs: dict[str, dict[int, list[bytes]]] = {}
+    for c in copiers:
+        inputs[c.input] = {p: [] for p in range(PARTITIONS)}
+        for i in range(COPY_RECORDS):
+            value = b"%s-%d" % (c.name.encode(), i)
+            producer.produce(c.input, value, partition=i % PARTITIONS)
+            inputs[c.input][i % PARTITIONS].append(value)
+            producer.poll(0)
+    assert producer.flush(60) == 0
+    return inputs
+
+
+@pytest.fixture
+def quiet_clients() -> Iterator[None]:
+    """kafka-python and aiokafka log every refused connection; the test reports what matters."""
+    loggers = [logging.getLogger(name) for name in ("kafka", "aiokafka")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    yield
+    for lg, level in zip(loggers, levels):
+        lg.setLevel(level)
+
+
+def test_kafka_clients_ride_through_postgresql_restarts_and_an_outage(
+    own_database: EmbeddedPostgres, tmp_path: Path, quiet_clients: None
+) -> None:
+    pg = own_database
+    rng = random.Random()
+    env = {"TXLOG_KAFKA_NODE_LEASE_MS": "3000", "TXLOG_TRANSACTION_ABORT_CHECK_INTERVAL_MS": "300"}
+    gateways = [GatewayProcess(pg.url, env=env, log_path=tmp_path / f"gateway-{n}.log", node_id=n) for n in (1, 2)]
+    with contextlib.ExitStack() as stack:
+        for g in gateways:
+            stack.enter_context(g)
+        bootstrap = ",".join(g.bootstrap for g in gateways)
+        copiers = [Copier(name, bootstrap, tmp_path) for name in COPIER_RUNS]
+        inputs = produce_inputs(bootstrap, copiers)
+        load = Load(bootstrap, [c.output for c in copiers], tmp_path)
+        load.start()
+        stack.callback(load.stop.set)
+        for c in copiers:
+            c.start([COPY_RECORDS // PARTITIONS] * PARTITIONS)
+            stack.callback(lambda c=c: c.proc.poll() is None and c.proc.kill())
+
+        def diagnosis() -> str:
+            return "\n".join(
+                [f"producer {a.name}: {len(a.acked)} acked, errors {dict(a.errors)}" for a in load.producers.values()]
+                + [f"consumer {name}: {sum(len(v) for v in read.values())} read" for name, read in load.read.items()]
+                + outages
+                + load.failures
+                + [f"--- copier {c.name} (exit {c.proc.poll()}):\n{c.log()}" for c in copiers]
+                + [f"--- gateway {g.node_id}:\n{g.log()[-3000:]}" for g in gateways]
+            )
+
+        outages: list[str] = []
+
+        def all_deliver(since: float, what: str) -> None:
+            wait_until(
+                lambda: all(a.last_ack > since for a in load.producers.values()) or load.failures,
+                PROGRESS_S, 0.1, f"every producer to deliver again after {what}",
+            )
+            assert not load.failures, diagnosis()
+
+        try:
+            all_deliver(0, "the start")
+            for fault in ("restart", "restart", "outage"):
+                for c in copiers:
+                    assert c.proc.poll() is None, f"copier {c.name} finished before the faults did\n{diagnosis()}"
+                pg.kill()
+                time.sleep(OUTAGE_S if fault == "outage" else rng.uniform(0.2, 1.0))
+                started = time.monotonic()
+                pg.start()
+                all_deliver(started, f"PostgreSQL's {fault}")
+                outages.append(f"{fault}: every producer delivered again {time.monotonic() - started:.1f} s after the start")
+            for c in copiers:
+                c.proc.wait(600)
+                assert c.proc.returncode == 0, f"copier {c.name} exited {c.proc.returncode}\n{diagnosis()}"
+            expected = {
+                (c.output, p): [v + b"!" for v in inputs[c.input][p]] for c in copiers for p in range(PARTITIONS)
+            }
+            wait_until(
+                lambda: all(sum(len(v) for v in read.values()) >= COPY_RECORDS * len(copiers) for read in load.read.values())
+                or load.failures,
+                PROGRESS_S, 0.2, "every consumer to read every copy",
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{diagnosis()}") from None
+        load.join()
+        assert not load.failures, diagnosis()
+        print("\n".join(outages))
+
+    for name, read in load.read.items():
+        assert dict(read) == expected, f"consumer {name} read other than each copy once, in order"
+    with psycopg.connect(pg.url) as conn:
+        committed = conn.execute(
+            'SELECT topic, partition, value FROM txlog.committed_records WHERE topic = ANY(%s) ORDER BY topic, partition, "offset"',
+            ([c.output for c in copiers],),
+        ).fetchall()
+        out: dict[tuple[str, int], list[bytes]] = defaultdict(list)
+        for topic, partition, value in committed:
+            out[(topic, partition)].append(bytes(value))
+        assert dict(out) == expected, "an output is not its input copied exactly once"
+        written = conn.execute(
+            'SELECT partition, "offset", value FROM txlog.log_records WHERE topic = %s AND control_type IS NULL', (ACKS,)
+        ).fetchall()
+    where = Counter(bytes(v).decode() for _, _, v in written)
+    twice = [v for v, n in where.items() if n > 1]
+    assert not twice, f"written more than once: {twice[:10]}"
+    at = {bytes(v).decode(): (p, o) for p, o, v in written}
+    for a in load.producers.values():
+        assert a.acked, f"{a.name} never delivered"
+        lost = [v for v, place in a.acked.items() if at.get(v) != place]
+        assert not lost, f"{a.name}: acknowledged but not in the log where acknowledged: {lost[:10]}"
+        assert not a.failed, f"{a.name}: {len(a.failed)} sends failed: {dict(a.errors)}"
