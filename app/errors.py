@@ -27,6 +27,7 @@ class ErrorCode(Enum):
     REQUEST_TIMED_OUT = _Spec(7, 503, True, "The request timed out.")
     MESSAGE_TOO_LARGE = _Spec(10, 413, False, "The request included a message larger than the max message size the server will accept.")
     OFFSET_METADATA_TOO_LARGE = _Spec(12, 413, False, "The metadata field of the offset request was too large.")
+    COORDINATOR_LOAD_IN_PROGRESS = _Spec(14, 503, True, "The coordinator is loading and hence can't process requests.")
     COORDINATOR_NOT_AVAILABLE = _Spec(15, 503, True, "The coordinator is not available.")
     NOT_COORDINATOR = _Spec(16, 503, True, "This is not the correct coordinator.")
     INVALID_TOPIC_EXCEPTION = _Spec(17, 400, False, "The request attempted to perform an operation on an invalid topic.")

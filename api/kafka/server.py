@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 from api.kafka import versions
 from api.kafka.cluster import NodeIdInUse, RegistryCluster
-from api.kafka.handlers import Node, RequestContext, partition_code
+from api.kafka.handlers import Node, RequestContext, error_code
 from api.kafka.handlers.bootstrap import KnownTopics
 from app import memory
 from app.config import Settings
@@ -57,8 +57,6 @@ log = logging.getLogger("txlog.kafka")
 IDLE_TIMEOUT_S = 600.0  # Kafka's connections.max.idle.ms
 SHUTDOWN_GRACE_S = 5.0  # how long a request in progress has to be answered at shutdown
 CLUSTER_ID = "txlog"
-# APIs whose errors are each partition's (``handlers.partition_code``), whole-request failures included
-_PARTITION_APIS = frozenset({protocol.ApiKey.Produce, protocol.ApiKey.Fetch, protocol.ApiKey.ListOffsets})
 
 
 class Cluster(Protocol):
@@ -241,8 +239,7 @@ class Gateway:
                 raise RuntimeError(f"the {api.name} handler gave no answer")
             return None if body is None else protocol.encode_response(header, body)
         except TxlogError as exc:
-            code = partition_code(exc) if header.api_key in _PARTITION_APIS else exc.code
-            message = exc.message
+            code, message = error_code(header.api_key, exc), exc.message
         except Exception:
             log.exception("%s v%d from %s (%s) failed", api.name, header.api_version, client, header.client_id)
             code, message = ErrorCode.UNKNOWN_SERVER_ERROR, ErrorCode.UNKNOWN_SERVER_ERROR.value.default_message

@@ -27,18 +27,50 @@ from typing import Any, Callable, TypeVar
 
 from app.errors import DatabaseUnavailable, ErrorCode, TxlogError
 from app.services import Broker
+from app.wire.kafka.protocol import ApiKey
 
 T = TypeVar("T")
 
 
-def partition_code(exc: TxlogError) -> ErrorCode:
-    """A partition's failure as a broker names it in Produce, Fetch and ListOffsets: the database
-    away is KAFKA_STORAGE_ERROR, Kafka's answer for a partition whose log directory is offline.
-    Clients take it as retriable and ask Metadata again, which answers the partition
-    LEADER_NOT_AVAILABLE until the database is back (``bootstrap.handle_metadata``); the
-    coordinators' APIs keep COORDINATOR_NOT_AVAILABLE, Kafka's answer for a coordinator that
-    cannot serve."""
-    return ErrorCode.KAFKA_STORAGE_ERROR if isinstance(exc, DatabaseUnavailable) else exc.code
+# What a Kafka broker answers, API by API, when it cannot reach its storage in time: the database
+# away (``DatabaseUnavailable``) or too slow (REQUEST_TIMED_OUT: a lock wait or statement past its
+# limit, no pooled connection free). Each is retriable and retried quietly by librdkafka,
+# kafka-python and aiokafka, where COORDINATOR_NOT_AVAILABLE or REQUEST_TIMED_OUT everywhere would
+# not be (librdkafka hands a Fetch's to the application and aborts a transaction on an EndTxn's
+# REQUEST_TIMED_OUT; aiokafka's transactional producer fails on it and resets a group's position
+# on an OffsetFetch error it does not see per partition):
+# - a partition's log: KAFKA_STORAGE_ERROR, Kafka's answer for a log directory offline (clients
+#   refresh their metadata, which keeps the brokers and leaders, ``bootstrap.handle_metadata``).
+#   A Produce that timed out stays REQUEST_TIMED_OUT: its batch may have been appended, and the
+#   client's retry with the same sequence is answered as a duplicate;
+# - reads of a group coordinator's state: COORDINATOR_LOAD_IN_PROGRESS, a coordinator loading;
+# - writes to a group or transaction coordinator: COORDINATOR_NOT_AVAILABLE, as Kafka maps its own
+#   storage timeouts there;
+# - a topic to create: REQUEST_TIMED_OUT, a controller that did not answer in time.
+# ApiVersions, Metadata, FindCoordinator and the classic group membership answer from memory.
+_STORAGE_AWAY = {
+    ApiKey.Produce: ErrorCode.KAFKA_STORAGE_ERROR,
+    ApiKey.Fetch: ErrorCode.KAFKA_STORAGE_ERROR,
+    ApiKey.ListOffsets: ErrorCode.KAFKA_STORAGE_ERROR,
+    ApiKey.OffsetFetch: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ApiKey.DescribeGroups: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ApiKey.ListGroups: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ApiKey.OffsetCommit: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ApiKey.InitProducerId: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ApiKey.AddPartitionsToTxn: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ApiKey.AddOffsetsToTxn: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ApiKey.TxnOffsetCommit: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ApiKey.EndTxn: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ApiKey.CreateTopics: ErrorCode.REQUEST_TIMED_OUT,
+}
+
+
+def error_code(api_key: int, exc: TxlogError) -> ErrorCode:
+    """The error ``exc`` is answered with in a response of ``api_key`` (see ``_STORAGE_AWAY``)."""
+    timed_out = exc.code is ErrorCode.REQUEST_TIMED_OUT
+    if not (timed_out or isinstance(exc, DatabaseUnavailable)) or (timed_out and api_key == ApiKey.Produce):
+        return exc.code
+    return _STORAGE_AWAY.get(api_key, exc.code)
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,11 @@ import uuid
 from typing import Any
 
 from api.kafka import versions
-from api.kafka.handlers import Node, RequestContext
+from api.kafka.handlers import Node, RequestContext, error_code
 from app.domain.records import validate_topic_name
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, topics
+from app.wire.kafka.protocol import ApiKey
 
 # A topic that could not be answered has the zero UUID (Kafka's Uuid.ZERO_UUID). Fetch is served up
 # to v12, which names topics, so clients need no topic id to read.
@@ -30,7 +31,7 @@ _COORDINATOR_GROUP, _COORDINATOR_TRANSACTION = 0, 1
 
 
 def _error(exc: TxlogError) -> tuple[int, str]:
-    return exc.code.kafka_code, exc.message
+    return error_code(ApiKey.CreateTopics, exc).kafka_code, exc.message
 
 
 # -- ApiVersions ---------------------------------------------------------------------------------

@@ -24,6 +24,8 @@ Fetch (v4 to v12, topics by name):
   process's append notifications, and reads again after each append to one of its partitions. It
   holds no thread while it waits, and answers at the deadline with what there is (a
   read_committed fetch whose last stable offset does not move included).
+- While the database is away or too slow, a partition is answered KAFKA_STORAGE_ERROR
+  (``handlers.error_code``), when ``max_wait_ms`` ends rather than at once.
 
 Any gateway reads any partition, its leader in Metadata or not (no NOT_LEADER_OR_FOLLOWER): the
 log is one, in PostgreSQL (``api.kafka.cluster``).
@@ -36,11 +38,13 @@ when there is none.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from api.kafka.handlers import RequestContext, partition_code
+from api.kafka.handlers import RequestContext, error_code
 from api.kafka.handlers.bootstrap import LEADER_EPOCH
 from app.domain.log import header_count, records_size
 from app.domain.records import IsolationLevel
@@ -48,6 +52,7 @@ from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.services import fetch as fetch_service
 from app.services.notify import wait_for_records
+from app.wire.kafka.protocol import ApiKey
 from app.wire.kafka.records import encode
 from app.wire.kafka.records.batch import HEADER_SIZE
 
@@ -89,6 +94,7 @@ class _Read:
     partitions: list[dict]  # the answers, in request order
     size: int  # bytes of records in them
     failed: bool  # some partition answered an error
+    storage_away: bool = False  # some partition could not be read: the database is away or too slow
 
 
 async def handle_fetch(ctx: RequestContext, request: Any) -> dict:
@@ -99,12 +105,20 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> dict:
         for part in topic.partitions
     ]
     settings = ctx.broker.settings
+    started = time.monotonic()
     read = await wait_for_records(
         ctx.notifier if wanted else None, [(w.topic, w.partition) for w in wanted], request.max_wait_ms,
         settings.max_fetch_wait_ms, settings.max_long_polls,
         lambda: ctx.call(_read, ctx.broker, wanted, request.max_bytes, isolation),
         lambda read: read.size >= request.min_bytes or read.failed,
     )
+    if read.storage_away:
+        # Answered when the wait asked for ends, as a long poll that found nothing: clients retry a
+        # KAFKA_STORAGE_ERROR at once (aiokafka without any pause), which would spin for as long as
+        # the database is away.
+        left = min(request.max_wait_ms, settings.max_fetch_wait_ms) / 1000 - (time.monotonic() - started)
+        if left > 0:
+            await asyncio.sleep(left)
     answers = iter(read.partitions)
     return {
         "throttle_time_ms": 0,
@@ -122,7 +136,7 @@ def _read(broker: Broker, wanted: Sequence[_Wanted], max_bytes: int, isolation: 
     answers = []
     left = max_bytes
     first_whole = True  # until a partition has records: its first record goes whatever its size
-    failed = False
+    failed = storage_away = False
     for w in wanted:
         limit = max(0, min(w.max_bytes, left))
         try:
@@ -130,6 +144,7 @@ def _read(broker: Broker, wanted: Sequence[_Wanted], max_bytes: int, isolation: 
         except TxlogError as exc:
             answers.append(_partition_error(w.partition, exc))
             failed = True
+            storage_away = storage_away or error_code(ApiKey.Fetch, exc) is ErrorCode.KAFKA_STORAGE_ERROR
             continue
         data, last_offset = _batches_within(page.records, limit, first_whole)
         aborted: list | None = page.aborted_transactions
@@ -151,7 +166,7 @@ def _read(broker: Broker, wanted: Sequence[_Wanted], max_bytes: int, isolation: 
         if data:
             left -= len(data)
             first_whole = False
-    return _Read(answers, max_bytes - left, failed)
+    return _Read(answers, max_bytes - left, failed, storage_away)
 
 
 def _batches_within(rows: Sequence[Any], limit: int, first_whole: bool) -> tuple[bytes, int | None]:
@@ -192,7 +207,7 @@ def _batches_within(rows: Sequence[Any], limit: int, first_whole: bool) -> tuple
 def _partition_error(partition: int, exc: TxlogError) -> dict:
     return {
         "partition_index": partition,
-        "error_code": partition_code(exc).kafka_code,
+        "error_code": error_code(ApiKey.Fetch, exc).kafka_code,
         "high_watermark": exc.details.get("high_watermark", _NO_OFFSET),
         "last_stable_offset": _NO_OFFSET,
         "log_start_offset": exc.details.get("log_start_offset", _NO_OFFSET),
@@ -229,7 +244,7 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> dict:
 
 def _listed(partition: int, found: Any, error: TxlogError | None) -> dict:
     if error is not None or found is None:
-        code = partition_code(error).kafka_code if error is not None else 0
+        code = error_code(ApiKey.ListOffsets, error).kafka_code if error is not None else 0
         return {"partition_index": partition, "error_code": code, "timestamp": _NO_OFFSET, "offset": _NO_OFFSET, "leader_epoch": _NO_LEADER_EPOCH}
     timestamp = _NO_OFFSET if found.timestamp_ms is None else found.timestamp_ms
     return {"partition_index": partition, "error_code": 0, "timestamp": timestamp, "offset": found.offset, "leader_epoch": LEADER_EPOCH}

@@ -36,11 +36,12 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-from api.kafka.handlers import RequestContext
+from api.kafka.handlers import RequestContext, error_code
 from app.domain.groups.offsets import GroupOffset
 from app.errors import ErrorCode, TxlogError
 from app.services import groups as groups_service
 from app.services.groups import FetchedOffset
+from app.wire.kafka.protocol import ApiKey
 
 NO_OFFSET = -1
 NO_LEADER_EPOCH = -1
@@ -109,9 +110,9 @@ async def _commit(ctx: RequestContext, request: Any, offsets: Sequence[GroupOffs
             named: Iterable[tuple[str, int]] = exc.details.get("partitions", ())  # type: ignore[assignment]  # details hold plain values
             refused = {(str(t), int(p)) for t, p in named} & asked
             if not refused:
-                codes.update({tp: exc.code.kafka_code for tp in asked})
+                codes.update({tp: error_code(ApiKey.OffsetCommit, exc).kafka_code for tp in asked})
                 return codes
-            codes.update({tp: exc.code.kafka_code for tp in refused})
+            codes.update({tp: error_code(ApiKey.OffsetCommit, exc).kafka_code for tp in refused})
             remaining = [o for o in remaining if (o.topic, o.partition) not in refused]
             continue
         codes.update({(o.topic, o.partition): 0 for o in remaining})
@@ -128,14 +129,22 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> dict:
     if v >= 8:
         answers = []
         for g in request.groups:
-            error, topics = await _fetch(ctx, g.group_id, _asked(g.topics), require_stable)
-            answers.append({"group_id": g.group_id, "error_code": _code(error), "topics": topics})
+            asked = _asked(g.topics)
+            error, topics = await _fetch(ctx, g.group_id, asked, require_stable)
+            answers.append({"group_id": g.group_id, "error_code": _code(error), "topics": _with_error(topics, asked, error)})
         return {"throttle_time_ms": 0, "groups": answers}
     asked = _asked(request.topics)
     error, topics = await _fetch(ctx, request.group_id, asked, require_stable)
-    if error is not None and v < 2:  # no top-level error yet: every partition carries it
-        topics = _by_topic((t, _partition(FetchedOffset(t, p, None, NO_METADATA), error)) for t, p in asked or ())
-    return {"throttle_time_ms": 0, "error_code": _code(error), "topics": topics}
+    return {"throttle_time_ms": 0, "error_code": _code(error), "topics": _with_error(topics, asked, error)}
+
+
+def _with_error(topics: list[dict], asked: list[TopicPartition] | None, error: ErrorCode | None) -> list[dict]:
+    """A group's error on every partition asked for too: v0-1 have no other place for it, and a
+    client that reads only the partitions' codes (aiokafka) would otherwise take a partition left
+    out for one without a committed offset and reset its position."""
+    if error is None:
+        return topics
+    return _by_topic((t, _partition(FetchedOffset(t, p, None, NO_METADATA), error)) for t, p in asked or ())
 
 
 def _asked(topics: Any) -> list[TopicPartition] | None:
@@ -157,7 +166,7 @@ async def _fetch(
     try:
         fetched = await ctx.call(groups_service.offset_fetch_partitions, ctx.broker, group_id, asked, require_stable)
     except TxlogError as exc:
-        return exc.code, []
+        return error_code(ApiKey.OffsetFetch, exc), []
     return None, _by_topic((f.topic, _partition(f, f.error.code if f.error else None)) for f in fetched)
 
 

@@ -21,10 +21,11 @@ import functools
 import operator
 from typing import Any
 
-from api.kafka.handlers import RequestContext, partition_code
+from api.kafka.handlers import RequestContext, error_code
 from app.errors import ErrorCode, TxlogError
 from app.services import produce as produce_service
 from app.services.produce import ProduceRequest
+from app.wire.kafka.protocol import ApiKey
 from app.wire.kafka.records import decode
 from app.wire.kafka.records.batch import NO_PRODUCER_ID, RecordBatch
 from app.wire.kafka.records.decode import new_records
@@ -73,7 +74,7 @@ def _error(partition: int, exc: TxlogError) -> dict:
     # A batch of a fenced producer epoch is INVALID_PRODUCER_EPOCH on Produce, as from Kafka 2.7
     # (KIP-588): PRODUCER_FENCED is the coordinator's word, and clients that do not know it
     # (aiokafka) would read an unknown error instead of the fencing.
-    code = ErrorCode.INVALID_PRODUCER_EPOCH if exc.code is ErrorCode.PRODUCER_FENCED else partition_code(exc)
+    code = ErrorCode.INVALID_PRODUCER_EPOCH if exc.code is ErrorCode.PRODUCER_FENCED else error_code(ApiKey.Produce, exc)
     return {
         "index": partition,
         "error_code": code.kafka_code,

@@ -14,12 +14,13 @@ from __future__ import annotations
 import functools
 from typing import Any, Iterable
 
-from api.kafka.handlers import RequestContext
+from api.kafka.handlers import RequestContext, error_code
 from api.kafka.handlers.offsets import offset_metadata
 from app.domain.groups.offsets import GroupOffset
 from app.domain.transactions import Result
 from app.errors import ErrorCode, TxlogError
 from app.services import transactions as txn_service
+from app.wire.kafka.protocol import ApiKey
 
 # The first transaction protocol (Kafka's transactions V1): the epoch is kept across transactions.
 TRANSACTION_VERSION = 1
@@ -33,7 +34,7 @@ _PRODUCER_FENCED_SINCE = {"InitProducerId": 4, "AddPartitionsToTxn": 2, "AddOffs
 def _code(exc: TxlogError, api: str, version: int) -> int:
     if exc.code is ErrorCode.PRODUCER_FENCED and version < _PRODUCER_FENCED_SINCE[api]:
         return ErrorCode.INVALID_PRODUCER_EPOCH.kafka_code
-    return exc.code.kafka_code
+    return error_code(ApiKey[api], exc).kafka_code
 
 
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> dict:

@@ -1,0 +1,206 @@
+"""Every served API's answer while PostgreSQL is down, against what a Kafka broker answers when it
+cannot reach its storage; and the same connection served again once PostgreSQL is back.
+
+- Metadata keeps the brokers and the controller, the topics it knew with their partitions and
+  leaders (each partition LEADER_NOT_AVAILABLE), any other topic LEADER_NOT_AVAILABLE;
+- Produce, Fetch and ListOffsets: KAFKA_STORAGE_ERROR per partition (a log directory offline);
+- CreateTopics: REQUEST_TIMED_OUT per topic (a controller that did not answer in time);
+- reads of a group coordinator's state (OffsetFetch, DescribeGroups, ListGroups):
+  COORDINATOR_LOAD_IN_PROGRESS, OffsetFetch's on every partition asked for too;
+- writes to the group and transaction coordinators: COORDINATOR_NOT_AVAILABLE;
+- ApiVersions, FindCoordinator and the classic group membership, held in memory, go on answering.
+
+Each is retriable for every client; none is UNKNOWN_SERVER_ERROR, none closes the connection. The
+table below covers every API key the gateway serves: a new one fails the test until its outage
+answer is written here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from api.kafka import versions
+from app.errors import ErrorCode as E
+from app.storage import migrate
+from app.storage.embedded import EmbeddedPostgres
+from app.wire.kafka.protocol import ApiKey
+from tests.kafka.conftest import GatewayProcess, RawConnection
+from tests.kafka.test_fetch import fetch_body, list_offsets_body
+from tests.kafka.test_groups import _commit_body, _join
+from tests.kafka.test_transactions import batch, produce
+from tests.support import destroy_embedded
+
+TOPIC, GROUP, TID, NODE = "outage", "outage-group", "outage-tx", 3
+STORAGE, TIMED_OUT, COORDINATOR, LOADING, LEADER = (
+    E.KAFKA_STORAGE_ERROR.kafka_code, E.REQUEST_TIMED_OUT.kafka_code, E.COORDINATOR_NOT_AVAILABLE.kafka_code,
+    E.COORDINATOR_LOAD_IN_PROGRESS.kafka_code, E.LEADER_NOT_AVAILABLE.kafka_code,
+)
+
+
+@pytest.fixture
+def stopped(tmp_path: Path) -> Iterator[tuple[EmbeddedPostgres, GatewayProcess, RawConnection, dict[str, Any]]]:
+    """A gateway that has served a topic, a transactional producer and a group member, on a
+    PostgreSQL now stopped in immediate mode."""
+    pg = EmbeddedPostgres(tmp_path / "pg")
+    pg.start()
+    migrate.upgrade(pg.url)
+    gateway = GatewayProcess(pg.url, log_path=tmp_path / "gateway.log", node_id=NODE).start()
+    try:
+        with gateway.connect(timeout=30) as raw:
+            created = raw.request(ApiKey.CreateTopics, 7, {"topics": [{"name": TOPIC, "num_partitions": 2, "replication_factor": 1}]})
+            assert created.topics[0].error_code == 0
+            assert [p.error_code for p in raw.request(ApiKey.Metadata, 12, {"topics": [{"name": TOPIC}]}).topics[0].partitions] == [0, 0]
+            init = raw.request(ApiKey.InitProducerId, 3, {
+                "transactional_id": TID, "transaction_timeout_ms": 60_000, "producer_id": -1, "producer_epoch": -1,
+            })
+            assert init.error_code == 0
+            joined = _join(raw, GROUP)
+            state = {
+                "pid": init.producer_id, "epoch": init.producer_epoch,
+                "generation": joined.generation_id, "member": joined.member_id,
+            }
+            pg.kill()
+            yield pg, gateway, raw, state
+    finally:
+        gateway.stop()
+        destroy_embedded(pg)
+
+
+def _partitions(answer: Any, topics: str = "topics", partitions: str = "partitions", code: str = "error_code") -> list[int]:
+    return [getattr(p, code) for t in getattr(answer, topics) for p in getattr(t, partitions)]
+
+
+def _metadata(raw: RawConnection, s: dict) -> None:
+    answer = raw.request(ApiKey.Metadata, 12, {"topics": [{"name": TOPIC}, {"name": "never-seen"}]})
+    assert [(b.node_id, b.port) for b in answer.brokers] == [(NODE, s["port"])]
+    assert answer.controller_id == NODE
+    known, unknown = answer.topics
+    assert (known.name, known.error_code) == (TOPIC, 0)
+    assert [(p.partition_index, p.error_code, p.leader_id) for p in known.partitions] == [(0, LEADER, NODE), (1, LEADER, NODE)]
+    assert (unknown.name, unknown.error_code, unknown.partitions) == ("never-seen", LEADER, [])
+    every = raw.request(ApiKey.Metadata, 1, {"topics": None})  # all topics: those it knew
+    assert [(t.name, len(t.partitions)) for t in every.topics] == [(TOPIC, 2)] and every.controller_id == NODE
+
+
+def _txn(s: dict) -> dict:
+    return {"transactional_id": TID, "producer_id": s["pid"], "producer_epoch": s["epoch"]}
+
+
+# API key -> a check of its answer while the database is down
+OUTAGE: dict[int, Callable[[RawConnection, dict], None]] = {
+    ApiKey.ApiVersions: lambda raw, s: (
+        assert_code(raw.request(ApiKey.ApiVersions, 3, {"client_software_name": "t", "client_software_version": "1"}).error_code, 0)
+    ),
+    ApiKey.Metadata: _metadata,
+    ApiKey.Produce: lambda raw, s: assert_code(produce(raw, TOPIC, 0, batch(-1, -1, -1, [b"v"]))[0], STORAGE),
+    ApiKey.Fetch: lambda raw, s: assert_codes(
+        _partitions(raw.request(ApiKey.Fetch, 12, fetch_body([(TOPIC, 0, 0), (TOPIC, 1, 0)])), "responses"), STORAGE
+    ),
+    ApiKey.ListOffsets: lambda raw, s: assert_codes(
+        _partitions(raw.request(ApiKey.ListOffsets, 7, list_offsets_body([(TOPIC, 0, -1), (TOPIC, 1, -2)]))), STORAGE
+    ),
+    ApiKey.CreateTopics: lambda raw, s: assert_codes(
+        [t.error_code for t in raw.request(ApiKey.CreateTopics, 7, {
+            "topics": [{"name": "created-while-away", "num_partitions": 1, "replication_factor": 1}],
+        }).topics], TIMED_OUT,
+    ),
+    ApiKey.OffsetCommit: lambda raw, s: assert_codes(
+        _partitions(raw.request(ApiKey.OffsetCommit, 8, _commit_body(GROUP, [(TOPIC, 0, 1, "")], s["generation"], s["member"]))),
+        COORDINATOR,
+    ),
+    ApiKey.OffsetFetch: lambda raw, s: (
+        assert_codes(
+            [(g.error_code, [p.error_code for t in g.topics for p in t.partitions]) for g in raw.request(ApiKey.OffsetFetch, 8, {
+                "groups": [{"group_id": GROUP, "topics": [{"name": TOPIC, "partition_indexes": [0, 1]}]}], "require_stable": True,
+            }).groups], (LOADING, [LOADING, LOADING]),
+        ),
+        assert_codes([p.error_code for t in raw.request(ApiKey.OffsetFetch, 5, {
+            "group_id": GROUP, "topics": [{"name": TOPIC, "partition_indexes": [0]}], "require_stable": False,
+        }).topics for p in t.partitions], LOADING),
+    ),
+    ApiKey.FindCoordinator: lambda raw, s: assert_codes(
+        [
+            (c.error_code, c.node_id)
+            for key_type, key in ((0, GROUP), (1, TID))  # a group's coordinator, a transactional id's
+            for c in raw.request(ApiKey.FindCoordinator, 4, {"key_type": key_type, "coordinator_keys": [key]}).coordinators
+        ], (0, NODE),
+    ),
+    ApiKey.JoinGroup: lambda raw, s: assert_code(raw.request(ApiKey.JoinGroup, 5, {
+        "group_id": GROUP, "session_timeout_ms": 10_000, "rebalance_timeout_ms": 10_000, "member_id": s["member"],
+        "group_instance_id": None, "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}],
+    }).error_code, 0),
+    ApiKey.SyncGroup: lambda raw, s: assert_code(raw.request(ApiKey.SyncGroup, 3, {
+        "group_id": GROUP, "generation_id": s["generation"], "member_id": s["member"], "group_instance_id": None,
+        "assignments": [{"member_id": s["member"], "assignment": b""}],
+    }).error_code, 0),
+    ApiKey.Heartbeat: lambda raw, s: assert_code(raw.request(ApiKey.Heartbeat, 4, {
+        "group_id": GROUP, "generation_id": s["generation"], "member_id": s["member"], "group_instance_id": None,
+    }).error_code, 0),
+    ApiKey.DescribeGroups: lambda raw, s: assert_codes(
+        [g.error_code for g in raw.request(ApiKey.DescribeGroups, 5, {"groups": [GROUP], "include_authorized_operations": False}).groups],
+        LOADING,
+    ),
+    ApiKey.ListGroups: lambda raw, s: assert_code(raw.request(ApiKey.ListGroups, 4, {"states_filter": []}).error_code, LOADING),
+    ApiKey.LeaveGroup: lambda raw, s: assert_codes(
+        [m.error_code for m in raw.request(ApiKey.LeaveGroup, 3, {
+            "group_id": GROUP, "members": [{"member_id": s["member"], "group_instance_id": None}],
+        }).members], 0,
+    ),
+    ApiKey.InitProducerId: lambda raw, s: assert_code(raw.request(ApiKey.InitProducerId, 3, {
+        "transactional_id": TID, "transaction_timeout_ms": 60_000, "producer_id": s["pid"], "producer_epoch": s["epoch"],
+    }).error_code, COORDINATOR),
+    ApiKey.AddPartitionsToTxn: lambda raw, s: assert_codes(
+        [r.partition_error_code for t in raw.request(ApiKey.AddPartitionsToTxn, 3, {
+            "v3_and_below_transactional_id": TID, "v3_and_below_producer_id": s["pid"],
+            "v3_and_below_producer_epoch": s["epoch"], "v3_and_below_topics": [{"name": TOPIC, "partitions": [0]}],
+        }).results_by_topic_v3_and_below for r in t.results_by_partition], COORDINATOR,
+    ),
+    ApiKey.AddOffsetsToTxn: lambda raw, s: assert_code(
+        raw.request(ApiKey.AddOffsetsToTxn, 3, {**_txn(s), "group_id": GROUP}).error_code, COORDINATOR
+    ),
+    ApiKey.TxnOffsetCommit: lambda raw, s: assert_codes(
+        _partitions(raw.request(ApiKey.TxnOffsetCommit, 3, {
+            **_txn(s), "group_id": GROUP, "generation_id": -1, "member_id": "", "group_instance_id": None,
+            "topics": [{"name": TOPIC, "partitions": [
+                {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1, "committed_metadata": ""},
+            ]}],
+        })), COORDINATOR,
+    ),
+    ApiKey.EndTxn: lambda raw, s: assert_code(raw.request(ApiKey.EndTxn, 3, {**_txn(s), "committed": True}).error_code, COORDINATOR),
+}
+
+
+def assert_code(got: int, expected: int) -> None:
+    assert got == expected, f"answered {E_NAMES.get(got, got)}, not {E_NAMES.get(expected, expected)}"
+
+
+def assert_codes(got: list, expected: Any) -> None:
+    assert got and all(g == expected for g in got), f"answered {got}, not {expected} each"
+
+
+E_NAMES = {code.kafka_code: code.name for code in E}
+
+
+def test_the_outage_table_covers_every_served_api() -> None:
+    assert set(OUTAGE) == set(versions.BY_KEY)
+
+
+def test_every_api_answers_as_a_broker_whose_storage_is_away_and_serves_again_after(stopped) -> None:  # type: ignore[no-untyped-def]
+    pg, gateway, raw, state = stopped
+    state["port"] = gateway.port
+    failed = []
+    # the member joins again (a new generation) after its heartbeat and sync, and leaves last
+    for api_key in sorted(OUTAGE, key=lambda k: (k in (ApiKey.JoinGroup, ApiKey.LeaveGroup), k == ApiKey.LeaveGroup, k)):
+        try:
+            OUTAGE[api_key](raw, state)
+        except AssertionError as exc:
+            failed.append(f"{ApiKey(api_key).name}: {exc}")
+    assert not failed, "\n".join(failed)
+    pg.start()
+    assert produce(raw, TOPIC, 0, batch(-1, -1, -1, [b"after"])) == (0, 0)
+    assert [p.error_code for p in raw.request(ApiKey.Metadata, 12, {"topics": [{"name": TOPIC}]}).topics[0].partitions] == [0, 0]
+    assert raw.request(ApiKey.InitProducerId, 3, {
+        "transactional_id": TID, "transaction_timeout_ms": 60_000, "producer_id": state["pid"], "producer_epoch": state["epoch"],
+    }).error_code == 0
