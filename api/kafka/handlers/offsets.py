@@ -131,18 +131,19 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> dict:
         for g in request.groups:
             asked = _asked(g.topics)
             error, topics = await _fetch(ctx, g.group_id, asked, require_stable)
-            answers.append({"group_id": g.group_id, "error_code": _code(error), "topics": _with_error(topics, asked, error)})
+            answers.append({"group_id": g.group_id, "error_code": _code(error), "topics": _with_error(v, topics, asked, error)})
         return {"throttle_time_ms": 0, "groups": answers}
     asked = _asked(request.topics)
     error, topics = await _fetch(ctx, request.group_id, asked, require_stable)
-    return {"throttle_time_ms": 0, "error_code": _code(error), "topics": _with_error(topics, asked, error)}
+    return {"throttle_time_ms": 0, "error_code": _code(error), "topics": _with_error(v, topics, asked, error)}
 
 
-def _with_error(topics: list[dict], asked: list[TopicPartition] | None, error: ErrorCode | None) -> list[dict]:
-    """A group's error on every partition asked for too: v0-1 have no other place for it, and a
-    client that reads only the partitions' codes (aiokafka) would otherwise take a partition left
-    out for one without a committed offset and reset its position."""
-    if error is None:
+def _with_error(version: int, topics: list[dict], asked: list[TopicPartition] | None, error: ErrorCode | None) -> list[dict]:
+    """A group's error on every partition asked for too: always in v0-1, which have no other place
+    for it, and from v2 when it is retriable (the coordinator cannot read the offsets now), where
+    Kafka answers no partition: a client that reads only the partitions' codes (aiokafka) takes a
+    partition left out for one without a committed offset, and resets its position."""
+    if error is None or (version >= 2 and not error.retriable):
         return topics
     return _by_topic((t, _partition(FetchedOffset(t, p, None, NO_METADATA), error)) for t, p in asked or ())
 
