@@ -11,11 +11,11 @@ exactly when the copies are visible. A failed transaction is aborted and the inp
 the offsets of the last commit. It exits 0 once the group's offsets reach ``--ends``; 2 on a fatal
 error (fenced, or anything the client cannot recover from); a restarted copier takes over.
 
-Both clients set ``metadata.recovery.strategy=none`` unless ``--metadata-recovery`` says otherwise: with librdkafka's default (re-bootstrap once
-every broker is down, as when the only gateway restarts) the brokers it knew are decommissioned,
-and ``send_offsets_to_transaction`` can then wait forever, past its own timeout, for the group
-coordinator it had cached (confluentinc/librdkafka #5511 and #5456, open in 2.16; seen here with
-the default: the copier hung after the first gateway restart). Should a call still block far past
+Both clients set ``metadata.recovery.strategy=none`` (``--metadata-recovery`` sets another): with
+librdkafka's default (re-bootstrap once every broker is down, as when the only gateway restarts)
+the brokers it knew are decommissioned, and ``send_offsets_to_transaction`` can then wait forever,
+past its own timeout, for the group coordinator it had cached (confluentinc/librdkafka #5511 and
+#5456, open in 2.16; seen here with the default: the copier hung after the first gateway restart). Should a call still block far past
 its timeout, a watchdog ends the copier (exit 3) for a new one to take over.
 
 ``--offsets-outside`` is the broken variant the test uses as its control: the offsets are
