@@ -4,7 +4,7 @@ Two ``txlog kafka`` gateways share one PostgreSQL. Under load:
 - idempotent producers, one per client: confluent-kafka with ``metadata.recovery.strategy=none``
   and with its default (re-bootstrap), kafka-python and aiokafka, each writing numbered values;
 - transactional copiers (``tests/kafka/copier_*.py``): confluent-kafka with either recovery
-  strategy and kafka-python, each copying its own input topic to its own output topic, one
+  strategy, kafka-python and aiokafka, each copying its own input topic to its own output topic, one
   transaction per poll with the input offsets in it;
 - read_committed group consumers, one per client, following every output topic.
 
@@ -46,13 +46,15 @@ pytestmark = pytest.mark.slow
 PARTITIONS = 3
 REQUEST_TIMEOUT_MS = 5000
 OUTAGE_S = REQUEST_TIMEOUT_MS / 1000 + 3  # longer than every client's request timeout
-COPY_RECORDS = 3000  # per copier: at its pace, enough for the copiers to be mid-run at every fault
+COPY_RECORDS = 1800  # per copier: at its pace, enough for the copiers to be mid-run at every fault
 PROGRESS_S = 90  # how long a client may take to deliver again after PostgreSQL is back
 ACKS = "acks"
-COPIER_RUNS = {  # name -> (program, extra arguments)
+PROGRAMS = {**COPIERS, "aiokafka": COPIERS["confluent"].with_name("copier_aiokafka.py")}
+COPIER_RUNS = {  # name -> (program, extra arguments); a call blocked for 30 s is a wedged client
     "confluent-none": ("confluent", ["--metadata-recovery", "none"]),
     "confluent-rebootstrap": ("confluent", ["--metadata-recovery", "rebootstrap"]),
-    "kafka-python": ("kafka-python", []),
+    "kafka-python": ("kafka-python", ["--stuck-after-s", "30"]),
+    "aiokafka": ("aiokafka", ["--stuck-after-s", "30"]),
 }
 
 
@@ -269,7 +271,7 @@ class Copier:
         self.name = name
         self.input, self.output = f"in-{name}", f"out-{name}"
         self.argv = [
-            sys.executable, str(COPIERS[program]), "--bootstrap", bootstrap, "--input", self.input, "--output", self.output,
+            sys.executable, str(PROGRAMS[program]), "--bootstrap", bootstrap, "--input", self.input, "--output", self.output,
             "--group", f"copier-{name}", "--transactional-id", f"copier-{name}", "--max-batch", "10", "--pause-ms", "200",
             *extra,
         ]

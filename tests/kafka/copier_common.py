@@ -80,6 +80,7 @@ def arguments(argv: list[str] | None = None, **extra: dict) -> argparse.Namespac
     ap.add_argument("--offsets-outside", action="store_true")
     ap.add_argument("--crash-after-txn", type=int, default=0)
     ap.add_argument("--pause-ms", type=int, default=0, help="keep each transaction open this long before its commit")
+    ap.add_argument("--stuck-after-s", type=float, default=None, help="the watchdog's limit, instead of the client's own")
     for name, options in extra.items():
         ap.add_argument(f"--{name}", **options)
     args = ap.parse_args(argv)

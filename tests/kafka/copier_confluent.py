@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         argv, debug={"default": None, "help": "librdkafka debug contexts, for a copier that misbehaves"},
         **{"metadata-recovery": {"default": "none", "help": "librdkafka's metadata.recovery.strategy"}},
     )
+    WATCHDOG.stuck_after_s = args.stuck_after_s or WATCHDOG.stuck_after_s
     WATCHDOG.start()
     debug = {"debug": args.debug} if args.debug else {}
     ends = args.ends

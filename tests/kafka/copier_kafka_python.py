@@ -46,7 +46,7 @@ STUCK_AFTER_S = 10
 
 def main(argv: list[str] | None = None) -> int:
     args = arguments(argv)
-    WATCHDOG.stuck_after_s = STUCK_AFTER_S
+    WATCHDOG.stuck_after_s = args.stuck_after_s or STUCK_AFTER_S
     WATCHDOG.start()
     ends = args.ends
     partitions = [TopicPartition(args.input, p) for p in range(len(ends))]

@@ -25,7 +25,7 @@ from sqlalchemy import text
 from api.kafka.cluster import NodeIdInUse, RegistryCluster
 from api.kafka.handlers import Node
 from app.domain.cluster import coordinator_of, leader_of
-from app.errors import ErrorCode
+from app.errors import DatabaseUnavailable, ErrorCode
 from app.services import cluster as registry
 from app.wire.kafka.protocol import ApiKey
 from tests.conftest import fresh_database, make_broker
@@ -74,6 +74,41 @@ def test_two_nodes_see_each_other_and_split_the_groups(db_url: str) -> None:
         assert_no_nodes(broker)
     finally:
         broker.db.dispose()
+
+
+def test_a_node_back_from_a_database_outage_keeps_the_others_for_one_lease(db_url: str) -> None:
+    """While the database is away no gateway can renew; the first one back must not drop the
+    others, whose leases lapsed meanwhile, before they had a lease to renew."""
+    broker = make_broker(db_url, kafka_node_lease_ms=1500)
+    away = make_broker("postgresql://txlog@127.0.0.1:1/txlog")  # nothing listens on port 1
+
+    async def scenario() -> None:
+        a = RegistryCluster(broker, Node(0, "a.example", 9092))
+        await a.start()
+        # another gateway, which renews no more (it is cut off from the database too, say)
+        other = await asyncio.to_thread(registry.register_node, broker, 1, "b.example", 9093, 1500)
+        await a.beat()
+        assert [n.node_id for n in a.list_nodes()] == [0, 1]
+        a.broker = away
+        with pytest.raises(DatabaseUnavailable):
+            await a.beat()
+        await asyncio.sleep(1.7)  # both leases lapse
+        a.broker = broker
+        await a.beat()  # back: renewed, node 1 lapsed in the registry and still in the view
+        assert [n.node_id for n in a.list_nodes()] == [0, 1]
+        assert [n for n, *_ in await asyncio.to_thread(registry.live_nodes, broker)] == [0]
+        await asyncio.sleep(1.7)  # node 1 had a lease to come back, and did not
+        await a.beat()
+        assert [n.node_id for n in a.list_nodes()] == [0]
+        await asyncio.to_thread(registry.deregister_node, broker, other)
+        await a.stop()
+
+    try:
+        asyncio.run(scenario())
+        assert_no_nodes(broker)
+    finally:
+        broker.db.dispose()
+        away.db.dispose()
 
 
 def test_a_node_id_held_elsewhere_is_refused_and_a_taken_one_is_lost(db_url: str) -> None:
