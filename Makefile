@@ -50,7 +50,8 @@ bench: $(STAMP) system-deps $(BENCH_STAMP)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m bench $(if $(QUICK),--quick,)
 
 # Longer fault runs: the fault suite for CHAOS_SECONDS under a heavier load, 10,000 transactions
-# timing out together, and a frozen server a few times over.
+# timing out together, a frozen server a few times over, and a confluent-kafka copier through
+# both gateways killed at once (tests/chaos/gateway_restarts.py).
 CHAOS_ROUNDS ?= 3
 CHAOS_SECONDS ?= 300
 chaos: $(STAMP) system-deps
@@ -59,6 +60,7 @@ chaos: $(STAMP) system-deps
 	for i in $$(seq $(CHAOS_ROUNDS)); do \
 	  $(PY) -m pytest -q -s -p no:cacheprovider tests/acceptance/test_frozen_host.py || exit 1; \
 	done
+	$(PY) -m tests.chaos.gateway_restarts --strategy none
 
 clean:
 	rm -rf $(VENV) .txlog .pytest_cache
