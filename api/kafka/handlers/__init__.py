@@ -47,7 +47,8 @@ T = TypeVar("T")
 # - writes to a group or transaction coordinator: COORDINATOR_NOT_AVAILABLE, as Kafka maps its own
 #   storage timeouts there;
 # - a topic to create: REQUEST_TIMED_OUT, a controller that did not answer in time.
-# ApiVersions, Metadata, FindCoordinator and the classic group membership answer from memory.
+# ApiVersions, FindCoordinator and the classic group membership answer from memory, and Metadata
+# from what it read before (``bootstrap.handle_metadata``).
 _STORAGE_AWAY = {
     ApiKey.Produce: ErrorCode.KAFKA_STORAGE_ERROR,
     ApiKey.Fetch: ErrorCode.KAFKA_STORAGE_ERROR,
