@@ -48,6 +48,7 @@ class FetchedOffset:
     # UNSTABLE_OFFSET_COMMIT (retriable) when the answer was asked stable (require_stable, KIP-447)
     # and a transaction has an offset pending for the partition: its commit may change it.
     error: TxlogError | None = None
+    leader_epoch: int = -1  # as committed (-1: none, or nothing committed)
 
 
 def offset_fetch_partitions(
@@ -72,7 +73,7 @@ def offset_fetch_partitions(
                 ErrorCode.UNSTABLE_OFFSET_COMMIT,
                 f"Group {group_id!r} has an offset pending in an open transaction for {r.topic}-{r.partition}; retry",
             )
-        out.append(FetchedOffset(r.topic, r.partition, r.offset, r.metadata or "", error))
+        out.append(FetchedOffset(r.topic, r.partition, r.offset, r.metadata or "", error, -1 if r.leader_epoch is None else r.leader_epoch))
     return out
 
 
@@ -88,7 +89,7 @@ def offset_fetch(broker: Broker, group_id: str, require_stable: bool = False) ->
             ErrorCode.UNSTABLE_OFFSET_COMMIT,
             f"Group {group_id!r} has offsets pending in open transactions for {', '.join(parts)}; retry",
         )
-    return [GroupOffset(f.topic, f.partition, f.offset, f.metadata) for f in fetched if f.offset is not None]
+    return [GroupOffset(f.topic, f.partition, f.offset, f.metadata, f.leader_epoch) for f in fetched if f.offset is not None]
 
 
 def list_groups(broker: Broker, among: Sequence[str] | None = None) -> list[str]:

@@ -17,12 +17,14 @@ def group_offsets_upsert(conn: Connection, group_id: str, offsets: Sequence[Grou
     conn.execute(
         text(
             """
-            INSERT INTO txlog.group_offsets (group_id, topic, partition, "offset", metadata, committed_at)
-            SELECT :group_id, u.topic, u.partition, u.off, u.meta, now()
-            FROM unnest(CAST(:topics AS text[]), CAST(:parts AS int[]), CAST(:offs AS bigint[]), CAST(:metas AS text[]))
-                 AS u(topic, partition, off, meta)
+            INSERT INTO txlog.group_offsets (group_id, topic, partition, "offset", metadata, leader_epoch, committed_at)
+            SELECT :group_id, u.topic, u.partition, u.off, u.meta, u.epoch, now()
+            FROM unnest(CAST(:topics AS text[]), CAST(:parts AS int[]), CAST(:offs AS bigint[]), CAST(:metas AS text[]),
+                        CAST(:epochs AS int[]))
+                 AS u(topic, partition, off, meta, epoch)
             ON CONFLICT (group_id, topic, partition) DO UPDATE
-            SET "offset" = EXCLUDED."offset", metadata = EXCLUDED.metadata, committed_at = EXCLUDED.committed_at
+            SET "offset" = EXCLUDED."offset", metadata = EXCLUDED.metadata, leader_epoch = EXCLUDED.leader_epoch,
+                committed_at = EXCLUDED.committed_at
             """
         ),
         {
@@ -31,6 +33,7 @@ def group_offsets_upsert(conn: Connection, group_id: str, offsets: Sequence[Grou
             "parts": [o.partition for o in offsets],
             "offs": [o.offset for o in offsets],
             "metas": [o.metadata for o in offsets],
+            "epochs": [o.leader_epoch for o in offsets],
         },
     )
 
@@ -38,7 +41,8 @@ def group_offsets_upsert(conn: Connection, group_id: str, offsets: Sequence[Grou
 _GROUP_OFFSET_COLUMNS = """
     k.topic, k.partition, g."offset", g.metadata,
     EXISTS (SELECT 1 FROM txlog.pending_group_offsets p
-            WHERE p.group_id = :g AND p.topic = k.topic AND p.partition = k.partition) AS pending
+            WHERE p.group_id = :g AND p.topic = k.topic AND p.partition = k.partition) AS pending,
+    g.leader_epoch
 """
 
 _GROUP_OFFSETS_OF = text(
@@ -104,13 +108,14 @@ def pending_offsets_upsert(
         text(
             """
             INSERT INTO txlog.pending_group_offsets (group_id, topic, partition, transactional_id, producer_id,
-                                                     producer_epoch, "offset", metadata)
-            SELECT :group_id, u.topic, u.partition, :tid, :pid, :epoch, u.off, u.meta
-            FROM unnest(CAST(:topics AS text[]), CAST(:parts AS int[]), CAST(:offs AS bigint[]), CAST(:metas AS text[]))
-                 AS u(topic, partition, off, meta)
+                                                     producer_epoch, "offset", metadata, leader_epoch)
+            SELECT :group_id, u.topic, u.partition, :tid, :pid, :epoch, u.off, u.meta, u.leader_epoch
+            FROM unnest(CAST(:topics AS text[]), CAST(:parts AS int[]), CAST(:offs AS bigint[]), CAST(:metas AS text[]),
+                        CAST(:leader_epochs AS int[]))
+                 AS u(topic, partition, off, meta, leader_epoch)
             ON CONFLICT (group_id, topic, partition, transactional_id) DO UPDATE
-            SET "offset" = EXCLUDED."offset", metadata = EXCLUDED.metadata, producer_id = EXCLUDED.producer_id,
-                producer_epoch = EXCLUDED.producer_epoch, committed_at = now()
+            SET "offset" = EXCLUDED."offset", metadata = EXCLUDED.metadata, leader_epoch = EXCLUDED.leader_epoch,
+                producer_id = EXCLUDED.producer_id, producer_epoch = EXCLUDED.producer_epoch, committed_at = now()
             """
         ),
         {
@@ -122,6 +127,7 @@ def pending_offsets_upsert(
             "parts": [o.partition for o in offsets],
             "offs": [o.offset for o in offsets],
             "metas": [o.metadata for o in offsets],
+            "leader_epochs": [o.leader_epoch for o in offsets],
         },
     )
 
@@ -131,14 +137,15 @@ def pending_offsets_upsert(
 # partition) order).
 PENDING_OFFSETS_CTES = """offsets_taken AS (
         DELETE FROM txlog.pending_group_offsets WHERE transactional_id = %(tid)s AND {gate}
-        RETURNING group_id, topic, partition, "offset", metadata
+        RETURNING group_id, topic, partition, "offset", metadata, leader_epoch
     ), offsets_applied AS (
-        INSERT INTO txlog.group_offsets (group_id, topic, partition, "offset", metadata, committed_at)
-        SELECT group_id, topic, partition, "offset", metadata, now() FROM offsets_taken
+        INSERT INTO txlog.group_offsets (group_id, topic, partition, "offset", metadata, leader_epoch, committed_at)
+        SELECT group_id, topic, partition, "offset", metadata, leader_epoch, now() FROM offsets_taken
         WHERE CAST(%(commit_offsets)s AS boolean)
         ORDER BY group_id, topic, partition
         ON CONFLICT (group_id, topic, partition) DO UPDATE
-        SET "offset" = EXCLUDED."offset", metadata = EXCLUDED.metadata, committed_at = EXCLUDED.committed_at
+        SET "offset" = EXCLUDED."offset", metadata = EXCLUDED.metadata, leader_epoch = EXCLUDED.leader_epoch,
+            committed_at = EXCLUDED.committed_at
     )"""
 
 

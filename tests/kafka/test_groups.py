@@ -782,3 +782,39 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+
+
+def test_a_committed_offset_keeps_its_leader_epoch(group_gateway: GatewayProcess, store: Broker) -> None:
+    """OffsetFetch answers the leader epoch an offset was committed with (OffsetCommit v6+,
+    TxnOffsetCommit v2+, through the transaction's commit), -1 for one committed without; a
+    consumer checks its position against it (KIP-320). confluent-kafka's ``committed()`` reads it."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic, group, tid = new_topic(store, 3), unique("g"), unique("tx")
+    fetch = {"groups": [{"group_id": group, "topics": [{"name": topic, "partition_indexes": [0, 1, 2]}]}], "require_stable": True}
+    with group_gateway.connect() as conn:
+        plain = _commit_body(group, [(topic, 0, 4, "four")])
+        plain["topics"][0]["partitions"][0]["committed_leader_epoch"] = 5
+        assert _codes(conn.request(ApiKey.OffsetCommit, 8, plain)) == [(topic, 0, 0)]
+        old = _commit_body(group, [(topic, 1, 2, "")])  # v5 has no leader epoch
+        assert _codes(conn.request(ApiKey.OffsetCommit, 5, old)) == [(topic, 1, 0)]
+        init = {"transactional_id": tid, "transaction_timeout_ms": 60_000, "producer_id": -1, "producer_epoch": -1}
+        pid = conn.request(ApiKey.InitProducerId, 3, init)
+        ids = {"transactional_id": tid, "producer_id": pid.producer_id, "producer_epoch": pid.producer_epoch}
+        assert conn.request(ApiKey.AddOffsetsToTxn, 3, {**ids, "group_id": group}).error_code == 0
+        partition = {"partition_index": 2, "committed_offset": 9, "committed_leader_epoch": 7, "committed_metadata": ""}
+        body = {**ids, "group_id": group, "generation_id": -1, "member_id": "", "group_instance_id": None,
+                "topics": [{"name": topic, "partitions": [partition]}]}
+        assert _codes(conn.request(ApiKey.TxnOffsetCommit, 3, body)) == [(topic, 2, 0)]
+        assert conn.request(ApiKey.EndTxn, 3, {**ids, "committed": True}).error_code == 0
+        answer = conn.request(ApiKey.OffsetFetch, 8, fetch).groups[0]
+        assert [(p.partition_index, p.committed_offset, p.committed_leader_epoch) for t in answer.topics for p in t.partitions] == [
+            (0, 4, 5), (1, 2, -1), (2, 9, 7),
+        ]
+    consumer = Consumer({"bootstrap.servers": group_gateway.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 1, 3, leader_epoch=2)], asynchronous=False)
+        got = consumer.committed([TopicPartition(topic, p) for p in range(3)], 10)
+        assert [(tp.offset, tp.leader_epoch) for tp in got] == [(4, 5), (3, 2), (9, 7)]
+    finally:
+        consumer.close()

@@ -72,7 +72,10 @@ def _by_topic(entries: Iterable[tuple[str, dict]]) -> list[dict]:
 
 async def handle_offset_commit(ctx: RequestContext, request: Any) -> dict:
     offsets = [
-        GroupOffset(t.name, p.partition_index, p.committed_offset, offset_metadata(p.committed_metadata))
+        GroupOffset(
+            t.name, p.partition_index, p.committed_offset, offset_metadata(p.committed_metadata),
+            p.committed_leader_epoch if ctx.api_version >= 6 else NO_LEADER_EPOCH,
+        )
         for t in request.topics
         for p in t.partitions
     ]
@@ -175,7 +178,7 @@ def _partition(f: FetchedOffset, error: ErrorCode | None) -> dict:
     return {
         "partition_index": f.partition,
         "committed_offset": NO_OFFSET if f.offset is None else f.offset,
-        "committed_leader_epoch": NO_LEADER_EPOCH,
+        "committed_leader_epoch": f.leader_epoch if f.offset is not None else NO_LEADER_EPOCH,
         "metadata": f.metadata if f.offset is not None else NO_METADATA,
         "error_code": _code(error),
     }

@@ -15,7 +15,7 @@ import functools
 from typing import Any, Iterable
 
 from api.kafka.handlers import RequestContext, error_code
-from api.kafka.handlers.offsets import offset_metadata
+from api.kafka.handlers.offsets import NO_LEADER_EPOCH, offset_metadata
 from app.domain.groups.offsets import GroupOffset
 from app.domain.transactions import Result
 from app.errors import ErrorCode, TxlogError
@@ -114,7 +114,10 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
     carries the consumer's generation and member id, and a zombie (an older generation of the
     group, KIP-447) is refused by the group coordinator before anything is written."""
     offsets = [
-        GroupOffset(t.name, p.partition_index, p.committed_offset, offset_metadata(p.committed_metadata))
+        GroupOffset(
+            t.name, p.partition_index, p.committed_offset, offset_metadata(p.committed_metadata),
+            p.committed_leader_epoch if ctx.api_version >= 2 else NO_LEADER_EPOCH,
+        )
         for t in request.topics
         for p in t.partitions
     ]

@@ -80,6 +80,7 @@ class GroupOffset:
     partition: int
     offset: int
     metadata: str
+    leader_epoch: int = -1  # the leader epoch of the record before the offset, as the consumer knew it; -1: none
 
 
 class GroupOffsetRow(NamedTuple):
@@ -90,3 +91,4 @@ class GroupOffsetRow(NamedTuple):
     offset: int | None  # None: nothing committed
     metadata: str | None
     pending: bool  # a transaction has an offset pending for the partition
+    leader_epoch: int | None = None  # as committed (None: nothing committed)
