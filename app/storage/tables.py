@@ -253,6 +253,8 @@ group_offsets = Table(
     Column("offset", BigInteger, nullable=False),
     Column("metadata", Text, nullable=False, server_default=text("''")),
     Column("committed_at", TS, nullable=False, server_default=text("now()")),
+    # the leader epoch the consumer committed with (OffsetCommit v6+, TxnOffsetCommit v2+); -1: none
+    Column("leader_epoch", Integer, nullable=False, server_default=text("-1")),
     PrimaryKeyConstraint("group_id", "topic", "partition"),
 )
 
@@ -269,6 +271,7 @@ pending_group_offsets = Table(
     Column("offset", BigInteger, nullable=False),
     Column("metadata", Text, nullable=False, server_default=text("''")),
     Column("committed_at", TS, nullable=False, server_default=text("now()")),
+    Column("leader_epoch", Integer, nullable=False, server_default=text("-1")),
     PrimaryKeyConstraint("group_id", "topic", "partition", "transactional_id"),
     Index("pending_group_offsets_txn", "transactional_id"),
 )
