@@ -8,7 +8,8 @@ cannot reach its storage; and the same connection served again once PostgreSQL i
 - reads of a group coordinator's state (OffsetFetch, DescribeGroups, ListGroups):
   COORDINATOR_LOAD_IN_PROGRESS, OffsetFetch's on every partition asked for too;
 - writes to the group and transaction coordinators: COORDINATOR_NOT_AVAILABLE;
-- ApiVersions, FindCoordinator and the classic group membership, held in memory, go on answering.
+- ApiVersions, DescribeCluster, FindCoordinator and the classic group membership, held in memory,
+  go on answering.
 
 Each is retriable for every client; none is UNKNOWN_SERVER_ERROR, none closes the connection. The
 table below covers every API key the gateway serves: a new one fails the test until its outage
@@ -143,6 +144,11 @@ OUTAGE: dict[int, Callable[[RawConnection, dict], None]] = {
         LOADING,
     ),
     ApiKey.ListGroups: lambda raw, s: assert_code(raw.request(ApiKey.ListGroups, 4, {"states_filter": []}).error_code, LOADING),
+    ApiKey.DescribeCluster: lambda raw, s: assert_codes(
+        [(a.error_code, a.controller_id, [b.broker_id for b in a.brokers])
+         for a in [raw.request(ApiKey.DescribeCluster, 0, {"include_cluster_authorized_operations": False})]],
+        (0, NODE, [NODE]),
+    ),
     ApiKey.LeaveGroup: lambda raw, s: assert_codes(
         [m.error_code for m in raw.request(ApiKey.LeaveGroup, 3, {
             "group_id": GROUP, "members": [{"member_id": s["member"], "group_instance_id": None}],

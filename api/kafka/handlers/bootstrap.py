@@ -127,9 +127,32 @@ def _metadata(ctx: RequestContext, answers: list[dict]) -> dict:
         "throttle_time_ms": 0,
         "brokers": [_broker(node) for node in nodes],
         "cluster_id": ctx.cluster.cluster_id,
-        # any gateway creates topics; the lowest node id, so that every gateway names the same one
-        "controller_id": min(node.node_id for node in nodes),
+        "controller_id": _controller_id(nodes),
         "topics": answers,
+    }
+
+
+def _controller_id(nodes: list[Node]) -> int:
+    """Any gateway creates topics: the lowest node id, so that every gateway names the same one."""
+    return min(node.node_id for node in nodes)
+
+
+# -- DescribeCluster -------------------------------------------------------------------------------
+
+
+async def handle_describe_cluster(ctx: RequestContext, request: Any) -> dict:
+    """The cluster as Metadata names it: its id, the controller and every live gateway as a broker,
+    from memory (while the database is away too). The cluster's authorized operations are "not
+    provided" (Kafka's INT32_MIN): the wire has no principals to authorize yet."""
+    nodes = ctx.cluster.list_nodes()
+    return {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "error_message": None,
+        "cluster_id": ctx.cluster.cluster_id,
+        "controller_id": _controller_id(nodes),
+        "brokers": [{"broker_id": n.node_id, "host": n.host, "port": n.port, "rack": None} for n in nodes],
+        "authorized_operations": None,  # the codec's "not provided": INT32_MIN on the wire
     }
 
 
