@@ -72,6 +72,8 @@ class ErrorCode(Enum):
     THROTTLING_QUOTA_EXCEEDED = _Spec(89, 429, True, "The throttling quota has been exceeded.")
     PRODUCER_FENCED = _Spec(90, 409, False, "There is a newer producer with the same transactionalId which fences the current one.")
     UNKNOWN_TOPIC_ID = _Spec(100, 404, False, "This server does not host this topic ID.")
+    MISMATCHED_ENDPOINT_TYPE = _Spec(114, 400, False, "The request was sent to an endpoint of the wrong type.")
+    UNSUPPORTED_ENDPOINT_TYPE = _Spec(115, 400, False, "This endpoint type is not supported yet.")
     TRANSACTIONAL_ID_NOT_FOUND = _Spec(105, 404, False, "The transactionalId could not be found.")
 
     @property

@@ -56,9 +56,10 @@ APIS: tuple[Api, ...] = (
     Api(ApiKey.SyncGroup, 0, 5, f"{_GROUPS}:handle_sync_group"),  # v5: protocol type and name checked
     Api(ApiKey.DescribeGroups, 0, 6, f"{_GROUPS}:handle_describe_groups"),  # v6: GROUP_ID_NOT_FOUND
     Api(ApiKey.ListGroups, 0, 5, f"{_GROUPS}:handle_list_groups"),  # v4 states filter; v5 types filter
+    Api(ApiKey.DeleteGroups, 0, 2, f"{_GROUPS}:handle_delete_groups"),
     Api(ApiKey.ApiVersions, 0, 4, f"{_BOOTSTRAP}:handle_api_versions"),  # v3+: flexible, client software
     Api(ApiKey.CreateTopics, 2, 7, f"{_BOOTSTRAP}:handle_create_topics"),
-    Api(ApiKey.DescribeCluster, 0, 0, f"{_BOOTSTRAP}:handle_describe_cluster"),  # v1+: endpoint types (controllers)
+    Api(ApiKey.DescribeCluster, 0, 2, f"{_BOOTSTRAP}:handle_describe_cluster"),  # v1 endpoint types; v2 fenced brokers
     Api(ApiKey.InitProducerId, 0, 4, "api.kafka.handlers.transactions:handle_init_producer_id"),  # v3+: KIP-360
     Api(ApiKey.AddPartitionsToTxn, 0, 3, "api.kafka.handlers.transactions:handle_add_partitions_to_txn"),  # v4+: brokers only
     Api(ApiKey.AddOffsetsToTxn, 0, 3, "api.kafka.handlers.transactions:handle_add_offsets_to_txn"),

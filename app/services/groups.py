@@ -92,6 +92,15 @@ def offset_fetch(broker: Broker, group_id: str, require_stable: bool = False) ->
     return [GroupOffset(f.topic, f.partition, f.offset, f.metadata, f.leader_epoch) for f in fetched if f.offset is not None]
 
 
+def delete_offsets(broker: Broker, group_id: str) -> bool:
+    """DeleteGroups' part here: the group's committed offsets go, and those pending in open
+    transactions (whose commit then leaves the group's offsets alone, as Kafka drops a deleted
+    group's pending transactional offsets). Whether it had any."""
+    _check_group(group_id)
+    with broker.db.transaction() as conn:
+        return groups_store.group_offsets_delete(conn, group_id) > 0
+
+
 def list_groups(broker: Broker, among: Sequence[str] | None = None) -> list[str]:
     """Groups known by their offsets: all, or those of ``among``."""
     with broker.db.read() as conn:

@@ -100,6 +100,21 @@ def group_ids(conn: Connection, among: Sequence[str] | None = None) -> list[str]
     return list(rows.scalars())
 
 
+def group_offsets_delete(conn: Connection, group_id: str) -> int:
+    """Remove a group's committed offsets and those pending in transactions: how many there were."""
+    row = conn.execute(
+        text(
+            """
+            WITH committed AS (DELETE FROM txlog.group_offsets WHERE group_id = :g RETURNING 1),
+                 pending AS (DELETE FROM txlog.pending_group_offsets WHERE group_id = :g RETURNING 1)
+            SELECT (SELECT count(*) FROM committed) + (SELECT count(*) FROM pending)
+            """
+        ),
+        {"g": group_id},
+    )
+    return int(row.scalar_one())
+
+
 def pending_offsets_upsert(
     conn: Connection, group_id: str, transactional_id: str, producer_id: int, producer_epoch: int, offsets: Sequence[GroupOffset]
 ) -> None:

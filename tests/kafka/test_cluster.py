@@ -259,17 +259,28 @@ def test_every_gateway_lists_the_same_brokers_and_spreads_the_leaders(trio: list
 
 
 def test_describe_cluster_names_what_metadata_names(trio: list[GatewayProcess]) -> None:
-    """DescribeCluster, over raw frames from every gateway and through confluent-kafka's
-    AdminClient: the cluster id, the controller and the brokers of Metadata."""
+    """DescribeCluster, over raw frames from every gateway (v0-2; the controllers' endpoints
+    refused as a broker refuses them) and through confluent-kafka's and kafka-python's admin
+    clients: the cluster id, the controller and the brokers of Metadata."""
     from confluent_kafka.admin import AdminClient
+    from kafka.admin import KafkaAdminClient
 
     cluster_id = metadata(trio[0]).cluster_id
-    for g in trio:
+    for g, version in zip(trio, (0, 1, 2)):
         with g.connect() as conn:
-            got = conn.request(ApiKey.DescribeCluster, 0, {"include_cluster_authorized_operations": True})
+            got = conn.request(ApiKey.DescribeCluster, version, {"include_cluster_authorized_operations": True, "endpoint_type": 1})
+            controllers = conn.request(ApiKey.DescribeCluster, 2, {"endpoint_type": 2})
         assert (got.error_code, got.cluster_id, got.controller_id) == (0, cluster_id, 0)
         assert [(b.broker_id, b.host, b.port, b.rack) for b in got.brokers] == [(n.node_id, "127.0.0.1", n.port, None) for n in trio]
         assert got.authorized_operations is None  # the codec's reading of INT32_MIN: not provided
+        assert (controllers.error_code, controllers.brokers) == (ErrorCode.MISMATCHED_ENDPOINT_TYPE.kafka_code, [])
+    kp = KafkaAdminClient(bootstrap_servers=trio[2].bootstrap)
+    try:
+        cluster = kp.describe_cluster()
+    finally:
+        kp.close()
+    assert (cluster["cluster_id"], cluster["controller_id"]) == (cluster_id, 0)
+    assert [(b["broker_id"], b["port"]) for b in cluster["brokers"]] == [(g.node_id, g.port) for g in trio]
     admin = AdminClient({"bootstrap.servers": trio[1].bootstrap})
     described = admin.describe_cluster(request_timeout=10).result(15)
     assert described.cluster_id == cluster_id and described.controller.id == 0

@@ -818,3 +818,53 @@ def test_a_committed_offset_keeps_its_leader_epoch(group_gateway: GatewayProcess
         assert [(tp.offset, tp.leader_epoch) for tp in got] == [(4, 5), (3, 2), (9, 7)]
     finally:
         consumer.close()
+
+
+def test_delete_groups(group_gateway: GatewayProcess, store: Broker) -> None:
+    """DeleteGroups through confluent-kafka's and kafka-python's admin clients and raw frames: a
+    group with members is NON_EMPTY_GROUP and keeps its offsets; once they left, it goes with its
+    offsets, committed and pending in a transaction (whose commit then leaves the group alone); a
+    group known only by its offsets goes too; an unknown one is GROUP_ID_NOT_FOUND; the id can be
+    used again at once; ListGroups and OffsetFetch agree afterwards."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+    from kafka.admin import KafkaAdminClient
+
+    topic, group, simple, tid = new_topic(store), unique("g"), unique("simple"), unique("tx")
+    write(store, topic, 3)
+    members = [Member("confluent", group_gateway.bootstrap, group, topic, name=f"c{i}").start() for i in range(2)]
+    admin = AdminClient({"bootstrap.servers": group_gateway.bootstrap})
+    try:
+        wait_settled(members)
+        wait_for(members, lambda: committed(store, group, topic) == {p: 3 for p in range(PARTITIONS)}, "every offset committed")
+        with pytest.raises(KafkaException, match="NON_EMPTY_GROUP"):
+            admin.delete_consumer_groups([group], request_timeout=10)[group].result()
+        assert committed(store, group, topic) == {p: 3 for p in range(PARTITIONS)}
+    finally:
+        for m in members:
+            m.stop()
+    ids = txn_service.init_producer_id(store, tid, 60_000)
+    txn_service.txn_offset_commit(store, tid, ids.producer_id, ids.producer_epoch, group, [GroupOffset(topic, 0, 7, "")])
+    admin.delete_consumer_groups([group], request_timeout=10)[group].result()
+    assert committed(store, group, topic) == {p: None for p in range(PARTITIONS)}
+    txn_service.end_txn(store, tid, ids.producer_id, ids.producer_epoch, "commit")
+    assert committed(store, group, topic) == {p: None for p in range(PARTITIONS)}
+    assert group not in groups_service.list_groups(store)
+
+    groups_service.offset_commit(store, simple, [GroupOffset(topic, 1, 2, "")])
+    never = unique("never")
+    kp = KafkaAdminClient(bootstrap_servers=group_gateway.bootstrap)
+    try:
+        deleted = kp.delete_groups([simple, never])
+    finally:
+        kp.close()
+    assert deleted == {simple: "OK", never: "GroupIdNotFoundError"}
+    assert committed(store, simple, topic) == {p: None for p in range(PARTITIONS)}
+    with group_gateway.connect() as conn:
+        for version in (0, 2):
+            answer = conn.request(ApiKey.DeleteGroups, version, {"groups_names": [simple, ""]})
+            assert [(r.group_id, r.error_code) for r in answer.results] == [
+                (simple, E.GROUP_ID_NOT_FOUND.kafka_code), ("", E.INVALID_GROUP_ID.kafka_code),
+            ]
+    groups_service.offset_commit(store, simple, [GroupOffset(topic, 1, 5, "")])  # the id again, at once
+    assert committed(store, simple, topic) == {p: 5 if p == 1 else None for p in range(PARTITIONS)}

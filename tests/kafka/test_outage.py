@@ -149,6 +149,10 @@ OUTAGE: dict[int, Callable[[RawConnection, dict], None]] = {
          for a in [raw.request(ApiKey.DescribeCluster, 0, {"include_cluster_authorized_operations": False})]],
         (0, NODE, [NODE]),
     ),
+    ApiKey.DeleteGroups: lambda raw, s: assert_codes(  # an Empty group's offsets cannot be deleted now
+        [(r.group_id, r.error_code) for r in raw.request(ApiKey.DeleteGroups, 2, {"groups_names": ["offsets-only"]}).results],
+        ("offsets-only", COORDINATOR),
+    ),
     ApiKey.LeaveGroup: lambda raw, s: assert_codes(
         [m.error_code for m in raw.request(ApiKey.LeaveGroup, 3, {
             "group_id": GROUP, "members": [{"member_id": s["member"], "group_instance_id": None}],

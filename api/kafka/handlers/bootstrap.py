@@ -28,6 +28,7 @@ _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 # config_source of a topic's own config (Kafka's DYNAMIC_TOPIC_CONFIG)
 _TOPIC_CONFIG = 1
 _COORDINATOR_GROUP, _COORDINATOR_TRANSACTION = 0, 1
+_BROKER_ENDPOINTS, _CONTROLLER_ENDPOINTS = 1, 2  # DescribeCluster's endpoint types
 
 
 def _error(exc: TxlogError) -> tuple[int, str]:
@@ -141,17 +142,25 @@ def _controller_id(nodes: list[Node]) -> int:
 
 
 async def handle_describe_cluster(ctx: RequestContext, request: Any) -> dict:
-    """The cluster as Metadata names it: its id, the controller and every live gateway as a broker,
-    from memory (while the database is away too). The cluster's authorized operations are "not
-    provided" (Kafka's INT32_MIN): the wire has no principals to authorize yet."""
+    """The cluster as Metadata names it: its id, the controller and every live gateway as a broker
+    (none fenced), from memory (while the database is away too). The cluster's authorized
+    operations are "not provided" (Kafka's INT32_MIN): the wire has no principals to authorize
+    yet. From v1 the endpoints asked for must be brokers' (1): the controllers' (2) is
+    MISMATCHED_ENDPOINT_TYPE, as a broker answers it, any other UNSUPPORTED_ENDPOINT_TYPE."""
+    endpoint_type = request.endpoint_type if ctx.api_version >= 1 else _BROKER_ENDPOINTS
+    if endpoint_type != _BROKER_ENDPOINTS:
+        code = ErrorCode.MISMATCHED_ENDPOINT_TYPE if endpoint_type == _CONTROLLER_ENDPOINTS else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+        return {"throttle_time_ms": 0, "error_code": code.kafka_code, "error_message": code.value.default_message,
+                "endpoint_type": endpoint_type, "cluster_id": ctx.cluster.cluster_id, "controller_id": -1, "brokers": []}
     nodes = ctx.cluster.list_nodes()
     return {
         "throttle_time_ms": 0,
         "error_code": 0,
         "error_message": None,
+        "endpoint_type": _BROKER_ENDPOINTS,
         "cluster_id": ctx.cluster.cluster_id,
         "controller_id": _controller_id(nodes),
-        "brokers": [{"broker_id": n.node_id, "host": n.host, "port": n.port, "rack": None} for n in nodes],
+        "brokers": [{"broker_id": n.node_id, "host": n.host, "port": n.port, "rack": None, "is_fenced": False} for n in nodes],
         "authorized_operations": None,  # the codec's "not provided": INT32_MIN on the wire
     }
 

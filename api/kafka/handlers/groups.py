@@ -1,9 +1,9 @@
-"""JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroups and ListGroups: wire requests to the
-group coordinator (``ctx.groups``) and back. Only the versions' differences live here; every rule
-is the coordinator's (``app.domain.groups.coordinator``).
+"""JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups and DeleteGroups: wire
+requests to the group coordinator (``ctx.groups``) and back. Only the versions' differences live
+here; every rule is the coordinator's (``app.domain.groups.coordinator``).
 
 Versions read from the schemas: JoinGroup 0–9, SyncGroup 0–5, Heartbeat 0–4, LeaveGroup 0–5,
-DescribeGroups 0–6, ListGroups 0–5.
+DescribeGroups 0–6, ListGroups 0–5, DeleteGroups 0–2.
 
 Groups live in the coordinator's memory, committed offsets in PostgreSQL: DescribeGroups and
 ListGroups also show, as Empty, a group that only has committed offsets (a simple consumer's, or
@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.kafka.handlers import RequestContext
-from app.errors import ErrorCode
+from api.kafka.handlers import RequestContext, error_code
+from app.errors import ErrorCode, TxlogError
 from app.services import groups as groups_service
+from app.wire.kafka.protocol import ApiKey
 
 
 def _code(error: ErrorCode | None) -> int:
@@ -138,6 +139,29 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> dict:
             }
         )
     return {"throttle_time_ms": 0, "groups": described}
+
+
+async def handle_delete_groups(ctx: RequestContext, request: Any) -> dict:
+    """Each group on its own, at its coordinator (NOT_COORDINATOR elsewhere): one with members is
+    NON_EMPTY_GROUP; an Empty one, or one known only by its offsets, is deleted with its committed
+    offsets and those pending in transactions; one with neither is GROUP_ID_NOT_FOUND."""
+    results = []
+    for group_id in request.groups_names:
+        results.append({"group_id": group_id, "error_code": _code(await _delete_group(ctx, group_id))})
+    return {"throttle_time_ms": 0, "results": results}
+
+
+async def _delete_group(ctx: RequestContext, group_id: str) -> ErrorCode | None:
+    if not group_id:
+        return ErrorCode.INVALID_GROUP_ID
+    error = ctx.groups.delete_group(group_id)
+    if error is not None and error is not ErrorCode.GROUP_ID_NOT_FOUND:
+        return error
+    try:
+        had_offsets = await ctx.call(groups_service.delete_offsets, ctx.broker, group_id)
+    except TxlogError as exc:
+        return error_code(ApiKey.DeleteGroups, exc)
+    return None if error is None or had_offsets else error
 
 
 async def handle_list_groups(ctx: RequestContext, request: Any) -> dict:
