@@ -13,7 +13,7 @@ from api.v1 import schemas as s
 from api.v1.responses import errors
 from api.v1.routes import broker, txn_json
 from app.domain.acls import Api
-from app.services import Broker, transactions
+from app.services import Broker, kafka_groups, transactions
 from app.services.inspect import groups as inspect_groups
 from app.services.inspect import transactions as inspect_transactions
 
@@ -39,6 +39,16 @@ def describe_group(group: str, b: Broker = Depends(broker)) -> dict:
         "offsets": [{**vars(p), "lag": p.lag} for p in d.offsets],
         "pending_offsets": d.pending,
     }
+
+
+@router.delete("/groups/{group}", dependencies=[Depends(requires(Api.DELETE_GROUPS))], response_model=s.GroupDeleted, responses=errors(400, 404, 409), tags=["groups"])
+def delete_group(group: str, b: Broker = Depends(broker)) -> dict:
+    """Kafka's DeleteGroups, at the group's coordinator (the gateway that holds its members): a
+    group with members is 409 NON_EMPTY_GROUP; otherwise it goes with its committed offsets and
+    those pending in open transactions; one with neither is 404 GROUP_ID_NOT_FOUND. 503
+    COORDINATOR_NOT_AVAILABLE when the coordinator does not answer in time."""
+    kafka_groups.delete_group(b, group)
+    return {"group_id": group, "deleted": True}
 
 
 def _open_json(o: inspect_transactions.OpenTransaction) -> dict:

@@ -60,6 +60,11 @@ class DeleteRecordsBody(Model):
     before_offset: int = Field(ge=-1, le=INT64)
 
 
+class GroupDeleted(Model):
+    group_id: str
+    deleted: bool
+
+
 class DeleteRecordsResponse(Model):
     topic: str
     partition: int

@@ -1,5 +1,6 @@
-"""``txlog groups list | describe`` (kafka-consumer-groups.sh): committed offsets and lag against the
-last stable offset, what a read_committed consumer of the group still has to read."""
+"""``txlog groups list | describe | delete`` (kafka-consumer-groups.sh): committed offsets and lag
+against the last stable offset, what a read_committed consumer of the group still has to read; a
+group without members deleted with its offsets."""
 
 from __future__ import annotations
 
@@ -55,4 +56,18 @@ def describe(client: Client, group: str) -> int:
              for p in answer["pending_offsets"]],
             title="Offsets pending in open transactions",
         )
+    return 0
+
+
+@groups.command()
+@click.argument("group")
+@client_command
+def delete(client: Client, group: str) -> int:
+    """Delete GROUP with its committed offsets (kafka-consumer-groups.sh --delete): refused while it
+    has members."""
+    answer = client.http.request("DELETE", f"/v1/groups/{segment(group)}")
+    if client.json:
+        print_json(answer)
+    else:
+        click.echo(f"Deleted consumer group {group}.")
     return 0

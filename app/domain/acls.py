@@ -171,6 +171,7 @@ class Api(Enum):
     OFFSET_FETCH = "OffsetFetch"
     LIST_GROUPS = "ListGroups"
     DESCRIBE_GROUPS = "DescribeGroups"
+    DELETE_GROUPS = "DeleteGroups"
     REGISTER_PRODUCER_GROUP = "RegisterProducerGroup"  # half messages' check-back endpoint
     DESCRIBE_PRODUCER_GROUP = "DescribeProducerGroup"
     SEND_HALF_MESSAGE = "SendHalfMessage"
@@ -223,6 +224,7 @@ REQUIRED: Mapping[Api, tuple[tuple[Check, ...], ...]] = {
     Api.OFFSET_FETCH: (_on(G, O.READ, "group"),),
     Api.LIST_GROUPS: (),
     Api.DESCRIBE_GROUPS: (_on(G, O.DESCRIBE, "group"),),
+    Api.DELETE_GROUPS: (_on(G, O.DELETE, "group"),),
     Api.REGISTER_PRODUCER_GROUP: (_on(G, O.ALTER, "group"),),
     Api.DESCRIBE_PRODUCER_GROUP: (_on(G, O.DESCRIBE, "group"),),
     Api.SEND_HALF_MESSAGE: (_on(T, O.WRITE, "topic"),),

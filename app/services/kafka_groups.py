@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
+from app.domain.cluster import coordinator_of
 from app.domain.consumer_protocol import (
     CONSUMER_PROTOCOL_TYPE,
     ConsumerProtocolError,
@@ -25,8 +26,9 @@ from app.domain.consumer_protocol import (
     decode_subscription,
 )
 from app.domain.log import PartitionStatus
-from app.errors import ErrorCode
+from app.errors import ErrorCode, TxlogError
 from app.services import Broker
+from app.services import groups as groups_service
 from app.services.cluster import live_nodes
 from app.storage import admin_reads
 from app.storage import log as log_store
@@ -34,6 +36,7 @@ from app.wire.kafka.admin_client import (
     DescribedGroup,
     DescribedMember,
     GatewayUnreachable,
+    delete_groups_at,
     describe_all_groups,
     describe_some_groups,
 )
@@ -225,3 +228,28 @@ def _partitions(
             )
         )
     return tuple(out)
+
+
+def delete_group(broker: Broker, group_id: str, timeout_s: float = ADMIN_TIMEOUT_S) -> None:
+    """DeleteGroups as Kafka's AdminClient sends it: to the group's coordinator, the live gateway
+    the cluster's rule names (``app.domain.cluster``), which alone knows whether the group has
+    members; it deletes the group with its offsets, committed and pending. With no live gateway
+    no group has members, and the offsets are deleted here. Raises the coordinator's refusal
+    (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, ...), or COORDINATOR_NOT_AVAILABLE when it does not
+    answer within ``timeout_s``."""
+    nodes = {node_id: (host, port) for node_id, host, port in live_nodes(broker)}
+    if not nodes:
+        if not groups_service.delete_offsets(broker, group_id):
+            raise TxlogError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id!r} has neither members nor offsets")
+        return
+    node_id = coordinator_of(group_id, sorted(nodes))
+    host, port = nodes[node_id]
+    try:
+        refused = delete_groups_at(host, port, [group_id], timeout_s).get(group_id, ErrorCode.UNKNOWN_SERVER_ERROR.name)
+    except GatewayUnreachable as exc:
+        raise TxlogError(
+            ErrorCode.COORDINATOR_NOT_AVAILABLE, f"Group {group_id!r}'s coordinator, node {node_id} ({host}:{port}): {exc.reason}"
+        ) from None
+    if refused is not None:
+        code = ErrorCode.__members__.get(refused, ErrorCode.UNKNOWN_SERVER_ERROR)
+        raise TxlogError(code, f"Group {group_id!r}'s coordinator, node {node_id}, answered {refused}")

@@ -17,6 +17,8 @@ import html as htmllib
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -30,7 +32,7 @@ from app.wire.kafka.protocol import ApiKey
 from tests.conftest import fresh_database
 from tests.kafka.conftest import GatewayProcess
 from tests.kafka.test_fetch import Rec, confluent_consume, kafka_python_consume
-from tests.support import ServerProcess, wait_until
+from tests.support import ROOT, ServerProcess, wait_until
 
 T0 = 1_700_000_000_000
 REPEATED = (("h", b"1"), ("h", b"2"), ("nul", None))
@@ -343,6 +345,41 @@ def consumer_group(bootstrap: str, group: str, topic: str, clients: list[str]) -
 
     wait_until(settled, 60, 0, f"{len(clients)} consumers of {group} to be assigned")
     return consumers
+
+
+def test_a_group_deleted_over_http_and_the_cli_is_asked_of_its_coordinator(
+    http: httpx.Client, wire: GatewayProcess, server: ServerProcess
+) -> None:
+    """``DELETE /v1/groups/{g}`` and ``txlog groups delete`` ask the gateway coordinating the group:
+    refused while Kafka consumers are its members, done once they left, with its offsets; then gone
+    from the HTTP API and the wire alike."""
+    from confluent_kafka import TopicPartition
+
+    topic, group, simple = (f"agree-{name}-{uuid.uuid4().hex[:8]}" for name in ("del", "members", "simple"))
+    ok(http.post("/v1/topics", json={"name": topic, "partitions": 2}))
+    consumers = consumer_group(wire.bootstrap, group, topic, ["agree-del-a", "agree-del-b"])
+    try:
+        consumers[0].commit(offsets=[TopicPartition(topic, p, 0) for p in (0, 1)], asynchronous=False)
+        refused = http.delete(f"/v1/groups/{group}")
+        assert (refused.status_code, refused.json()["error"]["code"]) == (409, "NON_EMPTY_GROUP")
+    finally:
+        for c in consumers:
+            c.close()  # they leave the group
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TXLOG_")}
+    run = subprocess.run(
+        [sys.executable, "-m", "app.cli", "groups", "delete", group], cwd=ROOT, env={**env, "TXLOG_URL": server.url},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert (run.returncode, run.stdout.strip()) == (0, f"Deleted consumer group {group}."), run.stderr
+    ok(http.post(f"/v1/groups/{simple}/offsets", json={"offsets": [{"topic": topic, "partition": 1, "offset": 0}]}))
+    assert ok(http.delete(f"/v1/groups/{simple}")) == {"group_id": simple, "deleted": True}
+    listed = {g["group_id"] for g in ok(http.get("/v1/groups"))["groups"]}
+    assert not {group, simple} & listed
+    gone = http.delete(f"/v1/groups/{group}")
+    assert (gone.status_code, gone.json()["error"]["code"]) == (404, "GROUP_ID_NOT_FOUND")
+    with wire.connect() as raw:
+        described = raw.request(ApiKey.DescribeGroups, 5, {"groups": [group, simple]}).groups
+    assert [(g.group_id, g.group_state) for g in described] == [(group, "Dead"), (simple, "Dead")]
 
 
 def test_the_admin_pages_show_a_kafka_consumer_group_and_a_gateway_that_stops_answering(

@@ -31,6 +31,7 @@ CLIENT_VERSIONS: Mapping[int, tuple[int, int]] = {
     ApiKey.ApiVersions: (0, 0),
     ApiKey.ListGroups: (0, 5),
     ApiKey.DescribeGroups: (0, 6),
+    ApiKey.DeleteGroups: (0, 2),
 }
 _SIZE = struct.Struct(">i")
 
@@ -206,6 +207,19 @@ class AdminConnection:
             )
             for g in answer.groups
         ]
+
+
+    def delete_groups(self, group_ids: Iterable[str]) -> dict[str, str | None]:
+        """DeleteGroups: each group's error name, None where it was deleted."""
+        version = self.version_of(ApiKey.DeleteGroups)
+        answer = self.request(ApiKey.DeleteGroups, version, {"groups_names": list(group_ids)})
+        return {r.group_id: error_name(r.error_code) if r.error_code else None for r in answer.results}
+
+
+def delete_groups_at(host: str, port: int, group_ids: Iterable[str], timeout_s: float) -> dict[str, str | None]:
+    """DeleteGroups of ``group_ids`` at the gateway at ``host:port``, within ``timeout_s``."""
+    with AdminConnection(host, port, timeout_s) as conn:
+        return conn.delete_groups(group_ids)
 
 
 def describe_all_groups(host: str, port: int, timeout_s: float) -> list[DescribedGroup]:
