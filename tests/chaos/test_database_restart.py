@@ -13,8 +13,9 @@ started again at once, twice, then stopped for longer than the clients' request 
 each fault every producer must have new values acknowledged; afterwards every copier finishes in
 its first run (its transactions in flight at a restart ended committed or aborted and it went on),
 every acknowledged value is in the log exactly once where it was acknowledged and nothing was
-written twice, each output is its input transformed exactly once, and each consumer read exactly
-that. Every producer's client objects are the ones created before the first fault: a client that
+written twice, each output is its input transformed exactly once, and each consumer read every
+copy in order and nothing uncommitted (a group consumer may read records again from its committed
+offset after a rebalance: at least once, as Kafka's). Every producer's client objects are the ones created before the first fault: a client that
 lost its brokers would never deliver again."""
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ class Load:
         self.outputs = outputs
         self.stop = threading.Event()
         self.producers = {name: Acked(name) for name in ("confluent-none", "confluent-rebootstrap", "kafka-python", "aiokafka")}
-        self.read: dict[str, dict[tuple[str, int], list[bytes]]] = {
+        # per consumer, per (topic, partition): the (offset, value) of each record read, in order
+        self.read: dict[str, dict[tuple[str, int], list[tuple[int, bytes]]]] = {
             name: defaultdict(list) for name in ("confluent", "kafka-python", "aiokafka")
         }
         self.failures: list[str] = []
@@ -200,7 +202,7 @@ class Load:
 
     # -- consumers ---------------------------------------------------------------------------------
 
-    def _confluent_consumer(self, read: dict[tuple[str, int], list[bytes]]) -> None:
+    def _confluent_consumer(self, read: dict[tuple[str, int], list[tuple[int, bytes]]]) -> None:
         from confluent_kafka import Consumer
 
         c = Consumer({
@@ -213,11 +215,11 @@ class Load:
             while not self.stop.is_set():
                 for m in c.consume(100, 0.25):
                     if m.error() is None:
-                        read[(m.topic(), m.partition())].append(m.value())
+                        read[(m.topic(), m.partition())].append((m.offset(), m.value()))
         finally:
             c.close()
 
-    def _kafka_python_consumer(self, read: dict[tuple[str, int], list[bytes]]) -> None:
+    def _kafka_python_consumer(self, read: dict[tuple[str, int], list[tuple[int, bytes]]]) -> None:
         from kafka import KafkaConsumer
 
         c = KafkaConsumer(
@@ -231,11 +233,11 @@ class Load:
         try:
             while not self.stop.is_set():
                 for tp, records in c.poll(timeout_ms=250).items():
-                    read[(tp.topic, tp.partition)].extend(r.value for r in records)
+                    read[(tp.topic, tp.partition)].extend((r.offset, r.value) for r in records)
         finally:
             c.close()
 
-    async def _aiokafka_consumer(self, read: dict[tuple[str, int], list[bytes]]) -> None:
+    async def _aiokafka_consumer(self, read: dict[tuple[str, int], list[tuple[int, bytes]]]) -> None:
         from aiokafka import AIOKafkaConsumer
 
         c = AIOKafkaConsumer(
@@ -246,7 +248,7 @@ class Load:
         try:
             while not self.stop.is_set():
                 for tp, records in (await c.getmany(timeout_ms=250)).items():
-                    read[(tp.topic, tp.partition)].extend(r.value for r in records)
+                    read[(tp.topic, tp.partition)].extend((r.offset, r.value) for r in records)
         finally:
             await c.stop()
 
@@ -289,6 +291,24 @@ class Copier:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:]
+
+
+def _distinct(read: dict[tuple[str, int], list[tuple[int, bytes]]]) -> dict[tuple[str, int, int], bytes]:
+    """Each (topic, partition, offset) a consumer read, with its value."""
+    return {(t, p, offset): value for (t, p), records in read.items() for offset, value in records}
+
+
+def _ordered_runs(records: list[tuple[int, bytes]]) -> bool:
+    """Offsets go up (past aborted records and markers), except where a consumer starts again from
+    an earlier offset, one it read before."""
+    seen: set[int] = set()
+    previous = -1
+    for offset, _ in records:
+        if offset <= previous and offset not in seen:
+            return False
+        seen.add(offset)
+        previous = offset
+    return True
 
 
 @pytest.fixture
@@ -392,8 +412,7 @@ def test_kafka_clients_ride_through_postgresql_restarts_and_an_outage(
                 (c.output, p): [v + b"!" for v in inputs[c.input][p]] for c in copiers for p in range(PARTITIONS)
             }
             wait_until(
-                lambda: all(sum(len(v) for v in read.values()) >= COPY_RECORDS * len(copiers) for read in load.read.values())
-                or load.failures,
+                lambda: all(len(_distinct(read)) >= COPY_RECORDS * len(copiers) for read in load.read.values()) or load.failures,
                 PROGRESS_S, 0.2, "every consumer to read every copy",
             )
         except AssertionError as exc:
@@ -402,17 +421,28 @@ def test_kafka_clients_ride_through_postgresql_restarts_and_an_outage(
         assert not load.failures, diagnosis()
         print("\n".join(outages))
 
-    for name, read in load.read.items():
-        assert dict(read) == expected, f"consumer {name} read other than each copy once, in order"
     with psycopg.connect(pg.url) as conn:
         committed = conn.execute(
-            'SELECT topic, partition, value FROM txlog.committed_records WHERE topic = ANY(%s) ORDER BY topic, partition, "offset"',
+            'SELECT topic, partition, "offset", value FROM txlog.committed_records WHERE topic = ANY(%s) '
+            'ORDER BY topic, partition, "offset"',
             ([c.output for c in copiers],),
         ).fetchall()
-        out: dict[tuple[str, int], list[bytes]] = defaultdict(list)
-        for topic, partition, value in committed:
-            out[(topic, partition)].append(bytes(value))
-        assert dict(out) == expected, "an output is not its input copied exactly once"
+    out: dict[tuple[str, int], list[bytes]] = defaultdict(list)
+    records: dict[tuple[str, int, int], bytes] = {}
+    for topic, partition, offset, value in committed:
+        out[(topic, partition)].append(bytes(value))
+        records[(topic, partition, offset)] = bytes(value)
+    assert dict(out) == expected, "an output is not its input copied exactly once"
+    for name, read in load.read.items():
+        # A group consumer may read a record again after a rebalance (from the committed offset:
+        # at least once); it must read each committed record, in order, and nothing else.
+        replays = sum(len(r) for r in read.values()) - len(_distinct(read))
+        assert not [k for k, v in _distinct(read).items() if records.get(k) != v], f"consumer {name} read a record not committed"
+        firsts = {tp: [v for _, v in sorted(dict.fromkeys(r).keys())] for tp, r in read.items()}
+        assert firsts == expected, f"consumer {name} did not read each copy, in order"
+        assert all(_ordered_runs(r) for r in read.values()), f"consumer {name} went backwards other than to replay"
+        print(f"consumer {name}: every copy read, {replays} read again after a rebalance")
+    with psycopg.connect(pg.url) as conn:
         written = conn.execute(
             'SELECT partition, "offset", value FROM txlog.log_records WHERE topic = %s AND control_type IS NULL', (ACKS,)
         ).fetchall()
