@@ -94,8 +94,7 @@ def offset_fetch(broker: Broker, group_id: str, require_stable: bool = False) ->
 
 def delete_offsets(broker: Broker, group_id: str) -> bool:
     """DeleteGroups' part here: the group's committed offsets go, and those pending in open
-    transactions (whose commit then leaves the group's offsets alone, as Kafka drops a deleted
-    group's pending transactional offsets). Whether it had any."""
+    transactions (whose commit then leaves the deleted group alone). Whether it had any."""
     _check_group(group_id)
     with broker.db.transaction() as conn:
         return groups_store.group_offsets_delete(conn, group_id) > 0
