@@ -7,6 +7,7 @@ import contextlib
 import os
 import tempfile
 import uuid
+from pathlib import Path
 from typing import Iterator
 
 import psycopg
@@ -16,6 +17,7 @@ from app.config import Settings
 from app.services import Broker
 from app.storage import migrate
 from app.storage.db import Database, SessionLimits, libpq_url
+from app.storage.embedded import EmbeddedPostgres
 from tests.support import ServerProcess, destroy_embedded
 
 
@@ -156,3 +158,15 @@ def api(server: ServerProcess):  # type: ignore[no-untyped-def]
 @pytest.fixture
 def topic_name() -> str:
     return f"t-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def own_postgres(tmp_path: Path) -> Iterator[EmbeddedPostgres]:
+    """A PostgreSQL of the test's own, migrated, for tests that stop, kill or restart it."""
+    pg = EmbeddedPostgres(tmp_path / "pg")
+    pg.start()
+    migrate.upgrade(pg.url)
+    try:
+        yield pg
+    finally:
+        destroy_embedded(pg)

@@ -8,22 +8,8 @@ import threading
 import time
 
 import httpx
-import pytest
 
-from app.storage import migrate
-from app.storage.embedded import EmbeddedPostgres
-from tests.support import ServerProcess, destroy_embedded, wait_until
-
-
-@pytest.fixture
-def own_database(tmp_path):  # type: ignore[no-untyped-def]
-    pg = EmbeddedPostgres(tmp_path / "pg")
-    pg.start()
-    migrate.upgrade(pg.url)
-    try:
-        yield pg
-    finally:
-        destroy_embedded(pg)
+from tests.support import ServerProcess, wait_until
 
 
 def assert_unavailable(r: httpx.Response) -> None:
@@ -35,8 +21,8 @@ def assert_unavailable(r: httpx.Response) -> None:
     assert err["message"]
 
 
-def test_database_outage_and_recovery(own_database, tmp_path):
-    pg = own_database
+def test_database_outage_and_recovery(own_postgres, tmp_path):
+    pg = own_postgres
     topic = "outage"
     url = f"/v1/topics/{topic}/partitions/0/records"
     with ServerProcess(pg.url, env={"TXLOG_TRANSACTION_ABORT_CHECK_INTERVAL_MS": "300"}, log_path=tmp_path / "server.log") as server:

@@ -36,11 +36,10 @@ from typing import Any, Callable, Iterator
 import psycopg
 import pytest
 
-from app.storage import migrate
 from app.storage.embedded import EmbeddedPostgres
 from tests.kafka.conftest import GatewayProcess
 from tests.kafka.test_exactly_once import COPIERS
-from tests.support import ROOT, destroy_embedded, wait_until
+from tests.support import ROOT, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -311,17 +310,6 @@ def _ordered_runs(records: list[tuple[int, bytes]]) -> bool:
     return True
 
 
-@pytest.fixture
-def own_database(tmp_path: Path) -> Iterator[EmbeddedPostgres]:
-    pg = EmbeddedPostgres(tmp_path / "pg")
-    pg.start()
-    migrate.upgrade(pg.url)
-    try:
-        yield pg
-    finally:
-        destroy_embedded(pg)
-
-
 def produce_inputs(bootstrap: str, copiers: list[Copier]) -> dict[str, dict[int, list[bytes]]]:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -356,9 +344,9 @@ def quiet_clients() -> Iterator[None]:
 
 
 def test_kafka_clients_ride_through_postgresql_restarts_and_an_outage(
-    own_database: EmbeddedPostgres, tmp_path: Path, quiet_clients: None
+    own_postgres: EmbeddedPostgres, tmp_path: Path, quiet_clients: None
 ) -> None:
-    pg = own_database
+    pg = own_postgres
     rng = random.Random()
     env = {"TXLOG_KAFKA_NODE_LEASE_MS": "3000", "TXLOG_TRANSACTION_ABORT_CHECK_INTERVAL_MS": "300"}
     gateways = [GatewayProcess(pg.url, env=env, log_path=tmp_path / f"gateway-{n}.log", node_id=n) for n in (1, 2)]

@@ -24,14 +24,12 @@ import pytest
 
 from api.kafka import versions
 from app.errors import ErrorCode as E
-from app.storage import migrate
 from app.storage.embedded import EmbeddedPostgres
 from app.wire.kafka.protocol import ApiKey
 from tests.kafka.conftest import GatewayProcess, RawConnection
 from tests.kafka.test_fetch import fetch_body, list_offsets_body
 from tests.kafka.test_groups import _commit_body, _join
 from tests.kafka.test_transactions import batch, produce
-from tests.support import destroy_embedded
 
 TOPIC, GROUP, TID, NODE = "outage", "outage-group", "outage-tx", 3
 STORAGE, TIMED_OUT, COORDINATOR, LOADING, LEADER = (
@@ -41,12 +39,12 @@ STORAGE, TIMED_OUT, COORDINATOR, LOADING, LEADER = (
 
 
 @pytest.fixture
-def stopped(tmp_path: Path) -> Iterator[tuple[EmbeddedPostgres, GatewayProcess, RawConnection, dict[str, Any]]]:
+def stopped(
+    own_postgres: EmbeddedPostgres, tmp_path: Path
+) -> Iterator[tuple[EmbeddedPostgres, GatewayProcess, RawConnection, dict[str, Any]]]:
     """A gateway that has served a topic, a transactional producer and a group member, on a
     PostgreSQL now stopped in immediate mode."""
-    pg = EmbeddedPostgres(tmp_path / "pg")
-    pg.start()
-    migrate.upgrade(pg.url)
+    pg = own_postgres
     gateway = GatewayProcess(pg.url, log_path=tmp_path / "gateway.log", node_id=NODE).start()
     try:
         with gateway.connect(timeout=30) as raw:
@@ -66,7 +64,6 @@ def stopped(tmp_path: Path) -> Iterator[tuple[EmbeddedPostgres, GatewayProcess, 
             yield pg, gateway, raw, state
     finally:
         gateway.stop()
-        destroy_embedded(pg)
 
 
 def _partitions(answer: Any, topics: str = "topics", partitions: str = "partitions", code: str = "error_code") -> list[int]:
