@@ -67,6 +67,7 @@ class ErrorCode(Enum):
     MEMBER_ID_REQUIRED = _Spec(79, 409, False, "The group member needs to have a valid member id before actually entering a consumer group.")
     GROUP_MAX_SIZE_REACHED = _Spec(81, 409, False, "The consumer group has reached its max size.")
     FENCED_INSTANCE_ID = _Spec(82, 409, False, "The broker rejected this static consumer since another consumer with the same group.instance.id has registered with a different member.id.")
+    GROUP_SUBSCRIBED_TO_TOPIC = _Spec(86, 409, False, "The consumer group is actively subscribed to the topic.")
     INVALID_RECORD = _Spec(87, 400, False, "This record has failed the validation on broker and hence will be rejected.")
     UNSTABLE_OFFSET_COMMIT = _Spec(88, 409, True, "There are unstable offsets that need to be cleared.")
     THROTTLING_QUOTA_EXCEEDED = _Spec(89, 429, True, "The throttling quota has been exceeded.")

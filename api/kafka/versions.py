@@ -57,6 +57,7 @@ APIS: tuple[Api, ...] = (
     Api(ApiKey.DescribeGroups, 0, 6, f"{_GROUPS}:handle_describe_groups"),  # v6: GROUP_ID_NOT_FOUND
     Api(ApiKey.ListGroups, 0, 5, f"{_GROUPS}:handle_list_groups"),  # v4 states filter; v5 types filter
     Api(ApiKey.DeleteGroups, 0, 2, f"{_GROUPS}:handle_delete_groups"),
+    Api(ApiKey.OffsetDelete, 0, 0, f"{_OFFSETS}:handle_offset_delete"),
     Api(ApiKey.ApiVersions, 0, 4, f"{_BOOTSTRAP}:handle_api_versions"),  # v3+: flexible, client software
     Api(ApiKey.CreateTopics, 2, 7, f"{_BOOTSTRAP}:handle_create_topics"),
     Api(ApiKey.DescribeCluster, 0, 2, f"{_BOOTSTRAP}:handle_describe_cluster"),  # v1 endpoint types; v2 fenced brokers

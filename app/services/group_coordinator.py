@@ -180,6 +180,14 @@ class GroupCoordinator:
         self._apply(group_id, outcome)
         return outcome.reply  # type: ignore[return-value]  # the outcome of this event carries this reply type
 
+    def offset_delete(self, group_id: str, topics: Iterable[str], with_offsets: bool) -> tuple[ErrorCode | None, frozenset[str]]:
+        """OffsetDelete's part here (``coordinator.offset_delete``): the refusal, or the topics
+        whose offsets stay; the offsets themselves are the services'."""
+        error = self._refusal(group_id)
+        if error is not None:
+            return error, frozenset()
+        return coordinator.offset_delete(self._groups.get(group_id), topics, with_offsets)
+
     def describe_groups(self, group_ids: Iterable[str], with_offsets: Collection[str] = ()) -> list[GroupDescription]:
         """DescribeGroups. A group held nowhere here but with committed offsets (``with_offsets``, the
         services' group ids: a simple consumer's group, or one held before this gateway restarted)

@@ -100,6 +100,16 @@ def delete_offsets(broker: Broker, group_id: str) -> bool:
         return groups_store.group_offsets_delete(conn, group_id) > 0
 
 
+def delete_partition_offsets(broker: Broker, group_id: str, partitions: Sequence[tuple[str, int]]) -> set[tuple[str, int]]:
+    """OffsetDelete's part here: the group's offsets of ``partitions`` go, committed and pending
+    in transactions. Answers the partitions that do not exist (UNKNOWN_TOPIC_OR_PARTITION)."""
+    _check_group(group_id)
+    with broker.db.transaction() as conn:
+        missing = {(t, p) for t, p in topics_store.partitions_missing(conn, list(partitions))}
+        groups_store.group_offsets_delete_partitions(conn, group_id, [tp for tp in partitions if tp not in missing])
+    return missing
+
+
 def list_groups(broker: Broker, among: Sequence[str] | None = None) -> list[str]:
     """Groups known by their offsets: all, or those of ``among``."""
     with broker.db.read() as conn:

@@ -115,6 +115,23 @@ def group_offsets_delete(conn: Connection, group_id: str) -> int:
     return int(row.scalar_one())
 
 
+def group_offsets_delete_partitions(conn: Connection, group_id: str, partitions: Sequence[tuple[str, int]]) -> None:
+    """Remove a group's offsets of ``partitions``, committed and pending in transactions."""
+    conn.execute(
+        text(
+            """
+            WITH wanted AS (SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:parts AS int[])) AS w(topic, partition)),
+                 committed AS (DELETE FROM txlog.group_offsets o USING wanted w
+                               WHERE o.group_id = :g AND o.topic = w.topic AND o.partition = w.partition),
+                 pending AS (DELETE FROM txlog.pending_group_offsets o USING wanted w
+                             WHERE o.group_id = :g AND o.topic = w.topic AND o.partition = w.partition)
+            SELECT 1
+            """
+        ),
+        {"g": group_id, "topics": [t for t, _ in partitions], "parts": [p for _, p in partitions]},
+    )
+
+
 def pending_offsets_upsert(
     conn: Connection, group_id: str, transactional_id: str, producer_id: int, producer_epoch: int, offsets: Sequence[GroupOffset]
 ) -> None:

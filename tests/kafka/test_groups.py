@@ -868,3 +868,41 @@ def test_delete_groups(group_gateway: GatewayProcess, store: Broker) -> None:
             ]
     groups_service.offset_commit(store, simple, [GroupOffset(topic, 1, 5, "")])  # the id again, at once
     assert committed(store, simple, topic) == {p: 5 if p == 1 else None for p in range(PARTITIONS)}
+
+
+def test_offset_delete(group_gateway: GatewayProcess, store: Broker) -> None:
+    """OffsetDelete through kafka-python's admin client and raw frames: while confluent-kafka
+    members subscribe to a topic, its offsets stay (GROUP_SUBSCRIBED_TO_TOPIC) and another topic's
+    go; once they left, every offset asked for goes, pending ones too; an unknown partition is
+    UNKNOWN_TOPIC_OR_PARTITION; a group with neither members nor offsets GROUP_ID_NOT_FOUND."""
+    from kafka.admin import KafkaAdminClient
+
+    from kafka import TopicPartition as KTP
+
+    topic, other, group, tid = new_topic(store), new_topic(store, 1), unique("g"), unique("tx")
+    write(store, topic, 1)
+    groups_service.offset_commit(store, group, [GroupOffset(other, 0, 1, "")])
+    members = [Member("confluent", group_gateway.bootstrap, group, topic, name=f"c{i}").start() for i in range(2)]
+    kp = KafkaAdminClient(bootstrap_servers=group_gateway.bootstrap)
+    try:
+        try:
+            wait_settled(members)
+            wait_for(members, lambda: committed(store, group, topic) == {p: 1 for p in range(PARTITIONS)}, "every offset committed")
+            got = kp.delete_group_offsets(group, [KTP(topic, 0), KTP(other, 0)])
+            assert {tp.topic: e.__name__ for tp, e in got.items()} == {topic: "GroupSubscribedToTopicError", other: "NoError"}
+            assert committed(store, group, topic)[0] == 1 and committed(store, group, other, 1) == {0: None}
+        finally:
+            for m in members:
+                m.stop()
+        ids = txn_service.init_producer_id(store, tid, 60_000)
+        txn_service.txn_offset_commit(store, tid, ids.producer_id, ids.producer_epoch, group, [GroupOffset(topic, 1, 7, "")])
+        got = kp.delete_group_offsets(group, [KTP(topic, 0), KTP(topic, 1), KTP(topic, 99)])
+        assert {tp.partition: e.__name__ for tp, e in got.items()} == {0: "NoError", 1: "NoError", 99: "UnknownTopicOrPartitionError"}
+        txn_service.end_txn(store, tid, ids.producer_id, ids.producer_epoch, "commit")
+        assert committed(store, group, topic) == {p: (None if p < 2 else 1) for p in range(PARTITIONS)}
+    finally:
+        kp.close()
+    with group_gateway.connect() as conn:
+        body = {"group_id": unique("never"), "topics": [{"name": topic, "partitions": [{"partition_index": 0}]}]}
+        answer = conn.request(ApiKey.OffsetDelete, 0, body)
+        assert (answer.error_code, answer.topics) == (E.GROUP_ID_NOT_FOUND.kafka_code, [])

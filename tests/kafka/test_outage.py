@@ -150,6 +150,9 @@ OUTAGE: dict[int, Callable[[RawConnection, dict], None]] = {
         [(r.group_id, r.error_code) for r in raw.request(ApiKey.DeleteGroups, 2, {"groups_names": ["offsets-only"]}).results],
         ("offsets-only", COORDINATOR),
     ),
+    ApiKey.OffsetDelete: lambda raw, s: assert_code(raw.request(ApiKey.OffsetDelete, 0, {
+        "group_id": GROUP, "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0}]}],
+    }).error_code, COORDINATOR),
     ApiKey.LeaveGroup: lambda raw, s: assert_codes(
         [m.error_code for m in raw.request(ApiKey.LeaveGroup, 3, {
             "group_id": GROUP, "members": [{"member_id": s["member"], "group_instance_id": None}],

@@ -1373,3 +1373,29 @@ def test_handle_list_groups_every_version(v, monkeypatch):
         coord.close()
 
     run(scenario())
+
+
+# -- OffsetDelete ---------------------------------------------------------------------------------
+
+
+def test_offset_delete_keeps_the_offsets_of_the_topics_the_members_subscribe_to():
+    from tests.admin.test_kafka_groups import subscription_bytes
+
+    topics = {"a", "b", "c"}
+    assert coordinator.offset_delete(None, topics, with_offsets=True) == (None, frozenset())  # known by its offsets only
+    assert coordinator.offset_delete(None, topics, with_offsets=False) == (E.GROUP_ID_NOT_FOUND, frozenset())
+    one = Sim()
+    (member,) = one.stable(1, protocols=(("range", subscription_bytes(1, ["a"])),))
+    assert coordinator.offset_delete(one.g, topics, with_offsets=True) == (None, frozenset({"a"}))
+    two = Sim()
+    two.stable(2, protocols=(("range", subscription_bytes(0, ["a", "b"])),))
+    assert coordinator.offset_delete(two.g, topics, with_offsets=False) == (None, frozenset({"a", "b"}))
+    garbled = Sim()
+    garbled.stable(1, protocols=(("range", b"\x00"),))  # a subscription that does not decode: every topic
+    assert coordinator.offset_delete(garbled.g, topics, with_offsets=True) == (None, frozenset(topics))
+    connect = Sim()
+    connect.stable(1, protocol_type="connect")
+    assert coordinator.offset_delete(connect.g, topics, with_offsets=True) == (E.NON_EMPTY_GROUP, frozenset())
+    one.leave((member, None))
+    assert one.g.state is S.EMPTY
+    assert coordinator.offset_delete(one.g, topics, with_offsets=True) == (None, frozenset())

@@ -58,6 +58,7 @@ _STORAGE_AWAY = {
     ApiKey.ListGroups: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
     ApiKey.OffsetCommit: ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ApiKey.DeleteGroups: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ApiKey.OffsetDelete: ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ApiKey.InitProducerId: ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ApiKey.AddPartitionsToTxn: ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ApiKey.AddOffsetsToTxn: ErrorCode.COORDINATOR_NOT_AVAILABLE,

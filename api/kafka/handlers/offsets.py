@@ -1,5 +1,5 @@
-"""OffsetCommit and OffsetFetch: a consumer group's committed offsets, over ``app.services.groups``,
-fenced by the group coordinator (``ctx.groups``).
+"""OffsetCommit, OffsetFetch and OffsetDelete: a consumer group's committed offsets, over
+``app.services.groups``, fenced by the group coordinator (``ctx.groups``).
 
 OffsetCommit (v2 to v9):
 
@@ -16,20 +16,23 @@ OffsetCommit (v2 to v9):
   UNKNOWN_TOPIC_OR_PARTITION, a negative offset or a NUL inside the metadata INVALID_REQUEST, and
   the other partitions of the request are committed. v9's ``generation_id_or_member_epoch`` is the
   generation (classic groups only).
-- Metadata is stored as sent (null as ""; see ``offset_metadata`` for a trailing NUL); the leader
-  epoch and v2–4's retention time are not kept.
+- Metadata is stored as sent (null as ""; see ``offset_metadata`` for a trailing NUL), the leader
+  epoch (v6+) as committed; v2–4's retention time is not kept.
 
 OffsetFetch (v1 to v9):
 
 - Each partition asked for is answered in the order asked: its committed offset and metadata, or
   offset -1 and metadata "" when the group has none (an unknown topic or partition included,
   without an error, as Kafka answers). Null topics (v2+) ask for every partition the group has an
-  offset for. The leader epoch is always -1.
+  offset for. Each offset comes with the leader epoch it was committed with (-1: none).
 - ``require_stable`` (v7+; librdkafka and kafka-python set it for read_committed consumers): a
   partition for which an open transaction holds an offset answers UNSTABLE_OFFSET_COMMIT, and the
   client asks again until the transaction ends.
 - A group-level error (NOT_COORDINATOR, INVALID_GROUP_ID) is the top-level error code from v2, the
-  group's error code from v8 (several groups in one request), and each partition's in v1.
+  group's error code from v8 (several groups in one request), and each partition's in v1 (and in
+  every version when it is retriable: ``_with_error``).
+
+OffsetDelete (v0): see ``handle_offset_delete``.
 """
 
 from __future__ import annotations
@@ -186,3 +189,40 @@ def _partition(f: FetchedOffset, error: ErrorCode | None) -> dict:
 
 def _code(error: ErrorCode | None) -> int:
     return 0 if error is None else error.kafka_code
+
+
+# -- OffsetDelete -----------------------------------------------------------------------------------
+
+
+async def handle_offset_delete(ctx: RequestContext, request: Any) -> dict:
+    """The group's offsets of the partitions asked for go, committed and pending in transactions,
+    at the group's coordinator, except those of a topic the group's members subscribe to
+    (GROUP_SUBSCRIBED_TO_TOPIC), as Kafka decides (``coordinator.offset_delete``); a partition that
+    does not exist is UNKNOWN_TOPIC_OR_PARTITION."""
+    asked = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    group_id = request.group_id
+    error: ErrorCode | None = ErrorCode.INVALID_GROUP_ID if not group_id else None
+    missing: set[TopicPartition] = set()
+    kept: frozenset[str] = frozenset()
+    try:
+        if error is None:
+            with_offsets = bool(await ctx.call(groups_service.list_groups, ctx.broker, [group_id]))
+            error, kept = ctx.groups.offset_delete(group_id, {t for t, _ in asked}, with_offsets)
+        if error is None:
+            deletable = [(t, p) for t, p in asked if t not in kept]
+            missing = await ctx.call(groups_service.delete_partition_offsets, ctx.broker, group_id, deletable)
+    except TxlogError as exc:
+        error = error_code(ApiKey.OffsetDelete, exc)
+    if error is not None:
+        return {"throttle_time_ms": 0, "error_code": error.kafka_code, "topics": []}
+
+    def code(topic: str, partition: int) -> int:
+        if topic in kept:
+            return ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC.kafka_code
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.kafka_code if (topic, partition) in missing else 0
+
+    return {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "topics": _by_topic((t, {"partition_index": p, "error_code": code(t, p)}) for t, p in asked),
+    }

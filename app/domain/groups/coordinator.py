@@ -11,8 +11,9 @@ passed in too, so nothing here sleeps, draws random numbers or reads a clock.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
+from app.domain.consumer_protocol import CONSUMER_PROTOCOL_TYPE, ConsumerProtocolError, decode_subscription
 from app.domain.groups.state import (
     VALID_PREVIOUS,
     AnswerJoin,
@@ -581,3 +582,26 @@ def delete(group: Group | None, now: int) -> Outcome:
     if group.state is not S.EMPTY:
         return _finish(group, group, [], ErrorCode.NON_EMPTY_GROUP)
     return _finish(group, _transition(group, S.DEAD, now), [], None)
+
+
+def offset_delete(group: Group | None, topics: Iterable[str], with_offsets: bool) -> tuple[ErrorCode | None, frozenset[str]]:
+    """OffsetDelete's part here, as Kafka decides it: the whole request's refusal, or the topics
+    whose offsets stay because the group subscribes to them (each of their partitions is
+    GROUP_SUBSCRIBED_TO_TOPIC). An Empty group, or one not held here but ``with_offsets``, keeps
+    none; a group with neither members nor offsets is GROUP_ID_NOT_FOUND; one with members and
+    another protocol than Kafka's consumer protocol is NON_EMPTY_GROUP. A member whose
+    subscription does not decode is taken as subscribed to every topic, as Kafka takes it."""
+    if group is None or group.state is S.DEAD:
+        return (None if with_offsets else ErrorCode.GROUP_ID_NOT_FOUND), frozenset()
+    if group.state is S.EMPTY:
+        return None, frozenset()
+    if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+        return ErrorCode.NON_EMPTY_GROUP, frozenset()
+    asked = frozenset(topics)
+    subscribed: set[str] = set()
+    for member in group.members.values():
+        try:
+            subscribed.update(decode_subscription(member.metadata(group.protocol_name)).topics)
+        except ConsumerProtocolError:
+            return None, asked
+    return None, asked & subscribed
