@@ -46,6 +46,7 @@ class ErrorCode(Enum):
     TOPIC_ALREADY_EXISTS = _Spec(36, 409, False, "Topic with this name already exists.")
     INVALID_PARTITIONS = _Spec(37, 400, False, "Number of partitions is below 1.")
     INVALID_REPLICATION_FACTOR = _Spec(38, 400, False, "Replication factor is below 1 or larger than the number of available brokers.")
+    INVALID_REPLICA_ASSIGNMENT = _Spec(39, 400, False, "Replica assignment is invalid.")
     INVALID_CONFIG = _Spec(40, 400, False, "Configuration is invalid.")
     INVALID_REQUEST = _Spec(42, 400, False, "This most likely occurs because of a request being malformed.")
     UNSUPPORTED_FOR_MESSAGE_FORMAT = _Spec(43, 400, False, "The message format version on the broker does not support the request.")

@@ -60,6 +60,7 @@ APIS: tuple[Api, ...] = (
     Api(ApiKey.OffsetDelete, 0, 0, f"{_OFFSETS}:handle_offset_delete"),
     Api(ApiKey.ApiVersions, 0, 4, f"{_BOOTSTRAP}:handle_api_versions"),  # v3+: flexible, client software
     Api(ApiKey.CreateTopics, 2, 7, f"{_BOOTSTRAP}:handle_create_topics"),
+    Api(ApiKey.CreatePartitions, 0, 3, f"{_BOOTSTRAP}:handle_create_partitions"),
     Api(ApiKey.DescribeCluster, 0, 2, f"{_BOOTSTRAP}:handle_describe_cluster"),  # v1 endpoint types; v2 fenced brokers
     Api(ApiKey.InitProducerId, 0, 4, "api.kafka.handlers.transactions:handle_init_producer_id"),  # v3+: KIP-360
     Api(ApiKey.AddPartitionsToTxn, 0, 3, "api.kafka.handlers.transactions:handle_add_partitions_to_txn"),  # v4+: brokers only

@@ -75,6 +75,15 @@ def alter_topic(topic: str, body: s.TopicAlter, b: Broker = Depends(broker)) -> 
     return s.TopicConfigInfo(name=topic, config=topics.alter_topic_config(b, topic, body.config))
 
 
+@router.post("/topics/{topic}/partitions", dependencies=[Depends(requires(Api.CREATE_PARTITIONS))], response_model=s.TopicPartitionCount, responses=errors(400, 404, 413), tags=["topics"])
+def create_partitions(topic: str, body: s.PartitionsCreate, b: Broker = Depends(broker)) -> s.TopicPartitionCount:
+    """Grow a topic to ``count`` partitions (Kafka's CreatePartitions; ``validate_only`` checks
+    only): never shrunk, 400 INVALID_PARTITIONS for a count at or below the current one. The new
+    partitions start empty; producers choosing a partition by key hash see a different mapping."""
+    topics.create_partitions(b, topic, body.count, body.validate_only)
+    return s.TopicPartitionCount(name=topic, partitions=body.count)
+
+
 @router.post(
     "/topics/{topic}/partitions/{partition}/delete-records",
     dependencies=[Depends(requires(Api.DELETE_RECORDS))],

@@ -51,6 +51,16 @@ class TopicAlter(Model):
     config: dict = Field(max_length=1000)
 
 
+class PartitionsCreate(Model):
+    count: int = Field(ge=1)  # the partition count wanted, above the current one
+    validate_only: bool = False
+
+
+class TopicPartitionCount(Model):
+    name: str
+    partitions: int
+
+
 class TopicConfigInfo(Model):
     name: str
     config: dict

@@ -75,17 +75,26 @@ def describe(client: Client, topic: str) -> int:
 @click.argument("topic")
 @click.option("--config", "configs", multiple=True, metavar="KEY=VALUE", help="Set a config (repeatable).")
 @click.option("--delete-config", "deletes", multiple=True, metavar="KEY", help="Remove a config; the server default applies again (repeatable).")
+@click.option("--partitions", type=int, help="Grow TOPIC to this many partitions (kafka-topics.sh --alter); a topic never shrinks.")
 @client_command
-def alter(client: Client, topic: str, configs: tuple[str, ...], deletes: tuple[str, ...]) -> int:
-    """Change TOPIC's configs (kafka-configs.sh --alter: only the keys named change)."""
-    if not configs and not deletes:
-        raise click.UsageError("name at least one --config or --delete-config")
-    changes: dict[str, str | None] = dict(parse_pairs(configs, "--config"))
-    changes.update({k: None for k in deletes})
-    answer = client.http.request("PATCH", f"/v1/topics/{segment(topic)}", body={"config": changes})
+def alter(client: Client, topic: str, configs: tuple[str, ...], deletes: tuple[str, ...], partitions: int | None) -> int:
+    """Change TOPIC's configs (kafka-configs.sh --alter: only the keys named change), or grow its
+    partitions (kafka-topics.sh --alter --partitions)."""
+    if not configs and not deletes and partitions is None:
+        raise click.UsageError("name at least one --config, --delete-config or --partitions")
+    answers: dict = {}
+    if partitions is not None:
+        answers["partitions"] = client.http.post(f"/v1/topics/{segment(topic)}/partitions", {"count": partitions})
+    if configs or deletes:
+        changes: dict[str, str | None] = dict(parse_pairs(configs, "--config"))
+        changes.update({k: None for k in deletes})
+        answers["config"] = client.http.request("PATCH", f"/v1/topics/{segment(topic)}", body={"config": changes})
     if client.json:
-        print_json(answer)
-    else:
+        print_json(answers["config"] if list(answers) == ["config"] else answers)
+        return 0
+    if partitions is not None:
+        click.echo(f"Topic {topic} now has {partitions} partition(s).")
+    if "config" in answers:
         click.echo(f"Altered topic {topic}.")
-        table(["CONFIG", "VALUE"], sorted(answer["config"].items()))
+        table(["CONFIG", "VALUE"], sorted(answers["config"]["config"].items()))
     return 0

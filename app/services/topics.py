@@ -32,6 +32,33 @@ def create_topic(
     return name, partitions
 
 
+def create_partitions(broker: Broker, name: str, total: int, validate_only: bool = False, assignments: int | None = None) -> int:
+    """Kafka's CreatePartitions: grow topic ``name`` to ``total`` partitions (new ones empty, at
+    offset 0), or with ``validate_only`` check that it could be. A topic never shrinks:
+    INVALID_PARTITIONS for a count at or below the current one; UNKNOWN_TOPIC_OR_PARTITION for no
+    such topic. ``assignments``: how many partition assignments the request named, which must be
+    one per new partition (INVALID_REPLICA_ASSIGNMENT). Answers the count before."""
+    validate_partition_count(total, broker.settings.max_partitions_per_topic)
+    with broker.db.transaction() as conn:
+        current = topics_store.topic_partitions(conn, name, for_update=not validate_only)
+        if current is None:
+            raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name!r} does not exist")
+        if total < current:
+            raise TxlogError(
+                ErrorCode.INVALID_PARTITIONS, f"Topic currently has {current} partitions, which is higher than the requested {total}."
+            )
+        if total == current:
+            raise TxlogError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
+        if assignments is not None and assignments != total - current:
+            raise TxlogError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"Increasing the number of partitions by {total - current} but {assignments} assignments provided.",
+            )
+        if not validate_only:
+            topics_store.partitions_add(conn, name, current, total)
+    return current
+
+
 def kept_config(config: dict) -> dict:
     """A topic's config as it is kept: checked, the keys given as null left out."""
     return {k: v for k, v in validate_topic_config(config).items() if v is not None}

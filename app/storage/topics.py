@@ -47,8 +47,19 @@ def topic_config_set(conn: Connection, name: str, config: dict) -> None:
     conn.execute(text("UPDATE txlog.topics SET config = CAST(:config AS jsonb) WHERE name = :name"), {"name": name, "config": json.dumps(config)})
 
 
-def topic_partitions(conn: Connection, name: str) -> int | None:
-    return conn.execute(text("SELECT partitions FROM txlog.topics WHERE name = :name"), {"name": name}).scalar()
+def topic_partitions(conn: Connection, name: str, for_update: bool = False) -> int | None:
+    return conn.execute(
+        text("SELECT partitions FROM txlog.topics WHERE name = :name" + (" FOR UPDATE" if for_update else "")), {"name": name}
+    ).scalar()
+
+
+def partitions_add(conn: Connection, name: str, current: int, total: int) -> None:
+    """Grow a topic from ``current`` to ``total`` partitions (its row locked by the caller)."""
+    conn.execute(text("UPDATE txlog.topics SET partitions = :n WHERE name = :name"), {"name": name, "n": total})
+    conn.execute(
+        text("INSERT INTO txlog.partitions (topic, partition) SELECT :name, g FROM generate_series(:first, :n - 1) AS g"),
+        {"name": name, "first": current, "n": total},
+    )
 
 
 def topics_metadata(

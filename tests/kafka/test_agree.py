@@ -347,6 +347,67 @@ def consumer_group(bootstrap: str, group: str, topic: str, clients: list[str]) -
     return consumers
 
 
+def test_a_topic_grown_over_the_wire_http_and_the_cli_has_its_new_partitions_everywhere(
+    http: httpx.Client, wire: GatewayProcess, server: ServerProcess
+) -> None:
+    """CreatePartitions through confluent-kafka's and kafka-python's admin clients and raw frames,
+    ``POST /v1/topics/{t}/partitions`` and ``txlog topics alter --partitions``: grow only,
+    validate_only, assignments checked as Kafka checks them; the new partitions take records over
+    the wire and read back over HTTP."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewPartitions
+    from kafka.admin import KafkaAdminClient
+    from kafka.admin import NewPartitions as KNewPartitions
+    from kafka.errors import InvalidPartitionsError
+
+    topic = f"agree-grow-{uuid.uuid4().hex[:8]}"
+    ok(http.post("/v1/topics", json={"name": topic, "partitions": 2}))
+
+    def count() -> int:
+        return len(ok(http.get(f"/v1/topics/{topic}"))["partitions"])
+
+    admin = AdminClient({"bootstrap.servers": wire.bootstrap})
+    admin.create_partitions([NewPartitions(topic, 6)], validate_only=True)[topic].result(30)
+    assert count() == 2
+    admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
+    assert count() == 3
+    kp = KafkaAdminClient(bootstrap_servers=wire.bootstrap)
+    try:
+        with pytest.raises(InvalidPartitionsError):
+            kp.create_partitions({topic: KNewPartitions(2)})  # never shrunk
+        kp.create_partitions({topic: KNewPartitions(4)})
+    finally:
+        kp.close()
+    assert count() == 4
+    with wire.connect() as raw:
+        def grow(entries: list[dict], validate_only: bool = False) -> list[tuple[str, str]]:
+            answer = raw.request(ApiKey.CreatePartitions, 3, {"topics": entries, "timeout_ms": 10_000, "validate_only": validate_only})
+            return [(r.name, r.error_code) for r in answer.results]
+
+        invalid = 39  # INVALID_REPLICA_ASSIGNMENT
+        assert grow([{"name": topic, "count": 6, "assignments": [{"broker_ids": [wire.node_id]}]}]) == [(topic, invalid)]
+        assert grow([{"name": topic, "count": 5, "assignments": [{"broker_ids": [wire.node_id + 7]}]}]) == [(topic, invalid)]
+        assert grow([{"name": topic, "count": 5, "assignments": [{"broker_ids": [wire.node_id, wire.node_id]}]}]) == [(topic, invalid)]
+        assert grow([{"name": "no-such-topic", "count": 5, "assignments": None}]) == [("no-such-topic", 3)]
+        assert grow([{"name": topic, "count": 5, "assignments": None}] * 2) == [(topic, 42), (topic, 42)]
+        assert grow([{"name": topic, "count": 5, "assignments": [{"broker_ids": [wire.node_id]}]}]) == [(topic, 0)]
+    assert ok(http.post(f"/v1/topics/{topic}/partitions", json={"count": 6})) == {"name": topic, "partitions": 6}
+    again = http.post(f"/v1/topics/{topic}/partitions", json={"count": 6})
+    assert (again.status_code, again.json()["error"]["code"]) == (400, "INVALID_PARTITIONS")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TXLOG_")}
+    run = subprocess.run(
+        [sys.executable, "-m", "app.cli", "topics", "alter", topic, "--partitions", "7"], cwd=ROOT,
+        env={**env, "TXLOG_URL": server.url}, capture_output=True, text=True, timeout=60,
+    )
+    assert (run.returncode, run.stdout.strip()) == (0, f"Topic {topic} now has 7 partition(s)."), run.stderr
+    assert count() == 7
+    producer = Producer({"bootstrap.servers": wire.bootstrap, "enable.idempotence": True})
+    producer.produce(topic, b"on-the-new-partition", partition=6)
+    assert producer.flush(30) == 0
+    records = ok(http.get(f"/v1/topics/{topic}/partitions/6/records", params={"offset": 0}))["records"]
+    assert [r["value"] for r in records] == ["on-the-new-partition"]
+
+
 def test_a_group_deleted_over_http_and_the_cli_is_asked_of_its_coordinator(
     http: httpx.Client, wire: GatewayProcess, server: ServerProcess
 ) -> None:

@@ -4,7 +4,8 @@ cannot reach its storage; and the same connection served again once PostgreSQL i
 - Metadata keeps the brokers and the controller, the topics it knew with their partitions and
   leaders (each partition LEADER_NOT_AVAILABLE), any other topic LEADER_NOT_AVAILABLE;
 - Produce, Fetch and ListOffsets: KAFKA_STORAGE_ERROR per partition (a log directory offline);
-- CreateTopics: REQUEST_TIMED_OUT per topic (a controller that did not answer in time);
+- CreateTopics and CreatePartitions: REQUEST_TIMED_OUT per topic (a controller that did not
+  answer in time);
 - reads of a group coordinator's state (OffsetFetch, DescribeGroups, ListGroups):
   COORDINATOR_LOAD_IN_PROGRESS, OffsetFetch's on every partition asked for too;
 - writes to the group and transaction coordinators: COORDINATOR_NOT_AVAILABLE;
@@ -103,6 +104,11 @@ OUTAGE: dict[int, Callable[[RawConnection, dict], None]] = {
         [t.error_code for t in raw.request(ApiKey.CreateTopics, 7, {
             "topics": [{"name": "created-while-away", "num_partitions": 1, "replication_factor": 1}],
         }).topics], TIMED_OUT,
+    ),
+    ApiKey.CreatePartitions: lambda raw, s: assert_codes(
+        [r.error_code for r in raw.request(ApiKey.CreatePartitions, 3, {
+            "topics": [{"name": TOPIC, "count": 3, "assignments": None}], "timeout_ms": 5000, "validate_only": False,
+        }).results], TIMED_OUT,
     ),
     ApiKey.OffsetCommit: lambda raw, s: assert_codes(
         _partitions(raw.request(ApiKey.OffsetCommit, 8, _commit_body(GROUP, [(TOPIC, 0, 1, "")], s["generation"], s["member"]))),

@@ -31,8 +31,8 @@ _COORDINATOR_GROUP, _COORDINATOR_TRANSACTION = 0, 1
 _BROKER_ENDPOINTS, _CONTROLLER_ENDPOINTS = 1, 2  # DescribeCluster's endpoint types
 
 
-def _error(exc: TxlogError) -> tuple[int, str]:
-    return error_code(ApiKey.CreateTopics, exc).kafka_code, exc.message
+def _error(exc: TxlogError, api_key: int = ApiKey.CreateTopics) -> tuple[int, str]:
+    return error_code(api_key, exc).kafka_code, exc.message
 
 
 # -- ApiVersions ---------------------------------------------------------------------------------
@@ -317,6 +317,48 @@ def _created(
             for key, value in sorted((config or {}).items())
         ],
     }
+
+
+# -- CreatePartitions -----------------------------------------------------------------------------
+
+
+async def handle_create_partitions(ctx: RequestContext, request: Any) -> dict:
+    """Each topic on its own, grown to ``count`` partitions (or checked, with validate_only): never
+    shrunk (INVALID_PARTITIONS), named once per request (INVALID_REQUEST). Assignments, when given,
+    are checked as Kafka checks them and not applied (one copy, in PostgreSQL): one per new
+    partition, each of one replica (the topic's replication factor) on a live broker, else
+    INVALID_REPLICA_ASSIGNMENT."""
+    names = [topic.name for topic in request.topics]
+    live = {node.node_id for node in ctx.cluster.list_nodes()}
+    results = []
+    for topic in request.topics:
+        try:
+            if names.count(topic.name) > 1:
+                raise TxlogError(ErrorCode.INVALID_REQUEST, "Duplicate topic in request.")
+            if topic.assignments is not None:
+                _check_assignments(topic.assignments, live)
+            await ctx.call(
+                topics.create_partitions, ctx.broker, topic.name, topic.count, request.validate_only,
+                None if topic.assignments is None else len(topic.assignments),
+            )
+        except TxlogError as exc:
+            code, message = _error(exc, ApiKey.CreatePartitions)
+            results.append({"name": topic.name, "error_code": code, "error_message": message})
+        else:
+            results.append({"name": topic.name, "error_code": 0, "error_message": None})
+    return {"throttle_time_ms": 0, "results": results}
+
+
+def _check_assignments(assignments: Any, live: set[int]) -> None:
+    unknown = sorted({b for a in assignments for b in a.broker_ids} - live)
+    if unknown:
+        raise TxlogError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}.")
+    other = [i for i, a in enumerate(assignments) if len(a.broker_ids) != 1]
+    if other:
+        raise TxlogError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"Inconsistent replication factor between partitions: the topic's is 1, assignments {other} are not.",
+        )
 
 
 # -- FindCoordinator -----------------------------------------------------------------------------
