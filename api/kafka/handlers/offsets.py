@@ -30,7 +30,7 @@ OffsetFetch (v1 to v9):
   client asks again until the transaction ends.
 - A group-level error (NOT_COORDINATOR, INVALID_GROUP_ID) is the top-level error code from v2, the
   group's error code from v8 (several groups in one request), and each partition's in v1 (and in
-  every version when it is retriable: ``_with_error``).
+  v2-3 when it is retriable: ``_with_error``).
 
 OffsetDelete (v0): see ``handle_offset_delete``.
 """
@@ -145,11 +145,13 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> dict:
 
 
 def _with_error(version: int, topics: list[dict], asked: list[TopicPartition] | None, error: ErrorCode | None) -> list[dict]:
-    """A group's error on every partition asked for too: always in v0-1, which have no other place
-    for it, and from v2 when it is retriable (the coordinator cannot read the offsets now), where
-    Kafka answers no partition: a client that reads only the partitions' codes (aiokafka) takes a
-    partition left out for one without a committed offset, and resets its position."""
-    if error is None or (version >= 2 and not error.retriable):
+    """A group's error on every partition asked for too: in v0-1, which have no other place for
+    it, and in v2-3 when it is retriable (the coordinator cannot read the offsets now), where Kafka
+    answers no partition. aiokafka, whose newest OffsetFetch is v3, reads only the partitions'
+    codes, and takes a partition left out for one without a committed offset (it resets its
+    position). Not from v4: librdkafka (v7+) takes a partition's error as final when it does not
+    retry the request (its assignment changed meanwhile), and never fetches that partition again."""
+    if error is None or (version >= 2 and not error.retriable) or version >= 4:
         return topics
     return _by_topic((t, _partition(FetchedOffset(t, p, None, NO_METADATA), error)) for t, p in asked or ())
 
