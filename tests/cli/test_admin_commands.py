@@ -75,7 +75,7 @@ def test_topics_create_list_describe_alter(txlog: Cli, api: httpx.Client, topic:
     bad = txlog("topics", "alter", topic, "--config", "retention.ms=soon", expect=1)
     assert bad.err.startswith("error: INVALID_CONFIG (code 40): ")
     usage = txlog("topics", "alter", topic, expect=2)
-    assert "name at least one --config or --delete-config" in usage.err
+    assert "name at least one --config, --delete-config or --partitions" in usage.err
     assert "is not KEY=VALUE" in txlog("topics", "create", topic + "-x", "--config", "retention.ms", expect=2).err
 
 
