@@ -384,6 +384,14 @@ def test_kafka_clients_ride_through_postgresql_restarts_and_an_outage(
 
         try:
             all_deliver(0, "the start")
+            # The faults find every client running: each consumer has joined its group and read
+            # from every output topic (a consumer joining while the database is away is another
+            # matter: kafka-python's group leader then may assign without a topic's metadata).
+            wait_until(
+                lambda: all({t for t, _ in read} == set(load.outputs) for read in load.read.values()) or load.failures,
+                PROGRESS_S, 0.1, "every consumer to read from every output topic",
+            )
+            assert not load.failures, diagnosis()
             for fault in ("restart", "restart", "outage"):
                 for c in copiers:
                     assert c.proc.poll() is None, f"copier {c.name} finished before the faults did\n{diagnosis()}"
