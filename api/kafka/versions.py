@@ -41,6 +41,7 @@ _BOOTSTRAP = "api.kafka.handlers.bootstrap"
 _FETCH = "api.kafka.handlers.fetch"
 _GROUPS = "api.kafka.handlers.groups"
 _OFFSETS = "api.kafka.handlers.offsets"
+_TOPICS = "api.kafka.handlers.topics"
 
 APIS: tuple[Api, ...] = (
     Api(ApiKey.Produce, 0, 10, "api.kafka.handlers.produce:handle_produce"),  # min 0: KAFKA-18659; v0-2 refused
@@ -59,8 +60,12 @@ APIS: tuple[Api, ...] = (
     Api(ApiKey.DeleteGroups, 0, 2, f"{_GROUPS}:handle_delete_groups"),
     Api(ApiKey.OffsetDelete, 0, 0, f"{_OFFSETS}:handle_offset_delete"),
     Api(ApiKey.ApiVersions, 0, 4, f"{_BOOTSTRAP}:handle_api_versions"),  # v3+: flexible, client software
-    Api(ApiKey.CreateTopics, 2, 7, f"{_BOOTSTRAP}:handle_create_topics"),
-    Api(ApiKey.CreatePartitions, 0, 3, f"{_BOOTSTRAP}:handle_create_partitions"),
+    Api(ApiKey.CreateTopics, 2, 7, f"{_TOPICS}:handle_create_topics"),
+    Api(ApiKey.CreatePartitions, 0, 3, f"{_TOPICS}:handle_create_partitions"),
+    Api(ApiKey.DeleteTopics, 0, 6, f"{_TOPICS}:handle_delete_topics"),  # v6: by name or topic id
+    Api(ApiKey.DescribeConfigs, 0, 4, f"{_TOPICS}:handle_describe_configs"),  # v1 synonyms; v3 type and documentation
+    Api(ApiKey.AlterConfigs, 0, 2, f"{_TOPICS}:handle_alter_configs"),
+    Api(ApiKey.IncrementalAlterConfigs, 0, 1, f"{_TOPICS}:handle_incremental_alter_configs"),
     Api(ApiKey.DescribeCluster, 0, 2, f"{_BOOTSTRAP}:handle_describe_cluster"),  # v1 endpoint types; v2 fenced brokers
     Api(ApiKey.InitProducerId, 0, 4, "api.kafka.handlers.transactions:handle_init_producer_id"),  # v3+: KIP-360
     Api(ApiKey.AddPartitionsToTxn, 0, 3, "api.kafka.handlers.transactions:handle_add_partitions_to_txn"),  # v4+: brokers only

@@ -66,6 +66,13 @@ class TopicConfigInfo(Model):
     config: dict
 
 
+class TopicDeleted(Model):
+    name: str
+    topic_id: str
+    aborted_transactions: list[str]  # transactional ids whose open transaction wrote to the topic
+    records_pending: bool  # its records are still being deleted: the name cannot be created again yet
+
+
 class DeleteRecordsBody(Model):
     before_offset: int = Field(ge=-1, le=INT64)
 

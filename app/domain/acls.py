@@ -154,6 +154,7 @@ class Api(Enum):
     DESCRIBE_TOPIC = "DescribeTopic"  # Metadata, ListOffsets
     ALTER_TOPIC_CONFIGS = "IncrementalAlterConfigs"
     CREATE_PARTITIONS = "CreatePartitions"
+    DELETE_TOPICS = "DeleteTopics"
     DELETE_RECORDS = "DeleteRecords"
     PRODUCE = "Produce"  # plain: no producer id
     PRODUCE_IDEMPOTENT = "ProduceIdempotent"  # producer id, no transactional id
@@ -208,6 +209,7 @@ REQUIRED: Mapping[Api, tuple[tuple[Check, ...], ...]] = {
     Api.DESCRIBE_TOPIC: (_on(T, O.DESCRIBE, "topic"),),
     Api.ALTER_TOPIC_CONFIGS: (_on(T, O.ALTER, "topic"),),
     Api.CREATE_PARTITIONS: (_on(T, O.ALTER, "topic"),),
+    Api.DELETE_TOPICS: (_on(T, O.DELETE, "topic"),),
     Api.DELETE_RECORDS: (_on(T, O.DELETE, "topic"),),
     Api.PRODUCE: (_on(T, O.WRITE, "topic"),),
     Api.PRODUCE_IDEMPOTENT: (_on(C, O.IDEMPOTENT_WRITE, None), _on(T, O.WRITE, "topic")),

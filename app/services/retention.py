@@ -20,6 +20,7 @@ from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.storage import log as log_store
 from app.storage import retention as retention_store
+from app.storage import topics as topics_store
 
 log = logging.getLogger("txlog.retention")
 
@@ -113,31 +114,37 @@ def _enforce(broker: Broker, p: RetainedPartition, now: int, deadline: float, re
             log.info("log start of %s-%d moved to %d (retention)", p.topic, p.partition, target)
 
 
-def trim(broker: Broker, report: RetentionReport, deadline: float) -> None:
-    """Delete records below each log start, a batch per database transaction, until none is left
-    or the time is up. A partition another sweeper is trimming (or one that failed) is left alone
-    for the rest of this round."""
-    passed: set[tuple[str, int]] = set()
+def trim(broker: Broker, report: RetentionReport, deadline: float, deleted_topic: str | None = None) -> None:
+    """Delete records below each log start, and the records of deleted topics, a batch per database
+    transaction, until none is left or the time is up (with ``deleted_topic``: only that deleted
+    topic's). A partition another process is trimming (or one that failed) is left alone for the
+    rest of this round."""
+    passed: set[tuple[str, int, bool]] = set()
     while time.monotonic() < deadline:
         with broker.db.read() as conn:
-            todo = [tp for tp in retention_store.partitions_to_trim(conn) if tp not in passed]
+            todo = [(t, p, True) for t, p in topics_store.deleted_partitions_to_trim(conn, deleted_topic)]
+            if deleted_topic is None:
+                todo += [(t, p, False) for t, p in retention_store.partitions_to_trim(conn)]
+        todo = [item for item in todo if item not in passed]
         if not todo:
             return
-        for topic, partition in todo:
+        for item in todo:
+            topic, partition, deleted = item
             if time.monotonic() >= deadline:
                 return
+            trim_batch = topics_store.deleted_log_trim if deleted else retention_store.log_trim
             try:
                 with broker.db.transaction() as conn:
-                    deleted = retention_store.log_trim(conn, topic, partition, TRIM_BATCH)
+                    count = trim_batch(conn, topic, partition, TRIM_BATCH)
             except Exception as exc:
-                passed.add((topic, partition))
+                passed.add(item)
                 report.failed += 1
-                log.warning("trimming %s-%d failed: %s", topic, partition, exc)
+                log.warning("trimming %s-%d%s failed: %s", topic, partition, " (deleted)" if deleted else "", exc)
                 continue
-            if deleted is None:
-                passed.add((topic, partition))
+            if count is None:
+                passed.add(item)
             else:
-                report.records_deleted += deleted
+                report.records_deleted += count
 
 
 def apply(broker: Broker, budget_s: float) -> RetentionReport:

@@ -1,15 +1,20 @@
 from __future__ import annotations
 
+import time
 import uuid
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
+from sqlalchemy.engine import Connection
+
+from app.domain import topic_configs
 from app.domain.log import PartitionStatus, TopicMetadata
 from app.domain.records import validate_partition_count, validate_topic_name
-from app.domain.retention import altered_config, validate_topic_config
 from app.errors import ErrorCode, TxlogError
-from app.services import Broker
+from app.services import Broker, coordinator, retention
 from app.storage import log as log_store
 from app.storage import topics as topics_store
+from app.storage import transactions as transactions_store
 
 
 def create_topic(
@@ -60,8 +65,9 @@ def create_partitions(broker: Broker, name: str, total: int, validate_only: bool
 
 
 def kept_config(config: dict) -> dict:
-    """A topic's config as it is kept: checked, the keys given as null left out."""
-    return {k: v for k, v in validate_topic_config(config).items() if v is not None}
+    """A topic's config as it is kept: checked against Kafka's table of topic configs
+    (``topic_configs``), the keys given as null left out."""
+    return topic_configs.kept(config)
 
 
 def list_topics(broker: Broker) -> list[tuple[str, int]]:
@@ -105,12 +111,90 @@ def topic_config(broker: Broker, name: str) -> dict:
 
 
 def alter_topic_config(broker: Broker, name: str, changes: dict) -> dict:
-    """Kafka's IncrementalAlterConfigs on a topic: set the keys given, remove those given as null.
-    Retention changes take effect at the sweeper's next round."""
+    """Kafka's IncrementalAlterConfigs on a topic, as HTTP gives it: set the keys given, remove
+    those given as null. Retention changes take effect at the sweeper's next round."""
+    return _alter(broker, name, lambda current: topic_configs.altered(current, changes))
+
+
+def incremental_alter_topic_config(
+    broker: Broker, name: str, ops: list[tuple[str, topic_configs.Operation, str | None]], validate_only: bool = False
+) -> dict:
+    """IncrementalAlterConfigs as the wire gives it: SET, DELETE, APPEND and SUBTRACT in turn."""
+    return _alter(broker, name, lambda current: topic_configs.incremental(current, ops), validate_only)
+
+
+def replace_topic_config(broker: Broker, name: str, config: dict, validate_only: bool = False) -> dict:
+    """AlterConfigs (the older, whole-set one): the topic's config becomes exactly ``config``;
+    every key not given returns to its default."""
+    return _alter(broker, name, lambda _current: topic_configs.kept(config), validate_only)
+
+
+def _alter(broker: Broker, name: str, change: Callable[[dict], dict], validate_only: bool = False) -> dict:
     with broker.db.transaction() as conn:
-        current = topics_store.topic_config_get(conn, name, for_update=True)
+        current = topics_store.topic_config_get(conn, name, for_update=not validate_only)
         if current is None:
             raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name!r} does not exist")
-        config = altered_config(current, changes)
-        topics_store.topic_config_set(conn, name, config)
+        config = change(current)
+        if not validate_only:
+            topics_store.topic_config_set(conn, name, config)
     return config
+
+
+def describe_topic_config(broker: Broker, name: str) -> list[topic_configs.DescribedConfig]:
+    """DescribeConfigs of a topic: every topic config with its value and where it comes from."""
+    return topic_configs.describe(topic_config(broker, name), broker_config_defaults(broker))
+
+
+def broker_config_defaults(broker: Broker) -> dict[str, object]:
+    """The broker configs that give topic configs their defaults, as this server is set."""
+    s = broker.settings
+    return {"log.retention.ms": s.log_retention_ms, "log.retention.bytes": s.log_retention_bytes, "message.max.bytes": s.max_request_bytes}
+
+
+@dataclass(frozen=True)
+class DeletedTopic:
+    name: str
+    topic_id: uuid.UUID
+    aborted_transactions: tuple[str, ...]  # transactional ids whose open transaction wrote to it
+    records_pending: bool  # records still being deleted (the name cannot be created again until they are)
+
+
+def delete_topic(broker: Broker, name: str, timeout_ms: int = 30_000) -> DeletedTopic:
+    """Kafka's DeleteTopics. In one database transaction, under the topic's append locks: every open
+    transaction with a partition of the topic is aborted through the coordinator, on all its
+    partitions, and its producer fenced (as an operator's abort: ``aborted_by_operator``); then the
+    topic and its partitions go, with its committed and pending group offsets and producer states.
+    From then on it is unknown to every way in. Its records are deleted after, a batch per
+    database transaction, here for up to ``timeout_ms`` and by the sweeper for what is left; until
+    they are gone, creating the name again is TOPIC_ALREADY_EXISTS ("marked for deletion").
+    Transactions are first ended one per database transaction, as EndTxn takes its locks
+    (transaction, then partitions); one that joins the topic meanwhile is ended under the topic's
+    locks."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    aborted: list[str] = []
+    with broker.db.read() as conn:
+        open_ids = topics_store.open_transactions_on(conn, name)
+    for tid in open_ids:
+        with broker.db.transaction() as conn:
+            if _end_open(conn, broker, tid):
+                aborted.append(tid)
+    with broker.db.transaction() as conn:
+        topic_id = topics_store.topic_lock_for_delete(conn, name)
+        if topic_id is None:
+            raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name!r} does not exist")
+        for tid in topics_store.open_transactions_on(conn, name):
+            if _end_open(conn, broker, tid):
+                aborted.append(tid)
+        topics_store.topic_delete(conn, name)
+    retention.trim(broker, retention.RetentionReport(), deadline, deleted_topic=name)
+    with broker.db.read() as conn:
+        pending = bool(topics_store.deleted_partitions_to_trim(conn, name, limit=1))
+    return DeletedTopic(name, topic_id, tuple(sorted(set(aborted))), pending)
+
+
+def _end_open(conn: Connection, broker: Broker, transactional_id: str) -> bool:
+    meta = transactions_store.txn_get(conn, transactional_id, for_update=True)
+    if meta is None or not meta.state.is_open:
+        return False
+    coordinator.finish_open(conn, broker, meta, "aborted_by_operator")
+    return True

@@ -63,6 +63,23 @@ partitions = Table(
     ForeignKeyConstraint(["topic"], ["txlog.topics.name"], ondelete="CASCADE"),
 )
 
+# The partitions of deleted topics whose records are still stored: DeleteTopics removes the topic
+# and its partitions at once, and the records from ``stored_start_offset`` to ``end_offset`` go a
+# batch per database transaction after it (``retention.trim``). The name can be created again once
+# its rows here are gone (until then: Kafka's "marked for deletion"), so a new topic's offsets,
+# which start at 0, never meet an old record.
+deleted_partitions = Table(
+    "deleted_partitions",
+    metadata,
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("stored_start_offset", BigInteger, nullable=False),
+    Column("end_offset", BigInteger, nullable=False),
+    Column("topic_id", UUID(as_uuid=True), nullable=False),
+    Column("deleted_at", TS, nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("topic", "partition"),
+)
+
 # Partitions some process has long-polling fetches waiting on, until ``expires_at`` (a lease the
 # process renews while they wait). An append notifies (NOTIFY txlog_append) only when its partition
 # has a live lease, so appends nobody waits for take no notify lock and wake nobody.

@@ -10,6 +10,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from app.domain.log import TopicMetadata
+from app.errors import ErrorCode, TxlogError
+from app.storage._sql import OPEN_STATES_SQL
 
 
 def topic_insert(conn: Connection, name: str, partitions: int, config: dict) -> bool:
@@ -22,6 +24,10 @@ def topic_insert(conn: Connection, name: str, partitions: int, config: dict) -> 
     ).first()
     if row is None:
         return False
+    # A deleted topic of this name whose records are still being deleted: read in a statement of its
+    # own, so that a deletion committed while the insert waited on its row is seen.
+    if conn.execute(text("SELECT 1 FROM txlog.deleted_partitions WHERE topic = :name LIMIT 1"), {"name": name}).first():
+        raise TxlogError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' is marked for deletion.")
     conn.execute(
         text(
             "INSERT INTO txlog.partitions (topic, partition) "
@@ -91,3 +97,99 @@ def partitions_missing(conn: Connection, wanted: Sequence[tuple[str, int]]) -> l
         {"topics": [t for t, _ in wanted], "parts": [p for _, p in wanted]},
     )
     return [(r[0], r[1]) for r in rows]
+
+
+def topic_lock_for_delete(conn: Connection, name: str) -> uuid.UUID | None:
+    """The topic's id, with its row and every one of its partitions' rows locked (the append locks:
+    no batch or marker lands on it until the deletion commits); None for no such topic."""
+    topic_id = conn.execute(text("SELECT topic_id FROM txlog.topics WHERE name = :name FOR UPDATE"), {"name": name}).scalar()
+    if topic_id is not None:
+        conn.execute(text("SELECT 1 FROM txlog.partitions WHERE topic = :name ORDER BY partition FOR UPDATE"), {"name": name})
+    return topic_id
+
+
+def open_transactions_on(conn: Connection, name: str) -> list[str]:
+    """The transactional ids whose open transaction has a partition of topic ``name``."""
+    rows = conn.execute(
+        text(
+            "SELECT DISTINCT t.transactional_id FROM txlog.transaction_partitions m "
+            "JOIN txlog.transactions t ON t.transactional_id = m.transactional_id "
+            f"WHERE m.topic = :name AND t.state IN {OPEN_STATES_SQL} ORDER BY 1"
+        ),
+        {"name": name},
+    )
+    return [r[0] for r in rows]
+
+
+_DELETE_WITH_TOPIC = (
+    text("DELETE FROM txlog.group_offsets WHERE topic = :name"),
+    text("DELETE FROM txlog.pending_group_offsets WHERE topic = :name"),
+    text("DELETE FROM txlog.producer_partitions WHERE topic = :name"),
+    text("DELETE FROM txlog.transaction_partitions WHERE topic = :name"),
+)
+
+
+def topic_delete(conn: Connection, name: str) -> None:
+    """Delete topic ``name`` (locked by ``topic_lock_for_delete``, its open transactions ended):
+    its partitions and what refers to them — committed and pending group offsets, producer states,
+    its place in transactions — at once; its stored records and aborted ranges are left for
+    ``deleted_log_trim``, each partition with records noted in ``deleted_partitions``."""
+    params = {"name": name}
+    conn.execute(
+        text(
+            "INSERT INTO txlog.deleted_partitions (topic, partition, stored_start_offset, end_offset, topic_id) "
+            "SELECT p.topic, p.partition, p.stored_start_offset, p.next_offset, t.topic_id "
+            "FROM txlog.partitions p JOIN txlog.topics t ON t.name = p.topic "
+            "WHERE p.topic = :name AND p.stored_start_offset < p.next_offset"
+        ),
+        params,
+    )
+    for statement in _DELETE_WITH_TOPIC:
+        conn.execute(statement, params)
+    conn.execute(text("DELETE FROM txlog.topics WHERE name = :name"), params)  # its partitions and fetch listeners with it
+
+
+def deleted_partitions_to_trim(conn: Connection, name: str | None = None, limit: int = 1000) -> list[tuple[str, int]]:
+    """Deleted topics' partitions with records still stored (of topic ``name``, or of any)."""
+    rows = conn.execute(
+        text(
+            "SELECT topic, partition FROM txlog.deleted_partitions WHERE topic = :name OR CAST(:name AS text) IS NULL "
+            "ORDER BY deleted_at, topic, partition LIMIT :limit"
+        ),
+        {"name": name, "limit": limit},
+    )
+    return [(r[0], r[1]) for r in rows]
+
+
+def deleted_log_trim(conn: Connection, topic: str, partition: int, batch: int) -> int | None:
+    """Delete the next ``batch`` offsets of a deleted topic's partition, with the aborted ranges
+    that end before them; the partition's row in ``deleted_partitions`` goes with its last batch.
+    The number of records deleted, or None when another process is trimming it (the same trim
+    lock as a live partition's, ``retention.log_trim``)."""
+    key = f"txlog.log_trim/{topic}/{partition}"
+    if not conn.execute(text("SELECT pg_try_advisory_xact_lock(hashtextextended(:key, 0))"), {"key": key}).scalar_one():
+        return None
+    row = conn.execute(
+        text("SELECT stored_start_offset, end_offset FROM txlog.deleted_partitions WHERE topic = :topic AND partition = :partition"),
+        {"topic": topic, "partition": partition},
+    ).first()
+    if row is None:
+        return 0
+    end = min(row[1], row[0] + batch)
+    params = {"topic": topic, "partition": partition, "start": row[0], "end": end}
+    deleted = conn.execute(
+        text('DELETE FROM txlog.records WHERE topic = :topic AND partition = :partition AND "offset" >= :start AND "offset" < :end'),
+        params,
+    ).rowcount
+    # An ABORT marker sits below the end offset, so the last batch takes every remaining range.
+    conn.execute(
+        text("DELETE FROM txlog.aborted_txns WHERE topic = :topic AND partition = :partition AND last_offset < :end"), params
+    )
+    if end >= row[1]:
+        conn.execute(text("DELETE FROM txlog.deleted_partitions WHERE topic = :topic AND partition = :partition"), params)
+    else:
+        conn.execute(
+            text("UPDATE txlog.deleted_partitions SET stored_start_offset = :end WHERE topic = :topic AND partition = :partition"),
+            params,
+        )
+    return deleted

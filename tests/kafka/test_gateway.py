@@ -25,6 +25,7 @@ from api.kafka import versions
 from api.kafka.handlers import Node
 from api.kafka.server import CloseConnection, Gateway
 from app.config import Settings
+from app.domain import topic_configs
 from app.errors import ErrorCode, TxlogError
 from app.wire.kafka import protocol
 from app.wire.kafka.protocol import ApiKey
@@ -362,7 +363,13 @@ def test_create_topics_answers_each_topic(gateway: GatewayProcess, topic_name: s
         (described,) = raw.request(ApiKey.Metadata, 12, {"topics": [{"name": f"{topic_name}-manual"}]}).topics
     assert manual.topic_id == described.topic_id != uuid.UUID(int=0)
     assert {t.topic_id for t in answered[:3]} == {None}  # the zero id, which the codec reads as None
-    assert [(c.name, c.value) for c in manual.configs] == [("retention.bytes", "1000")]
+    # v5+ lists every topic config, as DescribeConfigs: its own (DYNAMIC_TOPIC_CONFIG), the server's
+    # setting (STATIC_BROKER_CONFIG), or Kafka's default (DEFAULT_CONFIG)
+    configs = {c.name: (c.value, c.config_source) for c in manual.configs}
+    assert list(configs) == [c.name for c in topic_configs.TOPIC_CONFIGS]
+    assert configs["retention.bytes"] == ("1000", 1)
+    assert configs["retention.ms"] == ("-1", 4)
+    assert configs["cleanup.policy"] == ("delete", 5)
 
 
 def test_metadata_auto_creates_when_asked_and_allowed(gateway: GatewayProcess, topic_name: str, raw: RawConnection) -> None:
@@ -488,8 +495,11 @@ def test_answers_leave_in_request_order(raw: RawConnection, topic_name: str) -> 
 
 
 def test_unserved_apis_are_answered_or_closed(raw: RawConnection, gateway: GatewayProcess) -> None:
-    got = raw.request(ApiKey.DescribeConfigs, 1, {"resources": [{"resource_type": 2, "resource_name": "t", "configuration_keys": None}]})
-    assert [(r.resource_name, r.error_code) for r in got.results] == [("t", UNSUPPORTED_VERSION)]
+    got = raw.request(ApiKey.DescribeAcls, 1, {
+        "resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1, "principal_filter": None,
+        "host_filter": None, "operation": 1, "permission_type": 1,
+    })
+    assert got.error_code == UNSUPPORTED_VERSION
     got = raw.request(ApiKey.CreateTopics, 1, {"topics": [{"name": "never", "num_partitions": 1, "replication_factor": 1}]})
     assert [(t.name, t.error_code) for t in got.topics] == [("never", UNSUPPORTED_VERSION)]
     raw.send_bytes(_frame(struct.pack(">hhih", 999, 0, 77, -1)))

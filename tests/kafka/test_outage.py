@@ -4,8 +4,8 @@ cannot reach its storage; and the same connection served again once PostgreSQL i
 - Metadata keeps the brokers and the controller, the topics it knew with their partitions and
   leaders (each partition LEADER_NOT_AVAILABLE), any other topic LEADER_NOT_AVAILABLE;
 - Produce, Fetch and ListOffsets: KAFKA_STORAGE_ERROR per partition (a log directory offline);
-- CreateTopics and CreatePartitions: REQUEST_TIMED_OUT per topic (a controller that did not
-  answer in time);
+- CreateTopics, CreatePartitions, DeleteTopics and the config APIs: REQUEST_TIMED_OUT per topic
+  or resource (a controller that did not answer in time);
 - reads of a group coordinator's state (OffsetFetch, DescribeGroups, ListGroups):
   COORDINATOR_LOAD_IN_PROGRESS, OffsetFetch v2-3's on every partition asked for too;
 - writes to the group and transaction coordinators: COORDINATOR_NOT_AVAILABLE;
@@ -18,6 +18,7 @@ answer is written here."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -109,6 +110,30 @@ OUTAGE: dict[int, Callable[[RawConnection, dict], None]] = {
         [r.error_code for r in raw.request(ApiKey.CreatePartitions, 3, {
             "topics": [{"name": TOPIC, "count": 3, "assignments": None}], "timeout_ms": 5000, "validate_only": False,
         }).results], TIMED_OUT,
+    ),
+    ApiKey.DeleteTopics: lambda raw, s: assert_codes(
+        [r.error_code for r in raw.request(ApiKey.DeleteTopics, 6, {
+            "topics": [{"name": TOPIC, "topic_id": uuid.UUID(int=0)}], "timeout_ms": 5000,
+        }).responses], TIMED_OUT,
+    ),
+    ApiKey.DescribeConfigs: lambda raw, s: assert_codes(
+        [r.error_code for r in raw.request(ApiKey.DescribeConfigs, 4, {
+            "resources": [{"resource_type": 2, "resource_name": TOPIC, "configuration_keys": None}],
+            "include_synonyms": False, "include_documentation": False,
+        }).results], TIMED_OUT,
+    ),
+    ApiKey.AlterConfigs: lambda raw, s: assert_codes(
+        [r.error_code for r in raw.request(ApiKey.AlterConfigs, 2, {
+            "resources": [{"resource_type": 2, "resource_name": TOPIC, "configs": [{"name": "retention.ms", "value": "1000"}]}],
+            "validate_only": False,
+        }).responses], TIMED_OUT,
+    ),
+    ApiKey.IncrementalAlterConfigs: lambda raw, s: assert_codes(
+        [r.error_code for r in raw.request(ApiKey.IncrementalAlterConfigs, 1, {
+            "resources": [{"resource_type": 2, "resource_name": TOPIC,
+                           "configs": [{"name": "retention.ms", "config_operation": 0, "value": "1000"}]}],
+            "validate_only": False,
+        }).responses], TIMED_OUT,
     ),
     ApiKey.OffsetCommit: lambda raw, s: assert_codes(
         _partitions(raw.request(ApiKey.OffsetCommit, 8, _commit_body(GROUP, [(TOPIC, 0, 1, "")], s["generation"], s["member"]))),

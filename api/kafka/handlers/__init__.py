@@ -46,7 +46,8 @@ T = TypeVar("T")
 # - reads of a group coordinator's state: COORDINATOR_LOAD_IN_PROGRESS, a coordinator loading;
 # - writes to a group or transaction coordinator: COORDINATOR_NOT_AVAILABLE, as Kafka maps its own
 #   storage timeouts there;
-# - a topic to create or grow: REQUEST_TIMED_OUT, a controller that did not answer in time.
+# - a topic to create, grow or delete, and topic configs: REQUEST_TIMED_OUT, a controller that did
+#   not answer in time.
 # ApiVersions, FindCoordinator and the classic group membership answer from memory, and Metadata
 # from what it read before (``bootstrap.handle_metadata``).
 _STORAGE_AWAY = {
@@ -66,6 +67,10 @@ _STORAGE_AWAY = {
     ApiKey.EndTxn: ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ApiKey.CreateTopics: ErrorCode.REQUEST_TIMED_OUT,
     ApiKey.CreatePartitions: ErrorCode.REQUEST_TIMED_OUT,
+    ApiKey.DeleteTopics: ErrorCode.REQUEST_TIMED_OUT,
+    ApiKey.DescribeConfigs: ErrorCode.REQUEST_TIMED_OUT,
+    ApiKey.AlterConfigs: ErrorCode.REQUEST_TIMED_OUT,
+    ApiKey.IncrementalAlterConfigs: ErrorCode.REQUEST_TIMED_OUT,
 }
 
 

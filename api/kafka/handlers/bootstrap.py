@@ -1,4 +1,4 @@
-"""What a client asks first: ApiVersions, Metadata, CreateTopics and FindCoordinator.
+"""What a client asks first: ApiVersions, Metadata, FindCoordinator and DescribeCluster.
 
 Topics come from ``app.services.topics``; the brokers, partition leaders and coordinators from the
 cluster view (``ctx.cluster``). txlog keeps one copy of every record, in PostgreSQL: each partition
@@ -13,11 +13,10 @@ import uuid
 from typing import Any
 
 from api.kafka import versions
-from api.kafka.handlers import Node, RequestContext, error_code
+from api.kafka.handlers import Node, RequestContext
 from app.domain.records import validate_topic_name
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, topics
-from app.wire.kafka.protocol import ApiKey
 
 # A topic that could not be answered has the zero UUID (Kafka's Uuid.ZERO_UUID). Fetch is served up
 # to v12, which names topics, so clients need no topic id to read.
@@ -25,14 +24,8 @@ ZERO_TOPIC_ID = uuid.UUID(int=0)
 LEADER_EPOCH = 0
 # Kafka's check of ApiVersions v3+'s client software name and version.
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
-# config_source of a topic's own config (Kafka's DYNAMIC_TOPIC_CONFIG)
-_TOPIC_CONFIG = 1
 _COORDINATOR_GROUP, _COORDINATOR_TRANSACTION = 0, 1
 _BROKER_ENDPOINTS, _CONTROLLER_ENDPOINTS = 1, 2  # DescribeCluster's endpoint types
-
-
-def _error(exc: TxlogError, api_key: int = ApiKey.CreateTopics) -> tuple[int, str]:
-    return error_code(api_key, exc).kafka_code, exc.message
 
 
 # -- ApiVersions ---------------------------------------------------------------------------------
@@ -240,125 +233,6 @@ def _topic(ctx: RequestContext, topic: topics.TopicMetadata, unavailable: bool =
             "offline_replicas": [],
         })
     return {"error_code": 0, "name": name, "topic_id": topic.topic_id, "is_internal": False, "partitions": answer}
-
-
-# -- CreateTopics --------------------------------------------------------------------------------
-
-
-async def handle_create_topics(ctx: RequestContext, request: Any) -> dict:
-    """Each topic is created (or, with validate_only, checked) on its own and answered with its
-    own error. num_partitions -1 takes TXLOG_KAFKA_NUM_PARTITIONS; a manual assignment gives the
-    partition count (its broker ids are not used); replication_factor -1 or any positive number
-    is accepted (one copy is kept, in PostgreSQL); configs go to the topic as the HTTP API keeps
-    them (retention.ms and retention.bytes are applied)."""
-    names = [topic.name for topic in request.topics]
-    duplicated = {name for name in names if names.count(name) > 1}
-    results = []
-    for topic in request.topics:
-        if topic.name in duplicated:
-            error = ErrorCode.INVALID_REQUEST.kafka_code, f"Topic {topic.name!r} appears more than once in the request"
-            results.append(_created(topic.name, error=error))
-            continue
-        try:
-            partitions, config = _creatable(ctx, topic)
-            config, topic_id = await ctx.call(_create_topic, ctx.broker, topic.name, partitions, config, request.validate_only)
-        except TxlogError as exc:
-            results.append(_created(topic.name, error=_error(exc)))
-        else:
-            results.append(_created(topic.name, partitions, config, topic_id))
-    return {"throttle_time_ms": 0, "topics": results}
-
-
-def _creatable(ctx: RequestContext, topic: Any) -> tuple[int, dict[str, str]]:
-    """The partition count and config a CreateTopics entry asks for."""
-    if topic.assignments:
-        if topic.num_partitions != -1 or topic.replication_factor != -1:
-            raise TxlogError(
-                ErrorCode.INVALID_REQUEST, "A manual assignment goes with num_partitions and replication_factor -1"
-            )
-        indexes = sorted(a.partition_index for a in topic.assignments)
-        if indexes != list(range(len(indexes))):
-            raise TxlogError(ErrorCode.INVALID_REQUEST, "A manual assignment numbers its partitions from 0 without gaps")
-        partitions = len(indexes)
-    else:
-        partitions = ctx.broker.settings.kafka_num_partitions if topic.num_partitions == -1 else topic.num_partitions
-        if topic.replication_factor == 0 or topic.replication_factor < -1:
-            raise TxlogError(
-                ErrorCode.INVALID_REPLICATION_FACTOR, f"Replication factor must be -1 or at least 1, not {topic.replication_factor}"
-            )
-    config = {c.name: c.value for c in topic.configs if c.value is not None}
-    return partitions, config
-
-
-def _create_topic(broker: Broker, name: str, partitions: int, config: dict, validate_only: bool) -> tuple[dict, uuid.UUID]:
-    """Create the topic, or check that it could be created: its config as kept, and its topic id
-    (the zero id when only checked, as Kafka answers validate_only)."""
-    topics.create_topic(broker, name, partitions, config, validate_only)
-    if validate_only:
-        return topics.kept_config(config), ZERO_TOPIC_ID
-    (created,) = topics.topics_metadata(broker, [name])
-    return topics.topic_config(broker, name), created.topic_id
-
-
-def _created(
-    name: str, partitions: int = -1, config: dict | None = None, topic_id: uuid.UUID = ZERO_TOPIC_ID,
-    error: tuple[int, str] | None = None,
-) -> dict:
-    code, message = error or (0, None)
-    return {
-        "name": name,
-        "topic_id": topic_id,
-        "error_code": code,
-        "error_message": message,
-        "num_partitions": partitions,
-        "replication_factor": -1 if error else 1,
-        "configs": [
-            {"name": key, "value": str(value), "read_only": False, "config_source": _TOPIC_CONFIG, "is_sensitive": False}
-            for key, value in sorted((config or {}).items())
-        ],
-    }
-
-
-# -- CreatePartitions -----------------------------------------------------------------------------
-
-
-async def handle_create_partitions(ctx: RequestContext, request: Any) -> dict:
-    """Each topic on its own, grown to ``count`` partitions (or checked, with validate_only): never
-    shrunk (INVALID_PARTITIONS), named once per request (INVALID_REQUEST). Assignments, when given,
-    are checked as Kafka checks them and not applied (one copy, in PostgreSQL): one per new
-    partition, each of one replica (the topic's replication factor) on a live broker, else
-    INVALID_REPLICA_ASSIGNMENT."""
-    names = [topic.name for topic in request.topics]
-    live = {node.node_id for node in ctx.cluster.list_nodes()}
-    results = []
-    for topic in request.topics:
-        try:
-            if names.count(topic.name) > 1:
-                raise TxlogError(ErrorCode.INVALID_REQUEST, "Duplicate topic in request.")
-            if topic.assignments is not None:
-                _check_assignments(topic.assignments, live)
-            await ctx.call(
-                topics.create_partitions, ctx.broker, topic.name, topic.count, request.validate_only,
-                None if topic.assignments is None else len(topic.assignments),
-            )
-        except TxlogError as exc:
-            code, message = _error(exc, ApiKey.CreatePartitions)
-            results.append({"name": topic.name, "error_code": code, "error_message": message})
-        else:
-            results.append({"name": topic.name, "error_code": 0, "error_message": None})
-    return {"throttle_time_ms": 0, "results": results}
-
-
-def _check_assignments(assignments: Any, live: set[int]) -> None:
-    unknown = sorted({b for a in assignments for b in a.broker_ids} - live)
-    if unknown:
-        raise TxlogError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}.")
-    other = [i for i, a in enumerate(assignments) if len(a.broker_ids) != 1]
-    if other:
-        raise TxlogError(
-            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-            f"Inconsistent replication factor between partitions: the topic's is 1, assignments {other} are not.",
-        )
 
 
 # -- FindCoordinator -----------------------------------------------------------------------------
