@@ -1,4 +1,4 @@
-"""``txlog topics create | list | describe | alter`` (kafka-topics.sh and kafka-configs.sh)."""
+"""``txlog topics create | list | describe | alter | delete`` (kafka-topics.sh and kafka-configs.sh)."""
 
 from __future__ import annotations
 
@@ -97,4 +97,27 @@ def alter(client: Client, topic: str, configs: tuple[str, ...], deletes: tuple[s
     if "config" in answers:
         click.echo(f"Altered topic {topic}.")
         table(["CONFIG", "VALUE"], sorted(answers["config"]["config"].items()))
+    return 0
+
+
+@topics.command()
+@click.argument("topic")
+@click.option("--if-exists", is_flag=True, help="Succeed when there is no such topic.")
+@client_command
+def delete(client: Client, topic: str, if_exists: bool) -> int:
+    """Delete TOPIC with its records, committed offsets and producer states (kafka-topics.sh
+    --delete); each open transaction that wrote to it is aborted."""
+    try:
+        answer = client.http.request("DELETE", f"/v1/topics/{segment(topic)}")
+    except KafkaException as exc:
+        if not (if_exists and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PARTITION):
+            raise
+        answer = {"name": topic, "deleted": False}
+    if client.json:
+        print_json(answer)
+    elif answer.get("deleted") is False:
+        click.echo(f"Topic {topic} does not exist.")
+    else:
+        aborted = answer["aborted_transactions"]
+        click.echo(f"Deleted topic {topic}." + (f" Aborted the open transactions of {', '.join(aborted)}." if aborted else ""))
     return 0

@@ -148,19 +148,17 @@ def parse(config: TopicConfig, value: Any) -> int | float | str:
     checks it, and refused where txlog cannot do what it asks."""
     kept: int | float | str
     if config.type in (_T.INT, _T.SHORT, _T.LONG):
-        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and _INTEGER.fullmatch(value.strip()))):
-            raise _invalid(config, value, f"Expected value to be a {'32-bit ' if config.type is _T.INT else ''}integer")
+        integer = isinstance(value, int) or (isinstance(value, str) and _INTEGER.fullmatch(value.strip()))
+        bound = MAX_INT if config.type is _T.INT else MAX_LONG
+        if isinstance(value, bool) or not integer or not -(bound + 1) <= int(value) <= bound:
+            raise _invalid(config, value, f"Not a number of type {config.type.name}")
         kept = int(value)
-        if not -(MAX_INT + 1) <= kept <= MAX_INT and config.type is _T.INT:
-            raise _invalid(config, value, "Expected value to be a 32-bit integer")
-        if not -(MAX_LONG + 1) <= kept <= MAX_LONG:
-            raise _invalid(config, value, "Expected value to be a 64-bit integer")
     elif config.type is _T.DOUBLE:
         number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
         if isinstance(value, str) and _DOUBLE.fullmatch(value.strip()):
             number = float(value)
         if number is None or not math.isfinite(number):
-            raise _invalid(config, value, "Expected value to be a double")
+            raise _invalid(config, value, "Not a number of type DOUBLE")
         kept = float(number)
     elif config.type is _T.BOOLEAN:
         text = value if isinstance(value, str) else ("true" if value is True else "false" if value is False else None)
@@ -169,7 +167,7 @@ def parse(config: TopicConfig, value: Any) -> int | float | str:
         kept = text.strip().lower()
     else:
         if not isinstance(value, str) or "\x00" in value or not _utf8(value):
-            raise _invalid(config, value, "Expected a string")
+            raise _invalid(config, value, f"Expected value to be a string, but it was a {type(value).__name__}")
         kept = value.strip() if config.type is _T.LIST else value
     _check_bounds(config, value, kept)
     return kept

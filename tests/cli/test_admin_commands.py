@@ -78,6 +78,12 @@ def test_topics_create_list_describe_alter(txlog: Cli, api: httpx.Client, topic:
     assert "name at least one --config, --delete-config or --partitions" in usage.err
     assert "is not KEY=VALUE" in txlog("topics", "create", topic + "-x", "--config", "retention.ms", expect=2).err
 
+    # deleted with the transaction still open on it, which is aborted (kafka-topics.sh --delete)
+    assert txlog("topics", "delete", topic).out.strip() == f"Deleted topic {topic}. Aborted the open transactions of {topic}-tid."
+    assert api.get(f"/v1/transactions/{topic}-tid").json()["state"] == "CompleteAbort"
+    assert txlog("topics", "delete", topic, expect=1).err.startswith("error: UNKNOWN_TOPIC_OR_PARTITION (code 3): ")
+    assert txlog("topics", "delete", topic, "--if-exists").out.strip() == f"Topic {topic} does not exist."
+
 
 def test_exit_codes_tell_server_errors_usage_and_an_unreachable_server_apart(txlog: Cli, topic: str) -> None:
     missing = txlog("topics", "describe", topic, expect=1)
