@@ -20,7 +20,7 @@ from app.domain.limits import RecordLimits, checked_record_sizes
 from app.domain.log import AppendBatch, AppendPosition
 from app.domain.partitioner import partition_for_key
 from app.domain.producer_state import Append, Duplicate, after_append, check_append
-from app.domain.records import NewRecord
+from app.domain.records import NewRecord, record_sizes
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, coordinator, executor, last_appends
 from app.services.executor import Blocking, Operation, Together
@@ -45,6 +45,11 @@ class ProduceRequest:
     # (``transactions.check_partition_added``, KIP-890 part 1). False (the HTTP API, and V2): the
     # batch adds its partition to the transaction, starting one if none is open.
     require_added: bool = False
+    # A Kafka client's record batch, its size as framed (compressed): bounded as a whole by
+    # message.max.bytes (TXLOG_MAX_REQUEST_BYTES), as Kafka bounds it, and its records by nothing
+    # more. None (the HTTP API): each record is bounded by the TXLOG_MAX_*_BYTES limits, and their
+    # sum by TXLOG_MAX_REQUEST_BYTES.
+    batch_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -61,9 +66,17 @@ def _validate(broker: Broker, req: ProduceRequest) -> list[int]:
     """Refuse a malformed batch; the records' sizes otherwise."""
     if not req.records:
         raise TxlogError(ErrorCode.INVALID_RECORD, "A batch must contain at least one record")
-    sizes = checked_record_sizes(req.records, RecordLimits.from_settings(broker.settings))
-    if sum(sizes) > broker.settings.max_request_bytes:
-        raise TxlogError(ErrorCode.MESSAGE_TOO_LARGE, f"The batch is larger than {broker.settings.max_request_bytes} bytes")
+    limit = broker.settings.max_request_bytes
+    if req.batch_bytes is not None:
+        if req.batch_bytes > limit:
+            raise TxlogError(
+                ErrorCode.MESSAGE_TOO_LARGE, f"The record batch is {req.batch_bytes} bytes, larger than message.max.bytes ({limit})"
+            )
+        sizes = record_sizes(req.records)
+    else:
+        sizes = checked_record_sizes(req.records, RecordLimits.from_settings(broker.settings))
+        if sum(sizes) > limit:
+            raise TxlogError(ErrorCode.MESSAGE_TOO_LARGE, f"The batch is larger than {limit} bytes")
     idempotent_fields = (req.producer_id, req.producer_epoch, req.base_sequence)
     if req.producer_id is not None and None in idempotent_fields:
         raise TxlogError(ErrorCode.INVALID_REQUEST, "producer_id, producer_epoch and base_sequence go together")

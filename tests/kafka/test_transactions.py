@@ -707,3 +707,19 @@ def test_a_transaction_left_open_past_its_timeout_is_aborted_by_the_gateways_swe
         }
     finally:
         store.db.dispose()
+
+
+def test_a_batch_is_bounded_as_a_whole_by_message_max_bytes(raw: RawConnection, store: Broker, topic: str) -> None:
+    """As Kafka bounds a produced batch: its size as framed against message.max.bytes
+    (TXLOG_MAX_REQUEST_BYTES), and no record's key or value on its own (TXLOG_MAX_KEY_BYTES and
+    its kin bound the HTTP API's records)."""
+    limit = store.settings.max_request_bytes
+    big_key = encode_batch(0, [StoredRecord(0, b"k" * 200_000, b"v", None, None, T0, -1, -1, -1, False, None, 0, None, False)])
+    assert store.settings.max_key_bytes < 200_000
+    code, offset = produce(raw, topic, 0, big_key)
+    assert (code, offset) == (NONE, 0)
+    assert fetch.fetch(store, topic, 0, 0, max_records=10).records[0].key == b"k" * 200_000
+    over = batch(-1, -1, -1, [b"x" * (limit - 30)])  # the record's bytes fit; the batch's header does not
+    assert len(over) > limit
+    assert produce(raw, topic, 0, over)[0] == ErrorCode.MESSAGE_TOO_LARGE.kafka_code
+    assert produce(raw, topic, 0, batch(-1, -1, -1, [b"x" * (limit - 100)]))[0] == NONE

@@ -113,11 +113,12 @@ def _request(ctx: RequestContext, data: bytes | None, transactional_id: str | No
         # As Kafka from Produce v3: one batch per partition, so one batch is one append, answered
         # with one base offset.
         raise TxlogError(ErrorCode.INVALID_RECORD, f"A produce request carries exactly one record batch per partition, not {len(batches)}")
-    return produce_request(batches[0], transactional_id, require_added=True)
+    return produce_request(batches[0], transactional_id, require_added=True, batch_bytes=len(data or b""))
 
 
 def produce_request(
-    batch: RecordBatch, transactional_id: str | None = None, principal: str | None = None, require_added: bool = False
+    batch: RecordBatch, transactional_id: str | None = None, principal: str | None = None, require_added: bool = False,
+    batch_bytes: int | None = None,
 ) -> ProduceRequest:
     """What ``app.services.produce.produce`` takes for one partition's batch, once the batch is one
     a client may send (as Kafka's ``LogValidator`` checks it): INVALID_RECORD for a control batch,
@@ -126,7 +127,8 @@ def produce_request(
     batch without the request's ``transactional_id``. A non-transactional batch is produced
     without the transactional id even when the request names one. ``require_added``: Produce
     below v12 (transactions V1), whose transactional batches go only to partitions added with
-    AddPartitionsToTxn."""
+    AddPartitionsToTxn. ``batch_bytes``: the batch's size as framed, which Kafka's message.max.bytes
+    bounds (``ProduceRequest.batch_bytes``)."""
     if batch.is_control:
         raise TxlogError(ErrorCode.INVALID_RECORD, "Clients are not allowed to write control records")
     count = len(batch.records)
@@ -141,7 +143,7 @@ def produce_request(
     if pid == NO_PRODUCER_ID:
         if batch.is_transactional:
             raise TxlogError(ErrorCode.INVALID_RECORD, "A transactional batch needs a producer id")
-        return ProduceRequest(new_records(batch), principal=principal)
+        return ProduceRequest(new_records(batch), principal=principal, batch_bytes=batch_bytes)
     if pid < 0:
         raise TxlogError(ErrorCode.INVALID_RECORD, f"Invalid producer id {pid}")
     if batch.base_sequence < 0:
@@ -156,4 +158,5 @@ def produce_request(
         transactional_id=transactional_id if batch.is_transactional else None,
         principal=principal,
         require_added=require_added and batch.is_transactional,
+        batch_bytes=batch_bytes,
     )
