@@ -24,7 +24,8 @@ def describe_producers(broker: Broker, partitions: Sequence[TopicPartition]) -> 
     wanted = list(dict.fromkeys(partitions))
     answers: dict[TopicPartition, list[ProducerStateEntry] | TxlogError] = {}
     with broker.db.read() as conn:
-        in_range = [(t, p) for t, p in wanted if 0 <= p < 2**31]
+        # No partition has a number beyond an int32 or a topic name with a NUL (nor could one be asked of PostgreSQL).
+        in_range = [(t, p) for t, p in wanted if 0 <= p < 2**31 and "\x00" not in t]
         missing = set(topics_store.partitions_missing(conn, in_range)) | {tp for tp in wanted if tp not in in_range}
         for topic, partition in wanted:
             if (topic, partition) in missing:

@@ -12,6 +12,7 @@ from app import faults
 from app.domain import transactions as txn
 from app.domain.groups.offsets import GroupOffset, check_committable, last_per_partition
 from app.domain.limits import check_partitions_added
+from app.domain.log import unknown_partition
 from app.domain.transactions import Result, TopicPartition, TxnEvent, TxnMetadata, TxnState
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, coordinator, executor, last_appends
@@ -439,6 +440,8 @@ def write_abort_marker(broker: Broker, topic: str, partition: int, producer_id: 
     marker of a fenced epoch. ``None`` when the producer has no open transaction there: nothing to
     abort. Kafka would append a marker that changes nothing and answer success; the answer is the
     same, with nothing written."""
+    if "\x00" in topic:
+        raise unknown_partition(topic, partition)  # no topic's name has a NUL
     open_here = [o for o in inspect_transactions.open_transactions(broker, topic, partition) if o.producer_id == producer_id]
     if not open_here:
         return None
@@ -539,7 +542,7 @@ def describe_transactions(broker: Broker, transactional_ids: Sequence[str]) -> l
             if not tid:
                 answers.append(TxlogError(ErrorCode.INVALID_REQUEST, "A transactional id must not be empty"))
                 continue
-            meta = transactions_store.txn_get(conn, tid)
+            meta = None if "\x00" in tid else transactions_store.txn_get(conn, tid)  # no id has a NUL
             if meta is None or meta.state is TxnState.DEAD:
                 answers.append(TxlogError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"Transactional id {tid!r} not found"))
             else:

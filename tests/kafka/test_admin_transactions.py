@@ -161,6 +161,7 @@ def test_describe_transactions_of_unknown_ids(raw: RawConnection, topic: str) ->
     unknown, empty, mine = described(raw, f"{topic}-nobody", "", known)
     assert (unknown.transactional_id, unknown.error_code) == (f"{topic}-nobody", TRANSACTIONAL_ID_NOT_FOUND)
     assert (empty.transactional_id, empty.error_code) == ("", INVALID_REQUEST)
+    assert [t.error_code for t in described(raw, f"{known}\x00")] == [TRANSACTIONAL_ID_NOT_FOUND]
     assert (mine.error_code, mine.transaction_state, mine.producer_id, mine.transaction_start_time_ms, mine.topics) == (
         NONE, "Empty", pid, -1, []
     )
@@ -182,6 +183,7 @@ def test_describe_producers_after_an_idempotent_produce(raw: RawConnection, topi
     assert [(b.partition_index, b.error_code) for b in (beyond, negative)] == [(2, UNKNOWN_TOPIC_OR_PARTITION), (-1, UNKNOWN_TOPIC_OR_PARTITION)]
     assert beyond.error_message
     assert [(p.partition_index, p.error_code) for p in producers_of(raw, f"{topic}-none", 0)] == [(0, UNKNOWN_TOPIC_OR_PARTITION)]
+    assert [(p.partition_index, p.error_code) for p in producers_of(raw, f"{topic}\x00", 0)] == [(0, UNKNOWN_TOPIC_OR_PARTITION)]
 
 
 def test_write_txn_markers_aborts_a_transaction_its_coordinator_has_through_the_coordinator(
@@ -192,6 +194,8 @@ def test_write_txn_markers_aborts_a_transaction_its_coordinator_has_through_the_
     assert abort_marker(raw, topic, 0, pid, epoch, commit=True) == INVALID_REQUEST  # the coordinator's alone
     assert abort_marker(raw, topic, 0, pid, epoch - 1 if epoch else -1) == INVALID_PRODUCER_EPOCH
     assert abort_marker(raw, f"{topic}-none", 0, pid, epoch) == UNKNOWN_TOPIC_OR_PARTITION
+    assert abort_marker(raw, f"{topic}\x00", 0, pid, epoch) == UNKNOWN_TOPIC_OR_PARTITION
+    assert abort_marker(raw, topic, 2, pid, epoch) == UNKNOWN_TOPIC_OR_PARTITION
     assert described(raw, tid)[0].transaction_state == "Ongoing"
 
     assert abort_marker(raw, topic, 0, pid, epoch) == NONE
