@@ -72,6 +72,10 @@ APIS: tuple[Api, ...] = (
     Api(ApiKey.AddOffsetsToTxn, 0, 3, "api.kafka.handlers.transactions:handle_add_offsets_to_txn"),
     Api(ApiKey.EndTxn, 0, 3, "api.kafka.handlers.transactions:handle_end_txn"),  # v4: TRANSACTION_ABORTABLE; v5: V2
     Api(ApiKey.TxnOffsetCommit, 0, 3, "api.kafka.handlers.transactions:handle_txn_offset_commit"),  # v3+: KIP-447 fence
+    Api(ApiKey.ListTransactions, 0, 2, "api.kafka.handlers.admin_transactions:handle_list_transactions"),  # v1 duration; v2 id pattern
+    Api(ApiKey.DescribeTransactions, 0, 0, "api.kafka.handlers.admin_transactions:handle_describe_transactions"),
+    Api(ApiKey.DescribeProducers, 0, 0, "api.kafka.handlers.admin_transactions:handle_describe_producers"),
+    Api(ApiKey.WriteTxnMarkers, 1, 1, "api.kafka.handlers.admin_transactions:handle_write_txn_markers"),  # an operator's abort only
 )
 
 BY_KEY: dict[int, Api] = {api.api_key: api for api in APIS}

@@ -13,7 +13,8 @@ from api.v1 import schemas as s
 from api.v1.responses import errors
 from api.v1.routes import broker, txn_json
 from app.domain.acls import Api
-from app.services import Broker, kafka_groups, transactions
+from app.errors import TxlogError
+from app.services import Broker, kafka_groups, producers, transactions
 from app.services.inspect import groups as inspect_groups
 from app.services.inspect import transactions as inspect_transactions
 
@@ -72,6 +73,34 @@ def open_transactions(
     found = (inspect_transactions.find_hanging if hanging else inspect_transactions.open_transactions)(b, topic, partition, max_transaction_timeout_ms)
     limit = b.settings.max_transaction_timeout_ms if max_transaction_timeout_ms is None else max_transaction_timeout_ms
     return {"max_transaction_timeout_ms": limit, "open_transactions": [_open_json(o) for o in found]}
+
+
+@router.get(
+    "/topics/{topic}/partitions/{partition}/producers",
+    dependencies=[Depends(requires(Api.DESCRIBE_PRODUCERS))],
+    response_model=s.PartitionProducers,
+    responses=errors(400, 404),
+    tags=["transactions"],
+)
+def describe_producers(topic: str, partition: int, b: Broker = Depends(broker)) -> dict:
+    """The partition's active producers (Kafka's DescribeProducers, kafka-transactions.sh
+    describe-producers): each producer id's epoch, last sequence and timestamp, and the first
+    offset of its open transaction there (null: none). 404 UNKNOWN_TOPIC_OR_PARTITION for a
+    partition that does not exist."""
+    answer = producers.describe_producers(b, [(topic, partition)])[(topic, partition)]
+    if isinstance(answer, TxlogError):
+        raise answer
+    return {
+        "topic": topic,
+        "partition": partition,
+        "producers": [
+            {
+                "producer_id": p.producer_id, "producer_epoch": p.producer_epoch, "last_sequence": p.last_seq,
+                "last_timestamp_ms": p.last_timestamp_ms, "current_txn_start_offset": p.txn_first_offset,
+            }
+            for p in answer
+        ],
+    }
 
 
 @router.post(

@@ -338,6 +338,20 @@ class OpenTransactions(Model):
     open_transactions: list[OpenTransactionOut]
 
 
+class ProducerOut(Model):
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int | None  # null: no batch at this epoch
+    last_timestamp_ms: int
+    current_txn_start_offset: int | None  # null: no open transaction on the partition
+
+
+class PartitionProducers(Model):
+    topic: str
+    partition: int
+    producers: list[ProducerOut]
+
+
 class PartitionAbortBody(Model):
     producer_id: int | None = Field(None, ge=0, le=INT64)
     start_offset: int | None = Field(None, ge=0, le=INT64)

@@ -1,7 +1,7 @@
 """The ``txlog`` command line (click): ``serve``, ``kafka``, ``migrate`` and ``db-url`` run the
-servers or reach their database; ``topics``, ``produce``, ``consume``, ``transactions`` and
-``groups`` are clients of its HTTP API, as Kafka's own tools are of a broker; ``spark`` runs Spark
-jobs over its tables."""
+servers or reach their database; ``topics``, ``produce``, ``consume``, ``transactions``,
+``producers`` and ``groups`` are clients of its HTTP API, as Kafka's own tools are of a broker;
+``spark`` runs Spark jobs over its tables."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from app.cli.consume import consume
 from app.cli.groups import groups
 from app.cli.kafka import kafka
 from app.cli.produce import produce
+from app.cli.producers import producers
 from app.cli.security import acls, principals
 from app.cli.server import db_url, migrate, serve
 from app.cli.topics import topics
@@ -42,7 +43,7 @@ def cli() -> None:
     """Kafka's exactly-once machinery on PostgreSQL."""
 
 
-for command in (serve, kafka, migrate, db_url, topics, produce, consume, transactions, groups, principals, acls):
+for command in (serve, kafka, migrate, db_url, topics, produce, consume, transactions, producers, groups, principals, acls):
     cli.add_command(command)
 
 

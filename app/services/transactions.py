@@ -12,6 +12,7 @@ from app import faults
 from app.domain import transactions as txn
 from app.domain.groups.offsets import GroupOffset, check_committable, last_per_partition
 from app.domain.limits import check_partitions_added
+from app.domain.log import unknown_partition
 from app.domain.transactions import Result, TopicPartition, TxnEvent, TxnMetadata, TxnState
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, coordinator, executor, last_appends
@@ -430,6 +431,34 @@ def abort_on_partition(
     return PartitionAbort(topic, partition, o.producer_id, o.producer_epoch, o.start_offset, o.transactional_id, marker, None)
 
 
+def write_abort_marker(broker: Broker, topic: str, partition: int, producer_id: int, producer_epoch: int) -> PartitionAbort | None:
+    """Kafka's WriteTxnMarkers with an ABORT marker for one partition, as kafka-transactions.sh abort
+    sends it (the producer id and epoch DescribeProducers showed): the producer's open transaction
+    on the partition ends by ``abort_on_partition``, the one way an operator aborts — through the
+    coordinator when it has the transaction open there, else by a marker on this partition alone.
+    An epoch older than the open transaction's is INVALID_PRODUCER_EPOCH, as a partition refuses a
+    marker of a fenced epoch. ``None`` when the producer has no open transaction there: nothing to
+    abort. Kafka would append a marker that changes nothing and answer success; the answer is the
+    same, with nothing written."""
+    if "\x00" in topic:
+        raise unknown_partition(topic, partition)  # no topic's name has a NUL
+    open_here = [o for o in inspect_transactions.open_transactions(broker, topic, partition) if o.producer_id == producer_id]
+    if not open_here:
+        return None
+    if producer_epoch < open_here[0].producer_epoch:
+        raise TxlogError(
+            ErrorCode.INVALID_PRODUCER_EPOCH,
+            f"Producer id {producer_id} holds its open transaction on {topic}-{partition} at epoch "
+            f"{open_here[0].producer_epoch}, not the older {producer_epoch}",
+        )
+    try:
+        return abort_on_partition(broker, topic, partition, producer_id)
+    except TxlogError as exc:
+        if exc.code is ErrorCode.INVALID_TXN_STATE:
+            return None  # it ended meanwhile: nothing left to abort
+        raise
+
+
 # --- read side ------------------------------------------------------------------------------------
 
 def describe(broker: Broker, transactional_id: str) -> TxnMetadata:
@@ -471,3 +500,51 @@ def events(
 def pending_offsets(broker: Broker, transactional_id: str) -> list[dict]:
     with broker.db.read() as conn:
         return groups_store.pending_offsets_of_txn(conn, transactional_id)
+
+
+# Kafka's ListTransactions answers every transactional id at once; they are read a page at a time.
+_LIST_PAGE = 1000
+
+
+def list_transaction_states(
+    broker: Broker, state_names: Sequence[str] = (), producer_ids: Sequence[int] = (), duration_ms: int = -1,
+    pattern: str | None = None,
+) -> tuple[list[TxnMetadata], tuple[str, ...]]:
+    """Kafka's ListTransactions (kafka-transactions.sh list): every transactional id but the Dead
+    ones, filtered as ``txn.list_filter`` and ``txn.is_listed`` say — by Kafka's state names, by
+    producer id, running longer than ``duration_ms`` (negative: any), matching the whole of
+    ``pattern``. Answers them (without their members) in id order, and the state names given that
+    are unknown."""
+    f = txn.list_filter(state_names, producer_ids, duration_ms, pattern)
+    if f.matches_nothing:
+        return [], f.unknown_states
+    states = sorted(s.value for s in f.states) or None
+    pids = sorted(f.producer_ids) or None
+    now = broker.now()
+    found: list[TxnMetadata] = []
+    after: str | None = None
+    with broker.db.read() as conn:
+        while True:
+            page = transactions_store.txn_page(conn, states, pids, after, _LIST_PAGE)
+            found.extend(m for m in page if txn.is_listed(f, m, now))
+            if len(page) < _LIST_PAGE:
+                return found, f.unknown_states
+            after = page[-1].transactional_id
+
+
+def describe_transactions(broker: Broker, transactional_ids: Sequence[str]) -> list[TxnMetadata | TxlogError]:
+    """Kafka's DescribeTransactions (kafka-transactions.sh describe): each id's state, or its error —
+    INVALID_REQUEST for an empty id, TRANSACTIONAL_ID_NOT_FOUND for one unknown or Dead (being
+    removed), as Kafka's coordinator answers. One read for all of them."""
+    answers: list[TxnMetadata | TxlogError] = []
+    with broker.db.read() as conn:
+        for tid in transactional_ids:
+            if not tid:
+                answers.append(TxlogError(ErrorCode.INVALID_REQUEST, "A transactional id must not be empty"))
+                continue
+            meta = None if "\x00" in tid else transactions_store.txn_get(conn, tid)  # no id has a NUL
+            if meta is None or meta.state is TxnState.DEAD:
+                answers.append(TxlogError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"Transactional id {tid!r} not found"))
+            else:
+                answers.append(meta)
+    return answers

@@ -6,7 +6,8 @@ from __future__ import annotations
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from app.storage._sql import _int8
+from app.domain.producer_state import BatchMetadata, ProducerStateEntry
+from app.storage._sql import _int8, _ms
 
 
 def producer_id_next(conn: Connection) -> int:
@@ -63,3 +64,18 @@ def producer_ids_forget(conn: Connection, retired_before_ms: int, limit: int = 1
         ),
         {"t": retired_before_ms, "limit": limit},
     ).rowcount
+
+
+def partition_producers(conn: Connection, topic: str, partition: int) -> list[ProducerStateEntry]:
+    """What a partition remembers of each producer id, by producer id (its primary key's prefix)."""
+    rows = conn.execute(
+        text(
+            f"SELECT producer_id, producer_epoch, batches, txn_first_offset, {_ms('last_timestamp')} "
+            "FROM txlog.producer_partitions WHERE topic = :topic AND partition = :partition ORDER BY producer_id"
+        ),
+        {"topic": topic, "partition": partition},
+    )
+    return [
+        ProducerStateEntry(pid, epoch, tuple(BatchMetadata.from_json(b) for b in batches), txn_first, last_ms)
+        for pid, epoch, batches, txn_first, last_ms in rows
+    ]

@@ -416,3 +416,28 @@ def txns_overdue(conn: Connection, now_ms: int, prepared_before_ms: int, limit: 
         {"now": now_ms, "before": prepared_before_ms, "limit": limit},
     )
     return [txn_from_row(r) for r in rows]
+
+
+def txn_page(
+    conn: Connection, states: Sequence[str] | None, producer_ids: Sequence[int] | None, after: str | None, limit: int
+) -> list[TxnMetadata]:
+    """Transactional ids but the Dead ones, without their members, in id order from after ``after``
+    (keyset paging on the primary key), those in ``states`` and of ``producer_ids`` when given."""
+    clauses = ["t.state <> :dead"]
+    if states:
+        clauses.append("t.state = ANY(CAST(:states AS text[]))")
+    if producer_ids:
+        clauses.append("t.producer_id = ANY(CAST(:pids AS bigint[]))")
+    if after is not None:
+        clauses.append("t.transactional_id > :after")
+    rows = conn.execute(
+        text(
+            f"SELECT {TXN_COLUMNS_NO_MEMBERS} FROM txlog.transactions t WHERE {' AND '.join(clauses)} "
+            "ORDER BY t.transactional_id LIMIT :limit"
+        ),
+        {
+            "dead": TxnState.DEAD.value, "states": list(states or ()), "pids": list(producer_ids or ()),
+            "after": after, "limit": limit,
+        },
+    )
+    return [txn_from_row(r) for r in rows]

@@ -308,3 +308,32 @@ def test_find_hanging_names_why_the_coordinator_will_not_end_it(txlog: Cli, api:
     committed = {p: [r["value"] for r in api.get(f"/v1/topics/{topic}/partitions/{p}/records",
                                                  params={"isolation_level": "read_committed"}).json()["records"]] for p in (0, 1)}
     assert committed == {0: ["in"], 1: []}
+
+
+def test_producers_describe(txlog: Cli, api: httpx.Client, topic: str) -> None:
+    """kafka-transactions.sh describe-producers: an idempotent producer's state on the partition and
+    a transactional one with the start of its open transaction."""
+    assert api.post("/v1/topics", json={"name": topic, "partitions": 2}).status_code == 201
+    assert txlog("producers", "describe", topic, "0").out.strip() == f"No active producers on {topic}-0."
+    idem = api.post("/v1/producers", json={}).json()
+    produce(api, topic, 0, ["a", "b", "c"], producer_id=idem["producer_id"], producer_epoch=idem["producer_epoch"], base_sequence=0)
+    tx = open_transaction(api, f"{topic}-tid", topic, {0: ["open-1", "open-2"]})
+
+    answer = txlog("producers", "describe", topic, "0", "--json").json()
+    assert answer == api.get(f"/v1/topics/{topic}/partitions/0/producers").json()
+    assert (answer["topic"], answer["partition"]) == (topic, 0)
+    assert [(p["producer_id"], p["producer_epoch"], p["last_sequence"], p["current_txn_start_offset"]) for p in answer["producers"]] == [
+        (idem["producer_id"], idem["producer_epoch"], 2, None),
+        (tx["producer_id"], tx["producer_epoch"], 1, 3),
+    ]
+    assert all(p["last_timestamp_ms"] > 0 for p in answer["producers"])
+    table = rows(txlog("producers", "describe", topic, "0").out)
+    assert table[0] == ["PRODUCER-ID", "PRODUCER-EPOCH", "LAST-SEQUENCE", "LAST-TIMESTAMP", "CURRENT-TRANSACTION-START-OFFSET"]
+    assert [r[:3] + r[4:] for r in table[1:]] == [
+        [str(idem["producer_id"]), str(idem["producer_epoch"]), "2", "-"],
+        [str(tx["producer_id"]), str(tx["producer_epoch"]), "1", "3"],
+    ]
+    for partition in ("2", "99"):
+        missing = txlog("producers", "describe", topic, partition, expect=1)
+        assert missing.err.startswith("error: UNKNOWN_TOPIC_OR_PARTITION (code 3): "), missing.err
+    assert txlog("producers", "describe", f"{topic}-none", "0", expect=1).err.startswith("error: UNKNOWN_TOPIC_OR_PARTITION")

@@ -6,8 +6,10 @@ cannot reach its storage; and the same connection served again once PostgreSQL i
 - Produce, Fetch and ListOffsets: KAFKA_STORAGE_ERROR per partition (a log directory offline);
 - CreateTopics, CreatePartitions, DeleteTopics and the config APIs: REQUEST_TIMED_OUT per topic
   or resource (a controller that did not answer in time);
-- reads of a group coordinator's state (OffsetFetch, DescribeGroups, ListGroups):
-  COORDINATOR_LOAD_IN_PROGRESS, OffsetFetch v2-3's on every partition asked for too;
+- reads of a group coordinator's state (OffsetFetch, DescribeGroups, ListGroups) and of the
+  transaction coordinator's (ListTransactions, DescribeTransactions): COORDINATOR_LOAD_IN_PROGRESS,
+  OffsetFetch v2-3's on every partition asked for too;
+- DescribeProducers and WriteTxnMarkers: KAFKA_STORAGE_ERROR per partition (a partition's log);
 - writes to the group and transaction coordinators: COORDINATOR_NOT_AVAILABLE;
 - ApiVersions, DescribeCluster, FindCoordinator and the classic group membership, held in memory,
   go on answering.
@@ -212,6 +214,22 @@ OUTAGE: dict[int, Callable[[RawConnection, dict], None]] = {
         })), COORDINATOR,
     ),
     ApiKey.EndTxn: lambda raw, s: assert_code(raw.request(ApiKey.EndTxn, 3, {**_txn(s), "committed": True}).error_code, COORDINATOR),
+    ApiKey.ListTransactions: lambda raw, s: assert_code(raw.request(ApiKey.ListTransactions, 2, {
+        "state_filters": [], "producer_id_filters": [], "duration_filter": -1, "transactional_id_pattern": None,
+    }).error_code, LOADING),
+    ApiKey.DescribeTransactions: lambda raw, s: assert_codes(
+        [(t.transactional_id, t.error_code) for t in raw.request(ApiKey.DescribeTransactions, 0, {"transactional_ids": [TID]}).transaction_states],
+        (TID, LOADING),
+    ),
+    ApiKey.DescribeProducers: lambda raw, s: assert_codes(
+        _partitions(raw.request(ApiKey.DescribeProducers, 0, {"topics": [{"name": TOPIC, "partition_indexes": [0, 1]}]})), STORAGE
+    ),
+    ApiKey.WriteTxnMarkers: lambda raw, s: assert_codes(
+        [p.error_code for m in raw.request(ApiKey.WriteTxnMarkers, 1, {"markers": [{
+            "producer_id": s["pid"], "producer_epoch": s["epoch"], "transaction_result": False, "coordinator_epoch": -1,
+            "topics": [{"name": TOPIC, "partition_indexes": [0]}],
+        }]}).markers for t in m.topics for p in t.partitions], STORAGE,
+    ),
 }
 
 

@@ -57,7 +57,7 @@ def test_a_principal_that_may_write_one_topic_and_read_nothing_else(admin: httpx
         assert r.status_code == 403 and code(r) == "CLUSTER_AUTHORIZATION_FAILED"
         r = writer.get("/v1/groups/g/offsets")
         assert r.status_code == 403 and code(r) == "GROUP_AUTHORIZATION_FAILED"
-        for path in ("/v1/open-transactions", "/v1/acls", "/v1/principals", "/metrics"):
+        for path in ("/v1/open-transactions", "/v1/topics/w-only/partitions/0/producers", "/v1/acls", "/v1/principals", "/metrics"):
             r = writer.get(path)
             assert r.status_code == 403 and code(r) == "CLUSTER_AUTHORIZATION_FAILED", path
         # Write implies Describe: the topic it may write is the only one it sees.

@@ -33,6 +33,10 @@ SLOW = TxlogError(ErrorCode.REQUEST_TIMED_OUT, "The database did not answer in t
     (ApiKey.TxnOffsetCommit, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_NOT_AVAILABLE),
     (ApiKey.EndTxn, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_NOT_AVAILABLE),
     (ApiKey.CreateTopics, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.REQUEST_TIMED_OUT),
+    (ApiKey.ListTransactions, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+    (ApiKey.DescribeTransactions, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+    (ApiKey.DescribeProducers, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.KAFKA_STORAGE_ERROR),
+    (ApiKey.WriteTxnMarkers, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.KAFKA_STORAGE_ERROR),
 ])
 def test_each_api_names_the_database_away_or_too_slow_as_a_broker_does(api: int, away: ErrorCode, slow: ErrorCode) -> None:
     assert (error_code(api, AWAY), error_code(api, SLOW)) == (away, slow)

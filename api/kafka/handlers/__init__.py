@@ -43,7 +43,7 @@ T = TypeVar("T")
 #   refresh their metadata, which keeps the brokers and leaders, ``bootstrap.handle_metadata``).
 #   A Produce that timed out stays REQUEST_TIMED_OUT: its batch may have been appended, and the
 #   client's retry with the same sequence is answered as a duplicate;
-# - reads of a group coordinator's state: COORDINATOR_LOAD_IN_PROGRESS, a coordinator loading;
+# - reads of a group or transaction coordinator's state: COORDINATOR_LOAD_IN_PROGRESS, a coordinator loading;
 # - writes to a group or transaction coordinator: COORDINATOR_NOT_AVAILABLE, as Kafka maps its own
 #   storage timeouts there;
 # - a topic to create, grow or delete, and topic configs: REQUEST_TIMED_OUT, a controller that did
@@ -71,6 +71,10 @@ _STORAGE_AWAY = {
     ApiKey.DescribeConfigs: ErrorCode.REQUEST_TIMED_OUT,
     ApiKey.AlterConfigs: ErrorCode.REQUEST_TIMED_OUT,
     ApiKey.IncrementalAlterConfigs: ErrorCode.REQUEST_TIMED_OUT,
+    ApiKey.ListTransactions: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ApiKey.DescribeTransactions: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ApiKey.DescribeProducers: ErrorCode.KAFKA_STORAGE_ERROR,
+    ApiKey.WriteTxnMarkers: ErrorCode.KAFKA_STORAGE_ERROR,
 }
 
 
