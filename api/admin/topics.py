@@ -9,7 +9,8 @@ from fastapi.responses import HTMLResponse
 
 from api.admin.deps import broker, viewer
 from api.admin.render import render
-from app.services import Broker
+from app.domain import topic_configs
+from app.services import Broker, topics
 from app.services.inspect import topics as inspect
 
 router = APIRouter(dependencies=[Depends(viewer)])
@@ -20,7 +21,9 @@ PAGE_SIZES = (25, 50, 100, 250)
 @router.get("/topics/{topic}", response_class=HTMLResponse, name="topic")
 def topic_page(request: Request, topic: str, b: Broker = Depends(broker)) -> HTMLResponse:
     detail = inspect.topic_detail(b, topic)
-    return render(request, "topic.html", nav="overview", now_ms=detail.now_ms, detail=detail)
+    configs = topics.describe_topic_config(b, topic)
+    return render(request, "topic.html", nav="overview", now_ms=detail.now_ms, detail=detail, configs=configs,
+                  applied={c.name for c in topic_configs.TOPIC_CONFIGS if c.applied})
 
 
 @router.get("/topics/{topic}/{partition:int}", response_class=HTMLResponse, name="partition")

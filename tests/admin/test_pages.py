@@ -184,6 +184,16 @@ def test_topic_page(admin: httpx.Client, scenario: Scenario) -> None:
     error_page(admin.get("/admin/topics/no-such-topic"), 404, "UNKNOWN_TOPIC_OR_PARTITION")
 
 
+def test_topic_page_shows_every_config_with_where_it_comes_from(admin: httpx.Client, topic_name: str) -> None:
+    created = admin.post("/v1/topics", json={"name": topic_name, "partitions": 1, "config": {"retention.ms": 86_400_000, "segment.ms": 60_000}})
+    assert created.status_code == 201, created.text
+    configs = text(ok(admin.get(f"/admin/topics/{topic_name}")).split('id="configs"')[1])
+    assert "retention.ms 86400000 this topic applied" in configs
+    assert "segment.ms 60000 this topic kept, no effect" in configs
+    assert "retention.bytes -1 server setting applied" in configs
+    assert "cleanup.policy delete Kafka's default applied" in configs
+
+
 def test_record_browser_modes(admin: httpx.Client, scenario: Scenario) -> None:
     base = f"/admin/topics/{scenario.payments}/1"
     everything = ok(admin.get(base, params={"mode": "all"}))
