@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection
 from app.domain.log import LogRecord, LsoHolder, stored_headers
 from app.domain.transactions import TxnMetadata
 from app.storage._sql import OPEN_STATES_SQL, _ms
+from app.storage.groups import text_of
 from app.storage.log import RECORD_COLUMNS
 from app.storage.transactions import TXN_COLUMNS, like_prefix, txn_from_row
 
@@ -215,4 +216,4 @@ def group_offsets_with_status(conn: Connection, group_id: str) -> list[dict]:
         ),
         {"g": group_id},
     )
-    return [dict(r._mapping) for r in rows]
+    return [{**r._mapping, "metadata": text_of(r.metadata)} for r in rows]

@@ -19,7 +19,7 @@ def group_offsets_upsert(conn: Connection, group_id: str, offsets: Sequence[Grou
             """
             INSERT INTO txlog.group_offsets (group_id, topic, partition, "offset", metadata, leader_epoch, committed_at)
             SELECT :group_id, u.topic, u.partition, u.off, u.meta, u.epoch, now()
-            FROM unnest(CAST(:topics AS text[]), CAST(:parts AS int[]), CAST(:offs AS bigint[]), CAST(:metas AS text[]),
+            FROM unnest(CAST(:topics AS text[]), CAST(:parts AS int[]), CAST(:offs AS bigint[]), CAST(:metas AS bytea[]),
                         CAST(:epochs AS int[]))
                  AS u(topic, partition, off, meta, epoch)
             ON CONFLICT (group_id, topic, partition) DO UPDATE
@@ -32,7 +32,7 @@ def group_offsets_upsert(conn: Connection, group_id: str, offsets: Sequence[Grou
             "topics": [o.topic for o in offsets],
             "parts": [o.partition for o in offsets],
             "offs": [o.offset for o in offsets],
-            "metas": [o.metadata for o in offsets],
+            "metas": [o.metadata.encode() for o in offsets],
             "epochs": [o.leader_epoch for o in offsets],
         },
     )
@@ -79,7 +79,7 @@ def group_offsets_fetch(conn: Connection, group_id: str, partitions: Sequence[tu
         rows = conn.execute(
             _GROUP_OFFSETS_OF, {"g": group_id, "topics": [t for t, _ in partitions], "parts": [p for _, p in partitions]}
         )
-    return [GroupOffsetRow(*r) for r in rows]
+    return [GroupOffsetRow(r[0], r[1], r[2], text_of(r[3]), *r[4:]) for r in rows]
 
 
 def group_ids(conn: Connection, among: Sequence[str] | None = None) -> list[str]:
@@ -142,7 +142,7 @@ def pending_offsets_upsert(
             INSERT INTO txlog.pending_group_offsets (group_id, topic, partition, transactional_id, producer_id,
                                                      producer_epoch, "offset", metadata, leader_epoch)
             SELECT :group_id, u.topic, u.partition, :tid, :pid, :epoch, u.off, u.meta, u.leader_epoch
-            FROM unnest(CAST(:topics AS text[]), CAST(:parts AS int[]), CAST(:offs AS bigint[]), CAST(:metas AS text[]),
+            FROM unnest(CAST(:topics AS text[]), CAST(:parts AS int[]), CAST(:offs AS bigint[]), CAST(:metas AS bytea[]),
                         CAST(:leader_epochs AS int[]))
                  AS u(topic, partition, off, meta, leader_epoch)
             ON CONFLICT (group_id, topic, partition, transactional_id) DO UPDATE
@@ -158,7 +158,7 @@ def pending_offsets_upsert(
             "topics": [o.topic for o in offsets],
             "parts": [o.partition for o in offsets],
             "offs": [o.offset for o in offsets],
-            "metas": [o.metadata for o in offsets],
+            "metas": [o.metadata.encode() for o in offsets],
             "leader_epochs": [o.leader_epoch for o in offsets],
         },
     )
@@ -198,7 +198,7 @@ def pending_offsets_of_group(conn: Connection, group_id: str) -> list[dict]:
         ),
         {"g": group_id},
     )
-    return [dict(r._mapping) for r in rows]
+    return [{**r._mapping, "metadata": text_of(r.metadata)} for r in rows]
 
 
 def pending_offsets_of_txn(conn: Connection, transactional_id: str) -> list[dict]:
@@ -209,4 +209,9 @@ def pending_offsets_of_txn(conn: Connection, transactional_id: str) -> list[dict
         ),
         {"tid": transactional_id},
     )
-    return [dict(r._mapping) for r in rows]
+    return [{**r._mapping, "metadata": text_of(r.metadata)} for r in rows]
+
+
+def text_of(metadata: bytes | None) -> str | None:
+    """Offset metadata as committed: the string whose UTF-8 is kept."""
+    return None if metadata is None else bytes(metadata).decode()

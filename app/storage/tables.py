@@ -268,7 +268,7 @@ group_offsets = Table(
     Column("topic", Text, nullable=False),
     Column("partition", Integer, nullable=False),
     Column("offset", BigInteger, nullable=False),
-    Column("metadata", Text, nullable=False, server_default=text("''")),
+    Column("metadata", LargeBinary, nullable=False, server_default=text("''::bytea")),  # a string's UTF-8: Kafka's may hold a NUL
     Column("committed_at", TS, nullable=False, server_default=text("now()")),
     # the leader epoch the consumer committed with (OffsetCommit v6+, TxnOffsetCommit v2+); -1: none
     Column("leader_epoch", Integer, nullable=False, server_default=text("-1")),
@@ -286,7 +286,7 @@ pending_group_offsets = Table(
     Column("producer_id", BigInteger, nullable=False),
     Column("producer_epoch", SmallInteger, nullable=False),
     Column("offset", BigInteger, nullable=False),
-    Column("metadata", Text, nullable=False, server_default=text("''")),
+    Column("metadata", LargeBinary, nullable=False, server_default=text("''::bytea")),  # a string's UTF-8: Kafka's may hold a NUL
     Column("committed_at", TS, nullable=False, server_default=text("now()")),
     Column("leader_epoch", Integer, nullable=False, server_default=text("-1")),
     PrimaryKeyConstraint("group_id", "topic", "partition", "transactional_id"),

@@ -13,10 +13,10 @@ OffsetCommit (v2 to v9):
   GROUP_ID_NOT_FOUND: Kafka keeps groups across restarts and txlog does not, and
   ILLEGAL_GENERATION is what makes every client rejoin.
 - Errors are per partition, as in Kafka: a partition that does not exist is
-  UNKNOWN_TOPIC_OR_PARTITION, a negative offset or a NUL inside the metadata INVALID_REQUEST, and
+  UNKNOWN_TOPIC_OR_PARTITION, a negative offset INVALID_REQUEST, and
   the other partitions of the request are committed. v9's ``generation_id_or_member_epoch`` is the
   generation (classic groups only).
-- Metadata is stored as sent (null as ""; see ``offset_metadata`` for a trailing NUL), the leader
+- Metadata is stored as sent (null as "", as Kafka: ``offset_metadata``), the leader
   epoch (v6+) as committed; v2–4's retention time is not kept.
 
 OffsetFetch (v1 to v9):
@@ -54,12 +54,10 @@ TopicPartition = tuple[str, int]
 
 
 def offset_metadata(value: str | None) -> str:
-    """Committed metadata as stored: null is "", and a trailing NUL is dropped — confluent-kafka's
-    Python binding sends its C string's terminator with every metadata it commits, and PostgreSQL
-    text cannot hold a NUL (the services refuse one anywhere else, INVALID_REQUEST)."""
-    if not value:
-        return NO_METADATA
-    return value[:-1] if value.endswith("\x00") else value
+    """Committed metadata as Kafka keeps it: null is "" (its OffsetAndMetadata.NO_METADATA), any
+    other string exactly as sent, a NUL included (confluent-kafka's Python binding sends its C
+    string's terminator with every metadata it commits, and gets it back, from Kafka too)."""
+    return NO_METADATA if value is None else value
 
 
 def _by_topic(entries: Iterable[tuple[str, dict]]) -> list[dict]:

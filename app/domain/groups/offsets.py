@@ -41,16 +41,16 @@ class CommittedOffset(PartitionOffset, Protocol):
 
 
 def check_committable(offsets: Sequence[CommittedOffset], max_metadata: int) -> None:
-    """What OffsetCommit and TxnOffsetCommit store: an offset that is not negative, with metadata
-    PostgreSQL text can hold (no NUL) — INVALID_REQUEST otherwise — and no longer than
+    """What OffsetCommit and TxnOffsetCommit store: an offset that is not negative — INVALID_REQUEST
+    otherwise — with metadata (any string, a NUL inside included, as Kafka keeps it) no longer than
     ``max_metadata`` (offset.metadata.max.bytes, counted as Kafka counts a string's length: UTF-16
     code units) — OFFSET_METADATA_TOO_LARGE otherwise. The error names the partitions in
     ``details["partitions"]`` so that each gets its own."""
-    invalid = [(o.topic, o.partition) for o in offsets if o.offset < 0 or "\x00" in o.metadata]
+    invalid = [(o.topic, o.partition) for o in offsets if o.offset < 0]
     if invalid:
         raise TxlogError(
             ErrorCode.INVALID_REQUEST,
-            "Offsets must not be negative, nor their metadata hold a NUL character: "
+            "Offsets must not be negative: "
             + ", ".join(f"{t}-{p}" for t, p in invalid),
             partitions=invalid,
         )
