@@ -9,11 +9,12 @@ state exactly. Time is passed in as ``now`` (epoch milliseconds).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, Iterable, Literal, Sequence
+
+import re2
 
 from app.domain.producer_state import MAX_EPOCH, fenced
 from app.domain.records import MAX_STRING_LENGTH
@@ -508,12 +509,18 @@ class ListFilter:
     states_given: bool
     producer_ids: frozenset[int]
     duration_ms: int
-    pattern: re.Pattern[str] | None
+    pattern: Any | None  # an RE2 pattern (``list_filter``)
 
     @property
     def matches_nothing(self) -> bool:
         """Every state name given is unknown: no transaction is in any of them."""
         return self.states_given and not self.states
+
+
+# Patterns are RE2's, as Kafka's RE2J: linear in the id's length whatever the pattern, so a client's
+# pattern cannot hold a worker (Python's re backtracks). Parse errors are answered, not logged.
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
 
 
 def list_filter(
@@ -529,9 +536,10 @@ def list_filter(
     compiled = None
     if pattern:
         try:
-            compiled = re.compile(pattern)
-        except (re.error, RecursionError, OverflowError) as exc:
-            raise TxlogError(ErrorCode.INVALID_REGULAR_EXPRESSION, f"Invalid transactional id pattern {pattern!r}: {exc}") from None
+            compiled = re2.compile(pattern, options=_RE2_OPTIONS)
+        except re2.error as exc:
+            why = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+            raise TxlogError(ErrorCode.INVALID_REGULAR_EXPRESSION, f"Invalid transactional id pattern {pattern!r}: {why}") from None
     return ListFilter(states, unknown, bool(state_names), frozenset(producer_ids), duration_ms, compiled)
 
 

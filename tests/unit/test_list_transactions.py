@@ -67,9 +67,11 @@ def test_the_pattern_matches_the_whole_transactional_id() -> None:
     assert not listed(meta("my-orders-1"), pattern=r"orders-\d+")
     assert listed(meta("anything"), pattern="")  # empty: no pattern
     assert listed(meta("orders-1"), pattern="orders-.*", state_names=["Ongoing"], producer_ids=[7], duration_ms=0)
+    assert not listed(meta("a" * 5000 + "!"), pattern="(a+)+$")  # RE2: no catastrophic backtracking
 
 
-@pytest.mark.parametrize("pattern", ["(unclosed", "[z-a]", "*"])
+# RE2's syntax, as Kafka's RE2J: no backreferences or lookarounds, which need backtracking
+@pytest.mark.parametrize("pattern", ["(unclosed", "[z-a]", "*", r"(a)\1", "(?=a)a"])
 def test_a_pattern_that_does_not_compile_is_invalid_regular_expression(pattern: str) -> None:
     with pytest.raises(TxlogError) as info:
         txn.list_filter(pattern=pattern)
