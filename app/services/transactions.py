@@ -469,14 +469,14 @@ def describe(broker: Broker, transactional_id: str) -> TxnMetadata:
     return meta
 
 
-def list_transactions(
-    broker: Broker, state: str | None = None, older_than_ms: int | None = None, prefix: str | None = None, limit: int = 1000
-) -> list[TxnMetadata]:
+def list_transactions(broker: Broker, state: str | None = None, older_than_ms: int | None = None, limit: int = 1000) -> list[TxnMetadata]:
+    """``GET /v1/transactions``: the first ``limit`` transactional ids, Dead ones included, in one
+    state when asked, whose transaction started more than ``older_than_ms`` ago when asked."""
     if state is not None and state not in {s.value for s in TxnState}:
         raise TxlogError(ErrorCode.INVALID_REQUEST, f"Unknown state {state!r}; one of {', '.join(s.value for s in TxnState)}")
     started_before = broker.now() - older_than_ms if older_than_ms is not None else None
     with broker.db.read() as conn:
-        return transactions_store.txn_list(conn, state, started_before, prefix, limit)
+        return transactions_store.txn_page(conn, None if state is None else [state], started_before_ms=started_before, limit=limit)
 
 
 MAX_EVENTS_PAGE = 1000
@@ -518,14 +518,14 @@ def list_transaction_states(
     f = txn.list_filter(state_names, producer_ids, duration_ms, pattern)
     if f.matches_nothing:
         return [], f.unknown_states
-    states = sorted(s.value for s in f.states) or None
+    states = sorted(s.value for s in (f.states or set(TxnState) - {TxnState.DEAD}))
     pids = sorted(f.producer_ids) or None
     now = broker.now()
     found: list[TxnMetadata] = []
     after: str | None = None
     with broker.db.read() as conn:
         while True:
-            page = transactions_store.txn_page(conn, states, pids, after, _LIST_PAGE)
+            page = transactions_store.txn_page(conn, states, pids, after=after, limit=_LIST_PAGE)
             found.extend(m for m in page if txn.is_listed(f, m, now))
             if len(page) < _LIST_PAGE:
                 return found, f.unknown_states

@@ -337,28 +337,6 @@ def txn_delete(conn: Connection, transactional_id: str) -> None:
         conn.execute(text(f"DELETE FROM txlog.{table} WHERE transactional_id = :tid"), {"tid": transactional_id})
 
 
-def txn_list(
-    conn: Connection, state: str | None, started_before_ms: int | None, prefix: str | None = None, limit: int = 1000
-) -> list[TxnMetadata]:
-    clauses = ["true"]
-    if state is not None:
-        clauses.append("t.state = :state")
-    if started_before_ms is not None:
-        clauses.append("t.started_at < to_timestamp(:before / 1000.0)")
-    if prefix:
-        clauses.append("t.transactional_id LIKE :prefix ESCAPE '\\'")
-    rows = conn.execute(
-        text(f"SELECT {TXN_COLUMNS} FROM txlog.transactions t WHERE {' AND '.join(clauses)} ORDER BY t.transactional_id LIMIT :limit"),
-        {
-            "state": state,
-            "before": started_before_ms,
-            "prefix": like_prefix(prefix),
-            "limit": limit,
-        },
-    )
-    return [txn_from_row(r) for r in rows]
-
-
 def like_prefix(prefix: str | None) -> str:
     return (prefix or "").replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
@@ -418,26 +396,27 @@ def txns_overdue(conn: Connection, now_ms: int, prepared_before_ms: int, limit: 
     return [txn_from_row(r) for r in rows]
 
 
+_TXN_PAGE = text(
+    f"""
+    SELECT {TXN_COLUMNS} FROM txlog.transactions t
+    WHERE (CAST(:states AS text[]) IS NULL OR t.state = ANY(CAST(:states AS text[])))
+      AND (CAST(:pids AS bigint[]) IS NULL OR t.producer_id = ANY(CAST(:pids AS bigint[])))
+      AND (CAST(:before AS bigint) IS NULL OR t.started_at < to_timestamp(CAST(:before AS bigint) / 1000.0))
+      AND (CAST(:after AS text) IS NULL OR t.transactional_id > :after)
+    ORDER BY t.transactional_id LIMIT :limit
+    """
+)
+
+
 def txn_page(
-    conn: Connection, states: Sequence[str] | None, producer_ids: Sequence[int] | None, after: str | None, limit: int
+    conn: Connection, states: Sequence[str] | None = None, producer_ids: Sequence[int] | None = None,
+    started_before_ms: int | None = None, after: str | None = None, limit: int = 1000,
 ) -> list[TxnMetadata]:
-    """Transactional ids but the Dead ones, without their members, in id order from after ``after``
-    (keyset paging on the primary key), those in ``states`` and of ``producer_ids`` when given."""
-    clauses = ["t.state <> :dead"]
-    if states:
-        clauses.append("t.state = ANY(CAST(:states AS text[]))")
-    if producer_ids:
-        clauses.append("t.producer_id = ANY(CAST(:pids AS bigint[]))")
-    if after is not None:
-        clauses.append("t.transactional_id > :after")
+    """Transactional ids in id order from after ``after`` (keyset paging on the primary key), with
+    their members: those in ``states``, of ``producer_ids`` and whose transaction started before
+    ``started_before_ms``, each filter when given."""
     rows = conn.execute(
-        text(
-            f"SELECT {TXN_COLUMNS_NO_MEMBERS} FROM txlog.transactions t WHERE {' AND '.join(clauses)} "
-            "ORDER BY t.transactional_id LIMIT :limit"
-        ),
-        {
-            "dead": TxnState.DEAD.value, "states": list(states or ()), "pids": list(producer_ids or ()),
-            "after": after, "limit": limit,
-        },
+        _TXN_PAGE,
+        {"states": states, "pids": producer_ids, "before": started_before_ms, "after": after, "limit": limit},
     )
     return [txn_from_row(r) for r in rows]

@@ -250,7 +250,7 @@ def test_what_storage_finds_overdue_is_what_the_domain_calls_overdue(clocked_bro
             prepare_only(b, f"tx{i}", action.removeprefix("prepare_"))
         clock.advance(rng.randrange(0, 300))
     with b.db.read() as conn:
-        every = transactions_store.txn_list(conn, None, None)
+        every = transactions_store.txn_page(conn)
     assert len(every) == 30 and {m.state for m in every} >= {S.EMPTY, S.ONGOING, S.PREPARE_COMMIT, S.PREPARE_ABORT}
 
     instants = {clock.now_ms}
