@@ -104,9 +104,10 @@ def test_delete_records_through_each_client_and_raw_frames_agree_with_http_and_f
     from aiokafka.structs import TopicPartition as ATopicPartition
     from confluent_kafka import KafkaException, TopicPartition
     from confluent_kafka.admin import AdminClient
-    from kafka import TopicPartition as KTopicPartition
     from kafka.admin import KafkaAdminClient
     from kafka.errors import OffsetOutOfRangeError
+
+    from kafka import TopicPartition as KTopicPartition
 
     topic = new_topic(http, "dr", {0: VALUES, 1: VALUES})
 
@@ -315,6 +316,7 @@ def test_consumers_resume_at_an_offset_committed_with_its_leader_epoch_after_val
     fetching, and the gateway's answer (the epoch ends at the log end, past the position) keeps
     the position: no truncation, no reset, the same records."""
     from confluent_kafka import Consumer, TopicPartition
+
     from kafka import KafkaConsumer
     from kafka import TopicPartition as KTopicPartition
 
