@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from api.kafka.handlers import RequestContext, error_code
-from app.domain.log import NO_EPOCH, NO_EPOCH_OFFSET
+from app.domain.log import NO_EPOCH, NO_EPOCH_OFFSET, EpochEndOffset
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, retention
 from app.services import fetch as fetch_service
@@ -137,8 +137,9 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> d
     }
 
 
-def _epoch_end(partition: int, end: Any, error: TxlogError | None) -> dict:
-    if error is not None or end is None:
+def _epoch_end(partition: int, end: EpochEndOffset | None, error: TxlogError | None) -> dict:
+    """A partition's answer: its epoch's end, or its error with Kafka's undefined epoch and offset."""
+    if end is None:
         code = error_code(ApiKey.OffsetForLeaderEpoch, error).kafka_code if error is not None else ErrorCode.UNKNOWN_SERVER_ERROR.kafka_code
         return {"error_code": code, "partition": partition, "leader_epoch": NO_EPOCH, "end_offset": NO_EPOCH_OFFSET}
     return {"error_code": 0, "partition": partition, "leader_epoch": end.leader_epoch, "end_offset": end.end_offset}
