@@ -217,6 +217,8 @@ def test_describe_log_dirs_sizes_each_partition_as_retention_does(http: httpx.Cl
         assert sizes == {1: (20, 0, False)}
         answer, _ = described(raw, 2, [{"topic": f"{topic}-none", "partitions": [0]}])
         assert answer.results[0].topics == []
+        answer, _ = described(raw, 3, [])  # no topic asked: none described
+        assert answer.results[0].topics == []
 
         assert delete(raw, 2, topic, [(0, 4)]) == [(0, 4, 0)]
         _, sizes = described(raw, 1, [{"topic": topic, "partitions": [0, 1, 2]}])
