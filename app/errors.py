@@ -64,6 +64,8 @@ class ErrorCode(Enum):
     UNKNOWN_PRODUCER_ID = _Spec(59, 409, False, "This exception is raised by the broker if it could not locate the producer metadata.")
     NON_EMPTY_GROUP = _Spec(68, 409, False, "The group is not empty.")
     GROUP_ID_NOT_FOUND = _Spec(69, 404, False, "The group id does not exist.")
+    FENCED_LEADER_EPOCH = _Spec(74, 409, True, "The leader epoch in the request is older than the epoch on the broker.")
+    UNKNOWN_LEADER_EPOCH = _Spec(75, 409, True, "The leader epoch in the request is newer than the epoch on the broker.")
     UNSUPPORTED_COMPRESSION_TYPE = _Spec(76, 400, False, "The requesting client does not support the compression type of given partition.")
     MEMBER_ID_REQUIRED = _Spec(79, 409, False, "The group member needs to have a valid member id before actually entering a consumer group.")
     GROUP_MAX_SIZE_REACHED = _Spec(81, 409, False, "The consumer group has reached its max size.")

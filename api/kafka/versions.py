@@ -66,6 +66,9 @@ APIS: tuple[Api, ...] = (
     Api(ApiKey.DescribeConfigs, 0, 4, f"{_TOPICS}:handle_describe_configs"),  # v1 synonyms; v3 type and documentation
     Api(ApiKey.AlterConfigs, 0, 2, f"{_TOPICS}:handle_alter_configs"),
     Api(ApiKey.IncrementalAlterConfigs, 0, 1, f"{_TOPICS}:handle_incremental_alter_configs"),
+    Api(ApiKey.DeleteRecords, 0, 2, "api.kafka.handlers.logs:handle_delete_records"),  # never past the last stable offset
+    Api(ApiKey.DescribeLogDirs, 0, 4, "api.kafka.handlers.logs:handle_describe_log_dirs"),  # v4 volume bytes: -1; v5 cordoned dirs
+    Api(ApiKey.OffsetForLeaderEpoch, 0, 4, "api.kafka.handlers.logs:handle_offset_for_leader_epoch"),  # librdkafka validates positions with v2
     Api(ApiKey.DescribeCluster, 0, 2, f"{_BOOTSTRAP}:handle_describe_cluster"),  # v1 endpoint types; v2 fenced brokers
     Api(ApiKey.InitProducerId, 0, 4, "api.kafka.handlers.transactions:handle_init_producer_id"),  # v3+: KIP-360
     Api(ApiKey.AddPartitionsToTxn, 0, 3, "api.kafka.handlers.transactions:handle_add_partitions_to_txn"),  # v4+: brokers only

@@ -88,6 +88,66 @@ def unknown_partition(topic: str, partition: int) -> TxlogError:
     return TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic-partition {topic}-{partition} does not exist")
 
 
+# One copy of every record, in PostgreSQL: each partition has one replica, its leader, and that
+# leader never changes epoch. Metadata, ListOffsets, the batches a fetch writes and
+# OffsetForLeaderEpoch all name this epoch.
+LEADER_EPOCH = 0
+NO_EPOCH = -1  # Kafka's UNDEFINED_EPOCH (and a request's "no current leader epoch")
+NO_EPOCH_OFFSET = -1  # Kafka's UNDEFINED_EPOCH_OFFSET
+
+
+@dataclass(frozen=True)
+class EpochEndOffset:
+    """Kafka's answer to "where does leader epoch N end": the largest epoch at or below the one
+    asked for, and the offset where the next epoch begins (the log end for the latest epoch);
+    ``NO_EPOCH`` / ``NO_EPOCH_OFFSET`` when no epoch at or below it is known."""
+
+    leader_epoch: int
+    end_offset: int
+
+
+def epoch_end_offset(
+    requested_epoch: int, current_leader_epoch: int, log_start_offset: int, log_end_offset: int,
+    leader_epoch: int = LEADER_EPOCH,
+) -> EpochEndOffset:
+    """OffsetForLeaderEpoch for one partition whose whole log was written at ``leader_epoch``
+    (Kafka's leader epoch cache holding one entry, starting at the log start once records below
+    it are deleted).
+
+    The fence comes first: a ``current_leader_epoch`` the client sends (not ``NO_EPOCH``) older
+    than the leader's is FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH. Then, as Kafka's
+    cache answers: the latest epoch ends at the log end (a consumer compares it with its position:
+    below it would be a truncation); an epoch above the latest, or ``NO_EPOCH``, has no end
+    (``NO_EPOCH``/``NO_EPOCH_OFFSET``, not an error); any other epoch below the first known one
+    ends where the first begins, and keeps its own number."""
+    if current_leader_epoch != NO_EPOCH:
+        if current_leader_epoch < leader_epoch:
+            raise TxlogError(
+                ErrorCode.FENCED_LEADER_EPOCH,
+                f"The leader epoch {current_leader_epoch} in the request is older than the leader's, {leader_epoch}",
+            )
+        if current_leader_epoch > leader_epoch:
+            raise TxlogError(
+                ErrorCode.UNKNOWN_LEADER_EPOCH,
+                f"The leader epoch {current_leader_epoch} in the request is newer than the leader's, {leader_epoch}",
+            )
+    if requested_epoch == leader_epoch:
+        return EpochEndOffset(leader_epoch, log_end_offset)
+    if requested_epoch == NO_EPOCH or requested_epoch > leader_epoch:
+        return EpochEndOffset(NO_EPOCH, NO_EPOCH_OFFSET)
+    return EpochEndOffset(requested_epoch, log_start_offset)
+
+
+@dataclass(frozen=True)
+class PartitionLogSize:
+    """A partition's log as Kafka's DescribeLogDirs sizes it: the bytes of data records from its
+    log start to its high watermark (what ``retention.bytes`` bounds)."""
+
+    topic: str
+    partition: int
+    size_bytes: int
+
+
 @dataclass(frozen=True)
 class AppendPosition:
     next_offset: int

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from app.domain.log import PartitionStatus, StoredRecord, unknown_partition
+from app.domain.log import EpochEndOffset, PartitionStatus, StoredRecord, epoch_end_offset, unknown_partition
 from app.domain.records import (
     MAX_TIMESTAMP,
     IsolationLevel,
@@ -140,6 +140,35 @@ def partition_statuses(broker: Broker, partitions: Sequence[tuple[str, int]]) ->
     exists (one statement); the others are absent."""
     with broker.db.read() as conn:
         return log_store.partition_statuses(conn, partitions)
+
+
+@dataclass(frozen=True)
+class EpochEndOffsetResult:
+    topic: str
+    partition: int
+    end: EpochEndOffset | None  # None: ``error``
+    error: TxlogError | None = None  # UNKNOWN_TOPIC_OR_PARTITION, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH
+
+
+def epoch_end_offsets(broker: Broker, requests: Sequence[tuple[str, int, int, int]]) -> list[EpochEndOffsetResult]:
+    """Kafka's OffsetForLeaderEpoch: for each (topic, partition, current leader epoch, leader
+    epoch), in order, where that epoch ends (``log.epoch_end_offset``): the log end offset for the
+    leader's epoch. A consumer validating its position after a leader change compares it with
+    this; the log end is the high watermark here (one replica). Errors are per partition. One
+    statement."""
+    statuses = partition_statuses(broker, [(t, p) for t, p, _, _ in requests])
+    out: list[EpochEndOffsetResult] = []
+    for topic, partition, current_epoch, epoch in requests:
+        status = statuses.get((topic, partition))
+        try:
+            if status is None:
+                raise unknown_partition(topic, partition)
+            end = epoch_end_offset(epoch, current_epoch, status.log_start_offset, status.high_watermark)
+        except TxlogError as exc:
+            out.append(EpochEndOffsetResult(topic, partition, None, exc))
+        else:
+            out.append(EpochEndOffsetResult(topic, partition, end))
+    return out
 
 
 @dataclass(frozen=True)

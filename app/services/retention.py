@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
-from app.domain.log import RetainedPartition
+from app.domain.log import PartitionLogSize, RetainedPartition
 from app.domain.retention import log_start_for_retention
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
@@ -57,6 +58,15 @@ def delete_records(broker: Broker, topic: str, partition: int, before_offset: in
         if target > status.log_start_offset:
             retention_store.log_start_advance(conn, topic, partition, target)
         return DeleteRecordsResult(topic, partition, max(target, status.log_start_offset))
+
+
+def log_sizes(broker: Broker, topics: Sequence[str] | None = None) -> list[PartitionLogSize]:
+    """The size in bytes of each partition's log (of ``topics`` only, when given), as
+    retention.bytes measures it: from the log start to the high watermark. Read from the
+    partition's next position and the position of its log start's record, not by summing records:
+    the same cost for any log's length. Kafka's DescribeLogDirs and the admin pages answer it."""
+    with broker.db.read() as conn:
+        return retention_store.partition_log_sizes(conn, topics)
 
 
 @dataclass

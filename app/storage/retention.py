@@ -3,11 +3,20 @@ left below it."""
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from app.domain.log import PartitionStatus, RetainedPartition, unknown_partition
+from app.domain.log import PartitionLogSize, PartitionStatus, RetainedPartition, unknown_partition
 from app.storage.log import partition_status
+
+# The size of a partition's log (``p``, its txlog.partitions row): the bytes of data records from
+# its log start to its high watermark, its next position less the position of the record at its
+# log start. One primary-key lookup, whatever the log's length. retention.bytes bounds it and
+# DescribeLogDirs answers it.
+LOG_SIZE_BYTES = """p.next_position - COALESCE((SELECT r.position FROM txlog.records r
+    WHERE r.topic = p.topic AND r.partition = p.partition AND r."offset" = p.log_start_offset), p.next_position)"""
 
 
 def partition_lock(conn: Connection, topic: str, partition: int) -> PartitionStatus:
@@ -40,18 +49,16 @@ def partitions_with_retention(conn: Connection, default_ms: int, default_bytes: 
     integer (stored before configs were validated) counts as unset: it cannot stop retention."""
     rows = conn.execute(
         text(
-            """
+            f"""
             SELECT s.topic, s.partition, s.log_start_offset, s.last_stable_offset,
                    CASE WHEN c.ms >= 0 THEN c.ms END, CASE WHEN c.bytes >= 0 THEN c.bytes END,
-                   p.next_position,
-                   p.next_position - COALESCE((SELECT r.position FROM txlog.records r
-                       WHERE r.topic = p.topic AND r.partition = p.partition AND r."offset" = p.log_start_offset), p.next_position)
+                   p.next_position, {LOG_SIZE_BYTES}
             FROM txlog.topics t
             CROSS JOIN LATERAL (
-                SELECT COALESCE(CASE WHEN t.config->>'retention.ms' ~ '^-?[0-9]{1,19}$'
+                SELECT COALESCE(CASE WHEN t.config->>'retention.ms' ~ '^-?[0-9]{{1,19}}$'
                                      THEN LEAST((t.config->>'retention.ms')::numeric, 9223372036854775807)::bigint END,
                                 CAST(:default_ms AS bigint)) AS ms,
-                       COALESCE(CASE WHEN t.config->>'retention.bytes' ~ '^-?[0-9]{1,19}$'
+                       COALESCE(CASE WHEN t.config->>'retention.bytes' ~ '^-?[0-9]{{1,19}}$'
                                      THEN LEAST((t.config->>'retention.bytes')::numeric, 9223372036854775807)::bigint END,
                                 CAST(:default_bytes AS bigint)) AS bytes
             ) c
@@ -64,6 +71,17 @@ def partitions_with_retention(conn: Connection, default_ms: int, default_bytes: 
         {"default_ms": default_ms, "default_bytes": default_bytes},
     )
     return [RetainedPartition(*r) for r in rows]
+
+
+def partition_log_sizes(conn: Connection, topics: Sequence[str] | None = None) -> list[PartitionLogSize]:
+    """The size of every partition's log (``LOG_SIZE_BYTES``), of ``topics`` only when given, by
+    topic and partition."""
+    where = "" if topics is None else "WHERE p.topic = ANY(CAST(:topics AS text[]))"
+    rows = conn.execute(
+        text(f"SELECT p.topic, p.partition, {LOG_SIZE_BYTES} FROM txlog.partitions p {where} ORDER BY p.topic, p.partition"),
+        {"topics": list(topics or ())},
+    )
+    return [PartitionLogSize(*r) for r in rows]
 
 
 def partitions_to_trim(conn: Connection, limit: int = 1000) -> list[tuple[str, int]]:

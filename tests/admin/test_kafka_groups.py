@@ -30,7 +30,7 @@ from app.domain.consumer_protocol import (
     decode_subscription,
 )
 from app.errors import ErrorCode
-from app.services import Broker
+from app.services import Broker, retention
 from app.services.cluster import deregister_node, register_node
 from app.services.kafka_groups import describe_kafka_groups
 from app.wire.kafka import protocol
@@ -344,14 +344,22 @@ def test_groups_members_assignments_offsets_and_lag_and_unreachable_nodes(signed
     assert "No gateway that answered coordinates group kg-missing" in missing
 
 
-def test_the_pages_in_a_browser(token_server: ServerProcess, scene: tuple[str, str], tmp_path: Path) -> None:
+def test_the_pages_in_a_browser(
+    token_server: ServerProcess, scene: tuple[str, str], signed_in: httpx.Client, store: Broker, tmp_path: Path
+) -> None:
     """In headless Chromium without JavaScript: from the navigation to a group and on to a
-    partition, no console error (the pages keep to the content security policy)."""
+    partition and its topic, whose page shows each partition's log size as DescribeLogDirs answers
+    it (``retention.log_sizes``), after records were deleted from one; no console error (the pages
+    keep to the content security policy)."""
     from playwright.sync_api import sync_playwright
 
     from tests.e2e.test_admin_browser import CHROMIUM, CHROMIUM_ARGS, Problems
 
     topic, group = scene
+    r = signed_in.post(f"/v1/topics/{topic}/partitions/0/delete-records", json={"before_offset": 3})
+    assert r.status_code == 200, r.text
+    # one-byte values: partition 0 keeps 7 of its 10 records, the others all theirs
+    assert [(s.partition, s.size_bytes) for s in retention.log_sizes(store, [topic])] == [(0, 7), (1, 4), (2, 6)]
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
@@ -372,6 +380,10 @@ def test_the_pages_in_a_browser(token_server: ServerProcess, scene: tuple[str, s
             page.screenshot(path=str(tmp_path / "kafka-group.png"), full_page=True)
             page.get_by_role("link", name=f"{topic}-0").click()
             assert page.url == f"{token_server.url}/admin/topics/{topic}/0?offset=7"
+            page.locator(".crumbs").get_by_role("link", name=topic).click()
+            assert page.url == f"{token_server.url}/admin/topics/{topic}"
+            assert page.locator("table.data td.log-size").all_inner_texts() == ["7 B", "4 B", "6 B"]
+            assert page.locator("table.data th", has_text="Log size").count() == 1
             assert problems.seen == []
         finally:
             browser.close()

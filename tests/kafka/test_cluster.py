@@ -258,6 +258,31 @@ def test_every_gateway_lists_the_same_brokers_and_spreads_the_leaders(trio: list
     assert all(replicas == isr == [leader] for _, leader, replicas, isr in answers[0])
 
 
+def test_each_gateway_describes_the_log_dirs_of_the_partitions_it_leads(trio: list[GatewayProcess]) -> None:
+    """DescribeLogDirs from every gateway names the replicas Metadata gives it (one per partition,
+    its leader), so kafka-python's admin client, asking every broker, sees each partition once."""
+    from kafka.admin import KafkaAdminClient
+
+    create_topic(trio[0], "dirs", 6)
+    (topic,) = metadata(trio[0], topics=["dirs"]).topics
+    leaders = {p.partition_index: p.leader_id for p in topic.partitions}
+    for g in trio:
+        with g.connect() as conn:
+            (d,) = conn.request(ApiKey.DescribeLogDirs, 4, {"topics": [{"topic": "dirs", "partitions": list(range(6))}]}).results
+        held = sorted(p.partition_index for t in d.topics for p in t.partitions)
+        assert (d.error_code, d.log_dir) == (0, "/txlog")
+        assert held == [p for p, leader in leaders.items() if leader == g.node_id], g.node_id
+    admin = KafkaAdminClient(bootstrap_servers=trio[1].bootstrap)
+    try:
+        answers = admin.describe_log_dirs({"dirs": list(range(6))})
+    finally:
+        admin.close()
+    by_partition = Counter(
+        p["partition_index"] for a in answers for d in a["log_dirs"] for t in d["topics"] for p in t["partitions"]
+    )
+    assert sorted(a["broker"] for a in answers) == NODE_IDS and by_partition == Counter(range(6))
+
+
 def test_describe_cluster_names_what_metadata_names(trio: list[GatewayProcess]) -> None:
     """DescribeCluster, over raw frames from every gateway (v0-2; the controllers' endpoints
     refused as a broker refuses them) and through confluent-kafka's and kafka-python's admin

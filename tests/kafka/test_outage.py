@@ -3,7 +3,8 @@ cannot reach its storage; and the same connection served again once PostgreSQL i
 
 - Metadata keeps the brokers and the controller, the topics it knew with their partitions and
   leaders (each partition LEADER_NOT_AVAILABLE), any other topic LEADER_NOT_AVAILABLE;
-- Produce, Fetch and ListOffsets: KAFKA_STORAGE_ERROR per partition (a log directory offline);
+- Produce, Fetch, ListOffsets, DeleteRecords and OffsetForLeaderEpoch: KAFKA_STORAGE_ERROR per
+  partition (a log directory offline); DescribeLogDirs its one log directory KAFKA_STORAGE_ERROR;
 - CreateTopics, CreatePartitions, DeleteTopics and the config APIs: REQUEST_TIMED_OUT per topic
   or resource (a controller that did not answer in time);
 - reads of a group coordinator's state (OffsetFetch, DescribeGroups, ListGroups) and of the
@@ -102,6 +103,23 @@ OUTAGE: dict[int, Callable[[RawConnection, dict], None]] = {
     ),
     ApiKey.ListOffsets: lambda raw, s: assert_codes(
         _partitions(raw.request(ApiKey.ListOffsets, 7, list_offsets_body([(TOPIC, 0, -1), (TOPIC, 1, -2)]))), STORAGE
+    ),
+    ApiKey.DeleteRecords: lambda raw, s: assert_codes(
+        _partitions(raw.request(ApiKey.DeleteRecords, 2, {
+            "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0, "offset": -1}]}], "timeout_ms": 5000,
+        })), STORAGE,
+    ),
+    ApiKey.DescribeLogDirs: lambda raw, s: assert_codes(  # the log directory offline, no topics
+        [(r.error_code, r.log_dir, r.topics) for r in raw.request(ApiKey.DescribeLogDirs, 4, {"topics": None}).results],
+        (STORAGE, "/txlog", []),
+    ),
+    ApiKey.OffsetForLeaderEpoch: lambda raw, s: assert_codes(
+        [(p.error_code, p.leader_epoch, p.end_offset) for t in raw.request(ApiKey.OffsetForLeaderEpoch, 4, {
+            "replica_id": -1, "topics": [{"topic": TOPIC, "partitions": [
+                {"partition": 0, "current_leader_epoch": 0, "leader_epoch": 0},
+                {"partition": 1, "current_leader_epoch": -1, "leader_epoch": 0},
+            ]}],
+        }).topics for p in t.partitions], (STORAGE, -1, -1),
     ),
     ApiKey.CreateTopics: lambda raw, s: assert_codes(
         [t.error_code for t in raw.request(ApiKey.CreateTopics, 7, {

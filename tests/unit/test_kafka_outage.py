@@ -23,6 +23,9 @@ SLOW = TxlogError(ErrorCode.REQUEST_TIMED_OUT, "The database did not answer in t
     (ApiKey.Produce, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.REQUEST_TIMED_OUT),  # a timed-out append may be in
     (ApiKey.Fetch, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.KAFKA_STORAGE_ERROR),
     (ApiKey.ListOffsets, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.KAFKA_STORAGE_ERROR),
+    (ApiKey.DeleteRecords, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.KAFKA_STORAGE_ERROR),
+    (ApiKey.DescribeLogDirs, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.KAFKA_STORAGE_ERROR),
+    (ApiKey.OffsetForLeaderEpoch, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.KAFKA_STORAGE_ERROR),
     (ApiKey.OffsetFetch, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
     (ApiKey.DescribeGroups, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
     (ApiKey.ListGroups, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),

@@ -14,6 +14,7 @@ from typing import Any
 
 from api.kafka import versions
 from api.kafka.handlers import Node, RequestContext
+from app.domain.log import LEADER_EPOCH
 from app.domain.records import validate_topic_name
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, topics
@@ -21,7 +22,6 @@ from app.services import Broker, topics
 # A topic that could not be answered has the zero UUID (Kafka's Uuid.ZERO_UUID). Fetch is served up
 # to v12, which names topics, so clients need no topic id to read.
 ZERO_TOPIC_ID = uuid.UUID(int=0)
-LEADER_EPOCH = 0
 # Kafka's check of ApiVersions v3+'s client software name and version.
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 _COORDINATOR_GROUP, _COORDINATOR_TRANSACTION = 0, 1

@@ -45,8 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from api.kafka.handlers import RequestContext, error_code
-from api.kafka.handlers.bootstrap import LEADER_EPOCH
-from app.domain.log import header_count, records_size
+from app.domain.log import LEADER_EPOCH, header_count, records_size
 from app.domain.records import IsolationLevel
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker

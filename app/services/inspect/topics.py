@@ -9,7 +9,7 @@ from typing import Literal
 
 from app.domain.log import LogRecord, LsoHolder, PartitionStatus
 from app.errors import ErrorCode, TxlogError
-from app.services import Broker
+from app.services import Broker, retention
 from app.services.inspect.rates import RatePoint, _record_rate
 from app.storage import admin_reads
 from app.storage import log as log_store
@@ -54,6 +54,7 @@ class TopicDetail:
     topic: TopicSummary
     rate: list[RatePoint]
     holders: dict[int, LsoHolder]  # by partition
+    sizes: dict[int, int] = field(default_factory=dict)  # bytes of each partition's log (``retention.log_sizes``)
 
 
 def topic_detail(broker: Broker, topic: str) -> TopicDetail:
@@ -64,7 +65,8 @@ def topic_detail(broker: Broker, topic: str) -> TopicDetail:
             raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {topic!r} does not exist")
         rate = _record_rate(conn, now, topic)
         holders = {h.partition: h for h in admin_reads.lso_holders(conn) if h.topic == topic}
-    return TopicDetail(now, TopicSummary(topic, statuses), rate, holders)
+    sizes = {s.partition: s.size_bytes for s in retention.log_sizes(broker, [topic])}
+    return TopicDetail(now, TopicSummary(topic, statuses), rate, holders, sizes)
 
 
 # --- the log --------------------------------------------------------------------------------------
