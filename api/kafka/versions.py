@@ -69,6 +69,7 @@ APIS: tuple[Api, ...] = (
     Api(ApiKey.DeleteRecords, 0, 2, "api.kafka.handlers.logs:handle_delete_records"),  # never past the last stable offset
     Api(ApiKey.DescribeLogDirs, 0, 4, "api.kafka.handlers.logs:handle_describe_log_dirs"),  # v4 volume bytes: -1; v5 cordoned dirs
     Api(ApiKey.OffsetForLeaderEpoch, 0, 4, "api.kafka.handlers.logs:handle_offset_for_leader_epoch"),  # librdkafka validates positions with v2
+    Api(ApiKey.DescribeTopicPartitions, 0, 0, f"{_BOOTSTRAP}:handle_describe_topic_partitions"),  # KIP-966: paged Metadata
     Api(ApiKey.DescribeCluster, 0, 2, f"{_BOOTSTRAP}:handle_describe_cluster"),  # v1 endpoint types; v2 fenced brokers
     Api(ApiKey.InitProducerId, 0, 4, "api.kafka.handlers.transactions:handle_init_producer_id"),  # v3+: KIP-360
     Api(ApiKey.AddPartitionsToTxn, 0, 3, "api.kafka.handlers.transactions:handle_add_partitions_to_txn"),  # v4+: brokers only

@@ -332,3 +332,28 @@ def test_create_topics_refuses_an_unknown_or_invalid_config(http: httpx.Client, 
     assert good in names and not names & {unknown, invalid, compact}
     refused = http.post("/v1/topics", json={"name": unknown, "partitions": 1, "config": {"x": 1}})
     assert (refused.status_code, refused.json()["error"]["message"]) == (400, "Unknown topic config name: x")
+
+
+def test_describe_topic_partitions_pages_through_kafka_python(http: httpx.Client, wire: GatewayProcess) -> None:
+    """KIP-966's paged Metadata, as kafka-python's describe_topic_partitions sends it: the topics in
+    name order, at most the limit of partitions a page, the cursor where the next starts."""
+    from kafka.admin import KafkaAdminClient
+
+    first, second = sorted(_name(w) for w in ("dtp-a", "dtp-b"))
+    ok(http.post("/v1/topics", json={"name": first, "partitions": 3}))
+    ok(http.post("/v1/topics", json={"name": second, "partitions": 2}))
+    missing = first + "-missing"
+    kp = KafkaAdminClient(bootstrap_servers=wire.bootstrap)
+    try:
+        page = kp.describe_topic_partitions([second, first, missing], response_partition_limit=4)
+        assert [(t["name"], t["error_code"], [p["partition_index"] for p in t["partitions"]]) for t in page["topics"]] == [
+            (first, 0, [0, 1, 2]), (missing, UNKNOWN_TOPIC, []), (second, 0, [0]),
+        ]
+        assert page["next_cursor"] == {"topic_name": second, "partition_index": 1}
+        rest = kp.describe_topic_partitions([second, first], response_partition_limit=4, cursor=page["next_cursor"])
+        assert [(t["name"], [p["partition_index"] for p in t["partitions"]]) for t in rest["topics"]] == [(second, [1])]
+        assert rest["next_cursor"] is None
+        p = page["topics"][0]["partitions"][0]
+        assert (p["leader_id"], p["leader_epoch"], p["replica_nodes"], p["isr_nodes"]) == (wire.node_id, 0, [wire.node_id], [wire.node_id])
+    finally:
+        kp.close()

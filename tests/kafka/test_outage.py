@@ -13,7 +13,7 @@ cannot reach its storage; and the same connection served again once PostgreSQL i
 - DescribeProducers and WriteTxnMarkers: KAFKA_STORAGE_ERROR per partition (a partition's log);
 - writes to the group and transaction coordinators: COORDINATOR_NOT_AVAILABLE;
 - ApiVersions, DescribeCluster, FindCoordinator and the classic group membership, held in memory,
-  go on answering.
+  go on answering; DescribeTopicPartitions answers as Metadata.
 
 Each is retriable for every client; none is UNKNOWN_SERVER_ERROR, none closes the connection. The
 table below covers every API key the gateway serves: a new one fails the test until its outage
@@ -194,6 +194,12 @@ OUTAGE: dict[int, Callable[[RawConnection, dict], None]] = {
         LOADING,
     ),
     ApiKey.ListGroups: lambda raw, s: assert_code(raw.request(ApiKey.ListGroups, 4, {"states_filter": []}).error_code, LOADING),
+    ApiKey.DescribeTopicPartitions: lambda raw, s: assert_codes(  # as Metadata: known topics, their partitions unavailable
+        [[(t.name, t.error_code, [p.error_code for p in t.partitions]) for t in raw.request(ApiKey.DescribeTopicPartitions, 0, {
+            "topics": [{"name": TOPIC}, {"name": "never-read"}], "response_partition_limit": 100, "cursor": None,
+        }).topics]],
+        [("never-read", LEADER, []), (TOPIC, 0, [LEADER, LEADER])],
+    ),
     ApiKey.DescribeCluster: lambda raw, s: assert_codes(
         [(a.error_code, a.controller_id, [b.broker_id for b in a.brokers])
          for a in [raw.request(ApiKey.DescribeCluster, 0, {"include_cluster_authorized_operations": False})]],

@@ -49,7 +49,7 @@ T = TypeVar("T")
 # - a topic to create, grow or delete, and topic configs: REQUEST_TIMED_OUT, a controller that did
 #   not answer in time.
 # ApiVersions, FindCoordinator and the classic group membership answer from memory, and Metadata
-# from what it read before (``bootstrap.handle_metadata``).
+# and DescribeTopicPartitions from what they read before (``bootstrap.handle_metadata``).
 _STORAGE_AWAY = {
     ApiKey.Produce: ErrorCode.KAFKA_STORAGE_ERROR,
     ApiKey.Fetch: ErrorCode.KAFKA_STORAGE_ERROR,

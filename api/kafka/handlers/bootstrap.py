@@ -131,6 +131,54 @@ def _controller_id(nodes: list[Node]) -> int:
     return min(node.node_id for node in nodes)
 
 
+# -- DescribeTopicPartitions ---------------------------------------------------------------------
+
+_PARTITION_LIMIT = 2000  # Kafka's max.request.partition.size.limit
+
+
+async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) -> dict:
+    """KIP-966's paged Metadata of topics (kafka-python's describe_topic_partitions): the topics
+    asked for (none: every topic), in name order, from the cursor's topic and partition, at most
+    ``response_partition_limit`` partitions (and Kafka's 2000); ``next_cursor`` where the next page
+    starts. Each partition as Metadata answers it; an unknown topic UNKNOWN_TOPIC_OR_PARTITION.
+    While the topics cannot be read, as Metadata: the topics this gateway read before, each
+    partition LEADER_NOT_AVAILABLE, any other LEADER_NOT_AVAILABLE."""
+    names = sorted({t.name for t in request.topics})
+    unavailable = False
+    try:
+        found = await ctx.call(topics.topics_metadata, ctx.broker, names or None)
+    except TxlogError as exc:
+        if not exc.code.retriable:
+            raise
+        found, unavailable = ctx.known_topics.all(), True
+    existing = {t.name: t for t in found if not names or t.name in names}
+    missing = ErrorCode.LEADER_NOT_AVAILABLE if unavailable else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    wanted = names or sorted(existing)
+    cursor = request.cursor
+    if cursor is not None:
+        wanted = [n for n in wanted if n >= cursor.topic_name]
+    budget = max(1, min(request.response_partition_limit, _PARTITION_LIMIT))
+    answers: list[dict] = []
+    next_cursor = None
+    for name in wanted:
+        if name not in existing:
+            answers.append({"error_code": missing.kafka_code, "name": name, "topic_id": ZERO_TOPIC_ID, "is_internal": False, "partitions": []})
+            continue
+        if budget == 0:
+            next_cursor = {"topic_name": name, "partition_index": 0}
+            break
+        answer = _topic(ctx, existing[name], unavailable)
+        first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+        partitions = answer["partitions"][first:first + budget]
+        budget -= len(partitions)
+        if first + len(partitions) < existing[name].partitions:
+            next_cursor = {"topic_name": name, "partition_index": first + len(partitions)}
+        answers.append({**answer, "partitions": partitions})
+        if next_cursor is not None:
+            break
+    return {"throttle_time_ms": 0, "topics": answers, "next_cursor": next_cursor}
+
+
 # -- DescribeCluster -------------------------------------------------------------------------------
 
 
