@@ -10,6 +10,7 @@ from sqlalchemy.engine import Connection
 from app.domain import topic_configs
 from app.domain.log import PartitionStatus, TopicMetadata
 from app.domain.records import validate_partition_count, validate_topic_name
+from app.domain.transactions import TxnState
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, coordinator, retention
 from app.storage import log as log_store
@@ -160,32 +161,41 @@ class DeletedTopic:
 
 
 def delete_topic(broker: Broker, name: str, timeout_ms: int = 30_000) -> DeletedTopic:
-    """Kafka's DeleteTopics. In one database transaction, under the topic's append locks: every open
-    transaction with a partition of the topic is aborted through the coordinator, on all its
-    partitions, and its producer fenced (as an operator's abort: ``aborted_by_operator``); then the
-    topic and its partitions go, with its committed and pending group offsets and producer states.
+    """Kafka's DeleteTopics. Every open transaction with a partition of the topic is aborted through
+    the coordinator, on all its partitions, and its producer fenced (as an operator's abort:
+    ``aborted_by_operator``; a prepared one completes as decided); then, in one database
+    transaction under the topic's append locks, the topic and its partitions go, with its committed
+    and pending group offsets and producer states.
     From then on it is unknown to every way in. Its records are deleted after, a batch per
     database transaction, here for up to ``timeout_ms`` and by the sweeper for what is left; until
     they are gone, creating the name again is TOPIC_ALREADY_EXISTS ("marked for deletion").
-    Transactions are first ended one per database transaction, as EndTxn takes its locks
-    (transaction, then partitions); one that joins the topic meanwhile is ended under the topic's
-    locks."""
+    Transactions are ended one per database transaction, as EndTxn takes its locks (transaction,
+    then partitions); the topic goes in one with its partitions locked, once none is open on it.
+    A transaction that adds a partition of the topic after that still ends: its marker there is
+    skipped, as for any partition gone."""
     deadline = time.monotonic() + timeout_ms / 1000
     aborted: list[str] = []
-    with broker.db.read() as conn:
-        open_ids = topics_store.open_transactions_on(conn, name)
-    for tid in open_ids:
+    while True:
+        with broker.db.read() as conn:
+            open_ids = topics_store.open_transactions_on(conn, name)
+        for tid in open_ids:
+            with broker.db.transaction() as conn:
+                if _end_open(conn, broker, tid):
+                    aborted.append(tid)
         with broker.db.transaction() as conn:
-            if _end_open(conn, broker, tid):
-                aborted.append(tid)
-    with broker.db.transaction() as conn:
-        topic_id = topics_store.topic_lock_for_delete(conn, name)
-        if topic_id is None:
-            raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name!r} does not exist")
-        for tid in topics_store.open_transactions_on(conn, name):
-            if _end_open(conn, broker, tid):
-                aborted.append(tid)
-        topics_store.topic_delete(conn, name)
+            topic_id = topics_store.topic_lock_for_delete(conn, name)
+            if topic_id is None:
+                raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name!r} does not exist")
+            joined = topics_store.open_transactions_on(conn, name)
+            if not joined:
+                topics_store.topic_delete(conn, name)
+                break
+        # A transaction joined the topic meanwhile: its row is locked before any partition (the lock
+        # order), so it is ended as the others were, and the topic's locks taken again.
+        if time.monotonic() >= deadline:
+            raise TxlogError(
+                ErrorCode.CONCURRENT_TRANSACTIONS, f"Transactions keep joining topic {name!r}: {', '.join(joined)}; try again"
+            )
     retention.trim(broker, retention.RetentionReport(), deadline, deleted_topic=name)
     with broker.db.read() as conn:
         pending = bool(topics_store.deleted_partitions_to_trim(conn, name, limit=1))
@@ -196,5 +206,6 @@ def _end_open(conn: Connection, broker: Broker, transactional_id: str) -> bool:
     meta = transactions_store.txn_get(conn, transactional_id, for_update=True)
     if meta is None or not meta.state.is_open:
         return False
+    ongoing = meta.state is TxnState.ONGOING  # a prepared one completes as it was decided
     coordinator.finish_open(conn, broker, meta, "aborted_by_operator")
-    return True
+    return ongoing
