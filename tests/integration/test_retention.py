@@ -16,7 +16,7 @@ from sqlalchemy import text
 from app.domain.groups.offsets import GroupOffset
 from app.domain.log import PartitionStatus
 from app.domain.records import NewRecord, record_size
-from app.domain.retention import MAX_LONG
+from app.domain.topic_configs import MAX_LONG
 from app.errors import ErrorCode
 from app.services import Broker, groups, retention, sweeper, topics
 from app.services import fetch as fetch_service
