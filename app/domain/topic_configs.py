@@ -131,7 +131,9 @@ def _invalid(config: TopicConfig, value: Any, why: str) -> TxlogError:
 
 
 def _shown(value: Any) -> str:
-    text = value if isinstance(value, str) else repr(value)
+    """A given name or value as an error message shows it: as given when it is a string that can be
+    sent (else as Python writes it: a lone surrogate cannot be encoded), at most 40 characters."""
+    text = value if isinstance(value, str) and _utf8(value) else repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
@@ -166,8 +168,10 @@ def parse(config: TopicConfig, value: Any) -> int | float | str:
             raise _invalid(config, value, "Expected value to be either true or false")
         kept = text.strip().lower()
     else:
-        if not isinstance(value, str) or "\x00" in value or not _utf8(value):
+        if not isinstance(value, str):
             raise _invalid(config, value, f"Expected value to be a string, but it was a {type(value).__name__}")
+        if "\x00" in value or not _utf8(value):
+            raise _invalid(config, value, "A NUL character or a lone surrogate cannot be kept")
         kept = value.strip() if config.type is _T.LIST else value
     _check_bounds(config, value, kept)
     return kept
