@@ -279,18 +279,23 @@ def shown(value: Any) -> str | None:
     return str(value)
 
 
-def describe(config: Mapping[str, Any], broker_defaults: Mapping[str, Any]) -> list[DescribedConfig]:
+def describe(
+    config: Mapping[str, Any], broker_set: Mapping[str, Any] = {}, server_defaults: Mapping[str, Any] = {}  # noqa: B006
+) -> list[DescribedConfig]:
     """Every topic config, in name order, with its value: the topic's own (DYNAMIC_TOPIC_CONFIG),
-    else the broker's setting for its synonym (STATIC_BROKER_CONFIG, ``broker_defaults`` by broker
-    config name), else Kafka's default (DEFAULT_CONFIG)."""
+    else the broker config its default comes from where the server was given it
+    (STATIC_BROKER_CONFIG, ``broker_set`` by broker config name), else the default
+    (DEFAULT_CONFIG): the server's own where it has one (``server_defaults``, by broker config name:
+    txlog keeps every record unless told otherwise), else Kafka's."""
     out = []
     for c in TOPIC_CONFIGS:
         synonyms: list[tuple[str, str | None, ConfigSource]] = []
         if c.name in config:
             synonyms.append((c.name, shown(config[c.name]), ConfigSource.DYNAMIC_TOPIC_CONFIG))
-        if c.broker_synonym is not None and c.broker_synonym in broker_defaults:
-            synonyms.append((c.broker_synonym, shown(broker_defaults[c.broker_synonym]), ConfigSource.STATIC_BROKER_CONFIG))
-        synonyms.append((c.broker_synonym or c.name, shown(c.default), ConfigSource.DEFAULT_CONFIG))
+        if c.broker_synonym is not None and c.broker_synonym in broker_set:
+            synonyms.append((c.broker_synonym, shown(broker_set[c.broker_synonym]), ConfigSource.STATIC_BROKER_CONFIG))
+        default = server_defaults.get(c.broker_synonym, c.default) if c.broker_synonym is not None else c.default
+        synonyms.append((c.broker_synonym or c.name, shown(default), ConfigSource.DEFAULT_CONFIG))
         _, value, source = synonyms[0]
         out.append(DescribedConfig(c.name, value, source, False, c.type, c.doc, tuple(synonyms)))
     return out

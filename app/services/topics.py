@@ -143,13 +143,20 @@ def _alter(broker: Broker, name: str, change: Callable[[dict], dict], validate_o
 
 def describe_topic_config(broker: Broker, name: str) -> list[topic_configs.DescribedConfig]:
     """DescribeConfigs of a topic: every topic config with its value and where it comes from."""
-    return topic_configs.describe(topic_config(broker, name), broker_config_defaults(broker))
+    return described_config(broker, topic_config(broker, name))
 
 
-def broker_config_defaults(broker: Broker) -> dict[str, object]:
-    """The broker configs that give topic configs their defaults, as this server is set."""
-    s = broker.settings
-    return {"log.retention.ms": s.log_retention_ms, "log.retention.bytes": s.log_retention_bytes, "message.max.bytes": s.max_request_bytes}
+def described_config(broker: Broker, config: dict) -> list[topic_configs.DescribedConfig]:
+    """A topic config as DescribeConfigs answers it, beside this server's settings: those given
+    to it (STATIC_BROKER_CONFIG) and its defaults."""
+    settings = broker.settings
+    values = {name: getattr(settings, field) for name, field in TOPIC_DEFAULT_SETTINGS.items()}
+    given = {name: values[name] for name, field in TOPIC_DEFAULT_SETTINGS.items() if field in settings.model_fields_set}
+    return topic_configs.describe(config, given, values)
+
+
+# The broker configs that give topic configs their defaults, by Kafka's name: the settings that are them.
+TOPIC_DEFAULT_SETTINGS = {"log.retention.ms": "log_retention_ms", "log.retention.bytes": "log_retention_bytes", "message.max.bytes": "max_request_bytes"}
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,19 @@ class Acked:
             self.errors[str(error)[:120]] += 1
 
 
+def wait_progressing(done: Callable[[], bool], progress: Callable[[], Any], idle_s: float, what: str) -> None:
+    """Wait until ``done``, for as long as ``progress`` keeps changing: fail only after ``idle_s``
+    without a change (a loaded machine reads slower; a stuck client reads nothing)."""
+    last, since = progress(), time.monotonic()
+    while not done():
+        time.sleep(0.2)
+        now = progress()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since > idle_s:
+            raise AssertionError(f"no progress for {idle_s} s waiting for {what}")
+
+
 class Load:
     """The producers' and consumers' threads, each with one client object for the whole run."""
 
@@ -118,11 +131,16 @@ class Load:
             self.failures.append(f"{name}: {exc!r}")
             raise
 
-    def join(self) -> None:
+    def halt(self) -> None:
+        """Stop every client thread and wait for it to close its client, whatever the test's outcome
+        (a client left running would go on after the test: kafka-python's reconnects among others)."""
         self.stop.set()
         for t in self.threads:
             t.join(120)
-            assert not t.is_alive(), f"{t.name} did not stop"
+
+    def join(self) -> None:
+        self.halt()
+        assert not [t.name for t in self.threads if t.is_alive()], "a client thread did not stop"
 
     def _values(self, log: Acked, pause: bool = True) -> Iterator[tuple[int, str]]:
         """Five values, then a pause of 50 ms (the caller's when ``pause`` is false), until stopped."""
@@ -358,7 +376,7 @@ def test_kafka_clients_ride_through_postgresql_restarts_and_an_outage(
         inputs = produce_inputs(bootstrap, copiers)
         load = Load(bootstrap, [c.output for c in copiers], tmp_path)
         load.start()
-        stack.callback(load.stop.set)
+        stack.callback(load.halt)
         for c in copiers:
             c.start([COPY_RECORDS // PARTITIONS] * PARTITIONS)
             stack.callback(lambda c=c: c.proc.poll() is None and c.proc.kill())
@@ -407,9 +425,10 @@ def test_kafka_clients_ride_through_postgresql_restarts_and_an_outage(
             expected = {
                 (c.output, p): [v + b"!" for v in inputs[c.input][p]] for c in copiers for p in range(PARTITIONS)
             }
-            wait_until(
-                lambda: all(len(_distinct(read)) >= COPY_RECORDS * len(copiers) for read in load.read.values()) or load.failures,
-                PROGRESS_S, 0.2, "every consumer to read every copy",
+            wait_progressing(
+                lambda: all(len(_distinct(read)) >= COPY_RECORDS * len(copiers) for read in load.read.values()) or bool(load.failures),
+                lambda: tuple(len(_distinct(read)) for read in load.read.values()),
+                PROGRESS_S, "every consumer to read every copy",
             )
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{diagnosis()}") from None

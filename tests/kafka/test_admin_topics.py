@@ -208,12 +208,14 @@ def test_describe_configs_through_each_client(http: httpx.Client, wire: GatewayP
     (configs,) = [f.result(30) for f in described.values()]
     assert set(configs) == {c.name for c in topic_configs.TOPIC_CONFIGS}
     assert (configs["retention.ms"].value, configs["retention.ms"].source) == ("86400000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
-    assert configs["retention.bytes"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+    assert (configs["retention.bytes"].value, configs["retention.bytes"].source) == ("-1", ConfigSource.DEFAULT_CONFIG.value)
     assert configs["segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
     assert configs["cleanup.policy"].value == "delete" and not configs["cleanup.policy"].is_read_only
     broker = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, str(wire.node_id))])
     (broker_configs,) = [f.result(30) for f in broker.values()]
     assert broker_configs["transaction.max.timeout.ms"].value == "900000"
+    assert broker_configs["advertised.listeners"].value == f"PLAINTEXT://{wire.bootstrap}"
+    assert broker_configs["auto.create.topics.enable"].value == "false"
     assert all(c.is_read_only for c in broker_configs.values())
 
     kp = KafkaAdminClient(bootstrap_servers=wire.bootstrap)

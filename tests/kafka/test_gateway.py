@@ -363,12 +363,13 @@ def test_create_topics_answers_each_topic(gateway: GatewayProcess, topic_name: s
         (described,) = raw.request(ApiKey.Metadata, 12, {"topics": [{"name": f"{topic_name}-manual"}]}).topics
     assert manual.topic_id == described.topic_id != uuid.UUID(int=0)
     assert {t.topic_id for t in answered[:3]} == {None}  # the zero id, which the codec reads as None
-    # v5+ lists every topic config, as DescribeConfigs: its own (DYNAMIC_TOPIC_CONFIG), the server's
-    # setting (STATIC_BROKER_CONFIG), or Kafka's default (DEFAULT_CONFIG)
+    # v5+ lists every topic config, as DescribeConfigs: its own (DYNAMIC_TOPIC_CONFIG), a setting
+    # the server was given (STATIC_BROKER_CONFIG), or the default (DEFAULT_CONFIG): the server's own
+    # (log.retention.ms -1: keep everything) or Kafka's
     configs = {c.name: (c.value, c.config_source) for c in manual.configs}
     assert list(configs) == [c.name for c in topic_configs.TOPIC_CONFIGS]
     assert configs["retention.bytes"] == ("1000", 1)
-    assert configs["retention.ms"] == ("-1", 4)
+    assert configs["retention.ms"] == ("-1", 5)
     assert configs["cleanup.policy"] == ("delete", 5)
 
 

@@ -154,3 +154,16 @@ def test_the_table_is_in_name_order_and_each_default_is_valid():
     for c in TOPIC_CONFIGS:
         if c.supported is None or str(c.default) in c.supported:
             assert validated({c.name: str(c.default)}) is not None
+
+
+def test_a_setting_the_server_was_given_is_a_static_broker_config_and_its_defaults_are_its_own() -> None:
+    from types import SimpleNamespace
+
+    from app.config import Settings
+    from app.services.topics import described_config
+
+    given = {d.name: (d.value, d.source) for d in described_config(SimpleNamespace(settings=Settings(log_retention_ms=60_000)), {})}  # type: ignore[arg-type]
+    assert given["retention.ms"] == ("60000", ConfigSource.STATIC_BROKER_CONFIG)
+    assert given["retention.bytes"] == ("-1", ConfigSource.DEFAULT_CONFIG)  # the server's default: keep everything
+    assert given["max.message.bytes"] == ("1048576", ConfigSource.DEFAULT_CONFIG)
+    assert given["segment.bytes"] == ("1073741824", ConfigSource.DEFAULT_CONFIG)  # Kafka's

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from api.kafka.handlers import RequestContext, error_code
+from api.kafka.handlers import Node, RequestContext, error_code
 from api.kafka.handlers.bootstrap import ZERO_TOPIC_ID
 from app.domain import topic_configs
 from app.errors import ErrorCode, TxlogError
@@ -81,7 +81,7 @@ def _create_topic(
     validate_only)."""
     topics.create_topic(broker, name, partitions, config, validate_only)
     if validate_only:
-        return topic_configs.describe(topics.kept_config(config), topics.broker_config_defaults(broker)), ZERO_TOPIC_ID
+        return topics.described_config(broker, topics.kept_config(config)), ZERO_TOPIC_ID
     (created,) = topics.topics_metadata(broker, [name])
     return topics.describe_topic_config(broker, name), created.topic_id
 
@@ -179,32 +179,56 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> dict:
 # -- DescribeConfigs, AlterConfigs, IncrementalAlterConfigs ---------------------------------------
 
 
-def broker_configs(broker: Broker, node_id: int) -> list[tuple[str, str | None]]:
-    """The server's settings that have a Kafka broker config's meaning, under its name."""
+_T = topic_configs.ConfigType
+# Broker configs that are this server's settings: Kafka's name, the setting's field, Kafka's type.
+_BROKER_SETTINGS = (
+    ("auto.create.topics.enable", "kafka_auto_create_topics", _T.BOOLEAN),
+    ("group.initial.rebalance.delay.ms", "kafka_group_initial_rebalance_delay_ms", _T.INT),
+    ("group.max.session.timeout.ms", "kafka_group_max_session_timeout_ms", _T.INT),
+    ("group.max.size", "kafka_group_max_size", _T.INT),
+    ("group.min.session.timeout.ms", "kafka_group_min_session_timeout_ms", _T.INT),
+    ("log.retention.bytes", "log_retention_bytes", _T.LONG),
+    ("log.retention.ms", "log_retention_ms", _T.LONG),
+    ("message.max.bytes", "max_request_bytes", _T.INT),
+    ("num.partitions", "kafka_num_partitions", _T.INT),
+    ("offset.metadata.max.bytes", "offset_metadata_max_bytes", _T.INT),
+    ("producer.id.expiration.ms", "producer_id_expiration_ms", _T.INT),
+    ("socket.request.max.bytes", "kafka_max_frame_bytes", _T.INT),
+    ("transaction.abort.timed.out.transaction.cleanup.interval.ms", "transaction_abort_check_interval_ms", _T.INT),
+    ("transaction.max.timeout.ms", "max_transaction_timeout_ms", _T.INT),
+    ("transaction.state.log.num.partitions", "transaction_state_partitions", _T.INT),
+    ("transactional.id.expiration.ms", "transactional_id_expiration_ms", _T.INT),
+)
+_STATIC, _DEFAULT = topic_configs.ConfigSource.STATIC_BROKER_CONFIG, topic_configs.ConfigSource.DEFAULT_CONFIG
+
+
+def broker_configs(broker: Broker, node: Node) -> list[tuple[str, str | None, topic_configs.ConfigType, topic_configs.ConfigSource]]:
+    """A node's broker configs that have a meaning here, in name order: the server's settings under
+    Kafka's names (STATIC_BROKER_CONFIG where the server was given one, else DEFAULT_CONFIG), and
+    what is fixed by one copy in PostgreSQL and by the node (DEFAULT_CONFIG)."""
     s = broker.settings
-    pairs: list[tuple[str, object]] = [
-        ("auto.create.topics.enable", str(s.kafka_auto_create_topics).lower()),
-        ("broker.id", node_id),
-        ("default.replication.factor", 1),
-        ("group.initial.rebalance.delay.ms", s.kafka_group_initial_rebalance_delay_ms),
-        ("group.max.session.timeout.ms", s.kafka_group_max_session_timeout_ms),
-        ("group.max.size", s.kafka_group_max_size if s.kafka_group_max_size is not None else 2**31 - 1),
-        ("group.min.session.timeout.ms", s.kafka_group_min_session_timeout_ms),
-        ("log.retention.bytes", s.log_retention_bytes),
-        ("log.retention.ms", s.log_retention_ms),
-        ("message.max.bytes", s.max_request_bytes),
-        ("min.insync.replicas", 1),
-        ("node.id", node_id),
-        ("num.partitions", s.kafka_num_partitions),
-        ("offset.metadata.max.bytes", s.offset_metadata_max_bytes),
-        ("producer.id.expiration.ms", s.producer_id_expiration_ms),
-        ("socket.request.max.bytes", s.kafka_max_frame_bytes),
-        ("transaction.abort.timed.out.transaction.cleanup.interval.ms", s.transaction_abort_check_interval_ms),
-        ("transaction.max.timeout.ms", s.max_transaction_timeout_ms),
-        ("transaction.state.log.num.partitions", s.transaction_state_partitions),
-        ("transactional.id.expiration.ms", s.transactional_id_expiration_ms),
+    listener = f"PLAINTEXT://{node.host}:{node.port}"
+    out: list[tuple[str, str | None, topic_configs.ConfigType, topic_configs.ConfigSource]] = [
+        (name, _broker_value(getattr(s, field), kind), kind, _STATIC if field in s.model_fields_set else _DEFAULT)
+        for name, field, kind in _BROKER_SETTINGS
     ]
-    return [(name, None if value is None else str(value)) for name, value in pairs]
+    out += [
+        ("advertised.listeners", listener, _T.STRING, _STATIC),
+        ("broker.id", str(node.node_id), _T.INT, _STATIC),
+        ("default.replication.factor", "1", _T.SHORT, _DEFAULT),
+        ("listeners", listener, _T.STRING, _STATIC),
+        ("min.insync.replicas", "1", _T.INT, _DEFAULT),
+        ("node.id", str(node.node_id), _T.INT, _STATIC),
+    ]
+    return sorted(out)
+
+
+def _broker_value(value: object, kind: topic_configs.ConfigType) -> str:
+    """A setting as Kafka shows a broker config: booleans in lower case, no limit (None) an INT's
+    largest value (group.max.size)."""
+    if value is None and kind is _T.INT:
+        return str(2**31 - 1)
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 async def handle_describe_configs(ctx: RequestContext, request: Any) -> dict:
@@ -221,8 +245,8 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> dict:
                 described = await ctx.call(topics.describe_topic_config, ctx.broker, resource.resource_name)
                 configs = [_described(d, v, request) for d in described if wanted is None or d.name in wanted]
             elif resource.resource_type == _BROKER:
-                configs = [_broker_config(name, value, v, request) for name, value in _broker_of(ctx, resource.resource_name)
-                           if wanted is None or name in wanted]
+                configs = [_broker_config(entry, v, request) for entry in _broker_of(ctx, resource.resource_name)
+                           if wanted is None or entry[0] in wanted]
             else:
                 raise TxlogError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type}")
         except TxlogError as exc:
@@ -233,13 +257,14 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> dict:
     return {"throttle_time_ms": 0, "results": results}
 
 
-def _broker_of(ctx: RequestContext, name: str) -> list[tuple[str, str | None]]:
+def _broker_of(ctx: RequestContext, name: str) -> list[tuple[str, str | None, topic_configs.ConfigType, topic_configs.ConfigSource]]:
     """The broker configs of node ``name`` ("" is the node asked: Kafka's default broker resource)."""
     if name == "":
-        return broker_configs(ctx.broker, ctx.node.node_id)
-    if not name.isdigit() or int(name) not in {n.node_id for n in ctx.cluster.list_nodes()}:
+        return broker_configs(ctx.broker, ctx.node)
+    node = next((n for n in ctx.cluster.list_nodes() if str(n.node_id) == name), None)
+    if node is None:
         raise TxlogError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected a live node's id, but received {name}")
-    return broker_configs(ctx.broker, int(name))
+    return broker_configs(ctx.broker, node)
 
 
 def _described(d: topic_configs.DescribedConfig, version: int, request: Any) -> dict:
@@ -253,12 +278,15 @@ def _described(d: topic_configs.DescribedConfig, version: int, request: Any) -> 
     return out
 
 
-def _broker_config(name: str, value: str | None, version: int, request: Any) -> dict:
-    source = topic_configs.ConfigSource.STATIC_BROKER_CONFIG
+def _broker_config(
+    entry: tuple[str, str | None, topic_configs.ConfigType, topic_configs.ConfigSource], version: int, request: Any
+) -> dict:
+    name, value, kind, source = entry
     return {
-        "name": name, "value": value, "read_only": True, "is_default": False, "config_source": source, "is_sensitive": False,
+        "name": name, "value": value, "read_only": True, "is_default": source is _DEFAULT, "config_source": source,
+        "is_sensitive": False,
         "synonyms": [{"name": name, "value": value, "source": source}] if version >= 1 and request.include_synonyms else [],
-        "config_type": topic_configs.ConfigType.STRING, "documentation": None,
+        "config_type": kind, "documentation": None,
     }
 
 
