@@ -128,7 +128,7 @@ def trim(broker: Broker, report: RetentionReport, deadline: float, deleted_topic
     """Delete records below each log start, and the records of deleted topics, a batch per database
     transaction, until none is left or the time is up (with ``deleted_topic``: only that deleted
     topic's). A partition another process is trimming (or one that failed) is left alone for the
-    rest of this round."""
+    rest of this round; with ``deleted_topic``, one another process is trimming is waited for."""
     passed: set[tuple[str, int, bool]] = set()
     while time.monotonic() < deadline:
         with broker.db.read() as conn:
@@ -152,7 +152,10 @@ def trim(broker: Broker, report: RetentionReport, deadline: float, deleted_topic
                 log.warning("trimming %s-%d%s failed: %s", topic, partition, " (deleted)" if deleted else "", exc)
                 continue
             if count is None:
-                passed.add(item)
+                if deleted_topic is None:
+                    passed.add(item)
+                else:  # a DeleteTopics request waits for the sweeper's batch, to answer with its records gone
+                    time.sleep(0.05)
             else:
                 report.records_deleted += count
 

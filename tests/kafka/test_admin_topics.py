@@ -4,7 +4,7 @@ IncrementalAlterConfigs through confluent-kafka's ``AdminClient``, kafka-python'
 ``KafkaAdminClient``, aiokafka's admin client and raw frames; HTTP, the SQL tables and views, and
 the wire agree afterwards.
 
-- A deleted topic is gone from Metadata, HTTP and the views, with its records, aborted ranges,
+- A deleted topic is gone from Metadata, HTTP, the views and the admin pages, with its records, aborted ranges,
   committed and pending group offsets and producer states; an open transaction that wrote to it is
   aborted on every partition (its records elsewhere never read_committed); the name can be created
   again and starts at offset 0. Records not yet deleted keep the name from being created again
@@ -28,11 +28,13 @@ import pytest
 from app.domain import topic_configs
 from app.errors import ErrorCode
 from app.services import retention, topics
+from app.storage.db import libpq_url
 from app.wire.kafka.protocol import ApiKey
 from tests.conftest import make_broker
 from tests.kafka import test_agree
 from tests.kafka.conftest import GatewayProcess
 from tests.kafka.test_fetch import confluent_consume
+from tests.support import wait_until
 
 # The HTTP server and the gateway on one database, as test_agree.py has them.
 agree_db, server, wire, http, ok = test_agree.agree_db, test_agree.server, test_agree.wire, test_agree.http, test_agree.ok
@@ -92,6 +94,7 @@ def test_a_deleted_topic_is_gone_everywhere_with_what_refers_to_it(http: httpx.C
 
     assert _counts(agree_db, topic) == dict.fromkeys(before, 0)
     assert http.get(f"/v1/topics/{topic}").status_code == 404
+    assert http.get(f"/admin/topics/{topic}").status_code == 404  # the admin pages
     assert topic not in {t["name"] for t in ok(http.get("/v1/topics"))["topics"]}
     assert topic not in admin.list_topics(timeout=30).topics
     assert _rows(agree_db, "SELECT count(*) FROM txlog.committed_records WHERE topic = %s", topic) == [(0,)]
@@ -154,14 +157,18 @@ def test_delete_topics_through_each_client_and_raw_frames(http: httpx.Client, wi
 def test_records_left_to_delete_keep_the_name_until_the_sweeper_trims_them(http: httpx.Client, wire: GatewayProcess, agree_db: str) -> None:
     """A deletion whose records were not all deleted within its timeout (here 0) answers at once;
     the name is "marked for deletion" over HTTP and the wire until the trim deletes them, a batch
-    per database transaction."""
+    per database transaction. The partitions' trim locks are held meanwhile, so that the server's
+    own sweeper cannot trim them first."""
     topic = _name("pending")
     ok(http.post("/v1/topics", json={"name": topic, "partitions": 2}))
     values = [{"value": f"v{i}"} for i in range(2500)]  # more than one trim batch
     for partition in (0, 1):
         ok(http.post(f"/v1/topics/{topic}/partitions/{partition}/records", json={"records": values}))
     broker = make_broker(agree_db)
+    holder = psycopg.connect(libpq_url(agree_db), autocommit=True)
     try:
+        for partition in (0, 1):  # the trim lock of retention.log_trim and topics.deleted_log_trim
+            holder.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (f"txlog.log_trim/{topic}/{partition}",))
         deleted = topics.delete_topic(broker, topic, timeout_ms=0)
         assert deleted.records_pending and deleted.aborted_transactions == ()
         assert _counts(agree_db, topic)["deleted_partitions"] == 2
@@ -172,10 +179,14 @@ def test_records_left_to_delete_keep_the_name_until_the_sweeper_trims_them(http:
             (answer,) = raw.request(ApiKey.CreateTopics, 7, {"topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1}]}).topics
         assert answer.error_code == ErrorCode.TOPIC_ALREADY_EXISTS.kafka_code
         report = retention.RetentionReport()
-        retention.trim(broker, report, time.monotonic() + 60)
-        assert report.records_deleted == 5000 and report.failed == 0
-        assert _counts(agree_db, topic) == dict.fromkeys(_counts(agree_db, topic), 0)
+        retention.trim(broker, report, time.monotonic() + 1, deleted_topic=topic)
+        assert report.records_deleted == 0 and _counts(agree_db, topic)["records"] == 5000  # locked: left alone
+        holder.execute("SELECT pg_advisory_unlock_all()")
+        retention.trim(broker, report, time.monotonic() + 60)  # this trim or the server's sweeper
+        wait_until(lambda: _counts(agree_db, topic) == dict.fromkeys(_counts(agree_db, topic), 0), 60)
+        assert report.failed == 0
     finally:
+        holder.close()
         broker.db.dispose()
     ok(http.post("/v1/topics", json={"name": topic, "partitions": 1}))
 
