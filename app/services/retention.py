@@ -21,7 +21,6 @@ from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.storage import log as log_store
 from app.storage import retention as retention_store
-from app.storage import topics as topics_store
 
 log = logging.getLogger("txlog.retention")
 
@@ -132,7 +131,7 @@ def trim(broker: Broker, report: RetentionReport, deadline: float, deleted_topic
     passed: set[tuple[str, int, bool]] = set()
     while time.monotonic() < deadline:
         with broker.db.read() as conn:
-            todo = [(t, p, True) for t, p in topics_store.deleted_partitions_to_trim(conn, deleted_topic)]
+            todo = [(t, p, True) for t, p in retention_store.deleted_partitions_to_trim(conn, deleted_topic)]
             if deleted_topic is None:
                 todo += [(t, p, False) for t, p in retention_store.partitions_to_trim(conn)]
         todo = [item for item in todo if item not in passed]
@@ -142,7 +141,7 @@ def trim(broker: Broker, report: RetentionReport, deadline: float, deleted_topic
             topic, partition, deleted = item
             if time.monotonic() >= deadline:
                 return
-            trim_batch = topics_store.deleted_log_trim if deleted else retention_store.log_trim
+            trim_batch = retention_store.deleted_log_trim if deleted else retention_store.log_trim
             try:
                 with broker.db.transaction() as conn:
                     count = trim_batch(conn, topic, partition, TRIM_BATCH)

@@ -14,6 +14,7 @@ from app.domain.transactions import TxnState
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, coordinator, retention
 from app.storage import log as log_store
+from app.storage import retention as retention_store
 from app.storage import topics as topics_store
 from app.storage import transactions as transactions_store
 
@@ -205,7 +206,7 @@ def delete_topic(broker: Broker, name: str, timeout_ms: int = 30_000) -> Deleted
             )
     retention.trim(broker, retention.RetentionReport(), deadline, deleted_topic=name)
     with broker.db.read() as conn:
-        pending = bool(topics_store.deleted_partitions_to_trim(conn, name, limit=1))
+        pending = bool(retention_store.deleted_partitions_to_trim(conn, name, limit=1))
     return DeletedTopic(name, topic_id, tuple(sorted(set(aborted))), pending)
 
 

@@ -106,8 +106,7 @@ def log_trim(conn: Connection, topic: str, partition: int, batch: int) -> int | 
     start are read as committed — the log start only moves forward, so nothing at or above it is
     ever deleted. The append lock is not taken: the partition row is updated last, for that one
     statement until commit."""
-    key = f"txlog.log_trim/{topic}/{partition}"
-    if not conn.execute(text("SELECT pg_try_advisory_xact_lock(hashtextextended(:key, 0))"), {"key": key}).scalar_one():
+    if not _trim_lock(conn, topic, partition):
         return None
     row = conn.execute(
         text("SELECT stored_start_offset, log_start_offset FROM txlog.partitions WHERE topic = :topic AND partition = :partition"),
@@ -115,23 +114,71 @@ def log_trim(conn: Connection, topic: str, partition: int, batch: int) -> int | 
     ).first()
     if row is None or row[0] >= row[1]:
         return 0
-    start, end = row[0], min(row[1], row[0] + batch)
-    params = {"topic": topic, "partition": partition, "start": start, "end": end}
-    deleted = conn.execute(
-        text('DELETE FROM txlog.records WHERE topic = :topic AND partition = :partition AND "offset" >= :start AND "offset" < :end'),
-        params,
-    ).rowcount
-    # An aborted range is dropped with its ABORT marker (its last offset); one that straddles the
-    # log start stays, and keeps hiding its producer's records above it.
-    conn.execute(
-        text("DELETE FROM txlog.aborted_txns WHERE topic = :topic AND partition = :partition AND last_offset < :end"),
-        params,
-    )
+    end = min(row[1], row[0] + batch)
+    deleted = _records_delete(conn, topic, partition, row[0], end)
     conn.execute(
         text(
             "UPDATE txlog.partitions SET stored_start_offset = GREATEST(stored_start_offset, :end) "
             "WHERE topic = :topic AND partition = :partition"
         ),
+        {"topic": topic, "partition": partition, "end": end},
+    )
+    return deleted
+
+
+def deleted_partitions_to_trim(conn: Connection, name: str | None = None, limit: int = 1000) -> list[tuple[str, int]]:
+    """Deleted topics' partitions with records still stored (of topic ``name``, or of any)."""
+    rows = conn.execute(
+        text(
+            "SELECT topic, partition FROM txlog.deleted_partitions WHERE topic = :name OR CAST(:name AS text) IS NULL "
+            "ORDER BY deleted_at, topic, partition LIMIT :limit"
+        ),
+        {"name": name, "limit": limit},
+    )
+    return [(r[0], r[1]) for r in rows]
+
+
+def deleted_log_trim(conn: Connection, topic: str, partition: int, batch: int) -> int | None:
+    """``log_trim`` for a deleted topic's partition (``deleted_partitions``): its next ``batch``
+    offsets, with the aborted ranges that end before them; its row goes with its last batch."""
+    if not _trim_lock(conn, topic, partition):
+        return None
+    row = conn.execute(
+        text("SELECT stored_start_offset, end_offset FROM txlog.deleted_partitions WHERE topic = :topic AND partition = :partition"),
+        {"topic": topic, "partition": partition},
+    ).first()
+    if row is None:
+        return 0
+    end = min(row[1], row[0] + batch)
+    deleted = _records_delete(conn, topic, partition, row[0], end)  # an ABORT marker is below the end: the last batch takes every range
+    params = {"topic": topic, "partition": partition, "end": end}
+    if end >= row[1]:
+        conn.execute(text("DELETE FROM txlog.deleted_partitions WHERE topic = :topic AND partition = :partition"), params)
+    else:
+        conn.execute(
+            text("UPDATE txlog.deleted_partitions SET stored_start_offset = :end WHERE topic = :topic AND partition = :partition"),
+            params,
+        )
+    return deleted
+
+
+def _trim_lock(conn: Connection, topic: str, partition: int) -> bool:
+    """The partition's trim lock, if no one holds it: a transaction-level advisory lock, so that
+    trimmers of a partition take turns and one that finds it taken moves on."""
+    key = f"txlog.log_trim/{topic}/{partition}"
+    return bool(conn.execute(text("SELECT pg_try_advisory_xact_lock(hashtextextended(:key, 0))"), {"key": key}).scalar_one())
+
+
+def _records_delete(conn: Connection, topic: str, partition: int, start: int, end: int) -> int:
+    """Delete a partition's records from ``start`` to ``end`` and the aborted ranges that end
+    before ``end``: how many records. An aborted range is dropped with its ABORT marker (its last
+    offset); one that straddles ``end`` stays, and keeps hiding its producer's records above it."""
+    params = {"topic": topic, "partition": partition, "start": start, "end": end}
+    deleted = conn.execute(
+        text('DELETE FROM txlog.records WHERE topic = :topic AND partition = :partition AND "offset" >= :start AND "offset" < :end'),
         params,
+    ).rowcount
+    conn.execute(
+        text("DELETE FROM txlog.aborted_txns WHERE topic = :topic AND partition = :partition AND last_offset < :end"), params
     )
     return deleted

@@ -133,7 +133,7 @@ def topic_delete(conn: Connection, name: str) -> None:
     """Delete topic ``name`` (locked by ``topic_lock_for_delete``, its open transactions ended):
     its partitions and what refers to them — committed and pending group offsets, producer states,
     its place in transactions — at once; its stored records and aborted ranges are left for
-    ``deleted_log_trim``, each partition with records noted in ``deleted_partitions``."""
+    ``retention.deleted_log_trim``, each partition with records noted in ``deleted_partitions``."""
     params = {"name": name}
     conn.execute(
         text(
@@ -147,49 +147,3 @@ def topic_delete(conn: Connection, name: str) -> None:
     for statement in _DELETE_WITH_TOPIC:
         conn.execute(statement, params)
     conn.execute(text("DELETE FROM txlog.topics WHERE name = :name"), params)  # its partitions and fetch listeners with it
-
-
-def deleted_partitions_to_trim(conn: Connection, name: str | None = None, limit: int = 1000) -> list[tuple[str, int]]:
-    """Deleted topics' partitions with records still stored (of topic ``name``, or of any)."""
-    rows = conn.execute(
-        text(
-            "SELECT topic, partition FROM txlog.deleted_partitions WHERE topic = :name OR CAST(:name AS text) IS NULL "
-            "ORDER BY deleted_at, topic, partition LIMIT :limit"
-        ),
-        {"name": name, "limit": limit},
-    )
-    return [(r[0], r[1]) for r in rows]
-
-
-def deleted_log_trim(conn: Connection, topic: str, partition: int, batch: int) -> int | None:
-    """Delete the next ``batch`` offsets of a deleted topic's partition, with the aborted ranges
-    that end before them; the partition's row in ``deleted_partitions`` goes with its last batch.
-    The number of records deleted, or None when another process is trimming it (the same trim
-    lock as a live partition's, ``retention.log_trim``)."""
-    key = f"txlog.log_trim/{topic}/{partition}"
-    if not conn.execute(text("SELECT pg_try_advisory_xact_lock(hashtextextended(:key, 0))"), {"key": key}).scalar_one():
-        return None
-    row = conn.execute(
-        text("SELECT stored_start_offset, end_offset FROM txlog.deleted_partitions WHERE topic = :topic AND partition = :partition"),
-        {"topic": topic, "partition": partition},
-    ).first()
-    if row is None:
-        return 0
-    end = min(row[1], row[0] + batch)
-    params = {"topic": topic, "partition": partition, "start": row[0], "end": end}
-    deleted = conn.execute(
-        text('DELETE FROM txlog.records WHERE topic = :topic AND partition = :partition AND "offset" >= :start AND "offset" < :end'),
-        params,
-    ).rowcount
-    # An ABORT marker sits below the end offset, so the last batch takes every remaining range.
-    conn.execute(
-        text("DELETE FROM txlog.aborted_txns WHERE topic = :topic AND partition = :partition AND last_offset < :end"), params
-    )
-    if end >= row[1]:
-        conn.execute(text("DELETE FROM txlog.deleted_partitions WHERE topic = :topic AND partition = :partition"), params)
-    else:
-        conn.execute(
-            text("UPDATE txlog.deleted_partitions SET stored_start_offset = :end WHERE topic = :topic AND partition = :partition"),
-            params,
-        )
-    return deleted

@@ -167,7 +167,7 @@ def test_records_left_to_delete_keep_the_name_until_the_sweeper_trims_them(http:
     broker = make_broker(agree_db)
     holder = psycopg.connect(libpq_url(agree_db), autocommit=True)
     try:
-        for partition in (0, 1):  # the trim lock of retention.log_trim and topics.deleted_log_trim
+        for partition in (0, 1):  # the trim lock of storage.retention.log_trim and deleted_log_trim
             holder.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (f"txlog.log_trim/{topic}/{partition}",))
         deleted = topics.delete_topic(broker, topic, timeout_ms=0)
         assert deleted.records_pending and deleted.aborted_transactions == ()
