@@ -75,12 +75,13 @@ def alter_topic(topic: str, body: s.TopicAlter, b: Broker = Depends(broker)) -> 
     return s.TopicConfigInfo(name=topic, config=topics.alter_topic_config(b, topic, body.config))
 
 
-@router.delete("/topics/{topic}", dependencies=[Depends(requires(Api.DELETE_TOPICS))], response_model=s.TopicDeleted, responses=errors(400, 404), tags=["topics"])
+@router.delete("/topics/{topic}", dependencies=[Depends(requires(Api.DELETE_TOPICS))], response_model=s.TopicDeleted, responses=errors(400, 404, 409), tags=["topics"])
 def delete_topic(topic: str, b: Broker = Depends(broker)) -> s.TopicDeleted:
     """Delete a topic (Kafka's DeleteTopics): it is gone at once for every way in, with its
     committed offsets and producer states; each open transaction that wrote to it is aborted on all
     its partitions, its producer fenced. Its records are deleted within 30 s, or by the sweeper
-    after; until they are, creating the name again is 409 TOPIC_ALREADY_EXISTS."""
+    after; until they are, creating the name again is 409 TOPIC_ALREADY_EXISTS. 409
+    CONCURRENT_TRANSACTIONS (retriable): transactions kept joining the topic while it was deleted."""
     deleted = topics.delete_topic(b, topic)
     return s.TopicDeleted(
         name=deleted.name, topic_id=str(deleted.topic_id), aborted_transactions=list(deleted.aborted_transactions),

@@ -26,49 +26,23 @@ import pytest
 
 from app.services import Broker, retention
 from app.wire.kafka.protocol import ApiKey
-from tests.conftest import fresh_database, make_broker
+from tests.conftest import make_broker
+from tests.kafka import test_agree
 from tests.kafka.conftest import GatewayProcess, RawConnection
 from tests.kafka.test_fetch import fetch_body, list_offsets_body
-from tests.support import ServerProcess
 
 OUT_OF_RANGE, UNKNOWN, UNKNOWN_EPOCH, FENCED_EPOCH = 1, 3, 75, 74
 
 
-@pytest.fixture(scope="module")
-def logs_db(pg_admin_url: str, template_db: str) -> Iterator[str]:
-    with fresh_database(pg_admin_url, template_db) as url:
-        yield url
+# The HTTP server and the gateway on one database, as test_agree.py has them.
+agree_db, server, wire, http, ok = test_agree.agree_db, test_agree.server, test_agree.wire, test_agree.http, test_agree.ok
 
 
 @pytest.fixture(scope="module")
-def server(logs_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with ServerProcess(logs_db, log_path=tmp_path_factory.mktemp("logs-server") / "server.log") as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def wire(logs_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    env = {"TXLOG_KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0"}
-    with GatewayProcess(logs_db, env=env, log_path=tmp_path_factory.mktemp("logs-gateway") / "gateway.log") as g:
-        yield g
-
-
-@pytest.fixture(scope="module")
-def broker(logs_db: str) -> Iterator[Broker]:
-    b = make_broker(logs_db)
+def broker(agree_db: str) -> Iterator[Broker]:
+    b = make_broker(agree_db)
     yield b
     b.db.dispose()
-
-
-@pytest.fixture
-def http(server: ServerProcess) -> Iterator[httpx.Client]:
-    with server.client() as c:
-        yield c
-
-
-def ok(r: httpx.Response) -> Any:
-    assert r.status_code in (200, 201), f"{r.request.method} {r.request.url}: {r.status_code} {r.text[:2000]}"
-    return r.json()
 
 
 def new_topic(http: httpx.Client, prefix: str, records: dict[int, list[str]]) -> str:
