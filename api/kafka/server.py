@@ -49,6 +49,7 @@ from app.services import fetch as fetch_service
 from app.services.executor import LoopExecutor
 from app.services.group_coordinator import GroupCoordinator
 from app.services.notify import AppendNotifier
+from app.services.security import Authorizer
 from app.storage.db import LoopConnections, SessionLimits
 from app.wire.kafka import protocol
 
@@ -113,6 +114,8 @@ class Gateway:
         self.notifier: AppendNotifier | None = None
         self.loop_executor = LoopExecutor(broker, None, self._run_blocking)
         self.known_topics = KnownTopics()
+        # Principals and ACLs (TXLOG_AUTH=token); None: no one is authenticated, all is allowed.
+        self.authorizer = Authorizer(broker.db) if self.settings.auth == "token" else None
         self.routes = versions.resolve()
         self.api_keys = versions.advertised()
         self._server: asyncio.AbstractServer | None = None
@@ -132,6 +135,8 @@ class Gateway:
                 self.settings.database_url, functools.partial(fetch_service.listen, self.broker), self._run_blocking
             )
             self.notifier.start()
+            if self.authorizer is not None:
+                self.authorizer.start()
             self.loop_executor.connections = LoopConnections(
                 self.settings.database_url, self.settings.db_pool_size, SessionLimits.from_settings(self.settings)
             )
@@ -161,6 +166,8 @@ class Gateway:
             await self._server.wait_closed()
         if self.notifier is not None:
             await self.notifier.stop()
+        if self.authorizer is not None:
+            self.authorizer.stop()
         connections, self.loop_executor.connections = self.loop_executor.connections, None
         if connections is not None:
             await connections.close()
@@ -230,7 +237,7 @@ class Gateway:
             broker=self.broker, node=self.node, api_key=header.api_key, api_version=header.api_version,
             correlation_id=header.correlation_id, client_id=header.client_id, client_host=client.rpartition(":")[0],
             executor=self.executor, cluster=self.cluster, groups=self.groups, notifier=self.notifier,
-            loop_executor=self.loop_executor, known_topics=self.known_topics,
+            loop_executor=self.loop_executor, known_topics=self.known_topics, authorizer=self.authorizer,
         )
         no_answer = header.api_key == protocol.ApiKey.Produce and request.body.acks == 0
         try:

@@ -389,6 +389,24 @@ principals = Table(
     Column("revoked_at", TS),
 )
 
+# A principal's SCRAM credentials (RFC 5802), one per mechanism: a salt, an iteration count and the
+# two keys derived from the password, never the password itself.
+scram_credentials = Table(
+    "scram_credentials",
+    metadata,
+    Column("principal", Text, nullable=False),
+    Column("mechanism", Text, nullable=False),
+    Column("salt", LargeBinary, nullable=False),
+    Column("iterations", Integer, nullable=False),
+    Column("stored_key", LargeBinary, nullable=False),
+    Column("server_key", LargeBinary, nullable=False),
+    Column("updated_at", TS, nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("principal", "mechanism"),
+    ForeignKeyConstraint(["principal"], ["txlog.principals.name"], ondelete="CASCADE"),
+    CheckConstraint("mechanism IN ('SCRAM-SHA-256', 'SCRAM-SHA-512')", name="scram_credentials_mechanism"),
+    CheckConstraint("iterations BETWEEN 4096 AND 16384", name="scram_credentials_iterations"),
+)
+
 # Kafka's ACLs: one row per binding (principal or '*', resource pattern, operation, permission).
 acls = Table(
     "acls",
@@ -435,6 +453,9 @@ kafka_nodes = Table(
     Column("port", Integer, nullable=False),
     Column("process_token", Text, nullable=False),
     Column("registered_at", TS, nullable=False),
+    # Every listener of the process: {listener name: {"host", "port", "security_protocol"}}; Metadata
+    # answers a client with the endpoints of the listener it connected to.
+    Column("listeners", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("expires_at", TS, nullable=False),
     CheckConstraint("node_id >= 0", name="kafka_nodes_node_id"),
     CheckConstraint("port BETWEEN 1 AND 65535", name="kafka_nodes_port"),

@@ -118,6 +118,11 @@ class RequestContext:
     loop_executor: Any = None
     # The topics Metadata last read (``bootstrap.KnownTopics``): its answer while they cannot be read.
     known_topics: Any = None
+    # Who is asking: the principal the connection authenticated as (SASL or a client certificate),
+    # and the authorizer that decides what it may do (``app.services.security.Authorizer``). Both
+    # None when the gateway authenticates no one (TXLOG_AUTH=none): every request is allowed.
+    principal: str | None = None
+    authorizer: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
