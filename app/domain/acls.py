@@ -44,6 +44,9 @@ class Operation(Enum):
     ALTER = "Alter"
     DESCRIBE = "Describe"
     IDEMPOTENT_WRITE = "IdempotentWrite"
+    DESCRIBE_CONFIGS = "DescribeConfigs"
+    ALTER_CONFIGS = "AlterConfigs"
+    CLUSTER_ACTION = "ClusterAction"
 
     @classmethod
     def parse(cls, text: str) -> "Operation":

@@ -422,7 +422,8 @@ acls = Table(
     CheckConstraint("resource_type IN ('topic', 'group', 'transactional_id', 'cluster')", name="acls_resource_type"),
     CheckConstraint("pattern_type IN ('literal', 'prefixed')", name="acls_pattern_type"),
     CheckConstraint(
-        "operation IN ('All', 'Read', 'Write', 'Create', 'Delete', 'Alter', 'Describe', 'IdempotentWrite')",
+        "operation IN ('All', 'Read', 'Write', 'Create', 'Delete', 'Alter', 'Describe', 'IdempotentWrite', "
+        "'DescribeConfigs', 'AlterConfigs', 'ClusterAction')",
         name="acls_operation",
     ),
     CheckConstraint("permission_type IN ('allow', 'deny')", name="acls_permission_type"),

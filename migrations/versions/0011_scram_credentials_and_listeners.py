@@ -1,4 +1,5 @@
-"""SCRAM credentials of principals; each gateway's listeners in the node registry
+"""SCRAM credentials of principals; each gateway's listeners in the node registry; Kafka's
+DescribeConfigs, AlterConfigs and ClusterAction operations in ACLs
 
 Revision ID: 0011
 Revises: 0010
@@ -35,8 +36,19 @@ def upgrade() -> None:
         sa.Column('listeners', postgresql.JSONB(), server_default=sa.text("'{}'::jsonb"), nullable=False),
         schema='txlog',
     )
+    _operations(OPERATIONS + ("DescribeConfigs", "AlterConfigs", "ClusterAction"))
+
+
+OPERATIONS = ('All', 'Read', 'Write', 'Create', 'Delete', 'Alter', 'Describe', 'IdempotentWrite')
+
+
+def _operations(names: tuple[str, ...]) -> None:
+    op.drop_constraint('acls_operation', 'acls', schema='txlog')
+    op.create_check_constraint('acls_operation', 'acls', f"operation IN ({', '.join(repr(n) for n in names)})", schema='txlog')
 
 
 def downgrade() -> None:
+    op.execute("DELETE FROM txlog.acls WHERE operation IN ('DescribeConfigs', 'AlterConfigs', 'ClusterAction')")
+    _operations(OPERATIONS)
     op.drop_column('kafka_nodes', 'listeners', schema='txlog')
     op.drop_table('scram_credentials', schema='txlog')
