@@ -103,6 +103,9 @@ class Settings(BaseSettings):
     kafka_group_max_size: int | None = Field(None, gt=0)
     # How long a gateway's entry in the node registry lives without renewal (renewed at a third).
     kafka_node_lease_ms: int = Field(10_000, gt=0)
+    # Client quotas' rate measurement, Kafka's quota.window.num and quota.window.size.seconds.
+    quota_window_num: int = Field(11, ge=2)
+    quota_window_size_seconds: int = Field(1, ge=1)
 
     @field_validator("database_url")
     @classmethod

@@ -46,6 +46,7 @@ from app.config import Settings
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.services import fetch as fetch_service
+from app.services import quotas as quota_service
 from app.services.executor import LoopExecutor
 from app.services.group_coordinator import GroupCoordinator
 from app.services.notify import AppendNotifier
@@ -116,6 +117,8 @@ class Gateway:
         self.known_topics = KnownTopics()
         # Principals and ACLs (TXLOG_AUTH=token); None: no one is authenticated, all is allowed.
         self.authorizer = Authorizer(broker.db) if self.settings.auth == "token" else None
+        self.quotas = quota_service.manager_from_settings(broker.db, self.settings) if self.settings.database_url else None
+        self._muted: dict[asyncio.Task, int] = {}  # connection -> throttle time of the answer just sent
         self.routes = versions.resolve()
         self.api_keys = versions.advertised()
         self._server: asyncio.AbstractServer | None = None
@@ -137,6 +140,8 @@ class Gateway:
             self.notifier.start()
             if self.authorizer is not None:
                 self.authorizer.start()
+            if self.quotas is not None:
+                self.quotas.start()
             self.loop_executor.connections = LoopConnections(
                 self.settings.database_url, self.settings.db_pool_size, SessionLimits.from_settings(self.settings)
             )
@@ -168,6 +173,8 @@ class Gateway:
             await self.notifier.stop()
         if self.authorizer is not None:
             self.authorizer.stop()
+        if self.quotas is not None:
+            self.quotas.stop()
         connections, self.loop_executor.connections = self.loop_executor.connections, None
         if connections is not None:
             await connections.close()
@@ -198,6 +205,7 @@ class Gateway:
             log.exception("closing the connection from %s", client)
         finally:
             self._connections.pop(task, None)
+            self._muted.pop(task, None)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
@@ -221,6 +229,9 @@ class Gateway:
                 writer.write(answer)
                 await writer.drain()
             self._connections[task] = False
+            throttle_ms = self._muted.pop(task, 0)
+            if throttle_ms:  # KIP-219: answered at once, then nothing more is read for that long
+                await asyncio.sleep(throttle_ms / 1000)
 
     # -- requests ----------------------------------------------------------------------------------
 
@@ -233,15 +244,19 @@ class Gateway:
             return self._unsupported(frame, header)
         request = protocol.decode_request(frame)
         api, handler = route
+        task = asyncio.current_task()
         ctx = RequestContext(
             broker=self.broker, node=self.node, api_key=header.api_key, api_version=header.api_version,
             correlation_id=header.correlation_id, client_id=header.client_id, client_host=client.rpartition(":")[0],
             executor=self.executor, cluster=self.cluster, groups=self.groups, notifier=self.notifier,
             loop_executor=self.loop_executor, known_topics=self.known_topics, authorizer=self.authorizer,
+            quotas=self.quotas,
         )
         no_answer = header.api_key == protocol.ApiKey.Produce and request.body.acks == 0
         try:
             body = await handler(ctx, request.body)
+            if ctx.throttle_ms and task is not None:
+                self._muted[task] = ctx.throttle_ms
             if body is None and not no_answer:
                 raise RuntimeError(f"the {api.name} handler gave no answer")
             return None if body is None else protocol.encode_response(header, body)

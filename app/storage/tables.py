@@ -10,6 +10,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Double,
     ForeignKeyConstraint,
     Index,
     Integer,
@@ -472,4 +473,40 @@ security_version = Table(
     Column("version", BigInteger, nullable=False),
     Column("session_key", LargeBinary),
     CheckConstraint("id = 1", name="security_version_one_row"),
+)
+
+# --- Kafka's client quotas -------------------------------------------------------------------------
+
+# A quota entity's config values: ``entity`` is Kafka's entity as {type: name or null (the default)}
+# ({"user": "alice", "client-id": null} is /users/alice/clients/<default>). Every change raises
+# ``security_version``, which each process polls to reload them.
+client_quotas = Table(
+    "client_quotas",
+    metadata,
+    Column("entity", JSONB, nullable=False),
+    Column("quota_key", Text, nullable=False),
+    Column("value", Double, nullable=False),
+    Column("updated_at", TS, nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("entity", "quota_key"),
+    CheckConstraint(
+        "quota_key IN ('producer_byte_rate', 'consumer_byte_rate', 'request_percentage')", name="client_quotas_quota_key"
+    ),
+    CheckConstraint("value > 0", name="client_quotas_value_positive"),
+)
+
+# What every process recorded against a quota, per budget (Kafka's metric tags: the user and the
+# client id a matched entity names, "" where it has no such part), quota key and window (the
+# window's index: epoch seconds over quota.window.size.seconds). Each process adds its counts every
+# few hundred milliseconds and reads the sums back in the same statement; windows older than the
+# last quota.window.num are deleted then, so the table holds a few windows per active budget.
+client_quota_usage = Table(
+    "client_quota_usage",
+    metadata,
+    Column("user_tag", Text, nullable=False),
+    Column("client_tag", Text, nullable=False),
+    Column("quota_key", Text, nullable=False),
+    Column("window_index", BigInteger, nullable=False),
+    Column("amount", Double, nullable=False),
+    PrimaryKeyConstraint("user_tag", "client_tag", "quota_key", "window_index"),
+    Index("client_quota_usage_window", "window_index"),
 )

@@ -78,6 +78,8 @@ _STORAGE_AWAY = {
     ApiKey.DescribeTransactions: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
     ApiKey.DescribeProducers: ErrorCode.KAFKA_STORAGE_ERROR,
     ApiKey.WriteTxnMarkers: ErrorCode.KAFKA_STORAGE_ERROR,
+    ApiKey.DescribeClientQuotas: ErrorCode.REQUEST_TIMED_OUT,
+    ApiKey.AlterClientQuotas: ErrorCode.REQUEST_TIMED_OUT,
 }
 
 
@@ -123,6 +125,10 @@ class RequestContext:
     # None when the gateway authenticates no one (TXLOG_AUTH=none): every request is allowed.
     principal: str | None = None
     authorizer: Any = None
+    # Client quotas (``app.services.quotas.QuotaManager``; None: none enforced), and the throttle
+    # time a handler answered with: the connection is muted that long after the answer (KIP-219).
+    quotas: Any = None
+    throttle_ms: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

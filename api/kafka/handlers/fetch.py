@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from api.kafka.handlers import RequestContext, error_code
+from api.kafka.handlers.quotas import fetch_max_bytes, fetch_throttle
 from app.domain.log import LEADER_EPOCH, header_count, records_size
 from app.domain.records import IsolationLevel
 from app.errors import ErrorCode, TxlogError
@@ -105,12 +106,27 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> dict:
     ]
     settings = ctx.broker.settings
     started = time.monotonic()
+    quotas = ctx.quotas is not None and ctx.quotas.enabled
+    max_bytes = fetch_max_bytes(ctx, request.max_bytes) if quotas else request.max_bytes
+    reading = [0.0]  # seconds spent reading, not waiting for records: the request's handler time
+
+    async def read_once() -> _Read:
+        began = time.perf_counter()
+        try:
+            return await ctx.call(_read, ctx.broker, wanted, max_bytes, isolation)
+        finally:
+            reading[0] += time.perf_counter() - began
+
     read = await wait_for_records(
         ctx.notifier if wanted else None, [(w.topic, w.partition) for w in wanted], request.max_wait_ms,
         settings.max_fetch_wait_ms, settings.max_long_polls,
-        lambda: ctx.call(_read, ctx.broker, wanted, request.max_bytes, isolation),
+        read_once if quotas else lambda: ctx.call(_read, ctx.broker, wanted, max_bytes, isolation),
         lambda read: read.size >= request.min_bytes or read.failed,
     )
+    if quotas:
+        ctx.throttle_ms = fetch_throttle(ctx, read.size, reading[0])
+        if ctx.throttle_ms:  # Kafka's throttled Fetch: no records, the throttle time
+            return {"throttle_time_ms": ctx.throttle_ms, "error_code": 0, "session_id": _SESSIONLESS, "responses": []}
     if read.storage_away:
         # Answered when the wait asked for ends, as a long poll that found nothing: clients retry a
         # KAFKA_STORAGE_ERROR at once (aiokafka without any pause), which would spin for as long as

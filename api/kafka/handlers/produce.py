@@ -19,9 +19,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import operator
+import time
 from typing import Any
 
 from api.kafka.handlers import RequestContext, error_code
+from api.kafka.handlers.quotas import produce_throttle
 from app.errors import ErrorCode, TxlogError
 from app.services import produce as produce_service
 from app.services.produce import ProduceRequest
@@ -39,6 +41,7 @@ _OFFSET_DELTA = operator.itemgetter(0)
 
 
 async def handle_produce(ctx: RequestContext, request: Any) -> dict | None:
+    started = time.perf_counter()
     acks = request.acks
     code = None
     if ctx.api_version < FIRST_SERVED_VERSION:
@@ -55,6 +58,9 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict | None:
                 jobs.append(_append(ctx, topic.name, part.index, part.records, transactional_id))
     # One partition, as a producer's request mostly is: awaited as it is, without a task around it.
     answers = [await jobs[0]] if len(jobs) == 1 else await asyncio.gather(*jobs)
+    if ctx.quotas is not None and ctx.quotas.enabled:
+        size = sum(len(part.records or b"") for topic in request.topic_data for part in topic.partition_data)
+        ctx.throttle_ms = produce_throttle(ctx, size, time.perf_counter() - started)
     if acks == 0:
         return None
     by_topic: dict[str, list[dict]] = {}
@@ -62,7 +68,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict | None:
         by_topic.setdefault(name, []).append(answer)
     return {
         "responses": [{"name": name, "partition_responses": parts} for name, parts in by_topic.items()],
-        "throttle_time_ms": 0,
+        "throttle_time_ms": ctx.throttle_ms,
     }
 
 
