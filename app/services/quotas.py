@@ -44,6 +44,12 @@ from app.storage.db import Database
 log = logging.getLogger("txlog.quotas")
 
 FLUSH_INTERVAL_S = 0.2
+# A budget spending fast is flushed sooner: once this process recorded this part of a window's quota
+# since its last flush, but not more often than every EARLY_FLUSH_MIN_S. Otherwise processes would
+# learn of each other's bursts a whole interval late, and the burst's excess is forgiven once its
+# window is no longer counted.
+EARLY_FLUSH_FRACTION = 0.05
+EARLY_FLUSH_MIN_S = 0.02
 
 
 def _error(exc: QuotaError) -> TxlogError:
@@ -139,6 +145,7 @@ class QuotaManager:
         self._totals: dict[UsageKey, dict[int, float]] = {}  # every process's, as of the last flush
         self._watched: dict[UsageKey, int] = {}  # budget -> the last window it was recorded in here
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     # lifecycle
@@ -150,6 +157,7 @@ class QuotaManager:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
@@ -161,7 +169,11 @@ class QuotaManager:
                 self.flush()
             except Exception:  # the database away: keep the last snapshot and counts, try again
                 log.warning("could not reload client quotas or record their usage", exc_info=True)
-            if self._stop.wait(self.interval_s):
+            if self._stop.wait(EARLY_FLUSH_MIN_S):
+                return
+            self._wake.wait(self.interval_s - EARLY_FLUSH_MIN_S)
+            self._wake.clear()
+            if self._stop.is_set():
                 return
 
     # the quota values
@@ -207,6 +219,8 @@ class QuotaManager:
             pending[window] = pending.get(window, 0.0) + amount
             self._watched[applied.usage] = window
             samples = self._samples(applied.usage)
+            if pending[window] > applied.limit * self.window.size_s * EARLY_FLUSH_FRACTION:
+                self._wake.set()
         return self.window.throttle_ms(samples, now_ms, applied.limit, capped=key == REQUEST_PERCENTAGE)
 
     def unrecord(self, user: str | None, client_id: str | None, key: str, amount: float) -> None:
