@@ -33,6 +33,7 @@ from app.domain.acls import Api
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.services import fetch as fetch_service
+from app.services import quotas as quota_service
 from app.services.executor import LoopExecutor
 from app.services.half_messages import CheckerThread
 from app.services.outbox import DrainerThread
@@ -65,6 +66,8 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
             ensure_admin_principal(db, settings.admin_token)
         authorizer = Authorizer(db)
         authorizer.refresh()
+    # Client quotas, the same budgets as the Kafka gateway's.
+    quotas = quota_service.manager_from_settings(db, settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -75,6 +78,7 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
         loop_executor.connections = LoopConnections(database_url, settings.db_pool_size, SessionLimits.from_settings(settings))
         if authorizer is not None:
             authorizer.start()
+        quotas.start()
         memory.settle()
         sweeper = SweeperThread(broker) if run_sweeper else None
         if sweeper:
@@ -97,6 +101,7 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
             hot_threads.shutdown(wait=False)
             if authorizer is not None:
                 authorizer.stop()
+            quotas.stop()
             db.dispose()
 
     # The API docs (/docs, /redoc) serve Swagger UI and ReDoc from the installed package: no CDN.
@@ -114,6 +119,7 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
     loop_executor = LoopExecutor(broker, None, functools.partial(_in_threads, hot_threads))
     app.state.loop_executor = loop_executor
     app.state.authorizer = authorizer
+    app.state.quotas = quotas
     errors.install(app)
     v1_routers = [v1_router, half_messages_router, v1_operator.router, security_router]
     assert_every_route_secured(v1_routers)

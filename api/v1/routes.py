@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from typing import Awaitable, Callable, Literal
+import time
+from typing import Any, Awaitable, Callable, Literal
 
 import orjson
 from fastapi import APIRouter, Depends, Query, Request
@@ -12,12 +13,13 @@ from fastapi.responses import Response
 
 from api.auth import authorize, principal_of, requires, visible
 from api.metrics import DUPLICATES, RECORDS_APPENDED, TXN_ENDED
-from api.v1 import codec
+from api.v1 import codec, quotas
 from api.v1 import schemas as s
 from api.v1.responses import errors
 from app.domain.acls import Api, init_producer_api, produce_api
 from app.domain.groups.offsets import GroupOffset
 from app.domain.partitioner import coordinator_partition
+from app.domain.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE
 from app.domain.records import Encoding, IsolationLevel, valid_text
 from app.domain.transactions import TxnEvent, TxnMetadata
 from app.services import Broker, groups, retention, topics, transactions
@@ -26,6 +28,9 @@ from app.services import produce as produce_service
 from app.services.notify import wait_for_records
 
 router = APIRouter(prefix="/v1")
+
+# Produce and fetch answers may be throttled by a client quota (``api.v1.quotas``).
+THROTTLED: dict[int | str, dict[str, Any]] = {200: {"headers": quotas.THROTTLE_HEADER_DOC}}
 
 
 def broker(request: Request) -> Broker:
@@ -148,7 +153,7 @@ def _json_body(model: type[s.Model]) -> dict:
     dependencies=[Depends(requires(Api.PRODUCE, names_in_body=True))],
     response_model=s.ProduceResponse,
     response_model_exclude_none=True,
-    responses=errors(400, 404, 409, 413, 429),
+    responses={**errors(400, 404, 409, 413, 429), **THROTTLED},
     openapi_extra=_json_body(s.ProduceBody),
     tags=["produce"],
 )
@@ -158,9 +163,11 @@ async def produce(topic: str, partition: int, request: Request) -> Response:
 
 async def produce_batch(request: Request, topic: str, partition: int, raw: bytes) -> Response:
     """The answer to a produce to a partition with body ``raw`` (also served by ``api.v1.hot``)."""
+    started = time.perf_counter()
     req = produce_request(request, topic, raw)
     steps = functools.partial(produce_service.produce_steps, request.app.state.broker, topic, partition, req)
-    return produced(topic, await request.app.state.loop_executor.run(steps))
+    answer = produced(topic, await request.app.state.loop_executor.run(steps))
+    return quotas.spend(request, answer, PRODUCER_BYTE_RATE, len(raw), time.perf_counter() - started)
 
 
 def produce_request(request: Request, topic: str, raw: bytes) -> produce_service.ProduceRequest:
@@ -176,7 +183,7 @@ def produce_request(request: Request, topic: str, raw: bytes) -> produce_service
     "/topics/{topic}/records",
     dependencies=[Depends(requires(Api.PRODUCE))],
     response_model=s.ProduceResponse,
-    responses=errors(400, 404, 409, 413),
+    responses={**errors(400, 404, 409, 413), **THROTTLED},
     openapi_extra=_json_body(s.PlainProduceBody),
     tags=["produce"],
 )
@@ -187,8 +194,10 @@ async def produce_to_topic(topic: str, request: Request) -> Response:
 def produce_plain(request: Request, topic: str, raw: bytes) -> Response:
     """The answer to a plain produce to a topic with body ``raw``, in a worker thread (also served
     by ``api.v1.hot``)."""
+    started = time.perf_counter()
     _, records = codec.produce_body(raw, s.PlainProduceBody)
-    return produced(topic, produce_service.produce_to_topic(request.app.state.broker, topic, records))
+    answer = produced(topic, produce_service.produce_to_topic(request.app.state.broker, topic, records))
+    return quotas.spend(request, answer, PRODUCER_BYTE_RATE, len(raw), time.perf_counter() - started)
 
 
 def add_body_schemas(openapi: dict) -> dict:
@@ -205,7 +214,7 @@ def add_body_schemas(openapi: dict) -> dict:
 # --- fetch ----------------------------------------------------------------------------------------
 
 @router.get(
-    "/topics/{topic}/partitions/{partition}/records", dependencies=[Depends(requires(Api.FETCH))], response_model=s.FetchResponse, responses=errors(400, 404, 416), tags=["fetch"]
+    "/topics/{topic}/partitions/{partition}/records", dependencies=[Depends(requires(Api.FETCH))], response_model=s.FetchResponse, responses={**errors(400, 404, 416), **THROTTLED}, tags=["fetch"]
 )
 async def fetch(
     request: Request,
@@ -231,18 +240,22 @@ async def fetch_page(
 ) -> Response:
     """Fetch's answer; ``run(fn)`` runs ``fn`` in a worker thread (also served by ``api.v1.hot``)."""
     b: Broker = request.app.state.broker
+    reading = [0.0]  # seconds spent reading, not waiting for records: the request's handler time
 
     def once() -> tuple[fetch_service.FetchResult, bytes]:
         # The answer is built here, off the event loop, as bytes, without checking each record
         # against FetchResponse (the declared shape): a model per record costs more than the read.
+        began = time.perf_counter()
         result = fetch_service.fetch(b, topic, partition, offset, max_records, max_bytes, isolation_level)
-        return result, codec.fetch_page(result, encoding)
+        page = result, codec.fetch_page(result, encoding)
+        reading[0] += time.perf_counter() - began
+        return page
 
     _, body = await wait_for_records(
         request.app.state.notifier, [(topic, partition)], wait_ms, b.settings.max_fetch_wait_ms, b.settings.max_long_polls,
         lambda: run(once), lambda page: bool(page[0].records) or page[0].next_offset != offset,
     )
-    return Response(body, media_type="application/json")
+    return quotas.spend(request, Response(body, media_type="application/json"), CONSUMER_BYTE_RATE, len(body), reading[0])
 
 
 # --- consumer group offsets -----------------------------------------------------------------------

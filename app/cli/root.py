@@ -16,6 +16,7 @@ from app.cli.groups import groups
 from app.cli.kafka import kafka
 from app.cli.produce import produce
 from app.cli.producers import producers
+from app.cli.quotas import quotas
 from app.cli.security import acls, principals
 from app.cli.server import db_url, migrate, serve
 from app.cli.topics import topics
@@ -43,7 +44,7 @@ def cli() -> None:
     """Kafka's exactly-once machinery on PostgreSQL."""
 
 
-for command in (serve, kafka, migrate, db_url, topics, produce, consume, transactions, producers, groups, principals, acls):
+for command in (serve, kafka, migrate, db_url, topics, produce, consume, transactions, producers, groups, principals, acls, quotas):
     cli.add_command(command)
 
 

@@ -32,6 +32,7 @@ from app.domain.quotas import (
     UsageKey,
     applicable,
     entity_of,
+    entity_path,
     matches,
     validate_filter,
     validate_value,
@@ -66,7 +67,7 @@ def describe_quotas(db: Database, components: Sequence[FilterComponent], strict:
         raise _error(exc) from None
     with db.read() as conn:
         configs = sql.quota_list(conn)
-    return sorted((e, v) for e, v in configs.items() if matches(e, components, strict))
+    return sorted(((e, v) for e, v in configs.items() if matches(e, components, strict)), key=lambda item: entity_path(item[0]))
 
 
 @dataclass(frozen=True)
@@ -163,12 +164,16 @@ class QuotaManager:
             self._thread = None
 
     def _run(self) -> None:
+        failing = False
         while True:
             try:
                 self.refresh()
                 self.flush()
+                failing = False
             except Exception:  # the database away: keep the last snapshot and counts, try again
-                log.warning("could not reload client quotas or record their usage", exc_info=True)
+                if not failing:  # once per outage, not every interval
+                    log.warning("could not reload client quotas or record their usage", exc_info=True)
+                failing = True
             if self._stop.wait(EARLY_FLUSH_MIN_S):
                 return
             self._wake.wait(self.interval_s - EARLY_FLUSH_MIN_S)

@@ -155,6 +155,15 @@ OUTAGE: dict[int, Callable[[RawConnection, dict], None]] = {
             "validate_only": False,
         }).responses], TIMED_OUT,
     ),
+    ApiKey.DescribeClientQuotas: lambda raw, s: assert_code(
+        raw.request(ApiKey.DescribeClientQuotas, 1, {"components": [], "strict": False}).error_code, TIMED_OUT,
+    ),
+    ApiKey.AlterClientQuotas: lambda raw, s: assert_codes(
+        [e.error_code for e in raw.request(ApiKey.AlterClientQuotas, 1, {"entries": [{
+            "entity": [{"entity_type": "client-id", "entity_name": "app"}],
+            "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False}],
+        }], "validate_only": False}).entries], TIMED_OUT,
+    ),
     ApiKey.OffsetCommit: lambda raw, s: assert_codes(
         _partitions(raw.request(ApiKey.OffsetCommit, 8, _commit_body(GROUP, [(TOPIC, 0, 1, "")], s["generation"], s["member"]))),
         COORDINATOR,
