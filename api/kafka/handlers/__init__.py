@@ -125,6 +125,7 @@ class RequestContext:
     # None when the gateway authenticates no one (TXLOG_AUTH=none): every request is allowed.
     principal: str | None = None
     authorizer: Any = None
+    session: Any = None  # the connection's authentication (``handlers.sasl.Session``)
     # Client quotas (``app.services.quotas.QuotaManager``; None: none enforced), and the throttle
     # time a handler answered with: the connection is muted that long after the answer (KIP-219).
     quotas: Any = None
