@@ -285,3 +285,50 @@ def test_a_noisy_producer_with_a_quota_does_not_starve_a_quiet_one(cluster) -> N
         f"({ratio:.2f} of alone), {without_quota:.0f} beside a noisy one without a quota ({without_quota / alone:.2f})"
     )
     assert ratio > 0.6
+
+
+# --- signed-in users ---------------------------------------------------------------------------------
+
+ADMIN_TOKEN = "admin-" + uuid.uuid4().hex
+
+
+def _signed_in(g: GatewayProcess, user: str, token: str) -> RawConnection:
+    conn = g.connect(timeout=30)
+    assert conn.request(ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code == 0
+    auth = conn.request(ApiKey.SaslAuthenticate, 2, {"auth_bytes": b"\x00" + user.encode() + b"\x00" + token.encode()})
+    assert auth.error_code == 0, auth.error_message
+    return conn
+
+
+def test_user_quotas_and_who_may_see_and_change_them(pg_admin_url: str, template_db: str, tmp_path: Path) -> None:
+    """With TXLOG_AUTH=token the quota's user is the signed-in principal: bob's quota throttles bob,
+    not carol on the same client id; quotas are read with DescribeConfigs and changed with
+    AlterConfigs on the cluster, which carol lacks."""
+    from app.domain.acls import AclBinding, Operation, PatternType, PermissionType, ResourceType
+    from app.services import security
+
+    with fresh_database(pg_admin_url, template_db) as url:
+        b = make_broker(url)
+        try:
+            bob = security.create_principal(b.db, "bob").token
+            carol = security.create_principal(b.db, "carol").token
+            for name in ("bob", "carol"):
+                security.add_acls(b.db, [AclBinding(name, ResourceType.TOPIC, "*", PatternType.LITERAL, Operation.ALL, PermissionType.ALLOW)])
+        finally:
+            b.db.dispose()
+        set_quota(url, [("user", "bob")], "producer_byte_rate", 20_000)
+        topic = new_topic(url)
+        env = {"TXLOG_AUTH": "token", "TXLOG_ADMIN_TOKEN": ADMIN_TOKEN, **WINDOW}
+        with GatewayProcess(url, env=env, log_path=tmp_path / "gateway.log") as g:
+            with _signed_in(g, "carol", carol) as raw:
+                refused = describe(raw, [])
+                assert refused.error_code == 31  # CLUSTER_AUTHORIZATION_FAILED
+                assert alter(raw, [([("user", "carol")], [("producer_byte_rate", 1.0, False)])])[0][0] == 31
+                data = batch(100_000)
+                for _ in range(10):  # 1 MB, far past bob's quota: carol has none
+                    assert produce(raw, topic, data).throttle_time_ms == 0
+            with _signed_in(g, "bob", bob) as raw:
+                first = wait_until(lambda: produce(raw, topic, data).throttle_time_ms or None, 10, 0.0, "bob throttled")
+                assert first > 0
+            with _signed_in(g, "admin", ADMIN_TOKEN) as raw:
+                assert entries_of(describe(raw, [("user", ANY, None)])) == {(("user", "bob"),): {"producer_byte_rate": 20_000.0}}
