@@ -332,3 +332,32 @@ def test_user_quotas_and_who_may_see_and_change_them(pg_admin_url: str, template
                 assert first > 0
             with _signed_in(g, "admin", ADMIN_TOKEN) as raw:
                 assert entries_of(describe(raw, [("user", ANY, None)])) == {(("user", "bob"),): {"producer_byte_rate": 20_000.0}}
+
+
+def test_a_fetch_over_its_quota_is_answered_without_records(cluster) -> None:  # type: ignore[no-untyped-def]
+    """consumer_byte_rate: a Fetch takes at most quota × (quota.window.num − 1) windows' bytes, and
+    one over the quota is answered with no records and its throttle time, as Kafka answers it."""
+    url, (g,) = cluster(1, ([("client-id", "raw-test")], "consumer_byte_rate", 10_000))
+    topic = new_topic(url)
+    with g.connect(timeout=30) as raw:
+        for _ in range(20):
+            raw.send(ApiKey.Produce, 9, {"acks": 1, "timeout_ms": 10_000, "topic_data": [
+                {"name": topic, "partition_data": [{"index": 0, "records": batch(10_000)}]}]}, client_id="producer")
+            assert raw.read_frame() is not None
+        fetched: list[tuple[int, int]] = []  # (throttle_time_ms, bytes of records)
+        offset = 0
+        while not fetched or fetched[-1][0] == 0:
+            got = raw.request(ApiKey.Fetch, 11, {
+                "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+                "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
+                "topics": [{"topic": topic, "partitions": [{"partition": 0, "current_leader_epoch": -1, "fetch_offset": offset,
+                                                             "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
+            })
+            size = sum(len(p.records or b"") for t in got.responses for p in t.partitions)
+            fetched.append((got.throttle_time_ms, size))
+            offset += 10 * (size // 10_000)  # 10 records a batch
+            assert len(fetched) < 50
+    print(f"fetches (throttle_time_ms, bytes): {fetched}")
+    # 4 windows × 10 kB at most per Fetch (and one batch at least), before the throttled one
+    assert all(size <= 40_000 + 10_200 for _, size in fetched[:-1])
+    assert fetched[-1][0] > 0 and fetched[-1][1] == 0
