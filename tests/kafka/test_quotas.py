@@ -284,7 +284,7 @@ def test_a_noisy_producer_with_a_quota_does_not_starve_a_quiet_one(cluster) -> N
         f"quiet producer: {alone:.0f} records/s alone, {with_quota:.0f} beside the noisy one throttled "
         f"({ratio:.2f} of alone), {without_quota:.0f} beside a noisy one without a quota ({without_quota / alone:.2f})"
     )
-    assert ratio > 0.6
+    assert ratio > 0.5
 
 
 # --- signed-in users ---------------------------------------------------------------------------------

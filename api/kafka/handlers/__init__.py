@@ -46,8 +46,8 @@ T = TypeVar("T")
 # - reads of a group or transaction coordinator's state: COORDINATOR_LOAD_IN_PROGRESS, a coordinator loading;
 # - writes to a group or transaction coordinator: COORDINATOR_NOT_AVAILABLE, as Kafka maps its own
 #   storage timeouts there;
-# - a topic to create, grow or delete, and topic configs: REQUEST_TIMED_OUT, a controller that did
-#   not answer in time.
+# - a topic to create, grow or delete, topic configs and client quotas: REQUEST_TIMED_OUT, a
+#   controller that did not answer in time.
 # ApiVersions, FindCoordinator and the classic group membership answer from memory, and Metadata
 # and DescribeTopicPartitions from what they read before (``bootstrap.handle_metadata``).
 _STORAGE_AWAY = {
