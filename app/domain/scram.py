@@ -163,7 +163,8 @@ def alteration_refusals(deletions: Sequence[Deletion], upsertions: Sequence[Upse
     UNACCEPTABLE_CREDENTIAL; an unknown mechanism UNSUPPORTED_SASL_MECHANISM."""
     refused: dict[str, Refusal] = {}
     seen: set[str] = set()
-    for alteration in [*deletions, *upsertions]:
+    alterations: list[Deletion | Upsertion] = [*deletions, *upsertions]
+    for alteration in alterations:
         user = alteration.user
         if user in seen:
             refused[user] = Refusal(ErrorCode.DUPLICATE_RESOURCE, DUPLICATE_ALTERATION)
@@ -176,6 +177,11 @@ def alteration_refusals(deletions: Sequence[Deletion], upsertions: Sequence[Upse
         elif isinstance(alteration, Upsertion) and (why := iterations_error(alteration.iterations)):
             refused[user] = Refusal(ErrorCode.UNACCEPTABLE_CREDENTIAL, why)
     return refused
+
+
+def users_named(deletions: Sequence[Deletion], upsertions: Sequence[Upsertion]) -> list[str]:
+    """Each user an AlterUserScramCredentials request names, once, in the order first named."""
+    return list(dict.fromkeys([*(d.user for d in deletions), *(u.user for u in upsertions)]))
 
 
 DESCRIBE_DUPLICATE = "Cannot describe SCRAM credentials for the same user twice in a single request: "
@@ -329,12 +335,12 @@ class ScramServer:
         binding = _b64decode(attributes[0][2:], "the channel binding")
         if not hmac.compare_digest(binding, self.first.gs2_header.encode("utf-8")):
             raise _failed("the channel binding does not match the client first message")
-        if not hmac.compare_digest(attributes[1][2:].encode("utf-8"), f"{self.first.nonce}{self.server_nonce}".encode("utf-8")):
+        if not hmac.compare_digest(attributes[1][2:].encode("utf-8"), f"{self.first.nonce}{self.server_nonce}".encode()):
             raise _failed("Invalid client nonce in the final client message.")
         proof = _b64decode(proof_text, "the client proof")
         if len(proof) != mech.digest_size:
             raise _failed("invalid SCRAM client final message format: the proof's length")
-        auth_message = f"{self.first.bare},{self.server_first_message},{without_proof}".encode("utf-8")
+        auth_message = f"{self.first.bare},{self.server_first_message},{without_proof}".encode()
         client_signature = mech.hmac(credential.stored_key, auth_message)
         client_key = bytes(a ^ b for a, b in zip(proof, client_signature))
         if not hmac.compare_digest(mech.h(client_key), credential.stored_key):

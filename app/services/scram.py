@@ -47,7 +47,7 @@ def alter_credentials(db: Database, deletions: Sequence[Deletion], upsertions: S
     deletion of a credential that does not exist is RESOURCE_NOT_FOUND. The changes that pass
     are made in one database transaction."""
     refused = scram.alteration_refusals(deletions, upsertions)
-    order = list(dict.fromkeys(a.user for a in [*deletions, *upsertions]))
+    order = scram.users_named(deletions, upsertions)
     with db.transaction() as conn:
         changed = False
         for d in deletions:
