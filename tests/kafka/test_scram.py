@@ -12,6 +12,10 @@ driven by kafka-python's SCRAM client, over what those APIs stored.
   Describe / Alter on the cluster.
 - A SCRAM sign-in succeeds with the password, fails alike for a wrong password and an unknown user,
   and fails for a revoked principal or a credential changed during the exchange.
+- End to end, on a gateway with TXLOG_AUTH=token: the admin (PLAIN) sets a user's passwords with
+  confluent-kafka's AdminClient; that user signs in with SCRAM-SHA-256 and -512 from confluent-kafka,
+  kafka-python and aiokafka and produces and consumes; a wrong password is refused; a principal
+  without Alter on the cluster may not set passwords.
 """
 
 from __future__ import annotations
@@ -35,7 +39,12 @@ from app.services import Broker, sasl, security
 from app.services import scram as scram_service
 from app.services.security import Authorizer
 from app.wire.kafka.protocol import ApiKey
+from tests.conftest import make_broker
 from tests.kafka.conftest import GatewayProcess, RawConnection
+from tests.kafka.test_sasl import ADMIN_TOKEN, _topic, secured
+from tests.support import wait_until
+
+__all__ = ["secured"]  # the gateway with TXLOG_AUTH=token, shared with test_sasl.py
 
 SHA256, SHA512 = 1, 2
 E = {0: "NONE", **{code.kafka_code: code.name for code in ErrorCode}}
@@ -311,3 +320,166 @@ def test_plain_and_scram_are_one_identity(store: Broker) -> None:
     assert plain.principal is not None and plain.principal.name == heidi
     assert _sign_in(authorizer, heidi, "heidi-pw", "SCRAM-SHA-256") == (heidi, None)
     assert sasl.enabled() == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
+# --- end to end: signing in with SCRAM on a gateway that authenticates ----------------------------
+
+MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@pytest.fixture(scope="module")
+def scram_user(secured: GatewayProcess) -> tuple[str, str]:
+    """A user whose SCRAM passwords the admin set over the wire (AlterUserScramCredentials from
+    confluent-kafka, signed in with PLAIN): the principal is created by it, then given All on every
+    resource."""
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    name, password = _user("wire"), "wire-" + uuid.uuid4().hex
+    admin = AdminClient({
+        "bootstrap.servers": secured.bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+        "sasl.username": "admin", "sasl.password": ADMIN_TOKEN,
+    })
+    for mechanism, iterations in ((ScramMechanism.SCRAM_SHA_256, 4096), (ScramMechanism.SCRAM_SHA_512, 8192)):
+        # one request each: Kafka refuses a user altered twice in one request (DUPLICATE_RESOURCE)
+        futures = admin.alter_user_scram_credentials([
+            UserScramCredentialUpsertion(name, ScramCredentialInfo(mechanism, iterations), password.encode()),
+        ])
+        assert futures[name].result(30) is None
+    described = admin.describe_user_scram_credentials([name])[name].result(30)
+    assert sorted((i.mechanism.value, i.iterations) for i in described.scram_credential_infos) == [(SHA256, 4096), (SHA512, 8192)]
+    broker = make_broker(secured.database_url)
+    try:
+        security.add_acls(broker.db, security.admin_bindings(name))
+    finally:
+        broker.db.dispose()
+    return name, password
+
+
+def _confluent_scram(secured: GatewayProcess, mechanism: str, name: str, password: str) -> dict[str, object]:
+    return {
+        "bootstrap.servers": secured.bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
+        "sasl.username": name, "sasl.password": password,
+    }
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_confluent_kafka_signs_in_with_scram(secured: GatewayProcess, scram_user: tuple[str, str], mechanism: str) -> None:
+    from confluent_kafka import Consumer, Producer
+
+    name, password = scram_user
+    topic = _topic(secured)
+    producer = Producer({**_confluent_scram(secured, mechanism, name, password), "enable.idempotence": True})
+    producer.produce(topic, mechanism.encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer({
+        **_confluent_scram(secured, mechanism, name, password), "group.id": _user("group"), "auto.offset.reset": "earliest",
+    })
+    try:
+        consumer.subscribe([topic])
+        message = None
+        for _ in range(60):
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                break
+        assert message is not None and message.error() is None and message.value() == mechanism.encode()
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_confluent_kafka_with_a_wrong_scram_password_fails(secured: GatewayProcess, scram_user: tuple[str, str], mechanism: str) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    name, _ = scram_user
+    for user in (name, "nobody-" + name):  # a wrong password and an unknown user: the same answer
+        errors: list[KafkaError] = []
+        admin = AdminClient({**_confluent_scram(secured, mechanism, user, "wrong"), "error_cb": errors.append})
+
+        def refused() -> list[KafkaError]:
+            admin.poll(0.2)  # serves error_cb
+            return [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
+
+        failures = wait_until(refused, 20, 0, f"{user}'s sign-in to be refused")
+        assert all(scram_domain.INVALID_CREDENTIALS.format(mechanism) in e.str() for e in failures), failures
+        with pytest.raises(KafkaException):
+            admin.list_topics(timeout=0.5)
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_kafka_python_signs_in_with_scram(secured: GatewayProcess, scram_user: tuple[str, str], mechanism: str) -> None:
+    from kafka.errors import KafkaError
+
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+
+    name, password = scram_user
+    topic = _topic(secured)
+    conf = {
+        "bootstrap_servers": secured.bootstrap, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
+        "sasl_plain_username": name, "sasl_plain_password": password,
+    }
+    producer = KafkaProducer(**conf)
+    producer.send(topic, b"kafka-python " + mechanism.encode()).get(timeout=30)
+    producer.close()
+    consumer = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=30_000, **conf)
+    try:
+        assert next(iter(consumer)).value == b"kafka-python " + mechanism.encode()
+    finally:
+        consumer.close()
+    with pytest.raises(KafkaError):
+        KafkaAdminClient(**{**conf, "sasl_plain_password": "wrong"}, bootstrap_timeout_ms=3000).close()
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_aiokafka_signs_in_with_scram(secured: GatewayProcess, scram_user: tuple[str, str], mechanism: str) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    name, password = scram_user
+    topic = _topic(secured)
+    conf = {
+        "bootstrap_servers": secured.bootstrap, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
+        "sasl_plain_username": name, "sasl_plain_password": password,
+    }
+
+    async def run() -> bytes:
+        producer = AIOKafkaProducer(**conf)
+        await producer.start()
+        try:
+            await producer.send_and_wait(topic, b"aiokafka")
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(topic, auto_offset_reset="earliest", **conf)
+        await consumer.start()
+        try:
+            return (await asyncio.wait_for(consumer.getone(), 30)).value
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(run()) == b"aiokafka"
+
+
+def test_a_principal_without_alter_on_the_cluster_may_not_set_passwords(secured: GatewayProcess, scram_user: tuple[str, str]) -> None:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    broker = make_broker(secured.database_url)
+    try:
+        reader = security.create_principal(broker.db, _user("reader"))
+        security.add_acls(broker.db, [
+            AclBinding(reader.principal.name, ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL, Operation.DESCRIBE, PermissionType.ALLOW),
+        ])
+    finally:
+        broker.db.dispose()
+    name, _ = scram_user
+    admin = AdminClient({
+        "bootstrap.servers": secured.bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+        "sasl.username": reader.principal.name, "sasl.password": reader.token,
+    })
+    futures = admin.alter_user_scram_credentials([
+        UserScramCredentialUpsertion(name, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"taken over"),
+    ])
+    with pytest.raises(KafkaException) as info:
+        futures[name].result(30)
+    assert info.value.args[0].code() == ErrorCode.CLUSTER_AUTHORIZATION_FAILED.kafka_code
+    described = admin.describe_user_scram_credentials([name])[name].result(30)  # Describe it may
+    assert len(described.scram_credential_infos) == 2
