@@ -4,9 +4,9 @@ and ``txlog principals scram set/delete``.
 A SCRAM user is a principal: the same name signs in over HTTP with the principal's token and on the
 Kafka wire with SASL/PLAIN (that token) or SCRAM (a password of its own, per mechanism). Kafka
 creates users implicitly: an upsertion for a name that is no principal creates the principal, with
-a fresh token that no one is told, so it signs in only by SCRAM until ``txlog principals revoke``
-and ``create`` give it a token to use. A revoked principal is refused (UNACCEPTABLE_CREDENTIAL):
-revoking deletes its credentials, and only ``create`` brings it back. Every change raises
+a fresh token that no one is told, so it signs in only by SCRAM. A revoked principal is refused
+(UNACCEPTABLE_CREDENTIAL): revoking deletes its credentials, and a principal created again under the
+name (``txlog principals create``, a new token) starts without them. Every change raises
 ``security_version`` in its database transaction, so every process's ``Authorizer`` reloads.
 """
 
