@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import struct
 import uuid
 from types import SimpleNamespace
 from typing import Any
@@ -335,6 +336,11 @@ def scram_user(secured: GatewayProcess) -> tuple[str, str]:
     from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
     name, password = _user("wire"), "wire-" + uuid.uuid4().hex
+    broker = make_broker(secured.database_url)
+    try:  # its ACLs first: any snapshot of the gateway's that has the user has them too
+        security.add_acls(broker.db, security.admin_bindings(name))
+    finally:
+        broker.db.dispose()
     admin = AdminClient({
         "bootstrap.servers": secured.bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
         "sasl.username": "admin", "sasl.password": ADMIN_TOKEN,
@@ -347,12 +353,25 @@ def scram_user(secured: GatewayProcess) -> tuple[str, str]:
         assert futures[name].result(30) is None
     described = admin.describe_user_scram_credentials([name])[name].result(30)
     assert sorted((i.mechanism.value, i.iterations) for i in described.scram_credential_infos) == [(SHA256, 4096), (SHA512, 8192)]
-    broker = make_broker(secured.database_url)
-    try:
-        security.add_acls(broker.db, security.admin_bindings(name))
-    finally:
-        broker.db.dispose()
+    # every gateway process takes up a change within its poll of security_version
+    for mechanism in MECHANISMS:
+        wait_until(lambda: _signs_in(secured, mechanism, name, password), 10, 0.05, f"the gateway to know {name}'s {mechanism} password")
     return name, password
+
+
+def _signs_in(secured: GatewayProcess, mechanism: str, name: str, password: str) -> bool:
+    """One SCRAM sign-in over raw frames (SaslHandshake v1, SaslAuthenticate v2): did it succeed?"""
+    with secured.connect() as conn:
+        assert conn.request(ApiKey.SaslHandshake, 1, {"mechanism": mechanism}).error_code == 0
+        client = _scram_client(name, password, mechanism)
+        first = conn.request(ApiKey.SaslAuthenticate, 2, {"auth_bytes": client.first_message()})
+        assert first.error_code == 0, first.error_message
+        client.process_server_first_message(first.auth_bytes)
+        final = conn.request(ApiKey.SaslAuthenticate, 2, {"auth_bytes": client.final_message()})
+        if final.error_code != 0:
+            return False
+        client.process_server_final_message(final.auth_bytes)
+        return True
 
 
 def _confluent_scram(secured: GatewayProcess, mechanism: str, name: str, password: str) -> dict[str, object]:
@@ -463,11 +482,12 @@ def test_a_principal_without_alter_on_the_cluster_may_not_set_passwords(secured:
     from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
     broker = make_broker(secured.database_url)
-    try:
-        reader = security.create_principal(broker.db, _user("reader"))
+    try:  # the ACL before the principal: any snapshot with the principal has it
+        reader_name = _user("reader")
         security.add_acls(broker.db, [
-            AclBinding(reader.principal.name, ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL, Operation.DESCRIBE, PermissionType.ALLOW),
+            AclBinding(reader_name, ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL, Operation.DESCRIBE, PermissionType.ALLOW),
         ])
+        reader = security.create_principal(broker.db, reader_name)
     finally:
         broker.db.dispose()
     name, _ = scram_user
@@ -483,3 +503,44 @@ def test_a_principal_without_alter_on_the_cluster_may_not_set_passwords(secured:
     assert info.value.args[0].code() == ErrorCode.CLUSTER_AUTHORIZATION_FAILED.kafka_code
     described = admin.describe_user_scram_credentials([name])[name].result(30)  # Describe it may
     assert len(described.scram_credential_infos) == 2
+
+
+@pytest.mark.parametrize("handshake_version", [0, 1])
+def test_raw_scram_sign_in_over_sasl_authenticate_and_bare_tokens(
+    secured: GatewayProcess, scram_user: tuple[str, str], handshake_version: int
+) -> None:
+    """SaslHandshake v1 then two SaslAuthenticate requests; v0 then two bare tokens: the server's
+    first and final messages come back, then requests are served. A wrong password is refused
+    with Kafka's message and the connection closed."""
+    name, password = scram_user
+
+    def token(conn: RawConnection, data: bytes) -> tuple[int, bytes]:
+        if handshake_version == 0:
+            conn.send_bytes(struct.pack(">i", len(data)) + data)
+            frame = conn.read_frame()
+            assert frame is not None
+            return 0, frame
+        answer = conn.request(ApiKey.SaslAuthenticate, 2, {"auth_bytes": data})
+        return answer.error_code, answer.auth_bytes
+
+    with secured.connect() as conn:
+        assert conn.request(ApiKey.SaslHandshake, handshake_version, {"mechanism": "SCRAM-SHA-512"}).error_code == 0
+        client = _scram_client(name, password, "SCRAM-SHA-512")
+        code, server_first = token(conn, client.first_message())
+        assert code == 0 and server_first.startswith(b"r=")
+        client.process_server_first_message(server_first)
+        code, server_final = token(conn, client.final_message())
+        assert code == 0
+        client.process_server_final_message(server_final)  # the server proved it holds the credential
+        assert conn.request(ApiKey.Metadata, 1, {"topics": None}).brokers
+
+    if handshake_version == 1:
+        with secured.connect() as conn:
+            assert conn.request(ApiKey.SaslHandshake, 1, {"mechanism": "SCRAM-SHA-256"}).error_code == 0
+            client = _scram_client(name, "wrong", "SCRAM-SHA-256")
+            client.process_server_first_message(token(conn, client.first_message())[1])
+            answer = conn.request(ApiKey.SaslAuthenticate, 2, {"auth_bytes": client.final_message()})
+            assert (answer.error_code, answer.error_message) == (
+                ErrorCode.SASL_AUTHENTICATION_FAILED.kafka_code, scram_domain.INVALID_CREDENTIALS.format("SCRAM-SHA-256"),
+            )
+            assert conn.closed_by_peer()
