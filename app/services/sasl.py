@@ -110,10 +110,10 @@ class Scram(SaslExchange):
         if self.server.state == "client-first":
             first = self.server.client_first(token)
             self.user = first.username
+            # the fake one is derived whether it is needed or not: the same work for every user
+            self.credential = scram.fake_credential(self.hashing, _FAKE_CREDENTIAL_SECRET, first.username)
             found = self.authorizer.scram_credential(first.username, self.mechanism)
-            if found is None:
-                self.credential = scram.fake_credential(self.hashing, _FAKE_CREDENTIAL_SECRET, first.username)
-            else:
+            if found is not None:
                 self.known, self.credential = found
             return self.server.server_first(self.credential)
         self.finished = True
