@@ -82,6 +82,8 @@ APIS: tuple[Api, ...] = (
     Api(ApiKey.DescribeTransactions, 0, 0, "api.kafka.handlers.admin_transactions:handle_describe_transactions"),
     Api(ApiKey.DescribeProducers, 0, 0, "api.kafka.handlers.admin_transactions:handle_describe_producers"),
     Api(ApiKey.WriteTxnMarkers, 1, 1, "api.kafka.handlers.admin_transactions:handle_write_txn_markers"),  # an operator's abort only
+    Api(ApiKey.DescribeUserScramCredentials, 0, 0, "api.kafka.handlers.scram:handle_describe_user_scram_credentials"),
+    Api(ApiKey.AlterUserScramCredentials, 0, 0, "api.kafka.handlers.scram:handle_alter_user_scram_credentials"),
     Api(ApiKey.DescribeClientQuotas, 0, 1, "api.kafka.handlers.quotas:handle_describe_client_quotas"),
     Api(ApiKey.AlterClientQuotas, 0, 1, "api.kafka.handlers.quotas:handle_alter_client_quotas"),  # user and client-id entities
 )

@@ -46,8 +46,8 @@ T = TypeVar("T")
 # - reads of a group or transaction coordinator's state: COORDINATOR_LOAD_IN_PROGRESS, a coordinator loading;
 # - writes to a group or transaction coordinator: COORDINATOR_NOT_AVAILABLE, as Kafka maps its own
 #   storage timeouts there;
-# - a topic to create, grow or delete, topic configs and client quotas: REQUEST_TIMED_OUT, a
-#   controller that did not answer in time.
+# - a topic to create, grow or delete, topic configs, SCRAM credentials and client quotas:
+#   REQUEST_TIMED_OUT, a controller that did not answer in time.
 # ApiVersions, FindCoordinator and the classic group membership answer from memory, and Metadata
 # and DescribeTopicPartitions from what they read before (``bootstrap.handle_metadata``).
 _STORAGE_AWAY = {
@@ -78,6 +78,8 @@ _STORAGE_AWAY = {
     ApiKey.DescribeTransactions: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
     ApiKey.DescribeProducers: ErrorCode.KAFKA_STORAGE_ERROR,
     ApiKey.WriteTxnMarkers: ErrorCode.KAFKA_STORAGE_ERROR,
+    ApiKey.DescribeUserScramCredentials: ErrorCode.REQUEST_TIMED_OUT,
+    ApiKey.AlterUserScramCredentials: ErrorCode.REQUEST_TIMED_OUT,
     ApiKey.DescribeClientQuotas: ErrorCode.REQUEST_TIMED_OUT,
     ApiKey.AlterClientQuotas: ErrorCode.REQUEST_TIMED_OUT,
 }
