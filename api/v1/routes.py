@@ -323,10 +323,10 @@ def add_partitions_to_txn(tid: str, body: s.AddPartitionsBody, request: Request,
     return txn_json(meta, b)
 
 
-@router.post("/transactions/{tid}/offsets", dependencies=[Depends(requires(Api.ADD_OFFSETS_TO_TXN, names_in_body=True))], response_model=s.TxnDescription, responses=errors(400, 404, 409, 413, 429), tags=["transactions"])
+@router.post("/transactions/{tid}/offsets", dependencies=[Depends(requires(Api.TXN_OFFSET_COMMIT, names_in_body=True))], response_model=s.TxnDescription, responses=errors(400, 404, 409, 413, 429), tags=["transactions"])
 def txn_offset_commit(tid: str, body: s.TxnOffsetsBody, request: Request, b: Broker = Depends(broker)) -> dict:
     authorize(
-        request, Api.ADD_OFFSETS_TO_TXN,
+        request, Api.TXN_OFFSET_COMMIT,
         {"transactional_id": tid, "group": body.group_id, "topics": sorted({o.topic for o in body.offsets})},
     )
     meta = transactions.txn_offset_commit(
