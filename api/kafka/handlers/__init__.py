@@ -47,7 +47,8 @@ T = TypeVar("T")
 # - writes to a group or transaction coordinator: COORDINATOR_NOT_AVAILABLE, as Kafka maps its own
 #   storage timeouts there;
 # - a topic to create, grow or delete, and topic configs: REQUEST_TIMED_OUT, a controller that did
-#   not answer in time.
+#   not answer in time; so are the ACLs to describe, create or delete (their checks are answered
+#   from the authorizer's snapshot, kept while the database is away).
 # ApiVersions, FindCoordinator and the classic group membership answer from memory, and Metadata
 # and DescribeTopicPartitions from what they read before (``bootstrap.handle_metadata``).
 _STORAGE_AWAY = {
@@ -78,6 +79,9 @@ _STORAGE_AWAY = {
     ApiKey.DescribeTransactions: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
     ApiKey.DescribeProducers: ErrorCode.KAFKA_STORAGE_ERROR,
     ApiKey.WriteTxnMarkers: ErrorCode.KAFKA_STORAGE_ERROR,
+    ApiKey.DescribeAcls: ErrorCode.REQUEST_TIMED_OUT,
+    ApiKey.CreateAcls: ErrorCode.REQUEST_TIMED_OUT,
+    ApiKey.DeleteAcls: ErrorCode.REQUEST_TIMED_OUT,
 }
 
 
