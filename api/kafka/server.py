@@ -40,7 +40,9 @@ from typing import Any, Protocol
 from api.kafka import versions
 from api.kafka.cluster import NodeIdInUse, RegistryCluster
 from api.kafka.handlers import Node, RequestContext, error_code
+from api.kafka.handlers import sasl as sasl_handlers
 from api.kafka.handlers.bootstrap import KnownTopics
+from api.kafka.handlers.sasl import Session
 from app import memory
 from app.config import Settings
 from app.errors import ErrorCode, TxlogError
@@ -56,6 +58,7 @@ from app.wire.kafka import protocol
 log = logging.getLogger("txlog.kafka")
 
 IDLE_TIMEOUT_S = 600.0  # Kafka's connections.max.idle.ms
+SASL_MAX_RECEIVE_BYTES = 524_288  # Kafka's sasl.server.max.receive.size: a frame before sign-in
 SHUTDOWN_GRACE_S = 5.0  # how long a request in progress has to be answered at shutdown
 CLUSTER_ID = "txlog"
 
@@ -205,40 +208,72 @@ class Gateway:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client: str) -> None:
         task = asyncio.current_task()
         assert task is not None
-        max_frame = self.settings.kafka_max_frame_bytes
+        session = Session()
         while not self._closing:
+            signing_in = self.authorizer is not None and session.principal is None
+            # Before sign-in a frame is bounded as Kafka bounds it (sasl.server.max.receive.size).
+            max_frame = min(self.settings.kafka_max_frame_bytes, SASL_MAX_RECEIVE_BYTES) if signing_in else (
+                self.settings.kafka_max_frame_bytes
+            )
             async with asyncio.timeout(IDLE_TIMEOUT_S):  # the next request, whole, within the idle time
                 prefix = await reader.readexactly(4)
                 size = int.from_bytes(prefix, "big", signed=True)
-                if size < protocol.HEADER_MIN_BYTES:
+                if size < (0 if session.raw_tokens else protocol.HEADER_MIN_BYTES):
                     raise protocol.FrameError(f"a frame of {size} bytes is shorter than a request header")
                 if size > max_frame:
-                    raise protocol.FrameError(f"a frame of {size} bytes is above TXLOG_KAFKA_MAX_FRAME_BYTES ({max_frame})")
+                    raise protocol.FrameError(f"a frame of {size} bytes is above the {max_frame} bytes allowed")
                 frame = await reader.readexactly(size)
             self._connections[task] = True
-            answer = await self.answer(frame, client)
+            if session.raw_tokens:
+                answer: bytes | bytearray | None = await self._raw_token(frame, client, session)
+            else:
+                answer = await self.answer(frame, client, session)
             if answer is not None:
                 writer.write(answer)
                 await writer.drain()
+            if session.close_after_answer:
+                raise CloseConnection("after a failed SASL authentication")
             self._connections[task] = False
+
+    async def _raw_token(self, token: bytes, client: str, session: Session) -> bytes:
+        """A SASL token sent bare after a SaslHandshake v0, and its answer framed the same way."""
+        ctx = self._context(protocol.ApiKey.SaslAuthenticate, 0, 0, None, client, session)
+        try:
+            answer = await sasl_handlers.authenticate(ctx, token)
+        except TxlogError:
+            session.close_after_answer = True
+            return b""
+        return len(answer).to_bytes(4, "big") + answer
+
+    def _context(
+        self, api_key: int, api_version: int, correlation_id: int, client_id: str | None, client: str, session: Session,
+    ) -> RequestContext:
+        return RequestContext(
+            broker=self.broker, node=self.node, api_key=api_key, api_version=api_version,
+            correlation_id=correlation_id, client_id=client_id, client_host=client.rpartition(":")[0],
+            executor=self.executor, cluster=self.cluster, groups=self.groups, notifier=self.notifier,
+            loop_executor=self.loop_executor, known_topics=self.known_topics, authorizer=self.authorizer,
+            principal=session.principal, session=session,
+        )
 
     # -- requests ----------------------------------------------------------------------------------
 
-    async def answer(self, frame: bytes, client: str = "") -> bytes | bytearray | None:
+    async def answer(self, frame: bytes, client: str = "", session: Session | None = None) -> bytes | bytearray | None:
         """The framed answer to one request frame, or None (Produce with acks=0). Raises
         ``FrameError`` or ``CloseConnection`` when the connection must close instead."""
         header = protocol.read_header(frame)
+        if session is None:
+            session = Session()
+        if self.authorizer is not None and session.principal is None and header.api_key not in sasl_handlers.BEFORE_AUTHENTICATION:
+            raise CloseConnection(
+                f"Unexpected Kafka request of type {protocol.api_name(header.api_key)} during SASL handshake"
+            )
         route = self.routes.get(header.api_key)
         if route is None or not route[0].serves(header.api_version):
             return self._unsupported(frame, header)
         request = protocol.decode_request(frame)
         api, handler = route
-        ctx = RequestContext(
-            broker=self.broker, node=self.node, api_key=header.api_key, api_version=header.api_version,
-            correlation_id=header.correlation_id, client_id=header.client_id, client_host=client.rpartition(":")[0],
-            executor=self.executor, cluster=self.cluster, groups=self.groups, notifier=self.notifier,
-            loop_executor=self.loop_executor, known_topics=self.known_topics, authorizer=self.authorizer,
-        )
+        ctx = self._context(header.api_key, header.api_version, header.correlation_id, header.client_id, client, session)
         no_answer = header.api_key == protocol.ApiKey.Produce and request.body.acks == 0
         try:
             body = await handler(ctx, request.body)

@@ -60,6 +60,8 @@ APIS: tuple[Api, ...] = (
     Api(ApiKey.DeleteGroups, 0, 2, f"{_GROUPS}:handle_delete_groups"),
     Api(ApiKey.OffsetDelete, 0, 0, f"{_OFFSETS}:handle_offset_delete"),
     Api(ApiKey.ApiVersions, 0, 4, f"{_BOOTSTRAP}:handle_api_versions"),  # v3+: flexible, client software
+    Api(ApiKey.SaslHandshake, 0, 1, "api.kafka.handlers.sasl:handle_sasl_handshake"),  # v0 advertised: librdkafka needs it
+    Api(ApiKey.SaslAuthenticate, 0, 2, "api.kafka.handlers.sasl:handle_sasl_authenticate"),  # v1: session lifetime
     Api(ApiKey.CreateTopics, 2, 7, f"{_TOPICS}:handle_create_topics"),
     Api(ApiKey.CreatePartitions, 0, 3, f"{_TOPICS}:handle_create_partitions"),
     Api(ApiKey.DeleteTopics, 0, 6, f"{_TOPICS}:handle_delete_topics"),  # v6: by name or topic id

@@ -26,7 +26,7 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 )
 @DATABASE_URL
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), default="info", show_default=True)
-@click.option("--insecure", is_flag=True, help="Listen beyond loopback (or with TXLOG_AUTH=token) without authenticating clients")
+@click.option("--insecure", is_flag=True, help="Listen beyond loopback without authenticating clients (TXLOG_AUTH=none)")
 def kafka(
     listen: str | None, advertised_host: str | None, node_id: int | None, database_url: str | None, log_level: str,
     insecure: bool,
@@ -35,7 +35,7 @@ def kafka(
     and consume over Kafka's protocol, with the same guarantees as the HTTP API."""
     from api.kafka import server as gateway
     from app.config import load_settings
-    from app.services import Broker
+    from app.services import Broker, security
     from app.services.sweeper import SweeperThread
     from app.storage import migrate as migrations
     from app.storage.db import Database
@@ -53,6 +53,8 @@ def kafka(
         migrations.upgrade(url)
         settings = load_settings(database_url=url, **overrides)
         broker = Broker(Database.from_settings(settings), settings)
+        if settings.auth == "token" and settings.admin_token:
+            security.ensure_admin_principal(broker.db, settings.admin_token)
         print(f"txlog kafka: database {url}", file=sys.stderr)
         # Transactions begun over the wire time out as those begun over HTTP: the sweeper aborts them.
         sweeper = SweeperThread(broker)

@@ -29,18 +29,16 @@ def is_loopback_host(host: str) -> bool:
 
 
 def refuse_open_gateway(listen: str, auth: str, insecure: bool) -> None:
-    """The gateway authenticates no one yet (no SASL): like an HTTP server without authentication
-    it listens on loopback only unless ``--insecure``; and with TXLOG_AUTH=token it would let any
-    client past the ACLs, so it then runs only with ``--insecure`` too."""
+    """The gateway's rule is every listener's: with TXLOG_AUTH=token its clients sign in with SASL
+    and may connect from anywhere; without authentication it serves loopback only unless
+    ``--insecure``."""
     from api.kafka.server import parse_listen
 
     try:
         host, _ = parse_listen(listen)
     except ValueError as exc:
         raise click.UsageError(f"--listen: {exc}") from None
-    if auth != "none" and not insecure:
-        raise click.UsageError(
-            "refusing to run the Kafka gateway with TXLOG_AUTH=token: it has no SASL yet, so its clients would "
-            "bypass the principals' ACLs. Pass --insecure to run it anyway (on a trusted network)."
-        )
-    refuse_open_listener(host, False, insecure, "The Kafka gateway has no authentication yet (no SASL)")
+    refuse_open_listener(
+        host, auth != "none", insecure,
+        "Set TXLOG_AUTH=token so that clients sign in with SASL (docs/security.md)",
+    )

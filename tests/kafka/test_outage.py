@@ -97,6 +97,13 @@ OUTAGE: dict[int, Callable[[RawConnection, dict], None]] = {
         assert_code(raw.request(ApiKey.ApiVersions, 3, {"client_software_name": "t", "client_software_version": "1"}).error_code, 0)
     ),
     ApiKey.Metadata: _metadata,
+    # This gateway signs no one in (TXLOG_AUTH=none): answered from memory, as a listener without SASL.
+    ApiKey.SaslHandshake: lambda raw, s: assert_code(
+        raw.request(ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code, E.ILLEGAL_SASL_STATE.kafka_code
+    ),
+    ApiKey.SaslAuthenticate: lambda raw, s: assert_code(
+        raw.request(ApiKey.SaslAuthenticate, 2, {"auth_bytes": b"\x00a\x00b"}).error_code, E.ILLEGAL_SASL_STATE.kafka_code
+    ),
     ApiKey.Produce: lambda raw, s: assert_code(produce(raw, TOPIC, 0, batch(-1, -1, -1, [b"v"]))[0], STORAGE),
     ApiKey.Fetch: lambda raw, s: assert_codes(
         _partitions(raw.request(ApiKey.Fetch, 12, fetch_body([(TOPIC, 0, 0), (TOPIC, 1, 0)])), "responses"), STORAGE

@@ -127,6 +127,7 @@ class RequestContext:
     # None when the gateway authenticates no one (TXLOG_AUTH=none): every request is allowed.
     principal: str | None = None
     authorizer: Any = None
+    session: Any = None  # the connection's authentication (``handlers.sasl.Session``)
     extra: dict[str, Any] = field(default_factory=dict)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
