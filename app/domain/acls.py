@@ -263,7 +263,8 @@ def _on(rt: ResourceType, op: Operation, name_from: str | None) -> tuple[Check, 
 T, G, X, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID, ResourceType.CLUSTER
 O = Operation
 
-# Each API: a tuple of rules, each rule a tuple of checks of which one suffices. Every rule must pass.
+# Each API: a tuple of rules, each rule a tuple of checks of which one suffices. Every rule must pass;
+# a rule refused is answered the error of its last check's resource type, as Kafka answers it.
 # The rules are Kafka's (``KafkaApis``, ``AuthHelper``, ``AclApis``): the gateway checks a request's
 # single names (its transactional id, its group) for the whole request, and each topic, and each
 # group or transactional id of a request naming several, item by item (``request_denied``,
@@ -286,7 +287,7 @@ REQUIRED: Mapping[Api, tuple[tuple[Check, ...], ...]] = {
     Api.FETCH: (_on(T, O.READ, "topic"),),  # a follower's fetch (ClusterAction) is not served
     Api.OFFSET_FOR_LEADER_EPOCH: ((Check(C, O.CLUSTER_ACTION), Check(T, O.DESCRIBE, "topic")),),
     Api.INIT_PRODUCER_ID: (_on(C, O.IDEMPOTENT_WRITE, None),),
-    Api.INIT_IDEMPOTENT_PRODUCER_ID: ((Check(C, O.IDEMPOTENT_WRITE), Check(T, O.WRITE, SOME)),),
+    Api.INIT_IDEMPOTENT_PRODUCER_ID: ((Check(T, O.WRITE, SOME), Check(C, O.IDEMPOTENT_WRITE)),),
     Api.INIT_TRANSACTIONAL_PRODUCER_ID: (_on(X, O.WRITE, "transactional_id"),),
     Api.ADD_PARTITIONS_TO_TXN: (_on(X, O.WRITE, "transactional_id"), _on(T, O.WRITE, "topics")),
     Api.ADD_OFFSETS_TO_TXN: (_on(X, O.WRITE, "transactional_id"), _on(G, O.READ, "group")),

@@ -66,12 +66,14 @@ def _invalid(message: str) -> TxlogError:
     return TxlogError(ErrorCode.INVALID_REQUEST, message)
 
 
-def _enabled(ctx: RequestContext, api: Api) -> None:
+def _refusal(ctx: RequestContext, api: Api) -> TxlogError | None:
     """Kafka's order: the cluster's ACL first (allowed by a broker without an authorizer), then
-    SECURITY_DISABLED without one."""
-    access.check(ctx, api)
-    if ctx.authorizer is None:
-        raise TxlogError(ErrorCode.SECURITY_DISABLED, "No Authorizer is configured on the broker")
+    SECURITY_DISABLED without one. Answered in each creation's or filter's place (a client reads
+    one result for each)."""
+    refused = access.refusal(ctx, api)
+    if refused is None and ctx.authorizer is None:
+        return TxlogError(ErrorCode.SECURITY_DISABLED, "No Authorizer is configured on the broker")
+    return refused
 
 
 # -- Kafka's codes and names to the model, and back --------------------------------------------------
@@ -178,7 +180,9 @@ def _pattern(acl: AclBinding) -> tuple[int, str, int]:
 
 
 async def handle_describe_acls(ctx: RequestContext, request: Any) -> dict:
-    _enabled(ctx, Api.DESCRIBE_ACLS)
+    refused = _refusal(ctx, Api.DESCRIBE_ACLS)
+    if refused is not None:
+        raise refused
     try:
         found = await ctx.call(security.describe_acls, ctx.broker.db, acl_filter(request, ctx.api_version))
     except _MatchesNothing:
@@ -190,7 +194,10 @@ async def handle_describe_acls(ctx: RequestContext, request: Any) -> dict:
 
 
 async def handle_create_acls(ctx: RequestContext, request: Any) -> dict:
-    _enabled(ctx, Api.ALTER_ACLS)
+    refused = _refusal(ctx, Api.ALTER_ACLS)
+    if refused is not None:
+        error = {"error_code": refused.code.kafka_code, "error_message": refused.message}
+        return {"throttle_time_ms": 0, "results": [error for _ in request.creations]}
     results: list[dict] = []
     valid: list[AclBinding] = []
     for creation in request.creations:
@@ -206,7 +213,10 @@ async def handle_create_acls(ctx: RequestContext, request: Any) -> dict:
 
 
 async def handle_delete_acls(ctx: RequestContext, request: Any) -> dict:
-    _enabled(ctx, Api.ALTER_ACLS)
+    refused = _refusal(ctx, Api.ALTER_ACLS)
+    if refused is not None:
+        error = {"error_code": refused.code.kafka_code, "error_message": refused.message, "matching_acls": []}
+        return {"throttle_time_ms": 0, "filter_results": [error for _ in request.filters]}
     parsed: list[AclFilter | TxlogError | None] = []
     for f in request.filters:
         try:
