@@ -132,8 +132,14 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict:
     if ctx.api_version >= 8 and request.include_topic_authorized_operations:
         for answer in answers:
             if answer.get("error_code") == 0:
-                answer["topic_authorized_operations"] = access.operations(ctx, ResourceType.TOPIC, answer["name"])
+                answer.update(_operations(ctx, answer["name"]))
     return _metadata(ctx, request, answers)
+
+
+def _operations(ctx: RequestContext, topic: str) -> dict:
+    """A topic's authorized operations for its answer; none (the schema's "not provided") without ACLs."""
+    bits = access.operations(ctx, ResourceType.TOPIC, topic)
+    return {} if bits is None else {"topic_authorized_operations": bits}
 
 
 def _refused(name: str | None, topic_id: uuid.UUID = ZERO_TOPIC_ID) -> dict:
@@ -151,7 +157,7 @@ def _metadata(ctx: RequestContext, request: Any, answers: list[dict]) -> dict:
         "controller_id": _controller_id(nodes),
         "topics": answers,
     }
-    if 8 <= ctx.api_version <= 10 and request.include_cluster_authorized_operations:
+    if 8 <= ctx.api_version <= 10 and request.include_cluster_authorized_operations and ctx.authorizer is not None:
         body["cluster_authorized_operations"] = access.cluster_operations(ctx)
     return body
 
@@ -209,7 +215,7 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
         budget -= len(partitions)
         if first + len(partitions) < existing[name].partitions:
             next_cursor = {"topic_name": name, "partition_index": first + len(partitions)}
-        answers.append({**answer, "partitions": partitions, "topic_authorized_operations": access.operations(ctx, ResourceType.TOPIC, name)})
+        answers.append({**answer, "partitions": partitions, **_operations(ctx, name)})
         if next_cursor is not None:
             break
     answers += [_refused(n) | {"is_internal": False} for n in asked if n in refused]
