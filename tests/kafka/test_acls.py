@@ -177,7 +177,7 @@ def test_acl_apis_over_raw_frames_answer_each_creation_and_filter(doors: Doors) 
             {"resource_type": 7, "resource_name": "u", "resource_pattern_type": 3, "principal": f"User:{dave}", "host": "*",
              "operation": 3, "permission_type": 3},  # USER: a resource type Kafka has and txlog does not keep
             {"resource_type": 4, "resource_name": "kafka-cluster", "resource_pattern_type": 3, "principal": f"User:{dave}",
-             "host": "*", "operation": 12, "permission_type": 3},
+             "host": "*", "operation": 9, "permission_type": 3},  # ClusterAction
             {"resource_type": 2, "resource_name": "x", "resource_pattern_type": 3, "principal": f"User:{dave}", "host": "10.0.0.1",
              "operation": 3, "permission_type": 3},
         ]
@@ -187,18 +187,24 @@ def test_acl_apis_over_raw_frames_answer_each_creation_and_filter(doors: Doors) 
         assert described.error_code == 0
         got = sorted((r.resource_type, r.resource_name, r.pattern_type, a.principal, a.host, a.operation, a.permission_type)
                      for r in described.resources for a in r.acls)
-        assert got == [(2, "dave-", 4, f"User:{dave}", "*", 4, 3), (4, "kafka-cluster", 3, f"User:{dave}", "*", 12, 3)]
+        assert got == [(2, "dave-", 4, f"User:{dave}", "*", 4, 3), (4, "kafka-cluster", 3, f"User:{dave}", "*", 9, 3)]
+        with doors.http(ADMIN_TOKEN) as http:  # the same ACLs over HTTP, in its words
+            listed = http.get("/v1/acls", params={"principal": dave})
+            assert listed.status_code == 200, listed.text
+            assert sorted((a["resource_type"], a["resource_name"], a["operation"]) for a in listed.json()["acls"]) == [
+                ("cluster", CLUSTER_NAME, "ClusterAction"), ("topic", "dave-", "Write"),
+            ]
         # MATCH: every pattern covering the name; USER: matches nothing; a filter per result
         match = conn.request(ApiKey.DescribeAcls, 3, {**ANY_FILTER, "resource_type_filter": 2, "resource_name_filter": "dave-topic",
                                                      "pattern_type_filter": 2, "principal_filter": f"User:{dave}"})
         assert [(r.resource_name, r.pattern_type) for r in match.resources] == [("dave-", 4)]
         deleted = conn.request(ApiKey.DeleteAcls, 3, {"filters": [
             {**ANY_FILTER, "resource_type_filter": 7},
-            {**ANY_FILTER, "principal_filter": f"User:{dave}", "operation": 12},
+            {**ANY_FILTER, "principal_filter": f"User:{dave}", "operation": 9},
             {**ANY_FILTER, "operation": 0},
         ]}).filter_results
         assert [(f.error_code, [(a.resource_type, a.operation) for a in f.matching_acls]) for f in deleted] == [
-            (0, []), (0, [(4, 12)]), (E.INVALID_REQUEST.kafka_code, []),
+            (0, []), (0, [(4, 9)]), (E.INVALID_REQUEST.kafka_code, []),
         ]
         left = conn.request(ApiKey.DescribeAcls, 1, {**ANY_FILTER, "principal_filter": f"User:{dave}"})
         assert [r.resource_name for r in left.resources] == ["dave-"]
