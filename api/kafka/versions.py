@@ -82,6 +82,8 @@ APIS: tuple[Api, ...] = (
     Api(ApiKey.DescribeTransactions, 0, 0, "api.kafka.handlers.admin_transactions:handle_describe_transactions"),
     Api(ApiKey.DescribeProducers, 0, 0, "api.kafka.handlers.admin_transactions:handle_describe_producers"),
     Api(ApiKey.WriteTxnMarkers, 1, 1, "api.kafka.handlers.admin_transactions:handle_write_txn_markers"),  # an operator's abort only
+    Api(ApiKey.DescribeUserScramCredentials, 0, 0, "api.kafka.handlers.scram:handle_describe_user_scram_credentials"),
+    Api(ApiKey.AlterUserScramCredentials, 0, 0, "api.kafka.handlers.scram:handle_alter_user_scram_credentials"),
     Api(ApiKey.DescribeAcls, 0, 3, "api.kafka.handlers.acls:handle_describe_acls"),  # v1+ pattern types; SECURITY_DISABLED without ACLs
     Api(ApiKey.CreateAcls, 0, 3, "api.kafka.handlers.acls:handle_create_acls"),
     Api(ApiKey.DeleteAcls, 0, 3, "api.kafka.handlers.acls:handle_delete_acls"),

@@ -1,5 +1,6 @@
-"""``txlog principals …`` and ``txlog acls …`` (Kafka's kafka-acls.sh): principals with API tokens and
-the ACLs that bind them to operations on resources. Like ``txlog migrate`` these work on the
+"""``txlog principals …`` and ``txlog acls …`` (Kafka's kafka-acls.sh): principals with API tokens (and
+SCRAM passwords for the Kafka wire, as kafka-configs.sh --entity-type users sets them) and the ACLs
+that bind them to operations on resources. Like ``txlog migrate`` these work on the
 database itself (``--database-url``, else ``$TXLOG_DATABASE_URL``, else the embedded one), so the
 first principal can be created before any can sign in; over HTTP the same is
 ``/v1/principals`` and ``/v1/acls`` (Alter on the cluster). Every server process applies a change
@@ -8,6 +9,7 @@ within a second."""
 from __future__ import annotations
 
 import json
+import sys
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import click
@@ -76,20 +78,28 @@ def principals_create(name: str, database_url: str | None, as_json: bool) -> int
 @DATABASE_URL
 @JSON
 def principals_list(database_url: str | None, as_json: bool) -> int:
-    """Every principal, revoked ones included."""
-    from app.services import security
+    """Every principal, revoked ones included, with its SCRAM mechanisms and their iterations."""
+    from app.services import scram, security
 
     db = _database(database_url)
     try:
         found = security.list_principals(db)
+        credentials = scram.credentials_by_principal(db)
     finally:
         db.dispose()
     if as_json:
-        click.echo(json.dumps({"principals": [{"name": p.name, "created_at_ms": p.created_at_ms, "revoked_at_ms": p.revoked_at_ms} for p in found]}))
+        click.echo(json.dumps({"principals": [
+            {
+                "name": p.name, "created_at_ms": p.created_at_ms, "revoked_at_ms": p.revoked_at_ms,
+                "scram": [{"mechanism": m, "iterations": i} for m, i in credentials.get(p.name, [])],
+            }
+            for p in found
+        ]}))
         return 0
-    click.echo(f"{'PRINCIPAL':<32} {'CREATED':<21} REVOKED")
+    click.echo(f"{'PRINCIPAL':<32} {'CREATED':<21} {'REVOKED':<21} SCRAM")
     for p in found:
-        click.echo(f"{p.name:<32} {_ms(p.created_at_ms):<21} {_ms(p.revoked_at_ms)}")
+        scram_text = ", ".join(f"{m} ({i} iterations)" for m, i in credentials.get(p.name, [])) or "-"
+        click.echo(f"{p.name:<32} {_ms(p.created_at_ms):<21} {_ms(p.revoked_at_ms):<21} {scram_text}")
     return 0
 
 
@@ -108,6 +118,69 @@ def principals_revoke(name: str, database_url: str | None) -> int:
     finally:
         db.dispose()
     click.echo(f"principal {principal_name(name)} revoked", err=True)
+    return 0
+
+
+# --- SCRAM credentials ----------------------------------------------------------------------------
+
+MECHANISM = click.option(
+    "--mechanism", required=True, type=click.Choice(["SCRAM-SHA-256", "SCRAM-SHA-512"], case_sensitive=False),
+)
+
+
+@principals.group("scram")
+def principals_scram() -> None:
+    """A principal's SCRAM passwords (SASL/SCRAM-SHA-256 and -512 on the Kafka wire; Kafka's
+    kafka-configs.sh --alter --add-config 'SCRAM-SHA-256=[...]' --entity-type users)."""
+
+
+def _password() -> str:
+    """From a prompt (typed twice, not shown) on a terminal, else the first line of stdin: never a
+    command-line argument, which other users of the machine can read."""
+    stdin = sys.stdin
+    if stdin.isatty():
+        return str(click.prompt("Password", hide_input=True, confirmation_prompt=True))
+    return stdin.readline().rstrip("\r\n")
+
+
+@principals_scram.command("set")
+@click.argument("name")
+@MECHANISM
+@click.option("--iterations", type=int, default=4096, show_default=True, help="PBKDF2 iterations, 4096 to 16384")
+@DATABASE_URL
+def principals_scram_set(name: str, mechanism: str, iterations: int, database_url: str | None) -> int:
+    """Set NAME's SCRAM password for one mechanism, read from a prompt or stdin. A NAME that is no
+    principal becomes one, with a token no one is told (it signs in by SCRAM); a revoked one is refused."""
+    from app.services import scram
+
+    password = _password()
+    db = _database(database_url)
+    try:
+        scram.set_password(db, principal_name(name), mechanism.upper(), password, iterations)
+    except TxlogError as exc:
+        return _fail(exc)
+    finally:
+        db.dispose()
+    click.echo(f"{mechanism.upper()} credential of {principal_name(name)} set ({iterations} iterations)", err=True)
+    return 0
+
+
+@principals_scram.command("delete")
+@click.argument("name")
+@MECHANISM
+@DATABASE_URL
+def principals_scram_delete(name: str, mechanism: str, database_url: str | None) -> int:
+    """Delete NAME's SCRAM credential for one mechanism (RESOURCE_NOT_FOUND if it has none)."""
+    from app.services import scram
+
+    db = _database(database_url)
+    try:
+        scram.delete_credential(db, principal_name(name), mechanism.upper())
+    except TxlogError as exc:
+        return _fail(exc)
+    finally:
+        db.dispose()
+    click.echo(f"{mechanism.upper()} credential of {principal_name(name)} deleted", err=True)
     return 0
 
 

@@ -6,7 +6,8 @@ Tokens are ``txlog_<token_id>_<secret>``: the token id finds the principal, the 
 against its scrypt hash (salted with the token id). A token in any other form (``TXLOG_ADMIN_TOKEN``)
 is its own secret, found by an id derived from its SHA-256.
 
-The database is the truth. Each process keeps a snapshot of the principals and ACLs and polls the
+The database is the truth. Each process keeps a snapshot of the principals, their SCRAM credentials
+and the ACLs and polls the
 one-row ``security_version`` every ``POLL_INTERVAL_S``, reloading when it moved: a change is effective
 on every worker within a second, and a request costs no database round trip. A token's scrypt check
 is done once per process; later requests with it are matched by its SHA-256.
@@ -41,7 +42,9 @@ from app.domain.acls import (
     shown,
     validate_binding,
 )
+from app.domain.scram import ScramCredential
 from app.errors import ErrorCode, TxlogError
+from app.storage import scram as scram_sql
 from app.storage import security as sql
 from app.storage.db import Database
 
@@ -121,6 +124,8 @@ def revoke_principal(db: Database, name: str) -> StoredPrincipal:
         stored = sql.principal_revoke(conn, name)
         if stored is None:
             raise TxlogError(ErrorCode.INVALID_REQUEST, f"No principal named {name!r}")
+        # Its SCRAM passwords go with its token: a principal created again under the name starts without.
+        scram_sql.scram_delete_all(conn, name)
         sql.security_version_bump(conn)
     return stored
 
@@ -214,17 +219,24 @@ class Snapshot:
     by_token_id: Mapping[str, StoredPrincipal]  # active principals only
     acls: Mapping[str, tuple[AclBinding, ...]]  # per principal, ``*``'s ACLs included
     wildcard: tuple[AclBinding, ...]
+    # SCRAM credentials by (principal, mechanism), active principals only.
+    scram: Mapping[tuple[str, str], tuple[StoredPrincipal, ScramCredential]] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, version: int, principals: Iterable[StoredPrincipal], acls: Iterable[AclBinding]) -> "Snapshot":
+    def load(
+        cls, version: int, principals: Iterable[StoredPrincipal], acls: Iterable[AclBinding],
+        scram: Iterable[tuple[str, ScramCredential]] = (),
+    ) -> "Snapshot":
         active = {p.token_id: p for p in principals if p.revoked_at_ms is None}
+        by_name = {p.name: p for p in active.values()}
+        credentials = {(name, c.mechanism): (by_name[name], c) for name, c in scram if name in by_name}
         everyone = tuple(a for a in acls if a.principal == WILDCARD)
         own: dict[str, list[AclBinding]] = {}
         for a in acls:
             if a.principal != WILDCARD:
                 own.setdefault(a.principal, []).append(a)
         merged = {p.name: tuple(own.get(p.name, ())) + everyone for p in active.values()}
-        return cls(version, active, merged, everyone)
+        return cls(version, active, merged, everyone, credentials)
 
     def acls_of(self, principal: str) -> tuple[AclBinding, ...]:
         return self.acls.get(principal, self.wildcard)
@@ -253,7 +265,7 @@ class Authorizer:
             version = sql.security_version_get(conn)
             if self._snapshot is not None and self._snapshot.version == version:
                 return False
-            snapshot = Snapshot.load(version, sql.principal_list(conn), sql.acl_list(conn))
+            snapshot = Snapshot.load(version, sql.principal_list(conn), sql.acl_list(conn), scram_sql.scram_list(conn))
         with self._lock:
             self._snapshot = snapshot
             self._decisions = {}
@@ -312,6 +324,10 @@ class Authorizer:
 
     def principal_by_token_id(self, token_id: str) -> StoredPrincipal | None:
         return self.snapshot().by_token_id.get(token_id)
+
+    def scram_credential(self, name: str, mechanism: str) -> tuple[StoredPrincipal, ScramCredential] | None:
+        """The active principal ``name`` and its credential for the SCRAM ``mechanism``, if it has one."""
+        return self.snapshot().scram.get((name, mechanism))
 
     # authorization
 

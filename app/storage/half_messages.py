@@ -115,14 +115,16 @@ def half_message_insert(conn: Connection, stored: StoredHalfMessage) -> bool:
     return row is not None
 
 
+_HALF_GET = text("SELECT " + _HALF_COLUMNS + " FROM txlog.half_messages h WHERE h.transaction_id = :tid")
+_HALF_GET_LOCKED = text("SELECT " + _HALF_COLUMNS + " FROM txlog.half_messages h WHERE h.transaction_id = :tid FOR UPDATE")
+
+
 def half_message_get(conn: Connection, transaction_id: str, for_update: bool = False) -> StoredHalfMessage | None:
     """One half message; with ``for_update`` its row lock, which every decision takes (waiting for
     a racing one, then reading what it decided)."""
-    lock = " FOR UPDATE" if for_update else ""
-    row = conn.execute(
-        text(f"SELECT {_HALF_COLUMNS} FROM txlog.half_messages h WHERE h.transaction_id = :tid{lock}"), {"tid": transaction_id}
-    ).first()
+    row = conn.execute(_HALF_GET_LOCKED if for_update else _HALF_GET, {"tid": transaction_id}).first()
     return _half(row) if row else None
+
 
 
 def half_message_decide(conn: Connection, msg: HalfMessage) -> None:

@@ -79,34 +79,41 @@ def txn_read(transactional_id: str) -> Statement[TxnMetadata | None]:
     return Statement(TXN_READ, {"tid": transactional_id}, lambda row: txn_from_row(row) if row else None)
 
 
+# The version as of the statement's snapshot: when the row lock was waited for while another
+# transition committed, PostgreSQL re-reads the locked row but not the members, which are from
+# before that transition. ``txn_get`` reads again when the two differ, now that the lock is held.
+_LOCKED_VERSION = ", (SELECT s.version FROM txlog.transactions s WHERE s.transactional_id = t.transactional_id)"
+TXN_READ_LOCKED = (
+    "SELECT " + TXN_COLUMNS + _LOCKED_VERSION + " FROM txlog.transactions t "
+    "WHERE t.transactional_id = %(tid)s FOR UPDATE OF t"
+)
+TXN_READ_LOCKED_ASKED = (
+    "SELECT " + TXN_COLUMNS_ASKED_MEMBERS + _LOCKED_VERSION + " FROM txlog.transactions t "
+    "WHERE t.transactional_id = %(tid)s FOR UPDATE OF t"
+)
+
+
 def txn_get(
     conn: Connection,
     transactional_id: str,
     for_update: bool = False,
-    skip_locked: bool = False,
     partitions: Sequence[TopicPartition] | None = None,
     groups: Sequence[str] | None = None,
 ) -> TxnMetadata | None:
-    """A transactional id's state. Its partitions and groups are all of them, or with
-    ``partitions``/``groups`` only those of them asked for (what a produce or an offset commit
-    needs to know: is this one already in the transaction?) — a read that does not grow with the
-    transaction. Every transactional produce and EndTxn starts here: it runs on the driver, rows
-    as plain tuples."""
-    lock = " FOR UPDATE OF t" + (" SKIP LOCKED" if skip_locked else "") if for_update else ""
+    """A transactional id's state, with ``for_update`` under its row lock. Locked, its partitions
+    and groups can be only those of them asked for (``partitions``/``groups``: what a produce or an
+    offset commit needs to know, is this one already in the transaction?) — a read that does not
+    grow with the transaction. Every transactional produce and EndTxn starts here: it runs on the
+    driver, rows as plain tuples."""
     asked = partitions is not None or groups is not None
-    # The version as of the statement's snapshot: when we waited for the row lock while another
-    # transition committed, PostgreSQL re-reads the locked row but not the members, which are from
-    # before that transition. Read again, now that the lock is held.
-    seen = ", (SELECT s.version FROM txlog.transactions s WHERE s.transactional_id = t.transactional_id)" if for_update else ""
-    statement = (
-        f"SELECT {TXN_COLUMNS_ASKED_MEMBERS if asked else TXN_COLUMNS}{seen} FROM txlog.transactions t "
-        f"WHERE t.transactional_id = %(tid)s{lock}"
-    )
+    if asked and not for_update:
+        raise ValueError("only a locked read asks for some members")
     params: dict[str, object] = {"tid": transactional_id}
     if asked:
         params.update(
             m_topics=[t for t, _ in partitions or ()], m_parts=[p for _, p in partitions or ()], m_groups=list(groups or ())
         )
+    statement = (TXN_READ_LOCKED_ASKED if asked else TXN_READ_LOCKED) if for_update else TXN_READ
     pg = driver(conn)
     row = pg.execute(statement, params).fetchone()
     if row is not None and for_update and row[-1] != row[5]:

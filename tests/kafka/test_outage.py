@@ -5,8 +5,8 @@ cannot reach its storage; and the same connection served again once PostgreSQL i
   leaders (each partition LEADER_NOT_AVAILABLE), any other topic LEADER_NOT_AVAILABLE;
 - Produce, Fetch, ListOffsets, DeleteRecords and OffsetForLeaderEpoch: KAFKA_STORAGE_ERROR per
   partition (a log directory offline); DescribeLogDirs its one log directory KAFKA_STORAGE_ERROR;
-- CreateTopics, CreatePartitions, DeleteTopics and the config APIs: REQUEST_TIMED_OUT per topic
-  or resource (a controller that did not answer in time);
+- CreateTopics, CreatePartitions, DeleteTopics, the config APIs and the SCRAM credential APIs:
+  REQUEST_TIMED_OUT per topic, resource or user (a controller that did not answer in time);
 - reads of a group coordinator's state (OffsetFetch, DescribeGroups, ListGroups) and of the
   transaction coordinator's (ListTransactions, DescribeTransactions): COORDINATOR_LOAD_IN_PROGRESS,
   OffsetFetch v2-3's on every partition asked for too;
@@ -261,6 +261,10 @@ OUTAGE: dict[int, Callable[[RawConnection, dict], None]] = {
             "topics": [{"name": TOPIC, "partition_indexes": [0]}],
         }]}).markers for t in m.topics for p in t.partitions], STORAGE,
     ),
+    ApiKey.DescribeUserScramCredentials: lambda raw, s: assert_code(
+        raw.request(ApiKey.DescribeUserScramCredentials, 0, {"users": None}).error_code, TIMED_OUT
+    ),
+    ApiKey.AlterUserScramCredentials: lambda raw, s: _alter_outage(raw),  # per user
     # Without ACLs (this gateway's TXLOG_AUTH=none) the ACL APIs answer SECURITY_DISABLED from
     # memory; with them, REQUEST_TIMED_OUT while the database is away (tests/kafka/test_acls.py).
     ApiKey.DescribeAcls: lambda raw, s: assert_code(raw.request(ApiKey.DescribeAcls, 3, {
@@ -280,6 +284,14 @@ OUTAGE: dict[int, Callable[[RawConnection, dict], None]] = {
 
 def assert_code(got: int, expected: int) -> None:
     assert got == expected, f"answered {E_NAMES.get(got, got)}, not {E_NAMES.get(expected, expected)}"
+
+
+def _alter_outage(raw: RawConnection) -> None:
+    results = raw.request(ApiKey.AlterUserScramCredentials, 0, {
+        "deletions": [{"name": "gone", "mechanism": 1}],
+        "upsertions": [{"name": "outage-user", "mechanism": 2, "iterations": 4096, "salt": b"s", "salted_password": b"p" * 64}],
+    }).results
+    assert sorted((r.user, r.error_code) for r in results) == [("gone", TIMED_OUT), ("outage-user", TIMED_OUT)], results
 
 
 def assert_codes(got: list, expected: Any) -> None:

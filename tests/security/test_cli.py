@@ -76,3 +76,46 @@ def test_principals_and_acls_from_the_command_line(db_url: str, capsys: pytest.C
             auth.authenticate(created["token"])
     finally:
         db.dispose()
+
+
+def test_scram_passwords_from_the_command_line(
+    db_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``txlog principals scram set`` reads the password from stdin (never an argument), creates
+    the principal when there is none, and the credential signs in; ``list`` shows mechanisms and
+    iterations, never keys; ``delete`` removes one mechanism's."""
+    import io
+
+    from app.services import sasl
+    from tests.unit.test_scram import kafka_python_scram_client
+
+    ScramClient = kafka_python_scram_client()
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("s3cret pass\n"))
+    code, _, err = run(capsys, "principals", "scram", "set", "User:scram-cli", "--mechanism", "scram-sha-512", "--iterations", "8192", "--database-url", db_url)
+    assert code == 0, err
+    monkeypatch.setattr("sys.stdin", io.StringIO("other\n"))
+    assert run(capsys, "principals", "scram", "set", "scram-cli", "--mechanism", "SCRAM-SHA-256", "--database-url", db_url)[0] == 0
+    monkeypatch.setattr("sys.stdin", io.StringIO("x\n"))
+    code, _, err = run(capsys, "principals", "scram", "set", "scram-cli", "--mechanism", "SCRAM-SHA-256", "--iterations", "100", "--database-url", db_url)
+    assert code == 1 and "UNACCEPTABLE_CREDENTIAL" in err
+
+    code, out, _ = run(capsys, "principals", "list", "--json", "--database-url", db_url)
+    listed = {p["name"]: p["scram"] for p in json.loads(out)["principals"]}
+    assert listed["scram-cli"] == [{"mechanism": "SCRAM-SHA-256", "iterations": 4096}, {"mechanism": "SCRAM-SHA-512", "iterations": 8192}]
+    code, out, _ = run(capsys, "principals", "list", "--database-url", db_url)
+    assert "SCRAM-SHA-512 (8192 iterations)" in out
+
+    db = Database(db_url, pool_size=1)
+    try:
+        client = ScramClient("scram-cli", "s3cret pass", "SCRAM-SHA-512")
+        exchange = sasl.start("SCRAM-SHA-512", Authorizer(db))
+        client.process_server_first_message(exchange.respond(client.first_message()))
+        client.process_server_final_message(exchange.respond(client.final_message()))
+        assert exchange.principal is not None and exchange.principal.name == "scram-cli"
+    finally:
+        db.dispose()
+
+    assert run(capsys, "principals", "scram", "delete", "scram-cli", "--mechanism", "SCRAM-SHA-512", "--database-url", db_url)[0] == 0
+    code, _, err = run(capsys, "principals", "scram", "delete", "scram-cli", "--mechanism", "SCRAM-SHA-512", "--database-url", db_url)
+    assert code == 1 and "RESOURCE_NOT_FOUND" in err

@@ -46,7 +46,7 @@ T = TypeVar("T")
 # - reads of a group or transaction coordinator's state: COORDINATOR_LOAD_IN_PROGRESS, a coordinator loading;
 # - writes to a group or transaction coordinator: COORDINATOR_NOT_AVAILABLE, as Kafka maps its own
 #   storage timeouts there;
-# - a topic to create, grow or delete, and topic configs: REQUEST_TIMED_OUT, a controller that did
+# - a topic to create, grow or delete, topic configs and SCRAM credentials: REQUEST_TIMED_OUT, a controller that did
 #   not answer in time; so are the ACLs to describe, create or delete (their checks are answered
 #   from the authorizer's snapshot, kept while the database is away).
 # ApiVersions, FindCoordinator and the classic group membership answer from memory, and Metadata
@@ -79,6 +79,8 @@ _STORAGE_AWAY = {
     ApiKey.DescribeTransactions: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
     ApiKey.DescribeProducers: ErrorCode.KAFKA_STORAGE_ERROR,
     ApiKey.WriteTxnMarkers: ErrorCode.KAFKA_STORAGE_ERROR,
+    ApiKey.DescribeUserScramCredentials: ErrorCode.REQUEST_TIMED_OUT,
+    ApiKey.AlterUserScramCredentials: ErrorCode.REQUEST_TIMED_OUT,
     ApiKey.DescribeAcls: ErrorCode.REQUEST_TIMED_OUT,
     ApiKey.CreateAcls: ErrorCode.REQUEST_TIMED_OUT,
     ApiKey.DeleteAcls: ErrorCode.REQUEST_TIMED_OUT,
