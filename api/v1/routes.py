@@ -372,8 +372,12 @@ def list_transactions(
 
 
 @router.get("/transactions/{tid}", dependencies=[Depends(requires(Api.DESCRIBE_TRANSACTIONS))], response_model=s.TxnDescription, responses=errors(400, 404), tags=["transactions"])
-def describe_transaction(tid: str, b: Broker = Depends(broker)) -> dict:
-    return txn_json(transactions.describe(b, tid), b)
+def describe_transaction(tid: str, request: Request, b: Broker = Depends(broker)) -> dict:
+    """The transaction's partitions of topics the principal may not Describe are left out, as Kafka's
+    DescribeTransactions leaves them out."""
+    described = txn_json(transactions.describe(b, tid), b)
+    described["partitions"] = visible(request, Api.DESCRIBE_TRANSACTIONS, described["partitions"], lambda p: p["topic"])
+    return described
 
 
 @router.get("/transactions/{tid}/events", dependencies=[Depends(requires(Api.DESCRIBE_TRANSACTIONS))], response_model=s.TxnEvents, responses=errors(400, 404), tags=["transactions"])

@@ -375,9 +375,20 @@ def test_list_groups_and_list_transactions_show_only_what_may_be_described(doors
         for group in (mine, theirs):
             admin.request(ApiKey.OffsetCommit, 8, {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
                                                    "group_instance_id": None, "retention_time_ms": -1, "topics": []})
+        producers = {}
         for tid in (tid_mine, tid_theirs):
-            assert admin.request(ApiKey.InitProducerId, 4, {"transactional_id": tid, "transaction_timeout_ms": 60_000,
-                                                            "producer_id": -1, "producer_epoch": -1}).error_code == 0
+            got = admin.request(ApiKey.InitProducerId, 4, {"transactional_id": tid, "transaction_timeout_ms": 60_000,
+                                                           "producer_id": -1, "producer_epoch": -1})
+            assert got.error_code == 0
+            producers[tid] = got
+        # kim's transaction in flight on a topic kim may describe and one it may not
+        seen_topic, unseen_topic = doors.topic("kim-seen"), doors.topic("kim-unseen")
+        added = admin.request(ApiKey.AddPartitionsToTxn, 3, {
+            "v3_and_below_transactional_id": tid_mine, "v3_and_below_producer_id": producers[tid_mine].producer_id,
+            "v3_and_below_producer_epoch": producers[tid_mine].producer_epoch,
+            "v3_and_below_topics": [{"name": seen_topic, "partitions": [0]}, {"name": unseen_topic, "partitions": [0]}],
+        })
+        assert [r.partition_error_code for t in added.results_by_topic_v3_and_below for r in t.results_by_partition] == [0, 0]
     from app.domain.groups.offsets import GroupOffset
     from app.services import groups as groups_service
 
@@ -386,6 +397,7 @@ def test_list_groups_and_list_transactions_show_only_what_may_be_described(doors
         groups_service.offset_commit(doors.broker, group, [GroupOffset(topic, 0, 0, "", -1)])
     doors.grant(kim, R.GROUP, mine, O.READ)
     doors.grant(kim, R.TRANSACTIONAL_ID, tid_mine, O.DESCRIBE)
+    doors.grant(kim, R.TOPIC, "kim-seen-", O.DESCRIBE, prefixed=True)
     with doors.signed_in(kim, token) as conn:
         def groups() -> list[str]:
             return sorted(g.group_id for g in conn.request(ApiKey.ListGroups, 4, {"states_filter": []}).groups)
@@ -396,6 +408,9 @@ def test_list_groups_and_list_transactions_show_only_what_may_be_described(doors
         assert [(t.transactional_id, t.error_code) for t in described] == [
             (tid_mine, 0), (tid_theirs, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED.kafka_code),
         ]
+        assert [(t.topic, t.partitions) for t in described[0].topics] == [(seen_topic, [0])]
+        with doors.http(token) as http:  # the HTTP API leaves out the same partition
+            assert http.get(f"/v1/transactions/{tid_mine}").json()["partitions"] == [{"topic": seen_topic, "partition": 0}]
         groups_described = conn.request(ApiKey.DescribeGroups, 5, {"groups": [mine, theirs], "include_authorized_operations": True}).groups
         assert sorted((g.group_id, g.error_code) for g in groups_described) == sorted(
             [(mine, 0), (theirs, E.GROUP_AUTHORIZATION_FAILED.kafka_code)])
