@@ -86,6 +86,9 @@ APIS: tuple[Api, ...] = (
     Api(ApiKey.AlterUserScramCredentials, 0, 0, "api.kafka.handlers.scram:handle_alter_user_scram_credentials"),
     Api(ApiKey.DescribeClientQuotas, 0, 1, "api.kafka.handlers.quotas:handle_describe_client_quotas"),
     Api(ApiKey.AlterClientQuotas, 0, 1, "api.kafka.handlers.quotas:handle_alter_client_quotas"),  # user and client-id entities
+    Api(ApiKey.DescribeAcls, 0, 3, "api.kafka.handlers.acls:handle_describe_acls"),  # v1+ pattern types; SECURITY_DISABLED without ACLs
+    Api(ApiKey.CreateAcls, 0, 3, "api.kafka.handlers.acls:handle_create_acls"),
+    Api(ApiKey.DeleteAcls, 0, 3, "api.kafka.handlers.acls:handle_delete_acls"),
 )
 
 BY_KEY: dict[int, Api] = {api.api_key: api for api in APIS}

@@ -336,10 +336,10 @@ def add_partitions_to_txn(tid: str, body: s.AddPartitionsBody, request: Request,
     return txn_json(meta, b)
 
 
-@router.post("/transactions/{tid}/offsets", dependencies=[Depends(requires(Api.ADD_OFFSETS_TO_TXN, names_in_body=True))], response_model=s.TxnDescription, responses=errors(400, 404, 409, 413, 429), tags=["transactions"])
+@router.post("/transactions/{tid}/offsets", dependencies=[Depends(requires(Api.TXN_OFFSET_COMMIT, names_in_body=True))], response_model=s.TxnDescription, responses=errors(400, 404, 409, 413, 429), tags=["transactions"])
 def txn_offset_commit(tid: str, body: s.TxnOffsetsBody, request: Request, b: Broker = Depends(broker)) -> dict:
     authorize(
-        request, Api.ADD_OFFSETS_TO_TXN,
+        request, Api.TXN_OFFSET_COMMIT,
         {"transactional_id": tid, "group": body.group_id, "topics": sorted({o.topic for o in body.offsets})},
     )
     meta = transactions.txn_offset_commit(
@@ -385,8 +385,12 @@ def list_transactions(
 
 
 @router.get("/transactions/{tid}", dependencies=[Depends(requires(Api.DESCRIBE_TRANSACTIONS))], response_model=s.TxnDescription, responses=errors(400, 404), tags=["transactions"])
-def describe_transaction(tid: str, b: Broker = Depends(broker)) -> dict:
-    return txn_json(transactions.describe(b, tid), b)
+def describe_transaction(tid: str, request: Request, b: Broker = Depends(broker)) -> dict:
+    """The transaction's partitions of topics the principal may not Describe are left out, as Kafka's
+    DescribeTransactions leaves them out."""
+    described = txn_json(transactions.describe(b, tid), b)
+    described["partitions"] = visible(request, Api.DESCRIBE_TRANSACTIONS, described["partitions"], lambda p: p["topic"])
+    return described
 
 
 @router.get("/transactions/{tid}/events", dependencies=[Depends(requires(Api.DESCRIBE_TRANSACTIONS))], response_model=s.TxnEvents, responses=errors(400, 404), tags=["transactions"])

@@ -29,7 +29,9 @@ from app.services import Broker, security
 router = APIRouter(prefix="/v1", tags=["security"])
 
 ResourceTypeName = Literal["topic", "group", "transactional_id", "cluster"]
-OperationName = Literal["All", "Read", "Write", "Create", "Delete", "Alter", "Describe", "IdempotentWrite"]
+OperationName = Literal[
+    "All", "Read", "Write", "Create", "Delete", "Alter", "Describe", "IdempotentWrite", "DescribeConfigs", "AlterConfigs", "ClusterAction",
+]
 
 
 def broker(request: Request) -> Broker:

@@ -9,7 +9,8 @@ The rules (Kafka's ``AclAuthorizer`` / ``StandardAuthorizer``):
   matches every resource of its type) or PREFIXED (every name starting with it).
 - DENY wins: one matching DENY refuses the operation whatever ALLOWs match.
 - An ACL for ``All`` matches every operation, for ALLOW and DENY alike.
-- Describe is implied by an ALLOW of Read, Write, Delete or Alter (a DENY is never widened).
+- Describe is implied by an ALLOW of Read, Write, Delete or Alter, and DescribeConfigs by an ALLOW
+  of AlterConfigs (a DENY is never widened).
 - Nothing matches: refused (no ``allow.everyone.if.no.acl.found``).
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Protocol, Sequence
 
 from app.domain.records import MAX_STRING_LENGTH
 
@@ -70,6 +71,11 @@ WILDCARD = "*"
 
 # An ALLOW of any of these also allows Describe on the same resource.
 IMPLIES_DESCRIBE = frozenset({Operation.READ, Operation.WRITE, Operation.DELETE, Operation.ALTER})
+# An ALLOW of an operation of a value also allows its key (Kafka's AclAuthorizer/StandardAuthorizer).
+IMPLIED_BY: Mapping[Operation, frozenset[Operation]] = {
+    Operation.DESCRIBE: IMPLIES_DESCRIBE,
+    Operation.DESCRIBE_CONFIGS: frozenset({Operation.ALTER_CONFIGS}),
+}
 
 PRINCIPAL_NAME = re.compile(r"^[A-Za-z0-9._@-]{1,128}$")
 RESOURCE_NAME_MAX = MAX_STRING_LENGTH
@@ -110,14 +116,10 @@ class AclBinding:
         return self.resource_name == name or self.resource_name == WILDCARD
 
     def covers(self, operation: Operation) -> bool:
-        """The ACL speaks of ``operation``: its own, All, or (ALLOW only) an implied Describe."""
+        """The ACL speaks of ``operation``: its own, All, or (ALLOW only) one it implies (``IMPLIED_BY``)."""
         if self.operation is operation or self.operation is Operation.ALL:
             return True
-        return (
-            self.permission is PermissionType.ALLOW
-            and operation is Operation.DESCRIBE
-            and self.operation in IMPLIES_DESCRIBE
-        )
+        return self.permission is PermissionType.ALLOW and self.operation in IMPLIED_BY.get(operation, ())
 
 
 def validate_binding(b: AclBinding) -> str | None:
@@ -146,34 +148,79 @@ def authorize(acls: Iterable[AclBinding], operation: Operation, resource_type: R
     return allowed
 
 
+def authorize_any(acls: Iterable[AclBinding], operation: Operation, resource_type: ResourceType) -> bool:
+    """Kafka's ``authorizeByResourceType``: may the principal do ``operation`` on SOME resource of
+    ``resource_type``? Yes when an ALLOW (its own operation or All) names a resource that no DENY
+    covers: the literal ``*`` (unless a DENY of ``*`` exists, which refuses everything), a literal
+    name denied neither literally nor by a denied prefix of it, or a prefix no shorter denied
+    prefix covers. Implied operations do not count here, as in Kafka."""
+    denied_literal: set[str] = set()
+    denied_prefixes: set[str] = set()
+    allowed: list[AclBinding] = []
+    for acl in acls:
+        if acl.resource_type is not resource_type or acl.operation not in (operation, Operation.ALL):
+            continue
+        if acl.permission is PermissionType.DENY:
+            if acl.pattern_type is PatternType.LITERAL and acl.resource_name == WILDCARD:
+                return False
+            (denied_literal if acl.pattern_type is PatternType.LITERAL else denied_prefixes).add(acl.resource_name)
+        else:
+            allowed.append(acl)
+    for acl in allowed:
+        name = acl.resource_name
+        if acl.pattern_type is PatternType.LITERAL and name == WILDCARD:
+            return True
+        if acl.pattern_type is PatternType.LITERAL and name in denied_literal:
+            continue
+        if not any(name[:n] in denied_prefixes for n in range(1, len(name) + 1)):
+            return True
+    return False
+
+
 # --- which operation on which resource each API needs ---------------------------------------------
 
 
 class Api(Enum):
-    """The requests of txlog's API, named as Kafka's where Kafka has one."""
+    """The requests of txlog's two doors, named as Kafka's where Kafka has one. The HTTP routes name
+    theirs in ``api.v1``; the Kafka gateway's API keys are mapped to theirs in ``KAFKA_APIS``."""
 
-    CREATE_TOPICS = "CreateTopics"
+    CREATE_TOPICS = "CreateTopics"  # and Metadata's auto-creation
     LIST_TOPICS = "ListTopics"  # Metadata without topics
-    DESCRIBE_TOPIC = "DescribeTopic"  # Metadata, ListOffsets
-    ALTER_TOPIC_CONFIGS = "IncrementalAlterConfigs"
+    DESCRIBE_TOPIC = "DescribeTopic"  # Metadata, ListOffsets, DescribeTopicPartitions
+    ALTER_TOPIC_CONFIGS = "IncrementalAlterConfigs"  # and AlterConfigs, of a TOPIC resource
+    ALTER_BROKER_CONFIGS = "AlterBrokerConfigs"  # AlterConfigs, IncrementalAlterConfigs of a BROKER resource
+    DESCRIBE_TOPIC_CONFIGS = "DescribeConfigs"  # of a TOPIC resource; the configs CreateTopics answers
+    DESCRIBE_BROKER_CONFIGS = "DescribeBrokerConfigs"  # DescribeConfigs of a BROKER resource
     CREATE_PARTITIONS = "CreatePartitions"
     DELETE_TOPICS = "DeleteTopics"
     DELETE_RECORDS = "DeleteRecords"
-    PRODUCE = "Produce"  # plain: no producer id
-    PRODUCE_IDEMPOTENT = "ProduceIdempotent"  # producer id, no transactional id
+    PRODUCE = "Produce"  # plain; on the wire idempotent too (Kafka 3+, KIP-679)
+    PRODUCE_IDEMPOTENT = "ProduceIdempotent"  # HTTP: producer id, no transactional id
     PRODUCE_TRANSACTIONAL = "ProduceTransactional"
     FETCH = "Fetch"
-    INIT_PRODUCER_ID = "InitProducerId"  # without a transactional id
+    OFFSET_FOR_LEADER_EPOCH = "OffsetForLeaderEpoch"
+    INIT_PRODUCER_ID = "InitProducerId"  # HTTP, without a transactional id
+    INIT_IDEMPOTENT_PRODUCER_ID = "InitProducerIdIdempotent"  # the wire, without a transactional id (KIP-679)
     INIT_TRANSACTIONAL_PRODUCER_ID = "InitProducerIdTransactional"
     ADD_PARTITIONS_TO_TXN = "AddPartitionsToTxn"
-    ADD_OFFSETS_TO_TXN = "AddOffsetsToTxn"  # with TxnOffsetCommit: one request here
+    ADD_OFFSETS_TO_TXN = "AddOffsetsToTxn"
+    TXN_OFFSET_COMMIT = "TxnOffsetCommit"  # HTTP: with AddOffsetsToTxn, one request
     END_TXN = "EndTxn"
+    WRITE_TXN_MARKERS = "WriteTxnMarkers"
+    FIND_GROUP_COORDINATOR = "FindCoordinatorGroup"
+    FIND_TRANSACTION_COORDINATOR = "FindCoordinatorTransaction"
     DESCRIBE_TRANSACTIONS = "DescribeTransactions"
     LIST_TRANSACTIONS = "ListTransactions"
     ABORT_TRANSACTION = "AbortTransaction"  # kafka-transactions.sh abort (by transactional id or partition)
-    DESCRIBE_PRODUCERS = "DescribeProducers"  # open transactions, find-hanging
+    DESCRIBE_PRODUCERS = "DescribeProducersAll"  # HTTP: open transactions, find-hanging, a partition's producers
+    DESCRIBE_TOPIC_PRODUCERS = "DescribeProducers"  # the wire: a topic's partitions' producers
+    JOIN_GROUP = "JoinGroup"
+    SYNC_GROUP = "SyncGroup"
+    HEARTBEAT = "Heartbeat"
+    LEAVE_GROUP = "LeaveGroup"
     OFFSET_COMMIT = "OffsetCommit"
     OFFSET_FETCH = "OffsetFetch"
+    OFFSET_DELETE = "OffsetDelete"
     LIST_GROUPS = "ListGroups"
     DESCRIBE_GROUPS = "DescribeGroups"
     DELETE_GROUPS = "DeleteGroups"
@@ -185,13 +232,24 @@ class Api(Enum):
     LIST_HALF_MESSAGES = "ListHalfMessages"
     DESCRIBE_ACLS = "DescribeAcls"  # and the principals
     ALTER_ACLS = "AlterAcls"  # CreateAcls, DeleteAcls, principals created and revoked
-    DESCRIBE_CLUSTER = "DescribeCluster"  # metrics, the admin pages
+    DESCRIBE_CLUSTER = "DescribeCluster"  # HTTP: metrics, the admin pages (the wire checks nothing: KAFKA_APIS)
+    DESCRIBE_LOG_DIRS = "DescribeLogDirs"
+    DESCRIBE_USER_SCRAM_CREDENTIALS = "DescribeUserScramCredentials"
+    ALTER_USER_SCRAM_CREDENTIALS = "AlterUserScramCredentials"
+    DESCRIBE_CLIENT_QUOTAS = "DescribeClientQuotas"
+    ALTER_CLIENT_QUOTAS = "AlterClientQuotas"
+    UNCHECKED = "Unchecked"  # ApiVersions, SaslHandshake, SaslAuthenticate, the wire's DescribeCluster
+
+
+# ``Check.name_from`` for "some resource of the type": Kafka's ``authorizeByResourceType``.
+SOME = "*some*"
 
 
 @dataclass(frozen=True)
 class Check:
     """``operation`` on the resource of ``resource_type`` named by the request's ``name_from``
-    (``topic``, ``topics``: each of several, ``group``, ``transactional_id``; None: the cluster)."""
+    (``topic``, ``topics``: each of several, ``group``, ``transactional_id``; None: the cluster;
+    ``SOME``: any one resource of the type)."""
 
     resource_type: ResourceType
     operation: Operation
@@ -205,30 +263,51 @@ def _on(rt: ResourceType, op: Operation, name_from: str | None) -> tuple[Check, 
 T, G, X, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID, ResourceType.CLUSTER
 O = Operation
 
-# Each API: a tuple of rules, each rule a tuple of checks of which one suffices. Every rule must pass.
+# Each API: a tuple of rules, each rule a tuple of checks of which one suffices. Every rule must pass;
+# a rule refused is answered the error of its last check's resource type, as Kafka answers it.
+# The rules are Kafka's (``KafkaApis``, ``AuthHelper``, ``AclApis``): the gateway checks a request's
+# single names (its transactional id, its group) for the whole request, and each topic, and each
+# group or transactional id of a request naming several, item by item (``request_denied``,
+# ``item_denied``), answering Kafka's error in the item's place. The HTTP API, one resource per
+# request, refuses the request (``check_api``).
 REQUIRED: Mapping[Api, tuple[tuple[Check, ...], ...]] = {
     Api.CREATE_TOPICS: ((Check(C, O.CREATE), Check(T, O.CREATE, "topic")),),
     Api.LIST_TOPICS: (),
     Api.DESCRIBE_TOPIC: (_on(T, O.DESCRIBE, "topic"),),
-    Api.ALTER_TOPIC_CONFIGS: (_on(T, O.ALTER, "topic"),),
+    Api.ALTER_TOPIC_CONFIGS: (_on(T, O.ALTER_CONFIGS, "topic"),),
+    Api.ALTER_BROKER_CONFIGS: (_on(C, O.ALTER_CONFIGS, None),),
+    Api.DESCRIBE_TOPIC_CONFIGS: (_on(T, O.DESCRIBE_CONFIGS, "topic"),),
+    Api.DESCRIBE_BROKER_CONFIGS: (_on(C, O.DESCRIBE_CONFIGS, None),),
     Api.CREATE_PARTITIONS: (_on(T, O.ALTER, "topic"),),
     Api.DELETE_TOPICS: (_on(T, O.DELETE, "topic"),),
     Api.DELETE_RECORDS: (_on(T, O.DELETE, "topic"),),
     Api.PRODUCE: (_on(T, O.WRITE, "topic"),),
     Api.PRODUCE_IDEMPOTENT: (_on(C, O.IDEMPOTENT_WRITE, None), _on(T, O.WRITE, "topic")),
     Api.PRODUCE_TRANSACTIONAL: (_on(X, O.WRITE, "transactional_id"), _on(T, O.WRITE, "topic")),
-    Api.FETCH: (_on(T, O.READ, "topic"),),
+    Api.FETCH: (_on(T, O.READ, "topic"),),  # a follower's fetch (ClusterAction) is not served
+    Api.OFFSET_FOR_LEADER_EPOCH: ((Check(C, O.CLUSTER_ACTION), Check(T, O.DESCRIBE, "topic")),),
     Api.INIT_PRODUCER_ID: (_on(C, O.IDEMPOTENT_WRITE, None),),
+    Api.INIT_IDEMPOTENT_PRODUCER_ID: ((Check(T, O.WRITE, SOME), Check(C, O.IDEMPOTENT_WRITE)),),
     Api.INIT_TRANSACTIONAL_PRODUCER_ID: (_on(X, O.WRITE, "transactional_id"),),
     Api.ADD_PARTITIONS_TO_TXN: (_on(X, O.WRITE, "transactional_id"), _on(T, O.WRITE, "topics")),
-    Api.ADD_OFFSETS_TO_TXN: (_on(X, O.WRITE, "transactional_id"), _on(G, O.READ, "group"), _on(T, O.READ, "topics")),
+    Api.ADD_OFFSETS_TO_TXN: (_on(X, O.WRITE, "transactional_id"), _on(G, O.READ, "group")),
+    Api.TXN_OFFSET_COMMIT: (_on(X, O.WRITE, "transactional_id"), _on(G, O.READ, "group"), _on(T, O.READ, "topics")),
     Api.END_TXN: (_on(X, O.WRITE, "transactional_id"),),
+    Api.WRITE_TXN_MARKERS: (_on(C, O.CLUSTER_ACTION, None),),
+    Api.FIND_GROUP_COORDINATOR: (_on(G, O.DESCRIBE, "group"),),
+    Api.FIND_TRANSACTION_COORDINATOR: (_on(X, O.DESCRIBE, "transactional_id"),),
     Api.DESCRIBE_TRANSACTIONS: (_on(X, O.DESCRIBE, "transactional_id"),),
     Api.LIST_TRANSACTIONS: (),
     Api.ABORT_TRANSACTION: (_on(C, O.ALTER, None),),
     Api.DESCRIBE_PRODUCERS: (_on(C, O.DESCRIBE, None),),
+    Api.DESCRIBE_TOPIC_PRODUCERS: (_on(T, O.READ, "topic"),),
+    Api.JOIN_GROUP: (_on(G, O.READ, "group"),),
+    Api.SYNC_GROUP: (_on(G, O.READ, "group"),),
+    Api.HEARTBEAT: (_on(G, O.READ, "group"),),
+    Api.LEAVE_GROUP: (_on(G, O.READ, "group"),),
     Api.OFFSET_COMMIT: (_on(G, O.READ, "group"), _on(T, O.READ, "topics")),
-    Api.OFFSET_FETCH: (_on(G, O.READ, "group"),),
+    Api.OFFSET_FETCH: (_on(G, O.DESCRIBE, "group"),),
+    Api.OFFSET_DELETE: (_on(G, O.DELETE, "group"), _on(T, O.READ, "topics")),
     Api.LIST_GROUPS: (),
     Api.DESCRIBE_GROUPS: (_on(G, O.DESCRIBE, "group"),),
     Api.DELETE_GROUPS: (_on(G, O.DELETE, "group"),),
@@ -241,20 +320,91 @@ REQUIRED: Mapping[Api, tuple[tuple[Check, ...], ...]] = {
     Api.DESCRIBE_ACLS: (_on(C, O.DESCRIBE, None),),
     Api.ALTER_ACLS: (_on(C, O.ALTER, None),),
     Api.DESCRIBE_CLUSTER: (_on(C, O.DESCRIBE, None),),
+    Api.DESCRIBE_LOG_DIRS: (_on(C, O.DESCRIBE, None),),
+    Api.DESCRIBE_USER_SCRAM_CREDENTIALS: (_on(C, O.DESCRIBE, None),),
+    Api.ALTER_USER_SCRAM_CREDENTIALS: (_on(C, O.ALTER, None),),
+    Api.DESCRIBE_CLIENT_QUOTAS: (_on(C, O.DESCRIBE_CONFIGS, None),),
+    Api.ALTER_CLIENT_QUOTAS: (_on(C, O.ALTER_CONFIGS, None),),
+    Api.UNCHECKED: (),
 }
 
-# List APIs answer only the items the principal may see: each item needs this on its resource.
-FILTERED: Mapping[Api, tuple[ResourceType, Operation]] = {
-    Api.LIST_TOPICS: (T, O.DESCRIBE),
-    Api.LIST_TRANSACTIONS: (X, O.DESCRIBE),
-    Api.LIST_GROUPS: (G, O.DESCRIBE),
-    Api.LIST_HALF_MESSAGES: (T, O.READ),
-    Api.OFFSET_FETCH: (T, O.DESCRIBE),  # a group's offsets of the topics the principal may describe
+
+@dataclass(frozen=True)
+class Shown:
+    """What an item of an answer needs to be shown: ``operation`` on its resource of
+    ``resource_type``, unless ``all_with`` passes (then every item is shown)."""
+
+    resource_type: ResourceType
+    operation: Operation
+    all_with: Check | None = None
+
+
+# Answers that show only the items the principal may see: each item needs this on its resource.
+FILTERED: Mapping[Api, Shown] = {
+    Api.LIST_TOPICS: Shown(T, O.DESCRIBE),  # Metadata of every topic, DescribeTopicPartitions of every topic
+    Api.LIST_TRANSACTIONS: Shown(X, O.DESCRIBE),
+    Api.LIST_GROUPS: Shown(G, O.DESCRIBE, all_with=Check(C, O.DESCRIBE)),
+    Api.LIST_HALF_MESSAGES: Shown(T, O.READ),
+    Api.OFFSET_FETCH: Shown(T, O.DESCRIBE),  # a group's offsets of the topics the principal may describe
+    Api.DESCRIBE_TRANSACTIONS: Shown(T, O.DESCRIBE),  # a transaction's partitions
+    Api.CREATE_TOPICS: Shown(T, O.DESCRIBE_CONFIGS),  # the configs of a created topic (else TOPIC_AUTHORIZATION_FAILED)
+}
+
+# Kafka's API keys by Kafka's name, each with the APIs of the table whose rules it reads (an API
+# key served without an entry here is refused by a test: every served key reads this table).
+KAFKA_APIS: Mapping[str, tuple[Api, ...]] = {
+    "Produce": (Api.PRODUCE, Api.PRODUCE_TRANSACTIONAL),
+    "Fetch": (Api.FETCH,),
+    "ListOffsets": (Api.DESCRIBE_TOPIC,),
+    "Metadata": (Api.DESCRIBE_TOPIC, Api.LIST_TOPICS, Api.CREATE_TOPICS),
+    "OffsetCommit": (Api.OFFSET_COMMIT,),
+    "OffsetFetch": (Api.OFFSET_FETCH,),
+    "FindCoordinator": (Api.FIND_GROUP_COORDINATOR, Api.FIND_TRANSACTION_COORDINATOR),
+    "JoinGroup": (Api.JOIN_GROUP,),
+    "Heartbeat": (Api.HEARTBEAT,),
+    "LeaveGroup": (Api.LEAVE_GROUP,),
+    "SyncGroup": (Api.SYNC_GROUP,),
+    "DescribeGroups": (Api.DESCRIBE_GROUPS,),
+    "ListGroups": (Api.LIST_GROUPS,),
+    "SaslHandshake": (Api.UNCHECKED,),
+    "ApiVersions": (Api.UNCHECKED,),
+    "CreateTopics": (Api.CREATE_TOPICS,),
+    "DeleteTopics": (Api.DELETE_TOPICS,),
+    "DeleteRecords": (Api.DELETE_RECORDS,),
+    "InitProducerId": (Api.INIT_IDEMPOTENT_PRODUCER_ID, Api.INIT_TRANSACTIONAL_PRODUCER_ID),
+    "OffsetForLeaderEpoch": (Api.OFFSET_FOR_LEADER_EPOCH,),
+    "AddPartitionsToTxn": (Api.ADD_PARTITIONS_TO_TXN,),
+    "AddOffsetsToTxn": (Api.ADD_OFFSETS_TO_TXN,),
+    "EndTxn": (Api.END_TXN,),
+    "WriteTxnMarkers": (Api.WRITE_TXN_MARKERS,),
+    "TxnOffsetCommit": (Api.TXN_OFFSET_COMMIT,),
+    "DescribeAcls": (Api.DESCRIBE_ACLS,),
+    "CreateAcls": (Api.ALTER_ACLS,),
+    "DeleteAcls": (Api.ALTER_ACLS,),
+    "DescribeConfigs": (Api.DESCRIBE_TOPIC_CONFIGS, Api.DESCRIBE_BROKER_CONFIGS),
+    "AlterConfigs": (Api.ALTER_TOPIC_CONFIGS, Api.ALTER_BROKER_CONFIGS),
+    "DescribeLogDirs": (Api.DESCRIBE_LOG_DIRS,),
+    "SaslAuthenticate": (Api.UNCHECKED,),
+    "CreatePartitions": (Api.CREATE_PARTITIONS,),
+    "DeleteGroups": (Api.DELETE_GROUPS,),
+    "IncrementalAlterConfigs": (Api.ALTER_TOPIC_CONFIGS, Api.ALTER_BROKER_CONFIGS),
+    "OffsetDelete": (Api.OFFSET_DELETE,),
+    "DescribeClientQuotas": (Api.DESCRIBE_CLIENT_QUOTAS,),
+    "AlterClientQuotas": (Api.ALTER_CLIENT_QUOTAS,),
+    "DescribeUserScramCredentials": (Api.DESCRIBE_USER_SCRAM_CREDENTIALS,),
+    "AlterUserScramCredentials": (Api.ALTER_USER_SCRAM_CREDENTIALS,),
+    # Kafka checks nothing for DescribeCluster: its brokers are Metadata's; only its cluster
+    # authorized operations need Describe on the cluster (else 0).
+    "DescribeCluster": (Api.UNCHECKED,),
+    "DescribeProducers": (Api.DESCRIBE_TOPIC_PRODUCERS,),
+    "DescribeTransactions": (Api.DESCRIBE_TRANSACTIONS,),
+    "ListTransactions": (Api.LIST_TRANSACTIONS,),
+    "DescribeTopicPartitions": (Api.DESCRIBE_TOPIC, Api.LIST_TOPICS),
 }
 
 
 def produce_api(producer_id: int | None, transactional_id: str | None) -> Api:
-    """Which produce a batch is: transactional, idempotent or plain."""
+    """Which produce a batch is over HTTP: transactional, idempotent or plain."""
     if transactional_id is not None:
         return Api.PRODUCE_TRANSACTIONAL
     return Api.PRODUCE if producer_id is None else Api.PRODUCE_IDEMPOTENT
@@ -266,7 +416,7 @@ def init_producer_api(transactional_id: str | None) -> Api:
 
 def names_needed(api: Api) -> frozenset[str]:
     """The request names (``topic``, ``group``, …) ``api``'s checks read."""
-    return frozenset(c.name_from for rule in REQUIRED[api] for c in rule if c.name_from is not None)
+    return frozenset(c.name_from for rule in REQUIRED[api] for c in rule if c.name_from not in (None, SOME))
 
 
 @dataclass(frozen=True)
@@ -275,6 +425,28 @@ class Denied:
 
     check: Check
     name: str
+
+
+class Decisions(Protocol):
+    """One principal's answers: may it do ``operation`` on the resource named, on some resource of
+    the type (``authorize_any``)?"""
+
+    def allowed(self, operation: Operation, resource_type: ResourceType, name: str) -> bool: ...
+
+    def allowed_some(self, operation: Operation, resource_type: ResourceType) -> bool: ...
+
+
+@dataclass(frozen=True)
+class AclSet:
+    """``Decisions`` read from one principal's ACLs (``*``'s included), uncached."""
+
+    acls: Sequence[AclBinding]
+
+    def allowed(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        return authorize(self.acls, operation, resource_type, name)
+
+    def allowed_some(self, operation: Operation, resource_type: ResourceType) -> bool:
+        return authorize_any(self.acls, operation, resource_type)
 
 
 def _names(check: Check, names: Mapping[str, str | Sequence[str] | None]) -> Sequence[str]:
@@ -286,20 +458,151 @@ def _names(check: Check, names: Mapping[str, str | Sequence[str] | None]) -> Seq
     return (value,) if isinstance(value, str) else value
 
 
-def check_api(acls: Sequence[AclBinding], api: Api, names: Mapping[str, str | Sequence[str] | None]) -> Denied | None:
-    """None if ``acls`` (one principal's, ``*``'s included) allow the request, else what was refused."""
+def _rule_denied(decide: Decisions, rule: tuple[Check, ...], names: Mapping[str, str | Sequence[str] | None]) -> Denied | None:
+    """None when one of the rule's checks passes for every name it reads, else the last refusal."""
+    failed: Denied | None = None
+    for check in rule:
+        if check.name_from == SOME:
+            if decide.allowed_some(check.operation, check.resource_type):
+                return None
+            failed = Denied(check, WILDCARD)
+            continue
+        refused = next((n for n in _names(check, names) if not decide.allowed(check.operation, check.resource_type, n)), None)
+        if refused is None:
+            return None
+        failed = Denied(check, refused)
+    return failed
+
+
+def _reads(rule: tuple[Check, ...]) -> frozenset[str]:
+    return frozenset(c.name_from for c in rule if c.name_from not in (None, SOME))
+
+
+def denied(decide: Decisions, api: Api, names: Mapping[str, str | Sequence[str] | None]) -> Denied | None:
+    """The first of ``api``'s rules ``decide`` refuses, every rule checked (each name it reads must be given)."""
     for rule in REQUIRED[api]:
-        # The rule passes when one of its checks passes for every name it reads.
-        failed: Denied | None = None
-        for check in rule:
-            refused = next((n for n in _names(check, names) if not authorize(acls, check.operation, check.resource_type, n)), None)
-            if refused is None:
-                failed = None
-                break
-            failed = Denied(check, refused)
+        failed = _rule_denied(decide, rule, names)
         if failed is not None:
             return failed
     return None
+
+
+def request_denied(decide: Decisions, api: Api, names: Mapping[str, str | None]) -> Denied | None:
+    """The gateway's check of a whole request: the rules of ``api`` that read only the names given
+    (and the cluster); the others are checked item by item (``item_denied``)."""
+    given = {k for k, v in names.items() if v is not None}
+    for rule in REQUIRED[api]:
+        if _reads(rule) <= given:
+            failed = _rule_denied(decide, rule, names)
+            if failed is not None:
+                return failed
+    return None
+
+
+def item_denied(decide: Decisions, api: Api, key: str, name: str) -> Denied | None:
+    """The gateway's check of one item of a request (a topic, or one of several groups or
+    transactional ids): the rules of ``api`` that read ``key`` (``topic`` and ``topics`` alike)."""
+    keys = (key, key + "s")
+    for rule in REQUIRED[api]:
+        reads = _reads(rule)
+        if reads and reads <= set(keys):
+            failed = _rule_denied(decide, rule, {k: name for k in keys})
+            if failed is not None:
+                return failed
+    return None
+
+
+def check_api(acls: Sequence[AclBinding], api: Api, names: Mapping[str, str | Sequence[str] | None]) -> Denied | None:
+    """None if ``acls`` (one principal's, ``*``'s included) allow the request, else what was refused."""
+    return denied(AclSet(acls), api, names)
+
+
+def shown(decide: Decisions, api: Api, name: str) -> bool:
+    """May the principal see the item ``name`` of ``api``'s answer (``FILTERED``)?"""
+    rule = FILTERED[api]
+    if rule.all_with is not None and _rule_denied(decide, (rule.all_with,), {}) is None:
+        return True
+    return decide.allowed(rule.operation, rule.resource_type, name)
+
+
+# --- Kafka's codes ---------------------------------------------------------------------------------
+
+# Kafka's codes of resource types, pattern types, operations and permission types on the wire
+# (org.apache.kafka.common.{resource,acl}). Codes Kafka has and txlog does not (DELEGATION_TOKEN and
+# USER resources, CreateTokens and DescribeTokens) are not in these tables.
+ANY_CODE, MATCH_CODE = 1, 2
+RESOURCE_TYPE_CODES: Mapping[ResourceType, int] = {T: 2, G: 3, C: 4, X: 5}
+KAFKA_ONLY_RESOURCE_TYPES: Mapping[int, str] = {6: "DELEGATION_TOKEN", 7: "USER"}
+PATTERN_TYPE_CODES: Mapping[PatternType, int] = {PatternType.LITERAL: 3, PatternType.PREFIXED: 4}
+OPERATION_CODES: Mapping[Operation, int] = {
+    O.ALL: 2, O.READ: 3, O.WRITE: 4, O.CREATE: 5, O.DELETE: 6, O.ALTER: 7, O.DESCRIBE: 8, O.CLUSTER_ACTION: 9,
+    O.DESCRIBE_CONFIGS: 10, O.ALTER_CONFIGS: 11, O.IDEMPOTENT_WRITE: 12,
+}
+KAFKA_ONLY_OPERATIONS: Mapping[int, str] = {13: "CREATE_TOKENS", 14: "DESCRIBE_TOKENS"}
+PERMISSION_TYPE_CODES: Mapping[PermissionType, int] = {PermissionType.DENY: 2, PermissionType.ALLOW: 3}
+
+# The operations each resource type has (Kafka's AclEntry.supportedOperations): what an answer's
+# authorized operations are chosen from.
+SUPPORTED_OPERATIONS: Mapping[ResourceType, tuple[Operation, ...]] = {
+    T: (O.READ, O.WRITE, O.CREATE, O.DESCRIBE, O.DELETE, O.ALTER, O.DESCRIBE_CONFIGS, O.ALTER_CONFIGS),
+    G: (O.READ, O.DESCRIBE, O.DELETE, O.DESCRIBE_CONFIGS, O.ALTER_CONFIGS),
+    C: (O.CREATE, O.CLUSTER_ACTION, O.DESCRIBE_CONFIGS, O.ALTER_CONFIGS, O.IDEMPOTENT_WRITE, O.ALTER, O.DESCRIBE),
+    X: (O.DESCRIBE, O.WRITE),
+}
+
+
+def authorized_operations(decide: Decisions, resource_type: ResourceType, name: str = CLUSTER_NAME) -> int:
+    """Kafka's int32 bit set of the operations the principal may do on the resource (bit = code)."""
+    bits = 0
+    for op in SUPPORTED_OPERATIONS[resource_type]:
+        if decide.allowed(op, resource_type, name):
+            bits |= 1 << OPERATION_CODES[op]
+    return bits
+
+
+# --- Kafka's AclBindingFilter ----------------------------------------------------------------------
+
+
+class PatternFilter(Enum):
+    """How a filter's resource name matches a stored pattern (Kafka's PatternType in a filter)."""
+
+    ANY = "any"  # any pattern type, the name itself
+    MATCH = "match"  # every pattern that matches the name: itself, the literal ``*``, its prefixes
+    LITERAL = "literal"
+    PREFIXED = "prefixed"
+
+
+@dataclass(frozen=True)
+class AclFilter:
+    """Kafka's AclBindingFilter: a None field (Kafka's null or ANY) matches every value. The host
+    is not kept (every ACL holds for every host, ``*``): only a null or ``*`` host filter matches."""
+
+    resource_type: ResourceType | None = None
+    resource_name: str | None = None
+    pattern: PatternFilter = PatternFilter.ANY
+    principal: str | None = None
+    operation: Operation | None = None
+    permission: PermissionType | None = None
+    host: str | None = None
+
+    def matches(self, b: AclBinding) -> bool:
+        if self.host is not None and self.host != WILDCARD:
+            return False
+        if self.principal is not None and self.principal != b.principal:
+            return False
+        if self.operation is not None and self.operation is not b.operation:
+            return False
+        if self.permission is not None and self.permission is not b.permission:
+            return False
+        if self.resource_type is not None and self.resource_type is not b.resource_type:
+            return False
+        if self.pattern in (PatternFilter.LITERAL, PatternFilter.PREFIXED) and self.pattern.value != b.pattern_type.value:
+            return False
+        if self.resource_name is None:
+            return True
+        if self.pattern is not PatternFilter.MATCH:
+            return self.resource_name == b.resource_name
+        return b.matches(b.resource_type, self.resource_name)
 
 
 @dataclass(frozen=True)

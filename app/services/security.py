@@ -25,18 +25,21 @@ from typing import Iterable, Mapping, Sequence
 
 from app.domain.acls import (
     CLUSTER_NAME,
-    FILTERED,
     PRINCIPAL_NAME,
     WILDCARD,
     AclBinding,
+    AclFilter,
     Api,
+    Denied,
     Operation,
     PatternType,
     PermissionType,
     ResourceType,
     StoredPrincipal,
     authorize,
-    check_api,
+    authorize_any,
+    denied,
+    shown,
     validate_binding,
 )
 from app.domain.scram import ScramCredential
@@ -53,7 +56,7 @@ POLL_INTERVAL_S = 0.25
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
 ADMIN_PRINCIPAL = "admin"
 
-DENIED_ERROR = {
+DENIED_ERROR: Mapping[ResourceType, ErrorCode] = {
     ResourceType.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
     ResourceType.GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED,
     ResourceType.TRANSACTIONAL_ID: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
@@ -158,6 +161,24 @@ def list_acls(db: Database, principal: str | None = None) -> list[AclBinding]:
     with db.read() as conn:
         found = sql.acl_list(conn)
     return [a for a in found if principal is None or a.principal == principal]
+
+
+def describe_acls(db: Database, acl_filter: AclFilter) -> list[AclBinding]:
+    """Kafka's DescribeAcls of an AclBindingFilter: the ACLs it matches."""
+    with db.read() as conn:
+        return [a for a in sql.acl_list(conn) if acl_filter.matches(a)]
+
+
+def delete_acls(db: Database, filters: Sequence[AclFilter]) -> list[list[AclBinding]]:
+    """Kafka's DeleteAcls of AclBindingFilters, in one database transaction: each filter's matching
+    ACLs, deleted (an ACL two filters match is answered by both, as Kafka answers it)."""
+    with db.transaction() as conn:
+        stored = sql.acl_list(conn)
+        matched = [[a for a in stored if f.matches(a)] for f in filters]
+        removed = [a for a in {a: None for found in matched for a in found} if sql.acl_delete(conn, a)]
+        if removed:
+            sql.security_version_bump(conn)
+    return matched
 
 
 def admin_bindings(name: str = ADMIN_PRINCIPAL) -> list[AclBinding]:
@@ -315,22 +336,58 @@ class Authorizer:
         decision = self._decisions.get(key)
         if decision is None:
             decision = authorize(self.snapshot().acls_of(principal), operation, resource_type, name)
-            if len(self._decisions) > 100_000:
-                self._decisions = {}
-            self._decisions[key] = decision
+            self._remember(key, decision)
         return decision
+
+    def allowed_some(self, principal: str, operation: Operation, resource_type: ResourceType) -> bool:
+        """May ``principal`` do ``operation`` on some resource of ``resource_type`` (Kafka's
+        ``authorizeByResourceType``)?"""
+        key = (principal, operation, resource_type)
+        decision = self._decisions.get(key)
+        if decision is None:
+            decision = authorize_any(self.snapshot().acls_of(principal), operation, resource_type)
+            self._remember(key, decision)
+        return decision
+
+    def _remember(self, key: tuple, decision: bool) -> None:
+        if len(self._decisions) > 100_000:
+            self._decisions = {}
+        self._decisions[key] = decision
+
+    def decisions(self, principal: str) -> "PrincipalDecisions":
+        """``principal``'s answers, through this authorizer's cache (``app.domain.acls.Decisions``)."""
+        return PrincipalDecisions(self, principal)
 
     def check(self, principal: str, api: Api, names: Mapping[str, str | Sequence[str] | None]) -> None:
         """Raise the Kafka error of the first check ``api`` fails for ``principal``."""
-        denied = check_api(self.snapshot().acls_of(principal), api, names)
-        if denied is not None:
-            c = denied.check
-            raise TxlogError(
-                DENIED_ERROR[c.resource_type],
-                f"Principal {principal!r} may not {c.operation.value} {c.resource_type.value} {denied.name!r} ({api.value})",
-            )
+        refused = denied(self.decisions(principal), api, names)
+        if refused is not None:
+            raise denied_error(principal, api, refused)
 
     def visible(self, principal: str, api: Api, name: str) -> bool:
-        """May ``principal`` see the item ``name`` of the list ``api`` answers?"""
-        resource_type, operation = FILTERED[api]
-        return self.allowed(principal, operation, resource_type, name)
+        """May ``principal`` see the item ``name`` of the answer of ``api`` (``FILTERED``)?"""
+        return shown(self.decisions(principal), api, name)
+
+
+@dataclass(frozen=True)
+class PrincipalDecisions:
+    """One principal's ``Decisions``, cached by its ``Authorizer``."""
+
+    authorizer: Authorizer
+    principal: str
+
+    def allowed(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        return self.authorizer.allowed(self.principal, operation, resource_type, name)
+
+    def allowed_some(self, operation: Operation, resource_type: ResourceType) -> bool:
+        return self.authorizer.allowed_some(self.principal, operation, resource_type)
+
+
+def denied_error(principal: str, api: Api, refused: Denied) -> TxlogError:
+    """Kafka's error for a refusal: the authorization error of the resource type refused."""
+    c = refused.check
+    what = "some" if refused.name == WILDCARD and c.resource_type is not ResourceType.CLUSTER else repr(refused.name)
+    return TxlogError(
+        DENIED_ERROR[c.resource_type],
+        f"Principal {principal!r} may not {c.operation.value} {c.resource_type.value} {what} ({api.value})",
+    )

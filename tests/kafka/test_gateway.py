@@ -496,10 +496,7 @@ def test_answers_leave_in_request_order(raw: RawConnection, topic_name: str) -> 
 
 
 def test_unserved_apis_are_answered_or_closed(raw: RawConnection, gateway: GatewayProcess) -> None:
-    got = raw.request(ApiKey.DescribeAcls, 1, {
-        "resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1, "principal_filter": None,
-        "host_filter": None, "operation": 1, "permission_type": 1,
-    })
+    got = raw.request(ApiKey.ElectLeaders, 1, {"election_type": 0, "topic_partitions": None, "timeout_ms": 1000})
     assert got.error_code == UNSUPPORTED_VERSION
     got = raw.request(ApiKey.CreateTopics, 1, {"topics": [{"name": "never", "num_partitions": 1, "replication_factor": 1}]})
     assert [(t.name, t.error_code) for t in got.topics] == [("never", UNSUPPORTED_VERSION)]

@@ -274,6 +274,20 @@ OUTAGE: dict[int, Callable[[RawConnection, dict], None]] = {
         raw.request(ApiKey.DescribeUserScramCredentials, 0, {"users": None}).error_code, TIMED_OUT
     ),
     ApiKey.AlterUserScramCredentials: lambda raw, s: _alter_outage(raw),  # per user
+    # Without ACLs (this gateway's TXLOG_AUTH=none) the ACL APIs answer SECURITY_DISABLED from
+    # memory; with them, REQUEST_TIMED_OUT while the database is away (tests/kafka/test_acls.py).
+    ApiKey.DescribeAcls: lambda raw, s: assert_code(raw.request(ApiKey.DescribeAcls, 3, {
+        "resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1, "principal_filter": None,
+        "host_filter": None, "operation": 1, "permission_type": 1,
+    }).error_code, E.SECURITY_DISABLED.kafka_code),
+    ApiKey.CreateAcls: lambda raw, s: assert_codes([r.error_code for r in raw.request(ApiKey.CreateAcls, 3, {"creations": [{
+        "resource_type": 2, "resource_name": TOPIC, "resource_pattern_type": 3, "principal": "User:alice", "host": "*",
+        "operation": 3, "permission_type": 3,
+    }]}).results], E.SECURITY_DISABLED.kafka_code),
+    ApiKey.DeleteAcls: lambda raw, s: assert_codes([r.error_code for r in raw.request(ApiKey.DeleteAcls, 3, {"filters": [{
+        "resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1, "principal_filter": None,
+        "host_filter": None, "operation": 1, "permission_type": 1,
+    }]}).filter_results], E.SECURITY_DISABLED.kafka_code),
 }
 
 

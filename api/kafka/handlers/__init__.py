@@ -47,7 +47,9 @@ T = TypeVar("T")
 # - writes to a group or transaction coordinator: COORDINATOR_NOT_AVAILABLE, as Kafka maps its own
 #   storage timeouts there;
 # - a topic to create, grow or delete, topic configs, SCRAM credentials and client quotas:
-#   REQUEST_TIMED_OUT, a controller that did not answer in time.
+#   REQUEST_TIMED_OUT, a controller that did not answer in time; so are the ACLs to describe,
+#   create or delete (their checks are answered from the authorizer's snapshot, kept while the
+#   database is away).
 # ApiVersions, FindCoordinator and the classic group membership answer from memory, and Metadata
 # and DescribeTopicPartitions from what they read before (``bootstrap.handle_metadata``).
 _STORAGE_AWAY = {
@@ -82,6 +84,9 @@ _STORAGE_AWAY = {
     ApiKey.AlterUserScramCredentials: ErrorCode.REQUEST_TIMED_OUT,
     ApiKey.DescribeClientQuotas: ErrorCode.REQUEST_TIMED_OUT,
     ApiKey.AlterClientQuotas: ErrorCode.REQUEST_TIMED_OUT,
+    ApiKey.DescribeAcls: ErrorCode.REQUEST_TIMED_OUT,
+    ApiKey.CreateAcls: ErrorCode.REQUEST_TIMED_OUT,
+    ApiKey.DeleteAcls: ErrorCode.REQUEST_TIMED_OUT,
 }
 
 

@@ -5,16 +5,22 @@ DescribeTransactions, DescribeProducers and WriteTxnMarkers as its abort sends i
 
 Every gateway is the coordinator of every transaction and serves every partition (their state is
 in PostgreSQL), so ListTransactions sent to any of them answers every transactional id, and no
-partition is answered NOT_LEADER_OR_FOLLOWER. The wire authenticates no principal (docs/kafka.md),
-so no transactional id, topic or cluster ACL is checked here; the HTTP API checks them.
+partition is answered NOT_LEADER_OR_FOLLOWER.
+
+ACLs, as Kafka: ListTransactions lists only the transactional ids the principal may describe;
+DescribeTransactions answers each id it may not describe TRANSACTIONAL_ID_AUTHORIZATION_FAILED, and
+only the partitions of topics it may describe; DescribeProducers needs Read on each topic (else
+its partitions are TOPIC_AUTHORIZATION_FAILED); WriteTxnMarkers needs ClusterAction on the cluster,
+a broker's right (the operator's abort is sent with it: ``Api.WRITE_TXN_MARKERS``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from api.kafka.handlers import RequestContext, error_code
+from api.kafka.handlers import RequestContext, access, error_code
 from app.domain import transactions as txn
+from app.domain.acls import Api
 from app.errors import ErrorCode, TxlogError
 from app.services import producers as producers_service
 from app.services import transactions as txn_service
@@ -50,7 +56,8 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> dict:
         "error_code": 0,
         "unknown_state_filters": list(unknown),
         "transaction_states": [
-            {"transactional_id": m.transactional_id, "producer_id": m.producer_id, "transaction_state": m.state.value} for m in found
+            {"transactional_id": m.transactional_id, "producer_id": m.producer_id, "transaction_state": m.state.value}
+            for m in found if access.shows(ctx, Api.LIST_TRANSACTIONS, m.transactional_id)
         ],
     }
 
@@ -59,13 +66,17 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> dic
     """Each transactional id's state, producer id and epoch, timeout, the start of its current or
     last transaction (-1: none since the producer initialised) and the partitions of the
     transaction in flight; TRANSACTIONAL_ID_NOT_FOUND for one unknown."""
-    ids = list(request.transactional_ids or ())
+    asked = list(request.transactional_ids or ())
+    refused = access.refused(ctx, Api.DESCRIBE_TRANSACTIONS, "transactional_id", asked)
+    ids = [tid for tid in asked if tid not in refused]
     try:
-        answers = await ctx.call(txn_service.describe_transactions, ctx.broker, ids)
+        found = await ctx.call(txn_service.describe_transactions, ctx.broker, ids) if ids else []
     except TxlogError as exc:
-        answers = [exc] * len(ids)
+        found = [exc] * len(ids)
+    described = dict(zip(ids, found))
+    answers = [refused[tid] if tid in refused else described[tid] for tid in asked]
     states = []
-    for tid, answer in zip(ids, answers):
+    for tid, answer in zip(asked, answers):
         if isinstance(answer, TxlogError):
             states.append({
                 "error_code": _code(ApiKey.DescribeTransactions, answer), "transactional_id": tid, "transaction_state": "",
@@ -74,7 +85,8 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> dic
             continue
         topics: dict[str, list[int]] = {}
         for topic, partition in txn.described_partitions(answer):
-            topics.setdefault(topic, []).append(partition)
+            if access.shows(ctx, Api.DESCRIBE_TRANSACTIONS, topic):
+                topics.setdefault(topic, []).append(partition)
         states.append({
             "error_code": 0, "transactional_id": tid, "transaction_state": answer.state.value,
             "transaction_timeout_ms": answer.timeout_ms, "transaction_start_time_ms": txn.start_time_ms(answer),
@@ -89,10 +101,13 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> dict:
     timestamp, and the first offset of its open transaction there (-1: none);
     UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist."""
     asked = [(t.name, p) for t in request.topics for p in t.partition_indexes]
+    refused = access.refused(ctx, Api.DESCRIBE_TOPIC_PRODUCERS, "topic", (t for t, _ in asked))
+    allowed = [tp for tp in asked if tp[0] not in refused]
     try:
-        answers: dict = await ctx.call(producers_service.describe_producers, ctx.broker, asked)
+        answers: dict = await ctx.call(producers_service.describe_producers, ctx.broker, allowed) if allowed else {}
     except TxlogError as exc:
-        answers = {tp: exc for tp in asked}
+        answers = {tp: exc for tp in allowed}
+    answers.update({tp: refused[tp[0]] for tp in asked if tp[0] in refused})
     topics: dict[str, list[dict]] = {}
     for topic, partition in asked:
         answer = answers[(topic, partition)]
@@ -123,6 +138,7 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> dict:
     A producer with nothing open there is answered as Kafka answers: no error. A COMMIT marker is
     the coordinator's alone to write (a Kafka broker requires CLUSTER_ACTION, a broker's right):
     INVALID_REQUEST."""
+    access.check(ctx, Api.WRITE_TXN_MARKERS)
     markers = []
     for marker in request.markers:
         topics = []

@@ -4,16 +4,22 @@ Topics come from ``app.services.topics``; the brokers, partition leaders and coo
 cluster view (``ctx.cluster``). txlog keeps one copy of every record, in PostgreSQL: each partition
 has one replica, its leader, at leader epoch 0, and a replication factor asked for at creation is
 accepted and not applied (the database's own replication is what keeps the data).
+
+ACLs, as Kafka: a topic asked for needs Describe, else it is TOPIC_AUTHORIZATION_FAILED whether it
+exists or not; a listing of every topic leaves out those the principal may not describe; an
+auto-created topic needs Create on the cluster or on the topic. FindCoordinator needs Describe on
+the group or transactional id. ApiVersions and DescribeCluster need nothing.
 """
 
 from __future__ import annotations
 
 import re
 import uuid
-from typing import Any
+from typing import Any, Mapping
 
 from api.kafka import versions
-from api.kafka.handlers import Node, RequestContext
+from api.kafka.handlers import Node, RequestContext, access
+from app.domain.acls import Api, ResourceType
 from app.domain.log import LEADER_EPOCH
 from app.domain.records import validate_topic_name
 from app.errors import ErrorCode, TxlogError
@@ -68,21 +74,23 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict:
     requested = request.topics
     if ctx.api_version == 0 and not requested:
         requested = None
+    # A topic asked for by name that may not be described is answered so, unread.
+    refused = access.refused(ctx, Api.DESCRIBE_TOPIC, "topic", (e.name for e in requested or () if e.name is not None))
     try:
         if requested is None:
             found = await ctx.call(topics.topics_metadata, ctx.broker)
         else:  # only the topics asked for are read, by name or (v10+) by topic id
-            names = [e.name for e in requested if e.name is not None]
+            names = [e.name for e in requested if e.name is not None and e.name not in refused]
             found = await ctx.call(topics.topics_metadata, ctx.broker, names, [e.topic_id for e in requested if e.name is None])
     except TxlogError as exc:
         if not exc.code.retriable:
             raise
-        return _metadata(ctx, _unavailable(ctx, requested))
-    ctx.known_topics.remember(found, None if requested is None else [e.name for e in requested if e.name is not None])
+        return _metadata(ctx, request, _unavailable(ctx, requested, refused))
+    ctx.known_topics.remember(found, None if requested is None else [e.name for e in requested if e.name is not None and e.name not in refused])
     existing = {t.name: t for t in found}
     answers: list[dict]
     if requested is None:
-        answers = [_topic(ctx, existing[name]) for name in sorted(existing)]
+        answers = [_topic(ctx, existing[name]) for name in sorted(existing) if access.shows(ctx, Api.LIST_TOPICS, name)]
     else:
         settings = ctx.broker.settings
         auto_create = settings.kafka_auto_create_topics and (ctx.api_version < 4 or request.allow_auto_topic_creation)
@@ -94,12 +102,18 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict:
                 by_id = next((t for t in existing.values() if t.topic_id == entry.topic_id), None)
                 if by_id is None:
                     answers.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID.kafka_code, "name": None, "topic_id": entry.topic_id})
+                elif access.refused(ctx, Api.DESCRIBE_TOPIC, "topic", [by_id.name]):
+                    # A topic id is not secret; the name is (Kafka answers the id without it).
+                    answers.append(_refused(None, by_id.topic_id))
                 else:
                     answers.append(_topic(ctx, by_id))
                 continue
             if name in seen:
                 continue
             seen.add(name)
+            if name in refused:
+                answers.append(_refused(name))
+                continue
             if name in existing:
                 answers.append(_topic(ctx, existing[name]))
                 continue
@@ -107,23 +121,45 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict:
                 validate_topic_name(name)
                 if not auto_create:
                     raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name!r} does not exist")
+                create_refused = access.refused(ctx, Api.CREATE_TOPICS, "topic", [name])
+                if create_refused:
+                    raise create_refused[name]
                 created = await ctx.call(_create_if_absent, ctx.broker, name, settings.kafka_num_partitions)
             except TxlogError as exc:
                 answers.append({"error_code": exc.code.kafka_code, "name": name, "topic_id": ZERO_TOPIC_ID})
             else:
                 answers.append(_topic(ctx, created))
-    return _metadata(ctx, answers)
+    if ctx.api_version >= 8 and request.include_topic_authorized_operations:
+        for answer in answers:
+            if answer.get("error_code") == 0:
+                answer.update(_operations(ctx, answer["name"]))
+    return _metadata(ctx, request, answers)
 
 
-def _metadata(ctx: RequestContext, answers: list[dict]) -> dict:
+def _operations(ctx: RequestContext, topic: str) -> dict:
+    """A topic's authorized operations for its answer; none (the schema's "not provided") without ACLs."""
+    bits = access.operations(ctx, ResourceType.TOPIC, topic)
+    return {} if bits is None else {"topic_authorized_operations": bits}
+
+
+def _refused(name: str | None, topic_id: uuid.UUID = ZERO_TOPIC_ID) -> dict:
+    """A topic the principal may not describe, as Kafka answers it: no partitions, and no topic id
+    when asked by name."""
+    return {"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED.kafka_code, "name": name, "topic_id": topic_id, "partitions": []}
+
+
+def _metadata(ctx: RequestContext, request: Any, answers: list[dict]) -> dict:
     nodes = ctx.cluster.list_nodes()
-    return {
+    body = {
         "throttle_time_ms": 0,
         "brokers": [_broker(node) for node in nodes],
         "cluster_id": ctx.cluster.cluster_id,
         "controller_id": _controller_id(nodes),
         "topics": answers,
     }
+    if 8 <= ctx.api_version <= 10 and request.include_cluster_authorized_operations and ctx.authorizer is not None:
+        body["cluster_authorized_operations"] = access.cluster_operations(ctx)
+    return body
 
 
 def _controller_id(nodes: list[Node]) -> int:
@@ -142,8 +178,14 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
     ``response_partition_limit`` partitions (and Kafka's 2000); ``next_cursor`` where the next page
     starts. Each partition as Metadata answers it; an unknown topic UNKNOWN_TOPIC_OR_PARTITION.
     While the topics cannot be read, as Metadata: the topics this gateway read before, each
-    partition LEADER_NOT_AVAILABLE, any other LEADER_NOT_AVAILABLE."""
-    names = sorted({t.name for t in request.topics})
+    partition LEADER_NOT_AVAILABLE, any other LEADER_NOT_AVAILABLE. ACLs as Metadata's: a topic
+    asked for that may not be described is TOPIC_AUTHORIZATION_FAILED, unread; the listing of
+    every topic leaves such topics out. Each topic answered has its authorized operations."""
+    asked = sorted({t.name for t in request.topics})
+    refused = access.refused(ctx, Api.DESCRIBE_TOPIC, "topic", asked)
+    names = [n for n in asked if n not in refused]
+    if asked and not names:
+        return {"throttle_time_ms": 0, "topics": [_refused(n) | {"is_internal": False} for n in asked], "next_cursor": None}
     unavailable = False
     try:
         found = await ctx.call(topics.topics_metadata, ctx.broker, names or None)
@@ -151,7 +193,7 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
         if not exc.code.retriable:
             raise
         found, unavailable = ctx.known_topics.all(), True
-    existing = {t.name: t for t in found if not names or t.name in names}
+    existing = {t.name: t for t in found if (t.name in names if names else access.shows(ctx, Api.LIST_TOPICS, t.name))}
     missing = ErrorCode.LEADER_NOT_AVAILABLE if unavailable else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     wanted = names or sorted(existing)
     cursor = request.cursor
@@ -173,9 +215,10 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
         budget -= len(partitions)
         if first + len(partitions) < existing[name].partitions:
             next_cursor = {"topic_name": name, "partition_index": first + len(partitions)}
-        answers.append({**answer, "partitions": partitions})
+        answers.append({**answer, "partitions": partitions, **_operations(ctx, name)})
         if next_cursor is not None:
             break
+    answers += [_refused(n) | {"is_internal": False} for n in asked if n in refused]
     return {"throttle_time_ms": 0, "topics": answers, "next_cursor": next_cursor}
 
 
@@ -184,9 +227,9 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
 
 async def handle_describe_cluster(ctx: RequestContext, request: Any) -> dict:
     """The cluster as Metadata names it: its id, the controller and every live gateway as a broker
-    (none fenced), from memory (while the database is away too). The cluster's authorized
-    operations are "not provided" (Kafka's INT32_MIN): the wire has no principals to authorize
-    yet. From v1 the endpoints asked for must be brokers' (1): the controllers' (2) is
+    (none fenced), from memory (while the database is away too), to any principal, as Kafka answers
+    it. The cluster's authorized operations, when asked for, are the principal's (0 without
+    Describe on the cluster; "not provided", Kafka's INT32_MIN, without ACLs). From v1 the endpoints asked for must be brokers' (1): the controllers' (2) is
     MISMATCHED_ENDPOINT_TYPE, as a broker answers it, any other UNSUPPORTED_ENDPOINT_TYPE."""
     endpoint_type = request.endpoint_type if ctx.api_version >= 1 else _BROKER_ENDPOINTS
     if endpoint_type != _BROKER_ENDPOINTS:
@@ -202,7 +245,8 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> dict:
         "cluster_id": ctx.cluster.cluster_id,
         "controller_id": _controller_id(nodes),
         "brokers": [{"broker_id": n.node_id, "host": n.host, "port": n.port, "rack": None, "is_fenced": False} for n in nodes],
-        "authorized_operations": None,  # the codec's "not provided": INT32_MIN on the wire
+        # None: the codec's "not provided", INT32_MIN on the wire
+        "authorized_operations": access.cluster_operations(ctx) if request.include_cluster_authorized_operations else None,
     }
 
 
@@ -231,16 +275,19 @@ class KnownTopics:
         return [self._by_name[name] for name in sorted(self._by_name)]
 
 
-def _unavailable(ctx: RequestContext, requested: list[Any] | None) -> list[dict]:
-    """Metadata's topics while they cannot be read (see ``handle_metadata``)."""
+def _unavailable(ctx: RequestContext, requested: list[Any] | None, refused: Mapping[str, Any]) -> list[dict]:
+    """Metadata's topics while they cannot be read (see ``handle_metadata``), those the principal
+    may not describe left out of a listing and refused when asked for."""
     known = ctx.known_topics
     if requested is None:
-        return [_topic(ctx, t, unavailable=True) for t in known.all()]
+        return [_topic(ctx, t, unavailable=True) for t in known.all() if access.shows(ctx, Api.LIST_TOPICS, t.name)]
     answers = []
     for entry in requested:
         by_id = entry.name is None  # v10+ may ask by topic id
         topic = known.get(None, entry.topic_id) if by_id else known.get(entry.name)
-        if topic is not None:
+        if entry.name in refused or (topic is not None and access.refused(ctx, Api.DESCRIBE_TOPIC, "topic", [topic.name])):
+            answers.append(_refused(entry.name, entry.topic_id if by_id else ZERO_TOPIC_ID))
+        elif topic is not None:
             answers.append(_topic(ctx, topic, unavailable=True))
         else:
             answers.append({
@@ -298,6 +345,11 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> dict:
 
 
 def _coordinator(ctx: RequestContext, key_type: int, key: str) -> dict:
+    api = {_COORDINATOR_GROUP: Api.FIND_GROUP_COORDINATOR, _COORDINATOR_TRANSACTION: Api.FIND_TRANSACTION_COORDINATOR}.get(key_type)
+    refused = access.refused(ctx, api, "transactional_id" if key_type else "group", [key]) if api is not None else {}
+    if refused:
+        error = refused[key]
+        return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": error.code.kafka_code, "error_message": error.message}
     if key_type == _COORDINATOR_GROUP:
         node = ctx.cluster.coordinator_of(key)
     elif key_type == _COORDINATOR_TRANSACTION:

@@ -30,6 +30,9 @@ Fetch (v4 to v12, topics by name):
 Any gateway reads any partition, its leader in Metadata or not (no NOT_LEADER_OR_FOLLOWER): the
 log is one, in PostgreSQL (``api.kafka.cluster``).
 
+ACLs: each topic needs Read for Fetch, Describe for ListOffsets, else its partitions are
+TOPIC_AUTHORIZATION_FAILED (whether it exists or not), as Kafka answers them.
+
 ListOffsets (v1 to v7): per partition the log start (-2), the reader's end (-1: the high watermark,
 or from v2 the last stable offset for read_committed), the record with the largest timestamp (-3),
 or the first offset whose timestamp is at or after a timestamp >= 0 — offset and timestamp -1
@@ -42,10 +45,11 @@ import asyncio
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-from api.kafka.handlers import RequestContext, error_code
+from api.kafka.handlers import RequestContext, access, error_code
 from api.kafka.handlers.quotas import fetch_max_bytes, fetch_throttle
+from app.domain.acls import Api
 from app.domain.log import LEADER_EPOCH, header_count, records_size
 from app.domain.records import IsolationLevel
 from app.errors import ErrorCode, TxlogError
@@ -104,6 +108,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> dict:
         for topic in request.topics
         for part in topic.partitions
     ]
+    refused = access.refused(ctx, Api.FETCH, "topic", (t.topic for t in request.topics))
     settings = ctx.broker.settings
     started = time.monotonic()
     quotas = ctx.quotas is not None and ctx.quotas.enabled
@@ -113,14 +118,14 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> dict:
     async def read_once() -> _Read:
         began = time.perf_counter()
         try:
-            return await ctx.call(_read, ctx.broker, wanted, max_bytes, isolation)
+            return await ctx.call(_read, ctx.broker, wanted, max_bytes, isolation, refused)
         finally:
             reading[0] += time.perf_counter() - began
 
     read = await wait_for_records(
-        ctx.notifier if wanted else None, [(w.topic, w.partition) for w in wanted], request.max_wait_ms,
+        ctx.notifier if wanted else None, [(w.topic, w.partition) for w in wanted if w.topic not in refused], request.max_wait_ms,
         settings.max_fetch_wait_ms, settings.max_long_polls,
-        read_once if quotas else lambda: ctx.call(_read, ctx.broker, wanted, max_bytes, isolation),
+        read_once if quotas else lambda: ctx.call(_read, ctx.broker, wanted, max_bytes, isolation, refused),
         lambda read: read.size >= request.min_bytes or read.failed,
     )
     if quotas:
@@ -145,14 +150,21 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> dict:
     }
 
 
-def _read(broker: Broker, wanted: Sequence[_Wanted], max_bytes: int, isolation: IsolationLevel) -> _Read:
+def _read(
+    broker: Broker, wanted: Sequence[_Wanted], max_bytes: int, isolation: IsolationLevel, refused: Mapping[str, TxlogError],
+) -> _Read:
     """Each partition's page and its record batches, in the gateway's thread pool: the byte budget
-    passes from one partition to the next, as a Kafka broker reads them."""
+    passes from one partition to the next, as a Kafka broker reads them. A topic ``refused`` is
+    answered its error, unread."""
     answers = []
     left = max_bytes
     first_whole = True  # until a partition has records: its first record goes whatever its size
     failed = storage_away = False
     for w in wanted:
+        if w.topic in refused:
+            answers.append(_partition_error(w.partition, refused[w.topic]))
+            failed = True
+            continue
         limit = max(0, min(w.max_bytes, left))
         try:
             page = fetch_service.fetch_log(broker, w.topic, w.partition, w.offset, max(limit, 1), isolation)
@@ -241,13 +253,16 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> dict:
     asked = [(topic.name, part.partition_index, part.timestamp) for topic in request.topics for part in topic.partitions]
     times = Counter((t, p) for t, p, _ in asked)
     repeated = {tp for tp, n in times.items() if n > 1}
-    once = [a for a in asked if (a[0], a[1]) not in repeated]
+    refused = access.refused(ctx, Api.DESCRIBE_TOPIC, "topic", (t for t, _, _ in asked))
+    once = [a for a in asked if (a[0], a[1]) not in repeated and a[0] not in refused]
     results = iter(await ctx.call(fetch_service.list_offsets, ctx.broker, once, isolation) if once else ())
     topics = []
     for topic in request.topics:
         answers = []
         for part in topic.partitions:
-            if (topic.name, part.partition_index) in repeated:
+            if topic.name in refused:
+                answers.append(_listed(part.partition_index, None, refused[topic.name]))
+            elif (topic.name, part.partition_index) in repeated:
                 error = TxlogError(ErrorCode.INVALID_REQUEST, f"Partition {topic.name}-{part.partition_index} is asked for more than once")
                 answers.append(_listed(part.partition_index, None, error))
             else:

@@ -8,13 +8,19 @@ DescribeGroups 0–6, ListGroups 0–5, DeleteGroups 0–2.
 Groups live in the coordinator's memory, committed offsets in PostgreSQL: DescribeGroups and
 ListGroups also show, as Empty, a group that only has committed offsets (a simple consumer's, or
 one whose coordinator restarted since), as Kafka keeps such a group.
+
+ACLs, as Kafka: JoinGroup, SyncGroup, Heartbeat and LeaveGroup need Read on the group (else
+GROUP_AUTHORIZATION_FAILED); DescribeGroups and DeleteGroups answer each group refused (Describe,
+Delete) with its own GROUP_AUTHORIZATION_FAILED; ListGroups lists every group to a principal with
+Describe on the cluster, else only the groups it may describe.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from api.kafka.handlers import RequestContext, error_code
+from api.kafka.handlers import RequestContext, access, error_code
+from app.domain.acls import Api, ResourceType
 from app.errors import ErrorCode, TxlogError
 from app.services import groups as groups_service
 from app.wire.kafka.protocol import ApiKey
@@ -26,6 +32,7 @@ def _code(error: ErrorCode | None) -> int:
 
 async def handle_join_group(ctx: RequestContext, request: Any) -> dict:
     v = ctx.api_version
+    access.check(ctx, Api.JOIN_GROUP, group=request.group_id)
     result = await ctx.groups.join_group(
         request.group_id,
         request.member_id,
@@ -59,6 +66,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> dict:
 
 async def handle_sync_group(ctx: RequestContext, request: Any) -> dict:
     v = ctx.api_version
+    access.check(ctx, Api.SYNC_GROUP, group=request.group_id)
     result = await ctx.groups.sync_group(
         request.group_id,
         request.generation_id,
@@ -78,6 +86,7 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> dict:
 
 
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> dict:
+    access.check(ctx, Api.HEARTBEAT, group=request.group_id)
     error = ctx.groups.heartbeat(
         request.group_id,
         request.generation_id,
@@ -89,6 +98,7 @@ async def handle_heartbeat(ctx: RequestContext, request: Any) -> dict:
 
 async def handle_leave_group(ctx: RequestContext, request: Any) -> dict:
     v = ctx.api_version
+    access.check(ctx, Api.LEAVE_GROUP, group=request.group_id)
     if v >= 3:
         leaving = [(m.member_id, m.group_instance_id) for m in request.members]
     else:
@@ -110,9 +120,16 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> dict:
 
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> dict:
     v = ctx.api_version
-    with_offsets = set(await ctx.call(groups_service.list_groups, ctx.broker, list(request.groups)))
-    described = []
-    for d in ctx.groups.describe_groups(request.groups, with_offsets):
+    refused = access.refused(ctx, Api.DESCRIBE_GROUPS, "group", request.groups)
+    allowed = [g for g in request.groups if g not in refused]
+    with_offsets = set(await ctx.call(groups_service.list_groups, ctx.broker, allowed)) if allowed else set()
+    described = [
+        {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED.kafka_code, "error_message": refused[g].message, "group_id": g,
+         "group_state": "", "protocol_type": "", "protocol_data": "", "members": []}
+        for g in request.groups if g in refused
+    ]
+    with_operations = v >= 3 and request.include_authorized_operations
+    for d in ctx.groups.describe_groups(allowed, with_offsets):
         error = d.error
         if error is ErrorCode.GROUP_ID_NOT_FOUND and v < 6:
             error = None  # before v6 an unknown group is described as Dead, without an error
@@ -135,9 +152,10 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> dict:
                     }
                     for m in d.members
                 ],
-                # authorized_operations stays at the schema's default: "not provided".
             }
         )
+        if with_operations and error is None and ctx.authorizer is not None:  # else "not provided"
+            described[-1]["authorized_operations"] = access.operations(ctx, ResourceType.GROUP, d.group_id)
     return {"throttle_time_ms": 0, "groups": described}
 
 
@@ -145,9 +163,11 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> dict:
     """Each group on its own, at its coordinator (NOT_COORDINATOR elsewhere): one with members is
     NON_EMPTY_GROUP; an Empty one, or one known only by its offsets, is deleted with its committed
     offsets and those pending in transactions; one with neither is GROUP_ID_NOT_FOUND."""
+    refused = access.refused(ctx, Api.DELETE_GROUPS, "group", request.groups_names)
     results = []
     for group_id in request.groups_names:
-        results.append({"group_id": group_id, "error_code": _code(await _delete_group(ctx, group_id))})
+        error = ErrorCode.GROUP_AUTHORIZATION_FAILED if group_id in refused else await _delete_group(ctx, group_id)
+        results.append({"group_id": group_id, "error_code": _code(error)})
     return {"throttle_time_ms": 0, "results": results}
 
 
@@ -176,6 +196,6 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> dict:
         "error_code": 0,
         "groups": [
             {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state, "group_type": g.group_type}
-            for g in listed
+            for g in listed if access.shows(ctx, Api.LIST_GROUPS, g.group_id)
         ],
     }

@@ -28,13 +28,18 @@ start. A current leader epoch older than the leader's is FENCED_LEADER_EPOCH, a 
 UNKNOWN_LEADER_EPOCH. librdkafka validates a consumer's position with it (v2, KIP-320) once it is
 advertised: a committed offset at or below the log end is kept as it is. Any gateway answers any
 partition, as it serves its fetches; ``replica_id`` (v3+) is not used.
+
+ACLs, as Kafka: DeleteRecords needs Delete on each topic, OffsetForLeaderEpoch ClusterAction on the
+cluster or Describe on each topic (else that topic's partitions are TOPIC_AUTHORIZATION_FAILED);
+DescribeLogDirs needs Describe on the cluster (else CLUSTER_AUTHORIZATION_FAILED, no directory).
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from api.kafka.handlers import RequestContext, error_code
+from api.kafka.handlers import RequestContext, access, error_code
+from app.domain.acls import Api
 from app.domain.log import NO_EPOCH, NO_EPOCH_OFFSET, EpochEndOffset
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, retention
@@ -52,7 +57,13 @@ _UNKNOWN_BYTES = -1  # DescribeLogDirs v4's total and usable bytes, not known
 
 async def handle_delete_records(ctx: RequestContext, request: Any) -> dict:
     asked = [(topic.name, part.partition_index, part.offset) for topic in request.topics for part in topic.partitions]
-    answers = iter(await ctx.call(_delete_each, ctx.broker, asked))
+    refused = access.refused(ctx, Api.DELETE_RECORDS, "topic", (t for t, _, _ in asked))
+    allowed = [a for a in asked if a[0] not in refused]
+    done = iter(await ctx.call(_delete_each, ctx.broker, allowed) if allowed else ())
+    answers = iter([
+        {"partition_index": p, "low_watermark": _NO_LOW_WATERMARK, "error_code": refused[t].code.kafka_code} if t in refused else next(done)
+        for t, p, _ in asked
+    ])
     return {
         "throttle_time_ms": 0,
         "topics": [
@@ -80,6 +91,9 @@ def _delete_each(broker: Broker, asked: Sequence[tuple[str, int, int]]) -> list[
 
 
 async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> dict:
+    refused = access.refusal(ctx, Api.DESCRIBE_LOG_DIRS)
+    if refused is not None:
+        return {"throttle_time_ms": 0, "error_code": refused.code.kafka_code, "results": []}
     wanted: dict[str, set[int]] | None = None
     if request.topics is not None:
         wanted = {}
@@ -124,11 +138,14 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> d
         for topic in request.topics
         for part in topic.partitions
     ]
+    refused = access.refused(ctx, Api.OFFSET_FOR_LEADER_EPOCH, "topic", (a[0] for a in asked))
+    allowed = [a for a in asked if a[0] not in refused]
     try:
-        results = await ctx.call(fetch_service.epoch_end_offsets, ctx.broker, asked)
-        answers = iter([_epoch_end(r.partition, r.end, r.error) for r in results])
+        results = await ctx.call(fetch_service.epoch_end_offsets, ctx.broker, allowed) if allowed else []
+        found = iter([_epoch_end(r.partition, r.end, r.error) for r in results])
     except TxlogError as exc:
-        answers = iter([_epoch_end(partition, None, exc) for _, partition, _, _ in asked])
+        found = iter([_epoch_end(partition, None, exc) for _, partition, _, _ in allowed])
+    answers = iter([_epoch_end(a[1], None, refused[a[0]]) if a[0] in refused else next(found) for a in asked])
     return {
         "throttle_time_ms": 0,
         "topics": [

@@ -33,13 +33,21 @@ OffsetFetch (v1 to v9):
   v2-3 when it is retriable: ``_with_error``).
 
 OffsetDelete (v0): see ``handle_offset_delete``.
+
+ACLs, as Kafka: OffsetCommit needs Read on the group (else every partition is
+GROUP_AUTHORIZATION_FAILED) and on each topic (else its partitions are TOPIC_AUTHORIZATION_FAILED,
+the others committed); OffsetFetch needs Describe on each group (its group error
+GROUP_AUTHORIZATION_FAILED), and answers only topics the principal may describe: those asked for
+are TOPIC_AUTHORIZATION_FAILED (offset -1), and a fetch of every offset leaves the others out;
+OffsetDelete needs Delete on the group (the request's error) and Read on each topic (per partition).
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-from api.kafka.handlers import RequestContext, error_code
+from api.kafka.handlers import RequestContext, access, error_code
+from app.domain.acls import Api
 from app.domain.groups.offsets import GroupOffset
 from app.errors import ErrorCode, TxlogError
 from app.services import groups as groups_service
@@ -72,6 +80,8 @@ def _by_topic(entries: Iterable[tuple[str, dict]]) -> list[dict]:
 
 
 async def handle_offset_commit(ctx: RequestContext, request: Any) -> dict:
+    access.check(ctx, Api.OFFSET_COMMIT, group=request.group_id)
+    refused = access.refused(ctx, Api.OFFSET_COMMIT, "topic", (t.name for t in request.topics))
     offsets = [
         GroupOffset(
             t.name, p.partition_index, p.committed_offset, offset_metadata(p.committed_metadata),
@@ -80,7 +90,9 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> dict:
         for t in request.topics
         for p in t.partitions
     ]
-    codes = await _commit(ctx, request, offsets)
+    allowed = [o for o in offsets if o.topic not in refused]
+    codes = await _commit(ctx, request, allowed) if allowed else {}
+    codes.update({(o.topic, o.partition): refused[o.topic].code.kafka_code for o in offsets if o.topic in refused})
     return {
         "throttle_time_ms": 0,
         "topics": _by_topic(
@@ -162,19 +174,32 @@ def _asked(topics: Any) -> list[TopicPartition] | None:
 
 
 async def _fetch(
-    ctx: RequestContext, group_id: str, asked: list[TopicPartition] | None, require_stable: bool
+    ctx: RequestContext, group_id: str, asked_all: list[TopicPartition] | None, require_stable: bool
 ) -> tuple[ErrorCode | None, list[dict]]:
     """One group's answer: its error, or its topics."""
+    if access.refusal(ctx, Api.OFFSET_FETCH, group=group_id) is not None:
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
     if not group_id:
         return ErrorCode.INVALID_GROUP_ID, []
-    refused = ctx.groups.check_offset_fetch(group_id)
-    if refused is not None:
-        return refused, []
+    not_fetched = ctx.groups.check_offset_fetch(group_id)
+    if not_fetched is not None:
+        return not_fetched, []
+    asked = asked_all
+    hidden = {t for t, _ in asked or () if not access.shows(ctx, Api.OFFSET_FETCH, t)} if ctx.authorizer is not None else set()
+    if asked is not None and hidden:
+        asked = [(t, p) for t, p in asked if t not in hidden]
     try:
-        fetched = await ctx.call(groups_service.offset_fetch_partitions, ctx.broker, group_id, asked, require_stable)
+        fetched = await ctx.call(groups_service.offset_fetch_partitions, ctx.broker, group_id, asked, require_stable) if asked != [] else []
     except TxlogError as exc:
         return error_code(ApiKey.OffsetFetch, exc), []
-    return None, _by_topic((f.topic, _partition(f, f.error.code if f.error else None)) for f in fetched)
+    if asked is None and ctx.authorizer is not None:
+        fetched = [f for f in fetched if access.shows(ctx, Api.OFFSET_FETCH, f.topic)]
+    answered = [(f.topic, _partition(f, f.error.code if f.error else None)) for f in fetched]
+    answered += [
+        (t, _partition(FetchedOffset(t, p, None, NO_METADATA), ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+        for t, p in (asked_all or ()) if t in hidden
+    ]
+    return None, _by_topic(answered)
 
 
 def _partition(f: FetchedOffset, error: ErrorCode | None) -> dict:
@@ -199,7 +224,9 @@ async def handle_offset_delete(ctx: RequestContext, request: Any) -> dict:
     at the group's coordinator, except those of a topic the group's members subscribe to
     (GROUP_SUBSCRIBED_TO_TOPIC), as Kafka decides (``coordinator.offset_delete``); a partition that
     does not exist is UNKNOWN_TOPIC_OR_PARTITION."""
-    asked = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    access.check(ctx, Api.OFFSET_DELETE, group=request.group_id)
+    refused = access.refused(ctx, Api.OFFSET_DELETE, "topic", (t.name for t in request.topics))
+    asked = [(t.name, p.partition_index) for t in request.topics for p in t.partitions if t.name not in refused]
     group_id = request.group_id
     error: ErrorCode | None = ErrorCode.INVALID_GROUP_ID if not group_id else None
     missing: set[TopicPartition] = set()
@@ -217,6 +244,8 @@ async def handle_offset_delete(ctx: RequestContext, request: Any) -> dict:
         return {"throttle_time_ms": 0, "error_code": error.kafka_code, "topics": []}
 
     def code(topic: str, partition: int) -> int:
+        if topic in refused:
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED.kafka_code
         if topic in kept:
             return ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC.kafka_code
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.kafka_code if (topic, partition) in missing else 0
@@ -224,5 +253,8 @@ async def handle_offset_delete(ctx: RequestContext, request: Any) -> dict:
     return {
         "throttle_time_ms": 0,
         "error_code": 0,
-        "topics": _by_topic((t, {"partition_index": p, "error_code": code(t, p)}) for t, p in asked),
+        "topics": _by_topic(
+            (t.name, {"partition_index": p.partition_index, "error_code": code(t.name, p.partition_index)})
+            for t in request.topics for p in t.partitions
+        ),
     }

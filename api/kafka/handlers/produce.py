@@ -12,6 +12,11 @@ Produce v12 here): their partitions must have been added with AddPartitionsToTxn
 
 Any gateway appends to any partition, its leader in Metadata or not (no NOT_LEADER_OR_FOLLOWER):
 the log is one, in PostgreSQL, under the partition's row lock (``api.kafka.cluster``).
+
+ACLs, as Kafka 3+: a request naming a transactional id needs Write on it (else the whole request
+is TRANSACTIONAL_ID_AUTHORIZATION_FAILED); each topic needs Write (else its partitions are
+TOPIC_AUTHORIZATION_FAILED, whether it exists or not). An idempotent batch needs nothing more:
+InitProducerId checked the producer (KIP-679).
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ import operator
 import time
 from typing import Any
 
-from api.kafka.handlers import RequestContext, error_code
+from api.kafka.handlers import RequestContext, access, error_code
 from api.kafka.handlers.quotas import produce_throttle
+from app.domain.acls import Api
 from app.errors import ErrorCode, TxlogError
 from app.services import produce as produce_service
 from app.services.produce import ProduceRequest
@@ -49,11 +55,14 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict | None:
     elif acks not in _ACKS:
         code = TxlogError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {acks}")
     transactional_id = request.transactional_id if ctx.api_version >= 3 else None
+    api = Api.PRODUCE if transactional_id is None else Api.PRODUCE_TRANSACTIONAL
+    access.check(ctx, api, transactional_id=transactional_id)
+    refused = access.refused(ctx, api, "topic", (t.name for t in request.topic_data))
     jobs = []
     for topic in request.topic_data:
         for part in topic.partition_data:
-            if code is not None:
-                jobs.append(_failed(topic.name, part.index, code))
+            if code is not None or topic.name in refused:
+                jobs.append(_failed(topic.name, part.index, code or refused[topic.name]))
             else:
                 jobs.append(_append(ctx, topic.name, part.index, part.records, transactional_id))
     # One partition, as a producer's request mostly is: awaited as it is, without a task around it.

@@ -11,20 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.kafka.handlers import RequestContext
-from app.domain.acls import Operation, ResourceType
+from api.kafka.handlers import RequestContext, access
+from app.domain.acls import Api
 from app.domain.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, FilterComponent, request_percentage
 from app.errors import ErrorCode, TxlogError
 from app.services import quotas
 
 
-def _authorize(ctx: RequestContext, operation: Operation) -> None:
-    if ctx.authorizer is not None and not ctx.authorizer.allowed(ctx.principal, operation, ResourceType.CLUSTER):
-        raise TxlogError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, f"Principal {ctx.principal!r} may not {operation.value} the cluster")
-
-
 async def handle_describe_client_quotas(ctx: RequestContext, request: Any) -> dict:
-    _authorize(ctx, Operation.DESCRIBE_CONFIGS)
+    access.check(ctx, Api.DESCRIBE_CLIENT_QUOTAS)
     components = [FilterComponent(c.entity_type, c.match_type, c.match) for c in request.components]
     try:
         found = await ctx.call(quotas.describe_quotas, ctx.broker.db, components, request.strict)
@@ -47,7 +42,7 @@ async def handle_describe_client_quotas(ctx: RequestContext, request: Any) -> di
 
 
 async def handle_alter_client_quotas(ctx: RequestContext, request: Any) -> dict:
-    _authorize(ctx, Operation.ALTER_CONFIGS)
+    access.check(ctx, Api.ALTER_CLIENT_QUOTAS)
     alterations = [
         quotas.QuotaAlteration(
             [(e.entity_type, e.entity_name) for e in entry.entity],

@@ -12,21 +12,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.kafka.handlers import RequestContext, error_code
-from app.domain.acls import Operation, ResourceType
+from api.kafka.handlers import RequestContext, access, error_code
+from app.domain.acls import Api
 from app.domain.scram import MECHANISMS, Deletion, Upsertion, users_named
 from app.errors import ErrorCode, TxlogError
 from app.services import scram
 
 
-def _denied(ctx: RequestContext, operation: Operation) -> bool:
-    return ctx.authorizer is not None and not ctx.authorizer.allowed(ctx.principal or "", operation, ResourceType.CLUSTER)
+def _denied(ctx: RequestContext, api: Api) -> bool:
+    """Refused by ``api``'s rows of the ACL table (``app.domain.acls.REQUIRED``)."""
+    return access.refusal(ctx, api) is not None
 
 
 async def handle_describe_user_scram_credentials(ctx: RequestContext, request: Any) -> dict:
     """Every user with credentials when none are named (null or empty), else each user named, with
     its mechanisms and iteration counts (never a key)."""
-    if _denied(ctx, Operation.DESCRIBE):
+    if _denied(ctx, Api.DESCRIBE_USER_SCRAM_CREDENTIALS):
         code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         return {"throttle_time_ms": 0, "error_code": code.kafka_code, "error_message": code.value.default_message, "results": []}
     users = [u.name for u in request.users] if request.users else None
@@ -53,7 +54,7 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any)
     deletions = [Deletion(d.name, d.mechanism) for d in request.deletions]
     upsertions = [Upsertion(u.name, u.mechanism, u.iterations, u.salt, u.salted_password) for u in request.upsertions]
     users = users_named(deletions, upsertions)
-    if _denied(ctx, Operation.ALTER):
+    if _denied(ctx, Api.ALTER_USER_SCRAM_CREDENTIALS):
         return _every_user(users, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED.value.default_message)
     try:
         altered = await ctx.call(scram.alter_credentials, ctx.broker.db, deletions, upsertions)

@@ -3,6 +3,13 @@ AlterConfigs and IncrementalAlterConfigs, each through ``app.services.topics`` a
 
 Configs are those of Kafka's table (``app.domain.topic_configs``) for TOPIC resources, and the
 server's settings under Kafka's names, read-only, for BROKER resources (``broker_configs``).
+
+ACLs, as Kafka, each topic or config resource answered with its own error: CreateTopics needs
+Create on the cluster or the topic, and answers a created topic's configs only with DescribeConfigs
+on it (else its topic_config_error_code is TOPIC_AUTHORIZATION_FAILED); CreatePartitions needs
+Alter, DeleteTopics Delete (and Describe to name a topic asked for by id); DescribeConfigs needs
+DescribeConfigs, AlterConfigs and IncrementalAlterConfigs AlterConfigs, on the topic for a TOPIC
+resource, on the cluster for a BROKER one (CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -10,9 +17,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from api.kafka.handlers import Node, RequestContext, error_code
+from api.kafka.handlers import Node, RequestContext, access, error_code
 from api.kafka.handlers.bootstrap import ZERO_TOPIC_ID
 from app.domain import topic_configs
+from app.domain.acls import Api
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, topics
 from app.wire.kafka.protocol import ApiKey
@@ -36,6 +44,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> dict:
     lists every config with its value, as DescribeConfigs would."""
     names = [topic.name for topic in request.topics]
     duplicated = {name for name in names if names.count(name) > 1}
+    refused = access.refused(ctx, Api.CREATE_TOPICS, "topic", names)
     results = []
     for topic in request.topics:
         if topic.name in duplicated:
@@ -43,12 +52,17 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> dict:
             results.append(_created(topic.name, error=error))
             continue
         try:
+            if topic.name in refused:
+                raise refused[topic.name]
             partitions, config = _creatable(ctx, topic)
             described, topic_id = await ctx.call(_create_topic, ctx.broker, topic.name, partitions, config, request.validate_only)
         except TxlogError as exc:
             results.append(_created(topic.name, error=_error(exc)))
         else:
-            results.append(_created(topic.name, partitions, described, topic_id))
+            if access.shows(ctx, Api.CREATE_TOPICS, topic.name):
+                results.append(_created(topic.name, partitions, described, topic_id))
+            else:
+                results.append(_created(topic.name, partitions, [], topic_id) | {"topic_config_error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED.kafka_code})
     return {"throttle_time_ms": 0, "topics": results}
 
 
@@ -116,11 +130,14 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> dict:
     INVALID_REPLICA_ASSIGNMENT."""
     names = [topic.name for topic in request.topics]
     live = {node.node_id for node in ctx.cluster.list_nodes()}
+    refused = access.refused(ctx, Api.CREATE_PARTITIONS, "topic", names)
     results = []
     for topic in request.topics:
         try:
             if names.count(topic.name) > 1:
                 raise TxlogError(ErrorCode.INVALID_REQUEST, "Duplicate topic in request.")
+            if topic.name in refused:
+                raise refused[topic.name]
             if topic.assignments is not None:
                 _check_assignments(topic.assignments, live)
             await ctx.call(
@@ -166,7 +183,13 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> dict:
                 found = await ctx.call(topics.topics_metadata, ctx.broker, [], [topic_id])
                 if not found:
                     raise TxlogError(ErrorCode.UNKNOWN_TOPIC_ID, f"No topic has the id {topic_id}")
+                hidden = access.refused(ctx, Api.DESCRIBE_TOPIC, "topic", [found[0].name])
+                if hidden:  # the id is not secret, the name is: not answered
+                    raise hidden[found[0].name]
                 name = found[0].name
+            refused = access.refused(ctx, Api.DELETE_TOPICS, "topic", [name])
+            if refused:
+                raise refused[name]
             deleted = await ctx.call(topics.delete_topic, ctx.broker, name, timeout_ms)
         except TxlogError as exc:
             code, message = _error(exc, ApiKey.DeleteTopics)
@@ -241,6 +264,7 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> dict:
         wanted = None if resource.configuration_keys is None else set(resource.configuration_keys)
         entry = {"resource_type": resource.resource_type, "resource_name": resource.resource_name, "configs": []}
         try:
+            _check_config_access(ctx, resource, Api.DESCRIBE_TOPIC_CONFIGS, Api.DESCRIBE_BROKER_CONFIGS)
             if resource.resource_type == _TOPIC:
                 described = await ctx.call(topics.describe_topic_config, ctx.broker, resource.resource_name)
                 configs = [_described(d, v, request) for d in described if wanted is None or d.name in wanted]
@@ -316,8 +340,20 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
     return {"throttle_time_ms": 0, "responses": responses}
 
 
+def _check_config_access(ctx: RequestContext, resource: Any, topic_api: Api, broker_api: Api) -> None:
+    """Raise Kafka's refusal of a config resource: of the topic for a TOPIC one, of the cluster for
+    a BROKER one (other types are refused as unsupported after)."""
+    if resource.resource_type == _TOPIC:
+        refused = access.refused(ctx, topic_api, "topic", [resource.resource_name])
+        if refused:
+            raise refused[resource.resource_name]
+    elif resource.resource_type == _BROKER:
+        access.check(ctx, broker_api)
+
+
 async def _alter(ctx: RequestContext, api_key: int, resource: Any, alter: Any, change: Any, validate_only: bool) -> dict:
     try:
+        _check_config_access(ctx, resource, Api.ALTER_TOPIC_CONFIGS, Api.ALTER_BROKER_CONFIGS)
         if resource.resource_type == _BROKER:
             raise TxlogError(ErrorCode.INVALID_REQUEST, "Broker configs are read-only: they are the server's settings (TXLOG_*)")
         if resource.resource_type != _TOPIC:

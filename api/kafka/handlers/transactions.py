@@ -7,6 +7,13 @@ AddPartitionsToTxn / AddOffsetsToTxn before writing to it, and EndTxn (below v5)
 epoch. The coordinator runs those transactions in its version-1 mode; the rules (fencing, states,
 timeouts, the refusal of a batch for a partition not added) are the services'. Any gateway can
 coordinate any transaction: its state is in PostgreSQL, under the transaction's row lock.
+
+ACLs, as Kafka: every request needs Write on its transactional id (else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent InitProducerId needs IdempotentWrite on the
+cluster or Write on some topic (KIP-679; else CLUSTER_AUTHORIZATION_FAILED); AddPartitionsToTxn
+needs Write on each topic (the refused TOPIC_AUTHORIZATION_FAILED, the others
+OPERATION_NOT_ATTEMPTED); AddOffsetsToTxn and TxnOffsetCommit need Read on the group
+(GROUP_AUTHORIZATION_FAILED), and TxnOffsetCommit Read on each topic (per partition).
 """
 
 from __future__ import annotations
@@ -14,8 +21,9 @@ from __future__ import annotations
 import functools
 from typing import Any, Iterable
 
-from api.kafka.handlers import RequestContext, error_code
+from api.kafka.handlers import RequestContext, access, error_code
 from api.kafka.handlers.offsets import NO_LEADER_EPOCH, offset_metadata
+from app.domain.acls import Api
 from app.domain.groups.offsets import GroupOffset
 from app.domain.transactions import Result
 from app.errors import ErrorCode, TxlogError
@@ -46,6 +54,10 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> dict:
     epoch = request.producer_epoch if ctx.api_version >= 3 else -1
     transactional = request.transactional_id is not None
     given = pid != NO_PRODUCER_ID and transactional
+    api = Api.INIT_TRANSACTIONAL_PRODUCER_ID if transactional else Api.INIT_IDEMPOTENT_PRODUCER_ID
+    refused = access.refusal(ctx, api, transactional_id=request.transactional_id)
+    if refused is not None:
+        return {"throttle_time_ms": 0, "error_code": refused.code.kafka_code, "producer_id": NO_PRODUCER_ID, "producer_epoch": -1}
     try:
         got = await ctx.call(
             txn_service.init_producer_id,
@@ -68,6 +80,11 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> dic
     not exist, it is UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED."""
     # v0-3 name their fields v3_and_below_* (v4+ is between brokers, a batch of transactions).
     asked = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
+    access.check(ctx, Api.ADD_PARTITIONS_TO_TXN, transactional_id=request.v3_and_below_transactional_id)
+    refused = access.refused(ctx, Api.ADD_PARTITIONS_TO_TXN, "topic", (t for t, _ in asked))
+    if refused:
+        not_attempted = ErrorCode.OPERATION_NOT_ATTEMPTED.kafka_code
+        return _added({tp: refused[tp[0]].code.kafka_code if tp[0] in refused else not_attempted for tp in asked})
     args = (
         request.v3_and_below_transactional_id, request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
         asked,
@@ -84,6 +101,10 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> dic
             codes = {tp: code if tp in missing else not_attempted for tp in asked}
         else:
             codes = {tp: code for tp in asked}
+    return _added(codes)
+
+
+def _added(codes: dict[tuple[str, int], int]) -> dict:
     results: dict[str, list[dict]] = {}
     for (topic, partition), code in codes.items():
         results.setdefault(topic, []).append({"partition_index": partition, "partition_error_code": code})
@@ -95,6 +116,9 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> dic
 
 async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> dict:
     """The consumer group joins the transaction, so that TxnOffsetCommit may follow."""
+    refused = access.refusal(ctx, Api.ADD_OFFSETS_TO_TXN, transactional_id=request.transactional_id, group=request.group_id)
+    if refused is not None:
+        return {"throttle_time_ms": 0, "error_code": refused.code.kafka_code}
     try:
         await ctx.call(
             txn_service.add_offsets_to_txn,
@@ -113,7 +137,9 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
     """The group's offsets, pending in the transaction until it commits. From v3 the request
     carries the consumer's generation and member id, and a zombie (an older generation of the
     group, KIP-447) is refused by the group coordinator before anything is written."""
-    offsets = [
+    access.check(ctx, Api.TXN_OFFSET_COMMIT, transactional_id=request.transactional_id, group=request.group_id)
+    refused = access.refused(ctx, Api.TXN_OFFSET_COMMIT, "topic", (t.name for t in request.topics))
+    every = [
         GroupOffset(
             t.name, p.partition_index, p.committed_offset, offset_metadata(p.committed_metadata),
             p.committed_leader_epoch if ctx.api_version >= 2 else NO_LEADER_EPOCH,
@@ -121,14 +147,16 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
         for t in request.topics
         for p in t.partitions
     ]
+    offsets = [o for o in every if o.topic not in refused]
     code = 0
-    if ctx.api_version >= 3 and ctx.groups is not None:
+    attempted = bool(offsets) or not refused
+    if ctx.api_version >= 3 and ctx.groups is not None and attempted:
         fenced = ctx.groups.check_offset_commit(
             request.group_id, request.generation_id, request.member_id, request.group_instance_id, transactional=True
         )
         if fenced is not None:
             code = fenced.kafka_code
-    if code == 0:
+    if code == 0 and attempted:
         try:
             await ctx.call(
                 txn_service.txn_offset_commit,
@@ -144,8 +172,9 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
         except TxlogError as exc:
             code = _code(exc, "TxnOffsetCommit", ctx.api_version)
     topics: dict[str, list[dict]] = {}
-    for o in offsets:
-        topics.setdefault(o.topic, []).append({"partition_index": o.partition, "error_code": code})
+    for o in every:
+        error = refused[o.topic].code.kafka_code if o.topic in refused else code
+        topics.setdefault(o.topic, []).append({"partition_index": o.partition, "error_code": error})
     return {"throttle_time_ms": 0, "topics": [{"name": t, "partitions": parts} for t, parts in topics.items()]}
 
 
@@ -153,6 +182,9 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> dict:
     """Commit or abort: markers, offsets and the completed state in one database transaction, the
     producer's epoch kept (the first transaction protocol)."""
     result: Result = "commit" if request.committed else "abort"
+    refused = access.refusal(ctx, Api.END_TXN, transactional_id=request.transactional_id)
+    if refused is not None:
+        return {"throttle_time_ms": 0, "error_code": refused.code.kafka_code}
     steps = functools.partial(
         txn_service.end_txn_steps, ctx.broker, request.transactional_id, request.producer_id, request.producer_epoch, result,
         TRANSACTION_VERSION,
