@@ -87,7 +87,7 @@ def serve(
         "Set TXLOG_AUTH=token (or --auth token) and create principals with `txlog principals create`",
     )
     if kafka:
-        refuse_open_gateway(settings.kafka_listen, auth, insecure)
+        refuse_open_gateway(settings.model_copy(update={"auth": auth}), insecure)
     os.environ["TXLOG_AUTH"] = auth  # workers read their settings from the environment
     url, server = resolve_database_url(database_url)
     migrations.upgrade(url)
