@@ -145,6 +145,8 @@ async def authenticate(ctx: RequestContext, token: bytes) -> tuple[bytes, int]:
         raise
     if exchange.principal is None:
         return answer, 0
+    if session.principal is not None:
+        log.info("re-authenticated %s from %s with %s", session.principal, ctx.client_host, exchange.mechanism)
     session.principal = exchange.principal.name
     session.mechanism = exchange.mechanism
     session.exchange = None
