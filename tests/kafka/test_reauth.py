@@ -197,3 +197,63 @@ def test_confluent_kafka_re_authenticates_and_keeps_producing(reauth: GatewayPro
     assert "Disconnecting expired channel" not in "\n".join(
         line for line in reauth.log().splitlines() if name in line
     )
+
+
+def test_kafka_python_re_authenticates_and_keeps_producing(reauth: GatewayProcess) -> None:
+    from kafka import KafkaProducer
+
+    name, token = _principal(reauth)
+    topic = f"reauth-kp-{uuid.uuid4().hex[:8]}"
+    broker = make_broker(reauth.database_url)
+    try:
+        topics.create_topic(broker, topic, 1)
+    finally:
+        broker.db.dispose()
+    producer = KafkaProducer(
+        bootstrap_servers=reauth.bootstrap, security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+        sasl_plain_username=name, sasl_plain_password=token,
+    )
+    try:
+        started = time.monotonic()
+        sent = 0
+        while time.monotonic() - started < 2 * LIFETIME_MS / 1000 or f"re-authenticated {name}" not in reauth.log():
+            assert time.monotonic() - started < 60, "kafka-python never re-authenticated"
+            producer.send(topic, f"k{sent}".encode()).get(timeout=30)
+            sent += 1
+    finally:
+        producer.close()
+    assert f"the session of {name!r} ended" not in reauth.log()
+
+
+def test_aiokafka_which_does_not_re_authenticate_reconnects_when_its_session_ends(reauth: GatewayProcess) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    name, token = _principal(reauth)
+    topic = f"reauth-ai-{uuid.uuid4().hex[:8]}"
+    broker = make_broker(reauth.database_url)
+    try:
+        topics.create_topic(broker, topic, 1)
+    finally:
+        broker.db.dispose()
+
+    async def run() -> int:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=reauth.bootstrap, security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+            sasl_plain_username=name, sasl_plain_password=token, enable_idempotence=True,
+        )
+        await producer.start()
+        try:
+            sent = 0
+            started = time.monotonic()
+            while time.monotonic() - started < 2 * LIFETIME_MS / 1000 or f"the session of {name!r} ended" not in reauth.log():
+                assert time.monotonic() - started < 60, "the session never ended"
+                await producer.send_and_wait(topic, f"a{sent}".encode())
+                sent += 1
+            await producer.send_and_wait(topic, b"after")  # on a new connection
+            return sent
+        finally:
+            await producer.stop()
+
+    assert asyncio.run(run()) > 0
