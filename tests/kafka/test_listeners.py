@@ -409,3 +409,26 @@ def test_listeners_that_would_let_anyone_in_are_refused(certs: Certs) -> None:
     assert refused.returncode == 2 and "not both" in refused.stderr
     refused = _start({}, "--listeners", f"HTTP://127.0.0.1:{port}")
     assert refused.returncode == 2 and "No security protocol defined for listener HTTP" in refused.stderr
+
+
+def test_named_listeners_and_tls_flags(pg_admin_url: str, template_db: str, certs: Certs, tmp_path: Path) -> None:
+    """Listener names of one's own (listener.security.protocol.map), advertised.listeners, and the
+    TLS settings given as flags of `txlog kafka`; without authentication on loopback."""
+    with fresh_database(pg_admin_url, template_db) as url:
+        gateway = GatewayProcess(
+            url, log_path=tmp_path / "gateway.log", listeners={"INTERNAL": "PLAINTEXT", "EXTERNAL": "SSL"},
+            args=("--ssl-certfile", str(certs.server.cert), "--ssl-keyfile", str(certs.server.key), "--ssl-client-auth", "none"),
+        )
+        gateway.env["TXLOG_KAFKA_ADVERTISED_LISTENERS"] = f"EXTERNAL://localhost:{gateway.ports['EXTERNAL']}"
+        with gateway:
+            with gateway.connect() as conn:
+                assert _brokers(conn.request(protocol.ApiKey.Metadata, 1, {"topics": None})) == [
+                    (0, "127.0.0.1", gateway.ports["INTERNAL"]),
+                ]
+            sock = socket.create_connection(("127.0.0.1", gateway.ports["EXTERNAL"]), timeout=10)
+            with RawConnection(_tls(certs).wrap_socket(sock, server_hostname="localhost")) as conn:  # no client certificate
+                assert _brokers(conn.request(protocol.ApiKey.Metadata, 1, {"topics": None})) == [
+                    (0, "localhost", gateway.ports["EXTERNAL"]),
+                ]
+                assert conn.request(protocol.ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code == 34
+            assert "listener EXTERNAL (SSL)" in gateway.log()
