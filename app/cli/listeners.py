@@ -84,6 +84,10 @@ def gateway_listeners(settings: Settings, insecure: bool) -> tuple[list[Listener
     return found, advertised
 
 
-def refuse_open_gateway(settings: Settings, insecure: bool) -> None:
-    """The gateway's rule, checked before starting it (``txlog serve --kafka`` too)."""
-    gateway_listeners(settings, insecure)
+def refuse_open_gateway(listen: str, auth: str, insecure: bool) -> None:
+    """The rule for the one listener of ``--listen``: with TXLOG_AUTH=token its clients sign in
+    with SASL and may connect from anywhere; without authentication it serves loopback only
+    unless ``--insecure``."""
+    from app.config import Settings
+
+    gateway_listeners(Settings.model_construct(kafka_listen=listen, auth="none" if auth == "none" else "token"), insecure)

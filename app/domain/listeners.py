@@ -157,5 +157,8 @@ def refusals(
                 f"listener {listener} takes clients without a certificate (TXLOG_KAFKA_SSL_CLIENT_AUTH={client_auth}) as ANONYMOUS"
             )
         elif not authenticated and not is_loopback(listener.host):
-            insecure.append(f"listener {listener} authenticates no one (TXLOG_AUTH=none): anyone who can reach it could read and write every topic")
+            insecure.append(
+                f"listener {listener} serves {listener.host or 'every address'} without authentication (TXLOG_AUTH=none): "
+                "anyone who can reach it could read and write every topic"
+            )
     return errors, insecure
