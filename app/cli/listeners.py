@@ -19,6 +19,7 @@ from app.domain.listeners import (
     refusals,
     single,
 )
+from app.domain.ssl_principal import MappingRuleError, parse_rules
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -69,6 +70,10 @@ def gateway_listeners(settings: Settings, insecure: bool) -> tuple[list[Listener
             advertised = {found[0].name: (settings.kafka_advertised_host or advertised_host(host), port)}
     except ListenerConfigError as exc:
         raise click.UsageError(str(exc)) from None
+    try:
+        parse_rules(settings.kafka_ssl_principal_mapping_rules)
+    except MappingRuleError as exc:
+        raise click.UsageError(f"TXLOG_KAFKA_SSL_PRINCIPAL_MAPPING_RULES (ssl.principal.mapping.rules): {exc}") from None
     errors, open_ = refusals(
         found, authenticated, settings.kafka_ssl_client_auth, bool(settings.kafka_ssl_certfile and settings.kafka_ssl_keyfile),
         bool(settings.kafka_ssl_cafile), is_loopback_host,

@@ -409,6 +409,8 @@ def test_listeners_that_would_let_anyone_in_are_refused(certs: Certs) -> None:
     assert refused.returncode == 2 and "not both" in refused.stderr
     refused = _start({}, "--listeners", f"HTTP://127.0.0.1:{port}")
     assert refused.returncode == 2 and "No security protocol defined for listener HTTP" in refused.stderr
+    refused = _start({"TXLOG_KAFKA_SSL_PRINCIPAL_MAPPING_RULES": "RULE:^CN=(.*)$"}, "--listen", f"127.0.0.1:{port}")
+    assert refused.returncode == 2 and "Invalid rule" in refused.stderr
 
 
 def test_named_listeners_and_tls_flags(pg_admin_url: str, template_db: str, certs: Certs, tmp_path: Path) -> None:
