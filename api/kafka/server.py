@@ -329,7 +329,8 @@ class Gateway:
             signing_in = self.authorizer is not None and session.principal is None
             # Before sign-in a frame is bounded as Kafka bounds it (sasl.server.max.receive.size),
             # and the whole sign-in by the authentication timeout.
-            max_frame = min(self.settings.kafka_max_frame_bytes, SASL_MAX_RECEIVE_BYTES) if signing_in else (
+            exchanging = signing_in or session.exchange is not None  # a re-authentication's tokens too
+            max_frame = min(self.settings.kafka_max_frame_bytes, SASL_MAX_RECEIVE_BYTES) if exchanging else (
                 self.settings.kafka_max_frame_bytes
             )
             wait_s = min(IDLE_TIMEOUT_S, session.sign_in_deadline - time.monotonic()) if signing_in else IDLE_TIMEOUT_S

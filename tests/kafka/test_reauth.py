@@ -137,6 +137,18 @@ def test_only_sasl_authenticate_may_come_during_re_authentication(reauth: Gatewa
         assert conn.read_frame() is None
 
 
+def test_a_re_authentication_token_is_bounded_as_a_sign_in(reauth: GatewayProcess) -> None:
+    import struct
+
+    with reauth.connect() as conn:
+        started = time.monotonic()
+        assert _sign_in(conn, "admin", ADMIN_TOKEN).error_code == 0
+        wait_until(lambda: _answered(conn) and time.monotonic() - started > 1.2, 10, 0.2, "a second to pass")
+        assert conn.request(protocol.ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code == 0
+        conn.send_bytes(struct.pack(">i", 100 * 1024 * 1024))  # a 100 MB token announced
+        assert conn.closed_by_peer()
+
+
 def test_a_second_re_authentication_within_a_second_is_illegal(reauth: GatewayProcess) -> None:
     with reauth.connect() as conn:
         started = time.monotonic()
