@@ -20,10 +20,11 @@
   TLS (SSL, SASL_SSL) is Python's ``ssl``, TLS 1.2 and later; a handshake not finished within
   TXLOG_KAFKA_SSL_HANDSHAKE_TIMEOUT_MS is cut off by the event loop before any task serves the
   connection. A connection counts against TXLOG_KAFKA_MAX_CONNECTIONS once its handshake is done:
-  handshakes under way are bounded by that time, not by the count. On an SSL listener a client certificate is the connection's principal, its subject
-  mapped by TXLOG_KAFKA_SSL_PRINCIPAL_MAPPING_RULES to an active principal's name (none: the
-  connection is closed); with TXLOG_AUTH=token a connection without one (PLAINTEXT, or SSL
-  without a client certificate) is Kafka's ANONYMOUS, left to the ACLs.
+  handshakes under way are bounded by that time, not by the count. On an SSL listener a client
+  certificate is the connection's principal, its subject mapped by
+  TXLOG_KAFKA_SSL_PRINCIPAL_MAPPING_RULES to an active principal's name (none: the connection is
+  closed); with TXLOG_AUTH=token a connection without one (PLAINTEXT, or SSL without a client
+  certificate) is Kafka's ANONYMOUS, left to the ACLs.
 - Sign-in (SASL_* listeners): before it, a frame is bounded by Kafka's sasl.server.max.receive.size
   and the whole exchange by TXLOG_KAFKA_AUTHENTICATION_TIMEOUT_MS from the accept. A session
   with a lifetime (KIP-368, TXLOG_KAFKA_CONNECTIONS_MAX_REAUTH_MS) that ended closes the
