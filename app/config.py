@@ -82,8 +82,30 @@ class Settings(BaseSettings):
 
     # The Kafka wire gateway (`txlog kafka`, docs/kafka.md). Several gateways against one database
     # act as the brokers of one cluster, each with its own node id.
+    # One listener (`--listen`): PLAINTEXT, or SASL_PLAINTEXT with TXLOG_AUTH=token.
     kafka_listen: str = "127.0.0.1:9092"
     kafka_advertised_host: str | None = None  # the host clients are told to connect to (default: the listen host)
+    # Several listeners, as Kafka names them (app/domain/listeners.py): listeners,
+    # advertised.listeners and listener.security.protocol.map. Set, they replace kafka_listen.
+    kafka_listeners: str | None = None
+    kafka_advertised_listeners: str | None = None
+    kafka_listener_security_protocol_map: str | None = None
+    # TLS of the SSL and SASL_SSL listeners (PEM files): ssl.keystore.location and ssl.key.password's
+    # part, ssl.truststore.location (the CA that signs client certificates), ssl.client.auth, and
+    # ssl.principal.mapping.rules (a client certificate's subject to a principal's name).
+    kafka_ssl_certfile: str | None = None
+    kafka_ssl_keyfile: str | None = None
+    kafka_ssl_cafile: str | None = None
+    kafka_ssl_client_auth: Literal["none", "requested", "required"] = "none"
+    kafka_ssl_principal_mapping_rules: str = "DEFAULT"
+    # A TLS handshake not finished within this is cut off (no task waits on it past the bound).
+    kafka_ssl_handshake_timeout_ms: int = Field(10_000, gt=0)
+    # A connection that has not signed in within this (from its accept: the whole SASL exchange,
+    # however slowly its bytes come) is closed.
+    kafka_authentication_timeout_ms: int = Field(30_000, gt=0)
+    # KIP-368 (connections.max.reauth.ms): a SASL session lasts this long (0: for ever); the
+    # client must sign in again on the same connection before it ends, else it is closed.
+    kafka_connections_max_reauth_ms: int = Field(0, ge=0)
     kafka_node_id: int = Field(0, ge=0)
     # Metadata for an unknown topic creates it (Kafka's auto.create.topics.enable), with
     # kafka_num_partitions partitions (num.partitions).
@@ -106,6 +128,12 @@ class Settings(BaseSettings):
     # Client quotas' rate measurement, Kafka's quota.window.num and quota.window.size.seconds.
     quota_window_num: int = Field(11, ge=2)
     quota_window_size_seconds: int = Field(1, ge=1)
+
+    @field_validator("kafka_listeners", "kafka_advertised_listeners", "kafka_listener_security_protocol_map",
+                     "kafka_ssl_certfile", "kafka_ssl_keyfile", "kafka_ssl_cafile")
+    @classmethod
+    def _blank_is_none(cls, v: str | None) -> str | None:
+        return v if v and v.strip() else None
 
     @field_validator("database_url")
     @classmethod

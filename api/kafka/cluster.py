@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterable
 
 from api.kafka.handlers import Node
 from app.domain import cluster as rules
-from app.errors import TxlogError
+from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.services import cluster as registry
 
@@ -58,11 +58,15 @@ class NodeIdInUse(Exception):
     """Another live gateway process holds this node id."""
 
 
+Endpoints = dict[str, tuple[str, int]]  # listener name -> advertised (host, port)
+
+
 @dataclass(frozen=True)
 class _View:
-    """The live nodes at one moment, by node id."""
+    """The live nodes at one moment, by node id, and where each listens, by listener name."""
 
     nodes: tuple[Node, ...]
+    endpoints: tuple[tuple[int, tuple[tuple[str, str, int], ...]], ...] = ()
 
     @property
     def ids(self) -> tuple[int, ...]:
@@ -71,28 +75,90 @@ class _View:
     def by_id(self, node_id: int) -> Node:
         return next(n for n in self.nodes if n.node_id == node_id)
 
+    def on_listener(self, listener: str) -> dict[int, Node]:
+        """The nodes that have ``listener``, as a client of that listener reaches them."""
+        return {
+            node_id: Node(node_id, host, port)
+            for node_id, listeners in self.endpoints for name, host, port in listeners if name == listener
+        }
 
-def _view(rows: Iterable[tuple[int, str, int]], own: Node, kept: Iterable[Node] = ()) -> _View:
+
+def _view(
+    rows: Iterable[tuple[int, str, int, Endpoints]], own: Node, own_listeners: Endpoints, kept: _View | None = None,
+) -> _View:
     """The registry's live nodes, with this one in any case (it is alive: it is answering), and
-    the ``kept`` ones the registry no longer lists."""
-    nodes = {n.node_id: n for n in kept}
-    nodes.update((node_id, Node(node_id, host, port)) for node_id, host, port in rows)
+    the nodes of ``kept`` the registry no longer lists."""
+    nodes = {n.node_id: n for n in kept.nodes} if kept else {}
+    endpoints: dict[int, Endpoints] = {i: {name: (h, p) for name, h, p in e} for i, e in kept.endpoints} if kept else {}
+    for node_id, host, port, listeners in rows:
+        nodes[node_id] = Node(node_id, host, port)
+        endpoints[node_id] = dict(listeners)
     nodes[own.node_id] = own
-    return _View(tuple(nodes[i] for i in sorted(nodes)))
+    endpoints[own.node_id] = dict(own_listeners)
+    return _View(
+        tuple(nodes[i] for i in sorted(nodes)),
+        tuple((i, tuple(sorted((name, h, p) for name, (h, p) in endpoints.get(i, {}).items()))) for i in sorted(nodes)),
+    )
+
+
+class ListenerView:
+    """The cluster as the clients of one listener see it (a ``server.Cluster``), as Kafka answers
+    Metadata, FindCoordinator and DescribeCluster with the endpoints of the listener the client
+    connected to: each node at its address on that listener, a node without that listener left
+    out. Leaders and coordinators are the cluster's, whatever the listener: a partition led by a
+    node without this listener names a leader that is not among the brokers (clients take it as
+    unavailable and ask again), a group coordinated by one is COORDINATOR_NOT_AVAILABLE."""
+
+    def __init__(self, cluster: RegistryCluster, listener: str) -> None:
+        self.cluster = cluster
+        self.listener = listener
+
+    @property
+    def cluster_id(self) -> str:
+        return self.cluster.cluster_id
+
+    def _nodes(self) -> tuple[_View, dict[int, Node]]:
+        view = self.cluster._view
+        return view, view.on_listener(self.listener)
+
+    def list_nodes(self) -> list[Node]:
+        _, nodes = self._nodes()
+        return [nodes[i] for i in sorted(nodes)]
+
+    def leader_of(self, topic: str, partition: int) -> Node:
+        view, nodes = self._nodes()
+        node_id = rules.leader_of(topic, partition, view.ids)
+        return nodes.get(node_id) or view.by_id(node_id)
+
+    def coordinator_of(self, key: str) -> Node:
+        view, nodes = self._nodes()
+        node_id = rules.coordinator_of(key, view.ids)
+        if node_id not in nodes:
+            raise TxlogError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                f"The coordinator of {key!r}, node {node_id}, has no listener {self.listener}",
+            )
+        return nodes[node_id]
 
 
 class RegistryCluster:
     """A ``server.Cluster`` over the node registry: this process's node, registered and renewed,
     and the live nodes read on the same beat. ``start`` before serving, ``stop`` at a clean stop."""
 
-    def __init__(self, broker: Broker, node: Node, *, on_lost: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, broker: Broker, node: Node, *, on_lost: Callable[[], None] | None = None,
+        listeners: dict[str, tuple[str, int, str]] | None = None,
+    ) -> None:
         self.broker = broker
         self.node = node  # set the bound port before ``start`` when listening on port 0
+        # This process's listeners, advertised: {name: (host, port, security protocol)} (the bound
+        # ports set before ``start``); recorded in the registry for the other gateways.
+        self.listeners = dict(listeners or {})
         self.lease_ms = broker.settings.kafka_node_lease_ms
         self.cluster_id = ""
         self.lost: str | None = None  # why this process no longer holds its node id
         self._on_lost = on_lost
-        self._view = _View((node,))
+        self._view = _view((), node, self._own_endpoints())
         self._listeners: list[Callable[[list[Node]], Any]] = []
         self._registration: registry.NodeRegistration | None = None
         self._task: asyncio.Task | None = None
@@ -115,6 +181,13 @@ class RegistryCluster:
     def owns(self, group_id: str) -> bool:
         """Whether this gateway coordinates the group (the group coordinator's ``owns``)."""
         return rules.coordinator_of(group_id, self._view.ids) == self.node.node_id
+
+    def for_listener(self, name: str) -> ListenerView:
+        """The cluster as the clients of listener ``name`` see it."""
+        return ListenerView(self, name)
+
+    def _own_endpoints(self) -> Endpoints:
+        return {name: (host, port) for name, (host, port, _) in self.listeners.items()}
 
     def on_change(self, listener: Callable[[list[Node]], Any]) -> None:
         """Call ``listener(nodes)`` on the event loop each time the live nodes change."""
@@ -142,7 +215,8 @@ class RegistryCluster:
         while True:
             try:
                 self._registration = await asyncio.to_thread(
-                    registry.register_node, self.broker, node.node_id, node.host, node.port, self.lease_ms
+                    registry.register_node, self.broker, node.node_id, node.host, node.port, self.lease_ms,
+                    {name: {"host": h, "port": p, "security_protocol": sp} for name, (h, p, sp) in self.listeners.items()},
                 )
                 break
             except TxlogError as exc:
@@ -158,7 +232,7 @@ class RegistryCluster:
                     warned = True
             await asyncio.sleep(self.interval_s)
         self.cluster_id = await asyncio.to_thread(registry.cluster_id, self.broker)
-        self._update(await asyncio.to_thread(registry.live_nodes, self.broker))
+        self._update(await asyncio.to_thread(registry.live_node_listeners, self.broker))
         self._task = asyncio.create_task(self._beating(), name=f"txlog-kafka-node-{node.node_id}-lease")
 
     async def stop(self) -> None:
@@ -197,17 +271,17 @@ class RegistryCluster:
         if self._away:
             self._away = False
             self._keep_until = loop.time() + self.lease_ms / 1000
-        kept = self._view.nodes if loop.time() < self._keep_until else ()
+        kept = self._view if loop.time() < self._keep_until else None
         self._update(rows, kept)
 
-    def _renew_and_read(self, registration: registry.NodeRegistration) -> list[tuple[int, str, int]]:
+    def _renew_and_read(self, registration: registry.NodeRegistration) -> list[tuple[int, str, int, Endpoints]]:
         try:
             registry.renew_node(self.broker, registration, self.lease_ms)
         except TxlogError as exc:
             if exc.details.get("reason") == "node_id_in_use":
                 raise NodeIdInUse(exc.message) from None
             raise
-        return registry.live_nodes(self.broker)
+        return registry.live_node_listeners(self.broker)
 
     async def _beating(self) -> None:
         while True:
@@ -225,11 +299,14 @@ class RegistryCluster:
             except Exception:
                 log.warning("could not renew node %d's lease", self.node.node_id, exc_info=True)
 
-    def _update(self, rows: list[tuple[int, str, int]], kept: Iterable[Node] = ()) -> None:
-        view = _view(rows, self.node, kept)
+    def _update(self, rows: list[tuple[int, str, int, Endpoints]], kept: _View | None = None) -> None:
+        view = _view(rows, self.node, self._own_endpoints(), kept)
         if view == self._view:
             return
+        moved = view.nodes != self._view.nodes
         self._view = view
+        if not moved:
+            return  # only where some node listens changed: leaders and coordinators stay
         log.info("cluster nodes: %s", ", ".join(f"{n.node_id} ({n.host}:{n.port})" for n in view.nodes))
         for listener in self._listeners:
             try:

@@ -16,6 +16,20 @@
 - One LISTEN connection per process (``app.services.notify``), started and stopped with the
   listener, wakes the fetches that long-poll (Fetch's max_wait_ms and min_bytes).
 - At most TXLOG_KAFKA_MAX_CONNECTIONS connections: one beyond is closed at once.
+- Listeners (``app.domain.listeners``): one server per listener, each of a security protocol.
+  TLS (SSL, SASL_SSL) is Python's ``ssl``, TLS 1.2 and later; a handshake not finished within
+  TXLOG_KAFKA_SSL_HANDSHAKE_TIMEOUT_MS is cut off by the event loop before any task serves the
+  connection. A connection counts against TXLOG_KAFKA_MAX_CONNECTIONS once its handshake is done:
+  handshakes under way are bounded by that time, not by the count. On an SSL listener a client
+  certificate is the connection's principal, its subject mapped by
+  TXLOG_KAFKA_SSL_PRINCIPAL_MAPPING_RULES to an active principal's name (none: the connection is
+  closed); with TXLOG_AUTH=token a connection without one (PLAINTEXT, or SSL without a client
+  certificate) is Kafka's ANONYMOUS, left to the ACLs.
+- Sign-in (SASL_* listeners): before it, a frame is bounded by Kafka's sasl.server.max.receive.size
+  and the whole exchange by TXLOG_KAFKA_AUTHENTICATION_TIMEOUT_MS from the accept. A session
+  with a lifetime (KIP-368, TXLOG_KAFKA_CONNECTIONS_MAX_REAUTH_MS) that ended closes the
+  connection at its next request, as Kafka's ``SocketServer`` does ("expired channel"), unless a
+  re-authentication begun in time is under way.
 - SIGTERM or SIGINT: give the node id up, stop accepting, let each request in progress be answered
   (a few seconds at most), close the connections.
 
@@ -33,7 +47,9 @@ import functools
 import logging
 import signal
 import socket
+import ssl
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -45,6 +61,9 @@ from api.kafka.handlers.bootstrap import KnownTopics
 from api.kafka.handlers.sasl import Session
 from app import memory
 from app.config import Settings
+from app.domain import ssl_principal
+from app.domain.acls import ANONYMOUS
+from app.domain.listeners import Listener, single
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.services import fetch as fetch_service
@@ -102,6 +121,42 @@ class CloseConnection(Exception):
     """End this connection without an answer."""
 
 
+class _Listening:
+    """One listener being served: how clients of it see this node and the cluster."""
+
+    def __init__(self, listener: Listener, node: Node, cluster: Cluster) -> None:
+        self.listener = listener
+        self.node = node
+        self.cluster = cluster
+
+
+_CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
+
+
+def _tls_contexts(settings: Settings) -> dict[str, ssl.SSLContext]:
+    """The server's TLS, TLS 1.2 and later, by security protocol: SSL asks for client certificates
+    as TXLOG_KAFKA_SSL_CLIENT_AUTH says (Kafka's ssl.client.auth); SASL_SSL asks for none, as
+    Kafka applies ssl.client.auth to SASL_SSL listeners only when set for the listener alone
+    (KIP-684), and its clients sign in with SASL."""
+    if not settings.kafka_ssl_certfile or not settings.kafka_ssl_keyfile:
+        raise ListenError("TLS listeners need TXLOG_KAFKA_SSL_CERTFILE and TXLOG_KAFKA_SSL_KEYFILE")
+    contexts = {}
+    for name, client_auth in (("SSL", settings.kafka_ssl_client_auth), ("SASL_SSL", "none")):
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            context.load_cert_chain(settings.kafka_ssl_certfile, settings.kafka_ssl_keyfile)
+            if client_auth != "none":
+                if not settings.kafka_ssl_cafile:
+                    raise ListenError("client certificates (TXLOG_KAFKA_SSL_CLIENT_AUTH) need TXLOG_KAFKA_SSL_CAFILE")
+                context.load_verify_locations(settings.kafka_ssl_cafile)
+        except (OSError, ssl.SSLError) as exc:
+            raise ListenError(f"cannot load the gateway's TLS files: {exc}") from exc
+        context.verify_mode = _CLIENT_AUTH[client_auth]
+        contexts[name] = context
+    return contexts
+
+
 class Gateway:
     """The listener and the dispatch of one gateway process."""
 
@@ -124,18 +179,51 @@ class Gateway:
         self._muted: dict[asyncio.Task, int] = {}  # connection -> throttle time of the answer just sent
         self.routes = versions.resolve()
         self.api_keys = versions.advertised()
-        self._server: asyncio.AbstractServer | None = None
+        self._servers: list[asyncio.AbstractServer] = []
+        self.listeners: dict[str, _Listening] = {}
+        self._mapping_rules = ssl_principal.parse_rules(self.settings.kafka_ssl_principal_mapping_rules)
         self._connections: dict[asyncio.Task, bool] = {}  # task -> busy answering a request
         self._closing = False
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
     async def start(self, host: str, port: int) -> int:
-        """Listen on ``host:port``; answer the port (the one chosen when ``port`` is 0)."""
+        """Listen on ``host:port`` as the one listener of ``--listen`` (PLAINTEXT, or
+        SASL_PLAINTEXT when authenticating); answer the port (the one chosen when ``port`` is 0)."""
+        listener = single(host, port, self.authorizer is not None)
+        bound = await self.start_listeners([listener], {listener.name: (self.node.host, port)})
+        return bound[listener.name]
+
+    async def start_listeners(self, listeners: list[Listener], advertised: dict[str, tuple[str, int]]) -> dict[str, int]:
+        """Listen on each listener, advertised at ``advertised[name]`` (a port 0 there: the bound
+        one); the bound port of each, by name. Nothing is left listening if one fails."""
+        tls = _tls_contexts(self.settings) if any(listener.tls for listener in listeners) else {}
+        bound: dict[str, int] = {}
         try:
-            self._server = await asyncio.start_server(self._connection, host, port, reuse_address=True)
-        except OSError as exc:
-            raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+            for listener in listeners:
+                context = tls.get(listener.security_protocol)
+                try:
+                    server = await asyncio.start_server(
+                        functools.partial(self._connection, listener.name), listener.host or None, listener.port,
+                        reuse_address=True, ssl=context,
+                        ssl_handshake_timeout=self.settings.kafka_ssl_handshake_timeout_ms / 1000 if context else None,
+                    )
+                except OSError as exc:
+                    raise ListenError(f"cannot listen on {listener}: {exc.strerror or exc}") from exc
+                self._servers.append(server)
+                port = server.sockets[0].getsockname()[1]
+                bound[listener.name] = port
+                host, advertised_port = advertised.get(listener.name, (advertised_host(listener.host), 0))
+                node = Node(self.node.node_id, host, advertised_port or port)
+                cluster = self.cluster.for_listener(listener.name) if hasattr(self.cluster, "for_listener") else (
+                    SingleNode(node, self.cluster.cluster_id)
+                )
+                self.listeners[listener.name] = _Listening(listener, node, cluster)
+        except BaseException:
+            for started in self._servers:
+                started.close()
+            self._servers.clear()
+            raise
         if self.settings.database_url:
             self.notifier = AppendNotifier(
                 self.settings.database_url, functools.partial(fetch_service.listen, self.broker), self._run_blocking
@@ -148,7 +236,7 @@ class Gateway:
             self.loop_executor.connections = LoopConnections(
                 self.settings.database_url, self.settings.db_pool_size, SessionLimits.from_settings(self.settings)
             )
-        return self._server.sockets[0].getsockname()[1]
+        return bound
 
     def _run_blocking(self, fn: Any, *args: Any) -> Any:
         return asyncio.get_running_loop().run_in_executor(self.executor, functools.partial(fn, *args))
@@ -157,8 +245,8 @@ class Gateway:
         """Stop accepting; connections waiting for a request close now, those answering one close
         once it is answered, or after ``grace_s``."""
         self._closing = True
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         if self.groups is not None:
             self.groups.close()  # parked JoinGroup/SyncGroup requests are answered now, not after the grace
         for task, busy in list(self._connections.items()):
@@ -170,8 +258,8 @@ class Gateway:
             for task in late:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
         if self.notifier is not None:
             await self.notifier.stop()
         if self.authorizer is not None:
@@ -184,7 +272,7 @@ class Gateway:
 
     # -- connections -------------------------------------------------------------------------------
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _connection(self, listener: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         peer = writer.get_extra_info("peername")
@@ -195,11 +283,12 @@ class Gateway:
             return
         self._connections[task] = False
         try:
-            await self._serve(reader, writer, client)
+            session = await self._session(listener, writer, client)
+            await self._serve(reader, writer, client, session)
         except asyncio.CancelledError:
             pass
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
-            pass  # the client went away, or sent no whole request for IDLE_TIMEOUT_S
+            pass  # the client went away, or sent no whole request for IDLE_TIMEOUT_S (or did not sign in in time)
         except CloseConnection as exc:
             log.info("closing the connection from %s: %s", client, exc)
         except protocol.FrameError as exc:
@@ -213,17 +302,49 @@ class Gateway:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client: str) -> None:
+    async def _session(self, listener: str, writer: asyncio.StreamWriter, client: str) -> Session:
+        """A new connection's authentication, as its listener gives it: SASL listeners sign in
+        later; with TXLOG_AUTH=token, a client certificate on an SSL listener is its principal,
+        and a connection with none is ANONYMOUS."""
+        listening = self.listeners[listener]
+        protocol_name = listening.listener.security_protocol
+        session = Session(
+            listener=listener, sasl=listening.listener.sasl,
+            sign_in_deadline=time.monotonic() + self.settings.kafka_authentication_timeout_ms / 1000,
+        )
+        if self.authorizer is None or session.sasl:
+            return session
+        certificate = writer.get_extra_info("peercert") if protocol_name == "SSL" else None
+        if not certificate:
+            session.principal = ANONYMOUS
+            return session
+        name = ssl_principal.distinguished_name(certificate.get("subject", ()))
+        try:
+            mapped = ssl_principal.map_name(self._mapping_rules, name)
+        except ssl_principal.NoMatchingRule as exc:
+            raise CloseConnection(f"Failed to authenticate the client certificate of {name}: {exc}") from None
+        if not await self._run_blocking(self._is_active_principal, mapped):
+            raise CloseConnection(f"The client certificate of {name} maps to {mapped!r}, which is no active principal")
+        session.principal = mapped
+        return session
+
+    def _is_active_principal(self, name: str) -> bool:
+        assert self.authorizer is not None
+        return any(p.name == name for p in self.authorizer.snapshot().by_token_id.values())
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client: str, session: Session) -> None:
         task = asyncio.current_task()
         assert task is not None
-        session = Session()
         while not self._closing:
             signing_in = self.authorizer is not None and session.principal is None
-            # Before sign-in a frame is bounded as Kafka bounds it (sasl.server.max.receive.size).
-            max_frame = min(self.settings.kafka_max_frame_bytes, SASL_MAX_RECEIVE_BYTES) if signing_in else (
+            # Before sign-in a frame is bounded as Kafka bounds it (sasl.server.max.receive.size),
+            # and the whole sign-in by the authentication timeout.
+            exchanging = signing_in or session.exchange is not None  # a re-authentication's tokens too
+            max_frame = min(self.settings.kafka_max_frame_bytes, SASL_MAX_RECEIVE_BYTES) if exchanging else (
                 self.settings.kafka_max_frame_bytes
             )
-            async with asyncio.timeout(IDLE_TIMEOUT_S):  # the next request, whole, within the idle time
+            wait_s = min(IDLE_TIMEOUT_S, session.sign_in_deadline - time.monotonic()) if signing_in else IDLE_TIMEOUT_S
+            async with asyncio.timeout(max(wait_s, 0)):  # the next request, whole, within the idle time
                 prefix = await reader.readexactly(4)
                 size = int.from_bytes(prefix, "big", signed=True)
                 if size < (0 if session.raw_tokens else protocol.HEADER_MIN_BYTES):
@@ -231,6 +352,8 @@ class Gateway:
                 if size > max_frame:
                     raise protocol.FrameError(f"a frame of {size} bytes is above the {max_frame} bytes allowed")
                 frame = await reader.readexactly(size)
+            if session.expired(time.monotonic()):
+                raise CloseConnection(f"Disconnecting expired channel: the session of {session.principal!r} ended")
             self._connections[task] = True
             if session.raw_tokens:
                 answer: bytes | bytearray | None = await self._raw_token(frame, client, session)
@@ -250,7 +373,7 @@ class Gateway:
         """A SASL token sent bare after a SaslHandshake v0, and its answer framed the same way."""
         ctx = self._context(protocol.ApiKey.SaslAuthenticate, 0, 0, None, client, session)
         try:
-            answer = await sasl_handlers.authenticate(ctx, token)
+            answer, _ = await sasl_handlers.authenticate(ctx, token)
         except TxlogError:
             session.close_after_answer = True
             return b""
@@ -259,10 +382,13 @@ class Gateway:
     def _context(
         self, api_key: int, api_version: int, correlation_id: int, client_id: str | None, client: str, session: Session,
     ) -> RequestContext:
+        # Metadata, FindCoordinator and DescribeCluster name the endpoints of the connection's listener.
+        listening = self.listeners.get(session.listener)
         return RequestContext(
-            broker=self.broker, node=self.node, api_key=api_key, api_version=api_version,
+            broker=self.broker, node=listening.node if listening else self.node, api_key=api_key, api_version=api_version,
             correlation_id=correlation_id, client_id=client_id, client_host=client.rpartition(":")[0],
-            executor=self.executor, cluster=self.cluster, groups=self.groups, notifier=self.notifier,
+            executor=self.executor, cluster=listening.cluster if listening else self.cluster, groups=self.groups,
+            notifier=self.notifier,
             loop_executor=self.loop_executor, known_topics=self.known_topics, authorizer=self.authorizer,
             principal=session.principal, session=session, quotas=self.quotas,
         )
@@ -278,6 +404,10 @@ class Gateway:
         if self.authorizer is not None and session.principal is None and header.api_key not in sasl_handlers.BEFORE_AUTHENTICATION:
             raise CloseConnection(
                 f"Unexpected Kafka request of type {protocol.api_name(header.api_key)} during SASL handshake"
+            )
+        if session.reauthenticating and header.api_key != protocol.ApiKey.SaslAuthenticate:
+            raise CloseConnection(
+                f"Unexpected Kafka request of type {protocol.api_name(header.api_key)} during SASL re-authentication"
             )
         route = self.routes.get(header.api_key)
         if route is None or not route[0].serves(header.api_version):
@@ -331,33 +461,39 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def advertised(host: str) -> str:
+def advertised_host(host: str) -> str:
     """The host clients are told to connect to when none is set: the listen host, or this machine's
     name when listening on every address."""
     return socket.getfqdn() if host in ("0.0.0.0", "::", "") else host
 
 
-async def serve(broker: Broker, host: str, port: int, node_id: int, advertised_host: str | None = None) -> None:
-    """Run a gateway until SIGTERM or SIGINT."""
+async def serve(broker: Broker, listeners: list[Listener], advertised: dict[str, tuple[str, int]], node_id: int) -> None:
+    """Run a gateway on ``listeners`` until SIGTERM or SIGINT."""
     settings = broker.settings
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     with ThreadPoolExecutor(max_workers=settings.db_pool_size, thread_name_prefix="txlog-kafka") as executor:
-        node = Node(node_id, advertised_host or advertised(host), port)
-        cluster = RegistryCluster(broker, node, on_lost=stop.set)
+        first = listeners[0]
+        host, port = advertised[first.name]
+        node = Node(node_id, host, port)
+        endpoints = {lst.name: (*advertised[lst.name], lst.security_protocol) for lst in listeners}
+        cluster = RegistryCluster(broker, node, on_lost=stop.set, listeners=endpoints)
         groups = GroupCoordinator.from_settings(settings, owns=cluster.owns)
         gateway = Gateway(broker, node, cluster=cluster, executor=executor, groups=groups)
         # the nodes changed: the groups that moved to another gateway are unloaded
         cluster.on_change(lambda nodes: groups.resign())
-        bound = await _start_node(gateway, cluster, host, port)
+        bound = await _start_node(gateway, cluster, listeners, advertised)
         memory.settle()
-        print(
-            f"txlog kafka gateway on {host}:{bound} as node {node_id} ({gateway.node.host}:{bound} for clients), "
-            f"serving {len(gateway.routes)} API keys",
-            file=sys.stderr, flush=True,
-        )
+        for listener in listeners:
+            shown = gateway.listeners[listener.name].node
+            print(
+                f"txlog kafka gateway listener {listener.name} ({listener.security_protocol}) on "
+                f"{listener.host or '*'}:{bound[listener.name]} ({shown.host}:{shown.port} for clients)",
+                file=sys.stderr, flush=True,
+            )
+        print(f"txlog kafka gateway as node {node_id}, serving {len(gateway.routes)} API keys", file=sys.stderr, flush=True)
         await stop.wait()
         log.info("stopping")
         await cluster.stop()
@@ -366,19 +502,27 @@ async def serve(broker: Broker, host: str, port: int, node_id: int, advertised_h
         raise NodeIdInUse(f"stopped, no longer node {node_id}: {cluster.lost}")
 
 
-async def _start_node(gateway: Gateway, cluster: RegistryCluster, host: str, port: int) -> int:
-    """Take the node id and listen; the bound port. A node id held by another live process stops
-    the start before the port is bound (after, when listening on port 0, whose port the registry
-    must show)."""
-    if port:
+async def _start_node(
+    gateway: Gateway, cluster: RegistryCluster, listeners: list[Listener], advertised: dict[str, tuple[str, int]],
+) -> dict[str, int]:
+    """Take the node id and listen; the bound ports. A node id held by another live process stops
+    the start before the ports are bound (after, when a listener's port is 0: the registry must
+    show the bound one)."""
+    ephemeral = any(advertised[listener.name][1] == 0 for listener in listeners)
+    if not ephemeral:
         await cluster.start()
     try:
-        bound = await gateway.start(host, port)
+        bound = await gateway.start_listeners(listeners, advertised)
     except ListenError:
         await cluster.stop()
         raise
-    if not port:
-        gateway.node = cluster.node = Node(cluster.node.node_id, cluster.node.host, bound)
+    if ephemeral:
+        cluster.listeners = {
+            name: (listening.node.host, listening.node.port, listening.listener.security_protocol)
+            for name, listening in gateway.listeners.items()
+        }
+        first = gateway.listeners[listeners[0].name].node
+        gateway.node = cluster.node = first
         try:
             await cluster.start()
         except BaseException:
@@ -387,12 +531,12 @@ async def _start_node(gateway: Gateway, cluster: RegistryCluster, host: str, por
     return bound
 
 
-def run(broker: Broker, host: str, port: int, node_id: int, advertised_host: str | None = None) -> None:
+def run(broker: Broker, listeners: list[Listener], advertised: dict[str, tuple[str, int]], node_id: int) -> None:
     """``serve`` on uvloop when it is installed."""
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
-        asyncio.run(serve(broker, host, port, node_id, advertised_host))
+        asyncio.run(serve(broker, listeners, advertised, node_id))
         return
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(serve(broker, host, port, node_id, advertised_host))
+        runner.run(serve(broker, listeners, advertised, node_id))

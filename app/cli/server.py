@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from app.cli.listeners import refuse_open_gateway, refuse_open_listener
+from app.cli.listeners import gateway_listeners, refuse_open_listener
 
 if TYPE_CHECKING:
     from app.storage.embedded import EmbeddedPostgres
@@ -87,7 +87,7 @@ def serve(
         "Set TXLOG_AUTH=token (or --auth token) and create principals with `txlog principals create`",
     )
     if kafka:
-        refuse_open_gateway(settings.kafka_listen, auth, insecure)
+        gateway_listeners(settings.model_copy(update={"auth": auth}), insecure)
     os.environ["TXLOG_AUTH"] = auth  # workers read their settings from the environment
     url, server = resolve_database_url(database_url)
     migrations.upgrade(url)

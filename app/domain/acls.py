@@ -68,6 +68,10 @@ class PermissionType(Enum):
 CLUSTER_NAME = "txlog-cluster"
 # A literal resource name or principal matching every one.
 WILDCARD = "*"
+# Kafka's User:ANONYMOUS: who a connection is that no one authenticated (a listener without SASL
+# or client certificates). Only ACLs of ``*`` (or of ANONYMOUS) allow it anything; no principal may
+# take the name.
+ANONYMOUS = "ANONYMOUS"
 
 # An ALLOW of any of these also allows Describe on the same resource.
 IMPLIES_DESCRIBE = frozenset({Operation.READ, Operation.WRITE, Operation.DELETE, Operation.ALTER})
@@ -79,6 +83,15 @@ IMPLIED_BY: Mapping[Operation, frozenset[Operation]] = {
 
 PRINCIPAL_NAME = re.compile(r"^[A-Za-z0-9._@-]{1,128}$")
 RESOURCE_NAME_MAX = MAX_STRING_LENGTH
+
+
+def invalid_principal_name(name: str) -> str | None:
+    """Why ``name`` cannot be a principal's, or None."""
+    if not PRINCIPAL_NAME.match(name):
+        return f"Principal name {name!r}: 1 to 128 of A-Z a-z 0-9 . _ @ -"
+    if name == ANONYMOUS:
+        return f"{ANONYMOUS} is who an unauthenticated connection is: no principal may take the name"
+    return None
 
 
 def principal_name(text: str) -> str:

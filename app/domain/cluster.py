@@ -9,8 +9,8 @@ FindCoordinator, as they do when a Kafka broker goes away. No I/O here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
 
 from app.domain.partitioner import murmur2, to_positive
 from app.errors import ErrorCode, TxlogError
@@ -49,3 +49,5 @@ class KafkaNode:
     host: str
     port: int
     expires_at_ms: int
+    # Every listener of the node: {listener name: {"host", "port", "security_protocol"}}.
+    listeners: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, compare=False)

@@ -30,9 +30,6 @@ CLIENT_ID = "client-id"
 IP = "ip"
 ENTITY_TYPES = (USER, CLIENT_ID, IP)
 
-# Kafka's user when no one is authenticated (a PLAINTEXT listener): quotas on it still apply.
-ANONYMOUS = "ANONYMOUS"
-
 PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
 REQUEST_PERCENTAGE = "request_percentage"

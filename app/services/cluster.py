@@ -9,7 +9,8 @@ there and spreads partition leadership and group coordination over them with
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
@@ -35,6 +36,8 @@ class NodeRegistration:
     host: str
     port: int
     token: str
+    # Every listener of the process: {name: {"host", "port", "security_protocol"}} (advertised).
+    listeners: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, compare=False)
 
 
 def _check_node(node_id: int, host: str, port: int, lease_ms: int) -> None:
@@ -50,7 +53,7 @@ def _check_node(node_id: int, host: str, port: int, lease_ms: int) -> None:
 
 def _claim(broker: Broker, reg: NodeRegistration, lease_ms: int) -> None:
     with broker.db.transaction() as conn:
-        if cluster_store.kafka_node_claim(conn, reg.node_id, reg.host, reg.port, reg.token, lease_ms):
+        if cluster_store.kafka_node_claim(conn, reg.node_id, reg.host, reg.port, reg.token, lease_ms, reg.listeners):
             return
         holder = cluster_store.kafka_node_get(conn, reg.node_id)
     where = f" ({holder.host}:{holder.port})" if holder else ""
@@ -62,13 +65,18 @@ def _claim(broker: Broker, reg: NodeRegistration, lease_ms: int) -> None:
     )
 
 
-def register_node(broker: Broker, node_id: int, host: str, port: int, lease_ms: int) -> NodeRegistration:
-    """Take ``node_id`` for this process, advertised at ``host``:``port``, for ``lease_ms`` (the
+def register_node(
+    broker: Broker, node_id: int, host: str, port: int, lease_ms: int, listeners: Mapping[str, Mapping[str, Any]] | None = None,
+) -> NodeRegistration:
+    """Take ``node_id`` for this process, advertised at ``host``:``port`` (and at each of its
+    ``listeners``: {name: {"host", "port", "security_protocol"}}), for ``lease_ms`` (the
     database's clock): INVALID_REQUEST (reason ``node_id_in_use``) while another process holds
     it; the id of a process that stopped renewing is free once its lease ends. Keep it with
     ``renew_node`` well within the lease."""
     _check_node(node_id, host, port, lease_ms)
-    reg = NodeRegistration(node_id, host, port, secrets.token_hex(16))
+    for endpoint in (listeners or {}).values():
+        _check_node(node_id, str(endpoint.get("host", "")), int(endpoint.get("port", 0)), lease_ms)
+    reg = NodeRegistration(node_id, host, port, secrets.token_hex(16), dict(listeners or {}))
     _claim(broker, reg, lease_ms)
     return reg
 
@@ -91,3 +99,13 @@ def live_nodes(broker: Broker) -> list[tuple[int, str, int]]:
     """(node id, host, port) of every node whose lease runs, in node id order."""
     with broker.db.read() as conn:
         return [(n.node_id, n.host, n.port) for n in cluster_store.kafka_nodes_live(conn)]
+
+
+def live_node_listeners(broker: Broker) -> list[tuple[int, str, int, dict[str, tuple[str, int]]]]:
+    """``live_nodes`` with each node's advertised listeners: {listener name: (host, port)}. A
+    node registered without listeners (a gateway of an earlier version) lists none."""
+    with broker.db.read() as conn:
+        return [
+            (n.node_id, n.host, n.port, {name: (str(e["host"]), int(e["port"])) for name, e in n.listeners.items()})
+            for n in cluster_store.kafka_nodes_live(conn)
+        ]

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from app.config import Settings
+from app.domain.acls import ANONYMOUS
 from app.domain.quotas import (
-    ANONYMOUS,
     REQUEST_PERCENTAGE,
     Applied,
     Entity,

@@ -19,7 +19,7 @@ from typing import Sequence
 from sqlalchemy.engine import Connection
 
 from app.domain import scram
-from app.domain.acls import PRINCIPAL_NAME
+from app.domain.acls import invalid_principal_name
 from app.domain.scram import DESCRIBE_DUPLICATE, DESCRIBE_NOT_FOUND, Deletion, Refusal, Upsertion
 from app.errors import ErrorCode, TxlogError
 from app.services.security import new_token
@@ -75,8 +75,9 @@ def alter_credentials(db: Database, deletions: Sequence[Deletion], upsertions: S
 def _principal_for_credentials(conn: Connection, name: str) -> Refusal | None:
     """The active principal ``name`` locked against a concurrent revoke (created, with a token no
     one is told, when there is none), or why it cannot have credentials."""
-    if not PRINCIPAL_NAME.match(name):
-        return Refusal(ErrorCode.UNACCEPTABLE_CREDENTIAL, f"Username {name!r} is not a principal name: 1 to 128 of A-Z a-z 0-9 . _ @ -")
+    problem = invalid_principal_name(name)
+    if problem is not None:
+        return Refusal(ErrorCode.UNACCEPTABLE_CREDENTIAL, problem)
     revoked = scram_sql.principal_lock(conn, name)
     if revoked is None:
         _, token_id, hashed = new_token()

@@ -25,7 +25,6 @@ from typing import Iterable, Mapping, Sequence
 
 from app.domain.acls import (
     CLUSTER_NAME,
-    PRINCIPAL_NAME,
     WILDCARD,
     AclBinding,
     AclFilter,
@@ -39,6 +38,7 @@ from app.domain.acls import (
     authorize,
     authorize_any,
     denied,
+    invalid_principal_name,
     shown,
     validate_binding,
 )
@@ -97,8 +97,9 @@ class NewPrincipal:
 
 
 def _valid_principal(name: str) -> None:
-    if not PRINCIPAL_NAME.match(name):
-        raise TxlogError(ErrorCode.INVALID_REQUEST, f"Principal name {name!r}: 1 to 128 of A-Z a-z 0-9 . _ @ -")
+    problem = invalid_principal_name(name)
+    if problem is not None:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, problem)
 
 
 def create_principal(db: Database, name: str) -> NewPrincipal:

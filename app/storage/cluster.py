@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any, Mapping
+
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
@@ -26,18 +29,22 @@ def cluster_id_create(conn: Connection) -> None:
     )
 
 
-def kafka_node_claim(conn: Connection, node_id: int, host: str, port: int, token: str, lease_ms: int) -> bool:
+def kafka_node_claim(
+    conn: Connection, node_id: int, host: str, port: int, token: str, lease_ms: int, listeners: Mapping[str, Any] | None = None,
+) -> bool:
     """Take or renew ``node_id`` for the process ``token`` until ``lease_ms`` from now (the
     database's clock): granted when the id is free, its lease has ended, or ``token`` holds it
     already (a renewal, also after its lease ended if nobody took the id meanwhile). False when
-    another process holds it, its lease running."""
+    another process holds it, its lease running. ``listeners``: every listener of the process
+    ({name: {"host", "port", "security_protocol"}}), kept with the lease."""
     row = conn.execute(
         text(
             """
-            INSERT INTO txlog.kafka_nodes (node_id, host, port, process_token, registered_at, expires_at)
-            VALUES (:node_id, :host, :port, :token, clock_timestamp(), clock_timestamp() + make_interval(secs => :lease_ms / 1000.0))
+            INSERT INTO txlog.kafka_nodes (node_id, host, port, process_token, registered_at, expires_at, listeners)
+            VALUES (:node_id, :host, :port, :token, clock_timestamp(), clock_timestamp() + make_interval(secs => :lease_ms / 1000.0),
+                    CAST(:listeners AS jsonb))
             ON CONFLICT (node_id) DO UPDATE
-            SET host = EXCLUDED.host, port = EXCLUDED.port, process_token = EXCLUDED.process_token,
+            SET host = EXCLUDED.host, port = EXCLUDED.port, process_token = EXCLUDED.process_token, listeners = EXCLUDED.listeners,
                 registered_at = CASE WHEN txlog.kafka_nodes.process_token = EXCLUDED.process_token
                                      THEN txlog.kafka_nodes.registered_at ELSE EXCLUDED.registered_at END,
                 expires_at = EXCLUDED.expires_at
@@ -45,7 +52,8 @@ def kafka_node_claim(conn: Connection, node_id: int, host: str, port: int, token
             RETURNING node_id
             """
         ),
-        {"node_id": node_id, "host": host, "port": port, "token": token, "lease_ms": lease_ms},
+        {"node_id": node_id, "host": host, "port": port, "token": token, "lease_ms": lease_ms,
+         "listeners": json.dumps(dict(listeners or {}))},
     ).first()
     return row is not None
 
@@ -66,7 +74,7 @@ def kafka_nodes_live(conn: Connection) -> list[KafkaNode]:
     """The nodes whose lease runs, in node id order."""
     rows = conn.execute(
         text(
-            f"SELECT node_id, host, port, {_ms('expires_at')} FROM txlog.kafka_nodes "
+            f"SELECT node_id, host, port, {_ms('expires_at')}, listeners FROM txlog.kafka_nodes "
             "WHERE expires_at > clock_timestamp() ORDER BY node_id"
         )
     )

@@ -22,22 +22,33 @@ from tests.support import ROOT, free_port, wait_until
 
 
 class GatewayProcess:
-    """``txlog kafka`` in a subprocess, on a free port, against a given database."""
+    """``txlog kafka`` in a subprocess, on a free port, against a given database. ``listeners``
+    ({name: security protocol}, each on a free loopback port: ``ports[name]``) replace ``--listen``;
+    ``bootstrap`` is then the first one's."""
 
-    def __init__(self, database_url: str, env: dict[str, str] | None = None, log_path: Path | None = None, node_id: int = 0) -> None:
+    def __init__(
+        self, database_url: str, env: dict[str, str] | None = None, log_path: Path | None = None, node_id: int = 0,
+        listeners: dict[str, str] | None = None, args: tuple[str, ...] = (),
+    ) -> None:
         self.database_url = database_url
-        self.port = free_port()
+        self.ports = {name: free_port() for name in listeners or {}}
+        self.port = next(iter(self.ports.values())) if self.ports else free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.node_id = node_id
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("TXLOG_")}
         self.env.update({"TXLOG_DATABASE_URL": database_url, **(env or {})})
+        if listeners:
+            self.env["TXLOG_KAFKA_LISTENERS"] = ",".join(f"{name}://127.0.0.1:{self.ports[name]}" for name in listeners)
+            if any(name != protocol for name, protocol in listeners.items()):
+                self.env["TXLOG_KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"] = ",".join(f"{n}:{p}" for n, p in listeners.items())
+        self.args = (*(() if listeners else ("--listen", self.bootstrap)), *args)
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60) -> "GatewayProcess":
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "kafka", "--listen", self.bootstrap, "--node-id", str(self.node_id),
+            [sys.executable, "-m", "app.cli", "kafka", *self.args, "--node-id", str(self.node_id),
              "--log-level", "info"],
             cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
@@ -48,9 +59,12 @@ class GatewayProcess:
         assert self.proc is not None
         if self.proc.poll() is not None:
             raise AssertionError(f"the gateway exited with {self.proc.returncode}:\n{self.log()}")
-        with socket.socket() as s:
-            s.settimeout(0.5)
-            return s.connect_ex(("127.0.0.1", self.port)) == 0
+        for port in self.ports.values() or (self.port,):
+            with socket.socket() as s:
+                s.settimeout(0.5)
+                if s.connect_ex(("127.0.0.1", port)) != 0:
+                    return False
+        return True
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

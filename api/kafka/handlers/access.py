@@ -14,6 +14,7 @@ from typing import Iterable
 
 from api.kafka.handlers import RequestContext
 from app.domain.acls import (
+    ANONYMOUS,
     CLUSTER_NAME,
     Api,
     Operation,
@@ -26,7 +27,6 @@ from app.domain.acls import (
 from app.errors import TxlogError
 from app.services.security import denied_error
 
-ANONYMOUS = "ANONYMOUS"
 # Kafka's "not provided" for authorized operations: the codec writes INT32_MIN for None.
 NOT_PROVIDED = None
 
