@@ -140,6 +140,9 @@ class ListenerView:
             )
         return nodes[node_id]
 
+    def listeners_of(self, node_id: int) -> list[tuple[str, str, int]]:
+        return next((list(e) for i, e in self.cluster._view.endpoints if i == node_id), [])
+
 
 class RegistryCluster:
     """A ``server.Cluster`` over the node registry: this process's node, registered and renewed,

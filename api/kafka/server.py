@@ -95,6 +95,11 @@ class Cluster(Protocol):
 
     def coordinator_of(self, key: str) -> Node: ...
 
+    def listeners_of(self, node_id: int) -> list[tuple[str, str, int]]:
+        """Where a node is advertised: (listener name, host, port), by name (Kafka's
+        advertised.listeners)."""
+        ...
+
 
 class SingleNode:
     """A cluster of one node: this gateway leads every partition and coordinates every group."""
@@ -111,6 +116,9 @@ class SingleNode:
 
     def coordinator_of(self, key: str) -> Node:
         return self.node
+
+    def listeners_of(self, node_id: int) -> list[tuple[str, str, int]]:
+        return [("PLAINTEXT", self.node.host, self.node.port)] if node_id == self.node.node_id else []
 
 
 class ListenError(OSError):

@@ -164,6 +164,19 @@ def test_describe_cluster_and_find_coordinator_name_the_listeners_endpoints(clus
         assert sorted((b.broker_id, b.host, b.port) for b in described.brokers) == cluster.endpoints("PLAINTEXT")
 
 
+def test_describe_configs_names_every_listener_of_a_broker(cluster: Cluster) -> None:
+    with _tls_raw(cluster, 0, "SSL", cluster.certs.alice) as conn:
+        for node in (0, 1):
+            answer = conn.request(protocol.ApiKey.DescribeConfigs, 1, {
+                "resources": [{"resource_type": 4, "resource_name": str(node), "configuration_keys": ["listeners", "advertised.listeners"]}],
+                "include_synonyms": False,
+            })
+            [result] = answer.results
+            assert result.error_code == 0, result.error_message
+            expected = ",".join(f"{name}://127.0.0.1:{port}" for name, port in sorted(cluster.gateways[node].ports.items()))
+            assert {c.name: c.value for c in result.configs} == {"listeners": expected, "advertised.listeners": expected}
+
+
 def test_the_registry_records_every_listener_of_each_gateway(cluster: Cluster) -> None:
     from app.services import cluster as registry
 

@@ -225,12 +225,15 @@ _BROKER_SETTINGS = (
 _STATIC, _DEFAULT = topic_configs.ConfigSource.STATIC_BROKER_CONFIG, topic_configs.ConfigSource.DEFAULT_CONFIG
 
 
-def broker_configs(broker: Broker, node: Node) -> list[tuple[str, str | None, topic_configs.ConfigType, topic_configs.ConfigSource]]:
+def broker_configs(
+    broker: Broker, node: Node, listeners: list[tuple[str, str, int]],
+) -> list[tuple[str, str | None, topic_configs.ConfigType, topic_configs.ConfigSource]]:
     """A node's broker configs that have a meaning here, in name order: the server's settings under
     Kafka's names (STATIC_BROKER_CONFIG where the server was given one, else DEFAULT_CONFIG), and
-    what is fixed by one copy in PostgreSQL and by the node (DEFAULT_CONFIG)."""
+    what is fixed by one copy in PostgreSQL and by the node (DEFAULT_CONFIG). Its listeners are
+    those it advertises, every one (``NAME://host:port``, comma-separated)."""
     s = broker.settings
-    listener = f"PLAINTEXT://{node.host}:{node.port}"
+    listener = ",".join(f"{name}://{host}:{port}" for name, host, port in listeners) or f"PLAINTEXT://{node.host}:{node.port}"
     out: list[tuple[str, str | None, topic_configs.ConfigType, topic_configs.ConfigSource]] = [
         (name, _broker_value(getattr(s, field), kind), kind, _STATIC if field in s.model_fields_set else _DEFAULT)
         for name, field, kind in _BROKER_SETTINGS
@@ -284,11 +287,11 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> dict:
 def _broker_of(ctx: RequestContext, name: str) -> list[tuple[str, str | None, topic_configs.ConfigType, topic_configs.ConfigSource]]:
     """The broker configs of node ``name`` ("" is the node asked: Kafka's default broker resource)."""
     if name == "":
-        return broker_configs(ctx.broker, ctx.node)
+        return broker_configs(ctx.broker, ctx.node, ctx.cluster.listeners_of(ctx.node.node_id))
     node = next((n for n in ctx.cluster.list_nodes() if str(n.node_id) == name), None)
     if node is None:
         raise TxlogError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected a live node's id, but received {name}")
-    return broker_configs(ctx.broker, node)
+    return broker_configs(ctx.broker, node, ctx.cluster.listeners_of(node.node_id))
 
 
 def _described(d: topic_configs.DescribedConfig, version: int, request: Any) -> dict:
