@@ -141,7 +141,7 @@ class ListenerView:
         return nodes[node_id]
 
     def listeners_of(self, node_id: int) -> list[tuple[str, str, int]]:
-        return next((list(e) for i, e in self.cluster._view.endpoints if i == node_id), [])
+        return self.cluster.listeners_of(node_id)
 
 
 class RegistryCluster:
@@ -184,6 +184,9 @@ class RegistryCluster:
     def owns(self, group_id: str) -> bool:
         """Whether this gateway coordinates the group (the group coordinator's ``owns``)."""
         return rules.coordinator_of(group_id, self._view.ids) == self.node.node_id
+
+    def listeners_of(self, node_id: int) -> list[tuple[str, str, int]]:
+        return next((list(e) for i, e in self._view.endpoints if i == node_id), [])
 
     def for_listener(self, name: str) -> ListenerView:
         """The cluster as the clients of listener ``name`` see it."""
