@@ -335,7 +335,13 @@ class ScramServer:
         binding = _b64decode(attributes[0][2:], "the channel binding")
         if not hmac.compare_digest(binding, self.first.gs2_header.encode("utf-8")):
             raise _failed("the channel binding does not match the client first message")
-        if not hmac.compare_digest(attributes[1][2:].encode("utf-8"), f"{self.first.nonce}{self.server_nonce}".encode()):
+        nonce = f"{self.first.nonce}{self.server_nonce}"
+        sent = attributes[1][2:].encode("utf-8")
+        # librdkafka before 2.6.1 (Debian's kcat and librdkafka 2.0.2 among them) sends the client
+        # nonce twice, before the whole nonce (librdkafka#4895); Kafka 3.8.1 to 3.9 accept it. That
+        # one shape is accepted too: the server's nonce is still the end of it, and the proof covers
+        # the message as sent.
+        if not (hmac.compare_digest(sent, nonce.encode()) or hmac.compare_digest(sent, (self.first.nonce + nonce).encode())):
             raise _failed("Invalid client nonce in the final client message.")
         proof = _b64decode(proof_text, "the client proof")
         if len(proof) != mech.digest_size:

@@ -23,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import shutil
 import struct
+import subprocess
 import uuid
 from types import SimpleNamespace
 from typing import Any
@@ -45,6 +47,7 @@ from tests.kafka.conftest import GatewayProcess, RawConnection
 from tests.kafka.test_sasl import ADMIN_TOKEN, _topic, secured
 from tests.support import wait_until
 
+KCAT = shutil.which("kcat")
 __all__ = ["secured"]  # the gateway with TXLOG_AUTH=token, shared with test_sasl.py
 
 SHA256, SHA512 = 1, 2
@@ -403,6 +406,25 @@ def test_confluent_kafka_signs_in_with_scram(secured: GatewayProcess, scram_user
         assert message is not None and message.error() is None and message.value() == mechanism.encode()
     finally:
         consumer.close()
+
+
+@pytest.mark.skipif(KCAT is None, reason="kcat is not installed (apt-get install kcat)")
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_kcat_signs_in_with_scram(secured: GatewayProcess, scram_user: tuple[str, str], mechanism: str) -> None:
+    assert KCAT is not None
+    name, password = scram_user
+    topic = _topic(secured)
+    sasl_args = ["-X", "security.protocol=SASL_PLAINTEXT", "-X", f"sasl.mechanism={mechanism}", "-X", f"sasl.username={name}",
+                 "-X", f"sasl.password={password}"]
+    done = subprocess.run([KCAT, "-b", secured.bootstrap, *sasl_args, "-P", "-t", topic], input=f"{mechanism} from kcat\n",
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    done = subprocess.run([KCAT, "-b", secured.bootstrap, *sasl_args, "-C", "-t", topic, "-o", "beginning", "-e"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.splitlines() == [f"{mechanism} from kcat"], done.stderr
+    wrong = [a.replace(f"sasl.password={password}", "sasl.password=wrong") for a in sasl_args]
+    refused = subprocess.run([KCAT, "-b", secured.bootstrap, *wrong, "-L", "-m", "5"], capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "Authentication failed" in refused.stderr, refused.stderr
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)

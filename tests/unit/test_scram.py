@@ -128,11 +128,21 @@ def test_authzid_binds_the_channel_binding_and_extensions_are_signed() -> None:
     assert answer.startswith(b"v=")
 
 
+def test_the_client_nonce_twice_as_librdkafka_before_2_6_1_sends_it() -> None:
+    server = ScramServer(scram.SCRAM_SHA_256, "srv")
+    server.client_first(b"n,,n=user,r=cli")
+    server.server_first(rfc7677_credential())
+    assert server.client_final(_client_final(server, b"n,,", "cliclisrv", "pencil")).startswith(b"v=")
+
+
 @pytest.mark.parametrize(
     ("gs2", "nonce", "why"),
     [
         (b"n,,", "clisrvX", "Invalid client nonce"),
         (b"n,,", "cli", "Invalid client nonce"),
+        (b"n,,", "clicli", "Invalid client nonce"),
+        (b"n,,", "Xclisrv", "Invalid client nonce"),
+        (b"n,,", "clisrvclisrv", "Invalid client nonce"),
         (b"y,,", "clisrv", "channel binding does not match"),
         (b"n,a=user,", "clisrv", "channel binding does not match"),
     ],
