@@ -67,7 +67,7 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
         authorizer = Authorizer(db)
         authorizer.refresh()
     # Client quotas, the same budgets as the Kafka gateway's.
-    quotas = quota_service.manager_from_settings(db, settings)
+    quotas = quota_service.manager_from_settings(broker)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

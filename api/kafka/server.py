@@ -183,7 +183,7 @@ class Gateway:
         self.known_topics = KnownTopics()
         # Principals and ACLs (TXLOG_AUTH=token); None: no one is authenticated, all is allowed.
         self.authorizer = Authorizer(broker.db) if self.settings.auth == "token" else None
-        self.quotas = quota_service.manager_from_settings(broker.db, self.settings) if self.settings.database_url else None
+        self.quotas = quota_service.manager_from_settings(broker) if self.settings.database_url else None
         self._muted: dict[asyncio.Task, int] = {}  # connection -> throttle time of the answer just sent
         self.routes = versions.resolve()
         self.api_keys = versions.advertised()

@@ -20,7 +20,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from app.config import Settings
 from app.domain.acls import ANONYMOUS
 from app.domain.quotas import (
     REQUEST_PERCENTAGE,
@@ -38,6 +37,7 @@ from app.domain.quotas import (
     validate_value,
 )
 from app.errors import ErrorCode, TxlogError
+from app.services import Broker
 from app.storage import quotas as sql
 from app.storage import security as security_sql
 from app.storage.db import Database
@@ -130,12 +130,13 @@ class QuotaManager:
 
     def __init__(
         self, db: Database, window: QuotaWindow | None = None, interval_s: float = FLUSH_INTERVAL_S,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.time, sync_clock: Callable[[], object] | None = None,
     ) -> None:
         self.db = db
         self.window = window or QuotaWindow()
         self.interval_s = interval_s
-        self.clock = clock
+        self.clock = clock  # seconds: numbers the windows
+        self.sync_clock = sync_clock  # called by the flush thread, which may wait on the database
         # False while no quota is configured anywhere: the only check a request then costs.
         self.enabled = False
         self._snapshot = _Snapshot(None, {})
@@ -167,6 +168,8 @@ class QuotaManager:
         failing = False
         while True:
             try:
+                if self.sync_clock is not None:
+                    self.sync_clock()
                 self.refresh()
                 self.flush()
                 failing = False
@@ -284,6 +287,35 @@ class QuotaManager:
 
 
 
-def manager_from_settings(db: Database, settings: Settings) -> QuotaManager:
-    """A process's manager with the settings' quota.window.num and quota.window.size.seconds."""
-    return QuotaManager(db, QuotaWindow(settings.quota_window_num, settings.quota_window_size_seconds))
+class DatabaseSeconds:
+    """The database's clock in seconds, as the quota windows are numbered: every process on every
+    host numbers a window alike, whatever its own clock says. Never waits (requests call it on the
+    event loop): while the database clock's next reading is due, it carries its last answer
+    forward with this process's monotonic clock; ``sync`` (the flush thread) takes the reading."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._base: tuple[int, float] | None = None  # the database's ms at a monotonic time
+
+    def __call__(self) -> float:
+        ms, mono = self.broker.now_without_waiting(), time.monotonic()
+        if ms is not None:
+            self._base = (ms, mono)
+            return ms / 1000.0
+        if self._base is None:  # no reading yet (the database away since the start)
+            return time.time()
+        base_ms, base_mono = self._base
+        return base_ms / 1000.0 + (mono - base_mono)
+
+    def sync(self) -> None:
+        self.broker.now()
+
+
+def manager_from_settings(broker: Broker) -> QuotaManager:
+    """A process's manager with the settings' quota.window.num and quota.window.size.seconds, its
+    windows numbered by the database's clock."""
+    settings = broker.settings
+    clock = DatabaseSeconds(broker)
+    return QuotaManager(
+        broker.db, QuotaWindow(settings.quota_window_num, settings.quota_window_size_seconds), clock=clock, sync_clock=clock.sync,
+    )
