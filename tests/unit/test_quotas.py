@@ -147,3 +147,19 @@ def test_waiting_the_throttle_time_brings_the_rate_back_to_the_quota(samples: di
         return
     measured = w.measured_ms(min(kept), now_ms)
     assert sum(kept.values()) / ((measured + throttle) / 1000) == pytest.approx(limit, rel=1e-3, abs=1.0)
+
+
+def test_quota_windows_follow_the_database_clock_and_carry_it_while_a_reading_is_due() -> None:
+    from types import SimpleNamespace
+
+    from app.services.quotas import DatabaseSeconds
+
+    readings: list[int | None] = [1_000_000, None]
+    synced: list[bool] = []
+    broker = SimpleNamespace(now_without_waiting=lambda: readings[0], now=lambda: synced.append(True))
+    clock = DatabaseSeconds(broker)  # type: ignore[arg-type]
+    assert clock() == 1_000.0  # the database's time, not this host's
+    readings[0] = None  # a reading is due: carried forward, never below the last answer
+    assert 1_000.0 <= clock() < 1_001.0
+    clock.sync()
+    assert synced == [True]
