@@ -84,6 +84,7 @@ class ErrorCode(Enum):
     UNKNOWN_TOPIC_ID = _Spec(100, 404, False, "This server does not host this topic ID.")
     MISMATCHED_ENDPOINT_TYPE = _Spec(114, 400, False, "The request was sent to an endpoint of the wrong type.")
     UNSUPPORTED_ENDPOINT_TYPE = _Spec(115, 400, False, "This endpoint type is not supported yet.")
+    INVALID_RECORD_STATE = _Spec(121, 409, False, "The record state is invalid. The acknowledgement of delivery could not be completed.")
     INVALID_REGULAR_EXPRESSION = _Spec(128, 400, False, "The regular expression is not valid.")
     TRANSACTIONAL_ID_NOT_FOUND = _Spec(105, 404, False, "The transactionalId could not be found.")
 
