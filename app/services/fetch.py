@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from sqlalchemy.engine import Connection
+
 from app.domain.log import EpochEndOffset, PartitionStatus, StoredRecord, epoch_end_offset, unknown_partition
 from app.domain.records import (
     MAX_TIMESTAMP,
@@ -122,10 +124,7 @@ def fetch_log(
     with broker.db.read() as conn:  # one snapshot: status and rows agree
         status = log_store.partition_status(conn, topic, partition)
         _check_offset(status, offset)
-        end = min(readable_end(status.high_watermark, status.last_stable_offset, isolation_level), offset + max_records)
-        rows = log_store.records_fetch_log(conn, topic, partition, offset, end, max_bytes, committed) if offset < end else []
-    if len(rows) > 1 and rows[-1].position + rows[-1].size - rows[0].position > max_bytes:
-        rows.pop()  # the one row that starts inside the budget but does not end in it
+        rows = log_rows(conn, status, offset, max_bytes, isolation_level, max_records)
     aborted = None
     if committed:
         aborted = sorted({(r.producer_id, r.txn_first_offset) for r in rows if r.aborted}, key=lambda a: (a[1], a[0]))
@@ -133,6 +132,25 @@ def fetch_log(
         topic, partition, rows, aborted,  # type: ignore[arg-type]  # aborted rows are transactional: producer id and first offset set
         status.high_watermark, status.last_stable_offset, status.log_start_offset,
     )
+
+
+def log_rows(
+    conn: Connection, status: PartitionStatus, offset: int, max_bytes: int, isolation_level: IsolationLevel, max_records: int
+) -> list[StoredRecord]:
+    """The rows of a ``fetch_log`` page from ``offset`` (at or above the log start) on the caller's
+    connection, for a caller that reads the log inside a database transaction of its own (a share
+    fetch, under its share partition's lock): every stored row below the reader's end, at most
+    ``max_records``, within ``max_bytes`` (the first row always); read_committed flags the rows of
+    aborted transactions."""
+    end = min(readable_end(status.high_watermark, status.last_stable_offset, isolation_level), offset + max_records)
+    if offset >= end:
+        return []
+    rows = log_store.records_fetch_log(
+        conn, status.topic, status.partition, offset, end, max_bytes, isolation_level == "read_committed"
+    )
+    if len(rows) > 1 and rows[-1].position + rows[-1].size - rows[0].position > max_bytes:
+        rows.pop()  # the one row that starts inside the budget but does not end in it
+    return rows
 
 
 def partition_statuses(broker: Broker, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], PartitionStatus]:

@@ -1,6 +1,6 @@
 """The background sweeper: aborts timed-out transactions (fencing their producers), completes
 prepared transactions left behind by a crash, expires idle transactional ids and producer state,
-and applies retention.
+applies retention, and gives back share groups' records whose acquisition lock expired.
 
 Every worker on every host runs one, and they share the work: each due item is claimed with
 ``FOR UPDATE SKIP LOCKED`` and handled in its own database transaction, its condition re-checked
@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection
 from app.domain import transactions as txn
 from app.domain.transactions import TxnMetadata, TxnState
 from app.errors import DatabaseUnavailable, TxlogError
-from app.services import Broker, coordinator, retention
+from app.services import Broker, coordinator, retention, share
 from app.storage import producers as producers_store
 from app.storage import transactions as transactions_store
 
@@ -44,6 +44,8 @@ class SweepReport:
     producer_ids_forgotten: int = 0
     log_start_moved: int = 0
     records_deleted: int = 0
+    share_records_released: int = 0  # share groups' records whose lock expired: available again
+    share_records_archived: int = 0  # ... or archived at the delivery-count limit
     failed: int = 0
     more_due: bool = False  # a job spent its budget with items still due: the next round should not wait
 
@@ -194,6 +196,7 @@ def sweep(broker: Broker, budget_s: float | None = None) -> SweepReport:
         ("producer_states_expired", lambda: setattr(report, "producer_states_expired", expire_producer_states(broker, budget))),
         ("producer_ids_forgotten", lambda: setattr(report, "producer_ids_forgotten", forget_producer_ids(broker, budget))),
         ("retention", lambda: _set_retention(report, retention.apply(broker, budget))),
+        ("share_locks", lambda: _set_share_locks(report, share.expire_due(broker, budget_s=budget))),
     ]
     for name, job in jobs:
         try:
@@ -218,6 +221,12 @@ def _set_pair(report: SweepReport, pair: tuple[int, int]) -> None:
 def _set_retention(report: SweepReport, result: "retention.RetentionReport") -> None:
     report.log_start_moved, report.records_deleted = result.log_start_moved, result.records_deleted
     report.failed += result.failed
+
+
+def _set_share_locks(report: SweepReport, result: "share.ExpiryReport") -> None:
+    report.share_records_released, report.share_records_archived = result.released, result.archived
+    report.failed += result.failed
+    report.more_due = report.more_due or result.more_due
 
 
 class SweeperThread(threading.Thread):

@@ -510,3 +510,76 @@ client_quota_usage = Table(
     PrimaryKeyConstraint("user_tag", "client_tag", "quota_key", "window_index"),
     Index("client_quota_usage_window", "window_index"),
 )
+
+# --- share groups (KIP-932) -----------------------------------------------------------------------
+
+# A share group's delivery state on one topic partition: the share-partition start offset (SPSO:
+# every record below it is done) and the end offset (exclusive: one past the last offset taken in
+# flight, Kafka's SPEO + 1). Its row lock serialises every change of the share partition's state,
+# whichever process serves it. ``state_epoch`` grows each time the state starts over
+# (AlterShareGroupOffsets), as Kafka's state epoch does. Gone with its partition.
+share_partitions = Table(
+    "share_partitions",
+    metadata,
+    Column("group_id", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("start_offset", BigInteger, nullable=False),
+    Column("end_offset", BigInteger, nullable=False),
+    Column("state_epoch", Integer, nullable=False, server_default=text("0")),
+    Column("updated_at", TS, nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("group_id", "topic", "partition"),
+    ForeignKeyConstraint(["topic", "partition"], ["txlog.partitions.topic", "txlog.partitions.partition"], ondelete="CASCADE"),
+    CheckConstraint("start_offset >= 0 AND end_offset >= start_offset", name="share_partitions_window"),
+)
+
+# A share partition's in-flight records, one row per run of offsets in one state
+# (``app.domain.share_partition.InFlightRange``), keyed by its first offset: the rows of a share
+# partition are those of its window [start_offset, end_offset), one primary-key range scan, bounded
+# by the window (group.share.partition.max.record.locks), never by the log. ``state`` is Kafka's
+# record state id (0 Available, 1 Acquired, 2 Acknowledged, 4 Archived); only an Acquired run has a
+# member and a lock deadline (epoch ms of the database's clock). The partial index finds the locks
+# due to expire without reading any other row.
+share_in_flight = Table(
+    "share_in_flight",
+    metadata,
+    Column("group_id", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("first_offset", BigInteger, nullable=False),
+    Column("last_offset", BigInteger, nullable=False),
+    Column("state", SmallInteger, nullable=False),
+    Column("member_id", Text),
+    Column("lock_deadline_ms", BigInteger),
+    Column("delivery_count", Integer, nullable=False),
+    PrimaryKeyConstraint("group_id", "topic", "partition", "first_offset"),
+    ForeignKeyConstraint(
+        ["group_id", "topic", "partition"],
+        ["txlog.share_partitions.group_id", "txlog.share_partitions.topic", "txlog.share_partitions.partition"],
+        ondelete="CASCADE",
+    ),
+    CheckConstraint("last_offset >= first_offset", name="share_in_flight_range"),
+    CheckConstraint("state IN (0, 1, 2, 4)", name="share_in_flight_state"),
+    CheckConstraint(
+        "(state = 1) = (member_id IS NOT NULL AND lock_deadline_ms IS NOT NULL)", name="share_in_flight_acquired_lock"
+    ),
+    CheckConstraint("delivery_count >= 0", name="share_in_flight_delivery_count"),
+    Index("share_in_flight_lock_deadline", "lock_deadline_ms", postgresql_where=text("state = 1")),
+)
+
+# A share group's configs (Kafka's GROUP config resource, the share.* keys), those set: a key not
+# here takes its default.
+share_group_configs = Table(
+    "share_group_configs",
+    metadata,
+    Column("group_id", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("value", Text, nullable=False),
+    Column("updated_at", TS, nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("group_id", "name"),
+    CheckConstraint(
+        "name IN ('share.auto.offset.reset', 'share.isolation.level', 'share.record.lock.duration.ms', "
+        "'share.delivery.count.limit', 'share.group.session.timeout.ms')",
+        name="share_group_configs_name",
+    ),
+)

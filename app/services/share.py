@@ -1,0 +1,446 @@
+"""Share groups' delivery (KIP-932): members acquire records of a topic partition, each record held
+by one member at a time until it acknowledges it or its lock expires; ShareFetch, ShareAcknowledge,
+members leaving, the lock timer, and the admin's describe, alter and delete of share-partition state.
+
+Each share partition is changed in a database transaction of its own, under its row lock
+(``storage.share.share_partition_lock``): any process serves any share partition, and the rules
+are the domain's (``app.domain.share_partition``), decided on the state as locked and persisted as
+the rows that changed. Time is the database's clock (``Broker.now``): lock deadlines agree across
+hosts.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+from sqlalchemy.engine import Connection
+
+from app.domain import share_partition as sp
+from app.domain.log import PartitionStatus, StoredRecord
+from app.domain.records import IsolationLevel
+from app.domain.share_configs import ShareGroupConfig, config_of, validated
+from app.errors import ErrorCode, TxlogError
+from app.services import Broker
+from app.services.fetch import list_offsets, log_rows
+from app.storage import log as log_store
+from app.storage import share as share_store
+
+log = logging.getLogger("txlog.share")
+
+# A share fetch's byte budget per partition when the caller gives none (Kafka's
+# fetch.max.bytes default for a share consumer: 50 MiB over a request; one partition's page here).
+DEFAULT_MAX_BYTES = 1_048_576
+
+
+# --- configs --------------------------------------------------------------------------------------
+
+def group_config(broker: Broker, group_id: str) -> ShareGroupConfig:
+    """The share group's configs, defaults where none is set."""
+    with broker.db.read() as conn:
+        return config_of(share_store.share_group_configs(conn, group_id))
+
+
+def group_configs_set(broker: Broker, group_id: str) -> dict[str, str]:
+    """The configs the group has set (DescribeConfigs shows the rest as defaults)."""
+    with broker.db.read() as conn:
+        return share_store.share_group_configs(conn, group_id)
+
+
+def alter_group_configs(broker: Broker, group_id: str, changes: Mapping[str, str | None]) -> dict[str, str]:
+    """IncrementalAlterConfigs of a GROUP resource's share.* keys: each value set (validated as
+    Kafka validates it: INVALID_CONFIG), each None removed. The configs set afterwards. They take
+    effect at each share partition's next operation."""
+    checked = {name: None if value is None else validated(name, value) for name, value in changes.items()}
+    with broker.db.transaction() as conn:
+        share_store.share_group_configs_alter(conn, group_id, checked)
+        return share_store.share_group_configs(conn, group_id)
+
+
+# --- acquiring ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ShareFetchPartition:
+    """What one share partition gave a share fetch: the runs of offsets acquired, each with its
+    delivery count (Kafka's AcquiredRecords), and the data records among them, in offset order
+    (an acquired offset without a record — compacted away — is acknowledged as GAP). ``error``
+    instead, per partition, as Kafka answers it."""
+
+    topic: str
+    partition: int
+    acquired: tuple[sp.AcquiredRecords, ...] = ()
+    records: tuple[StoredRecord, ...] = ()
+    delivery_counts: tuple[int, ...] = ()  # of each of ``records``
+    error: TxlogError | None = None
+    start_offset: int | None = None  # the SPSO after this fetch
+    high_watermark: int | None = None
+    log_start_offset: int | None = None
+
+    @property
+    def count(self) -> int:
+        return len(self.records)
+
+
+def _not_deliverable(rows: Sequence[StoredRecord], committed: bool) -> list[tuple[int, int]]:
+    """Runs of offsets a share group never delivers: control records always, and records of aborted
+    transactions under read_committed (Kafka's share fetch archives them)."""
+    runs: list[tuple[int, int]] = []
+    for r in rows:
+        if r.control_type is not None or (committed and r.aborted):
+            if runs and runs[-1][1] + 1 == r.offset:
+                runs[-1] = (runs[-1][0], r.offset)
+            else:
+                runs.append((r.offset, r.offset))
+    return runs
+
+
+def _start_offset(broker: Broker, config: ShareGroupConfig, status: PartitionStatus) -> int:
+    """Where a share partition the group never read starts (share.auto.offset.reset)."""
+    reset = config.auto_offset_reset
+    found: int | None = None
+    when = sp.reset_timestamp(reset, broker.now())
+    if when is not None:
+        listed = list_offsets(broker, [(status.topic, status.partition, max(0, when))], config.isolation_level)[0]
+        found = listed.offset.offset if listed.offset is not None else None
+    end = status.last_stable_offset if config.isolation_level == "read_committed" else status.high_watermark
+    return sp.initial_state(
+        reset, log_start_offset=status.log_start_offset, log_end_offset=end, offset_for_timestamp=found
+    ).start_offset
+
+
+def _locked(
+    conn: Connection, broker: Broker, group_id: str, status: PartitionStatus, config: ShareGroupConfig | None
+) -> tuple[sp.SharePartitionState, sp.SharePartitionState]:
+    """The share partition locked (made first if the group never read it, when ``config`` is
+    given): its state as stored, and that state with the log start's moves applied."""
+    topic, partition = status.topic, status.partition
+    found = share_store.share_partition_lock(conn, group_id, topic, partition)
+    if found is None:
+        if config is None:
+            raise TxlogError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Share group {group_id} has no state of {topic}-{partition}"
+            )
+        share_store.share_partition_create(conn, group_id, topic, partition, _start_offset(broker, config, status))
+        found = share_store.share_partition_lock(conn, group_id, topic, partition)
+        assert found is not None
+    stored = found[0]
+    return stored, sp.advance_log_start(stored, status.log_start_offset)
+
+
+def _acquire_partition(
+    broker: Broker, group_id: str, member_id: str, topic: str, partition: int, max_records: int, max_bytes: int,
+    config: ShareGroupConfig, isolation_level: IsolationLevel, lock_duration_ms: int | None,
+) -> ShareFetchPartition:
+    with broker.db.transaction() as conn:
+        status = log_store.partition_status(conn, topic, partition)
+        stored, state = _locked(conn, broker, group_id, status, config)
+        now = broker.now()
+        start = sp.next_fetch_offset(state, now)
+        # Read the in-flight records from the first acquirable one, and as many new ones past the
+        # end offset as may be acquired: bounded by the window and the request, never the log.
+        span_end = max(state.end_offset, start) + min(max_records, sp.new_records_room(state, config.delivery))
+        rows = log_rows(conn, status, start, max_bytes, isolation_level, max(1, span_end - start)) if start < span_end else []
+        last = rows[-1].offset if rows else start - 1
+        outcome = sp.acquire(
+            state, member_id, start, last, now_ms=now, config=config.delivery, max_records=max_records,
+            not_deliverable=_not_deliverable(rows, isolation_level == "read_committed"), lock_duration_ms=lock_duration_ms,
+        )
+        share_store.share_partition_write(
+            conn, group_id, topic, partition, stored, outcome.state, records_available=bool(outcome.released),
+        )
+    counts: list[int] = []
+    records: list[StoredRecord] = []
+    runs = iter(outcome.acquired)
+    run = next(runs, None)
+    for r in rows:
+        while run is not None and run.last_offset < r.offset:
+            run = next(runs, None)
+        if run is None:
+            break
+        if run.first_offset <= r.offset and r.control_type is None:
+            records.append(r)
+            counts.append(run.delivery_count)
+    return ShareFetchPartition(
+        topic, partition, outcome.acquired, tuple(records), tuple(counts), None,
+        outcome.state.start_offset, status.high_watermark, status.log_start_offset,
+    )
+
+
+def acquire(
+    broker: Broker,
+    group_id: str,
+    member_id: str,
+    partitions: Sequence[tuple[str, int]],
+    max_records: int = 500,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    isolation_level: IsolationLevel | None = None,
+    lock_duration_ms: int | None = None,
+) -> list[ShareFetchPartition]:
+    """Kafka's ShareFetch (the acquiring half): ``member_id`` acquires up to ``max_records``
+    records in all over ``partitions``, taken in the order given (a caller spreading members over
+    partitions rotates them), each partition within ``max_bytes``. A share partition the group
+    never read starts per share.auto.offset.reset (latest by default). read_committed (the
+    group's share.isolation.level unless ``isolation_level`` is given) reads up to the last stable
+    offset and archives the records of aborted transactions; control records are never delivered.
+    ``lock_duration_ms`` overrides share.record.lock.duration.ms (an invisible time). Errors per
+    partition (UNKNOWN_TOPIC_OR_PARTITION, a database conflict); one partition each in its own
+    database transaction, its row lock held only for it. Never waits for records: see
+    ``acquire_long_poll`` for that."""
+    if not member_id:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, "A share fetch needs a member id")
+    if max_records < 1 or max_bytes < 1:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, "max_records and max_bytes must be positive")
+    config = group_config(broker, group_id)
+    isolation: IsolationLevel = isolation_level or config.isolation_level
+    left = max_records
+    out: list[ShareFetchPartition] = []
+    for topic, partition in partitions:
+        if left <= 0:
+            out.append(ShareFetchPartition(topic, partition))
+            continue
+        try:
+            got = _acquire_partition(broker, group_id, member_id, topic, partition, left, max_bytes, config, isolation, lock_duration_ms)
+        except TxlogError as exc:
+            if exc.code is ErrorCode.UNKNOWN_SERVER_ERROR:
+                raise
+            out.append(ShareFetchPartition(topic, partition, error=exc))
+            continue
+        left -= sum(a.last_offset - a.first_offset + 1 for a in got.acquired)
+        out.append(got)
+    return out
+
+
+# --- acknowledging --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ShareAcknowledged:
+    """One share partition's answer to an acknowledgement: what it did, or Kafka's error
+    (INVALID_RECORD_STATE: a record not held by the member, its lock expired; INVALID_REQUEST:
+    malformed batches or offsets never acquired; UNKNOWN_TOPIC_OR_PARTITION). A refused
+    acknowledgement changed nothing."""
+
+    topic: str
+    partition: int
+    outcome: sp.Acknowledgement | None = None
+    error: TxlogError | None = None
+
+
+def _acknowledge_partition(
+    broker: Broker, group_id: str, member_id: str, topic: str, partition: int, batches: Sequence[sp.AcknowledgementBatch],
+    config: ShareGroupConfig, lock_duration_ms: int | None,
+) -> ShareAcknowledged:
+    with broker.db.transaction() as conn:
+        status = log_store.partition_status(conn, topic, partition)
+        stored, state = _locked(conn, broker, group_id, status, None)
+        outcome = sp.acknowledge(
+            state, member_id, batches, now_ms=broker.now(), config=config.delivery, lock_duration_ms=lock_duration_ms
+        )
+        if isinstance(outcome, sp.Refused):
+            return ShareAcknowledged(topic, partition, error=outcome.error())
+        share_store.share_partition_write(
+            conn, group_id, topic, partition, stored, outcome.state, records_available=bool(outcome.released),
+        )
+    return ShareAcknowledged(topic, partition, outcome)
+
+
+def acknowledge(
+    broker: Broker,
+    group_id: str,
+    member_id: str,
+    acks: Mapping[tuple[str, int], Sequence[sp.AcknowledgementBatch]],
+    lock_duration_ms: int | None = None,
+) -> list[ShareAcknowledged]:
+    """Kafka's ShareAcknowledge (and a ShareFetch's acknowledgements): per share partition, its
+    batches (ACCEPT, RELEASE, REJECT, GAP, RENEW by Kafka's type ids) taken whole or refused whole,
+    under its row lock; answers in the order of ``acks``."""
+    if not member_id:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, "An acknowledgement needs a member id")
+    config = group_config(broker, group_id)
+    out: list[ShareAcknowledged] = []
+    for (topic, partition), batches in acks.items():
+        try:
+            out.append(_acknowledge_partition(broker, group_id, member_id, topic, partition, batches, config, lock_duration_ms))
+        except TxlogError as exc:
+            if exc.code is ErrorCode.UNKNOWN_SERVER_ERROR:
+                raise
+            out.append(ShareAcknowledged(topic, partition, error=exc))
+    return out
+
+
+# --- giving locks back ----------------------------------------------------------------------------
+
+def _release(
+    conn: Connection, group_id: str, topic: str, partition: int, change: Callable[[sp.SharePartitionState], sp.Release],
+    skip_locked: bool = False,
+) -> sp.Release | None:
+    """``change`` (the lock timer, a member leaving) applied to the share partition under its row
+    lock, persisted if it gave records back; None if there is no such share partition (or, with
+    ``skip_locked``, another transaction holds it)."""
+    found = share_store.share_partition_lock(conn, group_id, topic, partition, skip_locked=skip_locked)
+    if found is None:
+        return None
+    stored = found[0]
+    released: sp.Release = change(stored)
+    if released.changed:
+        share_store.share_partition_write(
+            conn, group_id, topic, partition, stored, released.state, records_available=bool(released.released)
+        )
+    return released
+
+
+def release_member(
+    broker: Broker, group_id: str, member_id: str, partitions: Sequence[tuple[str, int]] | None = None
+) -> int:
+    """A member left the share group or its session ended: every record it holds (on
+    ``partitions``, or wherever it holds one) is available again now, or archived if that was its
+    last delivery. How many records were given back."""
+    config = group_config(broker, group_id)
+    if partitions is None:
+        with broker.db.read() as conn:
+            partitions = share_store.share_partitions_held_by(conn, group_id, member_id)
+    given_back = 0
+    for topic, partition in partitions:
+        with broker.db.transaction() as conn:
+            change = functools.partial(sp.release_member, member_id=member_id, now_ms=broker.now(), config=config.delivery)
+            released = _release(conn, group_id, topic, partition, change)
+        if released is not None:
+            given_back += _count(released)
+    return given_back
+
+
+def _count(released: sp.Release) -> int:
+    return sum(r.last_offset - r.first_offset + 1 for r in released.released) + sum(
+        a.last_offset - a.first_offset + 1 for a in released.archived
+    )
+
+
+@dataclass
+class ExpiryReport:
+    partitions: int = 0  # share partitions whose expired locks were given back
+    released: int = 0  # records available again
+    archived: int = 0  # records archived at the delivery-count limit
+    failed: int = 0
+    more_due: bool = False
+
+
+def expire_due(broker: Broker, limit: int = 100, budget_s: float = 60.0) -> ExpiryReport:
+    """The lock timer, for the sweeper: share partitions holding locks expired by now (the
+    database's clock), earliest first, at most ``limit`` a round; each in its own database
+    transaction, its row lock taken with SKIP LOCKED (one being served is expired by the operation
+    serving it, which gives expired locks back first). Expired records go back to Available, or
+    are archived at the delivery-count limit; fetches waiting on the partition are woken."""
+    report = ExpiryReport()
+    deadline = time.monotonic() + budget_s
+    with broker.db.read() as conn:
+        due = share_store.share_partitions_with_expired_locks(conn, broker.now(), limit)
+    configs: dict[str, ShareGroupConfig] = {}
+    for group_id, topic, partition in due:
+        if time.monotonic() >= deadline:
+            report.more_due = True
+            break
+        try:
+            config = configs.get(group_id) or configs.setdefault(group_id, group_config(broker, group_id))
+            with broker.db.transaction() as conn:
+                change = functools.partial(sp.expire, now_ms=broker.now(), config=config.delivery)
+                released = _release(conn, group_id, topic, partition, change, skip_locked=True)
+        except TxlogError as exc:
+            if exc.code is ErrorCode.UNKNOWN_SERVER_ERROR:
+                raise
+            report.failed += 1
+            log.warning("could not expire the locks of share group %r on %s-%s: %s", group_id, topic, partition, exc)
+            continue
+        if released is not None and released.changed:
+            report.partitions += 1
+            report.released += sum(r.last_offset - r.first_offset + 1 for r in released.released)
+            report.archived += sum(a.last_offset - a.first_offset + 1 for a in released.archived)
+    if len(due) >= limit:
+        report.more_due = True
+    return report
+
+
+# --- describing, altering, deleting ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SharePartitionDescription:
+    topic: str
+    partition: int
+    start_offset: int  # SPSO
+    end_offset: int  # exclusive (SPEO + 1)
+    state_epoch: int
+    in_flight: tuple[sp.InFlightRange, ...]
+    counts: Mapping[str, int] = field(default_factory=dict)  # records per state name, in flight
+
+
+@dataclass(frozen=True)
+class ShareGroupDescription:
+    group_id: str
+    partitions: tuple[SharePartitionDescription, ...]
+    configs: Mapping[str, str]  # those set
+
+
+def list_share_groups(broker: Broker) -> list[str]:
+    """Groups with share-partition state or share configs."""
+    with broker.db.read() as conn:
+        return share_store.share_group_ids(conn)
+
+
+def describe(broker: Broker, group_id: str) -> ShareGroupDescription:
+    """Every share partition of the group: SPSO, end offset, state epoch, in-flight runs (member,
+    lock deadline, delivery count) and the records in each state. One snapshot."""
+    with broker.db.read() as conn:
+        state = share_store.share_group_state(conn, group_id)
+        configs = share_store.share_group_configs(conn, group_id)
+    parts = []
+    for row, ranges in state:
+        counts = {s.name: 0 for s in sp.RecordState}
+        for r in ranges:
+            counts[r.state.name] += r.count
+        parts.append(
+            SharePartitionDescription(row.topic, row.partition, row.start_offset, row.end_offset, row.state_epoch, tuple(ranges), counts)
+        )
+    return ShareGroupDescription(group_id, tuple(parts), configs)
+
+
+@dataclass(frozen=True)
+class ShareOffsetResult:
+    topic: str
+    partition: int
+    error: TxlogError | None = None
+
+
+def alter_offsets(broker: Broker, group_id: str, offsets: Sequence[tuple[str, int, int]]) -> list[ShareOffsetResult]:
+    """Kafka's AlterShareGroupOffsets: each (topic, partition, start offset) starts over there with
+    nothing in flight, its state epoch raised. Kafka allows it only while the group has no member
+    (the caller checks: GROUP_NOT_EMPTY). Errors per partition."""
+    out: list[ShareOffsetResult] = []
+    for topic, partition, start in offsets:
+        try:
+            state = sp.altered(start)
+            with broker.db.transaction() as conn:
+                log_store.partition_status(conn, topic, partition)  # UNKNOWN_TOPIC_OR_PARTITION
+                share_store.share_partition_reset(conn, group_id, topic, partition, state.start_offset)
+        except TxlogError as exc:
+            if exc.code is ErrorCode.UNKNOWN_SERVER_ERROR:
+                raise
+            out.append(ShareOffsetResult(topic, partition, exc))
+        else:
+            out.append(ShareOffsetResult(topic, partition))
+    return out
+
+
+def delete_offsets(broker: Broker, group_id: str, partitions: Sequence[tuple[str, int]] | None = None) -> list[tuple[str, int]]:
+    """Kafka's DeleteShareGroupOffsets (None: every partition, as DeleteGroups of a share group):
+    the group's state of those partitions is gone, in-flight records with it; read again, a
+    partition starts per share.auto.offset.reset. The partitions that had state."""
+    with broker.db.transaction() as conn:
+        return share_store.share_partitions_delete(conn, group_id, partitions)
+
+
+def delete_group(broker: Broker, group_id: str) -> None:
+    """A share group deleted: its share partitions' state and its configs."""
+    with broker.db.transaction() as conn:
+        share_store.share_partitions_delete(conn, group_id)
+        share_store.share_group_configs_delete(conn, group_id)
