@@ -27,6 +27,7 @@ from api.v1.responses import errors as error_responses
 from api.v1.routes import add_body_schemas
 from api.v1.routes import router as v1_router
 from api.v1.security import router as security_router
+from api.v1.share import router as share_router
 from app import memory
 from app.config import Settings, load_settings
 from app.domain.acls import Api
@@ -121,7 +122,7 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
     app.state.authorizer = authorizer
     app.state.quotas = quotas
     errors.install(app)
-    v1_routers = [v1_router, half_messages_router, v1_operator.router, security_router]
+    v1_routers = [v1_router, half_messages_router, v1_operator.router, security_router, share_router]
     assert_every_route_secured(v1_routers)
     for router in v1_routers:
         app.include_router(router)

@@ -157,7 +157,7 @@ def fetch_page(result: FetchResult, encoding: Encoding) -> bytes:
     return orjson.dumps({
         "topic": result.topic,
         "partition": result.partition,
-        "records": _fetched_records(result.records, encoding),
+        "records": fetched_records(result.records, encoding),
         "next_offset": result.next_offset,
         "high_watermark": result.high_watermark,
         "last_stable_offset": result.last_stable_offset,
@@ -171,7 +171,9 @@ _NO_HEADERS: dict[str, Any] = {}
 _NO_HEADER_LIST: list[Any] = []
 
 
-def _fetched_records(records: list[StoredRecord], encoding: Encoding) -> list[dict[str, Any]]:
+def fetched_records(records: list[StoredRecord], encoding: Encoding) -> list[dict[str, Any]]:
+    """Records as a fetch answers them (``FetchedRecord``), in ``encoding``; the share-group
+    routes answer acquired records so too."""
     out = []
     utf8 = encoding == "utf8"
     k: str | None

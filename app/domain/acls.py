@@ -251,6 +251,10 @@ class Api(Enum):
     ALTER_USER_SCRAM_CREDENTIALS = "AlterUserScramCredentials"
     DESCRIBE_CLIENT_QUOTAS = "DescribeClientQuotas"
     ALTER_CLIENT_QUOTAS = "AlterClientQuotas"
+    SHARE_FETCH = "ShareFetch"  # HTTP: acquire a share group's records
+    SHARE_ACKNOWLEDGE = "ShareAcknowledge"
+    DESCRIBE_SHARE_GROUP = "ShareGroupDescribe"  # and its share partitions' in-flight records
+    ALTER_GROUP_CONFIGS = "AlterGroupConfigs"  # IncrementalAlterConfigs of a GROUP resource (share.* configs)
     UNCHECKED = "Unchecked"  # ApiVersions, SaslHandshake, SaslAuthenticate, the wire's DescribeCluster
 
 
@@ -338,6 +342,10 @@ REQUIRED: Mapping[Api, tuple[tuple[Check, ...], ...]] = {
     Api.ALTER_USER_SCRAM_CREDENTIALS: (_on(C, O.ALTER, None),),
     Api.DESCRIBE_CLIENT_QUOTAS: (_on(C, O.DESCRIBE_CONFIGS, None),),
     Api.ALTER_CLIENT_QUOTAS: (_on(C, O.ALTER_CONFIGS, None),),
+    Api.SHARE_FETCH: (_on(G, O.READ, "group"), _on(T, O.READ, "topics")),
+    Api.SHARE_ACKNOWLEDGE: (_on(G, O.READ, "group"), _on(T, O.READ, "topics")),
+    Api.DESCRIBE_SHARE_GROUP: (_on(G, O.DESCRIBE, "group"),),
+    Api.ALTER_GROUP_CONFIGS: (_on(G, O.ALTER_CONFIGS, "group"),),
     Api.UNCHECKED: (),
 }
 
