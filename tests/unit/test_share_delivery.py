@@ -17,14 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from app.domain.share_partition import (
-    AcknowledgeType,
-    AcknowledgementBatch,
     Acknowledgement,
+    AcknowledgementBatch,
+    AcknowledgeType,
     AcquiredRecords,
     ArchivedRecords,
     ArchiveReason,
@@ -649,7 +649,7 @@ def archived_offsets(runs: tuple[ArchivedRecords, ...]) -> dict[int, ArchiveReas
 
 
 MEMBERS = ["m1", "m2", "m3"]
-TYPES = st.sampled_from([A.ACCEPT, A.ACCEPT, A.RELEASE, A.REJECT, A.GAP, A.RENEW])
+TYPES = st.sampled_from([A.ACCEPT, A.ACCEPT, A.RELEASE, A.RELEASE, A.REJECT, A.GAP, A.RENEW])
 
 
 class ShareDeliveryModel(RuleBasedStateMachine):
@@ -669,6 +669,8 @@ class ShareDeliveryModel(RuleBasedStateMachine):
     def _record_release(self, released: tuple[OffsetRange, ...], archived: tuple[ArchivedRecords, ...]) -> None:
         for o in offsets(released):
             self.holders.pop(o, None)
+        for a in archived:
+            event(f"archived: {a.reason.value}")
         for o, reason in archived_offsets(archived).items():
             self.holders.pop(o, None)
             assert o not in self.fate, f"offset {o} finished twice"
@@ -687,6 +689,7 @@ class ShareDeliveryModel(RuleBasedStateMachine):
         assert [(o, a.delivery_count) for a in out.acquired for o in range(a.first_offset, a.last_offset + 1)] == got
         assert offsets(out.released) == released and archived_offsets(out.archived) == archived
         assert out.acquired_count <= max_records
+        event(f"acquire: {'redelivered' if any(a.delivery_count > 1 for a in out.acquired) else 'first' if out.acquired else 'none'}")
         for a, b in zip(out.acquired, out.acquired[1:]):  # runs are maximal
             assert a.last_offset < b.first_offset and not (a.last_offset + 1 == b.first_offset and a.delivery_count == b.delivery_count)
         self._record_release(out.released, out.archived)
@@ -710,8 +713,26 @@ class ShareDeliveryModel(RuleBasedStateMachine):
             per = data.draw(st.booleans())
             types = tuple(data.draw(st.lists(TYPES, min_size=b - a + 1, max_size=b - a + 1))) if per else (data.draw(TYPES),)
             batches.append(AcknowledgementBatch(a, b, tuple(int(t) for t in types)))
+        self._acknowledge(member, batches, dur)
+
+    @rule(data=st.data(), dur=st.sampled_from([None, 400]))
+    def holder_acknowledges(self, data: st.DataObject, dur: int | None) -> None:
+        """A member acknowledges part of what it was given (its lock may have expired meanwhile)."""
+        held = [r for r in self.state.in_flight if r.state is R.ACQUIRED]
+        if not held:
+            return
+        r = data.draw(st.sampled_from(held))
+        a = data.draw(st.integers(r.first_offset, r.last_offset))
+        b = data.draw(st.integers(a, r.last_offset))
+        per = data.draw(st.booleans())
+        types = tuple(data.draw(st.lists(TYPES, min_size=b - a + 1, max_size=b - a + 1))) if per else (data.draw(TYPES),)
+        assert r.member_id is not None
+        self._acknowledge(r.member_id, [AcknowledgementBatch(a, b, tuple(int(t) for t in types))], dur)
+
+    def _acknowledge(self, member: str, batches: list[AcknowledgementBatch], dur: int | None) -> None:
         out = acknowledge(self.state, member, batches, now_ms=self.now, config=self.config, lock_duration_ms=dur)
         expected = self.ref.acknowledge(member, batches, self.now, dur)
+        event(f"acknowledge: {out.code.name if isinstance(out, Refused) else 'done'}")
         if isinstance(out, Refused):
             assert isinstance(expected[0], ErrorCode), (out, expected)
             assert out.code is expected[0]
