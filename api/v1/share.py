@@ -22,7 +22,6 @@ from app.domain.share_configs import DEFAULTS
 from app.domain.share_partition import AcknowledgementBatch, AcknowledgeType
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, share, topics
-from app.services.notify import wait_for_records
 
 router = APIRouter(prefix="/v1", tags=["share groups"])
 
@@ -85,12 +84,8 @@ async def acquire(group: str, body: s.AcquireBody, request: Request) -> Response
     wanted = await run_in_threadpool(_partitions, b, body)
     member_id = body.member_id or str(uuid.uuid4())
 
-    def once() -> list[share.ShareFetchPartition]:
-        return share.acquire(b, group, member_id, wanted, body.max_records, body.max_bytes)
-
-    got = await wait_for_records(
-        request.app.state.notifier, wanted, body.wait_ms, b.settings.max_fetch_wait_ms, b.settings.max_long_polls,
-        lambda: run_in_threadpool(once), lambda parts: any(p.acquired for p in parts),
+    got = await share.acquire_waiting(
+        b, request.app.state.notifier, run_in_threadpool, group, member_id, wanted, body.wait_ms, body.max_records, body.max_bytes,
     )
     failed = [p.error for p in got if p.error is not None]
     if failed and len(failed) == len(got):

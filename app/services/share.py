@@ -26,6 +26,7 @@ from app.domain.share_configs import ShareGroupConfig, config_of, validated
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.services.fetch import list_offsets, log_rows
+from app.services.notify import AppendNotifier, RunBlocking, wait_for_records
 from app.storage import log as log_store
 from app.storage import share as share_store
 
@@ -188,7 +189,7 @@ def acquire(
     ``lock_duration_ms`` overrides share.record.lock.duration.ms (an invisible time). Errors per
     partition (UNKNOWN_TOPIC_OR_PARTITION, a database conflict); one partition each in its own
     database transaction, its row lock held only for it. Never waits for records: see
-    ``acquire_long_poll`` for that."""
+    ``acquire_waiting`` for that."""
     if not member_id:
         raise TxlogError(ErrorCode.INVALID_REQUEST, "A share fetch needs a member id")
     if max_records < 1 or max_bytes < 1:
@@ -211,6 +212,30 @@ def acquire(
         left -= sum(a.last_offset - a.first_offset + 1 for a in got.acquired)
         out.append(got)
     return out
+
+
+async def acquire_waiting(
+    broker: Broker,
+    notifier: AppendNotifier | None,
+    run_blocking: RunBlocking,
+    group_id: str,
+    member_id: str,
+    partitions: Sequence[tuple[str, int]],
+    wait_ms: int,
+    max_records: int = 500,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    isolation_level: IsolationLevel | None = None,
+) -> list[ShareFetchPartition]:
+    """A long-polled ShareFetch, for every way in: ``acquire``, and while it acquired nothing,
+    wait (at most ``wait_ms``, bounded as a fetch's long poll is) for an append to one of
+    ``partitions`` or records given back there (released, expired, a member gone: those
+    transactions notify as an append does), then try again — one wait, no polling. ``run_blocking``
+    runs ``acquire`` off the event loop."""
+    once = functools.partial(acquire, broker, group_id, member_id, partitions, max_records, max_bytes, isolation_level)
+    return await wait_for_records(
+        notifier, partitions, wait_ms, broker.settings.max_fetch_wait_ms, broker.settings.max_long_polls,
+        lambda: run_blocking(once), lambda parts: any(p.acquired for p in parts),
+    )
 
 
 # --- acknowledging --------------------------------------------------------------------------------
