@@ -44,7 +44,7 @@ BOUNDS: Mapping[str, tuple[int, int]] = {
 
 
 @dataclass(frozen=True)
-class ShareGroupConfig:
+class ShareConfigs:
     """What a share group's configs decide, every key given (defaults where none is set)."""
 
     auto_offset_reset: OffsetReset
@@ -78,10 +78,10 @@ def validated(name: str, value: str) -> str:
     return str(number)
 
 
-def config_of(values: Mapping[str, str]) -> ShareGroupConfig:
+def config_of(values: Mapping[str, str]) -> ShareConfigs:
     """The configs a group has set (stored values, validated when set) with defaults for the rest."""
     merged = {**DEFAULTS, **values}
-    return ShareGroupConfig(
+    return ShareConfigs(
         auto_offset_reset=parse_offset_reset(merged[AUTO_OFFSET_RESET]),
         isolation_level="read_committed" if merged[ISOLATION_LEVEL] == "read_committed" else "read_uncommitted",
         delivery=DeliveryConfig(

@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection
 from app.domain import share_partition as sp
 from app.domain.log import PartitionStatus, StoredRecord
 from app.domain.records import IsolationLevel
-from app.domain.share_configs import ShareGroupConfig, config_of, validated
+from app.domain.share_configs import ShareConfigs, config_of, validated
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.services.fetch import list_offsets, log_rows
@@ -39,7 +39,7 @@ DEFAULT_MAX_BYTES = 1_048_576
 
 # --- configs --------------------------------------------------------------------------------------
 
-def group_config(broker: Broker, group_id: str) -> ShareGroupConfig:
+def group_config(broker: Broker, group_id: str) -> ShareConfigs:
     """The share group's configs, defaults where none is set."""
     with broker.db.read() as conn:
         return config_of(share_store.share_group_configs(conn, group_id))
@@ -98,7 +98,7 @@ def _not_deliverable(rows: Sequence[StoredRecord], committed: bool) -> list[tupl
     return runs
 
 
-def _start_offset(broker: Broker, config: ShareGroupConfig, status: PartitionStatus) -> int:
+def _start_offset(broker: Broker, config: ShareConfigs, status: PartitionStatus) -> int:
     """Where a share partition the group never read starts (share.auto.offset.reset)."""
     reset = config.auto_offset_reset
     found: int | None = None
@@ -113,7 +113,7 @@ def _start_offset(broker: Broker, config: ShareGroupConfig, status: PartitionSta
 
 
 def _locked(
-    conn: Connection, broker: Broker, group_id: str, status: PartitionStatus, config: ShareGroupConfig | None
+    conn: Connection, broker: Broker, group_id: str, status: PartitionStatus, config: ShareConfigs | None
 ) -> tuple[sp.SharePartitionState, sp.SharePartitionState]:
     """The share partition locked (made first if the group never read it, when ``config`` is
     given): its state as stored, and that state with the log start's moves applied."""
@@ -133,7 +133,7 @@ def _locked(
 
 def _acquire_partition(
     broker: Broker, group_id: str, member_id: str, topic: str, partition: int, max_records: int, max_bytes: int,
-    config: ShareGroupConfig, isolation_level: IsolationLevel, lock_duration_ms: int | None,
+    config: ShareConfigs, isolation_level: IsolationLevel, lock_duration_ms: int | None,
 ) -> ShareFetchPartition:
     with broker.db.transaction() as conn:
         status = log_store.partition_status(conn, topic, partition)
@@ -255,7 +255,7 @@ class ShareAcknowledged:
 
 def _acknowledge_partition(
     broker: Broker, group_id: str, member_id: str, topic: str, partition: int, batches: Sequence[sp.AcknowledgementBatch],
-    config: ShareGroupConfig, lock_duration_ms: int | None,
+    config: ShareConfigs, lock_duration_ms: int | None,
 ) -> ShareAcknowledged:
     with broker.db.transaction() as conn:
         status = log_store.partition_status(conn, topic, partition)
@@ -361,7 +361,7 @@ def expire_due(broker: Broker, limit: int = 100, budget_s: float = 60.0) -> Expi
     deadline = time.monotonic() + budget_s
     with broker.db.read() as conn:
         due = share_store.share_partitions_with_expired_locks(conn, broker.now(), limit)
-    configs: dict[str, ShareGroupConfig] = {}
+    configs: dict[str, ShareConfigs] = {}
     for group_id, topic, partition in due:
         if time.monotonic() >= deadline:
             report.more_due = True

@@ -283,3 +283,26 @@ def test_two_threads_acquiring_one_share_partition_never_hold_the_same_record(cl
     assert not failures, failures
     assert not set(held["m1"]) & set(held["m2"])
     assert sorted(held["m1"] + held["m2"]) == list(range(total))
+
+
+def test_renew_extends_the_lock_from_now(clocked_broker, clock, topic):
+    b = clocked_broker
+    plain(b, topic, "long job")
+    share.acquire(b, G, "m", [(topic, 0)])
+    clock.advance(LOCK_MS - 1)
+    assert ack(b, "m", topic, 0, 0, AcknowledgeType.RENEW).error is None
+    clock.advance(LOCK_MS - 1)  # past the first deadline, before the renewed one
+    assert share.expire_due(b).released == 0
+    assert share.acquire(b, G, "other", [(topic, 0)])[0].records == ()
+    assert ack(b, "m", topic, 0, 0, AcknowledgeType.ACCEPT).error is None
+
+
+def test_a_reset_by_duration_starts_at_the_first_record_that_recent(clocked_broker):
+    b = clocked_broker
+    topics.create_topic(b, "timed", 1)
+    now = b.now()
+    produce_service.produce(b, "timed", 0, ProduceRequest([
+        NewRecord(None, b"old", (), now - 7_200_000), NewRecord(None, b"recent", (), now - 60_000),
+    ]))
+    share.alter_group_configs(b, "hourly", {"share.auto.offset.reset": "by_duration:PT1H"})
+    assert values_of(share.acquire(b, "hourly", "m", [("timed", 0)])) == ["recent"]
