@@ -17,6 +17,7 @@ from app.errors import ErrorCode, TxlogError
 from app.services import produce as produce_service
 from app.services import share, sweeper, topics
 from app.services.produce import ProduceRequest
+from tests.conftest import make_broker
 from tests.integration.test_transactions import Producer
 
 G = "workers"
@@ -254,11 +255,12 @@ def test_reading_a_share_partition_is_a_range_scan_of_its_window(clocked_broker,
     assert "share_in_flight_pkey" in plan, plan
 
 
-def test_two_threads_acquiring_one_share_partition_never_hold_the_same_record(clocked_broker, topic):
-    b = clocked_broker
+def test_two_threads_acquiring_one_share_partition_never_hold_the_same_record(clocked_broker, clock, db_url, topic):
     total = 300
-    plain(b, topic, *[str(i) for i in range(total)])
+    plain(clocked_broker, topic, *[str(i) for i in range(total)])
     held: dict[str, list[int]] = {"m1": [], "m2": []}
+    # Each member served by a process of its own: its own broker, its own connections.
+    brokers = {name: make_broker(db_url, clock) for name in held}
     failures: list[BaseException] = []
     start = threading.Barrier(2)
 
@@ -266,9 +268,10 @@ def test_two_threads_acquiring_one_share_partition_never_hold_the_same_record(cl
         try:
             start.wait()
             while True:
-                got = share.acquire(b, G, name, [(topic, 0)], max_records=7)
+                got = share.acquire(brokers[name], G, name, [(topic, 0)], max_records=7)
                 if got[0].error is not None:
-                    continue  # a lock wait past its limit: retriable
+                    assert got[0].error.code.retriable, got[0].error  # a lock wait past its limit
+                    continue
                 if not got[0].records:
                     return
                 held[name] += offsets_of(got)
@@ -280,6 +283,8 @@ def test_two_threads_acquiring_one_share_partition_never_hold_the_same_record(cl
         t.start()
     for t in threads:
         t.join(120)
+    for broker in brokers.values():
+        broker.db.dispose()
     assert not failures, failures
     assert not set(held["m1"]) & set(held["m2"])
     assert sorted(held["m1"] + held["m2"]) == list(range(total))
