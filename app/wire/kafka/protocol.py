@@ -69,7 +69,9 @@ def _define_share_messages() -> dict[str, Any]:
     }
 
 
-_SHARE_CLASSES = _define_share_messages()
+with warnings.catch_warnings():  # kafka-python's read_text again
+    warnings.simplefilter("ignore", DeprecationWarning)
+    _SHARE_CLASSES = _define_share_messages()
 # API keys whose schemas are ours: their first version is the schema's (kafka-python counts every
 # schema from version 0, the versions Kafka removed included, so that its own schemas read them).
 _OWN_SCHEMAS = frozenset(cls.API_KEY for cls in _SHARE_CLASSES.values())
