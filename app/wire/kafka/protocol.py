@@ -29,6 +29,7 @@ This is the only module that imports ``kafka.protocol`` (pinned in pyproject.tom
 from __future__ import annotations
 
 import struct
+import types
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -45,6 +46,35 @@ with warnings.catch_warnings():
     from kafka.protocol.api_key import ApiKey
     from kafka.protocol.api_message import ApiMessage
     from kafka.protocol.data_container import DataContainer
+
+# The share-group APIs (KIP-932), which kafka-python 3.0.12 has no schema for: their message
+# definitions are ours (app/wire/kafka/schemas/*.json, in the form of Kafka's), loaded by
+# kafka-python's own machinery (a message class reads the JSON file named as the class from the
+# package given as ``load_json``), so that they decode, build and encode as every other API does.
+# Only the versions Kafka 4.1+ serves and librdkafka's share consumer and admin client send: v1 of
+# the four share APIs (v0 was Kafka 4.0's early access, removed in 4.1), v0 of the offsets APIs.
+_SCHEMAS = "app.wire.kafka.schemas"
+_SHARE_MESSAGES = (
+    "ShareGroupHeartbeat", "ShareGroupDescribe", "ShareFetch", "ShareAcknowledge",
+    "DescribeShareGroupOffsets", "AlterShareGroupOffsets", "DeleteShareGroupOffsets",
+)
+
+
+def _define_share_messages() -> dict[str, Any]:
+    """The request and response classes of ``_SHARE_MESSAGES`` by name. Held here: kafka-python
+    finds message classes as ``ApiMessage``'s subclasses, which Python holds weakly."""
+    return {
+        name: types.new_class(name, (ApiMessage,), {"load_json": _SCHEMAS}, lambda ns: ns.update(__module__=__name__))
+        for name in (message + kind for message in _SHARE_MESSAGES for kind in ("Request", "Response"))
+    }
+
+
+with warnings.catch_warnings():  # kafka-python's read_text again
+    warnings.simplefilter("ignore", DeprecationWarning)
+    _SHARE_CLASSES = _define_share_messages()
+# API keys whose schemas are ours: their first version is the schema's (kafka-python counts every
+# schema from version 0, the versions Kafka removed included, so that its own schemas read them).
+_OWN_SCHEMAS = frozenset(cls.API_KEY for cls in _SHARE_CLASSES.values())
 
 __all__ = [
     "ApiKey", "FrameError", "HEADER_MIN_BYTES", "Request", "RequestHeader",
@@ -72,6 +102,7 @@ _IDENTITY = {
     "index": ("index", "partition_index", "partition"),
     "group_id": ("group_id",),
     "key": ("key",),
+    "topic_name": ("topic_name", "name", "topic"),
     "transactional_id": ("transactional_id",),
     "resource_type": ("resource_type",),
     "resource_name": ("resource_name",),
@@ -87,6 +118,7 @@ _MIRRORS = {
     "results_by_partition": ("partitions",),
     "coordinators": ("coordinator_keys",),  # FindCoordinator v4+
     "results": ("resources",),  # DescribeConfigs
+    "groups": ("groups", "group_ids"),  # ShareGroupDescribe: a group per id asked for
 }
 
 
@@ -131,7 +163,7 @@ def codec_versions(api_key: int) -> tuple[int, int] | None:
     cls = _REQUESTS.get(api_key)
     if cls is None or api_key not in _RESPONSES:
         return None
-    return 0, cls.max_version
+    return (cls.valid_versions[0] if api_key in _OWN_SCHEMAS else 0), cls.max_version
 
 
 def has_codec(api_key: int, api_version: int) -> bool:
