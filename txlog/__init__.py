@@ -15,6 +15,7 @@ from txlog.message import (
 )
 from txlog.producer import Producer
 from txlog.rocketmq import TransactionProducer
+from txlog.share_consumer import ShareConsumer, ShareMessage
 
 __all__ = [
     "Consumer",
@@ -27,6 +28,8 @@ __all__ = [
     "OFFSET_INVALID",
     "OFFSET_STORED",
     "Producer",
+    "ShareConsumer",
+    "ShareMessage",
     "TIMESTAMP_CREATE_TIME",
     "TIMESTAMP_LOG_APPEND_TIME",
     "TIMESTAMP_NOT_AVAILABLE",
