@@ -19,6 +19,7 @@ from app.cli.producers import producers
 from app.cli.quotas import quotas
 from app.cli.security import acls, principals
 from app.cli.server import db_url, migrate, serve
+from app.cli.share_groups import share_groups
 from app.cli.topics import topics
 from app.cli.transactions import transactions
 
@@ -44,7 +45,7 @@ def cli() -> None:
     """Kafka's exactly-once machinery on PostgreSQL."""
 
 
-for command in (serve, kafka, migrate, db_url, topics, produce, consume, transactions, producers, groups, principals, acls, quotas):
+for command in (serve, kafka, migrate, db_url, topics, produce, consume, transactions, producers, groups, share_groups, principals, acls, quotas):
     cli.add_command(command)
 
 
