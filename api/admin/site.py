@@ -12,7 +12,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.admin import groups, half_messages, kafka_groups, overview, producers, session, topics, transactions
+from api.admin import groups, half_messages, kafka_groups, overview, producers, session, share_groups, topics, transactions
 from api.admin.auth import Authorizer
 from api.admin.deps import SignInRequired
 from api.admin.render import STATIC, render
@@ -101,7 +101,7 @@ def create_admin(broker: Broker, authorizer: Authorizer) -> FastAPI:
         )
 
     admin.mount("/static", CachedStatic(directory=str(STATIC)), name="static")
-    for module in (overview, topics, transactions, producers, groups, kafka_groups, half_messages, session):
+    for module in (overview, topics, transactions, producers, groups, kafka_groups, share_groups, half_messages, session):
         admin.include_router(module.router)
     admin.add_middleware(SecurityHeaders)
     return admin
