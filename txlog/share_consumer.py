@@ -240,8 +240,8 @@ class ShareConsumer:
                 raise KafkaException(KafkaError(
                     KafkaError._STATE, f"{key[0]} [{key[1]}] offset {key[2]} was not delivered by the last poll or is acknowledged already",
                 ))
-            self._delivered.discard(key)  # type: ignore[arg-type]  # a delivered key has all three
-            self._pending.setdefault((key[0], key[1]), {})[key[2]] = kind  # type: ignore[index]  # as above
+            self._delivered.discard(key)
+            self._pending.setdefault((key[0], key[1]), {})[key[2]] = kind
 
     def renew(self, record: Message) -> None:
         """Extend the lock on a record of the last poll still being worked on: it runs again from
@@ -254,7 +254,7 @@ class ShareConsumer:
                 raise KafkaException(KafkaError(
                     KafkaError._STATE, f"{key[0]} [{key[1]}] offset {key[2]} was not delivered by the last poll or is acknowledged already",
                 ))
-            results = self._send({(key[0], key[1]): {key[2]: "renew"}})  # type: ignore[dict-item]  # as above
+            results = self._send({(key[0], key[1]): {key[2]: "renew"}})
         err = next(iter(results.values()))
         if err is not None:
             raise KafkaException(err)

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.client.logs import create_topic
-from txlog import KafkaError, KafkaException, Producer, ShareConsumer
+from txlog import KafkaError, KafkaException, Producer, ShareConsumer, TopicPartition
 
 
 def _group(url: str) -> str:
@@ -171,4 +171,23 @@ def test_settings_are_checked(server):
     with pytest.raises(KafkaException) as unsubscribed:
         c.poll(0)
     assert unsubscribed.value.args[0].code() == KafkaError._STATE
+    c.close()
+
+
+def test_renew_extends_a_lock_and_the_record_still_needs_its_acknowledgement(server, topic_name):
+    create_topic(server.url, topic_name, 1)
+    group = _group(server.url)
+    _produce(server.url, topic_name, [b"slow"])
+    c = ShareConsumer(server.url, group, [topic_name], acknowledgement_mode="explicit")
+    [slow] = _take(c, 1)
+    [before] = _in_flight(server.url, group)
+    c.renew(slow)
+    [after] = _in_flight(server.url, group)
+    assert (after["state"], after["member_id"]) == ("Acquired", c.member_id)
+    assert after["lock_deadline_ms"] > before["lock_deadline_ms"]
+    with pytest.raises(KafkaException):
+        c.poll(0)  # explicit mode: renewed is not acknowledged
+    c.acknowledge(slow, "accept")
+    assert c.commit() == {TopicPartition(topic_name, 0): None}
+    assert [r["state"] for r in _in_flight(server.url, group)] in ([], ["Acknowledged"])
     c.close()
