@@ -5,8 +5,8 @@ consumer (its member id, one per consumer) for the group's share.record.lock.dur
 other member of the group gets it until it is acknowledged or the lock expires. Each record says
 its delivery count (more than 1: delivered before, then released or its lock expired).
 
-Acknowledgements are kept and sent together, as Kafka's share consumer sends them: before the next
-acquisition, or on ``commit()`` / ``close()``. In implicit mode (Kafka's
+Acknowledgements are kept and sent together, as Kafka's share consumer sends them: with the next
+acquisition (in its request, applied before it), or on ``commit()`` / ``close()``. In implicit mode (Kafka's
 ``share.acknowledgement.mode=implicit``, the default) the records of a poll that were not
 acknowledged explicitly are accepted at the next poll; in explicit mode every record must be
 acknowledged before the next poll. A consumer that stops without closing loses nothing: its
@@ -85,6 +85,25 @@ def _runs(offsets: dict[int, str]) -> list[tuple[int, int, str]]:
     return runs
 
 
+def _items(acks: dict[tuple[str, int], dict[int, str]]) -> list[dict]:
+    """The acknowledgements as the HTTP API takes them: a range per run of one type."""
+    return [
+        {"topic": t, "partition": p, "first_offset": first, "last_offset": last, "type": kind}
+        for (t, p), offsets in acks.items() for first, last, kind in _runs(offsets)
+    ]
+
+
+def _results(parts: Any) -> dict[TopicPartition, KafkaError | None]:
+    """Each partition's acknowledgement error as the server answered it, None where they took effect."""
+    out: dict[TopicPartition, KafkaError | None] = {}
+    for part in parts:
+        err = part["error"]
+        out[TopicPartition(part["topic"], part["partition"])] = None if err is None else KafkaError(
+            int(err.get("kafka_code", -1)), str(err.get("message")), details=err,
+        )
+    return out
+
+
 class ShareConsumer:
     """A share group's consumer: ``ShareConsumer(url, group, topics)`` or, as confluent-kafka's,
     ``ShareConsumer({"bootstrap.servers": url, "group.id": group})`` then ``subscribe(topics)``.
@@ -158,21 +177,24 @@ class ShareConsumer:
 
     def poll(self, timeout: float | None = None) -> list[ShareMessage]:
         """The next records acquired for this consumer, waiting up to ``timeout`` seconds (``None``
-        or negative: until some come); empty when none came in time. Sends the acknowledgements
-        kept first (in implicit mode accepting the last poll's records not acknowledged)."""
+        or negative: until some come); empty when none came in time. The acknowledgements kept go
+        with the acquisition (in implicit mode accepting the last poll's records not acknowledged);
+        their outcome goes to ``on_acknowledge``."""
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
         with self._lock:
             self._check_open()
             if not self._topics:
                 raise KafkaException(KafkaError(KafkaError._STATE, "poll(): not subscribed to any topic"))
             self._settle_delivered()
-            self._send_acknowledgements()
             while True:
                 remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
                 wait_ms = self._wait_max_ms if remaining is None else int(min(self._wait_max_ms, remaining * 1000))
+                acks, self._pending = self._pending, {}
                 try:
-                    got = self._acquire(wait_ms)
+                    got = self._acquire(wait_ms, acks)
                 except KafkaException as exc:
+                    if acks:
+                        self._report(acks, {TopicPartition(t, p): exc.args[0] for t, p in acks})
                     if not exc.args[0].retriable():
                         raise
                     got = []
@@ -202,11 +224,16 @@ class ShareConsumer:
         body["partitions"] = [{"topic": t, "partition": p} for t, p in order]
         return body
 
-    def _acquire(self, wait_ms: int) -> list[ShareMessage]:
+    def _acquire(self, wait_ms: int, acks: dict[tuple[str, int], dict[int, str]]) -> list[ShareMessage]:
+        """One acquisition, carrying the acknowledgements kept (applied first, as a ShareFetch's)."""
+        body = self._body(wait_ms)
+        if acks:
+            body["acknowledgements"] = _items(acks)
         answer = self._transport.post(
-            f"/v1/share-groups/{segment(self._group)}/acquire", self._body(wait_ms),
-            timeout_s=self._request_timeout_s + wait_ms / 1000,
+            f"/v1/share-groups/{segment(self._group)}/acquire", body, timeout_s=self._request_timeout_s + wait_ms / 1000,
         )
+        if acks:
+            self._report(acks, _results(answer.get("acknowledgements") or ()))
         out: list[ShareMessage] = []
         for r in answer["records"]:
             headers = [(h["key"], unb64(h["value"])) for h in r.get("header_list") or ()]
@@ -288,30 +315,23 @@ class ShareConsumer:
         return self._send(pending) if pending else {}
 
     def _send(self, acks: dict[tuple[str, int], dict[int, str]]) -> dict[TopicPartition, KafkaError | None]:
-        items = [
-            {"topic": t, "partition": p, "first_offset": first, "last_offset": last, "type": kind}
-            for (t, p), offsets in acks.items() for first, last, kind in _runs(offsets)
-        ]
-        results: dict[TopicPartition, KafkaError | None] = {}
         try:
             answer = self._transport.post(
-                f"/v1/share-groups/{segment(self._group)}/acknowledge", {"member_id": self.member_id, "acknowledgements": items},
+                f"/v1/share-groups/{segment(self._group)}/acknowledge", {"member_id": self.member_id, "acknowledgements": _items(acks)},
             )
-            for part in answer["partitions"]:
-                err = part["error"]
-                results[TopicPartition(part["topic"], part["partition"])] = None if err is None else KafkaError(
-                    int(err.get("kafka_code", -1)), str(err.get("message")), details=err,
-                )
+            results = _results(answer["partitions"])
         except KafkaException as exc:
-            for t, p in acks:
-                results[TopicPartition(t, p)] = exc.args[0]
+            results = {TopicPartition(t, p): exc.args[0] for t, p in acks}
+        self._report(acks, results)
+        return results
+
+    def _report(self, acks: dict[tuple[str, int], dict[int, str]], results: dict[TopicPartition, KafkaError | None]) -> None:
         if self._on_acknowledge is not None:
             for tp, err in results.items():
                 by_type: dict[str, list[int]] = {}
                 for offset, kind in sorted(acks.get((tp.topic, tp.partition), {}).items()):
                     by_type.setdefault(kind, []).append(offset)
                 self._on_acknowledge(tp, err, by_type)
-        return results
 
     # --- closing ------------------------------------------------------------------------------
 

@@ -80,9 +80,17 @@ async def acquire(group: str, body: s.AcquireBody, request: Request) -> Response
     with the first error (404 UNKNOWN_TOPIC_OR_PARTITION for a topic that does not exist)."""
     b: Broker = request.app.state.broker
     named = [body.topic] if body.topic is not None else sorted({p.topic for p in body.partitions or ()})
-    authorize(request, Api.SHARE_FETCH, {"group": group, "topics": named})
+    acks = _batches(body.acknowledgements) if body.acknowledgements else None
+    authorize(request, Api.SHARE_FETCH, {"group": group, "topics": sorted({*named, *(t for t, _ in acks or ())})})
     wanted = await run_in_threadpool(_partitions, b, body)
     member_id = body.member_id or str(uuid.uuid4())
+    acknowledged = None
+    if acks is not None:
+        # Applied before acquiring, as a ShareFetch's acknowledgements are; their errors are per
+        # partition in the answer and do not fail the acquisition.
+        if body.member_id is None:
+            raise TxlogError(ErrorCode.INVALID_REQUEST, "Acknowledgements need the member_id that acquired the records")
+        acknowledged = _acknowledged(await run_in_threadpool(share.acknowledge, b, group, member_id, acks))
 
     got = await share.acquire_waiting(
         b, request.app.state.notifier, run_in_threadpool, group, member_id, wanted, body.wait_ms, body.max_records, body.max_bytes,
@@ -93,10 +101,10 @@ async def acquire(group: str, body: s.AcquireBody, request: Request) -> Response
     # Built as bytes without a model per record, as the fetch route's answer (the shape declared is
     # ``AcquireResponse``).
     records, parts = _fetched(got, body.encoding)
-    return Response(
-        orjson.dumps({"group_id": group, "member_id": member_id, "records": records, "partitions": parts}),
-        media_type="application/json",
-    )
+    answer: dict[str, Any] = {"group_id": group, "member_id": member_id, "records": records, "partitions": parts}
+    if acknowledged is not None:
+        answer["acknowledgements"] = acknowledged
+    return Response(orjson.dumps(answer), media_type="application/json")
 
 
 def _batches(items: list[s.AcknowledgementIn]) -> dict[tuple[str, int], list[AcknowledgementBatch]]:
@@ -134,6 +142,11 @@ def acknowledge(group: str, body: s.AcknowledgeBody, request: Request, b: Broker
     failed = [a.error for a in answers if a.error is not None]
     if failed and len(failed) == len(answers):
         raise failed[0]
+    return {"group_id": group, "member_id": body.member_id, "partitions": _acknowledged(answers)}
+
+
+def _acknowledged(answers: list[share.ShareAcknowledged]) -> list[dict]:
+    """Each partition's acknowledgements: records per outcome, or the partition's error."""
     parts = []
     for a in answers:
         o = a.outcome
@@ -142,7 +155,7 @@ def acknowledge(group: str, body: s.AcknowledgeBody, request: Request, b: Broker
             "accepted": _span(o.accepted) if o else 0, "released": _span(o.released) if o else 0,
             "archived": _span(o.archived) if o else 0, "renewed": _span(o.renewed) if o else 0,
         })
-    return {"group_id": group, "member_id": body.member_id, "partitions": parts}
+    return parts
 
 
 @router.get("/share-groups", dependencies=[Depends(requires(Api.LIST_GROUPS))], response_model=s.ShareGroupList, responses=errors())

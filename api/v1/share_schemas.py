@@ -27,6 +27,9 @@ class AcquireBody(Model):
     # Long poll: wait up to this long for records when none can be acquired now.
     wait_ms: int = Field(0, ge=0, le=60_000)
     encoding: Literal["utf8", "base64"] = "utf8"
+    # Acknowledgements of records acquired before, applied first (Kafka's ShareFetch carries them):
+    # one request per round for a consumer that acknowledges and asks for more.
+    acknowledgements: list[AcknowledgementIn] | None = Field(None, min_length=1, max_length=100_000)
 
     @model_validator(mode="after")
     def _one_target(self) -> "AcquireBody":
@@ -67,6 +70,8 @@ class AcquireResponse(Model):
     member_id: str
     records: list[AcquiredRecordOut]
     partitions: list[SharePartitionFetchOut]
+    # The outcome of the acknowledgements sent with the acquisition, per partition (absent without).
+    acknowledgements: list[SharePartitionAckOut] | None = None
 
 
 class AcknowledgementIn(Model):
@@ -147,3 +152,8 @@ class ShareGroupConfigsBody(Model):
 class ShareGroupConfigsOut(Model):
     group_id: str
     configs: dict[str, str]
+
+
+# Bodies that name models defined after them.
+AcquireBody.model_rebuild()
+AcquireResponse.model_rebuild()

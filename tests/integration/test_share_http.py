@@ -161,3 +161,29 @@ def test_the_openapi_document_declares_every_answer(api):
         ("/v1/share-groups/{group}/configs", "patch", {"200", "400", "503"}),
     ]:
         assert statuses <= set(paths[path][method]["responses"]), (path, paths[path][method]["responses"].keys())
+
+
+def test_an_acquisition_carries_acknowledgements_applied_before_it(api, topic_name):
+    group = group_name()
+    create(api, topic_name)
+    earliest(api, group)
+    produce(api, topic_name, "a", "b", "c")
+    assert [r["offset"] for r in acquire(api, group, "m1", topic_name, max_records=2).json()["records"]] == [0, 1]
+    r = acquire(api, group, "m1", topic_name, acknowledgements=[
+        {"topic": topic_name, "partition": 0, "offset": 0, "type": "accept"},
+        {"topic": topic_name, "partition": 0, "offset": 1, "type": "release"},
+    ])
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["acknowledgements"] == [
+        {"topic": topic_name, "partition": 0, "accepted": 1, "released": 1, "archived": 0, "renewed": 0, "error": None}
+    ]
+    assert [(x["offset"], x["delivery_count"]) for x in body["records"]] == [(1, 2), (2, 1)]
+    # Refused acknowledgements are the partition's error; the acquisition still answers.
+    stale = acquire(api, group, "m2", topic_name, acknowledgements=[{"topic": topic_name, "partition": 0, "offset": 1, "type": "accept"}])
+    assert stale.status_code == 200, stale.text
+    assert stale.json()["acknowledgements"][0]["error"]["code"] == "INVALID_RECORD_STATE"
+    assert "acknowledgements" not in acquire(api, group, "m1", topic_name).json()
+    anonymous = api.post(f"/v1/share-groups/{group}/acquire", json={
+        "topic": topic_name, "acknowledgements": [{"topic": topic_name, "partition": 0, "offset": 2, "type": "accept"}]})
+    assert_error(anonymous, 400, "INVALID_REQUEST")
