@@ -55,6 +55,11 @@ _KEYWORDS = {
 
 Key = tuple[str, int, int]  # topic, partition, offset
 
+# How long the partitions of a subscription to several topics are used before they are read again
+# (Kafka's metadata.max.age.ms; a subscription to one topic names only the topic, and the server
+# reads its partitions at each acquisition).
+METADATA_MAX_AGE_S = 300.0
+
 
 class ShareMessage(Message):
     """A record acquired for a share group: a ``Message`` with its ``delivery_count()``."""
@@ -143,6 +148,7 @@ class ShareConsumer:
         self._lock = threading.RLock()
         self._topics: list[str] = []
         self._partitions: list[tuple[str, int]] = []  # of a subscription to several topics, in turn
+        self._partitions_until = 0.0
         self._turn = 0
         self._delivered: set[Key] = set()  # handed out by the last poll, not acknowledged yet
         self._pending: dict[tuple[str, int], dict[int, str]] = {}  # acknowledgements to send
@@ -215,10 +221,13 @@ class ShareConsumer:
         if len(self._topics) == 1:
             body["topic"] = self._topics[0]  # the server starts each acquisition at a random partition
             return body
-        if not self._partitions:
+        if not self._partitions or time.monotonic() >= self._partitions_until:
+            # Read again now and then: a topic may grow partitions (Kafka's metadata.max.age.ms).
+            found: list[tuple[str, int]] = []
             for topic in self._topics:
                 answer = self._transport.get(f"/v1/topics/{segment(topic)}")
-                self._partitions += [(topic, p["partition"]) for p in answer["partitions"]]
+                found += [(topic, p["partition"]) for p in answer["partitions"]]
+            self._partitions, self._partitions_until = found, time.monotonic() + METADATA_MAX_AGE_S
         self._turn = (self._turn + 1) % len(self._partitions)
         order = self._partitions[self._turn:] + self._partitions[:self._turn]
         body["partitions"] = [{"topic": t, "partition": p} for t, p in order]

@@ -191,3 +191,25 @@ def test_renew_extends_a_lock_and_the_record_still_needs_its_acknowledgement(ser
     assert c.commit() == {TopicPartition(topic_name, 0): None}
     assert [r["state"] for r in _in_flight(server.url, group)] in ([], ["Acknowledged"])
     c.close()
+
+
+def test_a_subscription_to_several_topics_acquires_from_them_all(server, topic_name):
+    other = f"{topic_name}-b"
+    create_topic(server.url, topic_name, 2)
+    create_topic(server.url, other, 1)
+    group = _group(server.url)
+    _produce(server.url, topic_name, [b"a0", b"a1", b"a2", b"a3"], partitions=2)
+    _produce(server.url, other, [b"b0", b"b1"])
+    with ShareConsumer(server.url, group, [topic_name, other], max_records=3) as c:
+        assert c.subscription() == [topic_name, other]
+        got = _take(c, 6)
+    assert sorted(m.value() for m in got) == [b"a0", b"a1", b"a2", b"a3", b"b0", b"b1"]
+    assert {m.topic() for m in got} == {topic_name, other}
+
+
+def test_an_unknown_topic_is_kafkas_error(server, topic_name):
+    c = ShareConsumer(server.url, _group(server.url), [f"{topic_name}-missing"])
+    with pytest.raises(KafkaException) as missing:
+        c.poll(1)
+    assert missing.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+    c.close()
