@@ -205,7 +205,7 @@ class ShareConsumer:
                         raise
                     got = []
                     time.sleep(min(self._backoff_s, remaining if remaining is not None else self._backoff_s))
-                if got or (remaining is not None and time.monotonic() >= deadline):  # type: ignore[operator]  # set with remaining
+                if got or (deadline is not None and time.monotonic() >= deadline):
                     return got
 
     def __iter__(self) -> Iterator[ShareMessage]:
@@ -345,22 +345,25 @@ class ShareConsumer:
     # --- closing ------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Send the acknowledgements kept and stop. In implicit mode the last poll's records are
-        accepted; in explicit mode those not acknowledged are released (the group gets them
+        """Send the acknowledgements kept and stop. In implicit mode the last poll's records not
+        acknowledged are accepted; in explicit mode they are released (the group gets them
         again at once, as when a Kafka share consumer leaves its group)."""
         with self._lock:
             if self._closed:
                 return
             try:
                 if not self._implicit:
-                    for topic, partition, offset in self._delivered:
-                        self._pending.setdefault((topic, partition), {})[offset] = RELEASE
-                    self._delivered = set()
+                    self._release_delivered()
                 self._settle_delivered()
                 self._send_acknowledgements()
             finally:
                 self._closed = True
                 self._transport.close()
+
+    def _release_delivered(self) -> None:
+        for topic, partition, offset in self._delivered:
+            self._pending.setdefault((topic, partition), {})[offset] = RELEASE
+        self._delivered = set()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -369,5 +372,10 @@ class ShareConsumer:
     def __enter__(self) -> "ShareConsumer":
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        """Close; leaving on an exception releases the last poll's records not acknowledged (in
+        either mode): records whose handling failed are delivered again, not accepted."""
+        if exc_type is not None and not self._closed:
+            with self._lock:
+                self._release_delivered()
         self.close()

@@ -213,3 +213,15 @@ def test_an_unknown_topic_is_kafkas_error(server, topic_name):
         c.poll(1)
     assert missing.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PARTITION
     c.close()
+
+
+def test_leaving_the_with_block_on_an_exception_releases_what_was_not_acknowledged(server, topic_name):
+    create_topic(server.url, topic_name, 1)
+    group = _group(server.url)
+    _produce(server.url, topic_name, [b"ok", b"boom"])
+    with pytest.raises(ValueError), ShareConsumer(server.url, group, [topic_name]) as c:
+        ok, boom = _take(c, 2)
+        c.acknowledge(ok)
+        raise ValueError(boom.value())
+    with ShareConsumer(server.url, group, [topic_name]) as again:
+        assert [(m.value(), m.delivery_count()) for m in _take(again, 1)] == [(b"boom", 2)]
