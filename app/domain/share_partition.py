@@ -498,6 +498,8 @@ def acquire(
     (compacted away) are acquired with the rest: the member acknowledges them as GAP, as Kafka's
     clients do.
 
+    The caller reads from ``next_fetch_offset`` (after ``advance_log_start`` if the log's start
+    moved past the end offset: reading past the end offset is a bug, refused with ``ValueError``).
     In-flight records in the range are acquired if available (or their lock expired); offsets past
     the end offset are taken in flight, within ``new_records_room``. ``not_deliverable`` lists
     (first, last) offset runs that must never be delivered — records of aborted transactions and
