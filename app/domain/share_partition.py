@@ -288,18 +288,24 @@ class AcknowledgementBatch:
 
 def _normalised(start_offset: int, end_offset: int, ranges: Iterable[InFlightRange]) -> SharePartitionState:
     """Merge neighbours that agree, move the start offset past the leading final ranges."""
-    merged: list[InFlightRange] = []
-    for r in ranges:
-        if merged and merged[-1]._same_as(r) and merged[-1].last_offset + 1 == r.first_offset:
-            merged[-1] = merged[-1]._part(merged[-1].first_offset, r.last_offset)
-        else:
-            merged.append(r)
+    merged = _merged(ranges)
     skip = 0
     while skip < len(merged) and merged[skip].state.is_final:
         skip += 1
     kept = tuple(merged[skip:])
     start = kept[0].first_offset if kept else max(start_offset, end_offset)
     return SharePartitionState(start, end_offset, kept)
+
+
+def _merged(ranges: Iterable[InFlightRange]) -> list[InFlightRange]:
+    """Neighbours that agree joined (the start offset left where it is)."""
+    merged: list[InFlightRange] = []
+    for r in ranges:
+        if merged and merged[-1]._same_as(r) and merged[-1].last_offset + 1 == r.first_offset:
+            merged[-1] = merged[-1]._part(merged[-1].first_offset, r.last_offset)
+        else:
+            merged.append(r)
+    return merged
 
 
 def _map_span(
@@ -462,6 +468,12 @@ def new_records_room(state: SharePartitionState, config: DeliveryConfig) -> int:
     return max(0, state.start_offset + config.max_record_locks - state.end_offset)
 
 
+def throttle_delivery_count(config: DeliveryConfig) -> int:
+    """From this delivery count on, records are redelivered in smaller and smaller responses of
+    their own (Kafka's: half the delivery count limit, rounded up, at least 2)."""
+    return max(2, -(-config.delivery_count_limit // 2))
+
+
 def next_lock_deadline(state: SharePartitionState) -> int | None:
     """When the earliest lock expires (the timer that calls ``expire``), None if none is held."""
     deadlines = [r.lock_deadline_ms for r in state.in_flight if r.lock_deadline_ms is not None]
@@ -486,6 +498,8 @@ def acquire(
     (compacted away) are acquired with the rest: the member acknowledges them as GAP, as Kafka's
     clients do.
 
+    The caller reads from ``next_fetch_offset`` (after ``advance_log_start`` if the log's start
+    moved past the end offset: reading past the end offset is a bug, refused with ``ValueError``).
     In-flight records in the range are acquired if available (or their lock expired); offsets past
     the end offset are taken in flight, within ``new_records_room``. ``not_deliverable`` lists
     (first, last) offset runs that must never be delivered — records of aborted transactions and
@@ -493,6 +507,12 @@ def acquire(
     Each acquisition counts one more delivery and locks the records until ``now_ms`` plus the lock
     duration (``lock_duration_ms`` overrides the group's: RocketMQ's invisible duration). An
     available record that already had its last delivery (the limit was lowered) is archived.
+
+    As Kafka 4.2 does, records delivered ``throttle_delivery_count`` times or more are redelivered
+    apart, so that one record that keeps failing does not take a whole batch to the delivery limit
+    with it: such a run ends the acquisition, starts it only if nothing was acquired before it, and
+    is cut to half its length for each delivery from that count on (at least one record) — to one
+    record on its last delivery.
     """
     if lock_duration_ms is not None and lock_duration_ms < 1:
         raise ValueError(f"a lock duration must be at least 1 ms, not {lock_duration_ms}")
@@ -505,19 +525,32 @@ def acquire(
     remaining = max(0, max_records)
     low = max(first_offset, state.start_offset)
 
+    throttle = throttle_delivery_count(config)
+    stopped = False
     out: list[InFlightRange] = []
-    for r in ranges:
-        if r.state is not RecordState.AVAILABLE or r.last_offset < low or r.first_offset > last_offset:
+    for r in _merged(ranges):
+        if stopped or r.state is not RecordState.AVAILABLE or r.last_offset < low or r.first_offset > last_offset:
             out.append(r)
             continue
         a = max(r.first_offset, low)
-        if r.delivery_count >= limit:
+        d = r.delivery_count
+        if d >= limit:
             b = min(r.last_offset, last_offset)
         elif remaining == 0:
             out.append(r)
             continue
         else:
-            b = min(r.last_offset, last_offset, a + remaining - 1)
+            n = remaining
+            if d >= throttle:
+                # Records delivered this often may be what keeps failing: they go in a response of
+                # their own, fewer at each further delivery, and alone on their last one.
+                stopped = True
+                if outcomes.acquired:
+                    out.append(r)
+                    continue
+                run = min(r.last_offset, last_offset) - a + 1
+                n = min(n, 1 if limit > 2 and d == limit - 1 else max(1, run >> (d - throttle + 1)))
+            b = min(r.last_offset, last_offset, a + n - 1)
         if r.first_offset < a:
             out.append(r._part(r.first_offset, a - 1))
         part = r._part(a, b)
@@ -534,7 +567,7 @@ def acquire(
 
     # Records past the end offset: new in flight, up to the window's bound.
     offset = state.end_offset
-    high = min(last_offset, state.start_offset + config.max_record_locks - 1) if first_offset <= offset else offset - 1
+    high = min(last_offset, state.start_offset + config.max_record_locks - 1) if first_offset <= offset and not stopped else offset - 1
     skips = sorted((max(a, offset), b) for a, b in not_deliverable if b >= offset and a <= b)
     while offset <= high and remaining > 0:
         while skips and skips[0][1] < offset:
@@ -647,7 +680,7 @@ def acknowledge(
                 if r.last_offset < a or r.first_offset > b:
                     continue
                 if r.state is not RecordState.ACQUIRED:
-                    return Refused(ErrorCode.INVALID_RECORD_STATE, "The batch cannot be acknowledged. The offset is not acquired.")
+                    return Refused(ErrorCode.INVALID_RECORD_STATE, "The offset cannot be acknowledged. The offset is not acquired.")
                 if r.member_id != member_id:
                     return Refused(ErrorCode.INVALID_RECORD_STATE, "Member is not the owner of offset")
             work.append((a, b, kind))
@@ -674,14 +707,18 @@ def expire(state: SharePartitionState, *, now_ms: int, config: DeliveryConfig) -
 
 
 def release_member(state: SharePartitionState, member_id: str, *, now_ms: int, config: DeliveryConfig) -> Release:
-    """A member left the group, or its session ended: everything it holds is given back now, as
-    on lock expiry (Kafka's releaseAcquiredRecords). Expired locks of others go back too."""
+    """A member left the group, or its share session ended: what it holds is available again at
+    once, and — as Kafka's releaseAcquiredRecords has it — that acquisition does not count as a
+    delivery (the member is gone before it could process them: its delivery count goes back down,
+    and nothing is archived for it). Locks that had already expired, its own or others', go back as
+    on expiry, counted."""
     outcomes = _Outcomes()
-    ranges = [
-        outcomes.give_back(r, config.delivery_count_limit)
-        if r.state is RecordState.ACQUIRED and (r.member_id == member_id or r.lock_expired(now_ms)) else r
-        for r in state.in_flight
-    ]
+    ranges = []
+    for r in _expired(state, now_ms, config, outcomes):
+        if r.state is RecordState.ACQUIRED and r.member_id == member_id:
+            outcomes._add(outcomes.released, r)
+            r = r._to(RecordState.AVAILABLE, delivery_count=r.delivery_count - 1)
+        ranges.append(r)
     if not (outcomes.released or outcomes.archived):
         return Release(state)
     return Release(_normalised(state.start_offset, state.end_offset, ranges), tuple(outcomes.released), tuple(outcomes.archived))
