@@ -85,6 +85,8 @@ class ErrorCode(Enum):
     MISMATCHED_ENDPOINT_TYPE = _Spec(114, 400, False, "The request was sent to an endpoint of the wrong type.")
     UNSUPPORTED_ENDPOINT_TYPE = _Spec(115, 400, False, "This endpoint type is not supported yet.")
     INVALID_RECORD_STATE = _Spec(121, 409, False, "The record state is invalid. The acknowledgement of delivery could not be completed.")
+    SHARE_SESSION_NOT_FOUND = _Spec(122, 404, True, "The share session was not found.")
+    INVALID_SHARE_SESSION_EPOCH = _Spec(123, 409, True, "The share session epoch is invalid.")
     INVALID_REGULAR_EXPRESSION = _Spec(128, 400, False, "The regular expression is not valid.")
     TRANSACTIONAL_ID_NOT_FOUND = _Spec(105, 404, False, "The transactionalId could not be found.")
     FENCED_MEMBER_EPOCH = _Spec(110, 409, False, "The member epoch is fenced by the group coordinator. The member must abandon all its partitions and rejoin.")

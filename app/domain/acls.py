@@ -251,6 +251,7 @@ class Api(Enum):
     ALTER_USER_SCRAM_CREDENTIALS = "AlterUserScramCredentials"
     DESCRIBE_CLIENT_QUOTAS = "DescribeClientQuotas"
     ALTER_CLIENT_QUOTAS = "AlterClientQuotas"
+    SHARE_GROUP_HEARTBEAT = "ShareGroupHeartbeat"
     SHARE_FETCH = "ShareFetch"  # HTTP: acquire a share group's records
     SHARE_ACKNOWLEDGE = "ShareAcknowledge"
     DESCRIBE_SHARE_GROUP = "ShareGroupDescribe"  # and its share partitions' in-flight records
@@ -342,6 +343,8 @@ REQUIRED: Mapping[Api, tuple[tuple[Check, ...], ...]] = {
     Api.ALTER_USER_SCRAM_CREDENTIALS: (_on(C, O.ALTER, None),),
     Api.DESCRIBE_CLIENT_QUOTAS: (_on(C, O.DESCRIBE_CONFIGS, None),),
     Api.ALTER_CLIENT_QUOTAS: (_on(C, O.ALTER_CONFIGS, None),),
+    # Kafka's ShareGroupHeartbeat: Read on the group, Describe on each subscribed topic.
+    Api.SHARE_GROUP_HEARTBEAT: (_on(G, O.READ, "group"), _on(T, O.DESCRIBE, "topics")),
     Api.SHARE_FETCH: (_on(G, O.READ, "group"), _on(T, O.READ, "topics")),
     Api.SHARE_ACKNOWLEDGE: (_on(G, O.READ, "group"), _on(T, O.READ, "topics")),
     Api.DESCRIBE_SHARE_GROUP: (_on(G, O.DESCRIBE, "group"),),
@@ -418,6 +421,10 @@ KAFKA_APIS: Mapping[str, tuple[Api, ...]] = {
     # authorized operations need Describe on the cluster (else 0).
     "DescribeCluster": (Api.UNCHECKED,),
     "DescribeProducers": (Api.DESCRIBE_TOPIC_PRODUCERS,),
+    "ShareGroupHeartbeat": (Api.SHARE_GROUP_HEARTBEAT,),
+    "ShareGroupDescribe": (Api.DESCRIBE_SHARE_GROUP,),
+    "ShareFetch": (Api.SHARE_FETCH,),
+    "ShareAcknowledge": (Api.SHARE_ACKNOWLEDGE,),
     "DescribeTransactions": (Api.DESCRIBE_TRANSACTIONS,),
     "ListTransactions": (Api.LIST_TRANSACTIONS,),
     "DescribeTopicPartitions": (Api.DESCRIBE_TOPIC, Api.LIST_TOPICS),

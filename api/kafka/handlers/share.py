@@ -1,0 +1,329 @@
+"""Share groups (KIP-932) on the wire: ShareGroupHeartbeat v1, ShareGroupDescribe v1, ShareFetch v1
+and ShareAcknowledge v1, to the services (``app.services.share_groups`` for the membership,
+``app.services.share`` for the delivery). Every rule is theirs; here are the wire's shapes, topic
+ids, and the share sessions.
+
+Membership and delivery state live in PostgreSQL, so any gateway answers any share group and any
+share partition: FindCoordinator's answer for the group (key type 0) is simply where the client
+sends its heartbeats, and a gateway that goes away costs its share sessions only.
+
+Share sessions are Kafka's ShareSessionCache, kept per gateway process as Kafka keeps them per
+broker: keyed by (group, member), a session holds the share partitions the member fetches from this
+gateway. Epoch 0 opens one (anew: a session the member had is dropped), each later request sends the
+epoch the previous answer moved to (1, 2, …, wrapping to 1), -1 closes it; an epoch out of turn is
+INVALID_SHARE_SESSION_EPOCH, a session not held SHARE_SESSION_NOT_FOUND. Closing a session gives
+back what the member still holds acquired on its partitions, as Kafka does.
+
+A ShareFetch first takes its piggy-backed acknowledgements, then acquires, long-polled: while it
+acquired nothing it waits (at most MaxWaitMs) for an append to its partitions or records given back
+there, through ``share.acquire_waiting``; an idle consumer waits, it does not spin.
+
+ACLs, as Kafka: ShareGroupHeartbeat Read on the group and Describe on each subscribed topic
+(TOPIC_AUTHORIZATION_FAILED); ShareFetch and ShareAcknowledge Read on the group, and Read on each
+topic, answered per partition; ShareGroupDescribe Describe on each group, answered per group.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from api.kafka.handlers import RequestContext, access
+from app.domain import share_groups as sg
+from app.domain.acls import Api, ResourceType
+from app.domain.share_partition import AcknowledgementBatch
+from app.errors import ErrorCode, TxlogError
+from app.services import share, share_groups, topics
+from app.wire.kafka.records import encode
+
+INITIAL_EPOCH = 0
+FINAL_EPOCH = -1
+_INT32_MAX = 2**31 - 1
+
+
+def _next_epoch(epoch: int) -> int:
+    return 1 if epoch >= _INT32_MAX else epoch + 1
+
+
+@dataclass
+class ShareSession:
+    epoch: int  # the epoch the member's next request must send
+    partitions: dict[uuid.UUID, set[int]] = field(default_factory=dict)  # topic id -> partitions, in the order added
+
+
+class ShareSessionCache:
+    """The share sessions of one gateway (Kafka's ShareSessionCache)."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[tuple[str, str], ShareSession] = {}
+        self._lock = threading.Lock()
+
+    def open(self, group_id: str, member_id: str) -> ShareSession:
+        with self._lock:
+            session = self._sessions[(group_id, member_id)] = ShareSession(_next_epoch(INITIAL_EPOCH))
+            return session
+
+    def use(self, group_id: str, member_id: str, epoch: int) -> ShareSession:
+        """The session for a request of ``epoch`` > 0, moved on to its next epoch."""
+        with self._lock:
+            session = self._sessions.get((group_id, member_id))
+            if session is None:
+                raise TxlogError(ErrorCode.SHARE_SESSION_NOT_FOUND, f"Share session for member {member_id} was not found.")
+            if session.epoch != epoch:
+                raise TxlogError(
+                    ErrorCode.INVALID_SHARE_SESSION_EPOCH,
+                    f"The share session epoch {epoch} is not the expected epoch {session.epoch}.",
+                )
+            session.epoch = _next_epoch(epoch)
+            return session
+
+    def close(self, group_id: str, member_id: str) -> ShareSession:
+        with self._lock:
+            session = self._sessions.pop((group_id, member_id), None)
+        if session is None:
+            raise TxlogError(ErrorCode.SHARE_SESSION_NOT_FOUND, f"Share session for member {member_id} was not found.")
+        return session
+
+
+def _sessions(ctx: RequestContext) -> ShareSessionCache:
+    cache = getattr(ctx.cluster, "share_sessions", None) if ctx.cluster is not None else None
+    if cache is None:
+        cache = _PROCESS_SESSIONS
+    return cache
+
+
+_PROCESS_SESSIONS = ShareSessionCache()
+
+
+def _code(exc: TxlogError | None) -> int:
+    return 0 if exc is None else exc.code.kafka_code
+
+
+# --- ShareGroupHeartbeat ------------------------------------------------------------------------
+
+
+async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> dict:
+    access.check(ctx, Api.SHARE_GROUP_HEARTBEAT, group=request.group_id)
+    subscribed = None if request.subscribed_topic_names is None else list(request.subscribed_topic_names)
+    refused = access.refused(ctx, Api.SHARE_GROUP_HEARTBEAT, "topics", subscribed or [])
+    if refused:
+        raise next(iter(refused.values()))
+    answer = await ctx.call(
+        share_groups.heartbeat,
+        ctx.broker,
+        sg.HeartbeatRequest(
+            request.group_id, request.member_id, request.member_epoch, request.rack_id, subscribed,
+            ctx.client_id or "", ctx.client_host,
+        ),
+    )
+    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, **answer.body()}
+
+
+# --- ShareGroupDescribe -------------------------------------------------------------------------
+
+
+async def handle_share_group_describe(ctx: RequestContext, request: Any) -> dict:
+    group_ids = list(request.group_ids)
+    refused = access.refused(ctx, Api.DESCRIBE_SHARE_GROUP, "group", group_ids)
+    allowed = [g for g in group_ids if g not in refused]
+    found = {d.group_id: d.group for d in await ctx.call(share_groups.describe, ctx.broker, allowed)} if allowed else {}
+    groups = []
+    for group_id in group_ids:
+        if group_id in refused:
+            error = refused[group_id]
+            groups.append({"group_id": group_id, "error_code": _code(error), "error_message": error.message})
+            continue
+        group = found.get(group_id)
+        if group is None:
+            groups.append({
+                "group_id": group_id, "error_code": ErrorCode.GROUP_ID_NOT_FOUND.kafka_code,
+                "error_message": f"Group {group_id} not found.",
+            })
+            continue
+        entry = sg.describe(group)
+        if request.include_authorized_operations:
+            entry["authorized_operations"] = access.operations(ctx, ResourceType.GROUP, group_id)
+        groups.append({"error_code": 0, "error_message": None, **entry})
+    return {"throttle_time_ms": 0, "groups": groups}
+
+
+# --- topic ids ------------------------------------------------------------------------------------
+
+
+async def _names(ctx: RequestContext, topic_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, str]:
+    wanted = sorted(set(topic_ids))
+    if not wanted:
+        return {}
+    found = await ctx.call(topics.topics_metadata, ctx.broker, [], wanted)
+    return {t.topic_id: t.name for t in found}
+
+
+def _batches(entries: Iterable[Any]) -> tuple[AcknowledgementBatch, ...]:
+    return tuple(AcknowledgementBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types)) for b in entries)
+
+
+def _topic_refusals(ctx: RequestContext, api: Api, names: Iterable[str]) -> dict[str, TxlogError]:
+    return access.refused(ctx, api, "topics", list(names))
+
+
+async def _acknowledge(
+    ctx: RequestContext, group_id: str, member_id: str, acks: dict[tuple[uuid.UUID, int], tuple[AcknowledgementBatch, ...]],
+    names: dict[uuid.UUID, str], api: Api,
+) -> dict[tuple[uuid.UUID, int], TxlogError | None]:
+    """Each partition's acknowledgement error (None: taken)."""
+    out: dict[tuple[uuid.UUID, int], TxlogError | None] = {}
+    refused = _topic_refusals(ctx, api, [names[t] for t, _ in acks if t in names])
+    wanted: dict[tuple[str, int], tuple[AcknowledgementBatch, ...]] = {}
+    for (topic_id, partition), batches in acks.items():
+        name = names.get(topic_id)
+        if name is None:
+            out[(topic_id, partition)] = TxlogError(ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.UNKNOWN_TOPIC_ID.value.default_message)
+        elif name in refused:
+            out[(topic_id, partition)] = refused[name]
+        else:
+            wanted[(name, partition)] = batches
+    if wanted:
+        ids = {name: topic_id for topic_id, name in names.items()}
+        for result in await ctx.call(share.acknowledge, ctx.broker, group_id, member_id, wanted):
+            out[(ids[result.topic], result.partition)] = result.error
+    return out
+
+
+def _partition_entry(partition: int, **fields: Any) -> dict:
+    return {"partition_index": partition, "error_code": 0, "error_message": None, **fields}
+
+
+def _by_topic(entries: dict[tuple[uuid.UUID, int], dict]) -> list[dict]:
+    topics_out: dict[uuid.UUID, list[dict]] = {}
+    for (topic_id, _), entry in entries.items():
+        topics_out.setdefault(topic_id, []).append(entry)
+    return [{"topic_id": t, "partitions": ps} for t, ps in topics_out.items()]
+
+
+# --- ShareFetch ---------------------------------------------------------------------------------
+
+
+async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
+    group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
+    access.check(ctx, Api.SHARE_FETCH, group=group_id)
+    if not group_id or not member_id:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set")
+    acks: dict[tuple[uuid.UUID, int], tuple[AcknowledgementBatch, ...]] = {}
+    asked: dict[uuid.UUID, list[int]] = {}
+    for topic in request.topics:
+        for p in topic.partitions:
+            asked.setdefault(topic.topic_id, []).append(p.partition_index)
+            if p.acknowledgement_batches:
+                acks[(topic.topic_id, p.partition_index)] = _batches(p.acknowledgement_batches)
+    sessions = _sessions(ctx)
+    if epoch == INITIAL_EPOCH:
+        if acks:
+            raise TxlogError(ErrorCode.INVALID_REQUEST, "Acknowledge data present on initial fetch")
+        session = sessions.open(group_id, member_id)
+    elif epoch == FINAL_EPOCH:
+        if asked and any(not p.acknowledgement_batches for t in request.topics for p in t.partitions):
+            raise TxlogError(ErrorCode.INVALID_REQUEST, "The final share fetch must not fetch records")
+        session = sessions.close(group_id, member_id)
+    else:
+        session = sessions.use(group_id, member_id, epoch)
+    if epoch != FINAL_EPOCH:
+        for forgotten in request.forgotten_topics_data:
+            kept = session.partitions.get(forgotten.topic_id, set()) - set(forgotten.partitions)
+            if kept:
+                session.partitions[forgotten.topic_id] = kept
+            else:
+                session.partitions.pop(forgotten.topic_id, None)
+        for topic_id, partitions in asked.items():
+            session.partitions.setdefault(topic_id, set()).update(partitions)
+
+    in_session = [(t, p) for t, ps in session.partitions.items() for p in sorted(ps)]
+    names = await _names(ctx, [t for t, _ in in_session] + [t for t, _ in acks])
+    config = await ctx.call(share.group_config, ctx.broker, group_id)
+    entries: dict[tuple[uuid.UUID, int], dict] = {}
+    if acks:
+        for key, error in (await _acknowledge(ctx, group_id, member_id, acks, names, Api.SHARE_FETCH)).items():
+            entries[key] = _partition_entry(
+                key[1], acknowledge_error_code=_code(error), acknowledge_error_message=None if error is None else error.message
+            )
+    if epoch == FINAL_EPOCH:
+        held = [(names[t], p) for t, p in in_session if t in names]
+        if held:
+            await ctx.call(share.release_member, ctx.broker, group_id, member_id, held)
+    else:
+        refused = _topic_refusals(ctx, Api.SHARE_FETCH, [names[t] for t, _ in in_session if t in names])
+        wanted: list[tuple[str, int]] = []
+        for topic_id, partition in in_session:
+            name = names.get(topic_id)
+            error = None
+            if name is None:
+                error = TxlogError(ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.UNKNOWN_TOPIC_ID.value.default_message)
+            elif name in refused:
+                error = refused[name]
+            else:
+                wanted.append((name, partition))
+            entry = entries.setdefault((topic_id, partition), _partition_entry(partition))
+            if error is not None:
+                entry.update(error_code=_code(error), error_message=error.message)
+        if wanted:
+            ids = {name: topic_id for topic_id, name in names.items()}
+            max_records = request.max_records if request.max_records > 0 else 500
+            max_bytes = max(1, min(request.max_bytes, share.DEFAULT_MAX_BYTES))
+            got = await share.acquire_waiting(
+                ctx.broker, ctx.notifier, _runner(ctx), group_id, member_id,
+                wanted, request.max_wait_ms, max_records, max_bytes,
+            )
+            for part in got:
+                entry = entries[(ids[part.topic], part.partition)]
+                if part.error is not None:
+                    entry.update(error_code=_code(part.error), error_message=part.error.message)
+                    continue
+                entry["acquired_records"] = [
+                    {"first_offset": a.first_offset, "last_offset": a.last_offset, "delivery_count": a.delivery_count}
+                    for a in part.acquired
+                ]
+                entry["records"] = encode.encode_runs(encode.batch_runs(part.records)) if part.records else b""
+    for entry in entries.values():
+        entry.setdefault("records", b"")
+    return {
+        "throttle_time_ms": 0, "error_code": 0, "error_message": None,
+        "acquisition_lock_timeout_ms": config.delivery.record_lock_duration_ms,
+        "responses": _by_topic(entries), "node_endpoints": [],
+    }
+
+
+def _runner(ctx: RequestContext) -> Any:
+    async def run(fn: Any) -> Any:
+        return await ctx.call(fn)
+
+    return run
+
+
+# --- ShareAcknowledge ---------------------------------------------------------------------------
+
+
+async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> dict:
+    group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
+    access.check(ctx, Api.SHARE_ACKNOWLEDGE, group=group_id)
+    if not group_id or not member_id:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set")
+    sessions = _sessions(ctx)
+    if epoch == INITIAL_EPOCH:
+        raise TxlogError(ErrorCode.INVALID_SHARE_SESSION_EPOCH, "A share acknowledgement cannot open a share session.")
+    session = sessions.close(group_id, member_id) if epoch == FINAL_EPOCH else sessions.use(group_id, member_id, epoch)
+    acks = {
+        (t.topic_id, p.partition_index): _batches(p.acknowledgement_batches) for t in request.topics for p in t.partitions
+    }
+    in_session = [(t, p) for t, ps in session.partitions.items() for p in sorted(ps)]
+    names = await _names(ctx, [t for t, _ in acks] + [t for t, _ in in_session])
+    results = await _acknowledge(ctx, group_id, member_id, acks, names, Api.SHARE_ACKNOWLEDGE)
+    if epoch == FINAL_EPOCH:
+        held = [(names[t], p) for t, p in in_session if t in names]
+        if held:
+            await ctx.call(share.release_member, ctx.broker, group_id, member_id, held)
+    entries = {
+        key: {"partition_index": key[1], "error_code": _code(error), "error_message": None if error is None else error.message}
+        for key, error in results.items()
+    }
+    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "responses": _by_topic(entries), "node_endpoints": []}
