@@ -25,6 +25,8 @@ from app.storage import topics as topics_store
 
 log = logging.getLogger("txlog.share")
 
+GROUP_TYPE, PROTOCOL_TYPE = sg.GROUP_TYPE, sg.PROTOCOL_TYPE
+
 
 def _topics(conn: Connection, names: frozenset[str]) -> dict[str, sg.TopicMetadata]:
     if not names:
@@ -132,6 +134,13 @@ def list_groups(broker: Broker) -> list[tuple[str, str]]:
             live = group is not None and any(m.session_deadline_ms > now for m in group.members.values())
             out.append((group_id, sg.STABLE if live else sg.EMPTY))
     return out
+
+
+def is_share_group(broker: Broker, group_id: str) -> bool:
+    """Whether the group is a share group: it has a membership row, share-partition state or
+    share configs."""
+    with broker.db.read() as conn:
+        return store.share_group_exists(conn, group_id)
 
 
 def delete_group(broker: Broker, group_id: str) -> None:

@@ -159,5 +159,17 @@ def groups_with_expired_sessions(conn: Connection, now_ms: int, limit: int) -> l
     return [r[0] for r in rows]
 
 
+def share_group_exists(conn: Connection, group_id: str) -> bool:
+    """A membership row, share-partition state or share configs of the group (three key lookups)."""
+    return bool(conn.execute(
+        text(
+            "SELECT EXISTS (SELECT 1 FROM txlog.share_group_metadata WHERE group_id = :g) "
+            "OR EXISTS (SELECT 1 FROM txlog.share_partitions WHERE group_id = :g) "
+            "OR EXISTS (SELECT 1 FROM txlog.share_group_configs WHERE group_id = :g)"
+        ),
+        {"g": group_id},
+    ).scalar())
+
+
 def share_group_delete(conn: Connection, group_id: str) -> None:
     conn.execute(text("DELETE FROM txlog.share_group_metadata WHERE group_id = :g"), {"g": group_id})
