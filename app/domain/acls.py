@@ -253,6 +253,9 @@ class Api(Enum):
     ALTER_CLIENT_QUOTAS = "AlterClientQuotas"
     SHARE_GROUP_HEARTBEAT = "ShareGroupHeartbeat"
     SHARE_FETCH = "ShareFetch"  # HTTP: acquire a share group's records
+    DESCRIBE_SHARE_GROUP_OFFSETS = "DescribeShareGroupOffsets"
+    ALTER_SHARE_GROUP_OFFSETS = "AlterShareGroupOffsets"
+    DELETE_SHARE_GROUP_OFFSETS = "DeleteShareGroupOffsets"
     SHARE_ACKNOWLEDGE = "ShareAcknowledge"
     DESCRIBE_SHARE_GROUP = "ShareGroupDescribe"  # and its share partitions' in-flight records
     ALTER_GROUP_CONFIGS = "AlterGroupConfigs"  # IncrementalAlterConfigs of a GROUP resource (share.* configs)
@@ -346,6 +349,11 @@ REQUIRED: Mapping[Api, tuple[tuple[Check, ...], ...]] = {
     # Kafka's ShareGroupHeartbeat: Read on the group, Describe on each subscribed topic.
     Api.SHARE_GROUP_HEARTBEAT: (_on(G, O.READ, "group"), _on(T, O.DESCRIBE, "topics")),
     Api.SHARE_FETCH: (_on(G, O.READ, "group"), _on(T, O.READ, "topics")),
+    # Kafka's share-group offsets: Describe the group and each topic to describe; Read the group
+    # and each topic to alter; Delete the group and Read each topic to delete.
+    Api.DESCRIBE_SHARE_GROUP_OFFSETS: (_on(G, O.DESCRIBE, "group"), _on(T, O.DESCRIBE, "topics")),
+    Api.ALTER_SHARE_GROUP_OFFSETS: (_on(G, O.READ, "group"), _on(T, O.READ, "topics")),
+    Api.DELETE_SHARE_GROUP_OFFSETS: (_on(G, O.DELETE, "group"), _on(T, O.READ, "topics")),
     Api.SHARE_ACKNOWLEDGE: (_on(G, O.READ, "group"), _on(T, O.READ, "topics")),
     Api.DESCRIBE_SHARE_GROUP: (_on(G, O.DESCRIBE, "group"),),
     Api.ALTER_GROUP_CONFIGS: (_on(G, O.ALTER_CONFIGS, "group"),),
@@ -425,6 +433,9 @@ KAFKA_APIS: Mapping[str, tuple[Api, ...]] = {
     "ShareGroupDescribe": (Api.DESCRIBE_SHARE_GROUP,),
     "ShareFetch": (Api.SHARE_FETCH,),
     "ShareAcknowledge": (Api.SHARE_ACKNOWLEDGE,),
+    "DescribeShareGroupOffsets": (Api.DESCRIBE_SHARE_GROUP_OFFSETS,),
+    "AlterShareGroupOffsets": (Api.ALTER_SHARE_GROUP_OFFSETS,),
+    "DeleteShareGroupOffsets": (Api.DELETE_SHARE_GROUP_OFFSETS,),
     "DescribeTransactions": (Api.DESCRIBE_TRANSACTIONS,),
     "ListTransactions": (Api.LIST_TRANSACTIONS,),
     "DescribeTopicPartitions": (Api.DESCRIBE_TOPIC, Api.LIST_TOPICS),

@@ -136,6 +136,13 @@ def list_groups(broker: Broker) -> list[tuple[str, str]]:
     return out
 
 
+def check_empty(broker: Broker, group_id: str) -> None:
+    """Kafka's condition for altering or deleting a share group's offsets: no member
+    (NON_EMPTY_GROUP otherwise)."""
+    if active_members(broker, group_id):
+        raise TxlogError(ErrorCode.NON_EMPTY_GROUP, f"The share group {group_id} is not empty.")
+
+
 def is_share_group(broker: Broker, group_id: str) -> bool:
     """Whether the group is a share group: it has a membership row, share-partition state or
     share configs."""

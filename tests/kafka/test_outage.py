@@ -306,6 +306,15 @@ OUTAGE: dict[int, Callable[[RawConnection, dict], None]] = {
             {"first_offset": 0, "last_offset": 0, "acknowledge_types": [1]},
         ]}]}],
     }).error_code, STORAGE),
+    ApiKey.DescribeShareGroupOffsets: lambda raw, s: assert_code(raw.request(ApiKey.DescribeShareGroupOffsets, 0, {
+        "groups": [{"group_id": "outage-share", "topics": None}],
+    }).groups[0].error_code, LOADING),
+    ApiKey.AlterShareGroupOffsets: lambda raw, s: assert_code(raw.request(ApiKey.AlterShareGroupOffsets, 0, {
+        "group_id": "outage-share", "topics": [{"topic_name": TOPIC, "partitions": [{"partition_index": 0, "start_offset": 0}]}],
+    }).error_code, COORDINATOR),
+    ApiKey.DeleteShareGroupOffsets: lambda raw, s: assert_code(raw.request(ApiKey.DeleteShareGroupOffsets, 0, {
+        "group_id": "outage-share", "topics": [{"topic_name": TOPIC}],
+    }).error_code, COORDINATOR),
 }
 
 

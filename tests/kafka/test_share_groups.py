@@ -383,3 +383,40 @@ def test_list_groups_shows_share_groups_and_delete_groups_deletes_an_empty_one(r
     assert raw.request(ApiKey.ShareGroupDescribe, 1, {"group_ids": [group], "include_authorized_operations": False}).groups[0].error_code == (
         E.GROUP_ID_NOT_FOUND.kafka_code
     )
+
+
+def test_share_group_offsets_described_altered_and_deleted(gateway: GatewayProcess, raw: RawConnection, store: Broker) -> None:
+    topic = _topic(raw, partitions=1)
+    topic_id, group = _topic_id(raw, topic), _group(store)
+    _produce(gateway.bootstrap, topic, [b"a", b"b", b"c"], partitions=1)
+    opened = _fetch(raw, group, "m1", 0, [(topic_id, 0, [])])
+    assert [(a.first_offset, a.last_offset) for a in opened.responses[0].partitions[0].acquired_records] == [(0, 2)]
+    assert _acknowledge(raw, group, "m1", 1, topic_id, 0, 0, 1).responses[0].partitions[0].error_code == 0
+
+    def described(topics: Any) -> Any:
+        return raw.request(ApiKey.DescribeShareGroupOffsets, 0, {"groups": [{"group_id": group, "topics": topics}]}).groups[0]
+
+    every = described(None)
+    assert [(t.topic_name, t.topic_id, [(p.partition_index, p.start_offset, p.error_code) for p in t.partitions]) for t in every.topics] == [
+        (topic, topic_id, [(0, 1, 0)])
+    ]
+    asked = described([{"topic_name": topic, "partitions": [0, 7]}, {"topic_name": "no-such-topic", "partitions": [0]}])
+    assert [[(p.partition_index, p.start_offset, p.error_code) for p in t.partitions] for t in asked.topics] == [
+        [(0, 1, 0), (7, -1, E.UNKNOWN_TOPIC_OR_PARTITION.kafka_code)], [(0, -1, E.UNKNOWN_TOPIC_OR_PARTITION.kafka_code)],
+    ]
+    # with a member in the group, neither alter nor delete
+    assert _heartbeat(raw, group, "m1", 0, [topic]).error_code == 0
+    alter = {"group_id": group, "topics": [{"topic_name": topic, "partitions": [{"partition_index": 0, "start_offset": 0}]}]}
+    assert raw.request(ApiKey.AlterShareGroupOffsets, 0, alter).error_code == E.NON_EMPTY_GROUP.kafka_code
+    delete = {"group_id": group, "topics": [{"topic_name": topic}, {"topic_name": "no-such-topic"}]}
+    assert raw.request(ApiKey.DeleteShareGroupOffsets, 0, delete).error_code == E.NON_EMPTY_GROUP.kafka_code
+    assert _heartbeat(raw, group, "m1", -1, None).error_code == 0  # leaving gives back offsets 1 and 2
+    altered = raw.request(ApiKey.AlterShareGroupOffsets, 0, alter)
+    assert (altered.error_code, [[p.error_code for p in t.partitions] for t in altered.responses]) == (0, [[0]])
+    assert [p.start_offset for t in described(None).topics for p in t.partitions] == [0]
+    again = _fetch(raw, group, "m2", 0, [(topic_id, 0, [])])
+    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in again.responses[0].partitions[0].acquired_records] == [(0, 2, 1)]
+    assert _acknowledge(raw, group, "m2", -1, topic_id, 0, 2, 1).error_code == 0
+    deleted = raw.request(ApiKey.DeleteShareGroupOffsets, 0, delete)
+    assert [(r.topic_name, r.error_code) for r in deleted.responses] == [(topic, 0), ("no-such-topic", E.UNKNOWN_TOPIC_OR_PARTITION.kafka_code)]
+    assert described(None).topics == []

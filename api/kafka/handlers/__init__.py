@@ -93,6 +93,9 @@ _STORAGE_AWAY = {
     ApiKey.ShareGroupDescribe: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
     ApiKey.ShareFetch: ErrorCode.KAFKA_STORAGE_ERROR,
     ApiKey.ShareAcknowledge: ErrorCode.KAFKA_STORAGE_ERROR,
+    ApiKey.DescribeShareGroupOffsets: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ApiKey.AlterShareGroupOffsets: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ApiKey.DeleteShareGroupOffsets: ErrorCode.COORDINATOR_NOT_AVAILABLE,
 }
 
 

@@ -327,3 +327,108 @@ async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> dict:
         for key, error in results.items()
     }
     return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "responses": _by_topic(entries), "node_endpoints": []}
+
+
+# --- the share groups' offsets (KIP-932's admin APIs, v0) -----------------------------------------
+
+
+def _group_error(exc: TxlogError) -> dict:
+    return {"error_code": _code(exc), "error_message": exc.message}
+
+
+async def _topics_by_name(ctx: RequestContext, names: Iterable[str]) -> dict[str, Any]:
+    wanted = sorted(set(names))
+    if not wanted:
+        return {}
+    return {t.name: t for t in await ctx.call(topics.topics_metadata, ctx.broker, wanted)}
+
+
+_NO_TOPIC = TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.value.default_message)
+_ZERO_ID = uuid.UUID(int=0)
+
+
+async def handle_describe_share_group_offsets(ctx: RequestContext, request: Any) -> dict:
+    """Each group's share-partition start offsets (SPSO): of the partitions asked, or (topics null)
+    of every partition the group has state on; -1 for a partition it never read. Describe on the
+    group (else the group's GROUP_AUTHORIZATION_FAILED) and on each topic (else the partitions')."""
+    out = []
+    for entry in request.groups:
+        group_id = entry.group_id
+        refused = access.refused(ctx, Api.DESCRIBE_SHARE_GROUP_OFFSETS, "group", [group_id])
+        if refused:
+            out.append({"group_id": group_id, "topics": [], **_group_error(refused[group_id])})
+            continue
+        described = await ctx.call(share.describe, ctx.broker, group_id)
+        starts = {(p.topic, p.partition): p.start_offset for p in described.partitions}
+        asked: dict[str, list[int]] = {}
+        if entry.topics is None:
+            for topic, partition in sorted(starts):
+                asked.setdefault(topic, []).append(partition)
+        else:
+            for t in entry.topics:
+                asked.setdefault(t.topic_name, []).extend(t.partitions)
+        known = await _topics_by_name(ctx, asked)
+        denied = _topic_refusals(ctx, Api.DESCRIBE_SHARE_GROUP_OFFSETS, asked)
+        topics_out = []
+        for name, partitions in asked.items():
+            meta = known.get(name)
+            parts = []
+            for p in partitions:
+                error = denied.get(name) or (_NO_TOPIC if meta is None or not 0 <= p < meta.partitions else None)
+                parts.append({
+                    "partition_index": p, "start_offset": -1 if error else starts.get((name, p), -1), "leader_epoch": 0 if not error else -1,
+                    "error_code": _code(error), "error_message": None if error is None else error.message,
+                })
+            topics_out.append({"topic_name": name, "topic_id": meta.topic_id if meta else _ZERO_ID, "partitions": parts})
+        out.append({"group_id": group_id, "topics": topics_out, "error_code": 0, "error_message": None})
+    return {"throttle_time_ms": 0, "groups": out}
+
+
+async def handle_alter_share_group_offsets(ctx: RequestContext, request: Any) -> dict:
+    """Each partition's share-partition state starts over at the given offset, as Kafka: only while
+    the group has no member (NON_EMPTY_GROUP for the whole request). Read on the group and on each
+    topic."""
+    group_id = request.group_id
+    access.check(ctx, Api.ALTER_SHARE_GROUP_OFFSETS, group=group_id)
+    await ctx.call(share_groups.check_empty, ctx.broker, group_id)
+    names = [t.topic_name for t in request.topics]
+    known = await _topics_by_name(ctx, names)
+    denied = _topic_refusals(ctx, Api.ALTER_SHARE_GROUP_OFFSETS, names)
+    wanted = [
+        (t.topic_name, p.partition_index, p.start_offset) for t in request.topics for p in t.partitions
+        if t.topic_name in known and t.topic_name not in denied
+    ]
+    results = {(r.topic, r.partition): r.error for r in await ctx.call(share.alter_offsets, ctx.broker, group_id, wanted)} if wanted else {}
+    responses = []
+    for t in request.topics:
+        meta = known.get(t.topic_name)
+        parts = []
+        for p in t.partitions:
+            error = denied.get(t.topic_name) or (_NO_TOPIC if meta is None else results.get((t.topic_name, p.partition_index)))
+            parts.append({"partition_index": p.partition_index, "error_code": _code(error), "error_message": None if error is None else error.message})
+        responses.append({"topic_name": t.topic_name, "topic_id": meta.topic_id if meta else _ZERO_ID, "partitions": parts})
+    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "responses": responses}
+
+
+async def handle_delete_share_group_offsets(ctx: RequestContext, request: Any) -> dict:
+    """The group's state of each topic's partitions goes (read again, a partition starts per
+    share.auto.offset.reset), only while the group has no member (NON_EMPTY_GROUP). Delete on the
+    group, Read on each topic."""
+    group_id = request.group_id
+    access.check(ctx, Api.DELETE_SHARE_GROUP_OFFSETS, group=group_id)
+    await ctx.call(share_groups.check_empty, ctx.broker, group_id)
+    names = [t.topic_name for t in request.topics]
+    known = await _topics_by_name(ctx, names)
+    denied = _topic_refusals(ctx, Api.DELETE_SHARE_GROUP_OFFSETS, names)
+    partitions = [(n, p) for n in names if n in known and n not in denied for p in range(known[n].partitions)]
+    if partitions:
+        await ctx.call(share.delete_offsets, ctx.broker, group_id, partitions)
+    responses = []
+    for name in names:
+        meta = known.get(name)
+        error = denied.get(name) or (_NO_TOPIC if meta is None else None)
+        responses.append({
+            "topic_name": name, "topic_id": meta.topic_id if meta else _ZERO_ID,
+            "error_code": _code(error), "error_message": None if error is None else error.message,
+        })
+    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "responses": responses}
