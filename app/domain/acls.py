@@ -259,6 +259,7 @@ class Api(Enum):
     SHARE_ACKNOWLEDGE = "ShareAcknowledge"
     DESCRIBE_SHARE_GROUP = "ShareGroupDescribe"  # and its share partitions' in-flight records
     ALTER_GROUP_CONFIGS = "AlterGroupConfigs"  # IncrementalAlterConfigs of a GROUP resource (share.* configs)
+    DESCRIBE_GROUP_CONFIGS = "DescribeGroupConfigs"  # DescribeConfigs of a GROUP resource
     UNCHECKED = "Unchecked"  # ApiVersions, SaslHandshake, SaslAuthenticate, the wire's DescribeCluster
 
 
@@ -357,6 +358,7 @@ REQUIRED: Mapping[Api, tuple[tuple[Check, ...], ...]] = {
     Api.SHARE_ACKNOWLEDGE: (_on(G, O.READ, "group"), _on(T, O.READ, "topics")),
     Api.DESCRIBE_SHARE_GROUP: (_on(G, O.DESCRIBE, "group"),),
     Api.ALTER_GROUP_CONFIGS: (_on(G, O.ALTER_CONFIGS, "group"),),
+    Api.DESCRIBE_GROUP_CONFIGS: (_on(G, O.DESCRIBE_CONFIGS, "group"),),
     Api.UNCHECKED: (),
 }
 
@@ -413,13 +415,13 @@ KAFKA_APIS: Mapping[str, tuple[Api, ...]] = {
     "DescribeAcls": (Api.DESCRIBE_ACLS,),
     "CreateAcls": (Api.ALTER_ACLS,),
     "DeleteAcls": (Api.ALTER_ACLS,),
-    "DescribeConfigs": (Api.DESCRIBE_TOPIC_CONFIGS, Api.DESCRIBE_BROKER_CONFIGS),
+    "DescribeConfigs": (Api.DESCRIBE_TOPIC_CONFIGS, Api.DESCRIBE_BROKER_CONFIGS, Api.DESCRIBE_GROUP_CONFIGS),
     "AlterConfigs": (Api.ALTER_TOPIC_CONFIGS, Api.ALTER_BROKER_CONFIGS),
     "DescribeLogDirs": (Api.DESCRIBE_LOG_DIRS,),
     "SaslAuthenticate": (Api.UNCHECKED,),
     "CreatePartitions": (Api.CREATE_PARTITIONS,),
     "DeleteGroups": (Api.DELETE_GROUPS,),
-    "IncrementalAlterConfigs": (Api.ALTER_TOPIC_CONFIGS, Api.ALTER_BROKER_CONFIGS),
+    "IncrementalAlterConfigs": (Api.ALTER_TOPIC_CONFIGS, Api.ALTER_BROKER_CONFIGS, Api.ALTER_GROUP_CONFIGS),
     "OffsetDelete": (Api.OFFSET_DELETE,),
     "DescribeClientQuotas": (Api.DESCRIBE_CLIENT_QUOTAS,),
     "AlterClientQuotas": (Api.ALTER_CLIENT_QUOTAS,),

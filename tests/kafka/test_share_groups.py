@@ -420,3 +420,37 @@ def test_share_group_offsets_described_altered_and_deleted(gateway: GatewayProce
     deleted = raw.request(ApiKey.DeleteShareGroupOffsets, 0, delete)
     assert [(r.topic_name, r.error_code) for r in deleted.responses] == [(topic, 0), ("no-such-topic", E.UNKNOWN_TOPIC_OR_PARTITION.kafka_code)]
     assert described(None).topics == []
+
+
+def test_group_configs_through_describe_and_incremental_alter_configs(gateway: GatewayProcess, raw: RawConnection, store: Broker) -> None:
+    group = _name("share-group")
+
+    def alter(*ops: tuple[str, int, str | None], validate_only: bool = False) -> tuple[int, str | None]:
+        answer = raw.request(ApiKey.IncrementalAlterConfigs, 1, {"resources": [{
+            "resource_type": 32, "resource_name": group,
+            "configs": [{"name": n, "config_operation": o, "value": v} for n, o, v in ops],
+        }], "validate_only": validate_only}).responses[0]
+        return answer.error_code, answer.error_message
+
+    def described() -> dict[str, tuple[str, int]]:
+        result = raw.request(ApiKey.DescribeConfigs, 4, {"resources": [{
+            "resource_type": 32, "resource_name": group, "configuration_keys": None,
+        }], "include_synonyms": False, "include_documentation": False}).results[0]
+        assert result.error_code == 0
+        return {c.name: (c.value, c.config_source) for c in result.configs}  # 5 DEFAULT_CONFIG, 8 DYNAMIC_GROUP_CONFIG
+
+    assert described()["share.record.lock.duration.ms"] == ("30000", 5)
+    assert alter(("share.record.lock.duration.ms", 0, "15000"), ("share.isolation.level", 0, "read_committed")) == (0, None)
+    assert alter(("share.delivery.count.limit", 0, "3"), validate_only=True) == (0, None)
+    code, message = alter(("share.delivery.count.limit", 0, "1"))
+    assert code == E.INVALID_CONFIG.kafka_code and message and "share.delivery.count.limit" in message
+    assert alter(("share.no.such.config", 0, "1"))[0] == E.INVALID_CONFIG.kafka_code
+    assert alter(("share.isolation.level", 2, "x"))[0] == E.INVALID_CONFIG.kafka_code  # APPEND: not a list
+    got = described()
+    assert got["share.record.lock.duration.ms"] == ("15000", 8)
+    assert got["share.isolation.level"] == ("read_committed", 8)
+    assert got["share.delivery.count.limit"] == ("5", 5)
+    assert set(got) >= {"share.session.timeout.ms", "share.heartbeat.interval.ms", "share.auto.offset.reset"}
+    assert share_service.group_config(store, group).delivery.record_lock_duration_ms == 15_000
+    assert alter(("share.record.lock.duration.ms", 1, None)) == (0, None)
+    assert described()["share.record.lock.duration.ms"] == ("30000", 5)

@@ -33,7 +33,9 @@ from typing import Any, Iterable
 from api.kafka.handlers import RequestContext, access
 from app.domain import share_groups as sg
 from app.domain.acls import Api, ResourceType
+from app.domain.share_configs import BOUNDS, DEFAULTS, validated
 from app.domain.share_partition import AcknowledgementBatch
+from app.domain.topic_configs import ConfigSource, ConfigType
 from app.errors import ErrorCode, TxlogError
 from app.services import share, share_groups, topics
 from app.wire.kafka.records import encode
@@ -432,3 +434,45 @@ async def handle_delete_share_group_offsets(ctx: RequestContext, request: Any) -
             "error_code": _code(error), "error_message": None if error is None else error.message,
         })
     return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "responses": responses}
+
+
+# --- a share group's configs (GROUP config resources, DescribeConfigs and IncrementalAlterConfigs) --
+
+
+async def describe_group_configs(ctx: RequestContext, group_id: str, wanted: set[str] | None, version: int, request: Any) -> list[dict]:
+    """The share.* configs of the group: its own (DYNAMIC_GROUP_CONFIG) and the defaults. Describe
+    configs on the group, else GROUP_AUTHORIZATION_FAILED."""
+    access.check(ctx, Api.DESCRIBE_GROUP_CONFIGS, group=group_id)
+    own = await ctx.call(share.group_configs_set, ctx.broker, group_id)
+    out = []
+    for name in sorted(DEFAULTS):
+        if wanted is not None and name not in wanted:
+            continue
+        value = own.get(name, DEFAULTS[name])
+        source = ConfigSource.DYNAMIC_GROUP_CONFIG if name in own else ConfigSource.DEFAULT_CONFIG
+        out.append({
+            "name": name, "value": value, "read_only": False, "is_default": name not in own, "config_source": source,
+            "is_sensitive": False, "config_type": ConfigType.INT if name in BOUNDS else ConfigType.STRING, "documentation": None,
+            "synonyms": [{"name": name, "value": value, "source": source}] if version >= 1 and request.include_synonyms else [],
+        })
+    return out
+
+
+async def alter_group_configs(ctx: RequestContext, group_id: str, ops: list[tuple[str, int, str | None]], validate_only: bool) -> None:
+    """IncrementalAlterConfigs of a GROUP resource: SET and DELETE of its share.* configs (APPEND
+    and SUBTRACT are for LIST configs: INVALID_CONFIG), each value checked as Kafka checks it.
+    AlterConfigs on the group, else GROUP_AUTHORIZATION_FAILED."""
+    access.check(ctx, Api.ALTER_GROUP_CONFIGS, group=group_id)
+    changes: dict[str, str | None] = {}
+    for name, operation, value in ops:
+        if operation not in (0, 1):
+            raise TxlogError(ErrorCode.INVALID_CONFIG, f"Config {name} is not a list: only SET and DELETE apply to it")
+        if operation == 0 and value is None:
+            raise TxlogError(ErrorCode.INVALID_CONFIG, f"Null value not supported for : {name}")
+        changes[name] = value if operation == 0 else None
+    if validate_only:
+        for name, value in changes.items():
+            if value is not None or name not in DEFAULTS:
+                validated(name, value or "")
+        return
+    await ctx.call(share.alter_group_configs, ctx.broker, group_id, changes)
