@@ -72,7 +72,7 @@ def test_an_expired_member_is_fenced_and_its_records_given_back(clocked_broker, 
     assert report.share_members_fenced == 1
     [described] = share_groups.describe(b, [G])
     assert described.group is not None and described.group.members == {}
-    state = [p for p in share.describe(b, G).partitions if p.partition == 0][0]
+    [state] = [p for p in share.describe(b, G).partitions if p.partition == 0]
     assert state.counts["AVAILABLE"] == 3 and state.counts["ACQUIRED"] == 0
     with pytest.raises(TxlogError) as err:
         _beat(b, "m1", 1)
@@ -91,6 +91,6 @@ def test_the_next_heartbeat_fences_an_expired_member(clocked_broker, clock, topi
     assert answer.member_epoch == 3  # m1 fenced: the group epoch moved
     [described] = share_groups.describe(b, [G])
     assert described.group is not None and sorted(described.group.members) == ["m2"]
-    state = [p for p in share.describe(b, G).partitions if p.partition == 1][0]
+    [state] = [p for p in share.describe(b, G).partitions if p.partition == 1]
     assert state.counts["AVAILABLE"] == 1
     assert share_groups.list_groups(b) == [(G, sg.STABLE)]
