@@ -87,6 +87,7 @@ class ErrorCode(Enum):
     INVALID_RECORD_STATE = _Spec(121, 409, False, "The record state is invalid. The acknowledgement of delivery could not be completed.")
     SHARE_SESSION_NOT_FOUND = _Spec(122, 404, True, "The share session was not found.")
     INVALID_SHARE_SESSION_EPOCH = _Spec(123, 409, True, "The share session epoch is invalid.")
+    SHARE_SESSION_LIMIT_REACHED = _Spec(133, 503, True, "The limit of share sessions has been reached.")
     INVALID_REGULAR_EXPRESSION = _Spec(128, 400, False, "The regular expression is not valid.")
     TRANSACTIONAL_ID_NOT_FOUND = _Spec(105, 404, False, "The transactionalId could not be found.")
     FENCED_MEMBER_EPOCH = _Spec(110, 409, False, "The member epoch is fenced by the group coordinator. The member must abandon all its partitions and rejoin.")

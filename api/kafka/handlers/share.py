@@ -12,7 +12,10 @@ broker: keyed by (group, member), a session holds the share partitions the membe
 gateway. Epoch 0 opens one (anew: a session the member had is dropped), each later request sends the
 epoch the previous answer moved to (1, 2, …, wrapping to 1), -1 closes it; an epoch out of turn is
 INVALID_SHARE_SESSION_EPOCH, a session not held SHARE_SESSION_NOT_FOUND. Closing a session gives
-back what the member still holds acquired on its partitions, as Kafka does.
+back what the member still holds acquired on its partitions, as Kafka does. At most
+``MAX_SHARE_SESSIONS`` are held (Kafka's group.share.max.share.sessions): a member that died without
+closing its session leaves it behind until room is needed and it has been idle past any session
+timeout.
 
 A ShareFetch first takes its piggy-backed acknowledgements, then acquires, long-polled: while it
 acquired nothing it waits (at most MaxWaitMs) for an append to its partitions or records given back
@@ -26,6 +29,7 @@ topic, answered per partition; ShareGroupDescribe Describe on each group, answer
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -49,28 +53,47 @@ def _next_epoch(epoch: int) -> int:
     return 1 if epoch >= _INT32_MAX else epoch + 1
 
 
+# Kafka's group.share.max.share.sessions: past it, sessions idle longer than the longest share
+# session timeout are evicted to make room, else the new one is SHARE_SESSION_LIMIT_REACHED.
+MAX_SHARE_SESSIONS = 2000
+_IDLE_EVICTABLE_S = sg.MAX_SESSION_TIMEOUT_MS / 1000
+
+
 @dataclass
 class ShareSession:
     epoch: int  # the epoch the member's next request must send
     partitions: dict[uuid.UUID, set[int]] = field(default_factory=dict)  # topic id -> partitions, in the order added
+    used: float = field(default_factory=time.monotonic)
 
 
 class ShareSessionCache:
-    """The share sessions of one gateway (Kafka's ShareSessionCache)."""
+    """The share sessions of one gateway (Kafka's ShareSessionCache), by (node, group, member)."""
 
-    def __init__(self) -> None:
-        self._sessions: dict[tuple[str, str], ShareSession] = {}
+    def __init__(self, limit: int = MAX_SHARE_SESSIONS) -> None:
+        self._sessions: dict[tuple[int, str, str], ShareSession] = {}
         self._lock = threading.Lock()
+        self.limit = limit
 
-    def open(self, group_id: str, member_id: str) -> ShareSession:
+    def open(self, node_id: int, group_id: str, member_id: str) -> ShareSession:
+        """A new session for the member (its previous one, if any, dropped)."""
+        key = (node_id, group_id, member_id)
         with self._lock:
-            session = self._sessions[(group_id, member_id)] = ShareSession(_next_epoch(INITIAL_EPOCH))
+            self._sessions.pop(key, None)
+            if len(self._sessions) >= self.limit:
+                idle_since = time.monotonic() - _IDLE_EVICTABLE_S
+                for stale in [k for k, s in self._sessions.items() if s.used < idle_since]:
+                    del self._sessions[stale]
+            if len(self._sessions) >= self.limit:
+                raise TxlogError(
+                    ErrorCode.SHARE_SESSION_LIMIT_REACHED, "The limit of share sessions has been reached. Cannot create a new share session."
+                )
+            session = self._sessions[key] = ShareSession(_next_epoch(INITIAL_EPOCH))
             return session
 
-    def use(self, group_id: str, member_id: str, epoch: int) -> ShareSession:
+    def use(self, node_id: int, group_id: str, member_id: str, epoch: int) -> ShareSession:
         """The session for a request of ``epoch`` > 0, moved on to its next epoch."""
         with self._lock:
-            session = self._sessions.get((group_id, member_id))
+            session = self._sessions.get((node_id, group_id, member_id))
             if session is None:
                 raise TxlogError(ErrorCode.SHARE_SESSION_NOT_FOUND, f"Share session for member {member_id} was not found.")
             if session.epoch != epoch:
@@ -79,24 +102,18 @@ class ShareSessionCache:
                     f"The share session epoch {epoch} is not the expected epoch {session.epoch}.",
                 )
             session.epoch = _next_epoch(epoch)
+            session.used = time.monotonic()
             return session
 
-    def close(self, group_id: str, member_id: str) -> ShareSession:
+    def close(self, node_id: int, group_id: str, member_id: str) -> ShareSession:
         with self._lock:
-            session = self._sessions.pop((group_id, member_id), None)
+            session = self._sessions.pop((node_id, group_id, member_id), None)
         if session is None:
             raise TxlogError(ErrorCode.SHARE_SESSION_NOT_FOUND, f"Share session for member {member_id} was not found.")
         return session
 
 
-def _sessions(ctx: RequestContext) -> ShareSessionCache:
-    cache = getattr(ctx.cluster, "share_sessions", None) if ctx.cluster is not None else None
-    if cache is None:
-        cache = _PROCESS_SESSIONS
-    return cache
-
-
-_PROCESS_SESSIONS = ShareSessionCache()
+SESSIONS = ShareSessionCache()
 
 
 def _code(exc: TxlogError | None) -> int:
@@ -219,17 +236,17 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
             asked.setdefault(topic.topic_id, []).append(p.partition_index)
             if p.acknowledgement_batches:
                 acks[(topic.topic_id, p.partition_index)] = _batches(p.acknowledgement_batches)
-    sessions = _sessions(ctx)
+    sessions, node = SESSIONS, ctx.node.node_id
     if epoch == INITIAL_EPOCH:
         if acks:
             raise TxlogError(ErrorCode.INVALID_REQUEST, "Acknowledge data present on initial fetch")
-        session = sessions.open(group_id, member_id)
+        session = sessions.open(node, group_id, member_id)
     elif epoch == FINAL_EPOCH:
         if asked and any(not p.acknowledgement_batches for t in request.topics for p in t.partitions):
             raise TxlogError(ErrorCode.INVALID_REQUEST, "The final share fetch must not fetch records")
-        session = sessions.close(group_id, member_id)
+        session = sessions.close(node, group_id, member_id)
     else:
-        session = sessions.use(group_id, member_id, epoch)
+        session = sessions.use(node, group_id, member_id, epoch)
     if epoch != FINAL_EPOCH:
         for forgotten in request.forgotten_topics_data:
             kept = session.partitions.get(forgotten.topic_id, set()) - set(forgotten.partitions)
@@ -310,10 +327,10 @@ async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> dict:
     access.check(ctx, Api.SHARE_ACKNOWLEDGE, group=group_id)
     if not group_id or not member_id:
         raise TxlogError(ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set")
-    sessions = _sessions(ctx)
+    sessions, node = SESSIONS, ctx.node.node_id
     if epoch == INITIAL_EPOCH:
         raise TxlogError(ErrorCode.INVALID_SHARE_SESSION_EPOCH, "A share acknowledgement cannot open a share session.")
-    session = sessions.close(group_id, member_id) if epoch == FINAL_EPOCH else sessions.use(group_id, member_id, epoch)
+    session = sessions.close(node, group_id, member_id) if epoch == FINAL_EPOCH else sessions.use(node, group_id, member_id, epoch)
     acks = {
         (t.topic_id, p.partition_index): _batches(p.acknowledgement_batches) for t in request.topics for p in t.partitions
     }
