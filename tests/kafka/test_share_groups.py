@@ -27,6 +27,7 @@ from app.wire.kafka import protocol
 from app.wire.kafka.protocol import ApiKey
 from tests.conftest import fresh_database, make_broker
 from tests.kafka.conftest import GatewayProcess, RawConnection
+from tests.kafka.test_groups import _join
 from tests.support import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -454,3 +455,10 @@ def test_group_configs_through_describe_and_incremental_alter_configs(gateway: G
     assert share_service.group_config(store, group).delivery.record_lock_duration_ms == 15_000
     assert alter(("share.record.lock.duration.ms", 1, None)) == (0, None)
     assert described()["share.record.lock.duration.ms"] == ("30000", 5)
+
+
+def test_a_classic_groups_id_is_not_a_share_group(raw: RawConnection) -> None:
+    topic, group = _topic(raw), _name("classic-group")
+    _join(raw, group)
+    answer = _heartbeat(raw, group, "m1", 0, [topic])
+    assert (answer.error_code, answer.error_message) == (E.GROUP_ID_NOT_FOUND.kafka_code, f"Group {group} is not a share group.")

@@ -125,6 +125,8 @@ def _code(exc: TxlogError | None) -> int:
 
 async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> dict:
     access.check(ctx, Api.SHARE_GROUP_HEARTBEAT, group=request.group_id)
+    if _classic_group_here(ctx, request.group_id):
+        raise TxlogError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a share group.")
     subscribed = None if request.subscribed_topic_names is None else list(request.subscribed_topic_names)
     refused = access.refused(ctx, Api.SHARE_GROUP_HEARTBEAT, "topics", subscribed or [])
     if refused:
@@ -138,6 +140,15 @@ async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> dic
         ),
     )
     return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, **answer.body()}
+
+
+def _classic_group_here(ctx: RequestContext, group_id: str) -> bool:
+    """Whether this gateway coordinates a classic group of that id (with members or a state other
+    than Empty or Dead): a group id is of one type, as Kafka keeps it."""
+    if ctx.groups is None:
+        return False
+    [described] = ctx.groups.describe_groups([group_id])
+    return described.error is None and described.state not in ("Empty", "Dead", "")
 
 
 # --- ShareGroupDescribe -------------------------------------------------------------------------
