@@ -27,6 +27,12 @@ from app.wire.kafka import protocol
 from app.wire.kafka.protocol import ApiKey
 from tests.conftest import fresh_database, make_broker
 from tests.kafka.conftest import GatewayProcess, RawConnection
+from tests.kafka.test_acls import (
+    Doors,
+    O,
+    R,
+    doors,  # noqa: F401  (the fixture: a gateway that signs clients in and checks ACLs)
+)
 from tests.kafka.test_groups import _join
 from tests.support import wait_until
 
@@ -462,3 +468,28 @@ def test_a_classic_groups_id_is_not_a_share_group(raw: RawConnection) -> None:
     _join(raw, group)
     answer = _heartbeat(raw, group, "m1", 0, [topic])
     assert (answer.error_code, answer.error_message) == (E.GROUP_ID_NOT_FOUND.kafka_code, f"Group {group} is not a share group.")
+
+
+def test_share_apis_need_kafkas_acls(doors: Doors) -> None:  # noqa: F811
+    """ShareGroupHeartbeat: Read on the group, Describe on each topic; ShareFetch and
+    ShareAcknowledge: Read on the group (the request's error) and Read on each topic (the
+    partition's); ShareGroupDescribe: Describe on the group (the group's error)."""
+    who, token = doors.principal("sharer")
+    topic, other = doors.topic("share-acl"), doors.topic("share-acl-other")
+    group = _name("share-acl-group")
+    doors.grant(who, R.TOPIC, topic, O.READ)
+    doors.grant(who, R.TOPIC, other, O.DESCRIBE)
+    with doors.signed_in(who, token) as conn:
+        topic_id, other_id = _topic_id(conn, topic), _topic_id(conn, other)
+        assert _heartbeat(conn, group, "m1", 0, [topic]).error_code == E.GROUP_AUTHORIZATION_FAILED.kafka_code
+        assert _fetch(conn, group, "m1", 0, [(topic_id, 0, [])]).error_code == E.GROUP_AUTHORIZATION_FAILED.kafka_code
+        assert _acknowledge(conn, group, "m1", 1, topic_id, 0, 0, 1).error_code == E.GROUP_AUTHORIZATION_FAILED.kafka_code
+        described = conn.request(ApiKey.ShareGroupDescribe, 1, {"group_ids": [group], "include_authorized_operations": False})
+        assert described.groups[0].error_code == E.GROUP_AUTHORIZATION_FAILED.kafka_code
+        doors.grant(who, R.GROUP, group, O.READ)
+        wait_until(lambda: _heartbeat(conn, group, "m1", 0, [topic]).error_code == 0, 10, 0.1, "Read on the group to apply")
+        assert _heartbeat(conn, group, "m2", 0, [f"never-{uuid.uuid4().hex[:6]}"]).error_code == E.TOPIC_AUTHORIZATION_FAILED.kafka_code
+        fetched = _fetch(conn, group, "m1", 0, [(topic_id, 0, []), (other_id, 0, [])])
+        codes = {t.topic_id: t.partitions[0].error_code for t in fetched.responses}
+        assert (fetched.error_code, codes) == (0, {topic_id: 0, other_id: E.TOPIC_AUTHORIZATION_FAILED.kafka_code})
+        assert conn.request(ApiKey.ShareGroupDescribe, 1, {"group_ids": [group], "include_authorized_operations": False}).groups[0].error_code == 0
