@@ -203,7 +203,7 @@ def describe_share_group(group: str, b: Broker = Depends(broker)) -> dict:
 def alter_share_group_configs(group: str, body: s.ShareGroupConfigsBody, b: Broker = Depends(broker)) -> dict:
     """Kafka's IncrementalAlterConfigs of a GROUP resource: share.auto.offset.reset,
     share.isolation.level, share.record.lock.duration.ms, share.delivery.count.limit,
-    share.group.session.timeout.ms; null sets a key back to its default. 400 INVALID_CONFIG for an
+    share.session.timeout.ms, share.heartbeat.interval.ms; null sets a key back to its default. 400 INVALID_CONFIG for an
     unknown key or a value out of Kafka's bounds. Answers every key's value."""
     share.alter_group_configs(b, group, body.configs)
     return {"group_id": group, "configs": {**DEFAULTS, **share.group_configs_set(b, group)}}

@@ -251,10 +251,15 @@ class Api(Enum):
     ALTER_USER_SCRAM_CREDENTIALS = "AlterUserScramCredentials"
     DESCRIBE_CLIENT_QUOTAS = "DescribeClientQuotas"
     ALTER_CLIENT_QUOTAS = "AlterClientQuotas"
+    SHARE_GROUP_HEARTBEAT = "ShareGroupHeartbeat"
     SHARE_FETCH = "ShareFetch"  # HTTP: acquire a share group's records
+    DESCRIBE_SHARE_GROUP_OFFSETS = "DescribeShareGroupOffsets"
+    ALTER_SHARE_GROUP_OFFSETS = "AlterShareGroupOffsets"
+    DELETE_SHARE_GROUP_OFFSETS = "DeleteShareGroupOffsets"
     SHARE_ACKNOWLEDGE = "ShareAcknowledge"
     DESCRIBE_SHARE_GROUP = "ShareGroupDescribe"  # and its share partitions' in-flight records
     ALTER_GROUP_CONFIGS = "AlterGroupConfigs"  # IncrementalAlterConfigs of a GROUP resource (share.* configs)
+    DESCRIBE_GROUP_CONFIGS = "DescribeGroupConfigs"  # DescribeConfigs of a GROUP resource
     UNCHECKED = "Unchecked"  # ApiVersions, SaslHandshake, SaslAuthenticate, the wire's DescribeCluster
 
 
@@ -342,10 +347,18 @@ REQUIRED: Mapping[Api, tuple[tuple[Check, ...], ...]] = {
     Api.ALTER_USER_SCRAM_CREDENTIALS: (_on(C, O.ALTER, None),),
     Api.DESCRIBE_CLIENT_QUOTAS: (_on(C, O.DESCRIBE_CONFIGS, None),),
     Api.ALTER_CLIENT_QUOTAS: (_on(C, O.ALTER_CONFIGS, None),),
+    # Kafka's ShareGroupHeartbeat: Read on the group, Describe on each subscribed topic.
+    Api.SHARE_GROUP_HEARTBEAT: (_on(G, O.READ, "group"), _on(T, O.DESCRIBE, "topics")),
     Api.SHARE_FETCH: (_on(G, O.READ, "group"), _on(T, O.READ, "topics")),
+    # Kafka's share-group offsets: Describe the group and each topic to describe; Read the group
+    # and each topic to alter; Delete the group and Read each topic to delete.
+    Api.DESCRIBE_SHARE_GROUP_OFFSETS: (_on(G, O.DESCRIBE, "group"), _on(T, O.DESCRIBE, "topics")),
+    Api.ALTER_SHARE_GROUP_OFFSETS: (_on(G, O.READ, "group"), _on(T, O.READ, "topics")),
+    Api.DELETE_SHARE_GROUP_OFFSETS: (_on(G, O.DELETE, "group"), _on(T, O.READ, "topics")),
     Api.SHARE_ACKNOWLEDGE: (_on(G, O.READ, "group"), _on(T, O.READ, "topics")),
     Api.DESCRIBE_SHARE_GROUP: (_on(G, O.DESCRIBE, "group"),),
     Api.ALTER_GROUP_CONFIGS: (_on(G, O.ALTER_CONFIGS, "group"),),
+    Api.DESCRIBE_GROUP_CONFIGS: (_on(G, O.DESCRIBE_CONFIGS, "group"),),
     Api.UNCHECKED: (),
 }
 
@@ -402,13 +415,13 @@ KAFKA_APIS: Mapping[str, tuple[Api, ...]] = {
     "DescribeAcls": (Api.DESCRIBE_ACLS,),
     "CreateAcls": (Api.ALTER_ACLS,),
     "DeleteAcls": (Api.ALTER_ACLS,),
-    "DescribeConfigs": (Api.DESCRIBE_TOPIC_CONFIGS, Api.DESCRIBE_BROKER_CONFIGS),
+    "DescribeConfigs": (Api.DESCRIBE_TOPIC_CONFIGS, Api.DESCRIBE_BROKER_CONFIGS, Api.DESCRIBE_GROUP_CONFIGS),
     "AlterConfigs": (Api.ALTER_TOPIC_CONFIGS, Api.ALTER_BROKER_CONFIGS),
     "DescribeLogDirs": (Api.DESCRIBE_LOG_DIRS,),
     "SaslAuthenticate": (Api.UNCHECKED,),
     "CreatePartitions": (Api.CREATE_PARTITIONS,),
     "DeleteGroups": (Api.DELETE_GROUPS,),
-    "IncrementalAlterConfigs": (Api.ALTER_TOPIC_CONFIGS, Api.ALTER_BROKER_CONFIGS),
+    "IncrementalAlterConfigs": (Api.ALTER_TOPIC_CONFIGS, Api.ALTER_BROKER_CONFIGS, Api.ALTER_GROUP_CONFIGS),
     "OffsetDelete": (Api.OFFSET_DELETE,),
     "DescribeClientQuotas": (Api.DESCRIBE_CLIENT_QUOTAS,),
     "AlterClientQuotas": (Api.ALTER_CLIENT_QUOTAS,),
@@ -418,6 +431,13 @@ KAFKA_APIS: Mapping[str, tuple[Api, ...]] = {
     # authorized operations need Describe on the cluster (else 0).
     "DescribeCluster": (Api.UNCHECKED,),
     "DescribeProducers": (Api.DESCRIBE_TOPIC_PRODUCERS,),
+    "ShareGroupHeartbeat": (Api.SHARE_GROUP_HEARTBEAT,),
+    "ShareGroupDescribe": (Api.DESCRIBE_SHARE_GROUP,),
+    "ShareFetch": (Api.SHARE_FETCH,),
+    "ShareAcknowledge": (Api.SHARE_ACKNOWLEDGE,),
+    "DescribeShareGroupOffsets": (Api.DESCRIBE_SHARE_GROUP_OFFSETS,),
+    "AlterShareGroupOffsets": (Api.ALTER_SHARE_GROUP_OFFSETS,),
+    "DeleteShareGroupOffsets": (Api.DELETE_SHARE_GROUP_OFFSETS,),
     "DescribeTransactions": (Api.DESCRIBE_TRANSACTIONS,),
     "ListTransactions": (Api.LIST_TRANSACTIONS,),
     "DescribeTopicPartitions": (Api.DESCRIBE_TOPIC, Api.LIST_TOPICS),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+from app.domain import share_groups
 from app.domain.records import IsolationLevel
 from app.domain.share_partition import (
     DEFAULT_DELIVERY_COUNT_LIMIT,
@@ -23,7 +24,8 @@ AUTO_OFFSET_RESET = "share.auto.offset.reset"
 ISOLATION_LEVEL = "share.isolation.level"
 RECORD_LOCK_DURATION_MS = "share.record.lock.duration.ms"
 DELIVERY_COUNT_LIMIT = "share.delivery.count.limit"
-SESSION_TIMEOUT_MS = "share.group.session.timeout.ms"
+SESSION_TIMEOUT_MS = "share.session.timeout.ms"
+HEARTBEAT_INTERVAL_MS = "share.heartbeat.interval.ms"
 
 # Each key's default, as Kafka's DescribeConfigs shows it.
 DEFAULTS: Mapping[str, str] = {
@@ -31,15 +33,18 @@ DEFAULTS: Mapping[str, str] = {
     ISOLATION_LEVEL: "read_uncommitted",
     RECORD_LOCK_DURATION_MS: str(DEFAULT_RECORD_LOCK_DURATION_MS),
     DELIVERY_COUNT_LIMIT: str(DEFAULT_DELIVERY_COUNT_LIMIT),
-    SESSION_TIMEOUT_MS: "45000",
+    SESSION_TIMEOUT_MS: str(share_groups.SESSION_TIMEOUT_MS),
+    HEARTBEAT_INTERVAL_MS: str(share_groups.HEARTBEAT_INTERVAL_MS),
 }
 
 # The integer keys' bounds (Kafka's group.share.min/max.record.lock.duration.ms,
-# group.share.min/max.delivery.count.limit, group.share.min/max.session.timeout.ms).
+# group.share.min/max.delivery.count.limit, group.share.min/max.session.timeout.ms,
+# group.share.min/max.heartbeat.interval.ms); the membership's from the membership's rules.
 BOUNDS: Mapping[str, tuple[int, int]] = {
     RECORD_LOCK_DURATION_MS: (15_000, 60_000),
     DELIVERY_COUNT_LIMIT: (2, 10),
-    SESSION_TIMEOUT_MS: (45_000, 60_000),
+    SESSION_TIMEOUT_MS: (share_groups.MIN_SESSION_TIMEOUT_MS, share_groups.MAX_SESSION_TIMEOUT_MS),
+    HEARTBEAT_INTERVAL_MS: (share_groups.MIN_HEARTBEAT_INTERVAL_MS, share_groups.MAX_HEARTBEAT_INTERVAL_MS),
 }
 
 
@@ -51,6 +56,12 @@ class ShareConfigs:
     isolation_level: IsolationLevel
     delivery: DeliveryConfig
     session_timeout_ms: int
+    heartbeat_interval_ms: int = share_groups.HEARTBEAT_INTERVAL_MS
+
+    @property
+    def membership(self) -> share_groups.ShareGroupConfig:
+        """What the membership's rules read of these (``share_groups.heartbeat``)."""
+        return share_groups.ShareGroupConfig(self.session_timeout_ms, self.heartbeat_interval_ms)
 
 
 def _invalid(name: str, value: str, why: str) -> TxlogError:
@@ -89,4 +100,5 @@ def config_of(values: Mapping[str, str]) -> ShareConfigs:
             delivery_count_limit=int(merged[DELIVERY_COUNT_LIMIT]),
         ),
         session_timeout_ms=int(merged[SESSION_TIMEOUT_MS]),
+        heartbeat_interval_ms=int(merged[HEARTBEAT_INTERVAL_MS]),
     )

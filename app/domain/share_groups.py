@@ -34,7 +34,8 @@ from typing import Any, Collection, Iterable, Mapping, Sequence
 from app.errors import ErrorCode, TxlogError
 
 # The broker's defaults (Kafka's ``group.share.*``); a group's own ``share.session.timeout.ms`` and
-# ``share.heartbeat.interval.ms`` (GroupConfig) override the first two, within the bounds below.
+# ``share.heartbeat.interval.ms`` (GroupConfig, ``app.domain.share_configs``, which takes its
+# defaults and bounds from here) override the first two, within the bounds below.
 SESSION_TIMEOUT_MS = 45_000  # group.share.session.timeout.ms
 MIN_SESSION_TIMEOUT_MS, MAX_SESSION_TIMEOUT_MS = 45_000, 60_000  # group.share.{min,max}.session.timeout.ms
 HEARTBEAT_INTERVAL_MS = 5_000  # group.share.heartbeat.interval.ms

@@ -51,6 +51,7 @@ class ConfigSource(IntEnum):
     DYNAMIC_TOPIC_CONFIG = 1
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    DYNAMIC_GROUP_CONFIG = 8  # a group's own (KIP-848, KIP-932 group configs)
 
 
 class Operation(Enum):

@@ -1,6 +1,7 @@
 """The background sweeper: aborts timed-out transactions (fencing their producers), completes
 prepared transactions left behind by a crash, expires idle transactional ids and producer state,
-applies retention, and gives back share groups' records whose acquisition lock expired.
+applies retention, fences share groups' members whose session ended, and gives back share groups'
+records whose acquisition lock expired.
 
 Every worker on every host runs one, and they share the work: each due item is claimed with
 ``FOR UPDATE SKIP LOCKED`` and handled in its own database transaction, its condition re-checked
@@ -24,7 +25,7 @@ from sqlalchemy.engine import Connection
 from app.domain import transactions as txn
 from app.domain.transactions import TxnMetadata, TxnState
 from app.errors import DatabaseUnavailable, TxlogError
-from app.services import Broker, coordinator, retention, share
+from app.services import Broker, coordinator, retention, share, share_groups
 from app.storage import producers as producers_store
 from app.storage import transactions as transactions_store
 
@@ -46,6 +47,7 @@ class SweepReport:
     records_deleted: int = 0
     share_records_released: int = 0  # share groups' records whose lock expired: available again
     share_records_archived: int = 0  # ... or archived at the delivery-count limit
+    share_members_fenced: int = 0  # share groups' members whose session ended (their records given back)
     failed: int = 0
     more_due: bool = False  # a job spent its budget with items still due: the next round should not wait
 
@@ -196,6 +198,7 @@ def sweep(broker: Broker, budget_s: float | None = None) -> SweepReport:
         ("producer_states_expired", lambda: setattr(report, "producer_states_expired", expire_producer_states(broker, budget))),
         ("producer_ids_forgotten", lambda: setattr(report, "producer_ids_forgotten", forget_producer_ids(broker, budget))),
         ("retention", lambda: _set_retention(report, retention.apply(broker, budget))),
+        ("share_sessions", lambda: setattr(report, "share_members_fenced", share_groups.expire_sessions(broker))),
         ("share_locks", lambda: _set_share_locks(report, share.expire_due(broker, budget_s=budget))),
     ]
     for name, job in jobs:

@@ -579,7 +579,45 @@ share_group_configs = Table(
     PrimaryKeyConstraint("group_id", "name"),
     CheckConstraint(
         "name IN ('share.auto.offset.reset', 'share.isolation.level', 'share.record.lock.duration.ms', "
-        "'share.delivery.count.limit', 'share.group.session.timeout.ms')",
+        "'share.delivery.count.limit', 'share.session.timeout.ms', 'share.heartbeat.interval.ms')",
         name="share_group_configs_name",
     ),
+)
+
+# A share group's membership (``app.domain.share_groups.ShareGroup``): its epochs and the metadata
+# of the subscribed topics its assignment was computed from (topic name -> {"topic_id",
+# "partitions"}). Its row lock serialises every heartbeat of the group, whichever process serves it.
+# Named after Kafka's coordinator record (ShareGroupMetadata); the view ``txlog.share_groups`` shows it.
+share_group_metadata = Table(
+    "share_group_metadata",
+    metadata,
+    Column("group_id", Text, primary_key=True),
+    Column("group_epoch", Integer, nullable=False),
+    Column("assignment_epoch", Integer, nullable=False),
+    Column("subscription_metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("created_at", TS, nullable=False, server_default=text("now()")),
+    Column("updated_at", TS, nullable=False, server_default=text("now()")),
+)
+
+# A share group's members: epochs, subscriptions, the assignment last answered and the target
+# assignment (topic id -> partition indexes), and the session deadline (epoch ms of the database's
+# clock): past it the member is fenced and its acquired records given back. The index finds the
+# expired sessions without reading any other row. The view ``txlog.share_group_members`` shows it.
+share_group_member_metadata = Table(
+    "share_group_member_metadata",
+    metadata,
+    Column("group_id", Text, nullable=False),
+    Column("member_id", Text, nullable=False),
+    Column("member_epoch", Integer, nullable=False),
+    Column("previous_member_epoch", Integer, nullable=False),
+    Column("subscribed_topic_names", ARRAY(Text), nullable=False),
+    Column("assignment", JSONB, nullable=False),
+    Column("target_assignment", JSONB, nullable=False),
+    Column("session_deadline_ms", BigInteger, nullable=False),
+    Column("rack_id", Text),
+    Column("client_id", Text, nullable=False, server_default=text("''")),
+    Column("client_host", Text, nullable=False, server_default=text("''")),
+    PrimaryKeyConstraint("group_id", "member_id"),
+    ForeignKeyConstraint(["group_id"], ["txlog.share_group_metadata.group_id"], ondelete="CASCADE"),
+    Index("share_group_member_metadata_session_deadline", "session_deadline_ms"),
 )

@@ -168,8 +168,67 @@ FROM txlog.outbox o
 GROUP BY o.topic, o.partition
 """
 
-ALL = [LOG_RECORDS, PARTITION_STATUS, COMMITTED_RECORDS, TRANSACTION_STATE, PENDING_HALF_MESSAGES, OUTBOX_BACKLOG]
+# Share groups (KIP-932) for operators: each group's state, epochs and member count; each member
+# with its session deadline and what it holds acquired; each in-flight run of a share partition's
+# window with its state, delivery count and lock holder.
+SHARE_GROUPS = """
+CREATE OR REPLACE VIEW txlog.share_groups AS
+SELECT g.group_id,
+       CASE WHEN count(m.member_id) > 0 THEN 'Stable' ELSE 'Empty' END AS state,
+       g.group_epoch,
+       g.assignment_epoch,
+       count(m.member_id) AS members,
+       g.created_at,
+       g.updated_at
+FROM txlog.share_group_metadata g
+LEFT JOIN txlog.share_group_member_metadata m ON m.group_id = g.group_id
+GROUP BY g.group_id
+"""
+
+SHARE_GROUP_MEMBERS = """
+CREATE OR REPLACE VIEW txlog.share_group_members AS
+SELECT m.group_id,
+       m.member_id,
+       m.member_epoch,
+       m.client_id,
+       m.client_host,
+       m.rack_id,
+       m.subscribed_topic_names,
+       m.assignment,
+       to_timestamp(m.session_deadline_ms / 1000.0) AS session_deadline,
+       (SELECT count(*) FROM txlog.share_in_flight f
+         WHERE f.group_id = m.group_id AND f.member_id = m.member_id AND f.state = 1) AS acquired_runs,
+       (SELECT coalesce(sum(f.last_offset - f.first_offset + 1), 0) FROM txlog.share_in_flight f
+         WHERE f.group_id = m.group_id AND f.member_id = m.member_id AND f.state = 1) AS acquired_records
+FROM txlog.share_group_member_metadata m
+"""
+
+SHARE_IN_FLIGHT_RECORDS = """
+CREATE OR REPLACE VIEW txlog.share_in_flight_records AS
+SELECT f.group_id,
+       f.topic,
+       f.partition,
+       f.first_offset,
+       f.last_offset,
+       f.last_offset - f.first_offset + 1 AS records,
+       CASE f.state WHEN 0 THEN 'Available' WHEN 1 THEN 'Acquired' WHEN 2 THEN 'Acknowledged'
+                    WHEN 4 THEN 'Archived' END AS state,
+       f.delivery_count,
+       f.member_id AS lock_holder,
+       to_timestamp(f.lock_deadline_ms / 1000.0) AS lock_deadline,
+       p.start_offset AS share_partition_start_offset,
+       p.end_offset AS share_partition_end_offset
+FROM txlog.share_in_flight f
+JOIN txlog.share_partitions p USING (group_id, topic, partition)
+WHERE f.first_offset >= p.start_offset
+"""
+
+ALL = [LOG_RECORDS, PARTITION_STATUS, COMMITTED_RECORDS, TRANSACTION_STATE, PENDING_HALF_MESSAGES, OUTBOX_BACKLOG,
+       SHARE_GROUPS, SHARE_GROUP_MEMBERS, SHARE_IN_FLIGHT_RECORDS]
 DROP_ALL = [
+    "DROP VIEW IF EXISTS txlog.share_in_flight_records",
+    "DROP VIEW IF EXISTS txlog.share_group_members",
+    "DROP VIEW IF EXISTS txlog.share_groups",
     "DROP VIEW IF EXISTS txlog.outbox_backlog",
     "DROP VIEW IF EXISTS txlog.pending_half_messages",
     "DROP VIEW IF EXISTS txlog.transaction_state",

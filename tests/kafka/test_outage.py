@@ -288,6 +288,33 @@ OUTAGE: dict[int, Callable[[RawConnection, dict], None]] = {
         "resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1, "principal_filter": None,
         "host_filter": None, "operation": 1, "permission_type": 1,
     }]}).filter_results], E.SECURITY_DISABLED.kafka_code),
+    ApiKey.ShareGroupHeartbeat: lambda raw, s: assert_code(raw.request(ApiKey.ShareGroupHeartbeat, 1, {
+        "group_id": "outage-share", "member_id": "m" * 22, "member_epoch": 0, "rack_id": None, "subscribed_topic_names": [TOPIC],
+    }).error_code, COORDINATOR),
+    ApiKey.ShareGroupDescribe: lambda raw, s: assert_codes([g.error_code for g in raw.request(ApiKey.ShareGroupDescribe, 1, {
+        "group_ids": ["outage-share"], "include_authorized_operations": False,
+    }).groups], LOADING),
+    ApiKey.ShareFetch: lambda raw, s: assert_code(raw.request(ApiKey.ShareFetch, 1, {
+        "group_id": "outage-share", "member_id": "m" * 22, "share_session_epoch": 0, "max_wait_ms": 0, "min_bytes": 1,
+        "max_bytes": 1 << 20, "max_records": 10, "batch_size": 10,
+        "topics": [{"topic_id": uuid.uuid4(), "partitions": [{"partition_index": 0, "acknowledgement_batches": []}]}],
+        "forgotten_topics_data": [],
+    }).error_code, STORAGE),
+    ApiKey.ShareAcknowledge: lambda raw, s: assert_code(raw.request(ApiKey.ShareAcknowledge, 1, {
+        "group_id": "outage-share", "member_id": "m" * 22, "share_session_epoch": 1,  # the session ShareFetch opened
+        "topics": [{"topic_id": uuid.uuid4(), "partitions": [{"partition_index": 0, "acknowledgement_batches": [
+            {"first_offset": 0, "last_offset": 0, "acknowledge_types": [1]},
+        ]}]}],
+    }).error_code, STORAGE),
+    ApiKey.DescribeShareGroupOffsets: lambda raw, s: assert_code(raw.request(ApiKey.DescribeShareGroupOffsets, 0, {
+        "groups": [{"group_id": "outage-share", "topics": None}],
+    }).groups[0].error_code, LOADING),
+    ApiKey.AlterShareGroupOffsets: lambda raw, s: assert_code(raw.request(ApiKey.AlterShareGroupOffsets, 0, {
+        "group_id": "outage-share", "topics": [{"topic_name": TOPIC, "partitions": [{"partition_index": 0, "start_offset": 0}]}],
+    }).error_code, COORDINATOR),
+    ApiKey.DeleteShareGroupOffsets: lambda raw, s: assert_code(raw.request(ApiKey.DeleteShareGroupOffsets, 0, {
+        "group_id": "outage-share", "topics": [{"topic_name": TOPIC}],
+    }).error_code, COORDINATOR),
 }
 
 

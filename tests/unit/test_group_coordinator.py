@@ -1182,6 +1182,7 @@ def test_driver_delete_group_and_from_settings():
 from api.kafka.handlers import Node, RequestContext  # noqa: E402
 from api.kafka.handlers import groups as h  # noqa: E402
 from app.services import groups as groups_service  # noqa: E402
+from app.services import share_groups as share_groups_service  # noqa: E402
 from app.wire.kafka import protocol  # noqa: E402
 
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 11, 12, 13, 14, 15, 16
@@ -1353,6 +1354,7 @@ def test_handle_describe_groups_every_version(v, monkeypatch):
 def test_handle_list_groups_every_version(v, monkeypatch):
     # "stored" has committed offsets and nothing else: listed as an Empty group, as Kafka does
     monkeypatch.setattr(groups_service, "list_groups", lambda broker: ["one", "stored"])
+    monkeypatch.setattr(share_groups_service, "list_groups", lambda broker: [])  # no share groups
 
     async def scenario() -> None:
         coord = GroupCoordinator(NO_DELAY)

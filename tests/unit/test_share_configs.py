@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.domain.share_configs import DEFAULTS, config_of, validated
+from app.domain.share_groups import ShareGroupConfig
 from app.domain.share_partition import DeliveryConfig, OffsetReset
 from app.errors import ErrorCode, TxlogError
 
@@ -17,8 +18,9 @@ def test_defaults_are_kafkas() -> None:
     assert config.session_timeout_ms == 45_000
     assert set(DEFAULTS) == {
         "share.auto.offset.reset", "share.isolation.level", "share.record.lock.duration.ms",
-        "share.delivery.count.limit", "share.group.session.timeout.ms",
+        "share.delivery.count.limit", "share.session.timeout.ms", "share.heartbeat.interval.ms",
     }
+    assert config.membership == ShareGroupConfig(45_000, 5_000)
 
 
 def test_set_values_decide() -> None:
@@ -36,7 +38,8 @@ def test_set_values_decide() -> None:
         ("share.auto.offset.reset", "earliest", "earliest"),
         ("share.delivery.count.limit", "10", "10"),
         ("share.record.lock.duration.ms", "60000", "60000"),
-        ("share.group.session.timeout.ms", "45000", "45000"),
+        ("share.session.timeout.ms", "45000", "45000"),
+        ("share.heartbeat.interval.ms", "15000", "15000"),
     ],
 )
 def test_valid_values_are_stored_normalised(name: str, value: str, stored: str) -> None:
@@ -51,7 +54,8 @@ def test_valid_values_are_stored_normalised(name: str, value: str, stored: str) 
         ("share.delivery.count.limit", "1"),
         ("share.delivery.count.limit", "11"),
         ("share.record.lock.duration.ms", "14999"),
-        ("share.group.session.timeout.ms", "forever"),
+        ("share.session.timeout.ms", "forever"),
+        ("share.heartbeat.interval.ms", "4999"),
         ("share.unknown", "1"),
     ],
 )

@@ -87,6 +87,15 @@ _STORAGE_AWAY = {
     ApiKey.DescribeAcls: ErrorCode.REQUEST_TIMED_OUT,
     ApiKey.CreateAcls: ErrorCode.REQUEST_TIMED_OUT,
     ApiKey.DeleteAcls: ErrorCode.REQUEST_TIMED_OUT,
+    # Share groups: the membership is a group coordinator's write, its description a read; the
+    # share partitions' delivery state is their log's.
+    ApiKey.ShareGroupHeartbeat: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ApiKey.ShareGroupDescribe: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ApiKey.ShareFetch: ErrorCode.KAFKA_STORAGE_ERROR,
+    ApiKey.ShareAcknowledge: ErrorCode.KAFKA_STORAGE_ERROR,
+    ApiKey.DescribeShareGroupOffsets: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ApiKey.AlterShareGroupOffsets: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ApiKey.DeleteShareGroupOffsets: ErrorCode.COORDINATOR_NOT_AVAILABLE,
 }
 
 

@@ -23,6 +23,7 @@ from api.kafka.handlers import RequestContext, access, error_code
 from app.domain.acls import Api, ResourceType
 from app.errors import ErrorCode, TxlogError
 from app.services import groups as groups_service
+from app.services import share_groups
 from app.wire.kafka.protocol import ApiKey
 
 
@@ -174,6 +175,12 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> dict:
 async def _delete_group(ctx: RequestContext, group_id: str) -> ErrorCode | None:
     if not group_id:
         return ErrorCode.INVALID_GROUP_ID
+    try:  # a share group: its membership, share-partition state and configs (NON_EMPTY_GROUP with members)
+        if await ctx.call(share_groups.is_share_group, ctx.broker, group_id):
+            await ctx.call(share_groups.delete_group, ctx.broker, group_id)
+            return None
+    except TxlogError as exc:
+        return error_code(ApiKey.DeleteGroups, exc)
     error = ctx.groups.delete_group(group_id)
     if error is not None and error is not ErrorCode.GROUP_ID_NOT_FOUND:
         return error
@@ -191,11 +198,29 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> dict:
         request.types_filter if v >= 5 else (),
         await ctx.call(groups_service.list_groups, ctx.broker),
     )
-    return {
-        "throttle_time_ms": 0,
-        "error_code": 0,
-        "groups": [
-            {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state, "group_type": g.group_type}
-            for g in listed if access.shows(ctx, Api.LIST_GROUPS, g.group_id)
-        ],
-    }
+    groups = [
+        {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state, "group_type": g.group_type}
+        for g in listed if access.shows(ctx, Api.LIST_GROUPS, g.group_id)
+    ]
+    # Share groups, each listed by the gateway FindCoordinator names for it (any gateway serves
+    # them; clients ask every broker and add the answers up, so each is listed once).
+    states = {s.lower() for s in (request.states_filter if v >= 4 else ())}
+    types = {t.lower() for t in (request.types_filter if v >= 5 else ())}
+    if not types or share_groups.GROUP_TYPE in types:
+        listed_ids = {g["group_id"] for g in groups}
+        for group_id, state in await ctx.call(share_groups.list_groups, ctx.broker):
+            if group_id in listed_ids or (states and state.lower() not in states) or not access.shows(ctx, Api.LIST_GROUPS, group_id):
+                continue
+            if _coordinated_here(ctx, group_id):
+                groups.append({
+                    "group_id": group_id, "protocol_type": share_groups.PROTOCOL_TYPE, "group_state": state,
+                    "group_type": share_groups.GROUP_TYPE,
+                })
+    return {"throttle_time_ms": 0, "error_code": 0, "groups": groups}
+
+
+def _coordinated_here(ctx: RequestContext, group_id: str) -> bool:
+    try:
+        return bool(ctx.cluster.coordinator_of(group_id).node_id == ctx.node.node_id)
+    except TxlogError:
+        return False

@@ -18,6 +18,7 @@ import uuid
 from typing import Any
 
 from api.kafka.handlers import Node, RequestContext, access, error_code
+from api.kafka.handlers import share as share_handlers
 from api.kafka.handlers.bootstrap import ZERO_TOPIC_ID
 from app.domain import topic_configs
 from app.domain.acls import Api
@@ -25,7 +26,7 @@ from app.errors import ErrorCode, TxlogError
 from app.services import Broker, topics
 from app.wire.kafka.protocol import ApiKey
 
-_TOPIC, _BROKER = 2, 4  # config resource types (Kafka's ConfigResource.Type)
+_TOPIC, _BROKER, _GROUP = 2, 4, 32  # config resource types (Kafka's ConfigResource.Type)
 
 
 def _error(exc: TxlogError, api_key: int = ApiKey.CreateTopics) -> tuple[int, str]:
@@ -274,6 +275,8 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> dict:
             elif resource.resource_type == _BROKER:
                 configs = [_broker_config(entry, v, request) for entry in _broker_of(ctx, resource.resource_name)
                            if wanted is None or entry[0] in wanted]
+            elif resource.resource_type == _GROUP:  # a share group's share.* configs
+                configs = await share_handlers.describe_group_configs(ctx, resource.resource_name, wanted, v, request)
             else:
                 raise TxlogError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type}")
         except TxlogError as exc:
@@ -332,6 +335,15 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
     only), or checked with validate_only. BROKER configs are read-only."""
     responses = []
     for resource in request.resources:
+        if resource.resource_type == _GROUP:  # a share group's share.* configs
+            try:
+                ops = [(c.name, c.config_operation, c.value) for c in resource.configs]
+                await share_handlers.alter_group_configs(ctx, resource.resource_name, ops, request.validate_only)
+            except TxlogError as exc:
+                responses.append(_alter_result(resource, *_error(exc, ApiKey.IncrementalAlterConfigs)))
+            else:
+                responses.append(_alter_result(resource, 0, None))
+            continue
         try:
             ops = [(c.name, topic_configs.Operation(c.config_operation), c.value) for c in resource.configs]
         except ValueError:

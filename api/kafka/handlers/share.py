@@ -1,0 +1,506 @@
+"""Share groups (KIP-932) on the wire: ShareGroupHeartbeat v1, ShareGroupDescribe v1, ShareFetch v1
+and ShareAcknowledge v1, to the services (``app.services.share_groups`` for the membership,
+``app.services.share`` for the delivery). Every rule is theirs; here are the wire's shapes, topic
+ids, and the share sessions.
+
+Membership and delivery state live in PostgreSQL, so any gateway answers any share group and any
+share partition: FindCoordinator's answer for the group (key type 0) is simply where the client
+sends its heartbeats, and a gateway that goes away costs its share sessions only.
+
+Share sessions are Kafka's ShareSessionCache, kept per gateway process as Kafka keeps them per
+broker: keyed by (group, member), a session holds the share partitions the member fetches from this
+gateway. Epoch 0 opens one (anew: a session the member had is dropped), each later request sends the
+epoch the previous answer moved to (1, 2, …, wrapping to 1), -1 closes it; an epoch out of turn is
+INVALID_SHARE_SESSION_EPOCH, a session not held SHARE_SESSION_NOT_FOUND. Closing a session gives
+back what the member still holds acquired on its partitions, as Kafka does. At most
+``MAX_SHARE_SESSIONS`` are held (Kafka's group.share.max.share.sessions): a member that died without
+closing its session leaves it behind until room is needed and it has been idle past any session
+timeout.
+
+A ShareFetch first takes its piggy-backed acknowledgements, then acquires, long-polled: while it
+acquired nothing it waits (at most MaxWaitMs) for an append to its partitions or records given back
+there, through ``share.acquire_waiting``; an idle consumer waits, it does not spin.
+
+ACLs, as Kafka: ShareGroupHeartbeat Read on the group and Describe on each subscribed topic
+(TOPIC_AUTHORIZATION_FAILED); ShareFetch and ShareAcknowledge Read on the group, and Read on each
+topic, answered per partition; ShareGroupDescribe Describe on each group, answered per group.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from api.kafka.handlers import RequestContext, access
+from app.domain import share_groups as sg
+from app.domain.acls import Api, ResourceType
+from app.domain.share_configs import BOUNDS, DEFAULTS, validated
+from app.domain.share_partition import AcknowledgementBatch
+from app.domain.topic_configs import ConfigSource, ConfigType
+from app.errors import ErrorCode, TxlogError
+from app.services import share, share_groups, topics
+from app.wire.kafka.records import encode
+
+INITIAL_EPOCH = 0
+FINAL_EPOCH = -1
+_INT32_MAX = 2**31 - 1
+
+
+def _next_epoch(epoch: int) -> int:
+    return 1 if epoch >= _INT32_MAX else epoch + 1
+
+
+# Kafka's group.share.max.share.sessions: past it, sessions idle longer than the longest share
+# session timeout are evicted to make room, else the new one is SHARE_SESSION_LIMIT_REACHED.
+MAX_SHARE_SESSIONS = 2000
+_IDLE_EVICTABLE_S = sg.MAX_SESSION_TIMEOUT_MS / 1000
+
+
+@dataclass
+class ShareSession:
+    epoch: int  # the epoch the member's next request must send
+    partitions: dict[uuid.UUID, set[int]] = field(default_factory=dict)  # topic id -> partitions, in the order added
+    used: float = field(default_factory=time.monotonic)
+
+
+class ShareSessionCache:
+    """The share sessions of one gateway (Kafka's ShareSessionCache), by (node, group, member)."""
+
+    def __init__(self, limit: int = MAX_SHARE_SESSIONS) -> None:
+        self._sessions: dict[tuple[int, str, str], ShareSession] = {}
+        self._lock = threading.Lock()
+        self.limit = limit
+
+    def open(self, node_id: int, group_id: str, member_id: str) -> ShareSession:
+        """A new session for the member (its previous one, if any, dropped)."""
+        key = (node_id, group_id, member_id)
+        with self._lock:
+            self._sessions.pop(key, None)
+            if len(self._sessions) >= self.limit:
+                idle_since = time.monotonic() - _IDLE_EVICTABLE_S
+                for stale in [k for k, s in self._sessions.items() if s.used < idle_since]:
+                    del self._sessions[stale]
+            if len(self._sessions) >= self.limit:
+                raise TxlogError(
+                    ErrorCode.SHARE_SESSION_LIMIT_REACHED, "The limit of share sessions has been reached. Cannot create a new share session."
+                )
+            session = self._sessions[key] = ShareSession(_next_epoch(INITIAL_EPOCH))
+            return session
+
+    def use(self, node_id: int, group_id: str, member_id: str, epoch: int) -> ShareSession:
+        """The session for a request of ``epoch`` > 0, moved on to its next epoch."""
+        with self._lock:
+            session = self._sessions.get((node_id, group_id, member_id))
+            if session is None:
+                raise TxlogError(ErrorCode.SHARE_SESSION_NOT_FOUND, f"Share session for member {member_id} was not found.")
+            if session.epoch != epoch:
+                raise TxlogError(
+                    ErrorCode.INVALID_SHARE_SESSION_EPOCH,
+                    f"The share session epoch {epoch} is not the expected epoch {session.epoch}.",
+                )
+            session.epoch = _next_epoch(epoch)
+            session.used = time.monotonic()
+            return session
+
+    def close(self, node_id: int, group_id: str, member_id: str) -> ShareSession:
+        with self._lock:
+            session = self._sessions.pop((node_id, group_id, member_id), None)
+        if session is None:
+            raise TxlogError(ErrorCode.SHARE_SESSION_NOT_FOUND, f"Share session for member {member_id} was not found.")
+        return session
+
+
+SESSIONS = ShareSessionCache()
+
+
+def _code(exc: TxlogError | None) -> int:
+    return 0 if exc is None else exc.code.kafka_code
+
+
+# --- ShareGroupHeartbeat ------------------------------------------------------------------------
+
+
+async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> dict:
+    access.check(ctx, Api.SHARE_GROUP_HEARTBEAT, group=request.group_id)
+    if _classic_group_here(ctx, request.group_id):
+        raise TxlogError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a share group.")
+    subscribed = None if request.subscribed_topic_names is None else list(request.subscribed_topic_names)
+    refused = access.refused(ctx, Api.SHARE_GROUP_HEARTBEAT, "topics", subscribed or [])
+    if refused:
+        raise next(iter(refused.values()))
+    answer = await ctx.call(
+        share_groups.heartbeat,
+        ctx.broker,
+        sg.HeartbeatRequest(
+            request.group_id, request.member_id, request.member_epoch, request.rack_id, subscribed,
+            ctx.client_id or "", ctx.client_host,
+        ),
+    )
+    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, **answer.body()}
+
+
+def _classic_group_here(ctx: RequestContext, group_id: str) -> bool:
+    """Whether this gateway coordinates a classic group of that id (with members or a state other
+    than Empty or Dead): a group id is of one type, as Kafka keeps it."""
+    if ctx.groups is None:
+        return False
+    [described] = ctx.groups.describe_groups([group_id])
+    return described.error is None and described.state not in ("Empty", "Dead", "")
+
+
+# --- ShareGroupDescribe -------------------------------------------------------------------------
+
+
+async def handle_share_group_describe(ctx: RequestContext, request: Any) -> dict:
+    group_ids = list(request.group_ids)
+    refused = access.refused(ctx, Api.DESCRIBE_SHARE_GROUP, "group", group_ids)
+    allowed = [g for g in group_ids if g not in refused]
+    found = {d.group_id: d.group for d in await ctx.call(share_groups.describe, ctx.broker, allowed)} if allowed else {}
+    groups = []
+    for group_id in group_ids:
+        if group_id in refused:
+            error = refused[group_id]
+            groups.append({"group_id": group_id, "error_code": _code(error), "error_message": error.message})
+            continue
+        group = found.get(group_id)
+        if group is None:
+            groups.append({
+                "group_id": group_id, "error_code": ErrorCode.GROUP_ID_NOT_FOUND.kafka_code,
+                "error_message": f"Group {group_id} not found.",
+            })
+            continue
+        entry = sg.describe(group)
+        if request.include_authorized_operations:
+            entry["authorized_operations"] = access.operations(ctx, ResourceType.GROUP, group_id)
+        groups.append({"error_code": 0, "error_message": None, **entry})
+    return {"throttle_time_ms": 0, "groups": groups}
+
+
+# --- topic ids ------------------------------------------------------------------------------------
+
+
+async def _names(ctx: RequestContext, topic_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, str]:
+    wanted = sorted(set(topic_ids))
+    if not wanted:
+        return {}
+    found = await ctx.call(topics.topics_metadata, ctx.broker, [], wanted)
+    return {t.topic_id: t.name for t in found}
+
+
+def _batches(entries: Iterable[Any]) -> tuple[AcknowledgementBatch, ...]:
+    return tuple(AcknowledgementBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types)) for b in entries)
+
+
+def _topic_refusals(ctx: RequestContext, api: Api, names: Iterable[str]) -> dict[str, TxlogError]:
+    return access.refused(ctx, api, "topics", list(names))
+
+
+async def _acknowledge(
+    ctx: RequestContext, group_id: str, member_id: str, acks: dict[tuple[uuid.UUID, int], tuple[AcknowledgementBatch, ...]],
+    names: dict[uuid.UUID, str], api: Api,
+) -> dict[tuple[uuid.UUID, int], TxlogError | None]:
+    """Each partition's acknowledgement error (None: taken)."""
+    out: dict[tuple[uuid.UUID, int], TxlogError | None] = {}
+    refused = _topic_refusals(ctx, api, [names[t] for t, _ in acks if t in names])
+    wanted: dict[tuple[str, int], tuple[AcknowledgementBatch, ...]] = {}
+    for (topic_id, partition), batches in acks.items():
+        name = names.get(topic_id)
+        if name is None:
+            out[(topic_id, partition)] = TxlogError(ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.UNKNOWN_TOPIC_ID.value.default_message)
+        elif name in refused:
+            out[(topic_id, partition)] = refused[name]
+        else:
+            wanted[(name, partition)] = batches
+    if wanted:
+        ids = {name: topic_id for topic_id, name in names.items()}
+        for result in await ctx.call(share.acknowledge, ctx.broker, group_id, member_id, wanted):
+            out[(ids[result.topic], result.partition)] = result.error
+    return out
+
+
+def _partition_entry(partition: int, **fields: Any) -> dict:
+    return {"partition_index": partition, "error_code": 0, "error_message": None, **fields}
+
+
+def _by_topic(entries: dict[tuple[uuid.UUID, int], dict]) -> list[dict]:
+    topics_out: dict[uuid.UUID, list[dict]] = {}
+    for (topic_id, _), entry in entries.items():
+        topics_out.setdefault(topic_id, []).append(entry)
+    return [{"topic_id": t, "partitions": ps} for t, ps in topics_out.items()]
+
+
+# --- ShareFetch ---------------------------------------------------------------------------------
+
+
+async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
+    group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
+    access.check(ctx, Api.SHARE_FETCH, group=group_id)
+    if not group_id or not member_id:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set")
+    acks: dict[tuple[uuid.UUID, int], tuple[AcknowledgementBatch, ...]] = {}
+    asked: dict[uuid.UUID, list[int]] = {}
+    for topic in request.topics:
+        for p in topic.partitions:
+            asked.setdefault(topic.topic_id, []).append(p.partition_index)
+            if p.acknowledgement_batches:
+                acks[(topic.topic_id, p.partition_index)] = _batches(p.acknowledgement_batches)
+    sessions, node = SESSIONS, ctx.node.node_id
+    if epoch == INITIAL_EPOCH:
+        if acks:
+            raise TxlogError(ErrorCode.INVALID_REQUEST, "Acknowledge data present on initial fetch")
+        session = sessions.open(node, group_id, member_id)
+    elif epoch == FINAL_EPOCH:
+        if asked and any(not p.acknowledgement_batches for t in request.topics for p in t.partitions):
+            raise TxlogError(ErrorCode.INVALID_REQUEST, "The final share fetch must not fetch records")
+        session = sessions.close(node, group_id, member_id)
+    else:
+        session = sessions.use(node, group_id, member_id, epoch)
+    if epoch != FINAL_EPOCH:
+        for forgotten in request.forgotten_topics_data:
+            kept = session.partitions.get(forgotten.topic_id, set()) - set(forgotten.partitions)
+            if kept:
+                session.partitions[forgotten.topic_id] = kept
+            else:
+                session.partitions.pop(forgotten.topic_id, None)
+        for topic_id, partitions in asked.items():
+            session.partitions.setdefault(topic_id, set()).update(partitions)
+
+    in_session = [(t, p) for t, ps in session.partitions.items() for p in sorted(ps)]
+    names = await _names(ctx, [t for t, _ in in_session] + [t for t, _ in acks])
+    config = await ctx.call(share.group_config, ctx.broker, group_id)
+    entries: dict[tuple[uuid.UUID, int], dict] = {}
+    if acks:
+        for key, error in (await _acknowledge(ctx, group_id, member_id, acks, names, Api.SHARE_FETCH)).items():
+            entries[key] = _partition_entry(
+                key[1], acknowledge_error_code=_code(error), acknowledge_error_message=None if error is None else error.message
+            )
+    if epoch == FINAL_EPOCH:
+        held = [(names[t], p) for t, p in in_session if t in names]
+        if held:
+            await ctx.call(share.release_member, ctx.broker, group_id, member_id, held)
+    else:
+        refused = _topic_refusals(ctx, Api.SHARE_FETCH, [names[t] for t, _ in in_session if t in names])
+        wanted: list[tuple[str, int]] = []
+        for topic_id, partition in in_session:
+            name = names.get(topic_id)
+            error = None
+            if name is None:
+                error = TxlogError(ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.UNKNOWN_TOPIC_ID.value.default_message)
+            elif name in refused:
+                error = refused[name]
+            else:
+                wanted.append((name, partition))
+            entry = entries.setdefault((topic_id, partition), _partition_entry(partition))
+            if error is not None:
+                entry.update(error_code=_code(error), error_message=error.message)
+        if wanted:
+            ids = {name: topic_id for topic_id, name in names.items()}
+            max_records = request.max_records if request.max_records > 0 else 500
+            max_bytes = max(1, min(request.max_bytes, share.DEFAULT_MAX_BYTES))
+            got = await share.acquire_waiting(
+                ctx.broker, ctx.notifier, _runner(ctx), group_id, member_id,
+                wanted, request.max_wait_ms, max_records, max_bytes,
+            )
+            for part in got:
+                entry = entries[(ids[part.topic], part.partition)]
+                if part.error is not None:
+                    entry.update(error_code=_code(part.error), error_message=part.error.message)
+                    continue
+                entry["acquired_records"] = [
+                    {"first_offset": a.first_offset, "last_offset": a.last_offset, "delivery_count": a.delivery_count}
+                    for a in part.acquired
+                ]
+                entry["records"] = encode.encode_runs(encode.batch_runs(part.records)) if part.records else b""
+    for entry in entries.values():
+        entry.setdefault("records", b"")
+    return {
+        "throttle_time_ms": 0, "error_code": 0, "error_message": None,
+        "acquisition_lock_timeout_ms": config.delivery.record_lock_duration_ms,
+        "responses": _by_topic(entries), "node_endpoints": [],
+    }
+
+
+def _runner(ctx: RequestContext) -> Any:
+    async def run(fn: Any) -> Any:
+        return await ctx.call(fn)
+
+    return run
+
+
+# --- ShareAcknowledge ---------------------------------------------------------------------------
+
+
+async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> dict:
+    group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
+    access.check(ctx, Api.SHARE_ACKNOWLEDGE, group=group_id)
+    if not group_id or not member_id:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set")
+    sessions, node = SESSIONS, ctx.node.node_id
+    if epoch == INITIAL_EPOCH:
+        raise TxlogError(ErrorCode.INVALID_SHARE_SESSION_EPOCH, "A share acknowledgement cannot open a share session.")
+    session = sessions.close(node, group_id, member_id) if epoch == FINAL_EPOCH else sessions.use(node, group_id, member_id, epoch)
+    acks = {
+        (t.topic_id, p.partition_index): _batches(p.acknowledgement_batches) for t in request.topics for p in t.partitions
+    }
+    in_session = [(t, p) for t, ps in session.partitions.items() for p in sorted(ps)]
+    names = await _names(ctx, [t for t, _ in acks] + [t for t, _ in in_session])
+    results = await _acknowledge(ctx, group_id, member_id, acks, names, Api.SHARE_ACKNOWLEDGE)
+    if epoch == FINAL_EPOCH:
+        held = [(names[t], p) for t, p in in_session if t in names]
+        if held:
+            await ctx.call(share.release_member, ctx.broker, group_id, member_id, held)
+    entries = {
+        key: {"partition_index": key[1], "error_code": _code(error), "error_message": None if error is None else error.message}
+        for key, error in results.items()
+    }
+    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "responses": _by_topic(entries), "node_endpoints": []}
+
+
+# --- the share groups' offsets (KIP-932's admin APIs, v0) -----------------------------------------
+
+
+def _group_error(exc: TxlogError) -> dict:
+    return {"error_code": _code(exc), "error_message": exc.message}
+
+
+async def _topics_by_name(ctx: RequestContext, names: Iterable[str]) -> dict[str, Any]:
+    wanted = sorted(set(names))
+    if not wanted:
+        return {}
+    return {t.name: t for t in await ctx.call(topics.topics_metadata, ctx.broker, wanted)}
+
+
+_NO_TOPIC = TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.value.default_message)
+_ZERO_ID = uuid.UUID(int=0)
+
+
+async def handle_describe_share_group_offsets(ctx: RequestContext, request: Any) -> dict:
+    """Each group's share-partition start offsets (SPSO): of the partitions asked, or (topics null)
+    of every partition the group has state on; -1 for a partition it never read. Describe on the
+    group (else the group's GROUP_AUTHORIZATION_FAILED) and on each topic (else the partitions')."""
+    out = []
+    for entry in request.groups:
+        group_id = entry.group_id
+        refused = access.refused(ctx, Api.DESCRIBE_SHARE_GROUP_OFFSETS, "group", [group_id])
+        if refused:
+            out.append({"group_id": group_id, "topics": [], **_group_error(refused[group_id])})
+            continue
+        described = await ctx.call(share.describe, ctx.broker, group_id)
+        starts = {(p.topic, p.partition): p.start_offset for p in described.partitions}
+        asked: dict[str, list[int]] = {}
+        if entry.topics is None:
+            for topic, partition in sorted(starts):
+                asked.setdefault(topic, []).append(partition)
+        else:
+            for t in entry.topics:
+                asked.setdefault(t.topic_name, []).extend(t.partitions)
+        known = await _topics_by_name(ctx, asked)
+        denied = _topic_refusals(ctx, Api.DESCRIBE_SHARE_GROUP_OFFSETS, asked)
+        topics_out = []
+        for name, partitions in asked.items():
+            meta = known.get(name)
+            parts = []
+            for p in partitions:
+                error = denied.get(name) or (_NO_TOPIC if meta is None or not 0 <= p < meta.partitions else None)
+                parts.append({
+                    "partition_index": p, "start_offset": -1 if error else starts.get((name, p), -1), "leader_epoch": 0 if not error else -1,
+                    "error_code": _code(error), "error_message": None if error is None else error.message,
+                })
+            topics_out.append({"topic_name": name, "topic_id": meta.topic_id if meta else _ZERO_ID, "partitions": parts})
+        out.append({"group_id": group_id, "topics": topics_out, "error_code": 0, "error_message": None})
+    return {"throttle_time_ms": 0, "groups": out}
+
+
+async def handle_alter_share_group_offsets(ctx: RequestContext, request: Any) -> dict:
+    """Each partition's share-partition state starts over at the given offset, as Kafka: only while
+    the group has no member (NON_EMPTY_GROUP for the whole request). Read on the group and on each
+    topic."""
+    group_id = request.group_id
+    access.check(ctx, Api.ALTER_SHARE_GROUP_OFFSETS, group=group_id)
+    await ctx.call(share_groups.check_empty, ctx.broker, group_id)
+    names = [t.topic_name for t in request.topics]
+    known = await _topics_by_name(ctx, names)
+    denied = _topic_refusals(ctx, Api.ALTER_SHARE_GROUP_OFFSETS, names)
+    wanted = [
+        (t.topic_name, p.partition_index, p.start_offset) for t in request.topics for p in t.partitions
+        if t.topic_name in known and t.topic_name not in denied
+    ]
+    results = {(r.topic, r.partition): r.error for r in await ctx.call(share.alter_offsets, ctx.broker, group_id, wanted)} if wanted else {}
+    responses = []
+    for t in request.topics:
+        meta = known.get(t.topic_name)
+        parts = []
+        for p in t.partitions:
+            error = denied.get(t.topic_name) or (_NO_TOPIC if meta is None else results.get((t.topic_name, p.partition_index)))
+            parts.append({"partition_index": p.partition_index, "error_code": _code(error), "error_message": None if error is None else error.message})
+        responses.append({"topic_name": t.topic_name, "topic_id": meta.topic_id if meta else _ZERO_ID, "partitions": parts})
+    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "responses": responses}
+
+
+async def handle_delete_share_group_offsets(ctx: RequestContext, request: Any) -> dict:
+    """The group's state of each topic's partitions goes (read again, a partition starts per
+    share.auto.offset.reset), only while the group has no member (NON_EMPTY_GROUP). Delete on the
+    group, Read on each topic."""
+    group_id = request.group_id
+    access.check(ctx, Api.DELETE_SHARE_GROUP_OFFSETS, group=group_id)
+    await ctx.call(share_groups.check_empty, ctx.broker, group_id)
+    names = [t.topic_name for t in request.topics]
+    known = await _topics_by_name(ctx, names)
+    denied = _topic_refusals(ctx, Api.DELETE_SHARE_GROUP_OFFSETS, names)
+    partitions = [(n, p) for n in names if n in known and n not in denied for p in range(known[n].partitions)]
+    if partitions:
+        await ctx.call(share.delete_offsets, ctx.broker, group_id, partitions)
+    responses = []
+    for name in names:
+        meta = known.get(name)
+        error = denied.get(name) or (_NO_TOPIC if meta is None else None)
+        responses.append({
+            "topic_name": name, "topic_id": meta.topic_id if meta else _ZERO_ID,
+            "error_code": _code(error), "error_message": None if error is None else error.message,
+        })
+    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "responses": responses}
+
+
+# --- a share group's configs (GROUP config resources, DescribeConfigs and IncrementalAlterConfigs) --
+
+
+async def describe_group_configs(ctx: RequestContext, group_id: str, wanted: set[str] | None, version: int, request: Any) -> list[dict]:
+    """The share.* configs of the group: its own (DYNAMIC_GROUP_CONFIG) and the defaults. Describe
+    configs on the group, else GROUP_AUTHORIZATION_FAILED."""
+    access.check(ctx, Api.DESCRIBE_GROUP_CONFIGS, group=group_id)
+    own = await ctx.call(share.group_configs_set, ctx.broker, group_id)
+    out = []
+    for name in sorted(DEFAULTS):
+        if wanted is not None and name not in wanted:
+            continue
+        value = own.get(name, DEFAULTS[name])
+        source = ConfigSource.DYNAMIC_GROUP_CONFIG if name in own else ConfigSource.DEFAULT_CONFIG
+        out.append({
+            "name": name, "value": value, "read_only": False, "is_default": name not in own, "config_source": source,
+            "is_sensitive": False, "config_type": ConfigType.INT if name in BOUNDS else ConfigType.STRING, "documentation": None,
+            "synonyms": [{"name": name, "value": value, "source": source}] if version >= 1 and request.include_synonyms else [],
+        })
+    return out
+
+
+async def alter_group_configs(ctx: RequestContext, group_id: str, ops: list[tuple[str, int, str | None]], validate_only: bool) -> None:
+    """IncrementalAlterConfigs of a GROUP resource: SET and DELETE of its share.* configs (APPEND
+    and SUBTRACT are for LIST configs: INVALID_CONFIG), each value checked as Kafka checks it.
+    AlterConfigs on the group, else GROUP_AUTHORIZATION_FAILED."""
+    access.check(ctx, Api.ALTER_GROUP_CONFIGS, group=group_id)
+    changes: dict[str, str | None] = {}
+    for name, operation, value in ops:
+        if operation not in (0, 1):
+            raise TxlogError(ErrorCode.INVALID_CONFIG, f"Config {name} is not a list: only SET and DELETE apply to it")
+        if operation == 0 and value is None:
+            raise TxlogError(ErrorCode.INVALID_CONFIG, f"Null value not supported for : {name}")
+        changes[name] = value if operation == 0 else None
+    if validate_only:
+        for name, value in changes.items():
+            if value is not None or name not in DEFAULTS:
+                validated(name, value or "")
+        return
+    await ctx.call(share.alter_group_configs, ctx.broker, group_id, changes)
