@@ -437,16 +437,21 @@ class ShareOffsetResult:
 
 
 def alter_offsets(broker: Broker, group_id: str, offsets: Sequence[tuple[str, int, int]]) -> list[ShareOffsetResult]:
+    """Kafka's AlterShareGroupOffsets in one database transaction (``alter_offsets_on``)."""
+    with broker.db.transaction() as conn:
+        return alter_offsets_on(conn, group_id, offsets)
+
+
+def alter_offsets_on(conn: Connection, group_id: str, offsets: Sequence[tuple[str, int, int]]) -> list[ShareOffsetResult]:
     """Kafka's AlterShareGroupOffsets: each (topic, partition, start offset) starts over there with
     nothing in flight, its state epoch raised. Kafka allows it only while the group has no member
-    (the caller checks: GROUP_NOT_EMPTY). Errors per partition."""
+    (``share_groups.while_empty`` holds that). Errors per partition."""
     out: list[ShareOffsetResult] = []
     for topic, partition, start in offsets:
         try:
             state = sp.altered(start)
-            with broker.db.transaction() as conn:
-                log_store.partition_status(conn, topic, partition)  # UNKNOWN_TOPIC_OR_PARTITION
-                share_store.share_partition_reset(conn, group_id, topic, partition, state.start_offset)
+            log_store.partition_status(conn, topic, partition)  # UNKNOWN_TOPIC_OR_PARTITION, before any write
+            share_store.share_partition_reset(conn, group_id, topic, partition, state.start_offset)
         except TxlogError as exc:
             if exc.code is ErrorCode.UNKNOWN_SERVER_ERROR:
                 raise
@@ -457,11 +462,16 @@ def alter_offsets(broker: Broker, group_id: str, offsets: Sequence[tuple[str, in
 
 
 def delete_offsets(broker: Broker, group_id: str, partitions: Sequence[tuple[str, int]] | None = None) -> list[tuple[str, int]]:
+    """Kafka's DeleteShareGroupOffsets in one database transaction (``delete_offsets_on``)."""
+    with broker.db.transaction() as conn:
+        return delete_offsets_on(conn, group_id, partitions)
+
+
+def delete_offsets_on(conn: Connection, group_id: str, partitions: Sequence[tuple[str, int]] | None = None) -> list[tuple[str, int]]:
     """Kafka's DeleteShareGroupOffsets (None: every partition, as DeleteGroups of a share group):
     the group's state of those partitions is gone, in-flight records with it; read again, a
     partition starts per share.auto.offset.reset. The partitions that had state."""
-    with broker.db.transaction() as conn:
-        return share_store.share_partitions_delete(conn, group_id, partitions)
+    return share_store.share_partitions_delete(conn, group_id, partitions)
 
 
 def delete_group(broker: Broker, group_id: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 from sqlalchemy.engine import Connection
 
@@ -22,6 +22,8 @@ from app.services import Broker, share
 from app.storage import share as share_store
 from app.storage import share_groups as store
 from app.storage import topics as topics_store
+
+T = TypeVar("T")
 
 log = logging.getLogger("txlog.share")
 
@@ -117,12 +119,6 @@ def describe(broker: Broker, group_ids: Sequence[str]) -> list[DescribedGroup]:
     return out
 
 
-def active_members(broker: Broker, group_id: str) -> int:
-    """How many members the share group has whose session has not ended."""
-    described = describe(broker, [group_id])[0].group
-    return 0 if described is None else len(described.members)
-
-
 def list_groups(broker: Broker) -> list[tuple[str, str]]:
     """(group id, state) of every share group: with membership, share-partition state or configs."""
     now = broker.now()
@@ -136,11 +132,18 @@ def list_groups(broker: Broker) -> list[tuple[str, str]]:
     return out
 
 
-def check_empty(broker: Broker, group_id: str) -> None:
-    """Kafka's condition for altering or deleting a share group's offsets: no member
-    (NON_EMPTY_GROUP otherwise)."""
-    if active_members(broker, group_id):
-        raise TxlogError(ErrorCode.NON_EMPTY_GROUP, f"The share group {group_id} is not empty.")
+def while_empty(broker: Broker, group_id: str, change: Callable[[Connection], T]) -> T:
+    """``change(conn)`` in one database transaction that holds the group's row lock, and only
+    while the group has no member whose session runs (NON_EMPTY_GROUP otherwise): Kafka's condition
+    for altering or deleting a share group's offsets. A member joining meanwhile waits for the
+    change, as every heartbeat takes the same lock first."""
+    now = broker.now()
+    with broker.db.transaction() as conn:
+        store.share_group_create(conn, group_id)
+        group = store.share_group_lock(conn, group_id)
+        if group is not None and any(m.session_deadline_ms > now for m in group.members.values()):
+            raise TxlogError(ErrorCode.NON_EMPTY_GROUP, f"The share group {group_id} is not empty.")
+        return change(conn)
 
 
 def is_share_group(broker: Broker, group_id: str) -> bool:

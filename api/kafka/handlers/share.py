@@ -28,6 +28,7 @@ topic, answered per partition; ShareGroupDescribe Describe on each group, answer
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import uuid
@@ -420,7 +421,6 @@ async def handle_alter_share_group_offsets(ctx: RequestContext, request: Any) ->
     topic."""
     group_id = request.group_id
     access.check(ctx, Api.ALTER_SHARE_GROUP_OFFSETS, group=group_id)
-    await ctx.call(share_groups.check_empty, ctx.broker, group_id)
     names = [t.topic_name for t in request.topics]
     known = await _topics_by_name(ctx, names)
     denied = _topic_refusals(ctx, Api.ALTER_SHARE_GROUP_OFFSETS, names)
@@ -428,7 +428,10 @@ async def handle_alter_share_group_offsets(ctx: RequestContext, request: Any) ->
         (t.topic_name, p.partition_index, p.start_offset) for t in request.topics for p in t.partitions
         if t.topic_name in known and t.topic_name not in denied
     ]
-    results = {(r.topic, r.partition): r.error for r in await ctx.call(share.alter_offsets, ctx.broker, group_id, wanted)} if wanted else {}
+    altered = await ctx.call(
+        share_groups.while_empty, ctx.broker, group_id, functools.partial(share.alter_offsets_on, group_id=group_id, offsets=wanted),
+    )
+    results = {(r.topic, r.partition): r.error for r in altered}
     responses = []
     for t in request.topics:
         meta = known.get(t.topic_name)
@@ -446,13 +449,14 @@ async def handle_delete_share_group_offsets(ctx: RequestContext, request: Any) -
     group, Read on each topic."""
     group_id = request.group_id
     access.check(ctx, Api.DELETE_SHARE_GROUP_OFFSETS, group=group_id)
-    await ctx.call(share_groups.check_empty, ctx.broker, group_id)
     names = [t.topic_name for t in request.topics]
     known = await _topics_by_name(ctx, names)
     denied = _topic_refusals(ctx, Api.DELETE_SHARE_GROUP_OFFSETS, names)
     partitions = [(n, p) for n in names if n in known and n not in denied for p in range(known[n].partitions)]
-    if partitions:
-        await ctx.call(share.delete_offsets, ctx.broker, group_id, partitions)
+    await ctx.call(
+        share_groups.while_empty, ctx.broker, group_id,
+        functools.partial(share.delete_offsets_on, group_id=group_id, partitions=partitions),
+    )
     responses = []
     for name in names:
         meta = known.get(name)
