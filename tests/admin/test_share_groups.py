@@ -24,8 +24,13 @@ def text(html: str) -> str:
 
 @pytest.fixture(scope="module")
 def shared(token_server: ServerProcess) -> Iterator[tuple[str, str]]:
+    yield make_shared(token_server)
+
+
+def make_shared(token_server: ServerProcess) -> tuple[str, str]:
     """A topic of five records and a share group in which worker-a holds offsets 0-1, worker-b holds
-    offset 2 on its second delivery, offset 3 was rejected and offset 4 is not yet delivered."""
+    offset 2 on its second delivery, offset 3 was rejected and offset 4 is not yet delivered. The
+    locks last the default 30 s: a test that looks at them makes its own group."""
     topic, group = f"sq-{uuid.uuid4().hex[:8]}", f"workers-{uuid.uuid4().hex[:6]}"
     with token_server.client() as api:
         assert api.post("/v1/topics", json={"name": topic, "partitions": 1}).status_code == 201
@@ -48,7 +53,7 @@ def shared(token_server: ServerProcess) -> Iterator[tuple[str, str]]:
         acknowledge("worker-a", 2, "release")
         acknowledge("worker-a", 3, "reject")
         assert acquire("worker-b", 1) == [2]
-    yield topic, group
+    return topic, group
 
 
 def test_share_group_pages_show_in_flight_records_holders_and_delivery_counts(admin: httpx.Client, shared: tuple[str, str]) -> None:
@@ -82,14 +87,13 @@ def test_share_group_pages_require_sign_in(anonymous: httpx.Client, shared: tupl
         assert r.headers["location"] == "/admin/sign-in?next=" + quote(path, safe="")
 
 
-def test_share_group_pages_in_a_browser(token_server: ServerProcess, shared: tuple[str, str], tmp_path: Path) -> None:
+def test_share_group_pages_in_a_browser(token_server: ServerProcess, tmp_path: Path) -> None:
     """In headless Chromium without JavaScript: from the navigation to a share group, its in-flight
     records and on to a partition; no console error (the pages keep to the content security policy)."""
     from playwright.sync_api import sync_playwright
 
     from tests.e2e.test_admin_browser import CHROMIUM, CHROMIUM_ARGS, Problems
 
-    topic, group = shared
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
@@ -98,6 +102,7 @@ def test_share_group_pages_in_a_browser(token_server: ServerProcess, shared: tup
             page.goto("/admin/sign-in?next=/admin/")
             page.fill("input[name=token]", ADMIN_TOKEN)
             page.click("button[type=submit]")
+            topic, group = make_shared(token_server)  # its locks held from here on, for 30 s
             page.get_by_role("link", name="Share groups", exact=True).first.click()
             assert page.url == token_server.url + "/admin/share-groups"
             assert page.locator("nav a.active").inner_text() == "Share groups"
