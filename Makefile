@@ -28,15 +28,11 @@ run: $(STAMP)
 test: $(STAMP) lint system-deps
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q
 
-# The static checks, each configured in pyproject.toml: ruff's lint, mypy, and the import contracts
-# (lint-imports). FORMAT_CHECK=1 adds `ruff format --check`, off for now: the formatter would spread
-# the packed parameter lists of this tree one per line (about 1,100 more lines in app/ and api/).
-FORMAT_CHECK ?= 0
+# The static checks, each configured in pyproject.toml: ruff's lint and its formatter's check, mypy,
+# and the import contracts (lint-imports). `ruff format .` lays a file out as the check wants it.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-ifneq ($(FORMAT_CHECK),0)
 	$(VENV)/bin/ruff format --check .
-endif
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

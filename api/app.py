@@ -149,7 +149,10 @@ def create_app(settings: Settings | None = None, run_sweeper: bool = True) -> Fa
 
     # With TXLOG_AUTH=token the metrics (topic names among them) need Describe on the cluster.
     @app.get(
-        "/metrics", tags=["ops"], response_class=PlainTextResponse, responses=error_responses(),
+        "/metrics",
+        tags=["ops"],
+        response_class=PlainTextResponse,
+        responses=error_responses(),
         dependencies=[Depends(requires(Api.DESCRIBE_CLUSTER))],
     )
     def metrics() -> Response:

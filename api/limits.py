@@ -47,7 +47,17 @@ class MaxBodySize:
     async def _reject(self, send: Send) -> None:
         err = TxlogError(ErrorCode.MESSAGE_TOO_LARGE, f"The request body is larger than {self.max_bytes} bytes")
         body = json.dumps({"error": err.to_dict()}).encode()
-        await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 

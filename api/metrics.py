@@ -12,7 +12,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 REQUESTS = Counter("txlog_http_requests_total", "HTTP requests", ["method", "route", "status"])
 LATENCY = Histogram(
-    "txlog_http_request_duration_seconds", "HTTP request latency", ["method", "route"],
+    "txlog_http_request_duration_seconds",
+    "HTTP request latency",
+    ["method", "route"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 RECORDS_APPENDED = Counter("txlog_records_appended_total", "Records appended to partition logs", ["topic"])

@@ -129,8 +129,14 @@ class Settings(BaseSettings):
     quota_window_num: int = Field(11, ge=2)
     quota_window_size_seconds: int = Field(1, ge=1)
 
-    @field_validator("kafka_listeners", "kafka_advertised_listeners", "kafka_listener_security_protocol_map",
-                     "kafka_ssl_certfile", "kafka_ssl_keyfile", "kafka_ssl_cafile")
+    @field_validator(
+        "kafka_listeners",
+        "kafka_advertised_listeners",
+        "kafka_listener_security_protocol_map",
+        "kafka_ssl_certfile",
+        "kafka_ssl_keyfile",
+        "kafka_ssl_cafile",
+    )
     @classmethod
     def _blank_is_none(cls, v: str | None) -> str | None:
         return v if v and v.strip() else None

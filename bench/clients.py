@@ -53,7 +53,7 @@ def batch_values() -> list[bytes]:
     """1 KiB printable values (no JSON escaping needed), a different one per record of the batch."""
     alphabet = string.ascii_letters + string.digits
     text = "".join(random.Random(7).choices(alphabet, k=VALUE_BYTES + BATCH))
-    return [text[i:i + VALUE_BYTES].encode() for i in range(BATCH)]
+    return [text[i : i + VALUE_BYTES].encode() for i in range(BATCH)]
 
 
 def records_json() -> bytes:
@@ -103,6 +103,7 @@ class Runner(Protocol):
 
 
 # --- HTTP -----------------------------------------------------------------------------------------
+
 
 class Http:
     """One keep-alive HTTP/1.1 connection."""
@@ -186,8 +187,10 @@ class FetchRunner:
         self.offset = lane.offset
         self.bound = "last_stable_offset" if lane.mode == "read_committed" else "high_watermark"
         self.start, self.end = lane.start, lane.end
-        self.path = (f"/v1/topics/{lane.topic}/partitions/{lane.partition}/records"
-                     f"?max_records={PAGE}&max_bytes=16777216&isolation_level={lane.mode}&offset=")
+        self.path = (
+            f"/v1/topics/{lane.topic}/partitions/{lane.partition}/records"
+            f"?max_records={PAGE}&max_bytes=16777216&isolation_level={lane.mode}&offset="
+        )
         self.latencies: list[tuple[float, float]] = []
         self.empty = 0
 
@@ -439,6 +442,7 @@ class RawFetchRunner:
 
 # --- PgQueuer -------------------------------------------------------------------------------------
 
+
 def pgq_queries(conn: Any) -> Any:
     """PgQueuer's query layer on a psycopg async connection, its objects in their own schema."""
     from pgqueuer.adapters.drivers.psycopg import PsycopgDriver
@@ -514,6 +518,7 @@ _RUNNERS: dict[str, Callable[[Lane], Runner]] = {
 
 # --- the client process ---------------------------------------------------------------------------
 
+
 def _cpu_seconds() -> float:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
@@ -572,8 +577,7 @@ def client_main(conn: Connection) -> None:
         warm, end = start + warmup, start + warmup + window
         results = [LaneResult() for _ in runners]
         threads = [
-            threading.Thread(target=_drive, args=(r, start, warm, end, out), daemon=True)
-            for r, out in zip(runners, results)
+            threading.Thread(target=_drive, args=(r, start, warm, end, out), daemon=True) for r, out in zip(runners, results)
         ]
         for t in threads:
             t.start()

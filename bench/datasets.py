@@ -171,8 +171,16 @@ def vacuum(url: str) -> None:
     """Statistics for the planner, visibility maps for index-only scans, and a checkpoint, so that
     the bulk writes are not flushed in the middle of a measured window."""
     with psycopg.connect(url, autocommit=True) as conn:
-        for table in ("records", "aborted_txns", "producer_partitions", "producer_ids", "transactions",
-                      "transaction_events", "transaction_partitions", "partitions"):
+        for table in (
+            "records",
+            "aborted_txns",
+            "producer_partitions",
+            "producer_ids",
+            "transactions",
+            "transaction_events",
+            "transaction_partitions",
+            "partitions",
+        ):
             conn.execute(f"VACUUM ANALYZE txlog.{table}")
         conn.execute("CHECKPOINT")
     os.sync()  # and the operating system's dirty pages, or their writeback slows the first fsyncs measured

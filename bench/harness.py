@@ -94,7 +94,11 @@ class ServerProcess:
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "app.cli", *self.args()],
-                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         deadline = time.monotonic() + timeout
         while True:
@@ -120,6 +124,7 @@ class ServerProcess:
 
 
 # --- windows --------------------------------------------------------------------------------------
+
 
 @dataclass
 class Window:
@@ -166,13 +171,22 @@ class Harness:
             self.postmaster = procs.postmaster_of(conn.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
         self.workloads: dict[str, Workload] = {}
 
-    def add(self, key: str, lanes: Callable[[], list[Lane]], before: Callable[[], None] | None = None,
-            after: Callable[[list[tuple[Lane, LaneResult]]], None] | None = None) -> None:
+    def add(
+        self,
+        key: str,
+        lanes: Callable[[], list[Lane]],
+        before: Callable[[], None] | None = None,
+        after: Callable[[list[tuple[Lane, LaneResult]]], None] | None = None,
+    ) -> None:
         self.workloads[key] = Workload(key, lanes, before, after)
 
     def _sample(self) -> tuple[float, float, float | None, tuple[float, float, float]]:
-        return (time.monotonic(), procs.group_cpu([s.pgid for s in self.servers()]), procs.postgres_cpu(self.postmaster),
-                procs.machine_cpu())
+        return (
+            time.monotonic(),
+            procs.group_cpu([s.pgid for s in self.servers()]),
+            procs.postgres_cpu(self.postmaster),
+            procs.machine_cpu(),
+        )
 
     def run_window(self, workload: Workload, warmup: float | None = None, window: float | None = None) -> Window:
         warmup = self.config.warmup if warmup is None else warmup
@@ -201,8 +215,9 @@ class Harness:
             machine_iowait=cores * (last[3][1] - first[3][1]) / total if total else 0.0,
         )
 
-    def run_rounds(self, order: list[list[str]], prime: list[str], shown: int = 3,
-                   on_window: Callable[[str, Window], None] | None = None) -> None:
+    def run_rounds(
+        self, order: list[list[str]], prime: list[str], shown: int = 3, on_window: Callable[[str, Window], None] | None = None
+    ) -> None:
         """``prime`` runs short unmeasured windows first (connection pools, caches, prepared
         statements); then each round runs every group's windows in order. A line per round shows
         the first ``shown`` workloads of each group."""
@@ -221,11 +236,15 @@ class Harness:
 
     def other_load(self) -> list[float]:
         """Per window: the cores kept busy by anything but the clients, the servers and PostgreSQL."""
-        return [x.machine_busy - (x.client_cpu + x.server_cpu + (x.postgres_cpu or 0.0)) / x.seconds
-                for w in self.workloads.values() for x in w.windows]
+        return [
+            x.machine_busy - (x.client_cpu + x.server_cpu + (x.postgres_cpu or 0.0)) / x.seconds
+            for w in self.workloads.values()
+            for x in w.windows
+        ]
 
 
 # --- figures --------------------------------------------------------------------------------------
+
 
 def ratio_cell(workloads: dict[str, Workload], num: str, den: str, goal: report.Goal) -> report.Cell:
     a, b = workloads[num].windows, workloads[den].windows
@@ -238,14 +257,18 @@ def latency_cells(workloads: dict[str, Workload], key: str, p50_goal: float, p99
     lat = [ms for w in workloads[key].windows for ms in w.latencies_ms]
     per_round = [w.latencies_ms for w in workloads[key].windows]
     return {
-        "p50": report.Cell(report.percentile(lat, 50), [report.percentile(x, 50) or 0.0 for x in per_round],
-                           report.Goal("<=", p50_goal), None),
-        "p99": report.Cell(report.percentile(lat, 99), [report.percentile(x, 99) or 0.0 for x in per_round],
-                           report.Goal("<=", p99_goal), None),
+        "p50": report.Cell(
+            report.percentile(lat, 50), [report.percentile(x, 50) or 0.0 for x in per_round], report.Goal("<=", p50_goal), None
+        ),
+        "p99": report.Cell(
+            report.percentile(lat, 99), [report.percentile(x, 99) or 0.0 for x in per_round], report.Goal("<=", p99_goal), None
+        ),
     }
 
 
-def summaries(workloads: dict[str, Workload], with_latencies: Callable[[str], bool] = lambda key: False) -> list[report.WorkloadSummary]:
+def summaries(
+    workloads: dict[str, Workload], with_latencies: Callable[[str], bool] = lambda key: False
+) -> list[report.WorkloadSummary]:
     """Each workload's medians over its windows; ``with_latencies`` names the workloads whose
     latencies (EndTxn, a transaction's commit) are kept."""
     out = []
@@ -258,26 +281,28 @@ def summaries(workloads: dict[str, Workload], with_latencies: Callable[[str], bo
             vals = [f(x) for x in ws]
             return None if any(v is None for v in vals) else report.median([v / x.rows * 1000 for v, x in zip(vals, ws)])  # type: ignore[operator]
 
-        out.append(report.WorkloadSummary(
-            key=w.key,
-            windows=len(ws),
-            rows_per_s=report.median([x.rate for x in ws]) or 0.0,
-            client_cpu_per_krow=per_krow(lambda x: x.client_cpu) or 0.0,
-            server_cpu_per_krow=per_krow(lambda x: x.server_cpu) or 0.0,
-            postgres_cpu_per_krow=per_krow(lambda x: x.postgres_cpu),
-            busiest_client_core=max(x.busiest_client_cpu / x.seconds for x in ws),
-            busy_cores=report.median([(x.client_cpu + x.server_cpu + (x.postgres_cpu or 0.0)) / x.seconds for x in ws]) or 0.0,
-            machine_busy_cores=report.median([x.machine_busy for x in ws]) or 0.0,
-            machine_iowait_cores=report.median([x.machine_iowait for x in ws]) or 0.0,
-            rows_per_s_rounds=[x.rate for x in w.windows],
-            endtxn_ms=[ms for x in ws for ms in x.latencies_ms] if with_latencies(w.key) else [],
-            empty_dequeues=sum(x.empty for x in w.windows),
-        ))
+        out.append(
+            report.WorkloadSummary(
+                key=w.key,
+                windows=len(ws),
+                rows_per_s=report.median([x.rate for x in ws]) or 0.0,
+                client_cpu_per_krow=per_krow(lambda x: x.client_cpu) or 0.0,
+                server_cpu_per_krow=per_krow(lambda x: x.server_cpu) or 0.0,
+                postgres_cpu_per_krow=per_krow(lambda x: x.postgres_cpu),
+                busiest_client_core=max(x.busiest_client_cpu / x.seconds for x in ws),
+                busy_cores=report.median([(x.client_cpu + x.server_cpu + (x.postgres_cpu or 0.0)) / x.seconds for x in ws])
+                or 0.0,
+                machine_busy_cores=report.median([x.machine_busy for x in ws]) or 0.0,
+                machine_iowait_cores=report.median([x.machine_iowait for x in ws]) or 0.0,
+                rows_per_s_rounds=[x.rate for x in w.windows],
+                endtxn_ms=[ms for x in ws for ms in x.latencies_ms] if with_latencies(w.key) else [],
+                empty_dequeues=sum(x.empty for x in w.windows),
+            )
+        )
     return out
 
 
 def describe_other_load(others: list[float]) -> str:
     typical = report.median(others) or 0.0
     shared = " — the machine was shared: expect noisier figures" if typical > 0.3 else ""
-    return (f"other processes and the kernel kept {typical:.2f} cores busy during the windows "
-            f"(at most {max(others):.2f}){shared}")
+    return f"other processes and the kernel kept {typical:.2f} cores busy during the windows (at most {max(others):.2f}){shared}"

@@ -104,9 +104,7 @@ from bench.harness import (
     round_arguments,
     round_settings,
 )
-from bench.harness import (
-    summaries as workload_summaries,
-)
+from bench.harness import summaries as workload_summaries
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -122,8 +120,14 @@ GROUPS = {
     "produce8": ["raw_append/8", "plain/8", "idempotent/8", "pgq_enqueue/8", "txn10/8", "txn1/8"],
     "fetch1": ["raw_fetch/1", "read_committed/1", "read_uncommitted/1", "pgq_dequeue/1"],
     "fetch8": ["raw_fetch/8", "read_committed/8", "read_uncommitted/8", "pgq_dequeue/8"],
-    "scale": ["scale_produce_small", "scale_produce_big", "scale_fetch_small", "scale_fetch_big",
-              "scale_txn_small", "scale_txn_big"],
+    "scale": [
+        "scale_produce_small",
+        "scale_produce_big",
+        "scale_fetch_small",
+        "scale_fetch_big",
+        "scale_txn_small",
+        "scale_txn_big",
+    ],
 }
 
 
@@ -147,6 +151,7 @@ class Config:
 
 
 # --- servers --------------------------------------------------------------------------------------
+
 
 class Server(ServerProcess):
     """``txlog serve --workers N``: the uvicorn supervisor and its workers."""
@@ -250,10 +255,13 @@ class Bench(Harness):
             txn = orjson.loads(client.call("GET", "/v1/transactions/hist-0"))
             assert txn["state"] in ("CompleteCommit", "CompleteAbort"), txn
             client.close()
-        print(f"set-up: logs of {FETCH_LOG.offsets:,} offsets x {PARTITIONS} partitions (fetch), "
-              f"{self.config.small.offsets:,} and {self.config.big.offsets:,} offsets (scale), histories of "
-              f"{self.config.small.transactions:,} and {self.config.big.transactions:,} transactions, built in "
-              f"{time.perf_counter() - started:.1f} s", flush=True)
+        print(
+            f"set-up: logs of {FETCH_LOG.offsets:,} offsets x {PARTITIONS} partitions (fetch), "
+            f"{self.config.small.offsets:,} and {self.config.big.offsets:,} offsets (scale), histories of "
+            f"{self.config.small.transactions:,} and {self.config.big.transactions:,} transactions, built in "
+            f"{time.perf_counter() - started:.1f} s",
+            flush=True,
+        )
 
     async def _install_pgqueuer(self) -> None:
         conn = await psycopg.AsyncConnection.connect(self.main_url, autocommit=True)
@@ -271,15 +279,22 @@ class Bench(Harness):
         small_end, big_end = self.config.small.offsets, self.config.big.offsets
         for n in (1, PARTITIONS):
             self._add(f"raw_append/{n}", self._lanes("raw_append", self.main_url, n))
-            for key, topic, mode, every in (("plain", "b-plain", "plain", 0), ("idempotent", "b-idem", "idempotent", 0),
-                                            ("txn10", "b-txn10", "transactional", 10), ("txn1", "b-txn1", "transactional", 1)):
+            for key, topic, mode, every in (
+                ("plain", "b-plain", "plain", 0),
+                ("idempotent", "b-idem", "idempotent", 0),
+                ("txn10", "b-txn10", "transactional", 10),
+                ("txn1", "b-txn1", "transactional", 1),
+            ):
                 self._add(f"{key}/{n}", self._produce_lanes(f"{key}-{n}", m, topic, mode, every, n))
             self._add(f"pgq_enqueue/{n}", self._lanes("pgq_enqueue", self.main_url, n), after=self._drop_enqueued)
             self._add(f"raw_fetch/{n}", self._fetch_lanes(f"raw_fetch/{n}", "raw_fetch", self.main_url, "b-fetch", "", n))
             for iso in ("read_committed", "read_uncommitted"):
                 self._add(f"{iso}/{n}", self._fetch_lanes(f"{iso}/{n}", "fetch", m.target, "b-fetch", iso, n))
-            self._add(f"pgq_dequeue/{n}", self._lanes("pgq_dequeue", self.main_url, n),
-                      before=functools.partial(self._fill_queue, f"pgq_dequeue/{n}", n))
+            self._add(
+                f"pgq_dequeue/{n}",
+                self._lanes("pgq_dequeue", self.main_url, n),
+                before=functools.partial(self._fill_queue, f"pgq_dequeue/{n}", n),
+            )
         # The log's length: one server, one database, partition 0 (long) against SHORT_LOG. Each pair
         # starts after both databases are vacuumed and checkpointed, so that the maintenance the
         # windows before call for (autovacuum after their inserts, a checkpoint) runs before the
@@ -289,25 +304,38 @@ class Bench(Harness):
         # Both readers walk the last small_end records of their log, over and over: the same working
         # set, so that what differs is the log's length alone (see the module's doc).
         for size, partition, end in (("small", SHORT_LOG, small_end), ("big", 0, big_end)):
-            self._add(f"scale_produce_{size}",
-                      self._produce_lanes(f"scale-idem-{size}", b, "scale", "idempotent", 0, 1, partition),
-                      before=settle if size == "small" else None)
-            self._add(f"scale_fetch_{size}",
-                      self._fetch_lanes(f"scale_fetch_{size}", "fetch", b.target, "scale", "read_committed", 1, end, partition,
-                                        start=end - small_end),
-                      before=settle if size == "small" else None)
+            self._add(
+                f"scale_produce_{size}",
+                self._produce_lanes(f"scale-idem-{size}", b, "scale", "idempotent", 0, 1, partition),
+                before=settle if size == "small" else None,
+            )
+            self._add(
+                f"scale_fetch_{size}",
+                self._fetch_lanes(
+                    f"scale_fetch_{size}", "fetch", b.target, "scale", "read_committed", 1, end, partition, start=end - small_end
+                ),
+                before=settle if size == "small" else None,
+            )
         # The history's length: a database each.
         for size, server in (("small", m), ("big", b)):
-            self._add(f"scale_txn_{size}", self._produce_lanes(f"scale-txn-{size}", server, "scale", "transactional", 1, 1),
-                      before=settle if size == "small" else None)
+            self._add(
+                f"scale_txn_{size}",
+                self._produce_lanes(f"scale-txn-{size}", server, "scale", "transactional", 1, 1),
+                before=settle if size == "small" else None,
+            )
 
     def _settle(self) -> None:
         """Vacuum and checkpoint both databases (before a pair of scale windows)."""
         datasets.vacuum(self.main_url)
         datasets.vacuum(self.big_url)
 
-    def _add(self, key: str, lanes: Callable[[], list[Lane]], before: Callable[[], None] | None = None,
-             after: Callable[[list[tuple[Lane, LaneResult]]], None] | None = None) -> None:
+    def _add(
+        self,
+        key: str,
+        lanes: Callable[[], list[Lane]],
+        before: Callable[[], None] | None = None,
+        after: Callable[[list[tuple[Lane, LaneResult]]], None] | None = None,
+    ) -> None:
         self.add(key, lanes, before, after or self._keep_cursors(key))
 
     @staticmethod
@@ -321,7 +349,8 @@ class Bench(Harness):
     ) -> Callable[[], list[Lane]]:
         """``n`` lanes on partitions ``first`` … ``first + n - 1``."""
         return lambda: [
-            Lane("produce", server.target, topic, i, mode, every, transactional_id=f"bench-{name}-{i}") for i in range(first, first + n)
+            Lane("produce", server.target, topic, i, mode, every, transactional_id=f"bench-{name}-{i}")
+            for i in range(first, first + n)
         ]
 
     def _fetch_lanes(
@@ -337,6 +366,7 @@ class Bench(Harness):
             for lane, result in done:
                 if lane.kind in ("fetch", "raw_fetch"):
                     self.cursors[(key, lane.partition)] = result.offset
+
         return keep
 
     def _drop_enqueued(self, done: list[tuple[Lane, LaneResult]]) -> None:
@@ -375,6 +405,7 @@ class Bench(Harness):
 
 # --- figures --------------------------------------------------------------------------------------
 
+
 def figures(bench: Bench) -> list[report.Row]:
     cfg = bench.config
 
@@ -387,10 +418,16 @@ def figures(bench: Bench) -> list[report.Row]:
     rows = [
         ratio("idem_raw", "idempotent produce ÷ raw append", "idempotent/{n}", "raw_append/{n}", report.Goal(">=", 0.5)),
         ratio("plain_raw", "plain produce ÷ raw append", "plain/{n}", "raw_append/{n}", report.Goal(">=", 0.5)),
-        ratio("txn10_idem", "transactional, commit every 10 batches ÷ idempotent", "txn10/{n}", "idempotent/{n}",
-              report.Goal(">=", 0.9)),
-        ratio("txn1_idem", "transactional, commit every batch ÷ idempotent", "txn1/{n}", "idempotent/{n}",
-              report.Goal(">=", 0.8)),
+        ratio(
+            "txn10_idem",
+            "transactional, commit every 10 batches ÷ idempotent",
+            "txn10/{n}",
+            "idempotent/{n}",
+            report.Goal(">=", 0.9),
+        ),
+        ratio(
+            "txn1_idem", "transactional, commit every batch ÷ idempotent", "txn1/{n}", "idempotent/{n}", report.Goal(">=", 0.8)
+        ),
     ]
     endtxn = report.Row("endtxn_ms", "EndTxn p50 / p99 ms (commit every batch)", "ms")
     for n, (g50, g99) in (("1", (3.0, 10.0)), ("8", (15.0, 50.0))):
@@ -399,8 +436,9 @@ def figures(bench: Bench) -> list[report.Row]:
     rows.append(endtxn)
     rows += [
         ratio("rc_raw", "read_committed fetch ÷ raw page fetch", "read_committed/{n}", "raw_fetch/{n}", report.Goal(">=", 0.5)),
-        ratio("ru_raw", "read_uncommitted fetch ÷ raw page fetch", "read_uncommitted/{n}", "raw_fetch/{n}",
-              report.Goal(">=", 0.6)),
+        ratio(
+            "ru_raw", "read_uncommitted fetch ÷ raw page fetch", "read_uncommitted/{n}", "raw_fetch/{n}", report.Goal(">=", 0.6)
+        ),
     ]
     within = report.Goal("~", 0.10)
     big, small = cfg.big, cfg.small
@@ -413,10 +451,20 @@ def figures(bench: Bench) -> list[report.Row]:
         row.cells["1"] = ratio_cell(bench.workloads, f"{workload}_big", f"{workload}_small", within)
         rows.append(row)
     rows += [
-        ratio("pgq_enqueue", "PgQueuer enqueue ÷ txlog idempotent produce", "pgq_enqueue/{n}", "idempotent/{n}",
-              report.Goal("<=", 1.0)),
-        ratio("pgq_dequeue", "PgQueuer dequeue+ack ÷ txlog read_committed fetch", "pgq_dequeue/{n}", "read_committed/{n}",
-              report.Goal("<=", 0.3)),
+        ratio(
+            "pgq_enqueue",
+            "PgQueuer enqueue ÷ txlog idempotent produce",
+            "pgq_enqueue/{n}",
+            "idempotent/{n}",
+            report.Goal("<=", 1.0),
+        ),
+        ratio(
+            "pgq_dequeue",
+            "PgQueuer dequeue+ack ÷ txlog read_committed fetch",
+            "pgq_dequeue/{n}",
+            "read_committed/{n}",
+            report.Goal("<=", 0.3),
+        ),
     ]
     return rows
 
@@ -427,19 +475,26 @@ def summaries(bench: Bench) -> list[report.WorkloadSummary]:
 
 # --- main -----------------------------------------------------------------------------------------
 
+
 def parse(argv: list[str] | None) -> tuple[Config, argparse.Namespace]:
     ap = argparse.ArgumentParser(prog="python -m bench.http", description=__doc__.split("\n\n")[0])
     round_arguments(ap, "3 rounds of 0.8 s windows (about 2 minutes with set-up)", GROUPS)
-    ap.add_argument("--big-transactions", type=int, default=100_000,
-                    help="transactions of the big log, 10 offsets each, over 1000 transactional ids (a multiple of 1000)")
-    ap.add_argument("--small-transactions", type=int, default=1_000,
-                    help="the same for the small log, over 10 transactional ids (a multiple of 10)")
+    ap.add_argument(
+        "--big-transactions",
+        type=int,
+        default=100_000,
+        help="transactions of the big log, 10 offsets each, over 1000 transactional ids (a multiple of 1000)",
+    )
+    ap.add_argument(
+        "--small-transactions",
+        type=int,
+        default=1_000,
+        help="the same for the small log, over 10 transactional ids (a multiple of 10)",
+    )
     ap.add_argument("--output", type=Path, default=RESULTS, help="where latest.json and latest.png go")
     args = ap.parse_args(argv)
     cfg = Config(
-        **round_settings(ap, args, GROUPS),
-        big_transactions=args.big_transactions,
-        small_transactions=args.small_transactions,
+        **round_settings(ap, args, GROUPS), big_transactions=args.big_transactions, small_transactions=args.small_transactions
     )
     return cfg, args
 
@@ -470,8 +525,11 @@ def run(argv: list[str] | None = None) -> str:
         pool = ClientPool(cfg.clients)
         stack.callback(pool.close)
         bench = Bench(cfg, url, big_url, main_server, big_server, pool)
-        print(f"txlog serve --workers 2 x2 (main and big database), {cfg.clients} client processes, {cfg.rounds} rounds of "
-              f"{cfg.warmup:g} s warm-up + {cfg.window:g} s windows; PostgreSQL {pg_version} {settings}", flush=True)
+        print(
+            f"txlog serve --workers 2 x2 (main and big database), {cfg.clients} client processes, {cfg.rounds} rounds of "
+            f"{cfg.warmup:g} s warm-up + {cfg.window:g} s windows; PostgreSQL {pg_version} {settings}",
+            flush=True,
+        )
         bench.prepare()
         bench.rounds(args.only)
         rows = figures(bench)
@@ -480,14 +538,26 @@ def run(argv: list[str] | None = None) -> str:
         machine = procs.machine(pg_version)
         elapsed = time.perf_counter() - started
 
-    config = {**cfg.__dict__, "groups": args.only, "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-              "batch_records": BATCH, "value_bytes": VALUE_BYTES, "key_bytes": KEY_BYTES, "page_records": PAGE,
-              "server_workers": 2, "postgres": settings, "elapsed_s": round(elapsed, 1),
-              "other_load_cores_median": report.median(others), "other_load_cores_max": max(others, default=None),
-              "external_database": bool(os.environ.get("TXLOG_DATABASE_URL"))}
+    config = {
+        **cfg.__dict__,
+        "groups": args.only,
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "batch_records": BATCH,
+        "value_bytes": VALUE_BYTES,
+        "key_bytes": KEY_BYTES,
+        "page_records": PAGE,
+        "server_workers": 2,
+        "postgres": settings,
+        "elapsed_s": round(elapsed, 1),
+        "other_load_cores_median": report.median(others),
+        "other_load_cores_max": max(others, default=None),
+        "external_database": bool(os.environ.get("TXLOG_DATABASE_URL")),
+    }
     summary = report.summary_line(rows)
-    title = (f"txlog over HTTP vs baselines — {machine['cores']} cores, PostgreSQL {pg_version}, "
-             f"commit {str(machine['txlog_commit'])[:10]}{'+' if machine['txlog_worktree_modified'] else ''}")
+    title = (
+        f"txlog over HTTP vs baselines — {machine['cores']} cores, PostgreSQL {pg_version}, "
+        f"commit {str(machine['txlog_commit'])[:10]}{'+' if machine['txlog_worktree_modified'] else ''}"
+    )
     args.output.mkdir(parents=True, exist_ok=True)
     report.write_json(args.output / "latest.json", report.to_json(rows, works, machine, config, summary))
     report.chart(args.output / "latest.png", rows, title)

@@ -112,10 +112,7 @@ GROUPS = {
     "fetch8": ["raw_fetch/8", "read_committed/8"],
 }
 # The second phase, with two gateways: the 8-lane groups again.
-GROUPS_TWO = {
-    "produce8": ["raw_append/8x2", "idempotent/8x2", "txn10/8x2"],
-    "fetch8": ["raw_fetch/8x2", "read_committed/8x2"],
-}
+GROUPS_TWO = {"produce8": ["raw_append/8x2", "idempotent/8x2", "txn10/8x2"], "fetch8": ["raw_fetch/8x2", "read_committed/8x2"]}
 
 
 @dataclass(frozen=True)
@@ -157,7 +154,7 @@ class Bench(Harness):
     def __init__(self, config: Config, url: str, gateways: list[Gateway], pool: ClientPool) -> None:
         self.gateways = gateways
         self.live = 1  # gateways up: the first phase runs with one
-        super().__init__(config, pool, libpq_url(url), lambda: self.gateways[:self.live])
+        super().__init__(config, pool, libpq_url(url), lambda: self.gateways[: self.live])
         self.config: Config = config
         self.url = libpq_url(url)
         self.ends: dict[int, int] = {}  # partition of the fetch topic -> one past its last visible record
@@ -186,9 +183,12 @@ class Bench(Harness):
                 self.ends[p] = last + 1
         assert sorted(self.ends) == list(range(PARTITIONS)), self.ends
         datasets.vacuum(self.url)
-        print(f"set-up: topics {', '.join(TOPICS.values())} of {PARTITIONS} partitions; a fetch log of "
-              f"{FIRST_FETCH_LOG.offsets:,} offsets in partition 0 and {FETCH_LOG.offsets:,} in the others (10% of its "
-              f"transactions aborted), built in {time.perf_counter() - started:.1f} s", flush=True)
+        print(
+            f"set-up: topics {', '.join(TOPICS.values())} of {PARTITIONS} partitions; a fetch log of "
+            f"{FIRST_FETCH_LOG.offsets:,} offsets in partition 0 and {FETCH_LOG.offsets:,} in the others (10% of its "
+            f"transactions aborted), built in {time.perf_counter() - started:.1f} s",
+            flush=True,
+        )
 
     # -- workloads -------------------------------------------------------------------------------
     def _define(self) -> None:
@@ -214,14 +214,26 @@ class Bench(Harness):
         def lanes() -> list[Lane]:
             if kind == "raw_fetch":  # wraps at the end of the log (a short page)
                 return [Lane(kind, self.url, TOPICS["fetch"], i, offset=self.cursors.get((key, i), 0)) for i in range(n)]
-            return [Lane(kind, self.gateways[0].target, TOPICS["fetch"], i, "read_committed",
-                         offset=self.cursors.get((key, i), 0), end=self.ends[i] - WRAP_MARGIN) for i in range(n)]
+            return [
+                Lane(
+                    kind,
+                    self.gateways[0].target,
+                    TOPICS["fetch"],
+                    i,
+                    "read_committed",
+                    offset=self.cursors.get((key, i), 0),
+                    end=self.ends[i] - WRAP_MARGIN,
+                )
+                for i in range(n)
+            ]
+
         return lanes
 
     def _keep_cursors(self, key: str) -> Callable[[list[tuple[Lane, LaneResult]]], None]:
         def keep(done: list[tuple[Lane, LaneResult]]) -> None:
             for lane, result in done:
                 self.cursors[(key, lane.partition)] = result.offset
+
         return keep
 
     # -- running ---------------------------------------------------------------------------------
@@ -258,8 +270,22 @@ class Bench(Harness):
         window = max(self.config.window, 3.0)
         loaded = self.config.warmup + window
         # Long enough for the lanes' set-up too; without load no thread holds the GIL for long.
-        cmd = [spy, "record", "--pid", str(pid), "--rate", str(PROFILE_RATE), "--duration", str(round(loaded + 4)),
-               "--gil", "--nonblocking", "--format", "raw", "--output", str(raw)]
+        cmd = [
+            spy,
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            str(PROFILE_RATE),
+            "--duration",
+            str(round(loaded + 4)),
+            "--gil",
+            "--nonblocking",
+            "--format",
+            "raw",
+            "--output",
+            str(raw),
+        ]
         spy_proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(0.5)  # attached
         edges: list[dict[int, tuple[float, float]]] = []
@@ -300,7 +326,10 @@ _PARTS: list[tuple[str, str]] = [
     ("batch to the service's produce request", "produce_request (api/kafka/handlers/produce.py"),
     ("produce service and queries, own code", "(app/services/"),
     ("request decode (kafka-python structs)", "decode_request (app/wire/kafka/protocol.py"),
-    ("response encode (Produce and Fetch written directly, others by kafka-python)", "encode_response (app/wire/kafka/protocol.py"),
+    (
+        "response encode (Produce and Fetch written directly, others by kafka-python)",
+        "encode_response (app/wire/kafka/protocol.py",
+    ),
     ("request header", "read_header (app/wire/kafka/protocol.py"),
 ]
 _PLACES: list[tuple[str, str]] = [
@@ -392,6 +421,7 @@ def _short(frame: str) -> str:
 
 # --- figures --------------------------------------------------------------------------------------
 
+
 def figures(bench: Bench, two: bool) -> list[report.Row]:
     w = bench.workloads
 
@@ -404,41 +434,69 @@ def figures(bench: Bench, two: bool) -> list[report.Row]:
 
     both = lambda num, den: {n: (num.format(n=n), den.format(n=n)) for n in ("1", "8")}  # noqa: E731
     rows = [
-        row("wire_idem_raw", "wire: idempotent produce ÷ raw append", both("idempotent/{n}", "raw_append/{n}"),
-            report.Goal(">=", 0.6)),
-        row("wire_txn10_raw", "wire: transactional, commit every 10 batches ÷ raw append", both("txn10/{n}", "raw_append/{n}"),
-            report.Goal(">=", 0.6)),
-        row("wire_txn10_idem", "wire: transactional, commit every 10 batches ÷ idempotent", both("txn10/{n}", "idempotent/{n}"),
-            report.Goal(">=", 0.9)),
-        row("wire_rc_raw", "wire: read_committed consume ÷ raw page fetch", both("read_committed/{n}", "raw_fetch/{n}"),
-            report.Goal(">=", 0.5)),
+        row(
+            "wire_idem_raw",
+            "wire: idempotent produce ÷ raw append",
+            both("idempotent/{n}", "raw_append/{n}"),
+            report.Goal(">=", 0.6),
+        ),
+        row(
+            "wire_txn10_raw",
+            "wire: transactional, commit every 10 batches ÷ raw append",
+            both("txn10/{n}", "raw_append/{n}"),
+            report.Goal(">=", 0.6),
+        ),
+        row(
+            "wire_txn10_idem",
+            "wire: transactional, commit every 10 batches ÷ idempotent",
+            both("txn10/{n}", "idempotent/{n}"),
+            report.Goal(">=", 0.9),
+        ),
+        row(
+            "wire_rc_raw",
+            "wire: read_committed consume ÷ raw page fetch",
+            both("read_committed/{n}", "raw_fetch/{n}"),
+            report.Goal(">=", 0.5),
+        ),
     ]
     if two:
         rows += [
-            row("wire2_idem_raw", "wire, 2 gateways: idempotent produce ÷ raw append",
-                {"8": ("idempotent/8x2", "raw_append/8x2")}, report.Goal(">=", 0.6)),
-            row("wire2_txn10_raw", "wire, 2 gateways: transactional, every 10 batches ÷ raw append",
-                {"8": ("txn10/8x2", "raw_append/8x2")}, report.Goal(">=", 0.6)),
-            row("wire2_rc_raw", "wire, 2 gateways: read_committed consume ÷ raw page fetch",
-                {"8": ("read_committed/8x2", "raw_fetch/8x2")}, report.Goal(">=", 0.5)),
+            row(
+                "wire2_idem_raw",
+                "wire, 2 gateways: idempotent produce ÷ raw append",
+                {"8": ("idempotent/8x2", "raw_append/8x2")},
+                report.Goal(">=", 0.6),
+            ),
+            row(
+                "wire2_txn10_raw",
+                "wire, 2 gateways: transactional, every 10 batches ÷ raw append",
+                {"8": ("txn10/8x2", "raw_append/8x2")},
+                report.Goal(">=", 0.6),
+            ),
+            row(
+                "wire2_rc_raw",
+                "wire, 2 gateways: read_committed consume ÷ raw page fetch",
+                {"8": ("read_committed/8x2", "raw_fetch/8x2")},
+                report.Goal(">=", 0.5),
+            ),
         ]
     return [r for r in rows if r.cells]
 
 
 # --- main -----------------------------------------------------------------------------------------
 
+
 def parse(argv: list[str] | None) -> tuple[Config, argparse.Namespace]:
     ap = argparse.ArgumentParser(prog="python -m bench.kafka", description=__doc__.split("\n\n")[0])
     round_arguments(ap, "3 rounds of 0.8 s windows, one gateway (about a minute)", GROUPS)
-    ap.add_argument("--gateways", type=int, choices=(1, 2), help="2: also the 8-lane windows over two gateways (2; 1 with --quick)")
+    ap.add_argument(
+        "--gateways", type=int, choices=(1, 2), help="2: also the 8-lane windows over two gateways (2; 1 with --quick)"
+    )
     ap.add_argument("--profile", action="store_true", help="py-spy the gateway through one more idempotent/8 window")
     ap.add_argument("--profile-workload", default="idempotent/8", help="the window --profile samples")
     ap.add_argument("--output", type=Path, default=RESULTS, help="where kafka.json and kafka.png go")
     args = ap.parse_args(argv)
-    cfg = Config(
-        **round_settings(ap, args, GROUPS),
-        gateways=args.gateways or (1 if args.quick else 2),
-    )
+    cfg = Config(**round_settings(ap, args, GROUPS), gateways=args.gateways or (1 if args.quick else 2))
     return cfg, args
 
 
@@ -469,9 +527,11 @@ def run(argv: list[str] | None = None) -> str:
         pool = ClientPool(cfg.clients)
         stack.callback(pool.close)
         bench = Bench(cfg, url, gateways, pool)
-        print(f"txlog kafka (one process), confluent-kafka {_client_version()}, {cfg.clients} client processes, "
-              f"{cfg.rounds} rounds of {cfg.warmup:g} s warm-up + {cfg.window:g} s windows; PostgreSQL {pg_version} {settings}",
-              flush=True)
+        print(
+            f"txlog kafka (one process), confluent-kafka {_client_version()}, {cfg.clients} client processes, "
+            f"{cfg.rounds} rounds of {cfg.warmup:g} s warm-up + {cfg.window:g} s windows; PostgreSQL {pg_version} {settings}",
+            flush=True,
+        )
         bench.prepare()
         bench.rounds(args.only)
         if args.profile:
@@ -481,7 +541,9 @@ def run(argv: list[str] | None = None) -> str:
             raw.unlink(missing_ok=True)
             if prof is not None:
                 profiled = prof.text()
-                (args.output / "kafka-profile.txt").write_text(profiled + "\n\ncollapsed stacks (py-spy --gil, raw):\n" + prof.raw)
+                (args.output / "kafka-profile.txt").write_text(
+                    profiled + "\n\ncollapsed stacks (py-spy --gil, raw):\n" + prof.raw
+                )
         if cfg.gateways == 2:
             listed = bench.second_gateway()
             print(f"a second gateway (node 1) is up; Metadata lists {listed} broker{'s' if listed != 1 else ''}", flush=True)
@@ -492,16 +554,31 @@ def run(argv: list[str] | None = None) -> str:
         machine = procs.machine(pg_version)
         elapsed = time.perf_counter() - started
 
-    config = {**cfg.__dict__, "groups": args.only, "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-              "batch_records": BATCH, "value_bytes": VALUE_BYTES, "key_bytes": KEY_BYTES, "page_records": PAGE,
-              "commit_every_batches": COMMIT_EVERY, "gateway_processes": cfg.gateways, "brokers_listed_with_two": listed,
-              "producer": KAFKA_PRODUCER, "consumer": KAFKA_CONSUMER, "client": f"confluent-kafka {_client_version()}",
-              "postgres": settings, "elapsed_s": round(elapsed, 1),
-              "other_load_cores_median": report.median(others), "other_load_cores_max": max(others, default=None),
-              "external_database": bool(os.environ.get("TXLOG_DATABASE_URL"))}
+    config = {
+        **cfg.__dict__,
+        "groups": args.only,
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "batch_records": BATCH,
+        "value_bytes": VALUE_BYTES,
+        "key_bytes": KEY_BYTES,
+        "page_records": PAGE,
+        "commit_every_batches": COMMIT_EVERY,
+        "gateway_processes": cfg.gateways,
+        "brokers_listed_with_two": listed,
+        "producer": KAFKA_PRODUCER,
+        "consumer": KAFKA_CONSUMER,
+        "client": f"confluent-kafka {_client_version()}",
+        "postgres": settings,
+        "elapsed_s": round(elapsed, 1),
+        "other_load_cores_median": report.median(others),
+        "other_load_cores_max": max(others, default=None),
+        "external_database": bool(os.environ.get("TXLOG_DATABASE_URL")),
+    }
     summary = report.summary_line(rows, goals_key="wire_goals_met")
-    title = (f"txlog over Kafka's wire protocol vs baselines — {machine['cores']} cores, PostgreSQL {pg_version}, "
-             f"commit {str(machine['txlog_commit'])[:10]}{'+' if machine['txlog_worktree_modified'] else ''}")
+    title = (
+        f"txlog over Kafka's wire protocol vs baselines — {machine['cores']} cores, PostgreSQL {pg_version}, "
+        f"commit {str(machine['txlog_commit'])[:10]}{'+' if machine['txlog_worktree_modified'] else ''}"
+    )
     args.output.mkdir(parents=True, exist_ok=True)
     doc = report.to_json(rows, works, machine, config, summary)
     if profiled:
@@ -515,8 +592,10 @@ def run(argv: list[str] | None = None) -> str:
     for key in ("txn10/1", "txn10/8", "txn10/8x2"):
         lat = [ms for x in bench.workloads[key].windows for ms in x.latencies_ms]
         if lat:
-            print(f"commit_transaction every {COMMIT_EVERY} batches, {key}: p50 {report.percentile(lat, 50):.1f} ms, "
-                  f"p99 {report.percentile(lat, 99):.1f} ms ({len(lat)} commits)")
+            print(
+                f"commit_transaction every {COMMIT_EVERY} batches, {key}: p50 {report.percentile(lat, 50):.1f} ms, "
+                f"p99 {report.percentile(lat, 99):.1f} ms ({len(lat)} commits)"
+            )
     if profiled:
         print()
         print(profiled.split("\n\nfunctions on")[0])

@@ -94,14 +94,20 @@ def run_apps(db_url: str, server_url: str, apps: int, rate: float, seconds: floa
     if reader:
         reader.join(timeout=30)
     out = {
-        "apps": apps, "rate_per_app": rate, "transactions": len(committed), "with_send": with_send,
-        "commit_p50_ms": percentile(commit_ms, 0.5), "commit_p99_ms": percentile(commit_ms, 0.99),
+        "apps": apps,
+        "rate_per_app": rate,
+        "transactions": len(committed),
+        "with_send": with_send,
+        "commit_p50_ms": percentile(commit_ms, 0.5),
+        "commit_p99_ms": percentile(commit_ms, 0.99),
     }
     if with_send:
         latencies = [(seen[k] - t) * 1000 for k, t in committed.items() if k in seen]
         out.update(
-            visible=len(latencies), missing=len(committed) - len(latencies),
-            visible_p50_ms=percentile(latencies, 0.5), visible_p99_ms=percentile(latencies, 0.99),
+            visible=len(latencies),
+            missing=len(committed) - len(latencies),
+            visible_p50_ms=percentile(latencies, 0.5),
+            visible_p99_ms=percentile(latencies, 0.99),
             visible_mean_ms=statistics.fmean(latencies),
         )
     return out
@@ -138,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
     poll = int(os.environ.get("TXLOG_OUTBOX_POLL_INTERVAL_MS", "50"))
     print(f"\noutbox, drainer polling every {poll} ms, {args.workers} worker(s):")
-    print(f"{'apps':>5} {'tx/s':>6} {'commit p50/p99 (no send)':>26} {'commit p50/p99 (send)':>23} {'commit→visible p50/p99':>24}")
+    print(
+        f"{'apps':>5} {'tx/s':>6} {'commit p50/p99 (no send)':>26} {'commit p50/p99 (send)':>23} {'commit→visible p50/p99':>24}"
+    )
     for plain, sent in zip(rows[0::2], rows[1::2]):
         print(
             f"{sent['apps']:>5} {sent['transactions'] / seconds:>6.0f} "
@@ -148,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
             + (f"  ({sent['missing']} not seen)" if sent["missing"] else "")
         )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"poll_interval_ms": poll, "workers": args.workers, "seconds": seconds, "runs": rows}, indent=2))
+    RESULTS.write_text(
+        json.dumps({"poll_interval_ms": poll, "workers": args.workers, "seconds": seconds, "runs": rows}, indent=2)
+    )
     return 0
 
 

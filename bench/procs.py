@@ -32,7 +32,7 @@ def read_stat(pid: int) -> ProcStat | None:
     except OSError:
         return None
     # "pid (comm) state ppid pgrp ..." — comm may hold spaces or parentheses: split after the last ")".
-    fields = text[text.rindex(")") + 2:].split()
+    fields = text[text.rindex(")") + 2 :].split()
     ticks = [int(x) for x in fields[11:15]]  # utime, stime, cutime, cstime (fields 14-17 of stat)
     return ProcStat(pid, int(fields[1]), int(fields[2]), (ticks[0] + ticks[1]) / _TICK, (ticks[2] + ticks[3]) / _TICK)
 
@@ -82,7 +82,7 @@ def thread_cpu(pid: int) -> dict[int, tuple[float, float]]:
             text = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
         except OSError:
             continue
-        fields = text[text.rindex(")") + 2:].split()
+        fields = text[text.rindex(")") + 2 :].split()
         out[tid] = (int(fields[11]) / _TICK, int(fields[12]) / _TICK)
     return out
 

@@ -125,10 +125,15 @@ def table(rows: list[Row]) -> str:
 
 
 def workload_table(summaries: list[WorkloadSummary]) -> str:
-    head = (f"{'workload':<24}{'rows/s':>10}{'client':>10}{'server':>10}{'postgres':>10}"
-            f"{'busiest client':>16}{'cores busy':>12}{'machine':>9}{'iowait':>8}")
-    lines = ["CPU seconds per 1000 rows; busiest client: one client process's share of a core; cores busy: client + "
-             "server + PostgreSQL; machine: all cores busy (/proc/stat), iowait: cores idle on I/O", head]
+    head = (
+        f"{'workload':<24}{'rows/s':>10}{'client':>10}{'server':>10}{'postgres':>10}"
+        f"{'busiest client':>16}{'cores busy':>12}{'machine':>9}{'iowait':>8}"
+    )
+    lines = [
+        "CPU seconds per 1000 rows; busiest client: one client process's share of a core; cores busy: client + "
+        "server + PostgreSQL; machine: all cores busy (/proc/stat), iowait: cores idle on I/O",
+        head,
+    ]
     for s in summaries:
         pg = f"{s.postgres_cpu_per_krow:.4f}" if s.postgres_cpu_per_krow is not None else "—"
         extra = f"   (queue empty {s.empty_dequeues}x)" if s.empty_dequeues else ""
@@ -154,8 +159,9 @@ def summary_line(rows: list[Row], goals_key: str = "goals_met") -> str:
     return " ".join(pairs)
 
 
-def to_json(rows: list[Row], summaries: list[WorkloadSummary], machine: dict[str, Any], config: dict[str, Any],
-            summary: str) -> dict[str, Any]:
+def to_json(
+    rows: list[Row], summaries: list[WorkloadSummary], machine: dict[str, Any], config: dict[str, Any], summary: str
+) -> dict[str, Any]:
     return {
         "machine": machine,
         "config": config,
@@ -165,8 +171,14 @@ def to_json(rows: list[Row], summaries: list[WorkloadSummary], machine: dict[str
                 "label": r.label,
                 "unit": r.unit,
                 "cells": {
-                    c: {"value": cell.value, "rounds": cell.rounds, "goal": asdict(cell.goal), "goal_text": cell.goal.text(),
-                        "met": cell.met, "client_cpu_s_per_1000_rows": cell.client_cpu_per_krow}
+                    c: {
+                        "value": cell.value,
+                        "rounds": cell.rounds,
+                        "goal": asdict(cell.goal),
+                        "goal_text": cell.goal.text(),
+                        "met": cell.met,
+                        "client_cpu_s_per_1000_rows": cell.client_cpu_per_krow,
+                    }
                     for c, cell in r.cells.items()
                 },
             }
@@ -208,13 +220,18 @@ def chart(path: Path, rows: list[Row], title: str) -> None:
                 continue
             label = None if column in labelled else f"{column} producer{'s' if column == '8' else ''} (pale: goal missed)"
             labelled.add(column)
-            ax.barh(y + dy, cell.value, height=0.34, color=colors[column], alpha=0.45 if cell.met is False else 1.0,
-                    label=label)
+            ax.barh(y + dy, cell.value, height=0.34, color=colors[column], alpha=0.45 if cell.met is False else 1.0, label=label)
             ax.text(cell.value + 0.02, y + dy, f"{cell.value:.2f}", va="center", fontsize=8)
         goal = next(iter(r.cells.values())).goal
         if goal.op == "~":
-            ax.axvspan(1 - goal.value, 1 + goal.value, ymin=(y + 0.1) / len(ratio_rows), ymax=(y + 0.9) / len(ratio_rows),
-                       color="green", alpha=0.15)
+            ax.axvspan(
+                1 - goal.value,
+                1 + goal.value,
+                ymin=(y + 0.1) / len(ratio_rows),
+                ymax=(y + 0.9) / len(ratio_rows),
+                color="green",
+                alpha=0.15,
+            )
             ax.text(1.0, y + 0.44, goal.text(), fontsize=7, ha="center")
         else:
             ax.plot([goal.value, goal.value], [y - 0.42, y + 0.42], color="black", linewidth=2)

@@ -62,12 +62,21 @@ def generate(url: str, records: int, partitions: int, txn_size: int, aborted_eve
     with psycopg.connect(url) as conn:
         for p in range(partitions):
             pid = conn.execute("SELECT nextval('txlog.producer_id_seq')").fetchone()[0]  # type: ignore[index]
-            params = {"topic": TOPIC, "partition": p, "size": txn_size, "pid": pid, "every": aborted_every,
-                      "offsets": txns * (txn_size + 1), "txns": txns}
+            params = {
+                "topic": TOPIC,
+                "partition": p,
+                "size": txn_size,
+                "pid": pid,
+                "every": aborted_every,
+                "offsets": txns * (txn_size + 1),
+                "txns": txns,
+            }
             conn.execute(_BULK, params)
             conn.execute(_ABORTED_INDEX, params)
-            conn.execute("UPDATE txlog.partitions SET next_offset = %s WHERE topic = %s AND partition = %s",
-                         (txns * (txn_size + 1), TOPIC, p))
+            conn.execute(
+                "UPDATE txlog.partitions SET next_offset = %s WHERE topic = %s AND partition = %s",
+                (txns * (txn_size + 1), TOPIC, p),
+            )
         conn.commit()
     for outcome in ("commit", "abort", "open"):
         tid = f"bench-{outcome}"
@@ -101,23 +110,34 @@ def main() -> None:
         reset(url)
         started = time.perf_counter()
         generate(url, args.records, args.partitions, args.txn_size, args.aborted_every)
-        print(f"generated {args.records:,} records ({100 // args.aborted_every}% in aborted transactions) "
-              f"in {time.perf_counter() - started:.1f} s")
+        print(
+            f"generated {args.records:,} records ({100 // args.aborted_every}% in aborted transactions) "
+            f"in {time.perf_counter() - started:.1f} s"
+        )
         spark = spark_session("txlog-bench", "local[2]")
         try:
             committed = read_topic(spark, url, TOPIC).count()
             with psycopg.connect(url) as conn:
-                raw, hwm = conn.execute('SELECT count(*), max("offset") + 1 FROM txlog.records WHERE topic = %s', (TOPIC,)).fetchone()  # type: ignore[misc]
+                raw, hwm = conn.execute(
+                    'SELECT count(*), max("offset") + 1 FROM txlog.records WHERE topic = %s', (TOPIC,)
+                ).fetchone()  # type: ignore[misc]
             snap = snapshot(url, TOPIC)
-            print(f"{TOPIC}: {raw:,} rows in txlog.records (data, aborted and control records), "
-                  f"{committed:,} visible to read_committed below the last stable offsets {snap.end_offsets}")
+            print(
+                f"{TOPIC}: {raw:,} rows in txlog.records (data, aborted and control records), "
+                f"{committed:,} visible to read_committed below the last stable offsets {snap.end_offsets}"
+            )
 
             def plain(n: int):  # type: ignore[no-untyped-def]
                 return spark.read.jdbc(
                     url=jdbc_url(url),
-                    table=("(SELECT topic, partition, \"offset\", key, value, headers::text AS headers, \"timestamp\", producer_id "
-                           f"FROM txlog.records WHERE topic = '{TOPIC}') AS t"),
-                    column="offset", lowerBound=0, upperBound=hwm, numPartitions=n,
+                    table=(
+                        '(SELECT topic, partition, "offset", key, value, headers::text AS headers, "timestamp", producer_id '
+                        f"FROM txlog.records WHERE topic = '{TOPIC}') AS t"
+                    ),
+                    column="offset",
+                    lowerBound=0,
+                    upperBound=hwm,
+                    numPartitions=n,
                     properties={"driver": JDBC_DRIVER_CLASS, "fetchsize": str(JDBC_FETCH_SIZE)},
                 )
 

@@ -58,13 +58,15 @@ def process(producer: Producer, consumer: Consumer, records: list[Message], outp
 
 def run(url: str | None, input_topic: str, output: str, group: str, transactional_id: str, batch: int, idle_exit_s: float) -> int:
     producer = Producer({"url": url, "transactional.id": transactional_id, "linger.ms": 5})
-    consumer = Consumer({
-        "url": url,
-        "group.id": group,
-        "isolation.level": "read_committed",
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-    })
+    consumer = Consumer(
+        {
+            "url": url,
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
     producer.init_transactions()  # first: aborts what a predecessor left open, freeing its offsets
     consumer.subscribe([input_topic])
     transactions = 0

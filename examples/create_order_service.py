@@ -53,7 +53,8 @@ class OrderDao:
     def create_order_in_db(self, request: CreateOrderRequest) -> None:
         with psycopg.connect(self.database_url) as conn:  # one local transaction, committed on leaving
             conn.execute(
-                "INSERT INTO orders (order_id, item, quantity) VALUES (%s, %s, %s)", (request.order_id, request.item, request.quantity)
+                "INSERT INTO orders (order_id, item, quantity) VALUES (%s, %s, %s)",
+                (request.order_id, request.item, request.quantity),
             )
 
     def is_order_id_exists_in_db(self, order_id: str | None) -> bool:
@@ -62,7 +63,9 @@ class OrderDao:
 
 
 class CreateOrderService:
-    def __init__(self, order_dao: OrderDao, executor_service: Executor, txlog_url: str | None = None, **producer_options: object) -> None:
+    def __init__(
+        self, order_dao: OrderDao, executor_service: Executor, txlog_url: str | None = None, **producer_options: object
+    ) -> None:
         self.order_dao = order_dao  # @Inject OrderDao
         self.executor_service = executor_service  # @Inject ExecutorService
         self.txlog_url = txlog_url
@@ -84,7 +87,10 @@ class CreateOrderService:
         # send it as a transactional message
         send_result = self.producer.send_message_in_transaction(msg, request)  # type: ignore[union-attr]
         # did the transaction succeed?
-        return send_result.send_status is SendStatus.SEND_OK and send_result.local_transaction_state is LocalTransactionState.COMMIT_MESSAGE
+        return (
+            send_result.send_status is SendStatus.SEND_OK
+            and send_result.local_transaction_state is LocalTransactionState.COMMIT_MESSAGE
+        )
 
     def create_transaction_listener(self) -> TransactionListener:
         order_dao = self.order_dao
@@ -107,12 +113,20 @@ class CreateOrderService:
                 order_id = msg.get_user_property("orderId")
                 # the order exists: commit. It does not: the local transaction failed, or is still
                 # running — UNKNOW (RocketMQ's spelling), asked again later
-                return LocalTransactionState.COMMIT_MESSAGE if order_dao.is_order_id_exists_in_db(order_id) else LocalTransactionState.UNKNOW
+                return (
+                    LocalTransactionState.COMMIT_MESSAGE
+                    if order_dao.is_order_id_exists_in_db(order_id)
+                    else LocalTransactionState.UNKNOW
+                )
 
         return Listener()
 
     def create_message(self, request: CreateOrderRequest) -> Message:
-        msg = Message(TOPIC, body=json.dumps({"order_id": request.order_id, "item": request.item, "quantity": request.quantity}), key=request.order_id)
+        msg = Message(
+            TOPIC,
+            body=json.dumps({"order_id": request.order_id, "item": request.item, "quantity": request.quantity}),
+            key=request.order_id,
+        )
         msg.put_user_property("orderId", request.order_id)
         return msg
 
@@ -149,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--txlog-url", default=None, help="the server (default: $TXLOG_URL or http://127.0.0.1:8080)")
     parser.add_argument("--database-url", default=None, help="where the orders table lives (default: `txlog db-url`)")
     args = parser.parse_args(argv)
-    database_url = args.database_url or subprocess.run(["txlog", "db-url"], capture_output=True, text=True, check=True).stdout.strip()
+    database_url = (
+        args.database_url or subprocess.run(["txlog", "db-url"], capture_output=True, text=True, check=True).stdout.strip()
+    )
     requests = [
         CreateOrderRequest("order-1", "book", 1),
         CreateOrderRequest("order-2", "lamp", 2),
@@ -157,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         CreateOrderRequest("order-3", "chair", 0),  # refused by the table: rolled back
     ]
     for request, ok in zip(requests, run(args.txlog_url, database_url, requests)):
-        print(f"{request.order_id} ({request.item} x{request.quantity}): {'created and sent' if ok else 'neither created nor sent'}")
+        print(
+            f"{request.order_id} ({request.item} x{request.quantity}): {'created and sent' if ok else 'neither created nor sent'}"
+        )
     return 0
 
 

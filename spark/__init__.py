@@ -1,7 +1,7 @@
 """Read txlog topics into Spark over JDBC: committed snapshots, incremental jobs, exports.
 
-    from spark import read_topic, spark_session
-    df = read_topic(spark_session("report"), "postgresql://…/txlog", "orders")
+from spark import read_topic, spark_session
+df = read_topic(spark_session("report"), "postgresql://…/txlog", "orders")
 """
 
 from spark.reader import commit_offsets, read_topic, snapshot

@@ -40,10 +40,16 @@ def spark_job(name: str, check: Callable[[dict], None] | None = None) -> Callabl
     one line (exit 1)."""
 
     def decorate(body: Callable[..., int]) -> Callable[..., int]:
-        @click.option("--database-url", default=None, metavar="URL",
-                      help="txlog database (default: $TXLOG_DATABASE_URL, else the embedded one)")
+        @click.option(
+            "--database-url",
+            default=None,
+            metavar="URL",
+            help="txlog database (default: $TXLOG_DATABASE_URL, else the embedded one)",
+        )
         @click.option("--master", default="local[2]", show_default=True, help="Spark master")
-        @click.option("--num-partitions", type=int, default=None, help="parallel JDBC slices per read (default: Spark's parallelism)")
+        @click.option(
+            "--num-partitions", type=int, default=None, help="parallel JDBC slices per read (default: Spark's parallelism)"
+        )
         @functools.wraps(body)
         def command(database_url: str | None, master: str, **options: Any) -> int:
             if check is not None:
@@ -82,11 +88,25 @@ def spark() -> None:
 @click.option("--isolation-level", type=ISOLATION, default="read_committed", show_default=True)
 @click.option("--group", default=None, help="start from this group's offsets and commit the end offsets after writing")
 @click.option("--mode", type=click.Choice(["errorifexists", "overwrite", "append"]), default="errorifexists", show_default=True)
-@click.option("--encoding", type=ENCODING, default=None,
-              help="keys and values: utf8 text, base64 or bytes (default: bytes for parquet, utf8 for json)")
+@click.option(
+    "--encoding",
+    type=ENCODING,
+    default=None,
+    help="keys and values: utf8 text, base64 or bytes (default: bytes for parquet, utf8 for json)",
+)
 @spark_job("export")
-def export(spark: SparkSession, url: str, topic: str, output: str, format_: Format, isolation_level: IsolationLevel,
-           group: str | None, mode: str, encoding: Encoding | None, num_partitions: int | None) -> int:
+def export(
+    spark: SparkSession,
+    url: str,
+    topic: str,
+    output: str,
+    format_: Format,
+    isolation_level: IsolationLevel,
+    group: str | None,
+    mode: str,
+    encoding: Encoding | None,
+    num_partitions: int | None,
+) -> int:
     """Write a topic's records as Parquet or JSON files."""
     from spark.export import export as run_export
 
@@ -100,8 +120,15 @@ def export(spark: SparkSession, url: str, topic: str, output: str, format_: Form
 @click.option("--group", required=True, help="consumer group whose offsets track the input")
 @click.option("--transaction-timeout-ms", type=int, default=None)
 @spark_job("pipeline")
-def pipeline(spark: SparkSession, url: str, input_: str, output: str, group: str, transaction_timeout_ms: int | None,
-             num_partitions: int | None) -> int:
+def pipeline(
+    spark: SparkSession,
+    url: str,
+    input_: str,
+    output: str,
+    group: str,
+    transaction_timeout_ms: int | None,
+    num_partitions: int | None,
+) -> int:
     """Exactly-once job: orders in, per-customer running totals out."""
     from spark.pipeline import run_pipeline
 
@@ -126,17 +153,37 @@ def _check_stream(options: dict) -> None:
 @click.option("--max-batches", type=int, default=None, help="stop after this many batches")
 @click.option("--available-now", is_flag=True, help="stop once a trigger finds nothing new")
 @spark_job("stream", check=_check_stream)
-def stream(spark: SparkSession, url: str, topic: str, group: str, output: str | None, sink: str, format_: Format,
-           encoding: Encoding | None, isolation_level: IsolationLevel, trigger_seconds: float, max_batches: int | None,
-           available_now: bool, num_partitions: int | None) -> int:
+def stream(
+    spark: SparkSession,
+    url: str,
+    topic: str,
+    group: str,
+    output: str | None,
+    sink: str,
+    format_: Format,
+    encoding: Encoding | None,
+    isolation_level: IsolationLevel,
+    trigger_seconds: float,
+    max_batches: int | None,
+    available_now: bool,
+    num_partitions: int | None,
+) -> int:
     """Micro-batches from a group's offsets to files, resumable exactly once."""
     from spark.stream import ConsoleSink, FileSink, run_stream
 
     # _check_stream has refused --sink files without --output
     file_sink = FileSink(output, format_, encoding) if sink == "files" and output is not None else None
     result = run_stream(
-        spark, url, topic, group, file_sink or ConsoleSink(), trigger_seconds, max_batches, available_now,
-        isolation_level, num_partitions,
+        spark,
+        url,
+        topic,
+        group,
+        file_sink or ConsoleSink(),
+        trigger_seconds,
+        max_batches,
+        available_now,
+        isolation_level,
+        num_partitions,
     )
     click.echo(f"stream: {result.batches} batches, {result.records} records", err=True)
     return 0

@@ -68,6 +68,8 @@ def export(
     if group_id is not None:
         commit_offsets(url, group_id, snap)
     if verbose:
-        say(f"exported {written} records of {topic} to {output} in {progress.elapsed:.1f} s"
-            + (f"; group {group_id} committed at {snap.end_offsets}" if group_id else ""))
+        say(
+            f"exported {written} records of {topic} to {output} in {progress.elapsed:.1f} s"
+            + (f"; group {group_id} committed at {snap.end_offsets}" if group_id else "")
+        )
     return ExportResult(snap, written, progress.elapsed)

@@ -79,9 +79,9 @@ def parse_orders(orders: "DataFrame") -> "DataFrame":
     """Input records as (customer, amount); null columns where the value is not a valid order."""
     from pyspark.sql import functions as F
 
-    return orders.select(
-        F.from_json(F.col("value").cast("string"), f"customer STRING, amount {AMOUNT_TYPE}").alias("o")
-    ).select(F.col("o.customer").alias("customer"), F.col("o.amount").alias("amount"))
+    return orders.select(F.from_json(F.col("value").cast("string"), f"customer STRING, amount {AMOUNT_TYPE}").alias("o")).select(
+        F.col("o.customer").alias("customer"), F.col("o.amount").alias("amount")
+    )
 
 
 def new_totals(parsed: "DataFrame", previous: "DataFrame") -> "DataFrame":
@@ -185,6 +185,9 @@ def run_pipeline(
         stats = seen.get
         malformed = int(stats.get("malformed", 0))
         orders = int(stats.get("input", 0)) - malformed
-    say(f"pipeline: committed {written} totals to {output_topic} for {orders} orders"
-        + (f" ({malformed} malformed skipped)" if malformed else "") + f"; group {group_id} at {snap.end_offsets}")
+    say(
+        f"pipeline: committed {written} totals to {output_topic} for {orders} orders"
+        + (f" ({malformed} malformed skipped)" if malformed else "")
+        + f"; group {group_id} at {snap.end_offsets}"
+    )
     return PipelineResult(snap, orders, malformed, written)

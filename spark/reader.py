@@ -50,15 +50,7 @@ COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "timestamp
 def record_schema() -> "StructType":
     """The columns of a topic read: the contract's ``txlog.committed_records`` columns (headers as
     JSON text)."""
-    from pyspark.sql.types import (
-        BinaryType,
-        IntegerType,
-        LongType,
-        StringType,
-        StructField,
-        StructType,
-        TimestampType,
-    )
+    from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
     return StructType(
         [
@@ -111,6 +103,7 @@ def records_select(isolation_level: IsolationLevel, topic_sql: str) -> str:
 
 
 # --- offsets and slices ---------------------------------------------------------------------------
+
 
 @dataclass(frozen=True, order=True)
 class OffsetRange:
@@ -241,16 +234,22 @@ def snapshot(
 
     validate_topic_name(topic)
     if isolation_level not in ("read_committed", "read_uncommitted"):
-        raise TxlogError(ErrorCode.INVALID_REQUEST, f"isolation_level must be read_committed or read_uncommitted, not {isolation_level!r}")
+        raise TxlogError(
+            ErrorCode.INVALID_REQUEST, f"isolation_level must be read_committed or read_uncommitted, not {isolation_level!r}"
+        )
     if isinstance(end_offsets, str) and end_offsets not in ("latest_stable", "latest"):
-        raise TxlogError(ErrorCode.INVALID_REQUEST, f"end_offsets must be 'latest_stable', 'latest' or a mapping, not {end_offsets!r}")
+        raise TxlogError(
+            ErrorCode.INVALID_REQUEST, f"end_offsets must be 'latest_stable', 'latest' or a mapping, not {end_offsets!r}"
+        )
     with service_broker(url) as broker:
         statuses = {s.partition: s for s in topics.describe_topic(broker, topic)}
         committed: dict[int, int] = {}
         if group_id is not None:
             # KIP-447: a read_committed consumer waits for offsets pending in open transactions.
             stable = isolation_level == "read_committed"
-            committed = {o.partition: o.offset for o in groups.offset_fetch(broker, group_id, require_stable=stable) if o.topic == topic}
+            committed = {
+                o.partition: o.offset for o in groups.offset_fetch(broker, group_id, require_stable=stable) if o.topic == topic
+            }
     wanted = sorted(statuses) if partitions is None else sorted(set(partitions))
     for p in wanted:
         if p not in statuses:
@@ -334,6 +333,7 @@ def commit_offsets(
 
 
 # --- JDBC -------------------------------------------------------------------------------------------
+
 
 def jdbc_url(url: str) -> str:
     """A txlog database URL (``postgresql://user:password@host:port/db``, as ``txlog db-url``

@@ -54,7 +54,9 @@ def wait_while_progressing(remaining, stall_timeout: float = 60.0, interval: flo
 class ServerProcess:
     """``txlog serve`` in a subprocess, on a free port, against a given database."""
 
-    def __init__(self, database_url: str, workers: int = 1, env: dict[str, str] | None = None, log_path: Path | None = None) -> None:
+    def __init__(
+        self, database_url: str, workers: int = 1, env: dict[str, str] | None = None, log_path: Path | None = None
+    ) -> None:
         self.database_url = database_url
         self.workers = workers
         self.port = free_port()
@@ -67,8 +69,18 @@ class ServerProcess:
     def start(self, timeout: float = 60) -> "ServerProcess":
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port), "--workers", str(self.workers),
-             "--log-level", "warning"],
+            [
+                sys.executable,
+                "-m",
+                "app.cli",
+                "serve",
+                "--port",
+                str(self.port),
+                "--workers",
+                str(self.workers),
+                "--log-level",
+                "warning",
+            ],
             cwd=ROOT,
             env=self.env,
             stdout=out,
@@ -114,7 +126,7 @@ class ServerProcess:
                 stat = (entry / "stat").read_text()
             except OSError:  # gone meanwhile
                 continue
-            fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, ...
+            fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, pgrp, ...
             if int(fields[2]) == self.proc.pid:
                 found[int(entry.name)] = fields[0]
         return found

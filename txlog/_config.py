@@ -9,15 +9,39 @@ from txlog.errors import KafkaError, KafkaException
 
 # Properties that matter to a Kafka client talking to brokers over TCP and have no meaning over
 # txlog's HTTP API: accepted, so existing configurations carry over, and not used.
-IGNORED = frozenset({
-    "client.id", "debug", "log_level", "logger", "stats_cb", "throttle_cb", "statistics.interval.ms",
-    "security.protocol", "api.version.request", "broker.address.family", "metadata.max.age.ms",
-    "topic.metadata.refresh.interval.ms", "compression.type", "compression.codec", "partitioner",
-    "session.timeout.ms", "heartbeat.interval.ms", "max.poll.interval.ms", "partition.assignment.strategy",
-    "group.instance.id", "client.rack", "allow.auto.create.topics", "enable.ssl.certificate.verification",
-    "check.crcs", "queued.min.messages", "queued.max.messages.kbytes", "sticky.partitioning.linger.ms",
-    "enable.gapless.guarantee", "delivery.report.only.error",
-})
+IGNORED = frozenset(
+    {
+        "client.id",
+        "debug",
+        "log_level",
+        "logger",
+        "stats_cb",
+        "throttle_cb",
+        "statistics.interval.ms",
+        "security.protocol",
+        "api.version.request",
+        "broker.address.family",
+        "metadata.max.age.ms",
+        "topic.metadata.refresh.interval.ms",
+        "compression.type",
+        "compression.codec",
+        "partitioner",
+        "session.timeout.ms",
+        "heartbeat.interval.ms",
+        "max.poll.interval.ms",
+        "partition.assignment.strategy",
+        "group.instance.id",
+        "client.rack",
+        "allow.auto.create.topics",
+        "enable.ssl.certificate.verification",
+        "check.crcs",
+        "queued.min.messages",
+        "queued.max.messages.kbytes",
+        "sticky.partitioning.linger.ms",
+        "enable.gapless.guarantee",
+        "delivery.report.only.error",
+    }
+)
 IGNORED_PREFIXES = ("ssl.", "sasl.", "socket.", "reconnect.", "connections.")
 
 
@@ -73,8 +97,14 @@ KINDS: dict[str, Callable[[Any], Any]] = {"bool": _bool, "int": _int, "float": _
 class Spec:
     """One property: its kind, default, allowed range or values."""
 
-    def __init__(self, kind: str, default: Any = None, low: int | None = None, high: int | None = None,
-                 choices: tuple[str, ...] | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        default: Any = None,
+        low: int | None = None,
+        high: int | None = None,
+        choices: tuple[str, ...] | None = None,
+    ) -> None:
         self.kind, self.default, self.low, self.high, self.choices = kind, default, low, high, choices
 
 
@@ -104,9 +134,7 @@ def read(conf: dict | None, specs: dict[str, Spec], aliases: dict[str, str]) -> 
             if value not in spec.choices:
                 raise invalid(f'Invalid value "{raw}" for configuration property "{raw_name}"')
         if (spec.low is not None and value < spec.low) or (spec.high is not None and value > spec.high):
-            raise invalid(
-                f'Configuration property "{raw_name}" value {value} is outside allowed range {spec.low}..{spec.high}'
-            )
+            raise invalid(f'Configuration property "{raw_name}" value {value} is outside allowed range {spec.low}..{spec.high}')
         values[name] = value
         given.add(name)
     return values, given

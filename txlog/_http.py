@@ -62,7 +62,9 @@ class Transport:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s, **client_options)
 
-    def request(self, method: str, path: str, body: Any = None, params: dict | None = None, timeout_s: float | None = None) -> Any:
+    def request(
+        self, method: str, path: str, body: Any = None, params: dict | None = None, timeout_s: float | None = None
+    ) -> Any:
         """Send one request and answer its decoded JSON; raise ``KafkaException`` on any failure."""
         content = orjson.dumps(body) if body is not None else None
         headers = {"Content-Type": "application/json"} if content is not None else None
@@ -70,7 +72,11 @@ class Transport:
             params = {k: v for k, v in params.items() if v is not None}
         try:
             response = self._client.request(
-                method, path, content=content, headers=headers, params=params,
+                method,
+                path,
+                content=content,
+                headers=headers,
+                params=params,
                 timeout=timeout_s if timeout_s is not None else httpx.USE_CLIENT_DEFAULT,
             )
         except httpx.TimeoutException as exc:

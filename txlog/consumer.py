@@ -43,7 +43,7 @@ _SPECS = {
     "auto.commit.interval.ms": Spec("int", 5000, 0, 86_400_000),
     "enable.auto.offset.store": Spec("bool", True),
     "auto.offset.reset": Spec(
-        "str", "largest", choices=("smallest", "earliest", "beginning", "largest", "latest", "end", "error"),
+        "str", "largest", choices=("smallest", "earliest", "beginning", "largest", "latest", "end", "error")
     ),
     "enable.partition.eof": Spec("bool", False),
     "fetch.wait.max.ms": Spec("int", 500, 0, 60_000),
@@ -194,7 +194,10 @@ class Consumer:
             f.fetch_offset, f.reset = None, None
 
     def subscribe(
-        self, topics: list[str], on_assign: Callable | None = None, on_revoke: Callable | None = None,
+        self,
+        topics: list[str],
+        on_assign: Callable | None = None,
+        on_revoke: Callable | None = None,
         on_lost: Callable | None = None,
     ) -> None:
         """Consume every partition of ``topics``; the assignment happens in the next ``poll``,
@@ -324,7 +327,8 @@ class Consumer:
             "wait_ms": wait_ms,
         }
         return self._transport.get(
-            f"/v1/topics/{segment(tp.topic)}/partitions/{tp.partition}/records", params,
+            f"/v1/topics/{segment(tp.topic)}/partitions/{tp.partition}/records",
+            params,
             timeout_s=self._request_timeout_s + wait_ms / 1000,
         )
 
@@ -345,27 +349,49 @@ class Consumer:
                 continue
             for r in page["records"]:
                 headers = [(h["key"], unb64(h["value"])) for h in r.get("header_list") or ()]
-                f.buffer.append(Message(
-                    tp.topic, tp.partition, r["offset"], unb64(r["key"]), unb64(r["value"]), headers,
-                    (TIMESTAMP_CREATE_TIME, r["timestamp_ms"]),
-                ))
+                f.buffer.append(
+                    Message(
+                        tp.topic,
+                        tp.partition,
+                        r["offset"],
+                        unb64(r["key"]),
+                        unb64(r["value"]),
+                        headers,
+                        (TIMESTAMP_CREATE_TIME, r["timestamp_ms"]),
+                    )
+                )
             f.fetch_offset = page["next_offset"]
             end = page["last_stable_offset"] if self._read_committed else page["high_watermark"]
             if self._partition_eof and not f.buffer and f.fetch_offset >= end and f.eof_at != f.fetch_offset:
                 f.eof_at = f.fetch_offset
-                self._events.append(Message(
-                    tp.topic, tp.partition, f.fetch_offset,
-                    error=KafkaError(KafkaError._PARTITION_EOF, f"Fetch from {tp.topic} [{tp.partition}] reached end at offset {f.fetch_offset}"),
-                ))
+                self._events.append(
+                    Message(
+                        tp.topic,
+                        tp.partition,
+                        f.fetch_offset,
+                        error=KafkaError(
+                            KafkaError._PARTITION_EOF,
+                            f"Fetch from {tp.topic} [{tp.partition}] reached end at offset {f.fetch_offset}",
+                        ),
+                    )
+                )
 
     def _fetch_failed(self, tp: TopicPartition, f: _Fetch, err: KafkaError) -> None:
         if err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
             if self._reset is None:
                 f.retry_at = time.monotonic() + 1.0
-                self._events.append(Message(tp.topic, tp.partition, f.fetch_offset, error=KafkaError(
-                    KafkaError._AUTO_OFFSET_RESET, f"Fetch from {tp.topic} [{tp.partition}] at offset {f.fetch_offset} "
-                    f"failed: {err.str()}; auto.offset.reset is error",
-                )))
+                self._events.append(
+                    Message(
+                        tp.topic,
+                        tp.partition,
+                        f.fetch_offset,
+                        error=KafkaError(
+                            KafkaError._AUTO_OFFSET_RESET,
+                            f"Fetch from {tp.topic} [{tp.partition}] at offset {f.fetch_offset} "
+                            f"failed: {err.str()}; auto.offset.reset is error",
+                        ),
+                    )
+                )
                 return
             f.fetch_offset, f.reset = None, self._reset
             return
@@ -377,7 +403,9 @@ class Consumer:
 
     def _resolve(self, deadline: float | None) -> None:
         """Find the start of partitions that have none: the committed offset, else a reset."""
-        unknown = [tp for tp, f in self._fetches.items() if f.fetch_offset is None and f.reset is None and f.retry_at <= time.monotonic()]
+        unknown = [
+            tp for tp, f in self._fetches.items() if f.fetch_offset is None and f.reset is None and f.retry_at <= time.monotonic()
+        ]
         if unknown:
             committed: dict[TopicPartition, int] = {}
             if self._group_id is not None:
@@ -399,9 +427,16 @@ class Consumer:
                     f.reset = self._reset
                 else:
                     f.retry_at = time.monotonic() + 1.0
-                    self._events.append(Message(tp.topic, tp.partition, error=KafkaError(
-                        KafkaError._AUTO_OFFSET_RESET, f"{tp.topic} [{tp.partition}]: no committed offset and auto.offset.reset is error",
-                    )))
+                    self._events.append(
+                        Message(
+                            tp.topic,
+                            tp.partition,
+                            error=KafkaError(
+                                KafkaError._AUTO_OFFSET_RESET,
+                                f"{tp.topic} [{tp.partition}]: no committed offset and auto.offset.reset is error",
+                            ),
+                        )
+                    )
         to_reset: dict[str, list[TopicPartition]] = {}
         for tp, f in self._fetches.items():
             if f.reset is not None and f.retry_at <= time.monotonic():
@@ -442,7 +477,9 @@ class Consumer:
 
     def _watermarks(self, topic: str) -> dict[int, tuple[int, int, int]]:
         answer = self._transport.get(f"/v1/topics/{segment(topic)}")
-        return {p["partition"]: (p["log_start_offset"], p["high_watermark"], p["last_stable_offset"]) for p in answer["partitions"]}
+        return {
+            p["partition"]: (p["log_start_offset"], p["high_watermark"], p["last_stable_offset"]) for p in answer["partitions"]
+        }
 
     # --- positions and offsets ------------------------------------------------------------------
 
@@ -464,9 +501,11 @@ class Consumer:
             self._check_open()
             f = self._fetches.get(_tp(partition))
             if f is None:
-                raise KafkaException(KafkaError(
-                    KafkaError._UNKNOWN_PARTITION, f"seek(): {partition.topic} [{partition.partition}] is not assigned",
-                ))
+                raise KafkaException(
+                    KafkaError(
+                        KafkaError._UNKNOWN_PARTITION, f"seek(): {partition.topic} [{partition.partition}] is not assigned"
+                    )
+                )
             if partition.offset in (OFFSET_STORED, OFFSET_INVALID):
                 raise KafkaException(KafkaError(KafkaError._INVALID_ARG, "seek(): invalid offset"))
             self._place(f, partition.offset)
@@ -496,11 +535,13 @@ class Consumer:
             for tp in offsets or []:
                 f = self._fetches.get(_tp(tp))
                 if f is None:
-                    raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION, f"{tp.topic} [{tp.partition}] is not assigned"))
+                    raise KafkaException(
+                        KafkaError(KafkaError._UNKNOWN_PARTITION, f"{tp.topic} [{tp.partition}] is not assigned")
+                    )
                 f.stored = tp.offset
 
     def commit(
-        self, message: Message | None = None, offsets: list[TopicPartition] | None = None, asynchronous: bool = True,
+        self, message: Message | None = None, offsets: list[TopicPartition] | None = None, asynchronous: bool = True
     ) -> list[TopicPartition] | None:
         """Commit the message's offset + 1, or ``offsets``, or else the stored offsets of the
         assignment (the positions of the records handed out). Synchronous commits answer the
@@ -510,7 +551,9 @@ class Consumer:
             if message is not None:
                 offsets = [TopicPartition(message.topic(), message.partition(), message.offset() + 1)]  # type: ignore[arg-type, operator]  # a consumed message has all three
             elif offsets is None:
-                offsets = [TopicPartition(tp.topic, tp.partition, f.stored) for tp, f in self._fetches.items() if f.stored is not None]
+                offsets = [
+                    TopicPartition(tp.topic, tp.partition, f.stored) for tp, f in self._fetches.items() if f.stored is not None
+                ]
                 if not offsets:
                     raise KafkaException(KafkaError(KafkaError._NO_OFFSET, "Local: No offset stored"))
             try:
@@ -526,9 +569,12 @@ class Consumer:
 
     def _commit(self, offsets: list[TopicPartition]) -> list[TopicPartition]:
         group = self._require_group("commit")
-        body = {"offsets": [
-            {"topic": tp.topic, "partition": tp.partition, "offset": tp.offset, "metadata": tp.metadata or ""} for tp in offsets
-        ]}
+        body = {
+            "offsets": [
+                {"topic": tp.topic, "partition": tp.partition, "offset": tp.offset, "metadata": tp.metadata or ""}
+                for tp in offsets
+            ]
+        }
         answer = self._transport.post(f"/v1/groups/{segment(group)}/offsets", body)
         out = [TopicPartition(o["topic"], o["partition"], o["offset"], o["metadata"] or None) for o in answer["offsets"]]
         for tp in out:
@@ -544,7 +590,8 @@ class Consumer:
         self._next_auto_commit = now + self._auto_commit_s
         changed = [
             TopicPartition(tp.topic, tp.partition, f.stored)
-            for tp, f in self._fetches.items() if f.stored is not None and self._last_commit.get(tp) != f.stored
+            for tp, f in self._fetches.items()
+            if f.stored is not None and self._last_commit.get(tp) != f.stored
         ]
         if not changed:
             return
@@ -568,16 +615,22 @@ class Consumer:
         t = self._request_timeout_s if timeout is None or timeout < 0 else timeout
         found = self._committed_offsets(time.monotonic() + t)
         if found is None:
-            raise KafkaException(KafkaError(
-                KafkaError._TIMED_OUT, "committed(): offsets of the group are still pending in a transaction", retriable=True,
-            ))
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._TIMED_OUT, "committed(): offsets of the group are still pending in a transaction", retriable=True
+                )
+            )
         return [TopicPartition(tp.topic, tp.partition, found.get(_tp(tp), OFFSET_INVALID)) for tp in partitions]
 
-    def get_watermark_offsets(self, partition: TopicPartition, timeout: float | None = None, cached: bool = False) -> tuple[int, int]:
+    def get_watermark_offsets(
+        self, partition: TopicPartition, timeout: float | None = None, cached: bool = False
+    ) -> tuple[int, int]:
         """``(low, high)``: the partition's log start offset and high watermark."""
         marks = self._watermarks(partition.topic)
         if partition.partition not in marks:
-            raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION, f"{partition.topic} [{partition.partition}] does not exist"))
+            raise KafkaException(
+                KafkaError(KafkaError._UNKNOWN_PARTITION, f"{partition.topic} [{partition.partition}] does not exist")
+            )
         low, high, _ = marks[partition.partition]
         return low, high
 

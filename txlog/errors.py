@@ -99,7 +99,9 @@ class KafkaError(metaclass=_WithCodes):
     def txn_requires_abort(self) -> bool:
         return self._txn_requires_abort
 
-    def with_flags(self, *, fatal: bool | None = None, retriable: bool | None = None, txn_requires_abort: bool | None = None) -> "KafkaError":
+    def with_flags(
+        self, *, fatal: bool | None = None, retriable: bool | None = None, txn_requires_abort: bool | None = None
+    ) -> "KafkaError":
         """The same error, classified differently (a producer decides what an error means to it)."""
         return KafkaError(
             self._code,
@@ -121,7 +123,7 @@ class KafkaError(metaclass=_WithCodes):
         return hash(self._code)
 
     def __str__(self) -> builtins.str:  # `str` in this class is the method above
-        return f"KafkaError{{code={self.name()},val={self._code},str=\"{self._reason}\"}}"
+        return f'KafkaError{{code={self.name()},val={self._code},str="{self._reason}"}}'
 
     __repr__ = __str__
 

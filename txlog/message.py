@@ -28,7 +28,11 @@ class TopicPartition:
     __slots__ = ("topic", "partition", "offset", "metadata", "leader_epoch", "error")
 
     def __init__(
-        self, topic: str, partition: int = -1, offset: int = OFFSET_INVALID, metadata: str | None = None,
+        self,
+        topic: str,
+        partition: int = -1,
+        offset: int = OFFSET_INVALID,
+        metadata: str | None = None,
         leader_epoch: int | None = None,
     ) -> None:
         self.topic = topic
@@ -138,6 +142,7 @@ class Message:
 
 
 # --- bytes on the wire ----------------------------------------------------------------------------
+
 
 def to_bytes(v: Any, what: str) -> bytes | None:
     """A key, value or header value as bytes: ``bytes``-like as is, ``str`` as UTF-8, ``None`` kept."""

@@ -75,16 +75,18 @@ _ALIASES = {
 }
 
 # Errors that end the producer: another instance took its transactional id over, or it may not act.
-_FATAL_CODES = frozenset({
-    KafkaError.PRODUCER_FENCED,
-    KafkaError.INVALID_PRODUCER_EPOCH,
-    KafkaError.INVALID_PRODUCER_ID_MAPPING,
-    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-    KafkaError.TRANSACTIONAL_ID_NOT_FOUND,
-    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-    KafkaError.SASL_AUTHENTICATION_FAILED,
-    KafkaError.INVALID_TRANSACTION_TIMEOUT,
-})
+_FATAL_CODES = frozenset(
+    {
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError.INVALID_PRODUCER_ID_MAPPING,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        KafkaError.TRANSACTIONAL_ID_NOT_FOUND,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError.INVALID_TRANSACTION_TIMEOUT,
+    }
+)
 # Sequence errors that an overtaken request earns; a real gap if nothing earlier was unanswered.
 _OVERTAKEN_CODES = frozenset({KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, KafkaError.UNKNOWN_PRODUCER_ID})
 
@@ -99,8 +101,19 @@ class _Batch:
     """A sealed batch of one partition: once sent, its records, producer id, epoch and base
     sequence never change, so every resend is the same batch."""
 
-    __slots__ = ("tp", "messages", "records", "callbacks", "state", "attempts", "retry_at", "created", "body",
-                 "sent_behind", "error")
+    __slots__ = (
+        "tp",
+        "messages",
+        "records",
+        "callbacks",
+        "state",
+        "attempts",
+        "retry_at",
+        "created",
+        "body",
+        "sent_behind",
+        "error",
+    )
 
     def __init__(self, tp: tuple[str, int], messages: list[Message], records: list[dict], callbacks: list, now: float) -> None:
         self.tp = tp
@@ -235,7 +248,11 @@ class Producer:
         hs = to_headers(headers)
         size = (len(k) if k else 0) + (len(v) if v else 0) + sum(len(hk) + (len(hv) if hv else 0) for hk, hv in hs)
         if size > self._max_message_bytes:
-            raise KafkaException(KafkaError(KafkaError.MESSAGE_TOO_LARGE, f"Message size too large ({size} > message.max.bytes {self._max_message_bytes})"))
+            raise KafkaException(
+                KafkaError(
+                    KafkaError.MESSAGE_TOO_LARGE, f"Message size too large ({size} > message.max.bytes {self._max_message_bytes})"
+                )
+            )
         count = self._partition_count(topic)
         if partition is not None and partition != -1:
             if not 0 <= partition < count:
@@ -488,7 +505,9 @@ class Producer:
             if b.attempts > self._retries:
                 self._batch_failed(b, err)
             elif self._message_timeout_s and now - b.created > self._message_timeout_s:
-                self._batch_failed(b, KafkaError(KafkaError._MSG_TIMED_OUT, f"Local: Message timed out (last error: {err.str()})"))
+                self._batch_failed(
+                    b, KafkaError(KafkaError._MSG_TIMED_OUT, f"Local: Message timed out (last error: {err.str()})")
+                )
             else:
                 b.state = _RETRY
                 if self._overtaken(b, err):
@@ -597,7 +616,8 @@ class Producer:
         answer = self._coordinator_call(
             "/v1/producers",
             {"transactional_id": self._transactional_id, "transaction_timeout_ms": self._txn_timeout_ms},
-            timeout, fatal_unless_retriable=True,
+            timeout,
+            fatal_unless_retriable=True,
         )
         with self._cond:
             self._producer_id, self._producer_epoch = answer["producer_id"], answer["producer_epoch"]
@@ -613,7 +633,9 @@ class Producer:
                 raise _state_error(f"begin_transaction(): a transaction is already in progress (state {self._txn_state})")
             self._txn_state = _IN_TXN
 
-    def send_offsets_to_transaction(self, positions: list[TopicPartition], group_metadata: Any, timeout: float | None = None) -> None:
+    def send_offsets_to_transaction(
+        self, positions: list[TopicPartition], group_metadata: Any, timeout: float | None = None
+    ) -> None:
         """Commit the consumer's ``positions`` (the next offsets to read) for its group as part of
         the transaction: they become the group's committed offsets if and only if it commits."""
         transactional_id = self._require_transactional("send_offsets_to_transaction")
@@ -629,14 +651,16 @@ class Producer:
             raise _config.invalid("send_offsets_to_transaction(): group_metadata must come from consumer_group_metadata()")
         offsets = [
             {"topic": tp.topic, "partition": tp.partition, "offset": tp.offset, "metadata": tp.metadata or ""}
-            for tp in positions if tp.offset >= 0
+            for tp in positions
+            if tp.offset >= 0
         ]
         if not offsets:
             return
         try:
             self._coordinator_call(
                 f"/v1/transactions/{segment(transactional_id)}/offsets",
-                {"producer_id": pid, "producer_epoch": epoch, "group_id": group_id, "offsets": offsets}, timeout,
+                {"producer_id": pid, "producer_epoch": epoch, "group_id": group_id, "offsets": offsets},
+                timeout,
             )
         except KafkaException as exc:
             err = exc.args[0]
@@ -659,9 +683,11 @@ class Producer:
                 raise KafkaException(self._txn_error)
         if self._txn_state == _IN_TXN:
             if self.flush(_remaining(deadline)) > 0:
-                raise KafkaException(KafkaError(
-                    KafkaError._TIMED_OUT, "Failed to flush all outstanding messages within the timeout", retriable=True,
-                ))
+                raise KafkaException(
+                    KafkaError(
+                        KafkaError._TIMED_OUT, "Failed to flush all outstanding messages within the timeout", retriable=True
+                    )
+                )
             with self._cond:
                 self._raise_fatal()
                 if self._txn_error is not None:
@@ -689,9 +715,9 @@ class Producer:
                     break
                 remaining = _remaining(deadline)
                 if remaining is not None and remaining <= 0:
-                    raise KafkaException(KafkaError(
-                        KafkaError._TIMED_OUT, "Records in flight did not complete within the timeout", retriable=True,
-                    ))
+                    raise KafkaException(
+                        KafkaError(KafkaError._TIMED_OUT, "Records in flight did not complete within the timeout", retriable=True)
+                    )
                 if not self._reports:
                     self._cond.wait(remaining)
         self._serve()
@@ -702,7 +728,8 @@ class Producer:
             pid, epoch = self._producer_id, self._producer_epoch
         answer = self._coordinator_call(
             f"/v1/transactions/{segment(transactional_id)}/end",
-            {"producer_id": pid, "producer_epoch": epoch, "result": result}, _remaining(deadline),
+            {"producer_id": pid, "producer_epoch": epoch, "result": result},
+            _remaining(deadline),
             fatal_unless_retriable=True,
         )
         with self._cond:
@@ -740,9 +767,11 @@ class Producer:
     def _require_transactional(self, call: str) -> str:
         """The transactional id, which every call of the transactional API needs."""
         if self._transactional_id is None:
-            raise KafkaException(KafkaError(
-                KafkaError._NOT_CONFIGURED, f"{call}(): the transactional API requires transactional.id to be configured",
-            ))
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._NOT_CONFIGURED, f"{call}(): the transactional API requires transactional.id to be configured"
+                )
+            )
         return self._transactional_id
 
     def _raise_fatal(self) -> None:

@@ -258,7 +258,9 @@ class TransactionProducer:
         if self._check_back is None:
             self._check_back = CheckBackListener(self._listener, self._check_host, self._check_port, self._executor).start()
         body = {"check_url": self.check_url, **{k: v for k, v in self._knobs.items() if v is not None}}
-        self._with_retries(lambda: self._transport.request("PUT", f"/v1/producer-groups/{segment(self.producer_group)}", body=body))
+        self._with_retries(
+            lambda: self._transport.request("PUT", f"/v1/producer-groups/{segment(self.producer_group)}", body=body)
+        )
 
     def shutdown(self) -> None:
         if self._check_back is not None:
@@ -287,7 +289,9 @@ class TransactionProducer:
             "encoding": "base64",
             "key": b64(key),
             "value": b64(value),
-            "headers": [{"key": k, "value": b64(v.encode("utf-8") if v is not None else None)} for k, v in msg.properties.items()],
+            "headers": [
+                {"key": k, "value": b64(v.encode("utf-8") if v is not None else None)} for k, v in msg.properties.items()
+            ],
         }
         return self._with_retries(lambda: self._transport.post("/v1/half-messages", body))
 

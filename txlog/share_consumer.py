@@ -48,9 +48,16 @@ _ALIASES = {"bootstrap.servers": "url", "metadata.broker.list": "url", "fetch.me
 
 # Keyword arguments and the properties they set.
 _KEYWORDS = {
-    "url": "url", "token": "token", "group": "group.id", "acknowledgement_mode": "share.acknowledgement.mode",
-    "wait_ms": "fetch.wait.max.ms", "max_records": "max.poll.records", "max_bytes": "max.partition.fetch.bytes",
-    "request_timeout_ms": "request.timeout.ms", "member_id": "member.id", "on_acknowledge": "on_acknowledge",
+    "url": "url",
+    "token": "token",
+    "group": "group.id",
+    "acknowledgement_mode": "share.acknowledgement.mode",
+    "wait_ms": "fetch.wait.max.ms",
+    "max_records": "max.poll.records",
+    "max_bytes": "max.partition.fetch.bytes",
+    "request_timeout_ms": "request.timeout.ms",
+    "member_id": "member.id",
+    "on_acknowledge": "on_acknowledge",
 }
 
 Key = tuple[str, int, int]  # topic, partition, offset
@@ -94,7 +101,8 @@ def _items(acks: dict[tuple[str, int], dict[int, str]]) -> list[dict]:
     """The acknowledgements as the HTTP API takes them: a range per run of one type."""
     return [
         {"topic": t, "partition": p, "first_offset": first, "last_offset": last, "type": kind}
-        for (t, p), offsets in acks.items() for first, last, kind in _runs(offsets)
+        for (t, p), offsets in acks.items()
+        for first, last, kind in _runs(offsets)
     ]
 
 
@@ -103,8 +111,8 @@ def _results(parts: Any) -> dict[TopicPartition, KafkaError | None]:
     out: dict[TopicPartition, KafkaError | None] = {}
     for part in parts:
         err = part["error"]
-        out[TopicPartition(part["topic"], part["partition"])] = None if err is None else KafkaError(
-            int(err.get("kafka_code", -1)), str(err.get("message")), details=err,
+        out[TopicPartition(part["topic"], part["partition"])] = (
+            None if err is None else KafkaError(int(err.get("kafka_code", -1)), str(err.get("message")), details=err)
         )
     return out
 
@@ -121,7 +129,7 @@ class ShareConsumer:
     """
 
     def __init__(
-        self, config: dict | str | None = None, group: str | None = None, topics: list[str] | None = None, **kwargs: Any,
+        self, config: dict | str | None = None, group: str | None = None, topics: list[str] | None = None, **kwargs: Any
     ) -> None:
         conf: dict[str, Any] = dict(config) if isinstance(config, dict) else {}
         if isinstance(config, str):
@@ -215,8 +223,11 @@ class ShareConsumer:
 
     def _body(self, wait_ms: int) -> dict:
         body: dict[str, Any] = {
-            "member_id": self.member_id, "max_records": self._max_records, "max_bytes": self._max_bytes,
-            "wait_ms": wait_ms, "encoding": "base64",
+            "member_id": self.member_id,
+            "max_records": self._max_records,
+            "max_bytes": self._max_bytes,
+            "wait_ms": wait_ms,
+            "encoding": "base64",
         }
         if len(self._topics) == 1:
             body["topic"] = self._topics[0]  # the server starts each acquisition at a random partition
@@ -229,7 +240,7 @@ class ShareConsumer:
                 found += [(topic, p["partition"]) for p in answer["partitions"]]
             self._partitions, self._partitions_until = found, time.monotonic() + METADATA_MAX_AGE_S
         self._turn = (self._turn + 1) % len(self._partitions)
-        order = self._partitions[self._turn:] + self._partitions[:self._turn]
+        order = self._partitions[self._turn :] + self._partitions[: self._turn]
         body["partitions"] = [{"topic": t, "partition": p} for t, p in order]
         return body
 
@@ -239,17 +250,25 @@ class ShareConsumer:
         if acks:
             body["acknowledgements"] = _items(acks)
         answer = self._transport.post(
-            f"/v1/share-groups/{segment(self._group)}/acquire", body, timeout_s=self._request_timeout_s + wait_ms / 1000,
+            f"/v1/share-groups/{segment(self._group)}/acquire", body, timeout_s=self._request_timeout_s + wait_ms / 1000
         )
         if acks:
             self._report(acks, _results(answer.get("acknowledgements") or ()))
         out: list[ShareMessage] = []
         for r in answer["records"]:
             headers = [(h["key"], unb64(h["value"])) for h in r.get("header_list") or ()]
-            out.append(ShareMessage(
-                r["topic"], r["partition"], r["offset"], unb64(r["key"]), unb64(r["value"]), headers,
-                (TIMESTAMP_CREATE_TIME, r["timestamp_ms"]), delivery_count=r["delivery_count"],
-            ))
+            out.append(
+                ShareMessage(
+                    r["topic"],
+                    r["partition"],
+                    r["offset"],
+                    unb64(r["key"]),
+                    unb64(r["value"]),
+                    headers,
+                    (TIMESTAMP_CREATE_TIME, r["timestamp_ms"]),
+                    delivery_count=r["delivery_count"],
+                )
+            )
         with_record = {(m.topic(), m.partition(), m.offset()) for m in out}
         for p in answer["partitions"]:
             for run in p["acquired"]:
@@ -268,14 +287,19 @@ class ShareConsumer:
         with the next poll, ``commit()`` or ``close()``."""
         kind = str(type).lower()
         if kind not in _TYPES:
-            raise KafkaException(KafkaError(KafkaError._INVALID_ARG, f"Unknown acknowledgement type {type!r}: accept, release or reject"))
+            raise KafkaException(
+                KafkaError(KafkaError._INVALID_ARG, f"Unknown acknowledgement type {type!r}: accept, release or reject")
+            )
         key = (record.topic(), record.partition(), record.offset())
         with self._lock:
             self._check_open()
             if key not in self._delivered:
-                raise KafkaException(KafkaError(
-                    KafkaError._STATE, f"{key[0]} [{key[1]}] offset {key[2]} was not delivered by the last poll or is acknowledged already",
-                ))
+                raise KafkaException(
+                    KafkaError(
+                        KafkaError._STATE,
+                        f"{key[0]} [{key[1]}] offset {key[2]} was not delivered by the last poll or is acknowledged already",
+                    )
+                )
             self._delivered.discard(key)
             self._pending.setdefault((key[0], key[1]), {})[key[2]] = kind
 
@@ -287,9 +311,12 @@ class ShareConsumer:
         with self._lock:
             self._check_open()
             if key not in self._delivered:
-                raise KafkaException(KafkaError(
-                    KafkaError._STATE, f"{key[0]} [{key[1]}] offset {key[2]} was not delivered by the last poll or is acknowledged already",
-                ))
+                raise KafkaException(
+                    KafkaError(
+                        KafkaError._STATE,
+                        f"{key[0]} [{key[1]}] offset {key[2]} was not delivered by the last poll or is acknowledged already",
+                    )
+                )
             results = self._send({(key[0], key[1]): {key[2]: "renew"}})
         err = next(iter(results.values()))
         if err is not None:
@@ -310,11 +337,13 @@ class ShareConsumer:
             return
         if not self._implicit:
             left = sorted(self._delivered)
-            raise KafkaException(KafkaError(
-                KafkaError._STATE,
-                f"Explicit acknowledgement mode: {len(left)} record(s) of the last poll not acknowledged (first: "
-                f"{left[0][0]} [{left[0][1]}] offset {left[0][2]})",
-            ))
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._STATE,
+                    f"Explicit acknowledgement mode: {len(left)} record(s) of the last poll not acknowledged (first: "
+                    f"{left[0][0]} [{left[0][1]}] offset {left[0][2]})",
+                )
+            )
         for topic, partition, offset in self._delivered:
             self._pending.setdefault((topic, partition), {})[offset] = ACCEPT
         self._delivered = set()
@@ -326,7 +355,8 @@ class ShareConsumer:
     def _send(self, acks: dict[tuple[str, int], dict[int, str]]) -> dict[TopicPartition, KafkaError | None]:
         try:
             answer = self._transport.post(
-                f"/v1/share-groups/{segment(self._group)}/acknowledge", {"member_id": self.member_id, "acknowledgements": _items(acks)},
+                f"/v1/share-groups/{segment(self._group)}/acknowledge",
+                {"member_id": self.member_id, "acknowledgements": _items(acks)},
             )
             results = _results(answer["partitions"])
         except KafkaException as exc:

@@ -43,7 +43,11 @@ def set_cookie_if_new(request: Request, response: Response) -> None:
     new = getattr(request.state, "new_csrf", None)
     if new is not None:
         response.set_cookie(
-            CSRF_COOKIE, new, httponly=True, samesite="strict", secure=request.url.scheme == "https",
+            CSRF_COOKIE,
+            new,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
             path=request.scope.get("root_path") or "/",
         )
 

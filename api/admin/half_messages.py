@@ -36,6 +36,11 @@ def half_message_page(request: Request, transaction_id: str, b: Broker = Depends
 def outbox_page(request: Request, b: Broker = Depends(broker)) -> HTMLResponse:
     rows = outbox.backlog(b)
     return render(
-        request, "outbox.html", nav="outbox", backlog=rows, total=sum(r.rows for r in rows),
-        oldest_ms=max((r.age_ms for r in rows), default=None), poll_ms=b.settings.outbox_poll_interval_ms,
+        request,
+        "outbox.html",
+        nav="outbox",
+        backlog=rows,
+        total=sum(r.rows for r in rows),
+        oldest_ms=max((r.age_ms for r in rows), default=None),
+        poll_ms=b.settings.outbox_poll_interval_ms,
     )

@@ -19,6 +19,11 @@ PARTITIONS_SHOWN = 12  # per topic on the overview; the topic page shows them al
 def overview_page(request: Request, b: Broker = Depends(broker)) -> HTMLResponse:
     data = inspect.overview(b)
     return render(
-        request, "overview.html", nav="overview", now_ms=data.now_ms, data=data, partitions_shown=PARTITIONS_SHOWN,
+        request,
+        "overview.html",
+        nav="overview",
+        now_ms=data.now_ms,
+        data=data,
+        partitions_shown=PARTITIONS_SHOWN,
         refresh=request.query_params.get("refresh") == "1",
     )

@@ -25,10 +25,20 @@ def producers_page(
     b: Broker = Depends(broker),
 ) -> HTMLResponse:
     pid = int(producer_id) if producer_id and producer_id.strip().isdigit() else None
-    after = (after_topic, after_partition, after_pid) if after_topic is not None and after_partition is not None and after_pid is not None else None
+    after = (
+        (after_topic, after_partition, after_pid)
+        if after_topic is not None and after_partition is not None and after_pid is not None
+        else None
+    )
     page = inspect.producers_page(b, after, 100, topic or None, open_only, pid)
     return render(
-        request, "producers.html", nav="producers", page=page, topic=topic or "", producer_id=producer_id or "",
-        open_only=open_only, expiration_ms=b.settings.producer_id_expiration_ms,
+        request,
+        "producers.html",
+        nav="producers",
+        page=page,
+        topic=topic or "",
+        producer_id=producer_id or "",
+        open_only=open_only,
+        expiration_ms=b.settings.producer_id_expiration_ms,
         bad_pid=bool(producer_id and producer_id.strip() and pid is None),
     )

@@ -44,12 +44,17 @@ templates = Jinja2Templates(directory=str(TEMPLATES))
 templates.env.trim_blocks = True
 templates.env.lstrip_blocks = True
 templates.env.filters.update(
-    ts=ts, clock=clock, iso=iso, duration=duration, num=num, rate=rate, state_cls=state_cls,
-    show_bytes=show_bytes, control_name=control_name,
+    ts=ts,
+    clock=clock,
+    iso=iso,
+    duration=duration,
+    num=num,
+    rate=rate,
+    state_cls=state_cls,
+    show_bytes=show_bytes,
+    control_name=control_name,
 )
-templates.env.globals.update(
-    STATE_ORDER=STATE_NAMES, OPEN_STATES=OPEN_STATE_NAMES, svg=svg, static_version=_static_version()
-)
+templates.env.globals.update(STATE_ORDER=STATE_NAMES, OPEN_STATES=OPEN_STATE_NAMES, svg=svg, static_version=_static_version())
 
 
 def render(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:

@@ -29,9 +29,7 @@ def sign_in_form(request: Request, next: str | None = None) -> Response:
 
 
 @router.post("/sign-in", name="signin:submit")
-def sign_in(
-    request: Request, token: str = Form(""), next: str = Form(""), csrf_token: str | None = Form(None)
-) -> Response:
+def sign_in(request: Request, token: str = Form(""), next: str = Form(""), csrf_token: str | None = Form(None)) -> Response:
     csrf.check(request, csrf_token)
     auth = request.app.state.authorizer
     principal = auth.authenticate(token)
@@ -40,8 +38,12 @@ def sign_in(
         return render(request, "signin.html", status_code=401, next=_safe_next(request, next), failed=True)
     response = RedirectResponse(_safe_next(request, next), status_code=303)
     response.set_cookie(
-        SESSION_COOKIE, auth.session_for(principal), httponly=True, samesite="strict",
-        secure=request.url.scheme == "https", path=request.scope.get("root_path") or "/",
+        SESSION_COOKIE,
+        auth.session_for(principal),
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path=request.scope.get("root_path") or "/",
     )
     return response
 

@@ -54,6 +54,13 @@ def share_groups_page(request: Request, b: Broker = Depends(broker)) -> HTMLResp
 def share_group_page(request: Request, group_id: str, b: Broker = Depends(broker)) -> HTMLResponse:
     d = share.describe(b, group_id)
     return render(
-        request, "share_group.html", nav="share", group_id=group_id, group=d, summary=_summary(d),
-        configs=sorted({**DEFAULTS, **d.configs}.items()), set_configs=set(d.configs), now_ms=b.now(),
+        request,
+        "share_group.html",
+        nav="share",
+        group_id=group_id,
+        group=d,
+        summary=_summary(d),
+        configs=sorted({**DEFAULTS, **d.configs}.items()),
+        set_configs=set(d.configs),
+        now_ms=b.now(),
     )

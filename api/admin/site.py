@@ -21,9 +21,11 @@ from app.services import Broker
 
 SECURITY_HEADERS = [
     # No script at all, styles and images only from here; the pages are usable without JavaScript.
-    (b"content-security-policy",
-     b"default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
-     b"frame-ancestors 'none'; base-uri 'none'"),
+    (
+        b"content-security-policy",
+        b"default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
+        b"frame-ancestors 'none'; base-uri 'none'",
+    ),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"same-origin"),
     (b"x-frame-options", b"DENY"),
@@ -94,9 +96,15 @@ def create_admin(broker: Broker, authorizer: Authorizer) -> FastAPI:
     @admin.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> HTMLResponse:
         missing = exc.status_code == 404
-        err = TxlogError(ErrorCode.INVALID_REQUEST, f"There is no admin page at {request.url.path}." if missing else str(exc.detail))
+        err = TxlogError(
+            ErrorCode.INVALID_REQUEST, f"There is no admin page at {request.url.path}." if missing else str(exc.detail)
+        )
         return render(
-            request, "error.html", status_code=exc.status_code, error=err, status=exc.status_code,
+            request,
+            "error.html",
+            status_code=exc.status_code,
+            error=err,
+            status=exc.status_code,
             heading="No such page" if missing else None,
         )
 

@@ -50,11 +50,19 @@ def partition_bar(p: PartitionStatus, scale: int) -> PartitionBar:
     waiting = p.high_watermark - p.last_stable_offset
     spans = [
         (0, p.log_start_offset, "seg-removed", f"{_offsets(0, p.log_start_offset)}: removed (below the log start offset)"),
-        (p.log_start_offset, p.last_stable_offset, "seg-stable",
-         f"{_offsets(p.log_start_offset, p.last_stable_offset)}: stable, readable by read_committed consumers"),
-        (p.last_stable_offset, p.high_watermark, "seg-unstable",
-         f"{_offsets(p.last_stable_offset, p.high_watermark)}: {waiting} record{'s' if waiting != 1 else ''} "
-         "above the last stable offset, waiting for an open transaction"),
+        (
+            p.log_start_offset,
+            p.last_stable_offset,
+            "seg-stable",
+            f"{_offsets(p.log_start_offset, p.last_stable_offset)}: stable, readable by read_committed consumers",
+        ),
+        (
+            p.last_stable_offset,
+            p.high_watermark,
+            "seg-unstable",
+            f"{_offsets(p.last_stable_offset, p.high_watermark)}: {waiting} record{'s' if waiting != 1 else ''} "
+            "above the last stable offset, waiting for an open transaction",
+        ),
     ]
     present = [(lo, hi, cls, title) for lo, hi, cls, title in spans if hi > lo]
     widths = [max(x(hi) - x(lo), MIN_VISIBLE) for lo, hi, _, _ in present]
@@ -74,6 +82,7 @@ def partition_bar(p: PartitionStatus, scale: int) -> PartitionBar:
 
 
 # --- records/s chart ------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Bar:
@@ -140,15 +149,16 @@ def rate_chart(points: list[RatePoint], width: int = 560, height: int = 150) -> 
             f"{_hhmm(p.start_ms)}–{_hhmm(p.end_ms)} UTC{' (so far)' if partial else ''}: "
             f"{p.records:,} records, {p.per_second:.2f}/s"
         )
-        bars.append(Bar(round(left + i * slot + gap / 2, 2), round(top + ph - h, 2), round(slot - gap, 2), round(h, 2), partial, title))
+        bars.append(
+            Bar(round(left + i * slot + gap / 2, 2), round(top + ph - h, 2), round(slot - gap, 2), round(h, 2), partial, title)
+        )
     grid = [(round(top + ph - ph * f, 2), _rate_label(ceiling * f)) for f in (0, 0.5, 1)]
     xlabels = []
     for i, p in enumerate(points):
         if i % 5 == 0 or i == len(points) - 1:
             xlabels.append((round(left + i * slot + slot / 2, 2), "now" if i == len(points) - 1 else _hhmm(p.start_ms)))
     return RateChart(
-        width, height, left, top, pw, ph, bars, grid, xlabels, peak, rates[-1] if rates else 0.0,
-        sum(p.records for p in points),
+        width, height, left, top, pw, ph, bars, grid, xlabels, peak, rates[-1] if rates else 0.0, sum(p.records for p in points)
     )
 
 
@@ -203,7 +213,11 @@ def _note(run: list[TxnEvent]) -> str | None:
     if groups:
         parts.append(f"+{groups} group{'s' if groups != 1 else ''}")
     first = run[0]
-    if first.to_state in (TxnState.PREPARE_ABORT, TxnState.PREPARE_COMMIT) and first.reason and first.from_state is TxnState.ONGOING:
+    if (
+        first.to_state in (TxnState.PREPARE_ABORT, TxnState.PREPARE_COMMIT)
+        and first.reason
+        and first.from_state is TxnState.ONGOING
+    ):
         parts.append(first.reason.replace("_", " "))
     return ", ".join(parts) or None
 

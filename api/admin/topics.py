@@ -22,8 +22,15 @@ PAGE_SIZES = (25, 50, 100, 250)
 def topic_page(request: Request, topic: str, b: Broker = Depends(broker)) -> HTMLResponse:
     detail = inspect.topic_detail(b, topic)
     configs = topics.describe_topic_config(b, topic)
-    return render(request, "topic.html", nav="overview", now_ms=detail.now_ms, detail=detail, configs=configs,
-                  applied={c.name for c in topic_configs.TOPIC_CONFIGS if c.applied})
+    return render(
+        request,
+        "topic.html",
+        nav="overview",
+        now_ms=detail.now_ms,
+        detail=detail,
+        configs=configs,
+        applied={c.name for c in topic_configs.TOPIC_CONFIGS if c.applied},
+    )
 
 
 @router.get("/topics/{topic}/{partition:int}", response_class=HTMLResponse, name="partition")
@@ -39,6 +46,13 @@ def partition_page(
 ) -> HTMLResponse:
     page = inspect.browse_partition(b, topic, partition, mode, offset, before, limit)
     return render(
-        request, "partition.html", nav="overview", topic=topic, partition=partition, page=page, limit=limit,
-        page_sizes=PAGE_SIZES, modes=inspect.BROWSE_MODES,
+        request,
+        "partition.html",
+        nav="overview",
+        topic=topic,
+        partition=partition,
+        page=page,
+        limit=limit,
+        page_sizes=PAGE_SIZES,
+        modes=inspect.BROWSE_MODES,
     )

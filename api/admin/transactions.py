@@ -32,8 +32,16 @@ def transaction_list(
     states = list(OPEN_STATE_NAMES) if state == "open" else ([state] if state else None)
     page = inspect.transactions_page(b, states, parse_duration_ms(older_than), prefix or None, after, PAGE)
     return render(
-        request, "transactions.html", nav="transactions", page=page, state=state, older_than=older_than,
-        prefix=prefix, after=after, ages=AGES, hanging={a.transactional_id for a in inspect.hanging_transactions(b)},
+        request,
+        "transactions.html",
+        nav="transactions",
+        page=page,
+        state=state,
+        older_than=older_than,
+        prefix=prefix,
+        after=after,
+        ages=AGES,
+        hanging={a.transactional_id for a in inspect.hanging_transactions(b)},
     )
 
 
@@ -41,14 +49,20 @@ def transaction_list(
 def transaction_page(request: Request, tid: str, b: Broker = Depends(broker)) -> HTMLResponse:
     detail = inspect.transaction_detail(b, tid)
     return render(
-        request, "transaction.html", nav="transactions", now_ms=detail.now_ms, d=detail,
+        request,
+        "transaction.html",
+        nav="transactions",
+        now_ms=detail.now_ms,
+        d=detail,
         timeline=svg.timeline(detail.events, detail.now_ms, detail.deadline_ms),
         aborted=request.query_params.get("aborted") == "1",
     )
 
 
 @router.get("/transactions/abort/{tid:path}", response_class=HTMLResponse, name="txn:abort-confirm")
-def abort_confirm(request: Request, tid: str, principal: Principal = Depends(viewer), b: Broker = Depends(broker)) -> HTMLResponse:
+def abort_confirm(
+    request: Request, tid: str, principal: Principal = Depends(viewer), b: Broker = Depends(broker)
+) -> HTMLResponse:
     require(request, principal, Action.ABORT_TRANSACTION, Resource("transactional_id", tid))
     detail = inspect.transaction_detail(b, tid)
     return render(request, "abort_confirm.html", nav="transactions", now_ms=detail.now_ms, d=detail)

@@ -79,12 +79,14 @@ class _View:
         """The nodes that have ``listener``, as a client of that listener reaches them."""
         return {
             node_id: Node(node_id, host, port)
-            for node_id, listeners in self.endpoints for name, host, port in listeners if name == listener
+            for node_id, listeners in self.endpoints
+            for name, host, port in listeners
+            if name == listener
         }
 
 
 def _view(
-    rows: Iterable[tuple[int, str, int, Endpoints]], own: Node, own_listeners: Endpoints, kept: _View | None = None,
+    rows: Iterable[tuple[int, str, int, Endpoints]], own: Node, own_listeners: Endpoints, kept: _View | None = None
 ) -> _View:
     """The registry's live nodes, with this one in any case (it is alive: it is answering), and
     the nodes of ``kept`` the registry no longer lists."""
@@ -149,7 +151,11 @@ class RegistryCluster:
     and the live nodes read on the same beat. ``start`` before serving, ``stop`` at a clean stop."""
 
     def __init__(
-        self, broker: Broker, node: Node, *, on_lost: Callable[[], None] | None = None,
+        self,
+        broker: Broker,
+        node: Node,
+        *,
+        on_lost: Callable[[], None] | None = None,
         listeners: dict[str, tuple[str, int, str]] | None = None,
     ) -> None:
         self.broker = broker
@@ -221,7 +227,12 @@ class RegistryCluster:
         while True:
             try:
                 self._registration = await asyncio.to_thread(
-                    registry.register_node, self.broker, node.node_id, node.host, node.port, self.lease_ms,
+                    registry.register_node,
+                    self.broker,
+                    node.node_id,
+                    node.host,
+                    node.port,
+                    self.lease_ms,
                     {name: {"host": h, "port": p, "security_protocol": sp} for name, (h, p, sp) in self.listeners.items()},
                 )
                 break
@@ -232,8 +243,7 @@ class RegistryCluster:
                     raise NodeIdInUse(exc.message) from None
                 if not warned:
                     log.warning(
-                        "node id %d is held by another process; trying again for %.1f s, in case it died",
-                        node.node_id, patience,
+                        "node id %d is held by another process; trying again for %.1f s, in case it died", node.node_id, patience
                     )
                     warned = True
             await asyncio.sleep(self.interval_s)

@@ -169,7 +169,11 @@ class Gateway:
     """The listener and the dispatch of one gateway process."""
 
     def __init__(
-        self, broker: Broker, node: Node, cluster: Cluster | None = None, executor: ThreadPoolExecutor | None = None,
+        self,
+        broker: Broker,
+        node: Node,
+        cluster: Cluster | None = None,
+        executor: ThreadPoolExecutor | None = None,
         groups: Any = None,
     ) -> None:
         self.broker = broker
@@ -212,8 +216,11 @@ class Gateway:
                 context = tls.get(listener.security_protocol)
                 try:
                     server = await asyncio.start_server(
-                        functools.partial(self._connection, listener.name), listener.host or None, listener.port,
-                        reuse_address=True, ssl=context,
+                        functools.partial(self._connection, listener.name),
+                        listener.host or None,
+                        listener.port,
+                        reuse_address=True,
+                        ssl=context,
                         ssl_handshake_timeout=self.settings.kafka_ssl_handshake_timeout_ms / 1000 if context else None,
                     )
                 except OSError as exc:
@@ -223,8 +230,10 @@ class Gateway:
                 bound[listener.name] = port
                 host, advertised_port = advertised.get(listener.name, (advertised_host(listener.host), 0))
                 node = Node(self.node.node_id, host, advertised_port or port)
-                cluster = self.cluster.for_listener(listener.name) if hasattr(self.cluster, "for_listener") else (
-                    SingleNode(node, self.cluster.cluster_id)
+                cluster = (
+                    self.cluster.for_listener(listener.name)
+                    if hasattr(self.cluster, "for_listener")
+                    else (SingleNode(node, self.cluster.cluster_id))
                 )
                 self.listeners[listener.name] = _Listening(listener, node, cluster)
         except BaseException:
@@ -317,7 +326,8 @@ class Gateway:
         listening = self.listeners[listener]
         protocol_name = listening.listener.security_protocol
         session = Session(
-            listener=listener, sasl=listening.listener.sasl,
+            listener=listener,
+            sasl=listening.listener.sasl,
             sign_in_deadline=time.monotonic() + self.settings.kafka_authentication_timeout_ms / 1000,
         )
         if self.authorizer is None or session.sasl:
@@ -348,8 +358,10 @@ class Gateway:
             # Before sign-in a frame is bounded as Kafka bounds it (sasl.server.max.receive.size),
             # and the whole sign-in by the authentication timeout.
             exchanging = signing_in or session.exchange is not None  # a re-authentication's tokens too
-            max_frame = min(self.settings.kafka_max_frame_bytes, SASL_MAX_RECEIVE_BYTES) if exchanging else (
-                self.settings.kafka_max_frame_bytes
+            max_frame = (
+                min(self.settings.kafka_max_frame_bytes, SASL_MAX_RECEIVE_BYTES)
+                if exchanging
+                else (self.settings.kafka_max_frame_bytes)
             )
             wait_s = min(IDLE_TIMEOUT_S, session.sign_in_deadline - time.monotonic()) if signing_in else IDLE_TIMEOUT_S
             async with asyncio.timeout(max(wait_s, 0)):  # the next request, whole, within the idle time
@@ -388,17 +400,28 @@ class Gateway:
         return len(answer).to_bytes(4, "big") + answer
 
     def _context(
-        self, api_key: int, api_version: int, correlation_id: int, client_id: str | None, client: str, session: Session,
+        self, api_key: int, api_version: int, correlation_id: int, client_id: str | None, client: str, session: Session
     ) -> RequestContext:
         # Metadata, FindCoordinator and DescribeCluster name the endpoints of the connection's listener.
         listening = self.listeners.get(session.listener)
         return RequestContext(
-            broker=self.broker, node=listening.node if listening else self.node, api_key=api_key, api_version=api_version,
-            correlation_id=correlation_id, client_id=client_id, client_host=client.rpartition(":")[0],
-            executor=self.executor, cluster=listening.cluster if listening else self.cluster, groups=self.groups,
+            broker=self.broker,
+            node=listening.node if listening else self.node,
+            api_key=api_key,
+            api_version=api_version,
+            correlation_id=correlation_id,
+            client_id=client_id,
+            client_host=client.rpartition(":")[0],
+            executor=self.executor,
+            cluster=listening.cluster if listening else self.cluster,
+            groups=self.groups,
             notifier=self.notifier,
-            loop_executor=self.loop_executor, known_topics=self.known_topics, authorizer=self.authorizer,
-            principal=session.principal, session=session, quotas=self.quotas,
+            loop_executor=self.loop_executor,
+            known_topics=self.known_topics,
+            authorizer=self.authorizer,
+            principal=session.principal,
+            session=session,
+            quotas=self.quotas,
         )
 
     # -- requests ----------------------------------------------------------------------------------
@@ -409,10 +432,12 @@ class Gateway:
         header = protocol.read_header(frame)
         if session is None:
             session = Session()
-        if self.authorizer is not None and session.principal is None and header.api_key not in sasl_handlers.BEFORE_AUTHENTICATION:
-            raise CloseConnection(
-                f"Unexpected Kafka request of type {protocol.api_name(header.api_key)} during SASL handshake"
-            )
+        if (
+            self.authorizer is not None
+            and session.principal is None
+            and header.api_key not in sasl_handlers.BEFORE_AUTHENTICATION
+        ):
+            raise CloseConnection(f"Unexpected Kafka request of type {protocol.api_name(header.api_key)} during SASL handshake")
         if session.reauthenticating and header.api_key != protocol.ApiKey.SaslAuthenticate:
             raise CloseConnection(
                 f"Unexpected Kafka request of type {protocol.api_name(header.api_key)} during SASL re-authentication"
@@ -499,7 +524,8 @@ async def serve(broker: Broker, listeners: list[Listener], advertised: dict[str,
             print(
                 f"txlog kafka gateway listener {listener.name} ({listener.security_protocol}) on "
                 f"{listener.host or '*'}:{bound[listener.name]} ({shown.host}:{shown.port} for clients)",
-                file=sys.stderr, flush=True,
+                file=sys.stderr,
+                flush=True,
             )
         print(f"txlog kafka gateway as node {node_id}, serving {len(gateway.routes)} API keys", file=sys.stderr, flush=True)
         await stop.wait()
@@ -511,7 +537,7 @@ async def serve(broker: Broker, listeners: list[Listener], advertised: dict[str,
 
 
 async def _start_node(
-    gateway: Gateway, cluster: RegistryCluster, listeners: list[Listener], advertised: dict[str, tuple[str, int]],
+    gateway: Gateway, cluster: RegistryCluster, listeners: list[Listener], advertised: dict[str, tuple[str, int]]
 ) -> dict[str, int]:
     """Take the node id and listen; the bound ports. A node id held by another live process stops
     the start before the ports are bound (after, when a listener's port is 0: the registry must

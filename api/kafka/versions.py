@@ -45,7 +45,9 @@ _TOPICS = "api.kafka.handlers.topics"
 
 APIS: tuple[Api, ...] = (
     Api(ApiKey.Produce, 0, 10, "api.kafka.handlers.produce:handle_produce"),  # min 0: KAFKA-18659; v0-2 refused
-    Api(ApiKey.Fetch, 4, 12, f"{_FETCH}:handle_fetch"),  # with Produce >= 3, or librdkafka writes magic 0 batches; v13+ needs topic ids
+    Api(
+        ApiKey.Fetch, 4, 12, f"{_FETCH}:handle_fetch"
+    ),  # with Produce >= 3, or librdkafka writes magic 0 batches; v13+ needs topic ids
     Api(ApiKey.ListOffsets, 1, 7, f"{_FETCH}:handle_list_offsets"),  # v8+: tiered storage
     Api(ApiKey.Metadata, 0, 12, f"{_BOOTSTRAP}:handle_metadata"),  # v10+ topic ids: the zero UUID
     Api(ApiKey.OffsetCommit, 2, 9, f"{_OFFSETS}:handle_offset_commit"),  # v9: generation (classic groups); v10+ topic ids
@@ -69,8 +71,12 @@ APIS: tuple[Api, ...] = (
     Api(ApiKey.AlterConfigs, 0, 2, f"{_TOPICS}:handle_alter_configs"),
     Api(ApiKey.IncrementalAlterConfigs, 0, 1, f"{_TOPICS}:handle_incremental_alter_configs"),
     Api(ApiKey.DeleteRecords, 0, 2, "api.kafka.handlers.logs:handle_delete_records"),  # never past the last stable offset
-    Api(ApiKey.DescribeLogDirs, 0, 4, "api.kafka.handlers.logs:handle_describe_log_dirs"),  # v4 volume bytes: -1; v5 cordoned dirs
-    Api(ApiKey.OffsetForLeaderEpoch, 0, 4, "api.kafka.handlers.logs:handle_offset_for_leader_epoch"),  # librdkafka validates positions with v2
+    Api(
+        ApiKey.DescribeLogDirs, 0, 4, "api.kafka.handlers.logs:handle_describe_log_dirs"
+    ),  # v4 volume bytes: -1; v5 cordoned dirs
+    Api(
+        ApiKey.OffsetForLeaderEpoch, 0, 4, "api.kafka.handlers.logs:handle_offset_for_leader_epoch"
+    ),  # librdkafka validates positions with v2
     Api(ApiKey.DescribeTopicPartitions, 0, 0, f"{_BOOTSTRAP}:handle_describe_topic_partitions"),  # KIP-966: paged Metadata
     Api(ApiKey.DescribeCluster, 0, 2, f"{_BOOTSTRAP}:handle_describe_cluster"),  # v1 endpoint types; v2 fenced brokers
     Api(ApiKey.InitProducerId, 0, 4, "api.kafka.handlers.transactions:handle_init_producer_id"),  # v3+: KIP-360
@@ -78,15 +84,21 @@ APIS: tuple[Api, ...] = (
     Api(ApiKey.AddOffsetsToTxn, 0, 3, "api.kafka.handlers.transactions:handle_add_offsets_to_txn"),
     Api(ApiKey.EndTxn, 0, 3, "api.kafka.handlers.transactions:handle_end_txn"),  # v4: TRANSACTION_ABORTABLE; v5: V2
     Api(ApiKey.TxnOffsetCommit, 0, 3, "api.kafka.handlers.transactions:handle_txn_offset_commit"),  # v3+: KIP-447 fence
-    Api(ApiKey.ListTransactions, 0, 2, "api.kafka.handlers.admin_transactions:handle_list_transactions"),  # v1 duration; v2 id pattern
+    Api(
+        ApiKey.ListTransactions, 0, 2, "api.kafka.handlers.admin_transactions:handle_list_transactions"
+    ),  # v1 duration; v2 id pattern
     Api(ApiKey.DescribeTransactions, 0, 0, "api.kafka.handlers.admin_transactions:handle_describe_transactions"),
     Api(ApiKey.DescribeProducers, 0, 0, "api.kafka.handlers.admin_transactions:handle_describe_producers"),
-    Api(ApiKey.WriteTxnMarkers, 1, 1, "api.kafka.handlers.admin_transactions:handle_write_txn_markers"),  # an operator's abort only
+    Api(
+        ApiKey.WriteTxnMarkers, 1, 1, "api.kafka.handlers.admin_transactions:handle_write_txn_markers"
+    ),  # an operator's abort only
     Api(ApiKey.DescribeUserScramCredentials, 0, 0, "api.kafka.handlers.scram:handle_describe_user_scram_credentials"),
     Api(ApiKey.AlterUserScramCredentials, 0, 0, "api.kafka.handlers.scram:handle_alter_user_scram_credentials"),
     Api(ApiKey.DescribeClientQuotas, 0, 1, "api.kafka.handlers.quotas:handle_describe_client_quotas"),
     Api(ApiKey.AlterClientQuotas, 0, 1, "api.kafka.handlers.quotas:handle_alter_client_quotas"),  # user and client-id entities
-    Api(ApiKey.DescribeAcls, 0, 3, "api.kafka.handlers.acls:handle_describe_acls"),  # v1+ pattern types; SECURITY_DISABLED without ACLs
+    Api(
+        ApiKey.DescribeAcls, 0, 3, "api.kafka.handlers.acls:handle_describe_acls"
+    ),  # v1+ pattern types; SECURITY_DISABLED without ACLs
     Api(ApiKey.CreateAcls, 0, 3, "api.kafka.handlers.acls:handle_create_acls"),
     Api(ApiKey.DeleteAcls, 0, 3, "api.kafka.handlers.acls:handle_delete_acls"),
     Api(ApiKey.ShareGroupHeartbeat, 1, 1, "api.kafka.handlers.share:handle_share_group_heartbeat"),  # v0 was Kafka 4.0's preview
@@ -94,7 +106,9 @@ APIS: tuple[Api, ...] = (
     Api(ApiKey.ShareFetch, 1, 1, "api.kafka.handlers.share:handle_share_fetch"),  # long-polled; share sessions per gateway
     Api(ApiKey.ShareAcknowledge, 1, 1, "api.kafka.handlers.share:handle_share_acknowledge"),
     Api(ApiKey.DescribeShareGroupOffsets, 0, 0, "api.kafka.handlers.share:handle_describe_share_group_offsets"),
-    Api(ApiKey.AlterShareGroupOffsets, 0, 0, "api.kafka.handlers.share:handle_alter_share_group_offsets"),  # NON_EMPTY_GROUP with members
+    Api(
+        ApiKey.AlterShareGroupOffsets, 0, 0, "api.kafka.handlers.share:handle_alter_share_group_offsets"
+    ),  # NON_EMPTY_GROUP with members
     Api(ApiKey.DeleteShareGroupOffsets, 0, 0, "api.kafka.handlers.share:handle_delete_share_group_offsets"),
 )
 

@@ -59,7 +59,15 @@ def decode_body(raw: bytes, model: type[BaseModel]) -> dict[str, Any]:
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             pos = getattr(exc, "pos", getattr(exc, "start", 0))
             raise RequestValidationError(
-                [{"type": "json_invalid", "loc": ("body", pos), "msg": "JSON decode error", "input": {}, "ctx": {"error": str(exc)}}]
+                [
+                    {
+                        "type": "json_invalid",
+                        "loc": ("body", pos),
+                        "msg": "JSON decode error",
+                        "input": {},
+                        "ctx": {"error": str(exc)},
+                    }
+                ]
             ) from None
     if not isinstance(obj, dict):
         _validated(model, obj)
@@ -154,15 +162,17 @@ def _read(obj: dict[str, Any], model: type[BaseModel]) -> tuple[dict[str, Any], 
 
 def fetch_page(result: FetchResult, encoding: Encoding) -> bytes:
     """A fetch answer (``FetchResponse``) as JSON: one dict per record, no model, orjson."""
-    return orjson.dumps({
-        "topic": result.topic,
-        "partition": result.partition,
-        "records": fetched_records(result.records, encoding),
-        "next_offset": result.next_offset,
-        "high_watermark": result.high_watermark,
-        "last_stable_offset": result.last_stable_offset,
-        "log_start_offset": result.log_start_offset,
-    })
+    return orjson.dumps(
+        {
+            "topic": result.topic,
+            "partition": result.partition,
+            "records": fetched_records(result.records, encoding),
+            "next_offset": result.next_offset,
+            "high_watermark": result.high_watermark,
+            "last_stable_offset": result.last_stable_offset,
+            "log_start_offset": result.log_start_offset,
+        }
+    )
 
 
 # A record without headers shares these (orjson only reads them): two containers fewer per record
@@ -185,12 +195,16 @@ def fetched_records(records: list[StoredRecord], encoding: Encoding) -> list[dic
             k, v = key.decode("utf-8", "replace"), value.decode("utf-8", "replace")
         else:
             k, v = encode_bytes(key, encoding), encode_bytes(value, encoding)
-        out.append({
-            "offset": r.offset,
-            "key": k,
-            "value": v,
-            "headers": headers_object(headers) if headers else _NO_HEADERS,
-            "header_list": [{"key": hk, "value": encode_bytes(hv, encoding)} for hk, hv in headers] if headers else _NO_HEADER_LIST,
-            "timestamp_ms": r.timestamp_ms,
-        })
+        out.append(
+            {
+                "offset": r.offset,
+                "key": k,
+                "value": v,
+                "headers": headers_object(headers) if headers else _NO_HEADERS,
+                "header_list": [{"key": hk, "value": encode_bytes(hv, encoding)} for hk, hv in headers]
+                if headers
+                else _NO_HEADER_LIST,
+                "timestamp_ms": r.timestamp_ms,
+            }
+        )
     return out

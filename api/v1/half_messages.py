@@ -57,7 +57,12 @@ def half_json(m: HalfMessage) -> dict:
     }
 
 
-@router.put("/producer-groups/{group}", dependencies=[Depends(requires(Api.REGISTER_PRODUCER_GROUP))], response_model=s.ProducerGroupOut, responses=errors(400, 413))
+@router.put(
+    "/producer-groups/{group}",
+    dependencies=[Depends(requires(Api.REGISTER_PRODUCER_GROUP))],
+    response_model=s.ProducerGroupOut,
+    responses=errors(400, 413),
+)
 def register_producer_group(group: str, body: s.ProducerGroupBody, b: Broker = Depends(broker)) -> dict:
     """Register a producer group's check-back endpoint and RocketMQ's knobs (defaults: check every
     60000 ms, leave a fresh half message alone for 6000 ms, roll back after 15 checks without a
@@ -69,7 +74,12 @@ def register_producer_group(group: str, body: s.ProducerGroupBody, b: Broker = D
     return group_json(g)
 
 
-@router.get("/producer-groups/{group}", dependencies=[Depends(requires(Api.DESCRIBE_PRODUCER_GROUP))], response_model=s.ProducerGroupOut, responses=errors(400))
+@router.get(
+    "/producer-groups/{group}",
+    dependencies=[Depends(requires(Api.DESCRIBE_PRODUCER_GROUP))],
+    response_model=s.ProducerGroupOut,
+    responses=errors(400),
+)
 def describe_producer_group(group: str, b: Broker = Depends(broker)) -> dict:
     """A producer group's settings (a group never registered: the defaults, no endpoint)."""
     return group_json(half_messages.producer_group(b, group))
@@ -82,14 +92,21 @@ def _record(body: s.HalfMessageBody) -> NewRecord:
     if body.headers is None:
         headers: tuple = ()
     elif isinstance(body.headers, dict):
-        headers = headers_from_object({k: None if v is None else valid_text(v, "a header value") for k, v in body.headers.items()})
+        headers = headers_from_object(
+            {k: None if v is None else valid_text(v, "a header value") for k, v in body.headers.items()}
+        )
     else:
         headers = tuple((h.key, decode_bytes(h.value, enc, f"headers[{i}].value")) for i, h in enumerate(body.headers))
     validate_headers(headers, "headers")
     return NewRecord(key, value, headers)
 
 
-@router.post("/half-messages", dependencies=[Depends(requires(Api.SEND_HALF_MESSAGE, names_in_body=True))], response_model=s.HalfMessageOut, responses=errors(400, 404, 409, 413))
+@router.post(
+    "/half-messages",
+    dependencies=[Depends(requires(Api.SEND_HALF_MESSAGE, names_in_body=True))],
+    response_model=s.HalfMessageOut,
+    responses=errors(400, 404, 409, 413),
+)
 def send_half_message(body: s.HalfMessageBody, request: Request, b: Broker = Depends(broker)) -> dict:
     """Store a half message: invisible to every reader, outside its partition (it holds back no last
     stable offset), until its producer commits or rolls it back — or the producer group's
@@ -107,7 +124,12 @@ def _authorize_end(request: Request, b: Broker, transaction_id: str) -> None:
         authorize(request, Api.END_HALF_MESSAGE, {"topic": half_messages.describe(b, transaction_id).stored.msg.topic})
 
 
-@router.post("/half-messages/{transaction_id}/commit", dependencies=[Depends(requires(Api.END_HALF_MESSAGE, names_in_body=True))], response_model=s.HalfMessageOut, responses=errors(400, 404, 409, 413))
+@router.post(
+    "/half-messages/{transaction_id}/commit",
+    dependencies=[Depends(requires(Api.END_HALF_MESSAGE, names_in_body=True))],
+    response_model=s.HalfMessageOut,
+    responses=errors(400, 404, 409, 413),
+)
 def commit_half_message(transaction_id: str, request: Request, b: Broker = Depends(broker)) -> dict:
     """Append the half message to its topic and partition, exactly once. Safe to lose, repeat or
     race: a repeated commit answers the committed half message (with its offset); after a rollback
@@ -116,7 +138,12 @@ def commit_half_message(transaction_id: str, request: Request, b: Broker = Depen
     return half_json(half_messages.commit(b, transaction_id))
 
 
-@router.post("/half-messages/{transaction_id}/rollback", dependencies=[Depends(requires(Api.END_HALF_MESSAGE, names_in_body=True))], response_model=s.HalfMessageOut, responses=errors(400, 404, 409, 413))
+@router.post(
+    "/half-messages/{transaction_id}/rollback",
+    dependencies=[Depends(requires(Api.END_HALF_MESSAGE, names_in_body=True))],
+    response_model=s.HalfMessageOut,
+    responses=errors(400, 404, 409, 413),
+)
 def rollback_half_message(transaction_id: str, request: Request, b: Broker = Depends(broker)) -> dict:
     """Drop the half message. A repeated rollback answers the rolled-back half message; after a
     commit it is INVALID_TXN_STATE."""
@@ -124,7 +151,12 @@ def rollback_half_message(transaction_id: str, request: Request, b: Broker = Dep
     return half_json(half_messages.rollback(b, transaction_id))
 
 
-@router.get("/half-messages/{transaction_id}", dependencies=[Depends(requires(Api.DESCRIBE_HALF_MESSAGES, names_in_body=True))], response_model=s.HalfMessageDetail, responses=errors(400, 404))
+@router.get(
+    "/half-messages/{transaction_id}",
+    dependencies=[Depends(requires(Api.DESCRIBE_HALF_MESSAGES, names_in_body=True))],
+    response_model=s.HalfMessageDetail,
+    responses=errors(400, 404),
+)
 def describe_half_message(transaction_id: str, request: Request, b: Broker = Depends(broker)) -> dict:
     """A half message, its message and its check-back history."""
     d = half_messages.describe(b, transaction_id)
@@ -141,7 +173,12 @@ def describe_half_message(transaction_id: str, request: Request, b: Broker = Dep
     }
 
 
-@router.get("/half-messages", dependencies=[Depends(requires(Api.LIST_HALF_MESSAGES))], response_model=s.HalfMessageList, responses=errors(400))
+@router.get(
+    "/half-messages",
+    dependencies=[Depends(requires(Api.LIST_HALF_MESSAGES))],
+    response_model=s.HalfMessageList,
+    responses=errors(400),
+)
 def list_half_messages(
     request: Request,
     state: str | None = None,

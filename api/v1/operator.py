@@ -21,14 +21,22 @@ from app.services.inspect import transactions as inspect_transactions
 router = APIRouter(prefix="/v1")
 
 
-@router.get("/groups", dependencies=[Depends(requires(Api.LIST_GROUPS))], response_model=s.GroupList, responses=errors(), tags=["groups"])
+@router.get(
+    "/groups", dependencies=[Depends(requires(Api.LIST_GROUPS))], response_model=s.GroupList, responses=errors(), tags=["groups"]
+)
 def list_groups(request: Request, b: Broker = Depends(broker)) -> dict:
     """Every consumer group with committed or pending offsets, its partitions and total lag (what a
     read_committed consumer of the group still has to read: up to each last stable offset)."""
     return {"groups": [vars(g) for g in visible(request, Api.LIST_GROUPS, inspect_groups.groups(b), lambda g: g.group_id)]}
 
 
-@router.get("/groups/{group}", dependencies=[Depends(requires(Api.DESCRIBE_GROUPS))], response_model=s.GroupDescription, responses=errors(400), tags=["groups"])
+@router.get(
+    "/groups/{group}",
+    dependencies=[Depends(requires(Api.DESCRIBE_GROUPS))],
+    response_model=s.GroupDescription,
+    responses=errors(400),
+    tags=["groups"],
+)
 def describe_group(group: str, b: Broker = Depends(broker)) -> dict:
     """A group's committed offsets beside each partition's log start, high watermark and last
     stable offset, with the lag against the last stable offset, and its offsets still pending in
@@ -42,7 +50,13 @@ def describe_group(group: str, b: Broker = Depends(broker)) -> dict:
     }
 
 
-@router.delete("/groups/{group}", dependencies=[Depends(requires(Api.DELETE_GROUPS))], response_model=s.GroupDeleted, responses=errors(400, 404, 409), tags=["groups"])
+@router.delete(
+    "/groups/{group}",
+    dependencies=[Depends(requires(Api.DELETE_GROUPS))],
+    response_model=s.GroupDeleted,
+    responses=errors(400, 404, 409),
+    tags=["groups"],
+)
 def delete_group(group: str, b: Broker = Depends(broker)) -> dict:
     """Kafka's DeleteGroups, at the group's coordinator (the gateway that holds its members): a
     group with members is 409 NON_EMPTY_GROUP; otherwise it goes with its committed offsets and
@@ -56,7 +70,13 @@ def _open_json(o: inspect_transactions.OpenTransaction) -> dict:
     return {**vars(o), "hanging": list(o.hanging)}
 
 
-@router.get("/open-transactions", dependencies=[Depends(requires(Api.DESCRIBE_PRODUCERS))], response_model=s.OpenTransactions, responses=errors(400, 404), tags=["transactions"])
+@router.get(
+    "/open-transactions",
+    dependencies=[Depends(requires(Api.DESCRIBE_PRODUCERS))],
+    response_model=s.OpenTransactions,
+    responses=errors(400, 404),
+    tags=["transactions"],
+)
 def open_transactions(
     topic: str | None = None,
     partition: int | None = Query(None, ge=0, le=s.INT32),
@@ -70,7 +90,9 @@ def open_transactions(
     (nothing will write its marker there) or ``open_too_long`` (open longer than
     ``max_transaction_timeout_ms``, default the server's maximum transaction timeout). With
     ``hanging=true`` only the hanging ones (kafka-transactions.sh find-hanging)."""
-    found = (inspect_transactions.find_hanging if hanging else inspect_transactions.open_transactions)(b, topic, partition, max_transaction_timeout_ms)
+    found = (inspect_transactions.find_hanging if hanging else inspect_transactions.open_transactions)(
+        b, topic, partition, max_transaction_timeout_ms
+    )
     limit = b.settings.max_transaction_timeout_ms if max_transaction_timeout_ms is None else max_transaction_timeout_ms
     return {"max_transaction_timeout_ms": limit, "open_transactions": [_open_json(o) for o in found]}
 
@@ -95,8 +117,11 @@ def describe_producers(topic: str, partition: int, b: Broker = Depends(broker)) 
         "partition": partition,
         "producers": [
             {
-                "producer_id": p.producer_id, "producer_epoch": p.producer_epoch, "last_sequence": p.last_seq,
-                "last_timestamp_ms": p.last_timestamp_ms, "current_txn_start_offset": p.txn_first_offset,
+                "producer_id": p.producer_id,
+                "producer_epoch": p.producer_epoch,
+                "last_sequence": p.last_seq,
+                "last_timestamp_ms": p.last_timestamp_ms,
+                "current_txn_start_offset": p.txn_first_offset,
             }
             for p in answer
         ],

@@ -37,24 +37,38 @@ def broker(request: Request) -> Broker:
     return request.app.state.broker
 
 
-
-
 # --- topics ---------------------------------------------------------------------------------------
 
-@router.post("/topics", status_code=201, dependencies=[Depends(requires(Api.CREATE_TOPICS, names_in_body=True))], response_model=s.TopicInfo, responses=errors(400, 409, 413), tags=["topics"])
+
+@router.post(
+    "/topics",
+    status_code=201,
+    dependencies=[Depends(requires(Api.CREATE_TOPICS, names_in_body=True))],
+    response_model=s.TopicInfo,
+    responses=errors(400, 409, 413),
+    tags=["topics"],
+)
 def create_topic(body: s.TopicCreate, request: Request, b: Broker = Depends(broker)) -> s.TopicInfo:
     authorize(request, Api.CREATE_TOPICS, {"topic": body.name})
     name, n = topics.create_topic(b, body.name, body.partitions, body.config)
     return s.TopicInfo(name=name, partitions=n)
 
 
-@router.get("/topics", dependencies=[Depends(requires(Api.LIST_TOPICS))], response_model=s.TopicList, responses=errors(), tags=["topics"])
+@router.get(
+    "/topics", dependencies=[Depends(requires(Api.LIST_TOPICS))], response_model=s.TopicList, responses=errors(), tags=["topics"]
+)
 def list_topics(request: Request, b: Broker = Depends(broker)) -> dict:
     found = visible(request, Api.LIST_TOPICS, topics.list_topics(b), lambda t: t[0])
     return {"topics": [{"name": n, "partitions": p} for n, p in found]}
 
 
-@router.get("/topics/{topic}", dependencies=[Depends(requires(Api.DESCRIBE_TOPIC))], response_model=s.TopicDescription, responses=errors(400, 404), tags=["topics"])
+@router.get(
+    "/topics/{topic}",
+    dependencies=[Depends(requires(Api.DESCRIBE_TOPIC))],
+    response_model=s.TopicDescription,
+    responses=errors(400, 404),
+    tags=["topics"],
+)
 def describe_topic(topic: str, b: Broker = Depends(broker)) -> s.TopicDescription:
     parts = topics.describe_topic(b, topic)
     return s.TopicDescription(
@@ -72,7 +86,13 @@ def describe_topic(topic: str, b: Broker = Depends(broker)) -> s.TopicDescriptio
     )
 
 
-@router.patch("/topics/{topic}", dependencies=[Depends(requires(Api.ALTER_TOPIC_CONFIGS))], response_model=s.TopicConfigInfo, responses=errors(400, 404, 409, 413), tags=["topics"])
+@router.patch(
+    "/topics/{topic}",
+    dependencies=[Depends(requires(Api.ALTER_TOPIC_CONFIGS))],
+    response_model=s.TopicConfigInfo,
+    responses=errors(400, 404, 409, 413),
+    tags=["topics"],
+)
 def alter_topic(topic: str, body: s.TopicAlter, b: Broker = Depends(broker)) -> s.TopicConfigInfo:
     """Change a topic's config (Kafka's IncrementalAlterConfigs): each key given is set, each key
     given as null removed. ``retention.ms`` and ``retention.bytes`` (-1: no limit) take effect at
@@ -80,7 +100,13 @@ def alter_topic(topic: str, body: s.TopicAlter, b: Broker = Depends(broker)) -> 
     return s.TopicConfigInfo(name=topic, config=topics.alter_topic_config(b, topic, body.config))
 
 
-@router.delete("/topics/{topic}", dependencies=[Depends(requires(Api.DELETE_TOPICS))], response_model=s.TopicDeleted, responses=errors(400, 404, 409), tags=["topics"])
+@router.delete(
+    "/topics/{topic}",
+    dependencies=[Depends(requires(Api.DELETE_TOPICS))],
+    response_model=s.TopicDeleted,
+    responses=errors(400, 404, 409),
+    tags=["topics"],
+)
 def delete_topic(topic: str, b: Broker = Depends(broker)) -> s.TopicDeleted:
     """Delete a topic (Kafka's DeleteTopics): it is gone at once for every way in, with its
     committed offsets and producer states; each open transaction that wrote to it is aborted on all
@@ -89,12 +115,20 @@ def delete_topic(topic: str, b: Broker = Depends(broker)) -> s.TopicDeleted:
     CONCURRENT_TRANSACTIONS (retriable): transactions kept joining the topic while it was deleted."""
     deleted = topics.delete_topic(b, topic)
     return s.TopicDeleted(
-        name=deleted.name, topic_id=str(deleted.topic_id), aborted_transactions=list(deleted.aborted_transactions),
+        name=deleted.name,
+        topic_id=str(deleted.topic_id),
+        aborted_transactions=list(deleted.aborted_transactions),
         records_pending=deleted.records_pending,
     )
 
 
-@router.post("/topics/{topic}/partitions", dependencies=[Depends(requires(Api.CREATE_PARTITIONS))], response_model=s.TopicPartitionCount, responses=errors(400, 404, 413), tags=["topics"])
+@router.post(
+    "/topics/{topic}/partitions",
+    dependencies=[Depends(requires(Api.CREATE_PARTITIONS))],
+    response_model=s.TopicPartitionCount,
+    responses=errors(400, 404, 413),
+    tags=["topics"],
+)
 def create_partitions(topic: str, body: s.PartitionsCreate, b: Broker = Depends(broker)) -> s.TopicPartitionCount:
     """Grow a topic to ``count`` partitions (Kafka's CreatePartitions; ``validate_only`` checks
     only): never shrunk, 400 INVALID_PARTITIONS for a count at or below the current one. The new
@@ -119,6 +153,7 @@ def delete_records(topic: str, partition: int, body: s.DeleteRecordsBody, b: Bro
 
 
 # --- produce --------------------------------------------------------------------------------------
+
 
 def produced(topic: str, result: produce_service.ProduceResult) -> Response:
     if result.duplicate:
@@ -145,7 +180,12 @@ BODY_MODELS: list[type[s.Model]] = []
 def _json_body(model: type[s.Model]) -> dict:
     """The request body's declaration for a route that decodes its body itself."""
     BODY_MODELS.append(model)
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}}
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}},
+        }
+    }
 
 
 @router.post(
@@ -213,8 +253,13 @@ def add_body_schemas(openapi: dict) -> dict:
 
 # --- fetch ----------------------------------------------------------------------------------------
 
+
 @router.get(
-    "/topics/{topic}/partitions/{partition}/records", dependencies=[Depends(requires(Api.FETCH))], response_model=s.FetchResponse, responses={**errors(400, 404, 416), **THROTTLED}, tags=["fetch"]
+    "/topics/{topic}/partitions/{partition}/records",
+    dependencies=[Depends(requires(Api.FETCH))],
+    response_model=s.FetchResponse,
+    responses={**errors(400, 404, 416), **THROTTLED},
+    tags=["fetch"],
 )
 async def fetch(
     request: Request,
@@ -235,8 +280,16 @@ async def fetch(
 
 
 async def fetch_page(
-    request: Request, topic: str, partition: int, offset: int, max_records: int, max_bytes: int,
-    isolation_level: IsolationLevel, encoding: Encoding, wait_ms: int, run: Callable[..., Awaitable],
+    request: Request,
+    topic: str,
+    partition: int,
+    offset: int,
+    max_records: int,
+    max_bytes: int,
+    isolation_level: IsolationLevel,
+    encoding: Encoding,
+    wait_ms: int,
+    run: Callable[..., Awaitable],
 ) -> Response:
     """Fetch's answer; ``run(fn)`` runs ``fn`` in a worker thread (also served by ``api.v1.hot``)."""
     b: Broker = request.app.state.broker
@@ -252,13 +305,19 @@ async def fetch_page(
         return page
 
     _, body = await wait_for_records(
-        request.app.state.notifier, [(topic, partition)], wait_ms, b.settings.max_fetch_wait_ms, b.settings.max_long_polls,
-        lambda: run(once), lambda page: bool(page[0].records) or page[0].next_offset != offset,
+        request.app.state.notifier,
+        [(topic, partition)],
+        wait_ms,
+        b.settings.max_fetch_wait_ms,
+        b.settings.max_long_polls,
+        lambda: run(once),
+        lambda page: bool(page[0].records) or page[0].next_offset != offset,
     )
     return quotas.spend(request, Response(body, media_type="application/json"), CONSUMER_BYTE_RATE, len(body), reading[0])
 
 
 # --- consumer group offsets -----------------------------------------------------------------------
+
 
 def _offsets(items: list[s.OffsetIn]) -> list[GroupOffset]:
     return [GroupOffset(o.topic, o.partition, o.offset, valid_text(o.metadata or "", "metadata")) for o in items]
@@ -268,7 +327,13 @@ def _offsets_out(offsets: list[GroupOffset]) -> list[dict]:
     return [{"topic": o.topic, "partition": o.partition, "offset": o.offset, "metadata": o.metadata} for o in offsets]
 
 
-@router.post("/groups/{group}/offsets", dependencies=[Depends(requires(Api.OFFSET_COMMIT, names_in_body=True))], response_model=s.GroupOffsets, responses=errors(400, 404, 409, 413), tags=["groups"])
+@router.post(
+    "/groups/{group}/offsets",
+    dependencies=[Depends(requires(Api.OFFSET_COMMIT, names_in_body=True))],
+    response_model=s.GroupOffsets,
+    responses=errors(400, 404, 409, 413),
+    tags=["groups"],
+)
 def offset_commit(group: str, body: s.GroupOffsetsBody, request: Request, b: Broker = Depends(broker)) -> dict:
     """Kafka's OffsetCommit. A partition given more than once keeps its last offset; the answer
     shows the offsets as stored."""
@@ -276,7 +341,13 @@ def offset_commit(group: str, body: s.GroupOffsetsBody, request: Request, b: Bro
     return {"offsets": _offsets_out(groups.offset_commit(b, group, _offsets(body.offsets)))}
 
 
-@router.get("/groups/{group}/offsets", dependencies=[Depends(requires(Api.OFFSET_FETCH))], response_model=s.GroupOffsets, responses=errors(400, 409), tags=["groups"])
+@router.get(
+    "/groups/{group}/offsets",
+    dependencies=[Depends(requires(Api.OFFSET_FETCH))],
+    response_model=s.GroupOffsets,
+    responses=errors(400, 409),
+    tags=["groups"],
+)
 def offset_fetch(request: Request, group: str, require_stable: bool = False, b: Broker = Depends(broker)) -> dict:
     found = visible(request, Api.OFFSET_FETCH, groups.offset_fetch(b, group, require_stable), lambda o: o.topic)
     return {"offsets": _offsets_out(found)}
@@ -284,7 +355,14 @@ def offset_fetch(request: Request, group: str, require_stable: bool = False, b: 
 
 # --- producers and transactions -------------------------------------------------------------------
 
-@router.post("/producers", dependencies=[Depends(requires(Api.INIT_PRODUCER_ID, names_in_body=True))], response_model=s.ProducerIdAndEpoch, responses=errors(400, 409, 413), tags=["transactions"])
+
+@router.post(
+    "/producers",
+    dependencies=[Depends(requires(Api.INIT_PRODUCER_ID, names_in_body=True))],
+    response_model=s.ProducerIdAndEpoch,
+    responses=errors(400, 409, 413),
+    tags=["transactions"],
+)
 def init_producer_id(body: s.InitProducerBody, request: Request, b: Broker = Depends(broker)) -> s.ProducerIdAndEpoch:
     authorize(request, init_producer_api(body.transactional_id), {"transactional_id": body.transactional_id})
     r = transactions.init_producer_id(b, body.transactional_id, body.transaction_timeout_ms)
@@ -326,20 +404,37 @@ def event_json(e: TxnEvent) -> dict:
     }
 
 
-@router.post("/transactions/{tid}/partitions", dependencies=[Depends(requires(Api.ADD_PARTITIONS_TO_TXN, names_in_body=True))], response_model=s.TxnDescription, responses=errors(400, 404, 409, 413, 429), tags=["transactions"])
+@router.post(
+    "/transactions/{tid}/partitions",
+    dependencies=[Depends(requires(Api.ADD_PARTITIONS_TO_TXN, names_in_body=True))],
+    response_model=s.TxnDescription,
+    responses=errors(400, 404, 409, 413, 429),
+    tags=["transactions"],
+)
 def add_partitions_to_txn(tid: str, body: s.AddPartitionsBody, request: Request, b: Broker = Depends(broker)) -> dict:
     authorize(request, Api.ADD_PARTITIONS_TO_TXN, {"transactional_id": tid, "topics": sorted({p.topic for p in body.partitions})})
     meta = transactions.add_partitions_to_txn(
-        b, tid, body.producer_id, body.producer_epoch, [(p.topic, p.partition) for p in body.partitions],
+        b,
+        tid,
+        body.producer_id,
+        body.producer_epoch,
+        [(p.topic, p.partition) for p in body.partitions],
         principal=principal_of(request),
     )
     return txn_json(meta, b)
 
 
-@router.post("/transactions/{tid}/offsets", dependencies=[Depends(requires(Api.TXN_OFFSET_COMMIT, names_in_body=True))], response_model=s.TxnDescription, responses=errors(400, 404, 409, 413, 429), tags=["transactions"])
+@router.post(
+    "/transactions/{tid}/offsets",
+    dependencies=[Depends(requires(Api.TXN_OFFSET_COMMIT, names_in_body=True))],
+    response_model=s.TxnDescription,
+    responses=errors(400, 404, 409, 413, 429),
+    tags=["transactions"],
+)
 def txn_offset_commit(tid: str, body: s.TxnOffsetsBody, request: Request, b: Broker = Depends(broker)) -> dict:
     authorize(
-        request, Api.TXN_OFFSET_COMMIT,
+        request,
+        Api.TXN_OFFSET_COMMIT,
         {"transactional_id": tid, "group": body.group_id, "topics": sorted({o.topic for o in body.offsets})},
     )
     meta = transactions.txn_offset_commit(
@@ -348,7 +443,13 @@ def txn_offset_commit(tid: str, body: s.TxnOffsetsBody, request: Request, b: Bro
     return txn_json(meta, b)
 
 
-@router.post("/transactions/{tid}/end", dependencies=[Depends(requires(Api.END_TXN))], response_model=s.EndTxnResponse, responses=errors(400, 409, 413), tags=["transactions"])
+@router.post(
+    "/transactions/{tid}/end",
+    dependencies=[Depends(requires(Api.END_TXN))],
+    response_model=s.EndTxnResponse,
+    responses=errors(400, 409, 413),
+    tags=["transactions"],
+)
 async def end_txn(tid: str, body: s.EndTxnBody, request: Request) -> Response:
     return await end_transaction(request, tid, body)
 
@@ -368,23 +469,43 @@ def ended(result: str, outcome: transactions.EndTxnOutcome) -> Response:
     return Response(orjson.dumps(answer), media_type="application/json")
 
 
-@router.post("/transactions/{tid}/abort", dependencies=[Depends(requires(Api.ABORT_TRANSACTION))], response_model=s.TxnDescription, responses=errors(400, 404, 409, 413), tags=["transactions"])
+@router.post(
+    "/transactions/{tid}/abort",
+    dependencies=[Depends(requires(Api.ABORT_TRANSACTION))],
+    response_model=s.TxnDescription,
+    responses=errors(400, 404, 409, 413),
+    tags=["transactions"],
+)
 def abort_transaction(tid: str, b: Broker = Depends(broker)) -> dict:
     return txn_json(transactions.abort_by_operator(b, tid), b)
 
 
-@router.get("/transactions", dependencies=[Depends(requires(Api.LIST_TRANSACTIONS))], response_model=s.TxnList, responses=errors(400), tags=["transactions"])
+@router.get(
+    "/transactions",
+    dependencies=[Depends(requires(Api.LIST_TRANSACTIONS))],
+    response_model=s.TxnList,
+    responses=errors(400),
+    tags=["transactions"],
+)
 def list_transactions(
     request: Request,
     state: str | None = None,
     older_than_ms: int | None = Query(None, ge=0, le=s.INT64),
     b: Broker = Depends(broker),
 ) -> dict:
-    found = visible(request, Api.LIST_TRANSACTIONS, transactions.list_transactions(b, state, older_than_ms), lambda m: m.transactional_id)
+    found = visible(
+        request, Api.LIST_TRANSACTIONS, transactions.list_transactions(b, state, older_than_ms), lambda m: m.transactional_id
+    )
     return {"transactions": [txn_json(m, b) for m in found]}
 
 
-@router.get("/transactions/{tid}", dependencies=[Depends(requires(Api.DESCRIBE_TRANSACTIONS))], response_model=s.TxnDescription, responses=errors(400, 404), tags=["transactions"])
+@router.get(
+    "/transactions/{tid}",
+    dependencies=[Depends(requires(Api.DESCRIBE_TRANSACTIONS))],
+    response_model=s.TxnDescription,
+    responses=errors(400, 404),
+    tags=["transactions"],
+)
 def describe_transaction(tid: str, request: Request, b: Broker = Depends(broker)) -> dict:
     """The transaction's partitions of topics the principal may not Describe are left out, as Kafka's
     DescribeTransactions leaves them out."""
@@ -393,7 +514,13 @@ def describe_transaction(tid: str, request: Request, b: Broker = Depends(broker)
     return described
 
 
-@router.get("/transactions/{tid}/events", dependencies=[Depends(requires(Api.DESCRIBE_TRANSACTIONS))], response_model=s.TxnEvents, responses=errors(400, 404), tags=["transactions"])
+@router.get(
+    "/transactions/{tid}/events",
+    dependencies=[Depends(requires(Api.DESCRIBE_TRANSACTIONS))],
+    response_model=s.TxnEvents,
+    responses=errors(400, 404),
+    tags=["transactions"],
+)
 def transaction_events(
     tid: str,
     limit: int = Query(transactions.MAX_EVENTS_PAGE, ge=1, le=transactions.MAX_EVENTS_PAGE),

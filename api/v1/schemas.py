@@ -277,6 +277,7 @@ class ErrorResponse(Model):
 
 # --- operator reads: consumer groups with lag, open and hanging transactions -----------------------
 
+
 class GroupSummaryOut(Model):
     group_id: str
     partitions: int

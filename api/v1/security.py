@@ -30,7 +30,17 @@ router = APIRouter(prefix="/v1", tags=["security"])
 
 ResourceTypeName = Literal["topic", "group", "transactional_id", "cluster"]
 OperationName = Literal[
-    "All", "Read", "Write", "Create", "Delete", "Alter", "Describe", "IdempotentWrite", "DescribeConfigs", "AlterConfigs", "ClusterAction",
+    "All",
+    "Read",
+    "Write",
+    "Create",
+    "Delete",
+    "Alter",
+    "Describe",
+    "IdempotentWrite",
+    "DescribeConfigs",
+    "AlterConfigs",
+    "ClusterAction",
 ]
 
 
@@ -59,15 +69,21 @@ class PrincipalCreated(PrincipalOut):
 class Acl(Model):
     principal: str = Field(max_length=133, description="A principal's name (``User:`` prefix allowed) or ``*``: every principal")
     resource_type: ResourceTypeName
-    resource_name: str = Field(max_length=RESOURCE_NAME_MAX, description="``txlog-cluster`` for the cluster; ``*`` (literal): every resource")
+    resource_name: str = Field(
+        max_length=RESOURCE_NAME_MAX, description="``txlog-cluster`` for the cluster; ``*`` (literal): every resource"
+    )
     pattern_type: Literal["literal", "prefixed"] = "literal"
     operation: OperationName
     permission_type: Literal["allow", "deny"] = "allow"
 
     def binding(self) -> AclBinding:
         return AclBinding(
-            principal_name(self.principal), ResourceType(self.resource_type), self.resource_name,
-            PatternType(self.pattern_type), Operation(self.operation), PermissionType(self.permission_type),
+            principal_name(self.principal),
+            ResourceType(self.resource_type),
+            self.resource_name,
+            PatternType(self.pattern_type),
+            Operation(self.operation),
+            PermissionType(self.permission_type),
         )
 
 
@@ -86,7 +102,10 @@ def list_principals(b: Broker = Depends(broker)) -> dict:
 
 
 @router.post(
-    "/principals", status_code=201, dependencies=[Depends(requires(Api.ALTER_ACLS))], response_model=PrincipalCreated,
+    "/principals",
+    status_code=201,
+    dependencies=[Depends(requires(Api.ALTER_ACLS))],
+    response_model=PrincipalCreated,
     responses=errors(400, 413),
 )
 async def create_principal(body: PrincipalCreate, b: Broker = Depends(broker)) -> dict:
@@ -96,7 +115,9 @@ async def create_principal(body: PrincipalCreate, b: Broker = Depends(broker)) -
     return {**principal_json(created.principal), "token": created.token}
 
 
-@router.delete("/principals/{name}", dependencies=[Depends(requires(Api.ALTER_ACLS))], response_model=PrincipalOut, responses=errors(400))
+@router.delete(
+    "/principals/{name}", dependencies=[Depends(requires(Api.ALTER_ACLS))], response_model=PrincipalOut, responses=errors(400)
+)
 def revoke_principal(name: str, b: Broker = Depends(broker)) -> dict:
     """Revoke the principal's token: refused on every server process within a second. Its ACLs stay."""
     return principal_json(security.revoke_principal(b.db, name))
@@ -127,7 +148,11 @@ def delete_acls(
 ) -> dict:
     """Kafka's DeleteAcls of one exact ACL: answers it if it existed (else an empty list)."""
     acl = Acl(
-        principal=principal, resource_type=resource_type, resource_name=resource_name, pattern_type=pattern_type,
-        operation=operation, permission_type=permission_type,
+        principal=principal,
+        resource_type=resource_type,
+        resource_name=resource_name,
+        pattern_type=pattern_type,
+        operation=operation,
+        permission_type=permission_type,
     )
     return {"acls": [a.to_dict() for a in security.remove_acls(b.db, [acl.binding()])]}

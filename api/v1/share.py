@@ -26,8 +26,11 @@ from app.services import Broker, share, topics
 router = APIRouter(prefix="/v1", tags=["share groups"])
 
 _ACK_TYPES = {
-    "accept": AcknowledgeType.ACCEPT, "release": AcknowledgeType.RELEASE, "reject": AcknowledgeType.REJECT,
-    "renew": AcknowledgeType.RENEW, "gap": AcknowledgeType.GAP,
+    "accept": AcknowledgeType.ACCEPT,
+    "release": AcknowledgeType.RELEASE,
+    "reject": AcknowledgeType.REJECT,
+    "renew": AcknowledgeType.RENEW,
+    "gap": AcknowledgeType.GAP,
 }
 
 
@@ -56,10 +59,18 @@ def _fetched(got: list[share.ShareFetchPartition], encoding: Any) -> tuple[list[
     for p in got:
         for record, count in zip(codec.fetched_records(list(p.records), encoding), p.delivery_counts):
             records.append({"topic": p.topic, "partition": p.partition, **record, "delivery_count": count})
-        parts.append({
-            "topic": p.topic, "partition": p.partition, "start_offset": p.start_offset, "error": _error(p.error),
-            "acquired": [{"first_offset": a.first_offset, "last_offset": a.last_offset, "delivery_count": a.delivery_count} for a in p.acquired],
-        })
+        parts.append(
+            {
+                "topic": p.topic,
+                "partition": p.partition,
+                "start_offset": p.start_offset,
+                "error": _error(p.error),
+                "acquired": [
+                    {"first_offset": a.first_offset, "last_offset": a.last_offset, "delivery_count": a.delivery_count}
+                    for a in p.acquired
+                ],
+            }
+        )
     return records, parts
 
 
@@ -93,7 +104,7 @@ async def acquire(group: str, body: s.AcquireBody, request: Request) -> Response
         acknowledged = _acknowledged(await run_in_threadpool(share.acknowledge, b, group, member_id, acks))
 
     got = await share.acquire_waiting(
-        b, request.app.state.notifier, run_in_threadpool, group, member_id, wanted, body.wait_ms, body.max_records, body.max_bytes,
+        b, request.app.state.notifier, run_in_threadpool, group, member_id, wanted, body.wait_ms, body.max_records, body.max_bytes
     )
     failed = [p.error for p in got if p.error is not None]
     if failed and len(failed) == len(got):
@@ -150,15 +161,23 @@ def _acknowledged(answers: list[share.ShareAcknowledged]) -> list[dict]:
     parts = []
     for a in answers:
         o = a.outcome
-        parts.append({
-            "topic": a.topic, "partition": a.partition, "error": _error(a.error),
-            "accepted": _span(o.accepted) if o else 0, "released": _span(o.released) if o else 0,
-            "archived": _span(o.archived) if o else 0, "renewed": _span(o.renewed) if o else 0,
-        })
+        parts.append(
+            {
+                "topic": a.topic,
+                "partition": a.partition,
+                "error": _error(a.error),
+                "accepted": _span(o.accepted) if o else 0,
+                "released": _span(o.released) if o else 0,
+                "archived": _span(o.archived) if o else 0,
+                "renewed": _span(o.renewed) if o else 0,
+            }
+        )
     return parts
 
 
-@router.get("/share-groups", dependencies=[Depends(requires(Api.LIST_GROUPS))], response_model=s.ShareGroupList, responses=errors())
+@router.get(
+    "/share-groups", dependencies=[Depends(requires(Api.LIST_GROUPS))], response_model=s.ShareGroupList, responses=errors()
+)
 def list_share_groups(request: Request, b: Broker = Depends(broker)) -> dict:
     """The share groups with state (a share partition read) or configs, those the principal may
     describe."""
@@ -166,7 +185,9 @@ def list_share_groups(request: Request, b: Broker = Depends(broker)) -> dict:
 
 
 @router.get(
-    "/share-groups/{group}", dependencies=[Depends(requires(Api.DESCRIBE_SHARE_GROUP))], response_model=s.ShareGroupOut,
+    "/share-groups/{group}",
+    dependencies=[Depends(requires(Api.DESCRIBE_SHARE_GROUP))],
+    response_model=s.ShareGroupOut,
     responses=errors(404),
 )
 def describe_share_group(group: str, b: Broker = Depends(broker)) -> dict:
@@ -181,12 +202,20 @@ def describe_share_group(group: str, b: Broker = Depends(broker)) -> dict:
         "configs": {**DEFAULTS, **d.configs},
         "partitions": [
             {
-                "topic": p.topic, "partition": p.partition, "start_offset": p.start_offset, "end_offset": p.end_offset,
-                "state_epoch": p.state_epoch, "records": {k.capitalize(): v for k, v in p.counts.items()},
+                "topic": p.topic,
+                "partition": p.partition,
+                "start_offset": p.start_offset,
+                "end_offset": p.end_offset,
+                "state_epoch": p.state_epoch,
+                "records": {k.capitalize(): v for k, v in p.counts.items()},
                 "in_flight": [
                     {
-                        "first_offset": r.first_offset, "last_offset": r.last_offset, "state": r.state.name.capitalize(),
-                        "member_id": r.member_id, "lock_deadline_ms": r.lock_deadline_ms, "delivery_count": r.delivery_count,
+                        "first_offset": r.first_offset,
+                        "last_offset": r.last_offset,
+                        "state": r.state.name.capitalize(),
+                        "member_id": r.member_id,
+                        "lock_deadline_ms": r.lock_deadline_ms,
+                        "delivery_count": r.delivery_count,
                     }
                     for r in p.in_flight
                 ],
@@ -197,8 +226,10 @@ def describe_share_group(group: str, b: Broker = Depends(broker)) -> dict:
 
 
 @router.patch(
-    "/share-groups/{group}/configs", dependencies=[Depends(requires(Api.ALTER_GROUP_CONFIGS))],
-    response_model=s.ShareGroupConfigsOut, responses=errors(400, 413),
+    "/share-groups/{group}/configs",
+    dependencies=[Depends(requires(Api.ALTER_GROUP_CONFIGS))],
+    response_model=s.ShareGroupConfigsOut,
+    responses=errors(400, 413),
 )
 def alter_share_group_configs(group: str, body: s.ShareGroupConfigsBody, b: Broker = Depends(broker)) -> dict:
     """Kafka's IncrementalAlterConfigs of a GROUP resource: share.auto.offset.reset,

@@ -39,6 +39,7 @@ EXIT_CODES_HELP = (
     "missing; 130 interrupted."
 )
 
+
 class Client:
     """The command's connection settings and output mode (``ctx.obj``)."""
 
@@ -72,10 +73,22 @@ def client_command(fn: Callable[..., int | None]) -> Callable[..., int]:
     codes. The wrapped function receives the ``Client`` as its first argument."""
 
     @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of tables.")
-    @click.option("--token", envvar="TXLOG_TOKEN", default=None, metavar="TOKEN",
-                  help="Bearer token sent to the server (default: $TXLOG_TOKEN).")
-    @click.option("--url", "--bootstrap-server", "url", envvar="TXLOG_URL", default=None, metavar="URL",
-                  help="The server (default: $TXLOG_URL, else http://127.0.0.1:8080).")
+    @click.option(
+        "--token",
+        envvar="TXLOG_TOKEN",
+        default=None,
+        metavar="TOKEN",
+        help="Bearer token sent to the server (default: $TXLOG_TOKEN).",
+    )
+    @click.option(
+        "--url",
+        "--bootstrap-server",
+        "url",
+        envvar="TXLOG_URL",
+        default=None,
+        metavar="URL",
+        help="The server (default: $TXLOG_URL, else http://127.0.0.1:8080).",
+    )
     @functools.wraps(fn)
     def command(url: str | None, token: str | None, as_json: bool, **kwargs: Any) -> int:
         client = Client(url, token, as_json)
@@ -101,6 +114,7 @@ def report(err: KafkaError) -> int:
 
 
 # --- output -----------------------------------------------------------------------------------------
+
 
 def console() -> Console:
     """stdout; when it is not a terminal, wide enough that no table cell is ever wrapped."""
@@ -160,6 +174,7 @@ def now_ms() -> float:
 
 
 # --- progress ----------------------------------------------------------------------------------------
+
 
 class Progress:
     """Progress of a long run on stderr: a live line when stderr is a terminal, else (when asked

@@ -52,19 +52,41 @@ def _shown(data: bytes | None) -> str:
 @click.command()
 @click.argument("topic")
 @click.option("--partition", type=click.IntRange(min=0), default=None, help="Only this partition (default: all of them).")
-@click.option("--offset", default=None, metavar="OFFSET|earliest|latest",
-              help="Where to start without a committed group offset (default: earliest). A number needs --partition.")
+@click.option(
+    "--offset",
+    default=None,
+    metavar="OFFSET|earliest|latest",
+    help="Where to start without a committed group offset (default: earliest). A number needs --partition.",
+)
 @click.option("--from-beginning", is_flag=True, help="Start at the log start (the same as --offset earliest).")
 @click.option("--group", default=None, help="Consume as this group: start at its committed offsets and commit what was read.")
-@click.option("--share-group", default=None, metavar="GROUP",
-              help="Consume as a member of this share group: records are acquired (each by one member of the group), "
-                   "printed, then accepted; the group's configs say where it starts and its isolation level.")
-@click.option("--reject", "share_ack", flag_value="reject", default=None,
-              help="With --share-group: reject the records printed (archived, never delivered again) instead of accepting them.")
-@click.option("--release", "share_ack", flag_value="release",
-              help="With --share-group: release the records printed (delivered again, to any member) instead of accepting them.")
-@click.option("--isolation-level", type=click.Choice(["read_uncommitted", "read_committed"]), default="read_uncommitted",
-              show_default=True, help="read_committed: only committed records, up to the last stable offset.")
+@click.option(
+    "--share-group",
+    default=None,
+    metavar="GROUP",
+    help="Consume as a member of this share group: records are acquired (each by one member of the group), "
+    "printed, then accepted; the group's configs say where it starts and its isolation level.",
+)
+@click.option(
+    "--reject",
+    "share_ack",
+    flag_value="reject",
+    default=None,
+    help="With --share-group: reject the records printed (archived, never delivered again) instead of accepting them.",
+)
+@click.option(
+    "--release",
+    "share_ack",
+    flag_value="release",
+    help="With --share-group: release the records printed (delivered again, to any member) instead of accepting them.",
+)
+@click.option(
+    "--isolation-level",
+    type=click.Choice(["read_uncommitted", "read_committed"]),
+    default="read_uncommitted",
+    show_default=True,
+    help="read_committed: only committed records, up to the last stable offset.",
+)
 @click.option("--max-messages", type=click.IntRange(min=1), default=None, metavar="N", help="Stop after N records.")
 @click.option("--follow", "-f", is_flag=True, help="Keep waiting for new records (default: stop at the end of the log).")
 @click.option("--print-key", is_flag=True, help="Print each record's key before its value.")
@@ -72,13 +94,30 @@ def _shown(data: bytes | None) -> str:
 @click.option("--print-offset", is_flag=True, help="Print each record's partition and offset first.")
 @click.option("--print-timestamp", is_flag=True, help="Print each record's timestamp (epoch ms) first.")
 @click.option("--key-separator", default="\t", show_default="tab", help="Between the printed fields.")
-@click.option("--progress/--no-progress", default=None,
-              help="A count of records read on stderr (default: when stderr is a terminal and stdout is not).")
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="A count of records read on stderr (default: when stderr is a terminal and stdout is not).",
+)
 @client_command
 def consume(
-    client: Client, topic: str, partition: int | None, offset: str | None, from_beginning: bool, group: str | None,
-    share_group: str | None, share_ack: str | None, isolation_level: str, max_messages: int | None, follow: bool,
-    print_key: bool, print_headers: bool, print_offset: bool, print_timestamp: bool, key_separator: str, progress: bool | None,
+    client: Client,
+    topic: str,
+    partition: int | None,
+    offset: str | None,
+    from_beginning: bool,
+    group: str | None,
+    share_group: str | None,
+    share_ack: str | None,
+    isolation_level: str,
+    max_messages: int | None,
+    follow: bool,
+    print_key: bool,
+    print_headers: bool,
+    print_offset: bool,
+    print_timestamp: bool,
+    key_separator: str,
+    progress: bool | None,
 ) -> int:
     """Print TOPIC's records, one per line (with --json one JSON object per line)."""
     from txlog import Consumer, TopicPartition
@@ -103,7 +142,9 @@ def consume(
     partitions = [p["partition"] for p in described["partitions"]]
     if partition is not None:
         if partition not in partitions:
-            raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"Topic-partition {topic}-{partition} does not exist"))
+            raise KafkaException(
+                KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"Topic-partition {topic}-{partition} does not exist")
+            )
         partitions = [partition]
 
     conf = client.config(
@@ -159,13 +200,24 @@ class _Printer:
     """How each record is printed: a JSON object per line, or the fields asked for."""
 
     def __init__(self, as_json: bool, key: bool, headers: bool, offset: bool, timestamp: bool, separator: str) -> None:
-        self.json, self.key, self.headers, self.offset, self.timestamp, self.separator = as_json, key, headers, offset, timestamp, separator
+        self.json, self.key, self.headers, self.offset, self.timestamp, self.separator = (
+            as_json,
+            key,
+            headers,
+            offset,
+            timestamp,
+            separator,
+        )
 
     def write(self, msg: Message, out: TextIO, delivery_count: int | None = None) -> None:
         if self.json:
             line: dict = {
-                "topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset(), "timestamp_ms": msg.timestamp()[1],
-                "key": _text(msg.key()), "value": _text(msg.value()),
+                "topic": msg.topic(),
+                "partition": msg.partition(),
+                "offset": msg.offset(),
+                "timestamp_ms": msg.timestamp()[1],
+                "key": _text(msg.key()),
+                "value": _text(msg.value()),
                 "headers": [[k, _text(v)] for k, v in (msg.headers() or [])],
             }
             if delivery_count is not None:
@@ -188,7 +240,13 @@ class _Printer:
 
 
 def _consume_shared(
-    client: Client, topic: str, group: str, ack: str, max_messages: int | None, follow: bool, printer: _Printer,
+    client: Client,
+    topic: str,
+    group: str,
+    ack: str,
+    max_messages: int | None,
+    follow: bool,
+    printer: _Printer,
     progress: bool | None,
 ) -> int:
     """Acquire TOPIC's records as a member of the share group, print each and acknowledge it with
@@ -199,8 +257,10 @@ def _consume_shared(
 
     conf = client.config()
     consumer = ShareConsumer(
-        {**conf, "group.id": group, "share.acknowledgement.mode": "explicit"}, topics=[topic],
-        max_records=min(500, max_messages or 500), wait_ms=1000 if follow else 500,
+        {**conf, "group.id": group, "share.acknowledgement.mode": "explicit"},
+        topics=[topic],
+        max_records=min(500, max_messages or 500),
+        wait_ms=1000 if follow else 500,
     )
     shown = Progress("consumed", progress if progress is not None else (None if not sys.stdout.isatty() else False))
     count = 0

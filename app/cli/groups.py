@@ -26,7 +26,10 @@ def list_(client: Client) -> int:
     now = now_ms()
     table(
         ["GROUP", "PARTITIONS", "LAG", "LAST-COMMIT", "PENDING-OFFSETS"],
-        [(g["group_id"], g["partitions"], g["lag"], ms_ago(now, g["last_commit_ms"]), g["pending_offsets"]) for g in answer["groups"]],
+        [
+            (g["group_id"], g["partitions"], g["lag"], ms_ago(now, g["last_commit_ms"]), g["pending_offsets"])
+            for g in answer["groups"]
+        ],
     )
     return 0
 
@@ -46,14 +49,19 @@ def describe(client: Client, group: str) -> int:
         return 0
     table(
         ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LAST-STABLE-OFFSET", "LOG-END-OFFSET", "LAG"],
-        [(group, o["topic"], o["partition"], o["offset"], o["last_stable_offset"], o["high_watermark"], o["lag"]) for o in answer["offsets"]],
+        [
+            (group, o["topic"], o["partition"], o["offset"], o["last_stable_offset"], o["high_watermark"], o["lag"])
+            for o in answer["offsets"]
+        ],
     )
     if answer["pending_offsets"]:
         click.echo()
         table(
             ["TOPIC", "PARTITION", "PENDING-OFFSET", "TRANSACTIONAL-ID", "PRODUCER-ID", "EPOCH"],
-            [(p["topic"], p["partition"], p["offset"], p["transactional_id"], p["producer_id"], p["producer_epoch"])
-             for p in answer["pending_offsets"]],
+            [
+                (p["topic"], p["partition"], p["offset"], p["transactional_id"], p["producer_id"], p["producer_epoch"])
+                for p in answer["pending_offsets"]
+            ],
             title="Offsets pending in open transactions",
         )
     return 0

@@ -10,15 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from app.domain.listeners import (
-    Listener,
-    ListenerConfigError,
-    advertise,
-    parse_listeners,
-    parse_protocol_map,
-    refusals,
-    single,
-)
+from app.domain.listeners import Listener, ListenerConfigError, advertise, parse_listeners, parse_protocol_map, refusals, single
 from app.domain.ssl_principal import MappingRuleError, parse_rules
 
 if TYPE_CHECKING:
@@ -75,15 +67,20 @@ def gateway_listeners(settings: Settings, insecure: bool) -> tuple[list[Listener
     except MappingRuleError as exc:
         raise click.UsageError(f"TXLOG_KAFKA_SSL_PRINCIPAL_MAPPING_RULES (ssl.principal.mapping.rules): {exc}") from None
     errors, open_ = refusals(
-        found, authenticated, settings.kafka_ssl_client_auth, bool(settings.kafka_ssl_certfile and settings.kafka_ssl_keyfile),
-        bool(settings.kafka_ssl_cafile), is_loopback_host,
+        found,
+        authenticated,
+        settings.kafka_ssl_client_auth,
+        bool(settings.kafka_ssl_certfile and settings.kafka_ssl_keyfile),
+        bool(settings.kafka_ssl_cafile),
+        is_loopback_host,
     )
     if errors:
         raise click.UsageError("refusing to start the Kafka gateway: " + "; ".join(errors))
     if open_ and not insecure:
         remedy = (
             "Use SASL_PLAINTEXT or SASL_SSL listeners, or SSL with TXLOG_KAFKA_SSL_CLIENT_AUTH=required"
-            if authenticated else "Set TXLOG_AUTH=token so that clients sign in with SASL (docs/security.md)"
+            if authenticated
+            else "Set TXLOG_AUTH=token so that clients sign in with SASL (docs/security.md)"
         )
         raise click.UsageError(f"refusing to serve: {'; '.join(open_)}. {remedy}, or pass --insecure to serve it anyway.")
     return found, advertised

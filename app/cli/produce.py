@@ -60,20 +60,43 @@ class Deliveries:
 @click.command()
 @click.argument("topic")
 @click.option("--file", "source", type=click.File("rb"), default="-", show_default="stdin", help="Read the lines from this file.")
-@click.option("--partition", type=click.IntRange(min=0), default=None,
-              help="Send every record to this partition (default: by key with Kafka's partitioner).")
-@click.option("--key-separator", default=None, metavar="SEP", help="Each line is KEY SEP VALUE (Kafka's parse.key=true, key.separator).")
+@click.option(
+    "--partition",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Send every record to this partition (default: by key with Kafka's partitioner).",
+)
+@click.option(
+    "--key-separator", default=None, metavar="SEP", help="Each line is KEY SEP VALUE (Kafka's parse.key=true, key.separator)."
+)
 @click.option("--header", "headers", multiple=True, metavar="KEY=VALUE", help="A header on every record (repeatable).")
 @click.option("--transactional-id", default=None, help="Send in transactions of this transactional id, committed at the end.")
-@click.option("--transaction-size", type=click.IntRange(min=1), default=None, metavar="N",
-              help="With --transactional-id: commit every N records (default: one transaction for everything).")
-@click.option("--idempotence/--no-idempotence", default=True, show_default=True,
-              help="Idempotent producer: retries never duplicate or reorder records.")
+@click.option(
+    "--transaction-size",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="With --transactional-id: commit every N records (default: one transaction for everything).",
+)
+@click.option(
+    "--idempotence/--no-idempotence",
+    default=True,
+    show_default=True,
+    help="Idempotent producer: retries never duplicate or reorder records.",
+)
 @click.option("--progress/--no-progress", default=None, help="Progress on stderr (default: when stderr is a terminal).")
 @client_command
 def produce(
-    client: Client, topic: str, source: IO[bytes], partition: int | None, key_separator: str | None, headers: tuple[str, ...],
-    transactional_id: str | None, transaction_size: int | None, idempotence: bool, progress: bool | None,
+    client: Client,
+    topic: str,
+    source: IO[bytes],
+    partition: int | None,
+    key_separator: str | None,
+    headers: tuple[str, ...],
+    transactional_id: str | None,
+    transaction_size: int | None,
+    idempotence: bool,
+    progress: bool | None,
 ) -> int:
     """Send each line of stdin (or --file) as a record of TOPIC."""
     from txlog import Producer
@@ -133,20 +156,27 @@ def produce(
         "topic": topic,
         "records": deliveries.delivered,
         "failed": deliveries.failed,
-        "partitions": [{"partition": p, "first_offset": f, "last_offset": last, "records": n}
-                       for p, (f, last, n) in sorted(deliveries.partitions.items())],
+        "partitions": [
+            {"partition": p, "first_offset": f, "last_offset": last, "records": n}
+            for p, (f, last, n) in sorted(deliveries.partitions.items())
+        ],
         "transactional_id": transactional_id,
         "transactions_committed": committed,
     }
     if client.json:
         print_json(summary)
     else:
-        where = "; ".join(f"partition {p['partition']} offsets {p['first_offset']}-{p['last_offset']}" for p in summary["partitions"])
+        where = "; ".join(
+            f"partition {p['partition']} offsets {p['first_offset']}-{p['last_offset']}" for p in summary["partitions"]
+        )
         txns = f" in {committed} committed transaction(s) of {transactional_id}" if transactional_id else ""
         click.echo(f"Produced {deliveries.delivered} record(s) to {topic}{txns}" + (f" ({where})." if where else "."))
     if deliveries.failed:
         err = deliveries.first_error
-        click.echo(f"error: {deliveries.failed} record(s) not delivered; the first: {err.name()} (code {err.code()}): {err.str()}", err=True)
+        click.echo(
+            f"error: {deliveries.failed} record(s) not delivered; the first: {err.name()} (code {err.code()}): {err.str()}",
+            err=True,
+        )
         return EXIT_SERVER_ERROR
     return 0
 

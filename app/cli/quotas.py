@@ -18,13 +18,17 @@ from app.errors import TxlogError
 
 
 def _entity_options(f: Callable[..., int]) -> Callable[..., int]:
-    for option in reversed([
-        click.option("--user", metavar="U", help="the user (a principal's name; ANONYMOUS without authentication)"),
-        click.option("--user-default", is_flag=True, help="the default user: every user without a quota of its own"),
-        click.option("--client-id", metavar="C", help="the client id"),
-        click.option("--client-default", is_flag=True, help="the default client id: every client id without a quota of its own"),
-        DATABASE_URL,
-    ]):
+    for option in reversed(
+        [
+            click.option("--user", metavar="U", help="the user (a principal's name; ANONYMOUS without authentication)"),
+            click.option("--user-default", is_flag=True, help="the default user: every user without a quota of its own"),
+            click.option("--client-id", metavar="C", help="the client id"),
+            click.option(
+                "--client-default", is_flag=True, help="the default client id: every client id without a quota of its own"
+            ),
+            DATABASE_URL,
+        ]
+    ):
         f = option(f)
     return f
 
@@ -65,8 +69,13 @@ def quotas() -> None:
 @click.option("--strict", is_flag=True, help="only entities with exactly the types named")
 @JSON
 def quotas_describe(
-    user: str | None, user_default: bool, client_id: str | None, client_default: bool, database_url: str | None,
-    strict: bool, as_json: bool,
+    user: str | None,
+    user_default: bool,
+    client_id: str | None,
+    client_default: bool,
+    database_url: str | None,
+    strict: bool,
+    as_json: bool,
 ) -> int:
     """The quotas of the entities named (every entity when none is)."""
     from app.services import quotas as service
@@ -100,8 +109,14 @@ def _number(value: float) -> Any:
 @click.option("--delete", "--delete-config", "delete", multiple=True, metavar="KEY[,…]", help="remove quotas")
 @click.option("--validate-only", is_flag=True, help="check, change nothing")
 def quotas_alter(
-    user: str | None, user_default: bool, client_id: str | None, client_default: bool, database_url: str | None,
-    add: tuple[str, ...], delete: tuple[str, ...], validate_only: bool,
+    user: str | None,
+    user_default: bool,
+    client_id: str | None,
+    client_default: bool,
+    database_url: str | None,
+    add: tuple[str, ...],
+    delete: tuple[str, ...],
+    validate_only: bool,
 ) -> int:
     """Set (--add producer_byte_rate=1048576) or remove (--delete consumer_byte_rate) the quotas of
     one entity: --user and/or --client-id, each named or the default."""

@@ -40,12 +40,29 @@ class Commands(click.Group):
         return super().get_command(ctx, name)
 
 
-@click.group(cls=Commands, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    cls=Commands, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 def cli() -> None:
     """Kafka's exactly-once machinery on PostgreSQL."""
 
 
-for command in (serve, kafka, migrate, db_url, topics, produce, consume, transactions, producers, groups, share_groups, principals, acls, quotas):
+for command in (
+    serve,
+    kafka,
+    migrate,
+    db_url,
+    topics,
+    produce,
+    consume,
+    transactions,
+    producers,
+    groups,
+    share_groups,
+    principals,
+    acls,
+    quotas,
+):
     cli.add_command(command)
 
 
@@ -62,4 +79,3 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("interrupted", err=True)
         return EXIT_INTERRUPTED
     return result if isinstance(result, int) else 0
-

@@ -46,6 +46,7 @@ def _ms(value: int | None) -> str:
 
 # --- principals -----------------------------------------------------------------------------------
 
+
 @click.group()
 def principals() -> None:
     """Principals and their API tokens (sent as Authorization: Bearer), on the database itself."""
@@ -67,7 +68,9 @@ def principals_create(name: str, database_url: str | None, as_json: bool) -> int
     finally:
         db.dispose()
     if as_json:
-        click.echo(json.dumps({"name": created.principal.name, "token": created.token, "created_at_ms": created.principal.created_at_ms}))
+        click.echo(
+            json.dumps({"name": created.principal.name, "token": created.token, "created_at_ms": created.principal.created_at_ms})
+        )
     else:
         click.echo(f"principal {created.principal.name} created; its token (shown only now):", err=True)
         click.echo(created.token)
@@ -88,13 +91,21 @@ def principals_list(database_url: str | None, as_json: bool) -> int:
     finally:
         db.dispose()
     if as_json:
-        click.echo(json.dumps({"principals": [
-            {
-                "name": p.name, "created_at_ms": p.created_at_ms, "revoked_at_ms": p.revoked_at_ms,
-                "scram": [{"mechanism": m, "iterations": i} for m, i in credentials.get(p.name, [])],
-            }
-            for p in found
-        ]}))
+        click.echo(
+            json.dumps(
+                {
+                    "principals": [
+                        {
+                            "name": p.name,
+                            "created_at_ms": p.created_at_ms,
+                            "revoked_at_ms": p.revoked_at_ms,
+                            "scram": [{"mechanism": m, "iterations": i} for m, i in credentials.get(p.name, [])],
+                        }
+                        for p in found
+                    ]
+                }
+            )
+        )
         return 0
     click.echo(f"{'PRINCIPAL':<32} {'CREATED':<21} {'REVOKED':<21} SCRAM")
     for p in found:
@@ -124,7 +135,7 @@ def principals_revoke(name: str, database_url: str | None) -> int:
 # --- SCRAM credentials ----------------------------------------------------------------------------
 
 MECHANISM = click.option(
-    "--mechanism", required=True, type=click.Choice(["SCRAM-SHA-256", "SCRAM-SHA-512"], case_sensitive=False),
+    "--mechanism", required=True, type=click.Choice(["SCRAM-SHA-256", "SCRAM-SHA-512"], case_sensitive=False)
 )
 
 
@@ -186,31 +197,47 @@ def principals_scram_delete(name: str, mechanism: str, database_url: str | None)
 
 # --- ACLs -----------------------------------------------------------------------------------------
 
+
 def _resource_options(f: Callable[..., int]) -> Callable[..., int]:
-    for option in reversed([
-        click.option("--allow-principal", multiple=True, metavar="P", help="principal allowed (User:NAME, NAME or *)"),
-        click.option("--deny-principal", multiple=True, metavar="P", help="principal denied (a DENY wins over every ALLOW)"),
-        click.option(
-            "--operation", "operations", multiple=True, required=True, metavar="OP",
-            help="All, Read, Write, Create, Delete, Alter, Describe, IdempotentWrite",
-        ),
-        click.option("--topic", multiple=True, metavar="T"),
-        click.option("--group", multiple=True, metavar="G"),
-        click.option("--transactional-id", multiple=True, metavar="ID"),
-        click.option("--cluster", is_flag=True, help="the cluster resource"),
-        click.option(
-            "--resource-pattern-type", type=click.Choice(["literal", "prefixed"]), default="literal", show_default=True,
-            help="literal: the name itself (* is every resource); prefixed: every name starting with it",
-        ),
-        DATABASE_URL,
-    ]):
+    for option in reversed(
+        [
+            click.option("--allow-principal", multiple=True, metavar="P", help="principal allowed (User:NAME, NAME or *)"),
+            click.option("--deny-principal", multiple=True, metavar="P", help="principal denied (a DENY wins over every ALLOW)"),
+            click.option(
+                "--operation",
+                "operations",
+                multiple=True,
+                required=True,
+                metavar="OP",
+                help="All, Read, Write, Create, Delete, Alter, Describe, IdempotentWrite",
+            ),
+            click.option("--topic", multiple=True, metavar="T"),
+            click.option("--group", multiple=True, metavar="G"),
+            click.option("--transactional-id", multiple=True, metavar="ID"),
+            click.option("--cluster", is_flag=True, help="the cluster resource"),
+            click.option(
+                "--resource-pattern-type",
+                type=click.Choice(["literal", "prefixed"]),
+                default="literal",
+                show_default=True,
+                help="literal: the name itself (* is every resource); prefixed: every name starting with it",
+            ),
+            DATABASE_URL,
+        ]
+    ):
         f = option(f)
     return f
 
 
 def _bindings(
-    allow_principal: tuple[str, ...], deny_principal: tuple[str, ...], operations: tuple[str, ...], topic: tuple[str, ...],
-    group: tuple[str, ...], transactional_id: tuple[str, ...], cluster: bool, resource_pattern_type: str,
+    allow_principal: tuple[str, ...],
+    deny_principal: tuple[str, ...],
+    operations: tuple[str, ...],
+    topic: tuple[str, ...],
+    group: tuple[str, ...],
+    transactional_id: tuple[str, ...],
+    cluster: bool,
+    resource_pattern_type: str,
 ) -> Iterator[AclBinding]:
     if not allow_principal and not deny_principal:
         raise click.UsageError("name at least one --allow-principal or --deny-principal")

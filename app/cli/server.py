@@ -33,7 +33,10 @@ def resolve_database_url(given: str | None) -> tuple[str, EmbeddedPostgres | Non
 
 
 DATABASE_URL = click.option(
-    "--database-url", default=None, metavar="URL", help="PostgreSQL URL (default: $TXLOG_DATABASE_URL, else the embedded database)"
+    "--database-url",
+    default=None,
+    metavar="URL",
+    help="PostgreSQL URL (default: $TXLOG_DATABASE_URL, else the embedded database)",
 )
 
 
@@ -63,14 +66,26 @@ def migrate(database_url: str | None) -> int:
 @click.option("--workers", type=int, default=1, show_default=True)
 @DATABASE_URL
 @click.option("--log-level", default="info", show_default=True)
-@click.option("--auth", type=click.Choice(["none", "token"]), default=None, help="Authentication (default: $TXLOG_AUTH, else none)")
+@click.option(
+    "--auth", type=click.Choice(["none", "token"]), default=None, help="Authentication (default: $TXLOG_AUTH, else none)"
+)
 @click.option("--insecure", is_flag=True, help="Serve without authentication on an address other than loopback")
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM certificate: serve HTTPS")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM private key of --tls-cert")
-@click.option("--kafka", is_flag=True, help="Also run the Kafka wire gateway (`txlog kafka`) on $TXLOG_KAFKA_LISTEN, same database")
+@click.option(
+    "--kafka", is_flag=True, help="Also run the Kafka wire gateway (`txlog kafka`) on $TXLOG_KAFKA_LISTEN, same database"
+)
 def serve(
-    host: str, port: int, workers: int, database_url: str | None, log_level: str, auth: str | None, insecure: bool,
-    tls_cert: str | None, tls_key: str | None, kafka: bool,
+    host: str,
+    port: int,
+    workers: int,
+    database_url: str | None,
+    log_level: str,
+    auth: str | None,
+    insecure: bool,
+    tls_cert: str | None,
+    tls_key: str | None,
+    kafka: bool,
 ) -> int:
     """Run the HTTP API and the admin pages (and, with --kafka, the Kafka wire gateway)."""
     import uvicorn
@@ -83,7 +98,9 @@ def serve(
     settings = load_settings()
     auth = auth or settings.auth
     refuse_open_listener(
-        host, auth != "none", insecure,
+        host,
+        auth != "none",
+        insecure,
         "Set TXLOG_AUTH=token (or --auth token) and create principals with `txlog principals create`",
     )
     if kafka:

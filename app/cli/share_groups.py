@@ -57,8 +57,17 @@ def describe(client: Client, group: str, show_configs: bool) -> int:
     else:
         table(
             ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "END-OFFSET", "AVAILABLE", "ACQUIRED", "ACKNOWLEDGED", "ARCHIVED"],
-            [(group, p["topic"], p["partition"], p["start_offset"], _end(p),
-              *(p["records"].get(s, 0) for s in ("Available", "Acquired", "Acknowledged", "Archived"))) for p in parts],
+            [
+                (
+                    group,
+                    p["topic"],
+                    p["partition"],
+                    p["start_offset"],
+                    _end(p),
+                    *(p["records"].get(s, 0) for s in ("Available", "Acquired", "Acknowledged", "Archived")),
+                )
+                for p in parts
+            ],
         )
         now = now_ms()
         in_flight = [(p["topic"], p["partition"], r) for p in parts for r in p["in_flight"]]
@@ -66,8 +75,19 @@ def describe(client: Client, group: str, show_configs: bool) -> int:
             click.echo()
             table(
                 ["TOPIC", "PARTITION", "FIRST-OFFSET", "LAST-OFFSET", "STATE", "MEMBER-ID", "LOCK-LEFT", "DELIVERY-COUNT"],
-                [(t, p, r["first_offset"], r["last_offset"], r["state"], r["member_id"], _lock(now, r["lock_deadline_ms"]),
-                  r["delivery_count"]) for t, p, r in in_flight],
+                [
+                    (
+                        t,
+                        p,
+                        r["first_offset"],
+                        r["last_offset"],
+                        r["state"],
+                        r["member_id"],
+                        _lock(now, r["lock_deadline_ms"]),
+                        r["delivery_count"],
+                    )
+                    for t, p, r in in_flight
+                ],
                 title="Records in flight",
             )
     if show_configs:
@@ -78,9 +98,14 @@ def describe(client: Client, group: str, show_configs: bool) -> int:
 
 @share_groups.command("alter-config")
 @click.argument("group")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="Set a config (share.record.lock.duration.ms, share.delivery.count.limit, share.auto.offset.reset, "
-                   "share.isolation.level, share.group.session.timeout.ms); repeatable.")
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Set a config (share.record.lock.duration.ms, share.delivery.count.limit, share.auto.offset.reset, "
+    "share.isolation.level, share.group.session.timeout.ms); repeatable.",
+)
 @click.option("--delete", "deletes", multiple=True, metavar="KEY", help="Put a config back to its default; repeatable.")
 @client_command
 def alter_config(client: Client, group: str, sets: tuple[str, ...], deletes: tuple[str, ...]) -> int:

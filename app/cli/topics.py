@@ -17,7 +17,9 @@ def topics() -> None:
 @topics.command()
 @click.argument("topic")
 @click.option("--partitions", type=int, default=1, show_default=True)
-@click.option("--config", "configs", multiple=True, metavar="KEY=VALUE", help="A topic config, e.g. retention.ms=86400000 (repeatable).")
+@click.option(
+    "--config", "configs", multiple=True, metavar="KEY=VALUE", help="A topic config, e.g. retention.ms=86400000 (repeatable)."
+)
 @click.option("--if-not-exists", is_flag=True, help="Succeed when the topic exists already.")
 @client_command
 def create(client: Client, topic: str, partitions: int, configs: tuple[str, ...], if_not_exists: bool) -> int:
@@ -65,8 +67,16 @@ def describe(client: Client, topic: str) -> int:
     click.echo()
     table(
         ["PARTITION", "LOG-START-OFFSET", "LAST-STABLE-OFFSET", "HIGH-WATERMARK", "UNSTABLE"],
-        [(p["partition"], p["log_start_offset"], p["last_stable_offset"], p["high_watermark"],
-          p["high_watermark"] - p["last_stable_offset"]) for p in parts],
+        [
+            (
+                p["partition"],
+                p["log_start_offset"],
+                p["last_stable_offset"],
+                p["high_watermark"],
+                p["high_watermark"] - p["last_stable_offset"],
+            )
+            for p in parts
+        ],
     )
     return 0
 
@@ -74,8 +84,16 @@ def describe(client: Client, topic: str) -> int:
 @topics.command()
 @click.argument("topic")
 @click.option("--config", "configs", multiple=True, metavar="KEY=VALUE", help="Set a config (repeatable).")
-@click.option("--delete-config", "deletes", multiple=True, metavar="KEY", help="Remove a config; the server default applies again (repeatable).")
-@click.option("--partitions", type=int, help="Grow TOPIC to this many partitions (kafka-topics.sh --alter); a topic never shrinks.")
+@click.option(
+    "--delete-config",
+    "deletes",
+    multiple=True,
+    metavar="KEY",
+    help="Remove a config; the server default applies again (repeatable).",
+)
+@click.option(
+    "--partitions", type=int, help="Grow TOPIC to this many partitions (kafka-topics.sh --alter); a topic never shrinks."
+)
 @client_command
 def alter(client: Client, topic: str, configs: tuple[str, ...], deletes: tuple[str, ...], partitions: int | None) -> int:
     """Change TOPIC's configs (kafka-configs.sh --alter: only the keys named change), or grow its

@@ -16,7 +16,9 @@ def transactions() -> None:
 
 @transactions.command("list")
 @click.option("--state", type=click.Choice(STATE_NAMES), default=None, help="Only transactions in this state.")
-@click.option("--older-than-ms", type=click.IntRange(min=0), default=None, metavar="MS", help="Only transactions started longer ago.")
+@click.option(
+    "--older-than-ms", type=click.IntRange(min=0), default=None, metavar="MS", help="Only transactions started longer ago."
+)
 @client_command
 def list_(client: Client, state: str | None, older_than_ms: int | None) -> int:
     """List transactional ids with their producer and state (ListTransactions)."""
@@ -28,9 +30,15 @@ def list_(client: Client, state: str | None, older_than_ms: int | None) -> int:
     table(
         ["TRANSACTIONAL-ID", "COORDINATOR", "PRODUCER-ID", "EPOCH", "STATE", "OPEN-FOR", "PARTITIONS"],
         [
-            (t["transactional_id"], t["coordinator"], t["producer_id"], t["producer_epoch"], t["state"],
-             ms_ago(now, t["started_at_ms"]) if t["state"] in OPEN_STATE_NAMES else None,
-             len(t["partitions"]))
+            (
+                t["transactional_id"],
+                t["coordinator"],
+                t["producer_id"],
+                t["producer_epoch"],
+                t["state"],
+                ms_ago(now, t["started_at_ms"]) if t["state"] in OPEN_STATE_NAMES else None,
+                len(t["partitions"]),
+            )
             for t in answer["transactions"]
         ],
     )
@@ -50,26 +58,38 @@ def describe(client: Client, transactional_id: str, events: bool) -> int:
         return 0
     now = now_ms()
     open_ = t["state"] in OPEN_STATE_NAMES
-    fields([
-        ("TransactionalId", t["transactional_id"]),
-        ("Coordinator", t["coordinator"]),
-        ("ProducerId", t["producer_id"]),
-        ("ProducerEpoch", t["producer_epoch"]),
-        ("TransactionState", t["state"]),
-        ("TransactionTimeoutMs", t["timeout_ms"]),
-        ("CurrentTransactionStartTimeMs", t["started_at_ms"] if open_ else None),
-        ("TransactionDuration", ms_ago(now, t["started_at_ms"]) if open_ else None),
-        ("TopicPartitions", ",".join(f"{p['topic']}-{p['partition']}" for p in t["partitions"]) or None),
-        ("Groups", ",".join(t["groups"]) or None),
-        ("LastResult", t.get("last_result")),
-        ("FenceReason", t.get("fence_reason")),
-    ])
+    fields(
+        [
+            ("TransactionalId", t["transactional_id"]),
+            ("Coordinator", t["coordinator"]),
+            ("ProducerId", t["producer_id"]),
+            ("ProducerEpoch", t["producer_epoch"]),
+            ("TransactionState", t["state"]),
+            ("TransactionTimeoutMs", t["timeout_ms"]),
+            ("CurrentTransactionStartTimeMs", t["started_at_ms"] if open_ else None),
+            ("TransactionDuration", ms_ago(now, t["started_at_ms"]) if open_ else None),
+            ("TopicPartitions", ",".join(f"{p['topic']}-{p['partition']}" for p in t["partitions"]) or None),
+            ("Groups", ",".join(t["groups"]) or None),
+            ("LastResult", t.get("last_result")),
+            ("FenceReason", t.get("fence_reason")),
+        ]
+    )
     if history:
         click.echo()
         table(
             ["VERSION", "FROM", "TO", "PRODUCER-ID", "EPOCH", "AGO", "REASON"],
-            [(e["version"], e["from_state"], e["to_state"], e["producer_id"], e["producer_epoch"], ms_ago(now, e["at_ms"]), e["reason"])
-             for e in history["events"]],
+            [
+                (
+                    e["version"],
+                    e["from_state"],
+                    e["to_state"],
+                    e["producer_id"],
+                    e["producer_epoch"],
+                    ms_ago(now, e["at_ms"]),
+                    e["reason"],
+                )
+                for e in history["events"]
+            ],
         )
     return 0
 
@@ -77,8 +97,13 @@ def describe(client: Client, transactional_id: str, events: bool) -> int:
 @transactions.command("find-hanging")
 @click.option("--topic", default=None, help="Only this topic's partitions (default: every topic).")
 @click.option("--partition", type=click.IntRange(min=0), default=None, help="Only this partition of --topic.")
-@click.option("--max-transaction-timeout-ms", type=click.IntRange(min=0), default=None, metavar="MS",
-              help="Open longer than this is hanging (default: the server's transaction.max.timeout.ms).")
+@click.option(
+    "--max-transaction-timeout-ms",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="MS",
+    help="Open longer than this is hanging (default: the server's transaction.max.timeout.ms).",
+)
 @client_command
 def find_hanging(client: Client, topic: str | None, partition: int | None, max_transaction_timeout_ms: int | None) -> int:
     """Find open transactions that hold a partition's last stable offset back with no end in sight:
@@ -88,7 +113,12 @@ def find_hanging(client: Client, topic: str | None, partition: int | None, max_t
         raise click.UsageError("--partition needs --topic")
     answer = client.http.get(
         "/v1/open-transactions",
-        params={"topic": topic, "partition": partition, "hanging": "true", "max_transaction_timeout_ms": max_transaction_timeout_ms},
+        params={
+            "topic": topic,
+            "partition": partition,
+            "hanging": "true",
+            "max_transaction_timeout_ms": max_transaction_timeout_ms,
+        },
     )
     if client.json:
         print_json(answer)
@@ -98,10 +128,29 @@ def find_hanging(client: Client, topic: str | None, partition: int | None, max_t
         click.echo(f"No hanging transactions (maximum transaction timeout {answer['max_transaction_timeout_ms']} ms).")
         return 0
     table(
-        ["TOPIC", "PARTITION", "PRODUCER-ID", "EPOCH", "START-OFFSET", "DURATION", "TRANSACTIONAL-ID", "COORDINATOR-STATE", "WHY"],
         [
-            (o["topic"], o["partition"], o["producer_id"], o["producer_epoch"], o["start_offset"], duration(o["duration_ms"]),
-             o["transactional_id"], o["coordinator_state"], ",".join(o["hanging"]))
+            "TOPIC",
+            "PARTITION",
+            "PRODUCER-ID",
+            "EPOCH",
+            "START-OFFSET",
+            "DURATION",
+            "TRANSACTIONAL-ID",
+            "COORDINATOR-STATE",
+            "WHY",
+        ],
+        [
+            (
+                o["topic"],
+                o["partition"],
+                o["producer_id"],
+                o["producer_epoch"],
+                o["start_offset"],
+                duration(o["duration_ms"]),
+                o["transactional_id"],
+                o["coordinator_state"],
+                ",".join(o["hanging"]),
+            )
             for o in found
         ],
     )
@@ -112,11 +161,18 @@ def find_hanging(client: Client, topic: str | None, partition: int | None, max_t
 @click.option("--transactional-id", default=None, help="Abort this transactional id's open transaction.")
 @click.option("--topic", default=None, help="Abort the open transaction on a partition of this topic ...")
 @click.option("--partition", type=click.IntRange(min=0), default=None, help="... this partition ...")
-@click.option("--start-offset", type=click.IntRange(min=0), default=None, help="... that starts at this offset (see find-hanging).")
+@click.option(
+    "--start-offset", type=click.IntRange(min=0), default=None, help="... that starts at this offset (see find-hanging)."
+)
 @click.option("--producer-id", type=click.IntRange(min=0), default=None, help="... of this producer id.")
 @client_command
 def abort(
-    client: Client, transactional_id: str | None, topic: str | None, partition: int | None, start_offset: int | None, producer_id: int | None
+    client: Client,
+    transactional_id: str | None,
+    topic: str | None,
+    partition: int | None,
+    start_offset: int | None,
+    producer_id: int | None,
 ) -> int:
     """Abort an open transaction and fence its producer. By transactional id; or by partition
     (--topic, --partition, and --start-offset or --producer-id when several are open there): a

@@ -96,7 +96,7 @@ def invalid_principal_name(name: str) -> str | None:
 
 def principal_name(text: str) -> str:
     """A principal as Kafka's tools write it (``User:alice``) or bare (``alice``): the bare name."""
-    return text[len("User:"):] if text.startswith("User:") else text
+    return text[len("User:") :] if text.startswith("User:") else text
 
 
 @dataclass(frozen=True)
@@ -576,8 +576,17 @@ RESOURCE_TYPE_CODES: Mapping[ResourceType, int] = {T: 2, G: 3, C: 4, X: 5}
 KAFKA_ONLY_RESOURCE_TYPES: Mapping[int, str] = {6: "DELEGATION_TOKEN", 7: "USER"}
 PATTERN_TYPE_CODES: Mapping[PatternType, int] = {PatternType.LITERAL: 3, PatternType.PREFIXED: 4}
 OPERATION_CODES: Mapping[Operation, int] = {
-    O.ALL: 2, O.READ: 3, O.WRITE: 4, O.CREATE: 5, O.DELETE: 6, O.ALTER: 7, O.DESCRIBE: 8, O.CLUSTER_ACTION: 9,
-    O.DESCRIBE_CONFIGS: 10, O.ALTER_CONFIGS: 11, O.IDEMPOTENT_WRITE: 12,
+    O.ALL: 2,
+    O.READ: 3,
+    O.WRITE: 4,
+    O.CREATE: 5,
+    O.DELETE: 6,
+    O.ALTER: 7,
+    O.DESCRIBE: 8,
+    O.CLUSTER_ACTION: 9,
+    O.DESCRIBE_CONFIGS: 10,
+    O.ALTER_CONFIGS: 11,
+    O.IDEMPOTENT_WRITE: 12,
 }
 KAFKA_ONLY_OPERATIONS: Mapping[int, str] = {13: "CREATE_TOKENS", 14: "DESCRIBE_TOKENS"}
 PERMISSION_TYPE_CODES: Mapping[PermissionType, int] = {PermissionType.DENY: 2, PermissionType.ALLOW: 3}

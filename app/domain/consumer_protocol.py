@@ -67,7 +67,7 @@ class _Reader:
     def _take(self, n: int) -> memoryview:
         if n > len(self.data) - self.pos:
             raise ConsumerProtocolError(f"a truncated {self.what}: {n} bytes wanted at byte {self.pos} of {len(self.data)}")
-        piece = self.data[self.pos:self.pos + n]
+        piece = self.data[self.pos : self.pos + n]
         self.pos += n
         return piece
 

@@ -79,10 +79,10 @@ class BadAnswer(ValueError):
 def read_check_answer(body: Any) -> LocalTransactionState:
     """The state in a check-back endpoint's decoded JSON answer, or ``BadAnswer`` saying why not."""
     if not isinstance(body, dict) or "state" not in body:
-        raise BadAnswer(f"expected an object with a \"state\", got {_short(body)}")
+        raise BadAnswer(f'expected an object with a "state", got {_short(body)}')
     state = body["state"]
     if not isinstance(state, str) or state.upper() not in _ANSWERS:
-        raise BadAnswer(f"\"state\" must be COMMIT, ROLLBACK or UNKNOWN, got {_short(state)}")
+        raise BadAnswer(f'"state" must be COMMIT, ROLLBACK or UNKNOWN, got {_short(state)}')
     return _ANSWERS[state.upper()]
 
 
@@ -135,6 +135,7 @@ def first_check_at(created_at_ms: int, group: ProducerGroup) -> int:
 
 # --- decisions ------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Decided:
     """The decision is taken now: the half message goes to ``to`` (and is appended if committed)."""
@@ -147,8 +148,13 @@ class Decided:
     def applied(self, msg: HalfMessage, offset: int | None = None) -> HalfMessage:
         check_transition(msg.state, self.to)
         return replace(
-            msg, state=self.to, next_check_at_ms=None, decided_at_ms=self.at_ms, decided_by=self.by,
-            reason=self.reason, offset=offset,
+            msg,
+            state=self.to,
+            next_check_at_ms=None,
+            decided_at_ms=self.at_ms,
+            decided_by=self.by,
+            reason=self.reason,
+            offset=offset,
         )
 
 
@@ -198,6 +204,7 @@ def decide(msg: HalfMessage, to: HalfState, by: DecidedBy, now_ms: int, reason: 
 
 # --- the checker ----------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Check:
     """Ask the producer group now: this is check number ``check_no``; until ``lease_until_ms`` no
@@ -243,6 +250,7 @@ def after_check(
 
 
 # --- check-back URLs ------------------------------------------------------------------------------
+
 
 def parse_allowed_hosts(setting: str) -> tuple[frozenset[str], tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]]:
     """``TXLOG_HALF_CHECK_ALLOWED_HOSTS``: comma-separated host names (matched exactly, never
@@ -307,7 +315,12 @@ def validate_producer_group(producer_group: str) -> None:
 
 
 def validate_transaction_id(transaction_id: str) -> None:
-    if not transaction_id or len(transaction_id) > TRANSACTION_ID_MAX_LENGTH or not transaction_id.isprintable() or "/" in transaction_id:
+    if (
+        not transaction_id
+        or len(transaction_id) > TRANSACTION_ID_MAX_LENGTH
+        or not transaction_id.isprintable()
+        or "/" in transaction_id
+    ):
         raise TxlogError(
             ErrorCode.INVALID_REQUEST, f"A transaction id is 1 to {TRANSACTION_ID_MAX_LENGTH} printable characters, no '/'"
         )

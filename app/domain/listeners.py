@@ -105,7 +105,7 @@ def parse_listeners(text: str, protocol_map: dict[str, str]) -> list[Listener]:
 
 
 def advertise(
-    listeners: Iterable[Listener], text: str | None, protocol_map: dict[str, str], resolve: Callable[[str], str],
+    listeners: Iterable[Listener], text: str | None, protocol_map: dict[str, str], resolve: Callable[[str], str]
 ) -> dict[str, tuple[str, int]]:
     """Where clients are told to connect, by listener name (``advertised.listeners``): the one given
     there, else the listener's own address, ``resolve`` turning a host that means every address
@@ -114,7 +114,9 @@ def advertise(
     out = {name: (resolve(listener.host), listener.port) for name, listener in bound.items()}
     for name, host, port in _endpoints(text or "", "advertised.listeners"):
         if name not in bound:
-            raise ListenerConfigError(f"advertised.listeners listener names must be equal to or a subset of the ones defined in listeners: {name}")
+            raise ListenerConfigError(
+                f"advertised.listeners listener names must be equal to or a subset of the ones defined in listeners: {name}"
+            )
         if protocol_map.get(name) != bound[name].security_protocol:
             raise ListenerConfigError(f"advertised.listeners names {name} with another security protocol")
         if host in ("0.0.0.0", "::", ""):
@@ -131,7 +133,11 @@ def single(listen_host: str, listen_port: int, authenticated: bool) -> Listener:
 
 
 def refusals(
-    listeners: Iterable[Listener], authenticated: bool, client_auth: ClientAuth, has_certificate: bool, has_ca: bool,
+    listeners: Iterable[Listener],
+    authenticated: bool,
+    client_auth: ClientAuth,
+    has_certificate: bool,
+    has_ca: bool,
     is_loopback: Callable[[str], bool],
 ) -> tuple[list[str], list[str]]:
     """What is wrong with serving these listeners: (always refused, refused unless ``--insecure``).

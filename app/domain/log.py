@@ -107,8 +107,7 @@ class EpochEndOffset:
 
 
 def epoch_end_offset(
-    requested_epoch: int, current_leader_epoch: int, log_start_offset: int, log_end_offset: int,
-    leader_epoch: int = LEADER_EPOCH,
+    requested_epoch: int, current_leader_epoch: int, log_start_offset: int, log_end_offset: int, leader_epoch: int = LEADER_EPOCH
 ) -> EpochEndOffset:
     """OffsetForLeaderEpoch for one partition whose whole log was written at ``leader_epoch``
     (Kafka's leader epoch cache holding one entry, starting at the log start once records below

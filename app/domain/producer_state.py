@@ -78,11 +78,7 @@ def fenced(current_epoch: int, epoch: int, reason: str = "newer_epoch", since: s
 
 
 def check_append(
-    entry: ProducerStateEntry | None,
-    producer_id: int,
-    producer_epoch: int,
-    base_sequence: int,
-    record_count: int,
+    entry: ProducerStateEntry | None, producer_id: int, producer_epoch: int, base_sequence: int, record_count: int
 ) -> AppendDecision:
     """Decide whether an idempotent batch is appended, is a duplicate, or is refused."""
     if record_count < 1:
@@ -101,8 +97,7 @@ def check_append(
         if base_sequence != 0:
             raise TxlogError(
                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                f"Invalid sequence number for new epoch {producer_epoch} of producer {producer_id}: "
-                f"{base_sequence} (expected 0)",
+                f"Invalid sequence number for new epoch {producer_epoch} of producer {producer_id}: {base_sequence} (expected 0)",
             )
         return Append(base_sequence, last_seq)
     for batch in entry.batches:
@@ -141,7 +136,9 @@ def after_append(
     return ProducerStateEntry(producer_id, producer_epoch, batches, txn_first, timestamp_ms)
 
 
-def after_marker(entry: ProducerStateEntry | None, producer_id: int, producer_epoch: int, timestamp_ms: int) -> ProducerStateEntry:
+def after_marker(
+    entry: ProducerStateEntry | None, producer_id: int, producer_epoch: int, timestamp_ms: int
+) -> ProducerStateEntry:
     """A transaction marker closes the producer's open transaction on the partition. A marker at a
     newer epoch moves the entry to that epoch and forgets the older epoch's batches (as Kafka's
     maybeUpdateProducerEpoch): they must not be taken for duplicates at the new epoch."""
@@ -149,6 +146,9 @@ def after_marker(entry: ProducerStateEntry | None, producer_id: int, producer_ep
         return ProducerStateEntry(producer_id, producer_epoch, (), None, timestamp_ms)
     batches = entry.batches if producer_epoch <= entry.producer_epoch else ()
     return replace(
-        entry, txn_first_offset=None, producer_epoch=max(entry.producer_epoch, producer_epoch), batches=batches,
+        entry,
+        txn_first_offset=None,
+        producer_epoch=max(entry.producer_epoch, producer_epoch),
+        batches=batches,
         last_timestamp_ms=timestamp_ms,
     )

@@ -37,11 +37,7 @@ CONNECTION_CREATION_RATE = "connection_creation_rate"
 
 # Kafka's types for the user and client-id quota keys: LONG keys must be whole numbers.
 _LONG, _DOUBLE = "LONG", "DOUBLE"
-USER_CLIENT_KEYS: Mapping[str, str] = {
-    PRODUCER_BYTE_RATE: _LONG,
-    CONSUMER_BYTE_RATE: _LONG,
-    REQUEST_PERCENTAGE: _DOUBLE,
-}
+USER_CLIENT_KEYS: Mapping[str, str] = {PRODUCER_BYTE_RATE: _LONG, CONSUMER_BYTE_RATE: _LONG, REQUEST_PERCENTAGE: _DOUBLE}
 ENFORCED_KEYS = tuple(USER_CLIENT_KEYS)
 _LONG_MAX = float(2**63 - 1)
 
@@ -121,6 +117,7 @@ def validate_value(entity: Entity, key: str, value: float) -> None:
 
 # --- which entity applies ---------------------------------------------------------------------------
 
+
 def precedence(user: str, client_id: str) -> tuple[Entity, ...]:
     """The eight entities that may apply to a request of ``user`` with ``client_id``, first wins."""
     return (
@@ -159,6 +156,7 @@ def applicable(configs: Mapping[Entity, Mapping[str, float]], user: str, client_
 
 
 # --- DescribeClientQuotas' filter ------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class FilterComponent:
@@ -208,6 +206,7 @@ def matches(entity: Entity, components: Iterable[FilterComponent], strict: bool)
 
 
 # --- rates and throttle time -----------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class QuotaWindow:

@@ -79,7 +79,9 @@ def mechanism(name: str) -> Mechanism:
     """The mechanism named ``SCRAM-SHA-256`` or ``SCRAM-SHA-512``, else UNSUPPORTED_SASL_MECHANISM."""
     found = MECHANISMS.get(name.upper())
     if found is None:
-        raise TxlogError(ErrorCode.UNSUPPORTED_SASL_MECHANISM, f"Unknown SCRAM mechanism {name!r}: one of {', '.join(MECHANISMS)}")
+        raise TxlogError(
+            ErrorCode.UNSUPPORTED_SASL_MECHANISM, f"Unknown SCRAM mechanism {name!r}: one of {', '.join(MECHANISMS)}"
+        )
     return found
 
 
@@ -122,6 +124,7 @@ def fake_credential(mech: Mechanism, secret: bytes, username: str) -> ScramCrede
 
 
 # --- the admin APIs' rules ------------------------------------------------------------------------
+
 
 def iterations_error(iterations: int) -> str | None:
     """Why Kafka refuses this iteration count (UNACCEPTABLE_CREDENTIAL), or None."""
@@ -197,6 +200,7 @@ def duplicates(users: Iterable[str]) -> set[str]:
 
 
 # --- the exchange ---------------------------------------------------------------------------------
+
 
 def _failed(message: str) -> TxlogError:
     return TxlogError(ErrorCode.SASL_AUTHENTICATION_FAILED, f"Authentication failed: {message}")
@@ -358,4 +362,3 @@ class ScramServer:
     @property
     def complete(self) -> bool:
         return self.state == "complete"
-

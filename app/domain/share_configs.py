@@ -96,8 +96,7 @@ def config_of(values: Mapping[str, str]) -> ShareConfigs:
         auto_offset_reset=parse_offset_reset(merged[AUTO_OFFSET_RESET]),
         isolation_level="read_committed" if merged[ISOLATION_LEVEL] == "read_committed" else "read_uncommitted",
         delivery=DeliveryConfig(
-            record_lock_duration_ms=int(merged[RECORD_LOCK_DURATION_MS]),
-            delivery_count_limit=int(merged[DELIVERY_COUNT_LIMIT]),
+            record_lock_duration_ms=int(merged[RECORD_LOCK_DURATION_MS]), delivery_count_limit=int(merged[DELIVERY_COUNT_LIMIT])
         ),
         session_timeout_ms=int(merged[SESSION_TIMEOUT_MS]),
         heartbeat_interval_ms=int(merged[HEARTBEAT_INTERVAL_MS]),

@@ -125,7 +125,9 @@ class HeartbeatAnswer:
     def body(self) -> dict[str, Any]:
         """The response body as the codec builds it (``app.wire.kafka.protocol.build``)."""
         out: dict[str, Any] = {
-            "member_id": self.member_id, "member_epoch": self.member_epoch, "heartbeat_interval_ms": self.heartbeat_interval_ms,
+            "member_id": self.member_id,
+            "member_epoch": self.member_epoch,
+            "heartbeat_interval_ms": self.heartbeat_interval_ms,
         }
         if self.assignment is not None:
             out["assignment"] = {"topic_partitions": topic_partitions(self.assignment)}
@@ -183,7 +185,10 @@ def topics_needed(group: ShareGroup | None, request: HeartbeatRequest | None = N
 
 
 def heartbeat(
-    group: ShareGroup | None, request: HeartbeatRequest, topics: Mapping[str, TopicMetadata], now_ms: int,
+    group: ShareGroup | None,
+    request: HeartbeatRequest,
+    topics: Mapping[str, TopicMetadata],
+    now_ms: int,
     config: ShareGroupConfig = ShareGroupConfig(),
 ) -> HeartbeatOutcome:
     """One ShareGroupHeartbeat on ``group`` (None: no such group yet): join (epoch 0), heartbeat,
@@ -197,7 +202,9 @@ def heartbeat(
         if not joining:
             # Kafka keeps an emptied group, so a member only finds none after the group was deleted,
             # which an empty group alone may be: the member was fenced long before. Named as such.
-            raise TxlogError(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {request.member_id} is not a member of group {request.group_id}.")
+            raise TxlogError(
+                ErrorCode.UNKNOWN_MEMBER_ID, f"Member {request.member_id} is not a member of group {request.group_id}."
+            )
         group = ShareGroup(request.group_id)
     if len(group.members) >= config.max_size and request.member_id not in group.members:
         raise TxlogError(
@@ -206,7 +213,9 @@ def heartbeat(
     member = group.members.get(request.member_id)
     if member is None:
         if not joining:
-            raise TxlogError(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {request.member_id} is not a member of group {group.group_id}.")
+            raise TxlogError(
+                ErrorCode.UNKNOWN_MEMBER_ID, f"Member {request.member_id} is not a member of group {group.group_id}."
+            )
         member = ShareMember(request.member_id, JOIN_EPOCH, JOIN_EPOCH, frozenset(), NO_PARTITIONS, now_ms)
     _check_member_epoch(member, request.member_epoch)
 
@@ -214,7 +223,9 @@ def heartbeat(
         member,
         rack_id=request.rack_id if request.rack_id is not None else member.rack_id,
         subscribed_topic_names=(
-            frozenset(request.subscribed_topic_names) if request.subscribed_topic_names is not None else member.subscribed_topic_names
+            frozenset(request.subscribed_topic_names)
+            if request.subscribed_topic_names is not None
+            else member.subscribed_topic_names
         ),
         client_id=request.client_id,
         client_host=request.client_host,
@@ -236,14 +247,20 @@ def heartbeat(
     # member may fetch it, so there is nothing to wait for.
     if updated.member_epoch != assignment_epoch:
         updated = replace(
-            updated, member_epoch=assignment_epoch, previous_member_epoch=updated.member_epoch,
+            updated,
+            member_epoch=assignment_epoch,
+            previous_member_epoch=updated.member_epoch,
             assignment=target.get(updated.member_id, NO_PARTITIONS),
         )
         members[updated.member_id] = updated
 
     new_group = replace(
-        group, group_epoch=group_epoch, assignment_epoch=assignment_epoch, members=members,
-        subscription_metadata=metadata, target_assignment=target,
+        group,
+        group_epoch=group_epoch,
+        assignment_epoch=assignment_epoch,
+        members=members,
+        subscription_metadata=metadata,
+        target_assignment=target,
     )
     changed = joining or dict(updated.assignment) != dict(member.assignment)
     answer = HeartbeatAnswer(
@@ -282,7 +299,9 @@ def fence(group: ShareGroup, member_id: str, topics: Mapping[str, TopicMetadata]
     heartbeat of any member recomputes the assignment)."""
     members = {k: v for k, v in group.members.items() if k != member_id}
     return replace(
-        group, group_epoch=group.group_epoch + 1, members=members,
+        group,
+        group_epoch=group.group_epoch + 1,
+        members=members,
         subscription_metadata=subscription_metadata(members.values(), topics),
         target_assignment={k: v for k, v in group.target_assignment.items() if k != member_id},
     )
@@ -305,12 +324,19 @@ def describe(group: ShareGroup) -> dict[str, Any]:
     ``authorized_operations``, which is the caller's)."""
     names = {t.topic_id: t.name for t in group.subscription_metadata.values()}
     return {
-        "group_id": group.group_id, "group_state": group.state, "group_epoch": group.group_epoch,
-        "assignment_epoch": group.assignment_epoch, "assignor_name": ASSIGNOR_NAME,
+        "group_id": group.group_id,
+        "group_state": group.state,
+        "group_epoch": group.group_epoch,
+        "assignment_epoch": group.assignment_epoch,
+        "assignor_name": ASSIGNOR_NAME,
         "members": [
             {
-                "member_id": m.member_id, "rack_id": m.rack_id, "member_epoch": m.member_epoch, "client_id": m.client_id,
-                "client_host": m.client_host, "subscribed_topic_names": sorted(m.subscribed_topic_names),
+                "member_id": m.member_id,
+                "rack_id": m.rack_id,
+                "member_epoch": m.member_epoch,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "subscribed_topic_names": sorted(m.subscribed_topic_names),
                 "assignment": {"topic_partitions": topic_partitions(m.assignment, names)},
             }
             for _, m in sorted(group.members.items())
@@ -331,7 +357,7 @@ def describe(group: ShareGroup) -> dict[str, Any]:
 
 
 def assign(
-    subscriptions: Mapping[str, Collection[str]], topics: Mapping[str, TopicMetadata], current: Mapping[str, Assignment],
+    subscriptions: Mapping[str, Collection[str]], topics: Mapping[str, TopicMetadata], current: Mapping[str, Assignment]
 ) -> dict[str, Assignment]:
     """The target assignment of every member (member id -> its partitions; every member present).
 
@@ -384,7 +410,7 @@ def desired_counts(sharing: int, partitions: int, members: int) -> list[int]:
 
 
 def _balance(
-    partitions: list[tuple[uuid.UUID, int]], eligible: list[int], old: list[dict[uuid.UUID, frozenset[int]]], homogeneous: bool,
+    partitions: list[tuple[uuid.UUID, int]], eligible: list[int], old: list[dict[uuid.UUID, frozenset[int]]], homogeneous: bool
 ) -> list[dict[uuid.UUID, frozenset[int]]]:
     """One builder run: ``partitions`` over the ``eligible`` member indexes, from ``old`` (indexed by
     every member); the new assignments of every member, restricted to these partitions."""
@@ -417,7 +443,7 @@ def _balance(
         overfilled = {i for i in range(n_members) if len(held[i]) > desired[i]}
         for tp in partitions:
             # (the homogeneous builder takes from the members holding too many first)
-            for pass_overfilled in ((True, False) if homogeneous else (None,)):
+            for pass_overfilled in (True, False) if homogeneous else (None,):
                 for index in list(holders[tp]):
                     if len(holders[tp]) <= sharing:
                         break

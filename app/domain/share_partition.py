@@ -131,18 +131,31 @@ class InFlightRange:
 
     def _same_as(self, other: InFlightRange) -> bool:
         return (self.state, self.delivery_count, self.member_id, self.lock_deadline_ms) == (
-            other.state, other.delivery_count, other.member_id, other.lock_deadline_ms
+            other.state,
+            other.delivery_count,
+            other.member_id,
+            other.lock_deadline_ms,
         )
 
     def _part(self, first: int, last: int) -> InFlightRange:
         return replace(self, first_offset=first, last_offset=last)
 
-    def _to(self, state: RecordState, *, delivery_count: int | None = None, member_id: str | None = None,
-            lock_deadline_ms: int | None = None) -> InFlightRange:
+    def _to(
+        self,
+        state: RecordState,
+        *,
+        delivery_count: int | None = None,
+        member_id: str | None = None,
+        lock_deadline_ms: int | None = None,
+    ) -> InFlightRange:
         check_transition(self.state, state)
         return InFlightRange(
-            self.first_offset, self.last_offset, state,
-            self.delivery_count if delivery_count is None else delivery_count, member_id, lock_deadline_ms,
+            self.first_offset,
+            self.last_offset,
+            state,
+            self.delivery_count if delivery_count is None else delivery_count,
+            member_id,
+            lock_deadline_ms,
         )
 
 
@@ -198,6 +211,7 @@ class SharePartitionState:
 
 
 # --- what operations answer -----------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class OffsetRange:
@@ -285,6 +299,7 @@ class AcknowledgementBatch:
 
 
 # --- the ranges -----------------------------------------------------------------------------------
+
 
 def _normalised(start_offset: int, end_offset: int, ranges: Iterable[InFlightRange]) -> SharePartitionState:
     """Merge neighbours that agree, move the start offset past the leading final ranges."""
@@ -375,6 +390,7 @@ def _expired(state: SharePartitionState, now_ms: int, config: DeliveryConfig, ou
 
 # --- starting a share partition -------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class OffsetReset:
     """``share.auto.offset.reset``: where a share partition starts when the group first reads it."""
@@ -395,18 +411,26 @@ def parse_offset_reset(value: str) -> OffsetReset:
     if text in ("earliest", "latest"):
         return OffsetReset(text)  # type: ignore[arg-type]
     if text.startswith("by_duration:"):
-        spec = value.strip()[len("by_duration:"):]
+        spec = value.strip()[len("by_duration:") :]
         m = _DURATION.fullmatch(spec)
         if m and spec.upper() not in ("P", "PT") and any(m.group(g) for g in "dhms"):
             seconds = (
-                int(m.group("d") or 0) * 86_400 + int(m.group("h") or 0) * 3_600 + int(m.group("m") or 0) * 60
+                int(m.group("d") or 0) * 86_400
+                + int(m.group("h") or 0) * 3_600
+                + int(m.group("m") or 0) * 60
                 + Decimal(m.group("s") or 0)
             )
             return OffsetReset("by_duration", int(seconds * 1000))
-        raise TxlogError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration share.auto.offset.reset: "
-                         "the duration must be an ISO-8601 duration such as PT1H or P1DT12H")
-    raise TxlogError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration share.auto.offset.reset: "
-                     "String must be one of: latest, earliest, by_duration:<ISO-8601 duration>")
+        raise TxlogError(
+            ErrorCode.INVALID_CONFIG,
+            f"Invalid value {value} for configuration share.auto.offset.reset: "
+            "the duration must be an ISO-8601 duration such as PT1H or P1DT12H",
+        )
+    raise TxlogError(
+        ErrorCode.INVALID_CONFIG,
+        f"Invalid value {value} for configuration share.auto.offset.reset: "
+        "String must be one of: latest, earliest, by_duration:<ISO-8601 duration>",
+    )
 
 
 def reset_timestamp(reset: OffsetReset, now_ms: int) -> int | None:
@@ -447,11 +471,16 @@ def advance_log_start(state: SharePartitionState, log_start_offset: int) -> Shar
     if log_start_offset <= state.start_offset:
         return state
     end = max(state.end_offset, log_start_offset)
-    kept = [r._part(max(r.first_offset, log_start_offset), r.last_offset) for r in state.in_flight if r.last_offset >= log_start_offset]
+    kept = [
+        r._part(max(r.first_offset, log_start_offset), r.last_offset)
+        for r in state.in_flight
+        if r.last_offset >= log_start_offset
+    ]
     return _normalised(log_start_offset, end, kept)
 
 
 # --- fetching -------------------------------------------------------------------------------------
+
 
 def next_fetch_offset(state: SharePartitionState, now_ms: int) -> int:
     """Where the caller reads the log from for the next acquisition: the first in-flight record
@@ -558,7 +587,9 @@ def acquire(
             outcomes.archive(part, ArchiveReason.DELIVERY_COUNT_LIMIT)
             out.append(part._to(RecordState.ARCHIVED))
         else:
-            taken = part._to(RecordState.ACQUIRED, delivery_count=r.delivery_count + 1, member_id=member_id, lock_deadline_ms=deadline)
+            taken = part._to(
+                RecordState.ACQUIRED, delivery_count=r.delivery_count + 1, member_id=member_id, lock_deadline_ms=deadline
+            )
             outcomes.acquire(taken)
             out.append(taken)
             remaining -= b - a + 1
@@ -567,7 +598,11 @@ def acquire(
 
     # Records past the end offset: new in flight, up to the window's bound.
     offset = state.end_offset
-    high = min(last_offset, state.start_offset + config.max_record_locks - 1) if first_offset <= offset and not stopped else offset - 1
+    high = (
+        min(last_offset, state.start_offset + config.max_record_locks - 1)
+        if first_offset <= offset and not stopped
+        else offset - 1
+    )
     skips = sorted((max(a, offset), b) for a, b in not_deliverable if b >= offset and a <= b)
     while offset <= high and remaining > 0:
         while skips and skips[0][1] < offset:
@@ -585,11 +620,14 @@ def acquire(
         offset = b + 1
     return Acquisition(
         _normalised(state.start_offset, max(state.end_offset, offset), out),
-        tuple(outcomes.acquired), tuple(outcomes.released), tuple(outcomes.archived),
+        tuple(outcomes.acquired),
+        tuple(outcomes.released),
+        tuple(outcomes.archived),
     )
 
 
 # --- acknowledging --------------------------------------------------------------------------------
+
 
 def _segments(batch: AcknowledgementBatch) -> list[tuple[int, int, AcknowledgeType]]:
     """A batch as runs of one acknowledgement type."""
@@ -669,9 +707,13 @@ def acknowledge(
         if batch.last_offset < start:
             continue  # done already
         if batch.first_offset >= state.end_offset:
-            return Refused(ErrorCode.INVALID_REQUEST, "Batch record not found. The first offset in request is past acquired records.")
+            return Refused(
+                ErrorCode.INVALID_REQUEST, "Batch record not found. The first offset in request is past acquired records."
+            )
         if batch.last_offset >= state.end_offset:
-            return Refused(ErrorCode.INVALID_REQUEST, "Batch record not found. The last offset in request is past acquired records.")
+            return Refused(
+                ErrorCode.INVALID_REQUEST, "Batch record not found. The last offset in request is past acquired records."
+            )
         for a, b, kind in _segments(batch):
             if b < start:
                 continue
@@ -680,7 +722,9 @@ def acknowledge(
                 if r.last_offset < a or r.first_offset > b:
                     continue
                 if r.state is not RecordState.ACQUIRED:
-                    return Refused(ErrorCode.INVALID_RECORD_STATE, "The offset cannot be acknowledged. The offset is not acquired.")
+                    return Refused(
+                        ErrorCode.INVALID_RECORD_STATE, "The offset cannot be acknowledged. The offset is not acquired."
+                    )
                 if r.member_id != member_id:
                     return Refused(ErrorCode.INVALID_RECORD_STATE, "Member is not the owner of offset")
             work.append((a, b, kind))
@@ -689,11 +733,15 @@ def acknowledge(
         ranges = _map_span(ranges, a, b, _Acknowledge(kind, outcomes, config.delivery_count_limit, renewed_deadline))
     return Acknowledgement(
         _normalised(start, state.end_offset, ranges),
-        tuple(outcomes.accepted), tuple(outcomes.released), tuple(outcomes.archived), tuple(outcomes.renewed),
+        tuple(outcomes.accepted),
+        tuple(outcomes.released),
+        tuple(outcomes.archived),
+        tuple(outcomes.renewed),
     )
 
 
 # --- giving locks back ----------------------------------------------------------------------------
+
 
 def expire(state: SharePartitionState, *, now_ms: int, config: DeliveryConfig) -> Release:
     """The lock timer: every lock expired by ``now_ms`` gives its records back — available again,
@@ -725,6 +773,7 @@ def release_member(state: SharePartitionState, member_id: str, *, now_ms: int, c
 
 
 # --- storage --------------------------------------------------------------------------------------
+
 
 def row_changes(old: SharePartitionState, new: SharePartitionState) -> tuple[tuple[int, ...], tuple[InFlightRange, ...]]:
     """What storage writes to go from ``old`` to ``new``, rows keyed by their first offset: the

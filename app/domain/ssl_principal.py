@@ -21,9 +21,15 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 _KEYWORDS = {
-    "commonName": "CN", "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST",
-    "organizationName": "O", "organizationalUnitName": "OU", "streetAddress": "STREET",
-    "domainComponent": "DC", "userId": "UID",
+    "commonName": "CN",
+    "countryName": "C",
+    "localityName": "L",
+    "stateOrProvinceName": "ST",
+    "organizationName": "O",
+    "organizationalUnitName": "OU",
+    "streetAddress": "STREET",
+    "domainComponent": "DC",
+    "userId": "UID",
 }
 _SPECIAL = set(',+"\\<>;=')
 
@@ -85,7 +91,7 @@ def _expand(m: re.Match[str], replacement: str) -> str:
                 j += 1
             if j == i + 1:
                 raise MappingRuleError(f"Invalid rule: a $ in {replacement!r} names no group")
-            group = int(replacement[i + 1:j])
+            group = int(replacement[i + 1 : j])
             if group > (m.re.groups or 0):
                 raise MappingRuleError(f"Invalid rule: no group {group} in {m.re.pattern!r}")
             out.append(m.group(group) or "")
@@ -137,7 +143,7 @@ def parse_rules(text: str | None) -> list[Rule]:
             rules.append(Rule(compiled, replacement, case))
         else:
             end = text.find(",", i)
-            raise MappingRuleError(f"Invalid rule: {text[i:end if end >= 0 else None].strip()}")
+            raise MappingRuleError(f"Invalid rule: {text[i : end if end >= 0 else None].strip()}")
         rest = text[i:].lstrip(" \t\n")
         if rest and not rest.startswith(","):
             raise MappingRuleError(f"Invalid rule: {text!r}: expected a comma before {rest!r}")

@@ -82,12 +82,26 @@ _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 _NO_EFFECT = "Kept as given; no effect: txlog keeps one copy of each record, in PostgreSQL, without segments or replicas."
 
 TOPIC_CONFIGS: tuple[TopicConfig, ...] = (
-    TopicConfig("cleanup.policy", _T.LIST, "delete", "Old records are deleted by retention.ms and retention.bytes; txlog does not compact.",
-                True, choices=("delete", "compact"), supported=("delete",), broker_synonym="log.cleanup.policy"),
+    TopicConfig(
+        "cleanup.policy",
+        _T.LIST,
+        "delete",
+        "Old records are deleted by retention.ms and retention.bytes; txlog does not compact.",
+        True,
+        choices=("delete", "compact"),
+        supported=("delete",),
+        broker_synonym="log.cleanup.policy",
+    ),
     TopicConfig("compression.gzip.level", _T.INT, -1, _NO_EFFECT, minimum=-1, maximum=9),
     TopicConfig("compression.lz4.level", _T.INT, 9, _NO_EFFECT, minimum=1, maximum=17),
-    TopicConfig("compression.type", _T.STRING, "producer", "Records are kept uncompressed; batches are compressed as the consumer asks.",
-                choices=_COMPRESSION, broker_synonym="compression.type"),
+    TopicConfig(
+        "compression.type",
+        _T.STRING,
+        "producer",
+        "Records are kept uncompressed; batches are compressed as the consumer asks.",
+        choices=_COMPRESSION,
+        broker_synonym="compression.type",
+    ),
     TopicConfig("compression.zstd.level", _T.INT, 3, _NO_EFFECT, minimum=-131072, maximum=22),
     TopicConfig("delete.retention.ms", _T.LONG, 86_400_000, _NO_EFFECT, minimum=0),
     TopicConfig("file.delete.delay.ms", _T.LONG, 60_000, _NO_EFFECT, minimum=0),
@@ -99,12 +113,25 @@ TOPIC_CONFIGS: tuple[TopicConfig, ...] = (
     TopicConfig("local.retention.bytes", _T.LONG, -2, _NO_EFFECT, minimum=-2),
     TopicConfig("local.retention.ms", _T.LONG, -2, _NO_EFFECT, minimum=-2),
     TopicConfig("max.compaction.lag.ms", _T.LONG, MAX_LONG, _NO_EFFECT, minimum=1),
-    TopicConfig("max.message.bytes", _T.INT, 1_048_588, "Kept as given; batches are bounded by the server's own limits (docs/kafka.md).",
-                minimum=0, broker_synonym="message.max.bytes"),
+    TopicConfig(
+        "max.message.bytes",
+        _T.INT,
+        1_048_588,
+        "Kept as given; batches are bounded by the server's own limits (docs/kafka.md).",
+        minimum=0,
+        broker_synonym="message.max.bytes",
+    ),
     TopicConfig("message.timestamp.after.max.ms", _T.LONG, 3_600_000, _NO_EFFECT, minimum=0),
     TopicConfig("message.timestamp.before.max.ms", _T.LONG, MAX_LONG, _NO_EFFECT, minimum=0),
-    TopicConfig("message.timestamp.type", _T.STRING, "CreateTime", "Each record keeps the timestamp its producer gave (CreateTime).",
-                True, choices=("CreateTime", "LogAppendTime"), supported=("CreateTime",)),
+    TopicConfig(
+        "message.timestamp.type",
+        _T.STRING,
+        "CreateTime",
+        "Each record keeps the timestamp its producer gave (CreateTime).",
+        True,
+        choices=("CreateTime", "LogAppendTime"),
+        supported=("CreateTime",),
+    ),
     TopicConfig("min.cleanable.dirty.ratio", _T.DOUBLE, 0.5, _NO_EFFECT, minimum=0, maximum=1),
     TopicConfig("min.compaction.lag.ms", _T.LONG, 0, _NO_EFFECT, minimum=0),
     TopicConfig("min.insync.replicas", _T.INT, 1, _NO_EFFECT, minimum=1),
@@ -112,10 +139,24 @@ TOPIC_CONFIGS: tuple[TopicConfig, ...] = (
     TopicConfig("remote.log.copy.disable", _T.BOOLEAN, "false", _NO_EFFECT),
     TopicConfig("remote.log.delete.on.disable", _T.BOOLEAN, "false", _NO_EFFECT),
     TopicConfig("remote.storage.enable", _T.BOOLEAN, "false", _NO_EFFECT),
-    TopicConfig("retention.bytes", _T.LONG, -1, "A partition's records beyond this many bytes are deleted, oldest first (-1: no limit).",
-                True, minimum=-1, broker_synonym="log.retention.bytes"),
-    TopicConfig("retention.ms", _T.LONG, 604_800_000, "Records older than this are deleted (-1: no limit).",
-                True, minimum=-1, broker_synonym="log.retention.ms"),
+    TopicConfig(
+        "retention.bytes",
+        _T.LONG,
+        -1,
+        "A partition's records beyond this many bytes are deleted, oldest first (-1: no limit).",
+        True,
+        minimum=-1,
+        broker_synonym="log.retention.bytes",
+    ),
+    TopicConfig(
+        "retention.ms",
+        _T.LONG,
+        604_800_000,
+        "Records older than this are deleted (-1: no limit).",
+        True,
+        minimum=-1,
+        broker_synonym="log.retention.ms",
+    ),
     TopicConfig("segment.bytes", _T.INT, 1_073_741_824, _NO_EFFECT, minimum=1_048_576),
     TopicConfig("segment.index.bytes", _T.INT, 10_485_760, _NO_EFFECT, minimum=4),
     TopicConfig("segment.jitter.ms", _T.LONG, 0, _NO_EFFECT, minimum=0),
@@ -281,7 +322,9 @@ def shown(value: Any) -> str | None:
 
 
 def describe(
-    config: Mapping[str, Any], broker_set: Mapping[str, Any] = {}, server_defaults: Mapping[str, Any] = {}  # noqa: B006
+    config: Mapping[str, Any],
+    broker_set: Mapping[str, Any] = {},
+    server_defaults: Mapping[str, Any] = {},  # noqa: B006
 ) -> list[DescribedConfig]:
     """Every topic config, in name order, with its value: the topic's own (DYNAMIC_TOPIC_CONFIG),
     else the broker config its default comes from where the server was given it

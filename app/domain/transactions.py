@@ -81,10 +81,7 @@ def check_transition(from_state: TxnState | None, to_state: TxnState) -> None:
     """The one place a transition is validated."""
     if from_state not in VALID_PREVIOUS[to_state]:
         name = from_state.value if from_state else "(none)"
-        raise TxlogError(
-            ErrorCode.INVALID_TXN_STATE,
-            f"Transaction cannot move from {name} to {to_state.value}",
-        )
+        raise TxlogError(ErrorCode.INVALID_TXN_STATE, f"Transaction cannot move from {name} to {to_state.value}")
 
 
 # Why a producer epoch stopped being current (the "reason" of a PRODUCER_FENCED error):
@@ -177,7 +174,9 @@ def apply(meta: TxnMetadata | None, event: TxnEvent) -> TxnMetadata:
         groups=groups,
         last_producer_id=event.last_producer_id,
         last_producer_epoch=event.last_producer_epoch,
-        last_result=event.result if to in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT) else (meta.last_result if meta and to is not S.EMPTY else None),
+        last_result=event.result
+        if to in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+        else (meta.last_result if meta and to is not S.EMPTY else None),
         fence_reason=event.reason,
         transaction_version=event.transaction_version,
     )
@@ -244,7 +243,12 @@ def created(transactional_id: str, producer_id: int, timeout_ms: int, now: int) 
 
 
 def reinitialized(
-    meta: TxnMetadata, timeout_ms: int, now: int, new_producer_id: int | None = None, *, ended_open: bool = False,
+    meta: TxnMetadata,
+    timeout_ms: int,
+    now: int,
+    new_producer_id: int | None = None,
+    *,
+    ended_open: bool = False,
     previous: tuple[int, int] | None = None,
 ) -> TxnEvent:
     """InitProducerId for a known, ended transactional id: raise the epoch by one, fencing older
@@ -256,11 +260,20 @@ def reinitialized(
     remembered as the last ones so that a retry of this very init is answered with the epoch it
     handed out instead of being fenced. An init that names none forgets them: a new producer
     instance took over, and no older request may come back."""
-    pid, epoch = (meta.producer_id, meta.producer_epoch) if ended_open else bumped(meta.producer_id, meta.producer_epoch, new_producer_id)
+    pid, epoch = (
+        (meta.producer_id, meta.producer_epoch) if ended_open else bumped(meta.producer_id, meta.producer_epoch, new_producer_id)
+    )
     last_pid, last_epoch = previous if previous is not None else (None, None)
     return _event(
-        meta, S.EMPTY, now, producer_id=pid, producer_epoch=epoch, timeout_ms=timeout_ms,
-        last_producer_id=last_pid, last_producer_epoch=last_epoch, reason="newer_epoch",
+        meta,
+        S.EMPTY,
+        now,
+        producer_id=pid,
+        producer_epoch=epoch,
+        timeout_ms=timeout_ms,
+        last_producer_id=last_pid,
+        last_producer_epoch=last_epoch,
+        reason="newer_epoch",
     )
 
 
@@ -272,7 +285,9 @@ def _check_not_prepared(meta: TxnMetadata) -> None:
         )
 
 
-def partitions_added(meta: TxnMetadata, partitions: Iterable[TopicPartition], now: int, groups: Iterable[str] = ()) -> TxnEvent | None:
+def partitions_added(
+    meta: TxnMetadata, partitions: Iterable[TopicPartition], now: int, groups: Iterable[str] = ()
+) -> TxnEvent | None:
     """AddPartitionsToTxn / AddOffsetsToTxn (explicit or by a transactional produce). Starts the
     transaction if none is open. ``None`` when nothing changes."""
     new_parts = tuple(sorted(set(partitions) - (set(meta.partitions) if meta.state is S.ONGOING else set())))
@@ -350,8 +365,14 @@ def completed(meta: TxnMetadata, now: int, new_producer_id: int | None = None) -
     else:
         pid, epoch = bumped(meta.producer_id, meta.producer_epoch, new_producer_id)
     return _event(
-        meta, complete_state(result), now, producer_id=pid, producer_epoch=epoch, last_producer_id=meta.producer_id,
-        last_producer_epoch=meta.producer_epoch, result=result,
+        meta,
+        complete_state(result),
+        now,
+        producer_id=pid,
+        producer_epoch=epoch,
+        last_producer_id=meta.producer_id,
+        last_producer_epoch=meta.producer_epoch,
+        result=result,
     )
 
 
@@ -420,7 +441,8 @@ def check_init_producer(meta: TxnMetadata, producer_id: int, producer_epoch: int
     if (producer_id, producer_epoch) == (meta.producer_id, meta.producer_epoch):
         return False
     if (
-        meta.state is S.EMPTY and meta.last_result is None
+        meta.state is S.EMPTY
+        and meta.last_result is None
         and (producer_id, producer_epoch) == (meta.last_producer_id, meta.last_producer_epoch)
     ):
         return True
@@ -489,8 +511,7 @@ def check_end_retry(meta: TxnMetadata, result: Result) -> None:
     if meta.last_result != result:
         raise TxlogError(
             ErrorCode.INVALID_TXN_STATE,
-            f"Transaction at epoch {meta.last_producer_epoch} already ended with {meta.last_result}; "
-            f"cannot {result} it",
+            f"Transaction at epoch {meta.last_producer_epoch} already ended with {meta.last_result}; cannot {result} it",
         )
 
 
@@ -539,7 +560,9 @@ def list_filter(
             compiled = re2.compile(pattern, options=_RE2_OPTIONS)
         except re2.error as exc:
             why = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
-            raise TxlogError(ErrorCode.INVALID_REGULAR_EXPRESSION, f"Invalid transactional id pattern {pattern!r}: {why}") from None
+            raise TxlogError(
+                ErrorCode.INVALID_REGULAR_EXPRESSION, f"Invalid transactional id pattern {pattern!r}: {why}"
+            ) from None
     return ListFilter(states, unknown, bool(state_names), frozenset(producer_ids), duration_ms, compiled)
 
 

@@ -66,7 +66,7 @@ def _claim(broker: Broker, reg: NodeRegistration, lease_ms: int) -> None:
 
 
 def register_node(
-    broker: Broker, node_id: int, host: str, port: int, lease_ms: int, listeners: Mapping[str, Mapping[str, Any]] | None = None,
+    broker: Broker, node_id: int, host: str, port: int, lease_ms: int, listeners: Mapping[str, Mapping[str, Any]] | None = None
 ) -> NodeRegistration:
     """Take ``node_id`` for this process, advertised at ``host``:``port`` (and at each of its
     ``listeners``: {name: {"host", "port", "security_protocol"}}), for ``lease_ms`` (the

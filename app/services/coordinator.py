@@ -56,14 +56,22 @@ def record(
     if max_open is not None:
         transactions_store.txn_principal_lock(conn, principal)  # type: ignore[arg-type]  # a limit is checked only with a principal
     recorded = transactions_store.txn_record(
-        conn, events, new, coordinator_partition(tid, settings.transaction_state_partitions), txn.deadline_ms(new),
+        conn,
+        events,
+        new,
+        coordinator_partition(tid, settings.transaction_state_partitions),
+        txn.deadline_ms(new),
         max_partitions=settings.max_partitions_per_transaction if adding else None,
-        principal=principal, starts=starts, max_open=max_open,
+        principal=principal,
+        starts=starts,
+        max_open=max_open,
     )
     if not recorded:
         in_transaction, open_now = transactions_store.txn_limit_usage(conn, tid, principal)
         if adding and in_transaction > settings.max_partitions_per_transaction:
-            raise limits.partitions_per_transaction_exceeded(adding, in_transaction - adding, settings.max_partitions_per_transaction)
+            raise limits.partitions_per_transaction_exceeded(
+                adding, in_transaction - adding, settings.max_partitions_per_transaction
+            )
         raise limits.open_transactions_exceeded(principal or "", open_now, settings.max_open_transactions_per_principal)
     for before, event in steps:
         if before is None or event.producer_id != before.producer_id:
@@ -124,7 +132,9 @@ def complete(conn: Connection, broker: Broker, meta: TxnMetadata, decision: TxnE
     commit = txn.prepared_result(meta.state) == "commit"
     now = broker.now()
     partitions = sorted(meta.partitions)
-    positions = append_store.partitions_lock_for_append(conn, [(t, p, meta.producer_id) for t, p in partitions]) if partitions else []
+    positions = (
+        append_store.partitions_lock_for_append(conn, [(t, p, meta.producer_id) for t, p in partitions]) if partitions else []
+    )
     markers = [
         marker(topic, partition, position, meta.producer_id, meta.producer_epoch, commit, now)
         for (topic, partition), position in zip(partitions, positions)
@@ -198,22 +208,28 @@ def _completion_planned(broker: Broker, meta: TxnMetadata, decision: TxnEvent, n
         return None
     memory = last_appends.of(broker)
     partitions = sorted(meta.partitions)
-    positions = [memory.get(t, p, meta.producer_id) for t, p in partitions]
-    if None in positions:
+    remembered = [memory.get(t, p, meta.producer_id) for t, p in partitions]
+    positions = [position for position in remembered if position is not None]
+    if len(positions) < len(remembered):
         return None
     commit = txn.prepared_result(prepared.state) == "commit"
     markers = [
-        marker(t, p, position, meta.producer_id, meta.producer_epoch, commit, now)  # type: ignore[arg-type]  # every position is known: None was ruled out above
+        marker(t, p, position, meta.producer_id, meta.producer_epoch, commit, now)
         for (t, p), position in zip(partitions, positions)
     ]
-    return _Completion(
-        (decision, txn.completed(prepared, now, None)), markers, positions, "commit" if commit else "abort"  # type: ignore[arg-type]  # the state is prepared, so completed() is given its completion
-    )
+    return _Completion((decision, txn.completed(prepared, now, None)), markers, positions, "commit" if commit else "abort")
 
 
 def join_if_unchanged(
-    broker: Broker, meta: TxnMetadata, producer_id: int, producer_epoch: int, partitions: Sequence[txn.TopicPartition],
-    principal: str | None, now: int, batches: Sequence[AppendBatch] = (), positions: Sequence[AppendPosition] = (),
+    broker: Broker,
+    meta: TxnMetadata,
+    producer_id: int,
+    producer_epoch: int,
+    partitions: Sequence[txn.TopicPartition],
+    principal: str | None,
+    now: int,
+    batches: Sequence[AppendBatch] = (),
+    positions: Sequence[AppendPosition] = (),
 ) -> Operation[tuple[TxnMetadata, list[int]] | None]:
     """Partitions joining the transaction — starting one if none is open — planned against the
     transaction as this process last wrote it (``meta``), recorded with ``batches`` (the batch that
@@ -228,8 +244,13 @@ def join_if_unchanged(
 
 
 def _joining(
-    broker: Broker, meta: TxnMetadata, producer_id: int, producer_epoch: int, partitions: Sequence[txn.TopicPartition],
-    principal: str | None, now: int,
+    broker: Broker,
+    meta: TxnMetadata,
+    producer_id: int,
+    producer_epoch: int,
+    partitions: Sequence[txn.TopicPartition],
+    principal: str | None,
+    now: int,
 ) -> TxnEvent | None:
     """The event by which the partitions join the remembered transaction, if it can be planned
     ahead."""
@@ -248,8 +269,12 @@ def _joining(
 
 
 def record_if_unchanged(
-    broker: Broker, meta: TxnMetadata, events: tuple[TxnEvent, ...], batches: Sequence[AppendBatch],
-    positions: Sequence[AppendPosition], ends: txn.Result | None = None,
+    broker: Broker,
+    meta: TxnMetadata,
+    events: tuple[TxnEvent, ...],
+    batches: Sequence[AppendBatch],
+    positions: Sequence[AppendPosition],
+    ends: txn.Result | None = None,
 ) -> Operation[tuple[TxnMetadata, list[int]] | None]:
     """Transitions of a transaction known without its lock (``meta``: read, or as this process last
     wrote it — exact at its version) recorded with batches of it planned against ``positions``, in
@@ -270,16 +295,26 @@ def record_if_unchanged(
 
 
 def _recording(
-    broker: Broker, meta: TxnMetadata, events: tuple[TxnEvent, ...], batches: Sequence[AppendBatch],
-    positions: Sequence[AppendPosition], ends: txn.Result | None,
+    broker: Broker,
+    meta: TxnMetadata,
+    events: tuple[TxnEvent, ...],
+    batches: Sequence[AppendBatch],
+    positions: Sequence[AppendPosition],
+    ends: txn.Result | None,
 ) -> tuple[TxnMetadata, tuple]:
     """The state the events lead to, and the conditional statement's arguments after its
     connection."""
     _, new = _folded(meta, events)
     return new, (
-        batches, [position.producer_state for position in positions], events, meta, new,
+        batches,
+        [position.producer_state for position in positions],
+        events,
+        meta,
+        new,
         coordinator_partition(new.transactional_id, broker.settings.transaction_state_partitions),
-        txn.deadline_ms(new), txn.resets_members(meta, events[0]), ends,
+        txn.deadline_ms(new),
+        txn.resets_members(meta, events[0]),
+        ends,
     )
 
 
@@ -295,8 +330,14 @@ def _recorded(
 
 
 def write_marker(
-    conn: Connection, topic: str, partition: int, position: AppendPosition, producer_id: int, producer_epoch: int,
-    commit: bool, now_ms: int,
+    conn: Connection,
+    topic: str,
+    partition: int,
+    position: AppendPosition,
+    producer_id: int,
+    producer_epoch: int,
+    commit: bool,
+    now_ms: int,
 ) -> int:
     """Append a COMMIT or ABORT control record for the producer on a partition whose append lock
     ``position`` holds, closing its open transaction there (Kafka's WriteTxnMarkers). Answers the
@@ -311,8 +352,14 @@ def marker(
     """The COMMIT or ABORT marker batch of ``write_marker``, to append with others in one statement."""
     entry = position.producer_state
     return AppendBatch(
-        topic, partition, position.next_offset, position.next_position, [NewRecord(None, None)], now_ms,
-        producer_id, producer_epoch,
+        topic,
+        partition,
+        position.next_offset,
+        position.next_position,
+        [NewRecord(None, None)],
+        now_ms,
+        producer_id,
+        producer_epoch,
         transactional=True,
         producer_state=after_marker(entry, producer_id, producer_epoch, now_ms) if entry else None,
         control_type=CONTROL_COMMIT if commit else CONTROL_ABORT,

@@ -120,7 +120,8 @@ def _statement_for_group(
 
 
 async def _awaited_for_group(
-    execute_: Callable[[Statement[Any]], Awaitable[Any]], statement_of: Callable[..., Statement[Any]],
+    execute_: Callable[[Statement[Any]], Awaitable[Any]],
+    statement_of: Callable[..., Statement[Any]],
     group: Sequence[Pending[Any, Any]],
 ) -> None:
     """``_statement_for_group``, its statement awaited."""

@@ -69,7 +69,11 @@ def fetch(
         # The work of one fetch is bounded by the request, however long the aborted ranges or runs
         # of markers it meets: it reads at most a window of offsets past ``offset``.
         scan_end = fetch_scan_end(offset, upper, max_records)
-        rows = log_store.records_fetch(conn, topic, partition, offset, scan_end, max_records + 1, committed) if offset < scan_end else []
+        rows = (
+            log_store.records_fetch(conn, topic, partition, offset, scan_end, max_records + 1, committed)
+            if offset < scan_end
+            else []
+        )
     # The property's getter mapped: no generator frame resumed per record (a 1000-record page).
     count, truncated = take_within_limits(map(StoredRecord.size.fget, rows), max_records, max_bytes)  # type: ignore[attr-defined]  # a property, typed as its value
     rows = rows[:count]
@@ -129,8 +133,13 @@ def fetch_log(
     if committed:
         aborted = sorted({(r.producer_id, r.txn_first_offset) for r in rows if r.aborted}, key=lambda a: (a[1], a[0]))
     return LogPage(
-        topic, partition, rows, aborted,  # type: ignore[arg-type]  # aborted rows are transactional: producer id and first offset set
-        status.high_watermark, status.last_stable_offset, status.log_start_offset,
+        topic,
+        partition,
+        rows,
+        aborted,  # type: ignore[arg-type]  # aborted rows are transactional: producer id and first offset set
+        status.high_watermark,
+        status.last_stable_offset,
+        status.log_start_offset,
     )
 
 
@@ -220,7 +229,9 @@ def list_offsets(
                 check_list_offsets_timestamp(timestamp)
                 found = _record_for_time(conn, status, timestamp) if timestamp >= 0 or timestamp == MAX_TIMESTAMP else None
                 end = readable_end(status.high_watermark, status.last_stable_offset, isolation_level)
-                out.append(ListOffsetsResult(topic, partition, timestamp, listed_offset(timestamp, status.log_start_offset, end, found)))
+                out.append(
+                    ListOffsetsResult(topic, partition, timestamp, listed_offset(timestamp, status.log_start_offset, end, found))
+                )
             except TxlogError as exc:
                 out.append(ListOffsetsResult(topic, partition, timestamp, None, exc))
     return out

@@ -107,9 +107,16 @@ class GroupCoordinator:
         if error is not None:
             return coordinator.join_error(member_id, error)
         request = JoinRequest(
-            member_id, group_instance_id, session_timeout_ms, rebalance_timeout_ms, protocol_type,
-            tuple((name, bytes(meta)) for name, meta in protocols), client_id, client_host,
-            require_known_member_id, supports_skip_assignment,
+            member_id,
+            group_instance_id,
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            protocol_type,
+            tuple((name, bytes(meta)) for name, meta in protocols),
+            client_id,
+            client_host,
+            require_known_member_id,
+            supports_skip_assignment,
         )
         outcome = coordinator.join(self._groups.get(group_id), group_id, request, self._unique(), self._clock(), self.config)
         return await self._reply(group_id, outcome)  # type: ignore[return-value]  # the outcome of this event carries this reply type
@@ -129,7 +136,11 @@ class GroupCoordinator:
         if error is not None:
             return coordinator.sync_error(error)
         request = SyncRequest(
-            generation_id, member_id, group_instance_id, protocol_type, protocol_name,
+            generation_id,
+            member_id,
+            group_instance_id,
+            protocol_type,
+            protocol_name,
             tuple((mid, bytes(assignment)) for mid, assignment in assignments),
         )
         outcome = coordinator.sync(self._groups.get(group_id), request, self._clock(), self.config)
@@ -319,4 +330,3 @@ class GroupCoordinator:
             self._apply(group_id, coordinator.on_timer(group, timer, now, self.config))
         except Exception:
             log.exception("group %s: timer %s failed", group_id, timer)
-

@@ -73,7 +73,11 @@ def offset_fetch_partitions(
                 ErrorCode.UNSTABLE_OFFSET_COMMIT,
                 f"Group {group_id!r} has an offset pending in an open transaction for {r.topic}-{r.partition}; retry",
             )
-        out.append(FetchedOffset(r.topic, r.partition, r.offset, r.metadata or "", error, -1 if r.leader_epoch is None else r.leader_epoch))
+        out.append(
+            FetchedOffset(
+                r.topic, r.partition, r.offset, r.metadata or "", error, -1 if r.leader_epoch is None else r.leader_epoch
+            )
+        )
     return out
 
 

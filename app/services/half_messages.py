@@ -58,6 +58,7 @@ BATCH_ROWS = 1000
 
 # --- producer groups ------------------------------------------------------------------------------
 
+
 def register_producer_group(
     broker: Broker,
     producer_group: str,
@@ -99,6 +100,7 @@ def producer_groups(broker: Broker) -> list[ProducerGroup]:
 
 # --- the producer's side: send, commit, rollback --------------------------------------------------
 
+
 def send_half_message(
     broker: Broker,
     producer_group: str,
@@ -130,7 +132,8 @@ def send_half_message(
         existing = q.half_message_get(conn, tid)
     assert existing is not None
     same = (
-        existing.msg.producer_group == producer_group and existing.msg.topic == topic
+        existing.msg.producer_group == producer_group
+        and existing.msg.topic == topic
         and (partition is None or existing.msg.partition == partition)
         and (existing.record.key, existing.record.value, existing.record.headers) == (record.key, record.value, record.headers)
     )
@@ -237,6 +240,7 @@ def counts(broker: Broker) -> dict[str, int]:
 
 # --- the checker ----------------------------------------------------------------------------------
 
+
 def check_payload(stored: StoredHalfMessage, check_no: int) -> dict[str, Any]:
     """What the check-back endpoint receives: the message itself, as RocketMQ's
     ``checkLocalTransaction(MessageExt)`` does, key, value and headers in the producer's encoding."""
@@ -270,7 +274,10 @@ def ask_producer_group(
     deadline = time.monotonic() + timeout_ms / 1000
     try:
         with http.stream(
-            "POST", url, content=orjson.dumps(payload), headers={"content-type": "application/json"},
+            "POST",
+            url,
+            content=orjson.dumps(payload),
+            headers={"content-type": "application/json"},
             timeout=httpx.Timeout(timeout_ms / 1000),
         ) as response:
             body = bytearray()
@@ -374,7 +381,10 @@ def check_round(broker: Broker, http: httpx.Client, pool: ThreadPoolExecutor, li
 
     def one(c: _Claimed) -> str:
         answer, problem = ask_producer_group(
-            http, c.group.check_url, check_payload(c.stored, c.check_no), settings.half_check_allowed_hosts,
+            http,
+            c.group.check_url,
+            check_payload(c.stored, c.check_no),
+            settings.half_check_allowed_hosts,
             settings.half_check_timeout_ms,
         )
         return _record_check(broker, c, answer, problem)
@@ -425,7 +435,10 @@ class CheckerThread(threading.Thread):
     def run(self) -> None:
         interval = self.broker.settings.half_check_poll_interval_ms / 1000
         next_forget = 0.0
-        with new_http_client() as http, ThreadPoolExecutor(self.broker.settings.half_check_concurrency, "txlog-check-back") as pool:
+        with (
+            new_http_client() as http,
+            ThreadPoolExecutor(self.broker.settings.half_check_concurrency, "txlog-check-back") as pool,
+        ):
             while not self._stop_event.is_set():
                 report = None
                 try:

@@ -186,8 +186,7 @@ def describe_kafka_groups(
         with ThreadPoolExecutor(max_workers=min(len(registered), MAX_PARALLEL), thread_name_prefix="txlog-kafka-admin") as pool:
             answers = list(pool.map(lambda n: _ask(n, group_id, timeout_s), registered))
     found = sorted(
-        ((status.node_id, d) for status, d_list in answers for d in d_list),
-        key=lambda pair: (pair[1].group_id, pair[0]),
+        ((status.node_id, d) for status, d_list in answers for d in d_list), key=lambda pair: (pair[1].group_id, pair[0])
     )
     members = {
         (node_id, d.group_id): sorted((_member(m, d.protocol_type) for m in d.members), key=lambda m: (m.client_id, m.member_id))
@@ -202,7 +201,13 @@ def describe_kafka_groups(
         ms = members[(node_id, d.group_id)]
         groups.append(
             KafkaGroup(
-                d.group_id, node_id, d.error, d.state, d.protocol_type, d.protocol, tuple(ms),
+                d.group_id,
+                node_id,
+                d.error,
+                d.state,
+                d.protocol_type,
+                d.protocol,
+                tuple(ms),
                 _partitions(ms, committed[d.group_id], statuses),
             )
         )
@@ -219,9 +224,13 @@ def _partitions(
         m, c, s = owner.get(tp), rows.get(tp), statuses.get(tp)
         out.append(
             KafkaGroupPartition(
-                tp[0], tp[1],
-                m.member_id if m else None, m.client_id if m else None, m.client_host if m else None,
-                c["offset"] if c else None, c["committed_at_ms"] if c else None,
+                tp[0],
+                tp[1],
+                m.member_id if m else None,
+                m.client_id if m else None,
+                m.client_host if m else None,
+                c["offset"] if c else None,
+                c["committed_at_ms"] if c else None,
                 c["log_start_offset"] if c else s.log_start_offset if s else None,
                 c["last_stable_offset"] if c else s.last_stable_offset if s else None,
                 c["high_watermark"] if c else s.high_watermark if s else None,

@@ -32,8 +32,11 @@ class LastAppends:
         if len(self._at) >= self.limit:
             self._at.clear()
         self._at[(batch.topic, batch.partition, batch.producer_id)] = AppendPosition(
-            batch.base_offset + len(batch.records), before.log_start_offset,
-            batch.base_position + sum(batch.record_sizes()), batch.producer_state, None,
+            batch.base_offset + len(batch.records),
+            before.log_start_offset,
+            batch.base_position + sum(batch.record_sizes()),
+            batch.producer_state,
+            None,
         )
 
     def forget(self, topic: str, partition: int, producer_id: int | None) -> None:

@@ -125,8 +125,13 @@ class AppendNotifier:
 
 
 async def wait_for_records(
-    notifier: AppendNotifier | None, partitions: Sequence[tuple[str, int]], wait_ms: int, max_wait_ms: int, max_waiting: int,
-    read: Callable[[], Awaitable[T]], enough: Callable[[T], bool],
+    notifier: AppendNotifier | None,
+    partitions: Sequence[tuple[str, int]],
+    wait_ms: int,
+    max_wait_ms: int,
+    max_waiting: int,
+    read: Callable[[], Awaitable[T]],
+    enough: Callable[[T], bool],
 ) -> T:
     """A fetch's long poll, for every way in: ``read()`` once, and while what it read is not
     ``enough``, wait for an append to one of ``partitions`` and read again, for at most ``wait_ms``

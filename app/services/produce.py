@@ -70,7 +70,8 @@ def _validate(broker: Broker, req: ProduceRequest) -> list[int]:
     if req.batch_bytes is not None:
         if req.batch_bytes > limit:
             raise TxlogError(
-                ErrorCode.MESSAGE_TOO_LARGE, f"The record batch is {req.batch_bytes} bytes, larger than message.max.bytes ({limit})"
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"The record batch is {req.batch_bytes} bytes, larger than message.max.bytes ({limit})",
             )
         sizes = record_sizes(req.records)
     else:
@@ -137,8 +138,7 @@ def append(
         txn.check_producer(meta, req.producer_id, req.producer_epoch)  # type: ignore[arg-type]  # a transactional request has its producer id and epoch (checked by _validate)
         if meta.state.is_prepared:
             raise TxlogError(
-                ErrorCode.CONCURRENT_TRANSACTIONS,
-                f"Transaction is in {meta.state.value}; produce after it completes (retriable)",
+                ErrorCode.CONCURRENT_TRANSACTIONS, f"Transaction is in {meta.state.value}; produce after it completes (retriable)"
             )
         if req.require_added:
             txn.check_partition_added(meta, topic, partition)
@@ -193,8 +193,19 @@ def _planned(
         assert isinstance(decision, Append)
         state = after_append(entry, pid, epoch, decision, base_offset, last_offset, now, transactional)  # type: ignore[arg-type]  # pid given: epoch and sequence too (checked by _validate)
     batch = AppendBatch(
-        topic, partition, base_offset, position.next_position, req.records, now, pid, epoch, seq, transactional, state,
-        txn_first_offset=state.txn_first_offset if transactional and state is not None else None, sizes=sizes,
+        topic,
+        partition,
+        base_offset,
+        position.next_position,
+        req.records,
+        now,
+        pid,
+        epoch,
+        seq,
+        transactional,
+        state,
+        txn_first_offset=state.txn_first_offset if transactional and state is not None else None,
+        sizes=sizes,
     )
     return _Plan(batch, ProduceResult(base_offset, last_offset, now, log_start))
 
@@ -246,8 +257,10 @@ def _remembered(last: last_appends.LastAppends, topic: str, partition: int, req:
     position = last.get(topic, partition, req.producer_id)
     if position is None:
         return None
-    if req.transactional_id is not None and not req.require_added and (
-        position.producer_state is None or position.producer_state.txn_first_offset is None
+    if (
+        req.transactional_id is not None
+        and not req.require_added
+        and (position.producer_state is None or position.producer_state.txn_first_offset is None)
     ):
         # The transaction's first batch here (the memory is of a marker): it adds the partition to
         # the transaction, with the transition (``_joined_ahead``). A client before transactions V2
@@ -326,8 +339,15 @@ def _joined_ahead(
     meta, position, plan = joining
     try:
         written = yield from coordinator.join_if_unchanged(
-            broker, meta, req.producer_id, req.producer_epoch, [(topic, partition)], req.principal,  # type: ignore[arg-type]  # a transactional request has its producer id and epoch (checked by _validate)
-            now, [plan.batch], [position],
+            broker,
+            meta,
+            req.producer_id,  # type: ignore[arg-type]  # a transactional request has its producer id and epoch (checked by _validate)
+            req.producer_epoch,  # type: ignore[arg-type]  # (the same)
+            [(topic, partition)],
+            req.principal,
+            now,
+            [plan.batch],
+            [position],
         )
     except BaseException:
         last.forget(topic, partition, req.producer_id)
@@ -488,4 +508,6 @@ def produce_to_topic(broker: Broker, topic: str, records: Sequence[NewRecord]) -
         raise TxlogError(ErrorCode.INVALID_RECORD, "A batch must contain at least one record")
     partition = choose_partition(broker, topic, records[0].key)
     result = produce(broker, topic, partition, ProduceRequest(records))
-    return ProduceResult(result.base_offset, result.last_offset, result.log_append_time_ms, result.log_start_offset, False, partition)
+    return ProduceResult(
+        result.base_offset, result.last_offset, result.log_append_time_ms, result.log_start_offset, False, partition
+    )

@@ -15,7 +15,9 @@ from app.storage import topics as topics_store
 TopicPartition = tuple[str, int]
 
 
-def describe_producers(broker: Broker, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, list[ProducerStateEntry] | TxlogError]:
+def describe_producers(
+    broker: Broker, partitions: Sequence[TopicPartition]
+) -> dict[TopicPartition, list[ProducerStateEntry] | TxlogError]:
     """Each partition's active producers — every producer id whose state it keeps (expired ones
     go with the sweeper, never while a transaction of theirs is open) with its epoch, last
     sequence and timestamp and the first offset of its open transaction there — or

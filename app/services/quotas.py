@@ -59,6 +59,7 @@ def _error(exc: QuotaError) -> TxlogError:
 
 # --- DescribeClientQuotas / AlterClientQuotas --------------------------------------------------------
 
+
 def describe_quotas(db: Database, components: Sequence[FilterComponent], strict: bool) -> list[tuple[Entity, dict[str, float]]]:
     """Kafka's DescribeClientQuotas: the entities the filter selects, with their values."""
     try:
@@ -119,6 +120,7 @@ def alter_quotas(db: Database, alterations: Sequence[QuotaAlteration], validate_
 
 # --- the per-process manager ---------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class _Snapshot:
     version: int | None
@@ -129,8 +131,12 @@ class QuotaManager:
     """What a request spends of its quotas and how long its answer throttles the client."""
 
     def __init__(
-        self, db: Database, window: QuotaWindow | None = None, interval_s: float = FLUSH_INTERVAL_S,
-        clock: Callable[[], float] = time.time, sync_clock: Callable[[], object] | None = None,
+        self,
+        db: Database,
+        window: QuotaWindow | None = None,
+        interval_s: float = FLUSH_INTERVAL_S,
+        clock: Callable[[], float] = time.time,
+        sync_clock: Callable[[], object] | None = None,
     ) -> None:
         self.db = db
         self.window = window or QuotaWindow()
@@ -268,7 +274,9 @@ class QuotaManager:
             if not self._watched and not self._pending:
                 return
             self._inflight, self._pending = self._pending, {}
-            counts = [(usage, w, amount) for usage, windows in self._inflight.items() for w, amount in windows.items() if w >= oldest]
+            counts = [
+                (usage, w, amount) for usage, windows in self._inflight.items() for w, amount in windows.items() if w >= oldest
+            ]
             watched = sorted(self._watched)
         try:
             with self.db.autocommit() as conn:
@@ -284,7 +292,6 @@ class QuotaManager:
         with self._lock:
             self._totals = totals
             self._inflight = {}
-
 
 
 class DatabaseSeconds:
@@ -317,5 +324,5 @@ def manager_from_settings(broker: Broker) -> QuotaManager:
     settings = broker.settings
     clock = DatabaseSeconds(broker)
     return QuotaManager(
-        broker.db, QuotaWindow(settings.quota_window_num, settings.quota_window_size_seconds), clock=clock, sync_clock=clock.sync,
+        broker.db, QuotaWindow(settings.quota_window_num, settings.quota_window_size_seconds), clock=clock, sync_clock=clock.sync
     )

@@ -41,7 +41,9 @@ def delete_records(broker: Broker, topic: str, partition: int, before_offset: in
     offset past the last stable offset is ``OFFSET_OUT_OF_RANGE``; one below the log start changes
     nothing."""
     if before_offset < -1:
-        raise TxlogError(ErrorCode.OFFSET_OUT_OF_RANGE, f"before_offset {before_offset} is negative (-1 means the last stable offset)")
+        raise TxlogError(
+            ErrorCode.OFFSET_OUT_OF_RANGE, f"before_offset {before_offset} is negative (-1 means the last stable offset)"
+        )
     with broker.db.transaction() as conn:
         status = retention_store.partition_lock(conn, topic, partition)
         target = status.last_stable_offset if before_offset == -1 else before_offset
@@ -81,7 +83,9 @@ def enforce_limits(broker: Broker, report: RetentionReport, deadline: float) -> 
     next round."""
     now = broker.now()
     with broker.db.read() as conn:
-        partitions = retention_store.partitions_with_retention(conn, broker.settings.log_retention_ms, broker.settings.log_retention_bytes)
+        partitions = retention_store.partitions_with_retention(
+            conn, broker.settings.log_retention_ms, broker.settings.log_retention_bytes
+        )
     for p in partitions:
         if time.monotonic() >= deadline:
             return

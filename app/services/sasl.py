@@ -144,8 +144,7 @@ def start(mechanism: str, authorizer: Authorizer) -> SaslExchange:
     exchange = _EXCHANGES.get(mechanism)
     if exchange is None:
         raise TxlogError(
-            ErrorCode.UNSUPPORTED_SASL_MECHANISM,
-            f"Unsupported SASL mechanism {mechanism}: one of {', '.join(enabled())}",
+            ErrorCode.UNSUPPORTED_SASL_MECHANISM, f"Unsupported SASL mechanism {mechanism}: one of {', '.join(enabled())}"
         )
     return exchange(authorizer)
 

@@ -65,7 +65,9 @@ def alter_credentials(db: Database, deletions: Sequence[Deletion], upsertions: S
                 refused[u.user] = why
                 continue
             mech = scram.BY_TYPE[u.mechanism_type]
-            scram_sql.scram_upsert(conn, u.user, scram.credential_from_salted_password(mech, u.salt, u.salted_password, u.iterations))
+            scram_sql.scram_upsert(
+                conn, u.user, scram.credential_from_salted_password(mech, u.salt, u.salted_password, u.iterations)
+            )
             changed = True
         if changed:
             sql.security_version_bump(conn)

@@ -66,10 +66,11 @@ DENIED_ERROR: Mapping[ResourceType, ErrorCode] = {
 
 # --- tokens ---------------------------------------------------------------------------------------
 
+
 def token_parts(token: str) -> tuple[str, str]:
     """``(token_id, secret)`` of a token."""
     if token.startswith(TOKEN_PREFIX) and token.count("_") >= 2:
-        token_id, _, secret = token[len(TOKEN_PREFIX):].partition("_")
+        token_id, _, secret = token[len(TOKEN_PREFIX) :].partition("_")
         if token_id and secret:
             return token_id, secret
     return "s" + hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()[:24], token
@@ -77,7 +78,12 @@ def token_parts(token: str) -> tuple[str, str]:
 
 def token_hash(token_id: str, secret: str) -> bytes:
     return hashlib.scrypt(
-        secret.encode("utf-8", "surrogateescape"), salt=b"txlog token " + token_id.encode(), n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P, dklen=32
+        secret.encode("utf-8", "surrogateescape"),
+        salt=b"txlog token " + token_id.encode(),
+        n=SCRYPT_N,
+        r=SCRYPT_R,
+        p=SCRYPT_P,
+        dklen=32,
     )
 
 
@@ -89,6 +95,7 @@ def new_token() -> tuple[str, str, bytes]:
 
 
 # --- management (the CLI on the database, and the HTTP API) ---------------------------------------
+
 
 @dataclass(frozen=True)
 class NewPrincipal:
@@ -185,7 +192,14 @@ def delete_acls(db: Database, filters: Sequence[AclFilter]) -> list[list[AclBind
 def admin_bindings(name: str = ADMIN_PRINCIPAL) -> list[AclBinding]:
     """All on every resource: what ``TXLOG_ADMIN_TOKEN``'s principal may do."""
     return [
-        AclBinding(name, rt, CLUSTER_NAME if rt is ResourceType.CLUSTER else WILDCARD, PatternType.LITERAL, Operation.ALL, PermissionType.ALLOW)
+        AclBinding(
+            name,
+            rt,
+            CLUSTER_NAME if rt is ResourceType.CLUSTER else WILDCARD,
+            PatternType.LITERAL,
+            Operation.ALL,
+            PermissionType.ALLOW,
+        )
         for rt in ResourceType
     ]
 
@@ -214,6 +228,7 @@ def session_key(db: Database) -> bytes:
 
 # --- the per-process authorizer -------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Snapshot:
     version: int
@@ -225,7 +240,10 @@ class Snapshot:
 
     @classmethod
     def load(
-        cls, version: int, principals: Iterable[StoredPrincipal], acls: Iterable[AclBinding],
+        cls,
+        version: int,
+        principals: Iterable[StoredPrincipal],
+        acls: Iterable[AclBinding],
         scram: Iterable[tuple[str, ScramCredential]] = (),
     ) -> "Snapshot":
         active = {p.token_id: p for p in principals if p.revoked_at_ms is None}

@@ -39,6 +39,7 @@ DEFAULT_MAX_BYTES = 1_048_576
 
 # --- configs --------------------------------------------------------------------------------------
 
+
 def group_config(broker: Broker, group_id: str) -> ShareConfigs:
     """The share group's configs, defaults where none is set."""
     with broker.db.read() as conn:
@@ -62,6 +63,7 @@ def alter_group_configs(broker: Broker, group_id: str, changes: Mapping[str, str
 
 
 # --- acquiring ------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ShareFetchPartition:
@@ -121,9 +123,7 @@ def _locked(
     found = share_store.share_partition_lock(conn, group_id, topic, partition)
     if found is None:
         if config is None:
-            raise TxlogError(
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Share group {group_id} has no state of {topic}-{partition}"
-            )
+            raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Share group {group_id} has no state of {topic}-{partition}")
         share_store.share_partition_create(conn, group_id, topic, partition, _start_offset(broker, config, status))
         found = share_store.share_partition_lock(conn, group_id, topic, partition)
         assert found is not None
@@ -132,8 +132,16 @@ def _locked(
 
 
 def _acquire_partition(
-    broker: Broker, group_id: str, member_id: str, topic: str, partition: int, max_records: int, max_bytes: int,
-    config: ShareConfigs, isolation_level: IsolationLevel, lock_duration_ms: int | None,
+    broker: Broker,
+    group_id: str,
+    member_id: str,
+    topic: str,
+    partition: int,
+    max_records: int,
+    max_bytes: int,
+    config: ShareConfigs,
+    isolation_level: IsolationLevel,
+    lock_duration_ms: int | None,
 ) -> ShareFetchPartition:
     with broker.db.transaction() as conn:
         status = log_store.partition_status(conn, topic, partition)
@@ -146,11 +154,18 @@ def _acquire_partition(
         rows = log_rows(conn, status, start, max_bytes, isolation_level, max(1, span_end - start)) if start < span_end else []
         last = rows[-1].offset if rows else start - 1
         outcome = sp.acquire(
-            state, member_id, start, last, now_ms=now, config=config.delivery, max_records=max_records,
-            not_deliverable=_not_deliverable(rows, isolation_level == "read_committed"), lock_duration_ms=lock_duration_ms,
+            state,
+            member_id,
+            start,
+            last,
+            now_ms=now,
+            config=config.delivery,
+            max_records=max_records,
+            not_deliverable=_not_deliverable(rows, isolation_level == "read_committed"),
+            lock_duration_ms=lock_duration_ms,
         )
         share_store.share_partition_write(
-            conn, group_id, topic, partition, stored, outcome.state, records_available=bool(outcome.released),
+            conn, group_id, topic, partition, stored, outcome.state, records_available=bool(outcome.released)
         )
     counts: list[int] = []
     records: list[StoredRecord] = []
@@ -165,8 +180,15 @@ def _acquire_partition(
             records.append(r)
             counts.append(run.delivery_count)
     return ShareFetchPartition(
-        topic, partition, outcome.acquired, tuple(records), tuple(counts), None,
-        outcome.state.start_offset, status.high_watermark, status.log_start_offset,
+        topic,
+        partition,
+        outcome.acquired,
+        tuple(records),
+        tuple(counts),
+        None,
+        outcome.state.start_offset,
+        status.high_watermark,
+        status.log_start_offset,
     )
 
 
@@ -203,7 +225,9 @@ def acquire(
             out.append(ShareFetchPartition(topic, partition))
             continue
         try:
-            got = _acquire_partition(broker, group_id, member_id, topic, partition, left, max_bytes, config, isolation, lock_duration_ms)
+            got = _acquire_partition(
+                broker, group_id, member_id, topic, partition, left, max_bytes, config, isolation, lock_duration_ms
+            )
         except TxlogError as exc:
             if exc.code is ErrorCode.UNKNOWN_SERVER_ERROR:
                 raise
@@ -233,12 +257,18 @@ async def acquire_waiting(
     runs ``acquire`` off the event loop."""
     once = functools.partial(acquire, broker, group_id, member_id, partitions, max_records, max_bytes, isolation_level)
     return await wait_for_records(
-        notifier, partitions, wait_ms, broker.settings.max_fetch_wait_ms, broker.settings.max_long_polls,
-        lambda: run_blocking(once), lambda parts: any(p.acquired for p in parts),
+        notifier,
+        partitions,
+        wait_ms,
+        broker.settings.max_fetch_wait_ms,
+        broker.settings.max_long_polls,
+        lambda: run_blocking(once),
+        lambda parts: any(p.acquired for p in parts),
     )
 
 
 # --- acknowledging --------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ShareAcknowledged:
@@ -254,8 +284,14 @@ class ShareAcknowledged:
 
 
 def _acknowledge_partition(
-    broker: Broker, group_id: str, member_id: str, topic: str, partition: int, batches: Sequence[sp.AcknowledgementBatch],
-    config: ShareConfigs, lock_duration_ms: int | None,
+    broker: Broker,
+    group_id: str,
+    member_id: str,
+    topic: str,
+    partition: int,
+    batches: Sequence[sp.AcknowledgementBatch],
+    config: ShareConfigs,
+    lock_duration_ms: int | None,
 ) -> ShareAcknowledged:
     with broker.db.transaction() as conn:
         status = log_store.partition_status(conn, topic, partition)
@@ -266,7 +302,7 @@ def _acknowledge_partition(
         if isinstance(outcome, sp.Refused):
             return ShareAcknowledged(topic, partition, error=outcome.error())
         share_store.share_partition_write(
-            conn, group_id, topic, partition, stored, outcome.state, records_available=bool(outcome.released),
+            conn, group_id, topic, partition, stored, outcome.state, records_available=bool(outcome.released)
         )
     return ShareAcknowledged(topic, partition, outcome)
 
@@ -297,8 +333,13 @@ def acknowledge(
 
 # --- giving locks back ----------------------------------------------------------------------------
 
+
 def _release(
-    conn: Connection, group_id: str, topic: str, partition: int, change: Callable[[sp.SharePartitionState], sp.Release],
+    conn: Connection,
+    group_id: str,
+    topic: str,
+    partition: int,
+    change: Callable[[sp.SharePartitionState], sp.Release],
     skip_locked: bool = False,
 ) -> sp.Release | None:
     """``change`` (the lock timer, a member leaving) applied to the share partition under its row
@@ -316,9 +357,7 @@ def _release(
     return released
 
 
-def release_member(
-    broker: Broker, group_id: str, member_id: str, partitions: Sequence[tuple[str, int]] | None = None
-) -> int:
+def release_member(broker: Broker, group_id: str, member_id: str, partitions: Sequence[tuple[str, int]] | None = None) -> int:
     """A member left the share group or its session ended: every record it holds (on
     ``partitions``, or wherever it holds one) is available again now, or archived if that was its
     last delivery. How many records were given back."""
@@ -388,6 +427,7 @@ def expire_due(broker: Broker, limit: int = 100, budget_s: float = 60.0) -> Expi
 
 # --- describing, altering, deleting ---------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class SharePartitionDescription:
     topic: str
@@ -424,7 +464,9 @@ def describe(broker: Broker, group_id: str) -> ShareGroupDescription:
         for r in ranges:
             counts[r.state.name] += r.count
         parts.append(
-            SharePartitionDescription(row.topic, row.partition, row.start_offset, row.end_offset, row.state_epoch, tuple(ranges), counts)
+            SharePartitionDescription(
+                row.topic, row.partition, row.start_offset, row.end_offset, row.state_epoch, tuple(ranges), counts
+            )
         )
     return ShareGroupDescription(group_id, tuple(parts), configs)
 
@@ -467,7 +509,9 @@ def delete_offsets(broker: Broker, group_id: str, partitions: Sequence[tuple[str
         return delete_offsets_on(conn, group_id, partitions)
 
 
-def delete_offsets_on(conn: Connection, group_id: str, partitions: Sequence[tuple[str, int]] | None = None) -> list[tuple[str, int]]:
+def delete_offsets_on(
+    conn: Connection, group_id: str, partitions: Sequence[tuple[str, int]] | None = None
+) -> list[tuple[str, int]]:
     """Kafka's DeleteShareGroupOffsets (None: every partition, as DeleteGroups of a share group):
     the group's state of those partitions is gone, in-flight records with it; read again, a
     partition starts per share.auto.offset.reset. The partitions that had state."""

@@ -106,7 +106,12 @@ def abort_timed_out(broker: Broker, report: SweepReport | None = None, budget_s:
         if not txn.is_timed_out(meta, broker.now()):
             return False
         coordinator.finish_open(conn, broker, meta, "timed_out")
-        log.info("aborted transaction %r at epoch %d: timed out after %d ms", meta.transactional_id, meta.producer_epoch, meta.timeout_ms)
+        log.info(
+            "aborted transaction %r at epoch %d: timed out after %d ms",
+            meta.transactional_id,
+            meta.producer_epoch,
+            meta.timeout_ms,
+        )
         return True
 
     return _each_claimed(broker, "abort", claim, handle, budget_s, report)

@@ -52,7 +52,8 @@ def create_partitions(broker: Broker, name: str, total: int, validate_only: bool
             raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name!r} does not exist")
         if total < current:
             raise TxlogError(
-                ErrorCode.INVALID_PARTITIONS, f"Topic currently has {current} partitions, which is higher than the requested {total}."
+                ErrorCode.INVALID_PARTITIONS,
+                f"Topic currently has {current} partitions, which is higher than the requested {total}.",
             )
         if total == current:
             raise TxlogError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
@@ -157,7 +158,11 @@ def described_config(broker: Broker, config: dict) -> list[topic_configs.Describ
 
 
 # The broker configs that give topic configs their defaults, by Kafka's name: the settings that are them.
-TOPIC_DEFAULT_SETTINGS = {"log.retention.ms": "log_retention_ms", "log.retention.bytes": "log_retention_bytes", "message.max.bytes": "max_request_bytes"}
+TOPIC_DEFAULT_SETTINGS = {
+    "log.retention.ms": "log_retention_ms",
+    "log.retention.bytes": "log_retention_bytes",
+    "message.max.bytes": "max_request_bytes",
+}
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,9 @@ def _init_transactional(
             meta = None
         if meta is None:
             # Unknown (or expired): whatever producer id the request names, it starts afresh.
-            meta = coordinator.record(conn, broker, None, txn.created(transactional_id, producers_store.producer_id_next(conn), timeout, broker.now()))
+            meta = coordinator.record(
+                conn, broker, None, txn.created(transactional_id, producers_store.producer_id_next(conn), timeout, broker.now())
+            )
         elif caller is not None and txn.check_init_producer(meta, *caller):
             pass  # a retry of the init that made the current epoch: the same answer, nothing changes
         else:
@@ -120,18 +122,30 @@ def _check_partitions_exist(conn, partitions: Sequence[TopicPartition]) -> None:
 
 
 def add_partitions_to_txn(
-    broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition],
+    broker: Broker,
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    partitions: Sequence[TopicPartition],
     principal: str | None = None,
 ) -> TxnMetadata:
     """AddPartitionsToTxn, blocking (``add_partitions_to_txn_steps``)."""
     return executor.run(
-        broker, functools.partial(add_partitions_to_txn_steps, broker, transactional_id, producer_id, producer_epoch, partitions, principal)
+        broker,
+        functools.partial(
+            add_partitions_to_txn_steps, broker, transactional_id, producer_id, producer_epoch, partitions, principal
+        ),
     )
 
 
 def add_partitions_to_txn_steps(
-    broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition],
-    principal: str | None, now: int,
+    broker: Broker,
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    partitions: Sequence[TopicPartition],
+    principal: str | None,
+    now: int,
 ) -> Operation[TxnMetadata]:
     """AddPartitionsToTxn. ``principal``: the authenticated requester, whose open transactions are
     limited when this starts one (``coordinator.record``). Answers the transaction's state with the
@@ -143,14 +157,26 @@ def add_partitions_to_txn_steps(
     check_partitions_added(len(set(partitions)), broker.settings.max_partitions_per_transaction)
     remembered = last_appends.of(broker).txn(transactional_id)
     if remembered is not None:
-        joined = yield from coordinator.join_if_unchanged(broker, remembered, producer_id, producer_epoch, partitions, principal, now)
+        joined = yield from coordinator.join_if_unchanged(
+            broker, remembered, producer_id, producer_epoch, partitions, principal, now
+        )
         if joined is not None:
             return _added(joined[0], partitions)
-    return (yield Blocking(functools.partial(_add_partitions_locked, broker, transactional_id, producer_id, producer_epoch, partitions, principal)))
+    return (
+        yield Blocking(
+            functools.partial(
+                _add_partitions_locked, broker, transactional_id, producer_id, producer_epoch, partitions, principal
+            )
+        )
+    )
 
 
 def _add_partitions_locked(
-    broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition],
+    broker: Broker,
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    partitions: Sequence[TopicPartition],
     principal: str | None,
 ) -> TxnMetadata:
     with broker.db.transaction() as conn:
@@ -175,8 +201,14 @@ def add_offsets_to_txn(
 
 
 def txn_offset_commit(
-    broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str, offsets: Sequence[GroupOffset],
-    principal: str | None = None, require_added: bool = False,
+    broker: Broker,
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    group_id: str,
+    offsets: Sequence[GroupOffset],
+    principal: str | None = None,
+    require_added: bool = False,
 ) -> TxnMetadata:
     """AddOffsetsToTxn and TxnOffsetCommit in one: the group joins the transaction and the offsets
     wait, invisible to the group, until the transaction commits (dropped if it aborts). A partition
@@ -217,12 +249,18 @@ def end_txn(
 ) -> EndTxnOutcome:
     """EndTxn, blocking (``end_txn_steps``)."""
     return executor.run(
-        broker, functools.partial(end_txn_steps, broker, transactional_id, producer_id, producer_epoch, result, transaction_version)
+        broker,
+        functools.partial(end_txn_steps, broker, transactional_id, producer_id, producer_epoch, result, transaction_version),
     )
 
 
 def end_txn_steps(
-    broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, result: Result, transaction_version: int,
+    broker: Broker,
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    result: Result,
+    transaction_version: int,
     now: int,
 ) -> Operation[EndTxnOutcome]:
     """EndTxn, in one database transaction: lock the transaction row, record the decision
@@ -345,7 +383,9 @@ def end_txn_prepare(
     return None
 
 
-def end_txn_complete(broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, result: Result) -> EndTxnOutcome:
+def end_txn_complete(
+    broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, result: Result
+) -> EndTxnOutcome:
     """The second step after ``end_txn_prepare``: markers, offsets, the completed state and the
     next epoch."""
     with broker.db.transaction() as conn:
@@ -371,7 +411,9 @@ def abort_by_operator(broker: Broker, transactional_id: str) -> TxnMetadata:
         if meta is None:
             raise TxlogError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"Transactional id {transactional_id!r} not found")
         if not meta.state.is_open:
-            raise TxlogError(ErrorCode.INVALID_TXN_STATE, f"Transaction {transactional_id!r} is {meta.state.value}: nothing to abort")
+            raise TxlogError(
+                ErrorCode.INVALID_TXN_STATE, f"Transaction {transactional_id!r} is {meta.state.value}: nothing to abort"
+            )
         return coordinator.finish_open(conn, broker, meta, "aborted_by_operator")
 
 
@@ -399,15 +441,22 @@ def abort_on_partition(
     never torn; one it does not (a hanging transaction) gets an ABORT marker on this partition
     alone (Kafka's WriteTxnMarkers), which moves the last stable offset past it."""
     found = [
-        o for o in inspect_transactions.open_transactions(broker, topic, partition)
+        o
+        for o in inspect_transactions.open_transactions(broker, topic, partition)
         if (producer_id is None or o.producer_id == producer_id) and (start_offset is None or o.start_offset == start_offset)
     ]
     wanted = " and ".join(
-        w for w in (f"producer id {producer_id}" if producer_id is not None else "",
-                    f"start offset {start_offset}" if start_offset is not None else "") if w
+        w
+        for w in (
+            f"producer id {producer_id}" if producer_id is not None else "",
+            f"start offset {start_offset}" if start_offset is not None else "",
+        )
+        if w
     )
     if not found:
-        raise TxlogError(ErrorCode.INVALID_TXN_STATE, f"No open transaction on {topic}-{partition}" + (f" with {wanted}" if wanted else ""))
+        raise TxlogError(
+            ErrorCode.INVALID_TXN_STATE, f"No open transaction on {topic}-{partition}" + (f" with {wanted}" if wanted else "")
+        )
     if len(found) > 1:
         raise TxlogError(
             ErrorCode.INVALID_REQUEST,
@@ -431,7 +480,9 @@ def abort_on_partition(
     return PartitionAbort(topic, partition, o.producer_id, o.producer_epoch, o.start_offset, o.transactional_id, marker, None)
 
 
-def write_abort_marker(broker: Broker, topic: str, partition: int, producer_id: int, producer_epoch: int) -> PartitionAbort | None:
+def write_abort_marker(
+    broker: Broker, topic: str, partition: int, producer_id: int, producer_epoch: int
+) -> PartitionAbort | None:
     """Kafka's WriteTxnMarkers with an ABORT marker for one partition, as kafka-transactions.sh abort
     sends it (the producer id and epoch DescribeProducers showed): the producer's open transaction
     on the partition ends by ``abort_on_partition``, the one way an operator aborts — through the
@@ -461,6 +512,7 @@ def write_abort_marker(broker: Broker, topic: str, partition: int, producer_id: 
 
 # --- read side ------------------------------------------------------------------------------------
 
+
 def describe(broker: Broker, transactional_id: str) -> TxnMetadata:
     with broker.db.read() as conn:
         meta = transactions_store.txn_get(conn, transactional_id)
@@ -469,14 +521,18 @@ def describe(broker: Broker, transactional_id: str) -> TxnMetadata:
     return meta
 
 
-def list_transactions(broker: Broker, state: str | None = None, older_than_ms: int | None = None, limit: int = 1000) -> list[TxnMetadata]:
+def list_transactions(
+    broker: Broker, state: str | None = None, older_than_ms: int | None = None, limit: int = 1000
+) -> list[TxnMetadata]:
     """``GET /v1/transactions``: the first ``limit`` transactional ids, Dead ones included, in one
     state when asked, whose transaction started more than ``older_than_ms`` ago when asked."""
     if state is not None and state not in {s.value for s in TxnState}:
         raise TxlogError(ErrorCode.INVALID_REQUEST, f"Unknown state {state!r}; one of {', '.join(s.value for s in TxnState)}")
     started_before = broker.now() - older_than_ms if older_than_ms is not None else None
     with broker.db.read() as conn:
-        return transactions_store.txn_page(conn, None if state is None else [state], started_before_ms=started_before, limit=limit)
+        return transactions_store.txn_page(
+            conn, None if state is None else [state], started_before_ms=started_before, limit=limit
+        )
 
 
 MAX_EVENTS_PAGE = 1000
@@ -507,7 +563,10 @@ _LIST_PAGE = 1000
 
 
 def list_transaction_states(
-    broker: Broker, state_names: Sequence[str] = (), producer_ids: Sequence[int] = (), duration_ms: int = -1,
+    broker: Broker,
+    state_names: Sequence[str] = (),
+    producer_ids: Sequence[int] = (),
+    duration_ms: int = -1,
     pattern: str | None = None,
 ) -> tuple[list[TxnMetadata], tuple[str, ...]]:
     """Kafka's ListTransactions (kafka-transactions.sh list): every transactional id but the Dead

@@ -68,7 +68,9 @@ def txn_browse(
     if after is not None:
         clauses.append("t.transactional_id > :after")
     rows = conn.execute(
-        text(f"SELECT {TXN_COLUMNS} FROM txlog.transactions t WHERE {' AND '.join(clauses)} ORDER BY t.transactional_id LIMIT :limit"),
+        text(
+            f"SELECT {TXN_COLUMNS} FROM txlog.transactions t WHERE {' AND '.join(clauses)} ORDER BY t.transactional_id LIMIT :limit"
+        ),
         {
             "states": list(states or ()),
             "before": started_before_ms,
@@ -89,7 +91,7 @@ def lso_holders(conn: Connection) -> list[LsoHolder]:
         text(
             f"""
             SELECT h.topic, h.partition, h.txn_first_offset, p.next_offset, h.producer_id, h.producer_epoch,
-                   t.transactional_id, t.state, {_ms('t.started_at')}, {_ms('h.last_timestamp')}
+                   t.transactional_id, t.state, {_ms("t.started_at")}, {_ms("h.last_timestamp")}
             FROM (
                 SELECT DISTINCT ON (pp.topic, pp.partition) pp.topic, pp.partition, pp.producer_id,
                        pp.producer_epoch, pp.txn_first_offset, pp.last_timestamp
@@ -116,17 +118,13 @@ def _producer_row(r) -> dict:
 
 _PRODUCER_COLUMNS = f"""
 pp.topic, pp.partition, pp.producer_id, pp.producer_epoch, pp.batches, pp.txn_first_offset,
-{_ms('pp.last_timestamp')} AS last_timestamp_ms,
+{_ms("pp.last_timestamp")} AS last_timestamp_ms,
 (SELECT pi.transactional_id FROM txlog.producer_ids pi WHERE pi.producer_id = pp.producer_id) AS transactional_id
 """
 
 
 def producer_states_page(
-    conn: Connection,
-    after: tuple[str, int, int] | None,
-    limit: int,
-    topic: str | None = None,
-    open_only: bool = False,
+    conn: Connection, after: tuple[str, int, int] | None, limit: int, topic: str | None = None, open_only: bool = False
 ) -> list[dict]:
     """Producer state entries in primary-key order (topic, partition, producer id), keyset-paged;
     ``open_only`` reads the partial index of open transactions instead."""
@@ -188,7 +186,7 @@ def group_summaries(conn: Connection, limit: int = 1000) -> list[dict]:
                 FROM txlog.pending_group_offsets GROUP BY group_id
             )
             SELECT COALESCE(c.group_id, p.group_id) AS group_id, COALESCE(c.partitions, 0) AS partitions,
-                   COALESCE(c.lag, 0)::bigint AS lag, {_ms('c.last_commit')} AS last_commit_ms,
+                   COALESCE(c.lag, 0)::bigint AS lag, {_ms("c.last_commit")} AS last_commit_ms,
                    COALESCE(p.pending_offsets, 0) AS pending_offsets,
                    COALESCE(p.pending_transactions, 0) AS pending_transactions
             FROM committed c FULL JOIN pending p ON p.group_id = c.group_id
@@ -206,7 +204,7 @@ def group_offsets_with_status(conn: Connection, group_id: str) -> list[dict]:
     rows = conn.execute(
         text(
             f"""
-            SELECT g.topic, g.partition, g."offset", g.metadata, {_ms('g.committed_at')} AS committed_at_ms,
+            SELECT g.topic, g.partition, g."offset", g.metadata, {_ms("g.committed_at")} AS committed_at_ms,
                    s.log_start_offset, s.last_stable_offset, s.high_watermark
             FROM txlog.group_offsets g
             LEFT JOIN txlog.partition_status s ON s.topic = g.topic AND s.partition = g.partition

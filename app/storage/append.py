@@ -67,12 +67,13 @@ def partitions_lock_for_append(
 
 
 def _append_position(row: Sequence[Any], producer_id: int | None) -> AppendPosition:
-    next_offset, log_start_offset, next_position, _, pp_epoch, pp_batches, pp_txn_first, pp_last_ts, owner_tid, retire_reason = row[:10]
+    next_offset, log_start_offset, next_position, _, pp_epoch, pp_batches, pp_txn_first, pp_last_ts, owner_tid, retire_reason = (
+        row[:10]
+    )
     entry = None
-    if pp_epoch is not None:
+    if pp_epoch is not None and producer_id is not None:
         entry = ProducerStateEntry(
-            producer_id, pp_epoch, tuple(BatchMetadata.from_json(b) for b in pp_batches),  # type: ignore[arg-type]  # the row's batches are the JSON objects BatchMetadata wrote
-            pp_txn_first, pp_last_ts,
+            producer_id, pp_epoch, tuple(BatchMetadata.from_json(b) for b in pp_batches), pp_txn_first, pp_last_ts
         )
     owner = None
     if owner_tid is not None:
@@ -89,7 +90,7 @@ _LOCK_FOR_APPEND = f"""
            (SELECT s.next_offset FROM txlog.partitions s
             WHERE s.topic = p.topic AND s.partition = p.partition) AS seen_next_offset,  -- the statement's snapshot
            pp.producer_epoch AS pp_epoch, pp.batches AS pp_batches, pp.txn_first_offset AS pp_txn_first_offset,
-           {_ms('pp.last_timestamp')} AS pp_last_timestamp,
+           {_ms("pp.last_timestamp")} AS pp_last_timestamp,
            pi.transactional_id AS owner_tid, pi.retire_reason, pi.retired_at,
            {TXN_COLUMNS_NO_MEMBERS}
     FROM unnest(CAST(%(topics)b AS text[]), CAST(%(parts)b AS int[]), CAST(%(pids)b AS bigint[]))
@@ -255,18 +256,26 @@ _APPENDED_ANSWER = """
 _LOG_APPEND = _compact("WITH b AS MATERIALIZED (SELECT b.* FROM " + _BATCHES + ")" + _APPENDED + _APPENDED_ANSWER)
 
 _LOG_APPEND_IF_UNCHANGED = _compact(
-    "WITH " + _ONGOING_TXNS
-    + "b AS MATERIALIZED (SELECT b.* FROM " + _BATCHES_IF_UNCHANGED.format(batches=_BATCHES, in_txn=_IN_ONGOING_TXN) + ")"
-    + _APPENDED + _APPENDED_ANSWER
+    "WITH "
+    + _ONGOING_TXNS
+    + "b AS MATERIALIZED (SELECT b.* FROM "
+    + _BATCHES_IF_UNCHANGED.format(batches=_BATCHES, in_txn=_IN_ONGOING_TXN)
+    + ")"
+    + _APPENDED
+    + _APPENDED_ANSWER
 )
 
 # Batches and the transitions of their transaction, in one statement (``txn_append_if_unchanged``).
 _TXN_APPEND_IF_UNCHANGED = _compact(
-    "WITH " + _PLANNED_TXN
+    "WITH "
+    + _PLANNED_TXN
     + _KEPT_WITH_TXN.format(batches=_BATCHES_IF_UNCHANGED.format(batches=_BATCHES, in_txn=_IN_PLANNED_TXN))
     + PENDING_OFFSETS_CTES.format(gate="CAST(%(end_offsets)s AS boolean) AND (SELECT go FROM ok)")
-    + _APPENDED + ", " + TXN_RECORD_CTES.format(gate="(SELECT go FROM ok)")
-    + _APPENDED_ANSWER + ", (SELECT count(*) FROM recorded)"
+    + _APPENDED
+    + ", "
+    + TXN_RECORD_CTES.format(gate="(SELECT go FROM ok)")
+    + _APPENDED_ANSWER
+    + ", (SELECT count(*) FROM recorded)"
 )
 
 
@@ -402,9 +411,15 @@ def _log_append_params(batches: Sequence[AppendBatch], planned_against: Sequence
 
 
 def txn_append_if_unchanged(
-    batches: Sequence[AppendBatch], planned_against: Sequence[ProducerStateEntry | None],
-    events: Sequence[TxnEvent], was: TxnMetadata, meta: TxnMetadata, coordinator: int, deadline_ms: int | None,
-    resets_members: bool, ends: str | None = None,
+    batches: Sequence[AppendBatch],
+    planned_against: Sequence[ProducerStateEntry | None],
+    events: Sequence[TxnEvent],
+    was: TxnMetadata,
+    meta: TxnMetadata,
+    coordinator: int,
+    deadline_ms: int | None,
+    resets_members: bool,
+    ends: str | None = None,
 ) -> Statement[list[int] | None]:
     """Batches of one transaction (distinct partitions: its markers, or the batch that adds its
     partition to the transaction; or none, AddPartitionsToTxn alone) and the transitions planned
@@ -427,16 +442,28 @@ def txn_append_if_unchanged(
 
 
 def _txn_append_if_unchanged_params(
-    batches: Sequence[AppendBatch], planned_against: Sequence[ProducerStateEntry | None], events: Sequence[TxnEvent],
-    was: TxnMetadata, meta: TxnMetadata, coordinator: int, deadline_ms: int | None, resets_members: bool,
+    batches: Sequence[AppendBatch],
+    planned_against: Sequence[ProducerStateEntry | None],
+    events: Sequence[TxnEvent],
+    was: TxnMetadata,
+    meta: TxnMetadata,
+    coordinator: int,
+    deadline_ms: int | None,
+    resets_members: bool,
     ends: str | None,
 ) -> dict[str, Any]:
     params = _log_append_params(batches, planned_against)
     params.update(txn_record_params(events, meta, coordinator, deadline_ms))
     params.update(
-        n=Int8(len(batches)), b_tid=text_array([was.transactional_id] * len(batches)), was_version=Int8(was.version),
-        was_state=was.state.value, was_pid=Int8(was.producer_id), was_epoch=Int8(was.producer_epoch),
-        resets=resets_members, end_offsets=ends is not None and bool(was.groups), commit_offsets=ends == "commit",
+        n=Int8(len(batches)),
+        b_tid=text_array([was.transactional_id] * len(batches)),
+        was_version=Int8(was.version),
+        was_state=was.state.value,
+        was_pid=Int8(was.producer_id),
+        was_epoch=Int8(was.producer_epoch),
+        resets=resets_members,
+        end_offsets=ends is not None and bool(was.groups),
+        commit_offsets=ends == "commit",
     )
     return params
 

@@ -30,7 +30,7 @@ def cluster_id_create(conn: Connection) -> None:
 
 
 def kafka_node_claim(
-    conn: Connection, node_id: int, host: str, port: int, token: str, lease_ms: int, listeners: Mapping[str, Any] | None = None,
+    conn: Connection, node_id: int, host: str, port: int, token: str, lease_ms: int, listeners: Mapping[str, Any] | None = None
 ) -> bool:
     """Take or renew ``node_id`` for the process ``token`` until ``lease_ms`` from now (the
     database's clock): granted when the id is free, its lease has ended, or ``token`` holds it
@@ -52,14 +52,23 @@ def kafka_node_claim(
             RETURNING node_id
             """
         ),
-        {"node_id": node_id, "host": host, "port": port, "token": token, "lease_ms": lease_ms,
-         "listeners": json.dumps(dict(listeners or {}))},
+        {
+            "node_id": node_id,
+            "host": host,
+            "port": port,
+            "token": token,
+            "lease_ms": lease_ms,
+            "listeners": json.dumps(dict(listeners or {})),
+        },
     ).first()
     return row is not None
 
 
 def kafka_node_release(conn: Connection, node_id: int, token: str) -> None:
-    conn.execute(text("DELETE FROM txlog.kafka_nodes WHERE node_id = :node_id AND process_token = :token"), {"node_id": node_id, "token": token})
+    conn.execute(
+        text("DELETE FROM txlog.kafka_nodes WHERE node_id = :node_id AND process_token = :token"),
+        {"node_id": node_id, "token": token},
+    )
 
 
 def kafka_node_get(conn: Connection, node_id: int) -> KafkaNode | None:

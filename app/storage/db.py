@@ -35,7 +35,7 @@ def _url_parts(url: str) -> tuple[str, str, str, str]:
     """``(userinfo@, hosts, /path, query)`` of a PostgreSQL URL in either style, scheme dropped."""
     for prefix in ("postgresql+psycopg://", "postgresql+psycopg2://", "postgresql://", "postgres://"):
         if url.startswith(prefix):
-            rest = url[len(prefix):]
+            rest = url[len(prefix) :]
             break
     else:
         raise ValueError(f"not a PostgreSQL URL: {url!r}")
@@ -61,7 +61,7 @@ def libpq_url(url: str) -> str:
     """The same URL for psql / psycopg: ``postgresql://…``, several hosts in libpq's form."""
     user, hosts, path, query = _url_parts(url)
     params = query.split("&") if query else []
-    given = [unquote(p[len("host="):]) for p in params if p.startswith("host=")]
+    given = [unquote(p[len("host=") :]) for p in params if p.startswith("host=")]
     if not hosts and len(given) > 1 and not any(h.startswith("/") for h in given):
         hosts = ",".join(given)
         params = [p for p in params if not p.startswith("host=")]
@@ -123,7 +123,11 @@ class SessionLimits:
 
 
 def create_engine(
-    url: str, pool_size: int = 10, max_overflow: int = 20, limits: SessionLimits | None = SessionLimits(), pool_timeout_ms: int = 10_000
+    url: str,
+    pool_size: int = 10,
+    max_overflow: int = 20,
+    limits: SessionLimits | None = SessionLimits(),
+    pool_timeout_ms: int = 10_000,
 ) -> Engine:
     """An engine whose sessions carry ``limits`` (none for migrations, which may run long). A
     request finding all ``pool_size + max_overflow`` connections in use waits ``pool_timeout_ms``
@@ -202,7 +206,9 @@ def error_for(exc: sa_exc.DBAPIError | psycopg.Error) -> TxlogError | None:
         return TxlogError(code, f"Rejected by the database: {_first_line(exc)}")
     if isinstance(exc, (sa_exc.DataError, sa_exc.IntegrityError, psycopg.DataError, psycopg.IntegrityError)):
         return TxlogError(ErrorCode.INVALID_REQUEST, f"Rejected by the database: {_first_line(exc)}")
-    if isinstance(exc, (*_UNAVAILABLE, psycopg.OperationalError, psycopg.InterfaceError)) or getattr(exc, "connection_invalidated", False):
+    if isinstance(exc, (*_UNAVAILABLE, psycopg.OperationalError, psycopg.InterfaceError)) or getattr(
+        exc, "connection_invalidated", False
+    ):
         return DatabaseUnavailable(f"Database unavailable: {_first_line(exc)}")
     return None
 
@@ -246,7 +252,11 @@ class Database:
     that must be durable before the next is one ``transaction()``."""
 
     def __init__(
-        self, url: str, pool_size: int = 10, max_overflow: int = 20, limits: SessionLimits | None = SessionLimits(),
+        self,
+        url: str,
+        pool_size: int = 10,
+        max_overflow: int = 20,
+        limits: SessionLimits | None = SessionLimits(),
         pool_timeout_ms: int = 10_000,
     ) -> None:
         self.url = url
@@ -256,8 +266,11 @@ class Database:
     def from_settings(cls, settings) -> "Database":
         """A server process's database: ``settings.database_url`` with its pool and session limits."""
         return cls(
-            settings.database_url, pool_size=settings.db_pool_size, max_overflow=settings.db_pool_max_overflow,
-            limits=SessionLimits.from_settings(settings), pool_timeout_ms=settings.db_pool_timeout_ms,
+            settings.database_url,
+            pool_size=settings.db_pool_size,
+            max_overflow=settings.db_pool_max_overflow,
+            limits=SessionLimits.from_settings(settings),
+            pool_timeout_ms=settings.db_pool_timeout_ms,
         )
 
     @contextlib.contextmanager

@@ -120,8 +120,16 @@ class EmbeddedPostgres:
                 os.chmod(self.pgdata, 0o700)
             if not (self.pgdata / "PG_VERSION").exists():
                 self._run(
-                    "initdb", "-D", str(self.pgdata), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8",
-                    "--no-instructions", "--locale=C",
+                    "initdb",
+                    "-D",
+                    str(self.pgdata),
+                    "-U",
+                    SUPERUSER,
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                    "--no-instructions",
+                    "--locale=C",
                 )
             if not self.is_running():
                 port = self.port
@@ -131,8 +139,16 @@ class EmbeddedPostgres:
                     port = self.port
                 log = self.pgdata / "server.log"
                 self._run(
-                    "pg_ctl", "-D", str(self.pgdata), "-l", str(log), "-w", "-t", "60",
-                    "-o", f"-h 127.0.0.1 -p {port} -k '' -c max_connections=300 -c shared_buffers=128MB",
+                    "pg_ctl",
+                    "-D",
+                    str(self.pgdata),
+                    "-l",
+                    str(log),
+                    "-w",
+                    "-t",
+                    "60",
+                    "-o",
+                    f"-h 127.0.0.1 -p {port} -k '' -c max_connections=300 -c shared_buffers=128MB",
                     "start",
                     timeout=90,
                 )
@@ -161,4 +177,3 @@ class EmbeddedPostgres:
         """Immediate shutdown (for tests of an outage)."""
         if self.is_running():
             self._run("pg_ctl", "-D", str(self.pgdata), "-m", "immediate", "-w", "stop", timeout=60)
-

@@ -69,7 +69,9 @@ _GROUP_OFFSETS_ALL = text(
 )
 
 
-def group_offsets_fetch(conn: Connection, group_id: str, partitions: Sequence[tuple[str, int]] | None = None) -> list[GroupOffsetRow]:
+def group_offsets_fetch(
+    conn: Connection, group_id: str, partitions: Sequence[tuple[str, int]] | None = None
+) -> list[GroupOffsetRow]:
     """A group's committed offset of each of ``partitions`` (in their order), or of every partition
     with a committed or pending offset (in (topic, partition) order), each flagged if a transaction
     has an offset pending for it (a primary-key lookup per partition in each table)."""

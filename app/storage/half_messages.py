@@ -43,7 +43,7 @@ def producer_group_put(conn: Connection, group: ProducerGroup, now_ms: int) -> P
         text(
             f"""
             INSERT INTO txlog.producer_groups (producer_group, check_url, check_interval_ms, check_immunity_ms, max_checks, updated_at)
-            VALUES (:g, :url, :interval, :immunity, :max_checks, {_ts('now')})
+            VALUES (:g, :url, :interval, :immunity, :max_checks, {_ts("now")})
             ON CONFLICT (producer_group) DO UPDATE
             SET check_url = EXCLUDED.check_url, check_interval_ms = EXCLUDED.check_interval_ms,
                 check_immunity_ms = EXCLUDED.check_immunity_ms, max_checks = EXCLUDED.max_checks,
@@ -52,19 +52,26 @@ def producer_group_put(conn: Connection, group: ProducerGroup, now_ms: int) -> P
             """
         ),
         {
-            "g": group.producer_group, "url": group.check_url, "interval": group.check_interval_ms,
-            "immunity": group.check_immunity_ms, "max_checks": group.max_checks, "now": now_ms,
+            "g": group.producer_group,
+            "url": group.check_url,
+            "interval": group.check_interval_ms,
+            "immunity": group.check_immunity_ms,
+            "max_checks": group.max_checks,
+            "now": now_ms,
         },
     ).one()
     return _group(row)
 
 
 def producer_group_list(conn: Connection, limit: int = 1000) -> list[ProducerGroup]:
-    rows = conn.execute(text(f"SELECT {_GROUP_COLUMNS} FROM txlog.producer_groups ORDER BY producer_group LIMIT :n"), {"n": limit})
+    rows = conn.execute(
+        text(f"SELECT {_GROUP_COLUMNS} FROM txlog.producer_groups ORDER BY producer_group LIMIT :n"), {"n": limit}
+    )
     return [_group(r) for r in rows]
 
 
 # --- half messages --------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class StoredHalfMessage:
@@ -77,16 +84,26 @@ class StoredHalfMessage:
 
 
 _HALF_COLUMNS = f"""
-    h.transaction_id, h.producer_group, h.topic, h.partition, h.state, h.check_count, {_ms('h.created_at')},
-    {_ms('h.next_check_at')}, {_ms('h.decided_at')}, h.decided_by, h.reason, h."offset",
+    h.transaction_id, h.producer_group, h.topic, h.partition, h.state, h.check_count, {_ms("h.created_at")},
+    {_ms("h.next_check_at")}, {_ms("h.decided_at")}, h.decided_by, h.reason, h."offset",
     h.key, h.value, h.header_keys, h.header_values, h.encoding
 """
 
 
 def _half(row: Any) -> StoredHalfMessage:
     msg = HalfMessage(
-        row[0], row[1], row[2], row[3], HalfState(row[4]), row[5], row[6], row[7], row[8],
-        DecidedBy(row[9]) if row[9] else None, row[10], row[11],
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        HalfState(row[4]),
+        row[5],
+        row[6],
+        row[7],
+        row[8],
+        DecidedBy(row[9]) if row[9] else None,
+        row[10],
+        row[11],
     )
     headers: Headers = tuple(zip(row[14], row[15])) if row[14] else ()
     return StoredHalfMessage(msg, NewRecord(row[12], row[13], headers, row[6]), row[16])
@@ -100,16 +117,24 @@ def half_message_insert(conn: Connection, stored: StoredHalfMessage) -> bool:
             f"""
             INSERT INTO txlog.half_messages (transaction_id, producer_group, topic, partition, key, value, header_keys,
                                              header_values, encoding, created_at, state, check_count, next_check_at)
-            VALUES (:tid, :g, :topic, :partition, :key, :value, :hk, :hv, :encoding, {_ts('created')}, :state, 0, {_ts('next_check')})
+            VALUES (:tid, :g, :topic, :partition, :key, :value, :hk, :hv, :encoding, {_ts("created")}, :state, 0, {_ts("next_check")})
             ON CONFLICT (transaction_id) DO NOTHING
             RETURNING 1
             """
         ),
         {
-            "tid": m.transaction_id, "g": m.producer_group, "topic": m.topic, "partition": m.partition,
-            "key": r.key, "value": r.value,
-            "hk": [k for k, _ in r.headers] or None, "hv": [v for _, v in r.headers] or None,
-            "encoding": stored.encoding, "created": m.created_at_ms, "state": m.state.value, "next_check": m.next_check_at_ms,
+            "tid": m.transaction_id,
+            "g": m.producer_group,
+            "topic": m.topic,
+            "partition": m.partition,
+            "key": r.key,
+            "value": r.value,
+            "hk": [k for k, _ in r.headers] or None,
+            "hv": [v for _, v in r.headers] or None,
+            "encoding": stored.encoding,
+            "created": m.created_at_ms,
+            "state": m.state.value,
+            "next_check": m.next_check_at_ms,
         },
     ).first()
     return row is not None
@@ -126,20 +151,23 @@ def half_message_get(conn: Connection, transaction_id: str, for_update: bool = F
     return _half(row) if row else None
 
 
-
 def half_message_decide(conn: Connection, msg: HalfMessage) -> None:
     """Record a decision taken (``msg`` as the domain's ``Decided.applied`` made it)."""
     conn.execute(
         text(
             f"""
             UPDATE txlog.half_messages
-            SET state = :state, next_check_at = NULL, decided_at = {_ts('at')}, decided_by = :by, reason = :reason, "offset" = :offset
+            SET state = :state, next_check_at = NULL, decided_at = {_ts("at")}, decided_by = :by, reason = :reason, "offset" = :offset
             WHERE transaction_id = :tid
             """
         ),
         {
-            "tid": msg.transaction_id, "state": msg.state.value, "at": msg.decided_at_ms,
-            "by": msg.decided_by.value if msg.decided_by else None, "reason": msg.reason, "offset": msg.offset,
+            "tid": msg.transaction_id,
+            "state": msg.state.value,
+            "at": msg.decided_at_ms,
+            "by": msg.decided_by.value if msg.decided_by else None,
+            "reason": msg.reason,
+            "offset": msg.offset,
         },
     )
 
@@ -151,10 +179,10 @@ def half_messages_due(conn: Connection, now_ms: int, limit: int) -> list[tuple[S
         text(
             f"""
             SELECT {_HALF_COLUMNS}, g.producer_group, g.check_url, g.check_interval_ms, g.check_immunity_ms, g.max_checks,
-                   {_ms('g.updated_at')}
+                   {_ms("g.updated_at")}
             FROM txlog.half_messages h
             LEFT JOIN txlog.producer_groups g ON g.producer_group = h.producer_group
-            WHERE h.state = 'Prepared' AND h.next_check_at <= {_ts('now')}
+            WHERE h.state = 'Prepared' AND h.next_check_at <= {_ts("now")}
             ORDER BY h.next_check_at
             LIMIT :n
             FOR UPDATE OF h SKIP LOCKED
@@ -165,7 +193,9 @@ def half_messages_due(conn: Connection, now_ms: int, limit: int) -> list[tuple[S
     return [(_half(r), _group(r[17:]) if r[17] is not None else None) for r in rows]
 
 
-def half_check_start(conn: Connection, transaction_id: str, check_no: int, lease_until_ms: int, now_ms: int, check_url: str | None) -> None:
+def half_check_start(
+    conn: Connection, transaction_id: str, check_no: int, lease_until_ms: int, now_ms: int, check_url: str | None
+) -> None:
     """Count a check-back and record that it started; no other checker asks before ``lease_until_ms``."""
     params = {"tid": transaction_id, "n": check_no, "lease": lease_until_ms, "now": now_ms, "url": check_url}
     conn.execute(
@@ -176,7 +206,7 @@ def half_check_start(conn: Connection, transaction_id: str, check_no: int, lease
         text(
             f"""
             INSERT INTO txlog.half_message_checks (transaction_id, check_no, started_at, check_url)
-            VALUES (:tid, :n, {_ts('now')}, :url)
+            VALUES (:tid, :n, {_ts("now")}, :url)
             ON CONFLICT (transaction_id, check_no) DO NOTHING
             """
         ),
@@ -191,7 +221,7 @@ def half_check_finish(
         text(
             f"""
             UPDATE txlog.half_message_checks
-            SET finished_at = {_ts('now')}, answer = :answer, error = :error, outcome = :outcome
+            SET finished_at = {_ts("now")}, answer = :answer, error = :error, outcome = :outcome
             WHERE transaction_id = :tid AND check_no = :n
             """
         ),
@@ -214,7 +244,7 @@ def half_checks(conn: Connection, transaction_id: str) -> list[CheckRecord]:
     rows = conn.execute(
         text(
             f"""
-            SELECT check_no, {_ms('started_at')}, {_ms('finished_at')}, check_url, answer, error, outcome
+            SELECT check_no, {_ms("started_at")}, {_ms("finished_at")}, check_url, answer, error, outcome
             FROM txlog.half_message_checks WHERE transaction_id = :tid ORDER BY check_no
             """
         ),
@@ -255,7 +285,7 @@ def half_messages_forget(conn: Connection, decided_before_ms: int, limit: int) -
             f"""
             DELETE FROM txlog.half_messages WHERE transaction_id IN (
                 SELECT transaction_id FROM txlog.half_messages
-                WHERE state <> 'Prepared' AND decided_at < {_ts('before')}
+                WHERE state <> 'Prepared' AND decided_at < {_ts("before")}
                 ORDER BY decided_at LIMIT :n
             )
             """
@@ -269,7 +299,7 @@ def half_checks_of(conn: Connection, transaction_ids: list[str]) -> dict[str, li
     rows = conn.execute(
         text(
             f"""
-            SELECT transaction_id, check_no, {_ms('started_at')}, {_ms('finished_at')}, check_url, answer, error, outcome
+            SELECT transaction_id, check_no, {_ms("started_at")}, {_ms("finished_at")}, check_url, answer, error, outcome
             FROM txlog.half_message_checks WHERE transaction_id = ANY(:tids) ORDER BY transaction_id, check_no
             """
         ),

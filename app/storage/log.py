@@ -40,7 +40,11 @@ _STATUS_OF_PARTITION = _STATUS_SELECT + " WHERE topic = %(topic)s AND partition 
 
 def partition_status(conn: Connection, topic: str, partition: int) -> PartitionStatus:
     """One partition's status (every fetch reads it: on the driver, binary)."""
-    row = driver(conn).execute(_STATUS_OF_PARTITION, {"topic": topic, "partition": _partition(topic, partition)}, binary=True).fetchone()
+    row = (
+        driver(conn)
+        .execute(_STATUS_OF_PARTITION, {"topic": topic, "partition": _partition(topic, partition)}, binary=True)
+        .fetchone()
+    )
     if row is None:
         raise unknown_partition(topic, partition)
     return PartitionStatus(*row)
@@ -51,11 +55,16 @@ def partition_statuses(conn: Connection, wanted: Sequence[tuple[str, int]]) -> d
     wanted = [(t, p) for t, p in wanted if -(2**31) <= p < 2**31]  # no other partition number exists
     if not wanted:
         return {}
-    rows = driver(conn).execute(
-        _STATUS_SELECT + " WHERE (topic, partition) IN (SELECT * FROM unnest(CAST(%(topics)s AS text[]), CAST(%(parts)s AS int[])))",
-        {"topics": [t for t, _ in wanted], "parts": [p for _, p in wanted]},
-        binary=True,
-    ).fetchall()
+    rows = (
+        driver(conn)
+        .execute(
+            _STATUS_SELECT
+            + " WHERE (topic, partition) IN (SELECT * FROM unnest(CAST(%(topics)s AS text[]), CAST(%(parts)s AS int[])))",
+            {"topics": [t for t, _ in wanted], "parts": [p for _, p in wanted]},
+            binary=True,
+        )
+        .fetchall()
+    )
     return {(r[0], r[1]): PartitionStatus(*r) for r in rows}
 
 
@@ -101,7 +110,13 @@ def records_fetch(
     (``views.page_aborted``: an index probe per distinct transaction of the span, not per
     record). A page with up to a fifth of its offsets aborted or markers is one statement; any page
     is at most a logarithmic few. Every span reads in the caller's snapshot."""
-    params = {"topic": topic, "partition": _partition(topic, partition), "start": Int8(start), "upper": Int8(upper), "limit": Int8(limit)}
+    params = {
+        "topic": topic,
+        "partition": _partition(topic, partition),
+        "start": Int8(start),
+        "upper": Int8(upper),
+        "limit": Int8(limit),
+    }
     if not committed_only:
         return _stored(driver(conn).execute(_FETCH_UNCOMMITTED, params, binary=True).fetchall())
     rows: list[StoredRecord] = []
@@ -171,9 +186,7 @@ _FETCH_LOG_PAGE = f"""
 _PAGE_ABORTED = page_aborted("r", "%(topic)s", "%(partition)s", "%(start)s", _PAGE_END)
 
 _FETCH_LOG_WITH_ABORTED = _FETCH_LOG_SELECT + _PAGE_ABORTED + _FETCH_LOG_PAGE
-_FETCH_LOG = (
-    _FETCH_LOG_SELECT + "false  -- not asked: read_uncommitted reads no aborted-transaction index" + _FETCH_LOG_PAGE
-)
+_FETCH_LOG = _FETCH_LOG_SELECT + "false  -- not asked: read_uncommitted reads no aborted-transaction index" + _FETCH_LOG_PAGE
 
 
 def records_fetch_log(
@@ -188,7 +201,10 @@ def records_fetch_log(
     the index is not read. Reads at most ``end - start`` rows and about log2 of that in lookups;
     binary results."""
     params = {
-        "topic": topic, "partition": _partition(topic, partition), "start": Int8(start), "end": Int8(end),
+        "topic": topic,
+        "partition": _partition(topic, partition),
+        "start": Int8(start),
+        "end": Int8(end),
         "max_bytes": Int8(max_bytes),
     }
     sql = _FETCH_LOG_WITH_ABORTED if with_aborted else _FETCH_LOG

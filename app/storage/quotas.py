@@ -104,9 +104,14 @@ def usage_flush(
     result = conn.execute(
         _FLUSH,
         {
-            "users": [r[0][0] for r in rows], "clients": [r[0][1] for r in rows], "keys": [r[0][2] for r in rows],
-            "windows": [r[1] for r in rows], "amounts": [r[2] for r in rows],
-            "watch_users": [k[0] for k in watch], "watch_clients": [k[1] for k in watch], "watch_keys": [k[2] for k in watch],
+            "users": [r[0][0] for r in rows],
+            "clients": [r[0][1] for r in rows],
+            "keys": [r[0][2] for r in rows],
+            "windows": [r[1] for r in rows],
+            "amounts": [r[2] for r in rows],
+            "watch_users": [k[0] for k in watch],
+            "watch_clients": [k[1] for k in watch],
+            "watch_keys": [k[2] for k in watch],
             "oldest": oldest,
         },
     ).all()

@@ -109,7 +109,9 @@ def log_trim(conn: Connection, topic: str, partition: int, batch: int) -> int | 
     if not _trim_lock(conn, topic, partition):
         return None
     row = conn.execute(
-        text("SELECT stored_start_offset, log_start_offset FROM txlog.partitions WHERE topic = :topic AND partition = :partition"),
+        text(
+            "SELECT stored_start_offset, log_start_offset FROM txlog.partitions WHERE topic = :topic AND partition = :partition"
+        ),
         {"topic": topic, "partition": partition},
     ).first()
     if row is None or row[0] >= row[1]:
@@ -144,19 +146,25 @@ def deleted_log_trim(conn: Connection, topic: str, partition: int, batch: int) -
     if not _trim_lock(conn, topic, partition):
         return None
     row = conn.execute(
-        text("SELECT stored_start_offset, end_offset FROM txlog.deleted_partitions WHERE topic = :topic AND partition = :partition"),
+        text(
+            "SELECT stored_start_offset, end_offset FROM txlog.deleted_partitions WHERE topic = :topic AND partition = :partition"
+        ),
         {"topic": topic, "partition": partition},
     ).first()
     if row is None:
         return 0
     end = min(row[1], row[0] + batch)
-    deleted = _records_delete(conn, topic, partition, row[0], end)  # an ABORT marker is below the end: the last batch takes every range
+    deleted = _records_delete(
+        conn, topic, partition, row[0], end
+    )  # an ABORT marker is below the end: the last batch takes every range
     params = {"topic": topic, "partition": partition, "end": end}
     if end >= row[1]:
         conn.execute(text("DELETE FROM txlog.deleted_partitions WHERE topic = :topic AND partition = :partition"), params)
     else:
         conn.execute(
-            text("UPDATE txlog.deleted_partitions SET stored_start_offset = :end WHERE topic = :topic AND partition = :partition"),
+            text(
+                "UPDATE txlog.deleted_partitions SET stored_start_offset = :end WHERE topic = :topic AND partition = :partition"
+            ),
             params,
         )
     return deleted
@@ -175,7 +183,9 @@ def _records_delete(conn: Connection, topic: str, partition: int, start: int, en
     offset); one that straddles ``end`` stays, and keeps hiding its producer's records above it."""
     params = {"topic": topic, "partition": partition, "start": start, "end": end}
     deleted = conn.execute(
-        text('DELETE FROM txlog.records WHERE topic = :topic AND partition = :partition AND "offset" >= :start AND "offset" < :end'),
+        text(
+            'DELETE FROM txlog.records WHERE topic = :topic AND partition = :partition AND "offset" >= :start AND "offset" < :end'
+        ),
         params,
     ).rowcount
     conn.execute(

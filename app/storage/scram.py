@@ -51,8 +51,12 @@ def scram_upsert(conn: Connection, principal: str, credential: ScramCredential) 
             """
         ),
         {
-            "p": principal, "m": credential.mechanism, "salt": credential.salt, "i": credential.iterations,
-            "stored": credential.stored_key, "server": credential.server_key,
+            "p": principal,
+            "m": credential.mechanism,
+            "salt": credential.salt,
+            "i": credential.iterations,
+            "stored": credential.stored_key,
+            "server": credential.server_key,
         },
     )
 

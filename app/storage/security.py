@@ -11,8 +11,7 @@ from sqlalchemy.engine import Connection
 from app.domain.acls import AclBinding, Operation, PatternType, PermissionType, ResourceType, StoredPrincipal
 
 _PRINCIPAL_COLUMNS = (
-    "name, token_id, token_hash, (extract(epoch FROM created_at) * 1000)::bigint, "
-    "(extract(epoch FROM revoked_at) * 1000)::bigint"
+    "name, token_id, token_hash, (extract(epoch FROM created_at) * 1000)::bigint, (extract(epoch FROM revoked_at) * 1000)::bigint"
 )
 
 
@@ -48,7 +47,9 @@ def principal_get(conn: Connection, name: str) -> StoredPrincipal | None:
     return _principal(row) if row else None
 
 
-def principal_insert(conn: Connection, name: str, token_id: str, token_hash: bytes, replace_revoked: bool) -> StoredPrincipal | None:
+def principal_insert(
+    conn: Connection, name: str, token_id: str, token_hash: bytes, replace_revoked: bool
+) -> StoredPrincipal | None:
     """A new principal; None if the name is taken (by a revoked one too, unless ``replace_revoked``:
     then that row gets the new token and is active again)."""
     row = conn.execute(
@@ -86,9 +87,7 @@ def principal_put(conn: Connection, name: str, token_id: str, token_hash: bytes)
 
 def principal_revoke(conn: Connection, name: str) -> StoredPrincipal | None:
     """Revoke the principal's token (a revoked one stays as it was); None if there is no such principal."""
-    conn.execute(
-        text("UPDATE txlog.principals SET revoked_at = now() WHERE name = :n AND revoked_at IS NULL"), {"n": name}
-    )
+    conn.execute(text("UPDATE txlog.principals SET revoked_at = now() WHERE name = :n AND revoked_at IS NULL"), {"n": name})
     return principal_get(conn, name)
 
 
@@ -96,9 +95,7 @@ _ACL_COLUMNS = "principal, resource_type, resource_name, pattern_type, operation
 
 
 def _acl(row: Any) -> AclBinding:
-    return AclBinding(
-        row[0], ResourceType(row[1]), row[2], PatternType(row[3]), Operation(row[4]), PermissionType(row[5])
-    )
+    return AclBinding(row[0], ResourceType(row[1]), row[2], PatternType(row[3]), Operation(row[4]), PermissionType(row[5]))
 
 
 def _acl_params(b: AclBinding) -> dict[str, str]:
@@ -107,7 +104,9 @@ def _acl_params(b: AclBinding) -> dict[str, str]:
 
 def acl_list(conn: Connection) -> list[AclBinding]:
     rows = conn.execute(
-        text(f"SELECT {_ACL_COLUMNS} FROM txlog.acls ORDER BY principal, resource_type, resource_name, pattern_type, operation, permission_type")
+        text(
+            f"SELECT {_ACL_COLUMNS} FROM txlog.acls ORDER BY principal, resource_type, resource_name, pattern_type, operation, permission_type"
+        )
     ).all()
     return [_acl(r) for r in rows]
 

@@ -101,7 +101,12 @@ _NOTIFY = "SELECT pg_notify(%(channel)s, %(payload)s)"
 
 
 def share_partition_write(
-    conn: Connection, group_id: str, topic: str, partition: int, old: SharePartitionState, new: SharePartitionState,
+    conn: Connection,
+    group_id: str,
+    topic: str,
+    partition: int,
+    old: SharePartitionState,
+    new: SharePartitionState,
     records_available: bool = False,
 ) -> None:
     """Persist the move from ``old`` (as locked) to ``new``: the window, and only the in-flight
@@ -162,13 +167,17 @@ _DELETE_PARTITIONS = text(
 _DELETE_GROUP = text("DELETE FROM txlog.share_partitions WHERE group_id = :g RETURNING topic, partition")
 
 
-def share_partitions_delete(conn: Connection, group_id: str, partitions: Sequence[tuple[str, int]] | None = None) -> list[tuple[str, int]]:
+def share_partitions_delete(
+    conn: Connection, group_id: str, partitions: Sequence[tuple[str, int]] | None = None
+) -> list[tuple[str, int]]:
     """Forget the group's state of ``partitions`` (all of them: None), in-flight rows with it; the
     partitions that had one."""
     if partitions is None:
         rows = conn.execute(_DELETE_GROUP, {"g": group_id})
     else:
-        rows = conn.execute(_DELETE_PARTITIONS, {"g": group_id, "topics": [t for t, _ in partitions], "parts": [p for _, p in partitions]})
+        rows = conn.execute(
+            _DELETE_PARTITIONS, {"g": group_id, "topics": [t for t, _ in partitions], "parts": [p for _, p in partitions]}
+        )
     return sorted((r[0], r[1]) for r in rows)
 
 

@@ -48,12 +48,22 @@ def _load(conn: Connection, group_id: str, lock: str) -> ShareGroup | None:
     target: dict[str, Assignment] = {}
     for m in conn.execute(text(_MEMBERS), {"g": group_id}):
         members[m.member_id] = ShareMember(
-            m.member_id, m.member_epoch, m.previous_member_epoch, frozenset(m.subscribed_topic_names),
-            _assignment(m.assignment), m.session_deadline_ms, m.rack_id, m.client_id, m.client_host,
+            m.member_id,
+            m.member_epoch,
+            m.previous_member_epoch,
+            frozenset(m.subscribed_topic_names),
+            _assignment(m.assignment),
+            m.session_deadline_ms,
+            m.rack_id,
+            m.client_id,
+            m.client_host,
         )
         target[m.member_id] = _assignment(m.target_assignment)
     return ShareGroup(
-        group_id, group_epoch, assignment_epoch, members,
+        group_id,
+        group_epoch,
+        assignment_epoch,
+        members,
         {n: TopicMetadata(n, uuid.UUID(t["topic_id"]), int(t["partitions"])) for n, t in metadata.items()},
         target,
     )
@@ -85,14 +95,21 @@ def share_group_save(conn: Connection, old: ShareGroup | None, new: ShareGroup) 
     """Writes ``new`` over ``old`` (as loaded under the lock): the group row, the members that
     changed, and the removal of those gone."""
     if old is None or (old.group_epoch, old.assignment_epoch, dict(old.subscription_metadata)) != (
-        new.group_epoch, new.assignment_epoch, dict(new.subscription_metadata)
+        new.group_epoch,
+        new.assignment_epoch,
+        dict(new.subscription_metadata),
     ):
         conn.execute(
             text(
                 "UPDATE txlog.share_group_metadata SET group_epoch = :ge, assignment_epoch = :ae, "
                 "subscription_metadata = CAST(:md AS jsonb), updated_at = now() WHERE group_id = :g"
             ),
-            {"g": new.group_id, "ge": new.group_epoch, "ae": new.assignment_epoch, "md": _metadata_json(new.subscription_metadata)},
+            {
+                "g": new.group_id,
+                "ge": new.group_epoch,
+                "ae": new.assignment_epoch,
+                "md": _metadata_json(new.subscription_metadata),
+            },
         )
     old_members = {} if old is None else dict(old.members)
     old_target = {} if old is None else dict(old.target_assignment)
@@ -121,10 +138,17 @@ def share_group_save(conn: Connection, old: ShareGroup | None, new: ShareGroup) 
                 """
             ),
             {
-                "g": new.group_id, "m": member_id, "e": member.member_epoch, "pe": member.previous_member_epoch,
-                "subs": sorted(member.subscribed_topic_names), "a": _assignment_json(member.assignment),
-                "ta": _assignment_json(target), "dl": member.session_deadline_ms, "rack": member.rack_id,
-                "cid": member.client_id, "host": member.client_host,
+                "g": new.group_id,
+                "m": member_id,
+                "e": member.member_epoch,
+                "pe": member.previous_member_epoch,
+                "subs": sorted(member.subscribed_topic_names),
+                "a": _assignment_json(member.assignment),
+                "ta": _assignment_json(target),
+                "dl": member.session_deadline_ms,
+                "rack": member.rack_id,
+                "cid": member.client_id,
+                "host": member.client_host,
             },
         )
 
@@ -161,14 +185,16 @@ def groups_with_expired_sessions(conn: Connection, now_ms: int, limit: int) -> l
 
 def share_group_exists(conn: Connection, group_id: str) -> bool:
     """A membership row, share-partition state or share configs of the group (three key lookups)."""
-    return bool(conn.execute(
-        text(
-            "SELECT EXISTS (SELECT 1 FROM txlog.share_group_metadata WHERE group_id = :g) "
-            "OR EXISTS (SELECT 1 FROM txlog.share_partitions WHERE group_id = :g) "
-            "OR EXISTS (SELECT 1 FROM txlog.share_group_configs WHERE group_id = :g)"
-        ),
-        {"g": group_id},
-    ).scalar())
+    return bool(
+        conn.execute(
+            text(
+                "SELECT EXISTS (SELECT 1 FROM txlog.share_group_metadata WHERE group_id = :g) "
+                "OR EXISTS (SELECT 1 FROM txlog.share_partitions WHERE group_id = :g) "
+                "OR EXISTS (SELECT 1 FROM txlog.share_group_configs WHERE group_id = :g)"
+            ),
+            {"g": group_id},
+        ).scalar()
+    )
 
 
 def share_group_delete(conn: Connection, group_id: str) -> None:

@@ -215,7 +215,8 @@ transactions = Table(
     Index("transactions_prepared", "updated_at", postgresql_where=text(f"state IN {PREPARED_STATES_SQL}")),
     Index("transactions_idle", "updated_at", postgresql_where=text(f"state IN {IDLE_STATES_SQL}")),
     Index(
-        "transactions_open_by_principal", "principal",
+        "transactions_open_by_principal",
+        "principal",
         postgresql_where=text(f"state IN {OPEN_STATES_SQL} AND principal IS NOT NULL"),
     ),
 )

@@ -29,10 +29,7 @@ def topic_insert(conn: Connection, name: str, partitions: int, config: dict) -> 
     if conn.execute(text("SELECT 1 FROM txlog.deleted_partitions WHERE topic = :name LIMIT 1"), {"name": name}).first():
         raise TxlogError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' is marked for deletion.")
     conn.execute(
-        text(
-            "INSERT INTO txlog.partitions (topic, partition) "
-            "SELECT :name, g FROM generate_series(0, :n - 1) AS g"
-        ),
+        text("INSERT INTO txlog.partitions (topic, partition) SELECT :name, g FROM generate_series(0, :n - 1) AS g"),
         {"name": name, "n": partitions},
     )
     return True
@@ -50,7 +47,10 @@ def topic_config_get(conn: Connection, name: str, for_update: bool = False) -> d
 
 
 def topic_config_set(conn: Connection, name: str, config: dict) -> None:
-    conn.execute(text("UPDATE txlog.topics SET config = CAST(:config AS jsonb) WHERE name = :name"), {"name": name, "config": json.dumps(config)})
+    conn.execute(
+        text("UPDATE txlog.topics SET config = CAST(:config AS jsonb) WHERE name = :name"),
+        {"name": name, "config": json.dumps(config)},
+    )
 
 
 def topic_partitions(conn: Connection, name: str, for_update: bool = False) -> int | None:

@@ -19,7 +19,7 @@ from app.storage.statements import Statement
 # its partitions and groups, then what its last transaction left.
 _TXN_STATE_COLUMNS = f"""
 t.transactional_id, t.producer_id, t.producer_epoch, t.state, t.timeout_ms, t.version,
-{_ms('t.updated_at')}, {_ms('t.epoch_changed_at')}, {_ms('t.started_at')}, """
+{_ms("t.updated_at")}, {_ms("t.epoch_changed_at")}, {_ms("t.started_at")}, """
 _TXN_LAST_COLUMNS = """,
 t.last_producer_id, t.last_producer_epoch, t.last_result, t.fence_reason, t.transaction_version
 """
@@ -84,8 +84,7 @@ def txn_read(transactional_id: str) -> Statement[TxnMetadata | None]:
 # before that transition. ``txn_get`` reads again when the two differ, now that the lock is held.
 _LOCKED_VERSION = ", (SELECT s.version FROM txlog.transactions s WHERE s.transactional_id = t.transactional_id)"
 TXN_READ_LOCKED = (
-    "SELECT " + TXN_COLUMNS + _LOCKED_VERSION + " FROM txlog.transactions t "
-    "WHERE t.transactional_id = %(tid)s FOR UPDATE OF t"
+    "SELECT " + TXN_COLUMNS + _LOCKED_VERSION + " FROM txlog.transactions t WHERE t.transactional_id = %(tid)s FOR UPDATE OF t"
 )
 TXN_READ_LOCKED_ASKED = (
     "SELECT " + TXN_COLUMNS_ASKED_MEMBERS + _LOCKED_VERSION + " FROM txlog.transactions t "
@@ -198,8 +197,16 @@ def txn_members_clear(conn: Connection, transactional_id: str) -> None:
 
 
 def txn_record(
-    conn: Connection, events: Sequence[TxnEvent], meta: TxnMetadata, coordinator: int, deadline_ms: int | None,
-    *, max_partitions: int | None = None, principal: str | None = None, starts: bool = False, max_open: int | None = None,
+    conn: Connection,
+    events: Sequence[TxnEvent],
+    meta: TxnMetadata,
+    coordinator: int,
+    deadline_ms: int | None,
+    *,
+    max_partitions: int | None = None,
+    principal: str | None = None,
+    starts: bool = False,
+    max_open: int | None = None,
 ) -> bool:
     """Append consecutive transitions to the transactional id's events and store the state they
     lead to (``meta``, the fold of the events), in one statement: the events, the current-state row,
@@ -210,15 +217,28 @@ def txn_record(
     transactions; the caller must then fail the database transaction (the events and members were
     written)."""
     params = txn_record_params(
-        events, meta, coordinator, deadline_ms, max_partitions=max_partitions, principal=principal, starts=starts,
+        events,
+        meta,
+        coordinator,
+        deadline_ms,
+        max_partitions=max_partitions,
+        principal=principal,
+        starts=starts,
         max_open=max_open,
     )
     return driver(conn).execute(_TXN_RECORD, params).fetchone() is not None
 
 
 def txn_record_params(
-    events: Sequence[TxnEvent], meta: TxnMetadata, coordinator: int, deadline_ms: int | None,
-    *, max_partitions: int | None = None, principal: str | None = None, starts: bool = False, max_open: int | None = None,
+    events: Sequence[TxnEvent],
+    meta: TxnMetadata,
+    coordinator: int,
+    deadline_ms: int | None,
+    *,
+    max_partitions: int | None = None,
+    principal: str | None = None,
+    starts: bool = False,
+    max_open: int | None = None,
 ) -> dict[str, Any]:
     assert events and all(e.transactional_id == meta.transactional_id for e in events)
     assert [e.version for e in events] == list(range(meta.version - len(events) + 1, meta.version + 1))
@@ -295,7 +315,7 @@ def txn_limit_usage(conn: Connection, transactional_id: str, principal: str | No
 
 _EVENT_COLUMNS = f"""
 transactional_id, version, from_state, to_state, producer_id, producer_epoch, timeout_ms,
-{_ms('at')}, partitions_added, groups_added, last_producer_id, last_producer_epoch, result, reason,
+{_ms("at")}, partitions_added, groups_added, last_producer_id, last_producer_epoch, result, reason,
 transaction_version
 """
 
@@ -416,14 +436,17 @@ _TXN_PAGE = text(
 
 
 def txn_page(
-    conn: Connection, states: Sequence[str] | None = None, producer_ids: Sequence[int] | None = None,
-    started_before_ms: int | None = None, after: str | None = None, limit: int = 1000,
+    conn: Connection,
+    states: Sequence[str] | None = None,
+    producer_ids: Sequence[int] | None = None,
+    started_before_ms: int | None = None,
+    after: str | None = None,
+    limit: int = 1000,
 ) -> list[TxnMetadata]:
     """Transactional ids in id order from after ``after`` (keyset paging on the primary key), with
     their members: those in ``states``, of ``producer_ids`` and whose transaction started before
     ``started_before_ms``, each filter when given."""
     rows = conn.execute(
-        _TXN_PAGE,
-        {"states": states, "pids": producer_ids, "before": started_before_ms, "after": after, "limit": limit},
+        _TXN_PAGE, {"states": states, "pids": producer_ids, "before": started_before_ms, "after": after, "limit": limit}
     )
     return [txn_from_row(r) for r in rows]

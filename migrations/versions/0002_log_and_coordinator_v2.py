@@ -6,12 +6,13 @@ Revision ID: 0002
 Revises: 0001
 Create Date: 2026-11-23
 """
+
 import sqlalchemy as sa
 from alembic import context, op
 from sqlalchemy.dialects import postgresql
 
-revision = '0002'
-down_revision = '0001'
+revision = "0002"
+down_revision = "0001"
 branch_labels = None
 depends_on = None
 
@@ -130,15 +131,19 @@ def upgrade() -> None:
         op.execute(statement)
 
     # Aborted transactions: keyed by offset range, as Kafka's .txnindex.
-    op.drop_constraint('aborted_txns_pkey', 'aborted_txns', schema='txlog', type_='primary')
-    op.create_primary_key('aborted_txns_pkey', 'aborted_txns', ['topic', 'partition', 'producer_id', 'first_offset'], schema='txlog')
-    op.create_index('aborted_txns_last_offset', 'aborted_txns', ['topic', 'partition', 'last_offset'], unique=False, schema='txlog')
+    op.drop_constraint("aborted_txns_pkey", "aborted_txns", schema="txlog", type_="primary")
+    op.create_primary_key(
+        "aborted_txns_pkey", "aborted_txns", ["topic", "partition", "producer_id", "first_offset"], schema="txlog"
+    )
+    op.create_index(
+        "aborted_txns_last_offset", "aborted_txns", ["topic", "partition", "last_offset"], unique=False, schema="txlog"
+    )
 
     # Headers as an ordered list of (key, value); log positions.
-    op.add_column('records', sa.Column('header_keys', postgresql.ARRAY(sa.Text()), nullable=True), schema='txlog')
-    op.add_column('records', sa.Column('header_values', postgresql.ARRAY(sa.LargeBinary()), nullable=True), schema='txlog')
-    op.add_column('records', sa.Column('position', sa.BigInteger(), server_default=sa.text('0'), nullable=False), schema='txlog')
-    op.add_column('records', sa.Column('txn_first_offset', sa.BigInteger(), nullable=True), schema='txlog')
+    op.add_column("records", sa.Column("header_keys", postgresql.ARRAY(sa.Text()), nullable=True), schema="txlog")
+    op.add_column("records", sa.Column("header_values", postgresql.ARRAY(sa.LargeBinary()), nullable=True), schema="txlog")
+    op.add_column("records", sa.Column("position", sa.BigInteger(), server_default=sa.text("0"), nullable=False), schema="txlog")
+    op.add_column("records", sa.Column("txn_first_offset", sa.BigInteger(), nullable=True), schema="txlog")
     # Each transactional record's transaction: its producer's records on the partition between two
     # of its markers (a marker closes the transaction it follows); the first offset names it.
     op.execute(
@@ -158,8 +163,14 @@ def upgrade() -> None:
         WHERE r.topic = t.topic AND r.partition = t.partition AND r."offset" = t."offset"
         """
     )
-    op.add_column('partitions', sa.Column('next_position', sa.BigInteger(), server_default=sa.text('0'), nullable=False), schema='txlog')
-    op.add_column('partitions', sa.Column('stored_start_offset', sa.BigInteger(), server_default=sa.text('0'), nullable=False), schema='txlog')
+    op.add_column(
+        "partitions", sa.Column("next_position", sa.BigInteger(), server_default=sa.text("0"), nullable=False), schema="txlog"
+    )
+    op.add_column(
+        "partitions",
+        sa.Column("stored_start_offset", sa.BigInteger(), server_default=sa.text("0"), nullable=False),
+        schema="txlog",
+    )
     op.execute(
         """
         UPDATE txlog.records r SET header_keys = h.keys, header_values = h.vals
@@ -194,17 +205,25 @@ def upgrade() -> None:
     )
 
     # The producer ids of transactional ids.
-    op.create_table('producer_ids',
-    sa.Column('producer_id', sa.BigInteger(), nullable=False),
-    sa.Column('transactional_id', sa.Text(), nullable=False),
-    sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
-    sa.Column('retired_at', sa.DateTime(timezone=True), nullable=True),
-    sa.Column('retire_reason', sa.Text(), nullable=True),
-    sa.PrimaryKeyConstraint('producer_id'),
-    schema='txlog'
+    op.create_table(
+        "producer_ids",
+        sa.Column("producer_id", sa.BigInteger(), nullable=False),
+        sa.Column("transactional_id", sa.Text(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("retired_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("retire_reason", sa.Text(), nullable=True),
+        sa.PrimaryKeyConstraint("producer_id"),
+        schema="txlog",
     )
-    op.create_index('producer_ids_transactional_id', 'producer_ids', ['transactional_id'], unique=False, schema='txlog')
-    op.create_index('producer_ids_retired', 'producer_ids', ['retired_at'], unique=False, schema='txlog', postgresql_where=sa.text('retired_at IS NOT NULL'))
+    op.create_index("producer_ids_transactional_id", "producer_ids", ["transactional_id"], unique=False, schema="txlog")
+    op.create_index(
+        "producer_ids_retired",
+        "producer_ids",
+        ["retired_at"],
+        unique=False,
+        schema="txlog",
+        postgresql_where=sa.text("retired_at IS NOT NULL"),
+    )
     op.execute(
         """
         INSERT INTO txlog.producer_ids (producer_id, transactional_id, created_at)
@@ -222,18 +241,20 @@ def upgrade() -> None:
     )
 
     # A transaction's partitions and groups: a row each.
-    op.create_table('transaction_partitions',
-    sa.Column('transactional_id', sa.Text(), nullable=False),
-    sa.Column('topic', sa.Text(), nullable=False),
-    sa.Column('partition', sa.Integer(), nullable=False),
-    sa.PrimaryKeyConstraint('transactional_id', 'topic', 'partition'),
-    schema='txlog'
+    op.create_table(
+        "transaction_partitions",
+        sa.Column("transactional_id", sa.Text(), nullable=False),
+        sa.Column("topic", sa.Text(), nullable=False),
+        sa.Column("partition", sa.Integer(), nullable=False),
+        sa.PrimaryKeyConstraint("transactional_id", "topic", "partition"),
+        schema="txlog",
     )
-    op.create_table('transaction_groups',
-    sa.Column('transactional_id', sa.Text(), nullable=False),
-    sa.Column('group_id', sa.Text(), nullable=False),
-    sa.PrimaryKeyConstraint('transactional_id', 'group_id'),
-    schema='txlog'
+    op.create_table(
+        "transaction_groups",
+        sa.Column("transactional_id", sa.Text(), nullable=False),
+        sa.Column("group_id", sa.Text(), nullable=False),
+        sa.PrimaryKeyConstraint("transactional_id", "group_id"),
+        schema="txlog",
     )
     op.execute(
         """
@@ -249,10 +270,18 @@ def upgrade() -> None:
         ON CONFLICT DO NOTHING
         """
     )
-    op.drop_column('transactions', 'partitions', schema='txlog')
-    op.drop_column('transactions', 'groups', schema='txlog')
-    op.add_column('transactions', sa.Column('transaction_version', sa.SmallInteger(), server_default=sa.text('2'), nullable=False), schema='txlog')
-    op.add_column('transaction_events', sa.Column('transaction_version', sa.SmallInteger(), server_default=sa.text('2'), nullable=False), schema='txlog')
+    op.drop_column("transactions", "partitions", schema="txlog")
+    op.drop_column("transactions", "groups", schema="txlog")
+    op.add_column(
+        "transactions",
+        sa.Column("transaction_version", sa.SmallInteger(), server_default=sa.text("2"), nullable=False),
+        schema="txlog",
+    )
+    op.add_column(
+        "transaction_events",
+        sa.Column("transaction_version", sa.SmallInteger(), server_default=sa.text("2"), nullable=False),
+        schema="txlog",
+    )
 
     for statement in VIEWS:
         op.execute(statement)
@@ -261,8 +290,16 @@ def upgrade() -> None:
 def downgrade() -> None:
     for statement in DROP_VIEWS:
         op.execute(statement)
-    op.add_column('transactions', sa.Column('partitions', postgresql.JSONB(astext_type=sa.Text()), server_default=sa.text("'[]'::jsonb"), nullable=False), schema='txlog')
-    op.add_column('transactions', sa.Column('groups', postgresql.JSONB(astext_type=sa.Text()), server_default=sa.text("'[]'::jsonb"), nullable=False), schema='txlog')
+    op.add_column(
+        "transactions",
+        sa.Column("partitions", postgresql.JSONB(astext_type=sa.Text()), server_default=sa.text("'[]'::jsonb"), nullable=False),
+        schema="txlog",
+    )
+    op.add_column(
+        "transactions",
+        sa.Column("groups", postgresql.JSONB(astext_type=sa.Text()), server_default=sa.text("'[]'::jsonb"), nullable=False),
+        schema="txlog",
+    )
     op.execute(
         """
         UPDATE txlog.transactions t SET
@@ -272,21 +309,23 @@ def downgrade() -> None:
                                FROM txlog.transaction_groups g WHERE g.transactional_id = t.transactional_id), '[]'::jsonb)
         """
     )
-    op.drop_column('transaction_events', 'transaction_version', schema='txlog')
-    op.drop_column('transactions', 'transaction_version', schema='txlog')
-    op.drop_table('transaction_groups', schema='txlog')
-    op.drop_table('transaction_partitions', schema='txlog')
-    op.drop_index('producer_ids_retired', table_name='producer_ids', schema='txlog', postgresql_where=sa.text('retired_at IS NOT NULL'))
-    op.drop_index('producer_ids_transactional_id', table_name='producer_ids', schema='txlog')
-    op.drop_table('producer_ids', schema='txlog')
-    op.drop_column('partitions', 'stored_start_offset', schema='txlog')
-    op.drop_column('partitions', 'next_position', schema='txlog')
-    op.drop_column('records', 'txn_first_offset', schema='txlog')
-    op.drop_column('records', 'position', schema='txlog')
-    op.drop_column('records', 'header_values', schema='txlog')
-    op.drop_column('records', 'header_keys', schema='txlog')
-    op.drop_index('aborted_txns_last_offset', table_name='aborted_txns', schema='txlog')
-    op.drop_constraint('aborted_txns_pkey', 'aborted_txns', schema='txlog', type_='primary')
+    op.drop_column("transaction_events", "transaction_version", schema="txlog")
+    op.drop_column("transactions", "transaction_version", schema="txlog")
+    op.drop_table("transaction_groups", schema="txlog")
+    op.drop_table("transaction_partitions", schema="txlog")
+    op.drop_index(
+        "producer_ids_retired", table_name="producer_ids", schema="txlog", postgresql_where=sa.text("retired_at IS NOT NULL")
+    )
+    op.drop_index("producer_ids_transactional_id", table_name="producer_ids", schema="txlog")
+    op.drop_table("producer_ids", schema="txlog")
+    op.drop_column("partitions", "stored_start_offset", schema="txlog")
+    op.drop_column("partitions", "next_position", schema="txlog")
+    op.drop_column("records", "txn_first_offset", schema="txlog")
+    op.drop_column("records", "position", schema="txlog")
+    op.drop_column("records", "header_values", schema="txlog")
+    op.drop_column("records", "header_keys", schema="txlog")
+    op.drop_index("aborted_txns_last_offset", table_name="aborted_txns", schema="txlog")
+    op.drop_constraint("aborted_txns_pkey", "aborted_txns", schema="txlog", type_="primary")
     # Ranges of one epoch beyond the first do not fit the old key: keep the first.
     op.execute(
         """
@@ -295,6 +334,8 @@ def downgrade() -> None:
           AND a.producer_epoch = b.producer_epoch AND a.first_offset > b.first_offset
         """
     )
-    op.create_primary_key('aborted_txns_pkey', 'aborted_txns', ['topic', 'partition', 'producer_id', 'producer_epoch'], schema='txlog')
-    for statement in context.script.get_revision('0001').module.VIEWS:
+    op.create_primary_key(
+        "aborted_txns_pkey", "aborted_txns", ["topic", "partition", "producer_id", "producer_epoch"], schema="txlog"
+    )
+    for statement in context.script.get_revision("0001").module.VIEWS:
         op.execute(statement)

@@ -6,12 +6,13 @@ Revision ID: 0004
 Revises: 0003
 Create Date: 2026-11-24
 """
+
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision = '0004'
-down_revision = '0003'
+revision = "0004"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
@@ -167,71 +168,75 @@ GROUP BY o.topic, o.partition
 
 def upgrade() -> None:
     op.create_table(
-        'producer_groups',
-        sa.Column('producer_group', sa.Text(), nullable=False),
-        sa.Column('check_url', sa.Text(), nullable=True),
-        sa.Column('check_interval_ms', sa.BigInteger(), nullable=False),
-        sa.Column('check_immunity_ms', sa.BigInteger(), nullable=False),
-        sa.Column('max_checks', sa.Integer(), nullable=False),
-        sa.Column('updated_at', sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint('producer_group'),
-        schema='txlog',
+        "producer_groups",
+        sa.Column("producer_group", sa.Text(), nullable=False),
+        sa.Column("check_url", sa.Text(), nullable=True),
+        sa.Column("check_interval_ms", sa.BigInteger(), nullable=False),
+        sa.Column("check_immunity_ms", sa.BigInteger(), nullable=False),
+        sa.Column("max_checks", sa.Integer(), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("producer_group"),
+        schema="txlog",
     )
     op.create_table(
-        'half_messages',
-        sa.Column('transaction_id', sa.Text(), nullable=False),
-        sa.Column('producer_group', sa.Text(), nullable=False),
-        sa.Column('topic', sa.Text(), nullable=False),
-        sa.Column('partition', sa.Integer(), nullable=False),
-        sa.Column('key', sa.LargeBinary(), nullable=True),
-        sa.Column('value', sa.LargeBinary(), nullable=True),
-        sa.Column('header_keys', postgresql.ARRAY(sa.Text()), nullable=True),
-        sa.Column('header_values', postgresql.ARRAY(sa.LargeBinary()), nullable=True),
-        sa.Column('encoding', sa.Text(), server_default=sa.text("'utf8'"), nullable=False),
-        sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
-        sa.Column('state', sa.Text(), nullable=False),
-        sa.Column('check_count', sa.Integer(), server_default=sa.text('0'), nullable=False),
-        sa.Column('next_check_at', sa.DateTime(timezone=True), nullable=True),
-        sa.Column('decided_at', sa.DateTime(timezone=True), nullable=True),
-        sa.Column('decided_by', sa.Text(), nullable=True),
-        sa.Column('reason', sa.Text(), nullable=True),
-        sa.Column('offset', sa.BigInteger(), nullable=True),
-        sa.CheckConstraint("state IN ('Prepared', 'Committed', 'RolledBack')", name='half_messages_state'),
-        sa.PrimaryKeyConstraint('transaction_id'),
-        schema='txlog',
+        "half_messages",
+        sa.Column("transaction_id", sa.Text(), nullable=False),
+        sa.Column("producer_group", sa.Text(), nullable=False),
+        sa.Column("topic", sa.Text(), nullable=False),
+        sa.Column("partition", sa.Integer(), nullable=False),
+        sa.Column("key", sa.LargeBinary(), nullable=True),
+        sa.Column("value", sa.LargeBinary(), nullable=True),
+        sa.Column("header_keys", postgresql.ARRAY(sa.Text()), nullable=True),
+        sa.Column("header_values", postgresql.ARRAY(sa.LargeBinary()), nullable=True),
+        sa.Column("encoding", sa.Text(), server_default=sa.text("'utf8'"), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("state", sa.Text(), nullable=False),
+        sa.Column("check_count", sa.Integer(), server_default=sa.text("0"), nullable=False),
+        sa.Column("next_check_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("decided_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("decided_by", sa.Text(), nullable=True),
+        sa.Column("reason", sa.Text(), nullable=True),
+        sa.Column("offset", sa.BigInteger(), nullable=True),
+        sa.CheckConstraint("state IN ('Prepared', 'Committed', 'RolledBack')", name="half_messages_state"),
+        sa.PrimaryKeyConstraint("transaction_id"),
+        schema="txlog",
     )
-    op.create_index('half_messages_due', 'half_messages', ['next_check_at'], schema='txlog', postgresql_where=sa.text("state = 'Prepared'"))
-    op.create_index('half_messages_decided', 'half_messages', ['decided_at'], schema='txlog', postgresql_where=sa.text("state <> 'Prepared'"))
-    op.create_index('half_messages_group', 'half_messages', ['producer_group', 'created_at'], schema='txlog')
+    op.create_index(
+        "half_messages_due", "half_messages", ["next_check_at"], schema="txlog", postgresql_where=sa.text("state = 'Prepared'")
+    )
+    op.create_index(
+        "half_messages_decided", "half_messages", ["decided_at"], schema="txlog", postgresql_where=sa.text("state <> 'Prepared'")
+    )
+    op.create_index("half_messages_group", "half_messages", ["producer_group", "created_at"], schema="txlog")
     op.create_table(
-        'half_message_checks',
-        sa.Column('transaction_id', sa.Text(), nullable=False),
-        sa.Column('check_no', sa.Integer(), nullable=False),
-        sa.Column('started_at', sa.DateTime(timezone=True), nullable=False),
-        sa.Column('finished_at', sa.DateTime(timezone=True), nullable=True),
-        sa.Column('check_url', sa.Text(), nullable=True),
-        sa.Column('answer', sa.Text(), nullable=True),
-        sa.Column('error', sa.Text(), nullable=True),
-        sa.Column('outcome', sa.Text(), nullable=True),
-        sa.ForeignKeyConstraint(['transaction_id'], ['txlog.half_messages.transaction_id'], ondelete='CASCADE'),
-        sa.PrimaryKeyConstraint('transaction_id', 'check_no'),
-        schema='txlog',
+        "half_message_checks",
+        sa.Column("transaction_id", sa.Text(), nullable=False),
+        sa.Column("check_no", sa.Integer(), nullable=False),
+        sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("check_url", sa.Text(), nullable=True),
+        sa.Column("answer", sa.Text(), nullable=True),
+        sa.Column("error", sa.Text(), nullable=True),
+        sa.Column("outcome", sa.Text(), nullable=True),
+        sa.ForeignKeyConstraint(["transaction_id"], ["txlog.half_messages.transaction_id"], ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("transaction_id", "check_no"),
+        schema="txlog",
     )
-    op.execute(sa.schema.CreateSequence(sa.Sequence('outbox_id_seq', schema='txlog', start=1)))
+    op.execute(sa.schema.CreateSequence(sa.Sequence("outbox_id_seq", schema="txlog", start=1)))
     op.create_table(
-        'outbox',
-        sa.Column('id', sa.BigInteger(), autoincrement=False, nullable=False),
-        sa.Column('topic', sa.Text(), nullable=False),
-        sa.Column('partition', sa.Integer(), nullable=False),
-        sa.Column('key', sa.LargeBinary(), nullable=True),
-        sa.Column('value', sa.LargeBinary(), nullable=True),
-        sa.Column('header_keys', postgresql.ARRAY(sa.Text()), nullable=True),
-        sa.Column('header_values', postgresql.ARRAY(sa.LargeBinary()), nullable=True),
-        sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint('id'),
-        schema='txlog',
+        "outbox",
+        sa.Column("id", sa.BigInteger(), autoincrement=False, nullable=False),
+        sa.Column("topic", sa.Text(), nullable=False),
+        sa.Column("partition", sa.Integer(), nullable=False),
+        sa.Column("key", sa.LargeBinary(), nullable=True),
+        sa.Column("value", sa.LargeBinary(), nullable=True),
+        sa.Column("header_keys", postgresql.ARRAY(sa.Text()), nullable=True),
+        sa.Column("header_values", postgresql.ARRAY(sa.LargeBinary()), nullable=True),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("id"),
+        schema="txlog",
     )
-    op.create_index('outbox_partition', 'outbox', ['topic', 'partition', 'id'], schema='txlog')
+    op.create_index("outbox_partition", "outbox", ["topic", "partition", "id"], schema="txlog")
     op.execute(MURMUR2)
     op.execute(SEND)
     op.execute(PENDING_HALF_MESSAGES)
@@ -243,12 +248,14 @@ def downgrade() -> None:
     op.execute("DROP VIEW IF EXISTS txlog.pending_half_messages")
     op.execute("DROP FUNCTION IF EXISTS txlog.send(text, bytea, bytea, jsonb, integer)")
     op.execute("DROP FUNCTION IF EXISTS txlog.murmur2(bytea)")
-    op.drop_index('outbox_partition', table_name='outbox', schema='txlog')
-    op.drop_table('outbox', schema='txlog')
-    op.execute(sa.schema.DropSequence(sa.Sequence('outbox_id_seq', schema='txlog')))
-    op.drop_table('half_message_checks', schema='txlog')
-    op.drop_index('half_messages_group', table_name='half_messages', schema='txlog')
-    op.drop_index('half_messages_decided', table_name='half_messages', schema='txlog', postgresql_where=sa.text("state <> 'Prepared'"))
-    op.drop_index('half_messages_due', table_name='half_messages', schema='txlog', postgresql_where=sa.text("state = 'Prepared'"))
-    op.drop_table('half_messages', schema='txlog')
-    op.drop_table('producer_groups', schema='txlog')
+    op.drop_index("outbox_partition", table_name="outbox", schema="txlog")
+    op.drop_table("outbox", schema="txlog")
+    op.execute(sa.schema.DropSequence(sa.Sequence("outbox_id_seq", schema="txlog")))
+    op.drop_table("half_message_checks", schema="txlog")
+    op.drop_index("half_messages_group", table_name="half_messages", schema="txlog")
+    op.drop_index(
+        "half_messages_decided", table_name="half_messages", schema="txlog", postgresql_where=sa.text("state <> 'Prepared'")
+    )
+    op.drop_index("half_messages_due", table_name="half_messages", schema="txlog", postgresql_where=sa.text("state = 'Prepared'"))
+    op.drop_table("half_messages", schema="txlog")
+    op.drop_table("producer_groups", schema="txlog")

@@ -4,18 +4,19 @@ Revision ID: 0010
 Revises: 0009
 Create Date: 2026-11-27
 """
+
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0010'
-down_revision = '0009'
+revision = "0010"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
 
 def upgrade() -> None:
     # The UTF-8 bytes of each string committed so far, which PostgreSQL text held without a NUL.
-    for table in ('group_offsets', 'pending_group_offsets'):
+    for table in ("group_offsets", "pending_group_offsets"):
         op.execute(
             f"ALTER TABLE txlog.{table} ALTER COLUMN metadata DROP DEFAULT, "
             "ALTER COLUMN metadata TYPE bytea USING convert_to(metadata, 'UTF8'), "
@@ -26,7 +27,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     # A NUL cannot go back into text: it is dropped (PostgreSQL has no replace() for bytea).
     conn = op.get_bind()
-    for table in ('pending_group_offsets', 'group_offsets'):
+    for table in ("pending_group_offsets", "group_offsets"):
         rows = conn.execute(
             sa.text(f"SELECT ctid::text, metadata FROM txlog.{table} WHERE position('\\x00'::bytea IN metadata) > 0")
         ).fetchall()

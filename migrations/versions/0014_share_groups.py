@@ -6,12 +6,13 @@ Revision ID: 0014
 Revises: 0013
 Create Date: 2026-11-27
 """
+
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision = '0014'
-down_revision = '0013'
+revision = "0014"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
@@ -80,42 +81,47 @@ WHERE f.first_offset >= p.start_offset
 
 def upgrade() -> None:
     op.create_table(
-        'share_group_metadata',
-        sa.Column('group_id', sa.Text(), nullable=False),
-        sa.Column('group_epoch', sa.Integer(), nullable=False),
-        sa.Column('assignment_epoch', sa.Integer(), nullable=False),
-        sa.Column('subscription_metadata', postgresql.JSONB(astext_type=sa.Text()), server_default=sa.text("'{}'::jsonb"), nullable=False),
-        sa.Column('created_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
-        sa.Column('updated_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
-        sa.PrimaryKeyConstraint('group_id'),
-        schema='txlog',
+        "share_group_metadata",
+        sa.Column("group_id", sa.Text(), nullable=False),
+        sa.Column("group_epoch", sa.Integer(), nullable=False),
+        sa.Column("assignment_epoch", sa.Integer(), nullable=False),
+        sa.Column(
+            "subscription_metadata",
+            postgresql.JSONB(astext_type=sa.Text()),
+            server_default=sa.text("'{}'::jsonb"),
+            nullable=False,
+        ),
+        sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
+        sa.PrimaryKeyConstraint("group_id"),
+        schema="txlog",
     )
     op.create_table(
-        'share_group_member_metadata',
-        sa.Column('group_id', sa.Text(), nullable=False),
-        sa.Column('member_id', sa.Text(), nullable=False),
-        sa.Column('member_epoch', sa.Integer(), nullable=False),
-        sa.Column('previous_member_epoch', sa.Integer(), nullable=False),
-        sa.Column('subscribed_topic_names', postgresql.ARRAY(sa.Text()), nullable=False),
-        sa.Column('assignment', postgresql.JSONB(astext_type=sa.Text()), nullable=False),
-        sa.Column('target_assignment', postgresql.JSONB(astext_type=sa.Text()), nullable=False),
-        sa.Column('session_deadline_ms', sa.BigInteger(), nullable=False),
-        sa.Column('rack_id', sa.Text(), nullable=True),
-        sa.Column('client_id', sa.Text(), server_default=sa.text("''"), nullable=False),
-        sa.Column('client_host', sa.Text(), server_default=sa.text("''"), nullable=False),
-        sa.ForeignKeyConstraint(['group_id'], ['txlog.share_group_metadata.group_id'], ondelete='CASCADE'),
-        sa.PrimaryKeyConstraint('group_id', 'member_id'),
-        schema='txlog',
+        "share_group_member_metadata",
+        sa.Column("group_id", sa.Text(), nullable=False),
+        sa.Column("member_id", sa.Text(), nullable=False),
+        sa.Column("member_epoch", sa.Integer(), nullable=False),
+        sa.Column("previous_member_epoch", sa.Integer(), nullable=False),
+        sa.Column("subscribed_topic_names", postgresql.ARRAY(sa.Text()), nullable=False),
+        sa.Column("assignment", postgresql.JSONB(astext_type=sa.Text()), nullable=False),
+        sa.Column("target_assignment", postgresql.JSONB(astext_type=sa.Text()), nullable=False),
+        sa.Column("session_deadline_ms", sa.BigInteger(), nullable=False),
+        sa.Column("rack_id", sa.Text(), nullable=True),
+        sa.Column("client_id", sa.Text(), server_default=sa.text("''"), nullable=False),
+        sa.Column("client_host", sa.Text(), server_default=sa.text("''"), nullable=False),
+        sa.ForeignKeyConstraint(["group_id"], ["txlog.share_group_metadata.group_id"], ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("group_id", "member_id"),
+        schema="txlog",
     )
     op.create_index(
-        'share_group_member_metadata_session_deadline', 'share_group_member_metadata', ['session_deadline_ms'], schema='txlog'
+        "share_group_member_metadata_session_deadline", "share_group_member_metadata", ["session_deadline_ms"], schema="txlog"
     )
     # Kafka's names of the membership's group configs (KIP-932's GroupConfig).
-    op.drop_constraint('share_group_configs_name', 'share_group_configs', schema='txlog')
+    op.drop_constraint("share_group_configs_name", "share_group_configs", schema="txlog")
     op.execute(
         "UPDATE txlog.share_group_configs SET name = 'share.session.timeout.ms' WHERE name = 'share.group.session.timeout.ms'"
     )
-    op.create_check_constraint('share_group_configs_name', 'share_group_configs', _NAMES, schema='txlog')
+    op.create_check_constraint("share_group_configs_name", "share_group_configs", _NAMES, schema="txlog")
     op.execute(SHARE_GROUPS)
     op.execute(SHARE_GROUP_MEMBERS)
     op.execute(SHARE_IN_FLIGHT_RECORDS)
@@ -125,12 +131,12 @@ def downgrade() -> None:
     op.execute("DROP VIEW IF EXISTS txlog.share_in_flight_records")
     op.execute("DROP VIEW IF EXISTS txlog.share_group_members")
     op.execute("DROP VIEW IF EXISTS txlog.share_groups")
-    op.drop_constraint('share_group_configs_name', 'share_group_configs', schema='txlog')
+    op.drop_constraint("share_group_configs_name", "share_group_configs", schema="txlog")
     op.execute("DELETE FROM txlog.share_group_configs WHERE name = 'share.heartbeat.interval.ms'")
     op.execute(
         "UPDATE txlog.share_group_configs SET name = 'share.group.session.timeout.ms' WHERE name = 'share.session.timeout.ms'"
     )
-    op.create_check_constraint('share_group_configs_name', 'share_group_configs', _NAMES_0013, schema='txlog')
-    op.drop_index('share_group_member_metadata_session_deadline', table_name='share_group_member_metadata', schema='txlog')
-    op.drop_table('share_group_member_metadata', schema='txlog')
-    op.drop_table('share_group_metadata', schema='txlog')
+    op.create_check_constraint("share_group_configs_name", "share_group_configs", _NAMES_0013, schema="txlog")
+    op.drop_index("share_group_member_metadata_session_deadline", table_name="share_group_member_metadata", schema="txlog")
+    op.drop_table("share_group_member_metadata", schema="txlog")
+    op.drop_table("share_group_metadata", schema="txlog")

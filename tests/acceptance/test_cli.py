@@ -31,7 +31,9 @@ def cli_env(data_dir: Path) -> dict[str, str]:
 
 
 def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -87,8 +89,9 @@ def test_migrate_with_a_database_url(pg_admin_url, tmp_path):
     try:
         env = cli_env(tmp_path / "unused")  # with a URL no embedded server is started
         for _ in range(2):  # migrating twice is harmless
-            proc = subprocess.run([str(TXLOG), "migrate", "--database-url", url], cwd=ROOT, env=env,
-                                  capture_output=True, text=True, timeout=120)
+            proc = subprocess.run(
+                [str(TXLOG), "migrate", "--database-url", url], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+            )
             assert proc.returncode == 0, proc.stderr
             assert f"migrated to {migrate.head_revision(url)}" in proc.stderr
         with psycopg.connect(url) as conn:
@@ -121,9 +124,14 @@ def test_serve_on_the_embedded_database(data_dir, tmp_path):
     log = open(tmp_path / "serve.log", "wb")
     proc = subprocess.Popen(
         [str(TXLOG), "serve", "--port", str(port), "--log-level", "warning"],
-        cwd=ROOT, env=cli_env(data_dir), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=ROOT,
+        env=cli_env(data_dir),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
+
         def ready() -> bool:
             assert proc.poll() is None, (tmp_path / "serve.log").read_text()
             try:

@@ -117,13 +117,19 @@ def test_concurrent_producers_get_dense_unique_offsets(two_workers, topic_name):
     for _ in range(10):
         with server.client() as api:  # a new connection each time, so both workers get to answer
             text = api.get("/metrics").text
-            appended = [line for line in text.splitlines() if line.startswith("txlog_records_appended_total{") and f'topic="{topic_name}"' in line]
+            appended = [
+                line
+                for line in text.splitlines()
+                if line.startswith("txlog_records_appended_total{") and f'topic="{topic_name}"' in line
+            ]
             assert len(appended) == 1, appended
             assert float(appended[0].rsplit(" ", 1)[1]) == total
             requests = [
                 float(line.rsplit(" ", 1)[1])
                 for line in text.splitlines()
-                if line.startswith("txlog_http_requests_total{") and 'method="POST"' in line
-                and 'route="/v1/topics/{topic}/partitions/{partition}/records"' in line and 'status="200"' in line
+                if line.startswith("txlog_http_requests_total{")
+                and 'method="POST"' in line
+                and 'route="/v1/topics/{topic}/partitions/{partition}/records"' in line
+                and 'status="200"' in line
             ]
             assert sum(requests) >= THREADS * REQUESTS_PER_THREAD

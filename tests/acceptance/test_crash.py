@@ -104,8 +104,12 @@ def run_client(cluster: Cluster, client: int, txns: list[Txn], failures: list[st
             fenced = False
             for partition in rng.sample(range(PARTITIONS), rng.randint(2, 3)):
                 values = [f"c{client}-t{txn.n}-p{partition}-{k}" for k in range(rng.randint(1, 3))]
-                body = {**ident, "transactional_id": tid, "base_sequence": 0,
-                        "records": [{"key": tid, "value": v} for v in values]}
+                body = {
+                    **ident,
+                    "transactional_id": tid,
+                    "base_sequence": 0,
+                    "records": [{"key": tid, "value": v} for v in values],
+                }
                 txn.values[partition] = values
                 r = request(cluster, "produce", "POST", f"/v1/topics/{TOPIC}/partitions/{partition}/records", body)
                 if r.status_code != 200:
@@ -167,8 +171,15 @@ def test_transactions_survive_kill_9_at_random_moments(db_url, tmp_path):
 
         # the sweeper ends whatever the clients left open (timed out after 2 s)
         wait_until(
-            lambda: sql(db_url, "SELECT count(*) FROM txlog.transactions WHERE state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort')")[0][0] == 0,
-            timeout=30, interval=0.2, message="every transaction to end",
+            lambda: (
+                sql(
+                    db_url, "SELECT count(*) FROM txlog.transactions WHERE state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort')"
+                )[0][0]
+                == 0
+            ),
+            timeout=30,
+            interval=0.2,
+            message="every transaction to end",
         )
         # a read_committed consumer over HTTP sees what the committed_records view holds
         for partition in range(PARTITIONS):
@@ -176,7 +187,8 @@ def test_transactions_survive_kill_9_at_random_moments(db_url, tmp_path):
             while True:
                 got = httpx.get(
                     f"{cluster.url}/v1/topics/{TOPIC}/partitions/{partition}/records",
-                    params={"offset": offset, "max_records": 50, "isolation_level": "read_committed"}, timeout=10,
+                    params={"offset": offset, "max_records": 50, "isolation_level": "read_committed"},
+                    timeout=10,
                 ).json()
                 seen += [(r["offset"], r["value"]) for r in got["records"]]
                 offset = got["next_offset"]
@@ -185,7 +197,8 @@ def test_transactions_survive_kill_9_at_random_moments(db_url, tmp_path):
             view = sql(
                 db_url,
                 "SELECT \"offset\", convert_from(value, 'UTF8') FROM txlog.committed_records WHERE topic = %s AND partition = %s ORDER BY 1",
-                TOPIC, partition,
+                TOPIC,
+                partition,
             )
             assert seen == [tuple(r) for r in view]
     finally:
@@ -198,9 +211,14 @@ def test_transactions_survive_kill_9_at_random_moments(db_url, tmp_path):
     assert len(acknowledged_commits) >= 5
     assert sum(cluster.resent.values()) >= ROUNDS // 2, cluster.resent  # the kills interrupted requests
 
-    visible = Counter(v for (v,) in sql(db_url, "SELECT convert_from(value, 'UTF8') FROM txlog.committed_records WHERE topic = %s", TOPIC))
+    visible = Counter(
+        v for (v,) in sql(db_url, "SELECT convert_from(value, 'UTF8') FROM txlog.committed_records WHERE topic = %s", TOPIC)
+    )
     appended = Counter(
-        v for (v,) in sql(db_url, "SELECT convert_from(value, 'UTF8') FROM txlog.records WHERE topic = %s AND control_type IS NULL", TOPIC)
+        v
+        for (v,) in sql(
+            db_url, "SELECT convert_from(value, 'UTF8') FROM txlog.records WHERE topic = %s AND control_type IS NULL", TOPIC
+        )
     )
     assert all(c == 1 for c in appended.values()), [v for v, c in appended.items() if c > 1]  # no batch twice
     assert all(c == 1 for c in visible.values())
@@ -212,17 +230,29 @@ def test_transactions_survive_kill_9_at_random_moments(db_url, tmp_path):
         shown = [v for v in values if v in visible]
         if t.acknowledged and t.decision == "commit":
             assert shown == values, t
-        elif t.decision != "commit" or t.answer == "PRODUCER_FENCED:timed_out":  # aborted, or never asked to commit: never visible
+        elif (
+            t.decision != "commit" or t.answer == "PRODUCER_FENCED:timed_out"
+        ):  # aborted, or never asked to commit: never visible
             assert shown == [], t
         else:  # a commit whose answer was lost or refused: all or nothing
             assert shown in ([], values), t
     assert set(visible) <= sent
 
     for partition in range(PARTITIONS):
-        offsets = [o for (o,) in sql(db_url, 'SELECT "offset" FROM txlog.records WHERE topic = %s AND partition = %s ORDER BY "offset"', TOPIC, partition)]
+        offsets = [
+            o
+            for (o,) in sql(
+                db_url,
+                'SELECT "offset" FROM txlog.records WHERE topic = %s AND partition = %s ORDER BY "offset"',
+                TOPIC,
+                partition,
+            )
+        ]
         assert offsets == list(range(len(offsets)))
-        (hw, lso, open_txns), = sql(
-            db_url, "SELECT high_watermark, last_stable_offset, open_transactions FROM txlog.partition_status WHERE topic = %s AND partition = %s",
-            TOPIC, partition,
+        ((hw, lso, open_txns),) = sql(
+            db_url,
+            "SELECT high_watermark, last_stable_offset, open_transactions FROM txlog.partition_status WHERE topic = %s AND partition = %s",
+            TOPIC,
+            partition,
         )
         assert hw == lso == len(offsets) and open_txns == 0

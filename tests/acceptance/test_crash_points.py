@@ -32,12 +32,17 @@ def sql(db_url: str, query: str, *params: object) -> list[tuple]:
 
 
 def transaction_row(db_url: str) -> tuple:
-    (row,) = sql(db_url, "SELECT state, producer_id, producer_epoch FROM txlog.transaction_state WHERE transactional_id = %s", TID)
+    (row,) = sql(
+        db_url, "SELECT state, producer_id, producer_epoch FROM txlog.transaction_state WHERE transactional_id = %s", TID
+    )
     return row
 
 
 def states_recorded(db_url: str) -> list[str]:
-    return [s for (s,) in sql(db_url, "SELECT to_state FROM txlog.transaction_events WHERE transactional_id = %s ORDER BY version", TID)]
+    return [
+        s
+        for (s,) in sql(db_url, "SELECT to_state FROM txlog.transaction_events WHERE transactional_id = %s ORDER BY version", TID)
+    ]
 
 
 def fetch(client: httpx.Client, partition: int, isolation: str = "read_committed") -> dict:
@@ -110,8 +115,13 @@ def test_a_server_dying_inside_end_txn_leaves_the_transaction_ongoing_and_the_re
         # The next transaction runs at the new epoch, sequences from 0.
         r = api.post(
             f"/v1/topics/{TOPIC}/partitions/0/records",
-            json={"producer_id": ident["producer_id"], "producer_epoch": ident["producer_epoch"] + 1,
-                  "transactional_id": TID, "base_sequence": 0, "records": [{"value": "next"}]},
+            json={
+                "producer_id": ident["producer_id"],
+                "producer_epoch": ident["producer_epoch"] + 1,
+                "transactional_id": TID,
+                "base_sequence": 0,
+                "records": [{"value": "next"}],
+            },
         )
         assert r.status_code == 200 and r.json()["base_offset"] == 2, r.text
 
@@ -131,7 +141,9 @@ def test_an_end_txn_that_died_and_is_never_retried_is_aborted_at_the_timeout(db_
         # producer went away; its producer is fenced.
         wait_until(lambda: transaction_row(db_url)[0] == "CompleteAbort", timeout=30, interval=0.1, message="the timeout abort")
         assert sql(
-            db_url, "SELECT to_state, reason FROM txlog.transaction_events WHERE transactional_id = %s ORDER BY version DESC LIMIT 2", TID
+            db_url,
+            "SELECT to_state, reason FROM txlog.transaction_events WHERE transactional_id = %s ORDER BY version DESC LIMIT 2",
+            TID,
         ) == [("CompleteAbort", "timed_out"), ("PrepareAbort", "timed_out")]
         assert_ended(api, "abort")
         # The commit comes too late now: fenced, and told why.
@@ -155,7 +167,11 @@ def test_an_end_txn_whose_answer_was_lost_is_answered_again(db_url, tmp_path):  
         recorded = states_recorded(db_url)
         r = api.post(f"/v1/transactions/{TID}/end", json=end)
         assert r.status_code == 200, r.text
-        assert r.json() == {"state": "CompleteCommit", "producer_id": ident["producer_id"], "producer_epoch": ident["producer_epoch"] + 1}
+        assert r.json() == {
+            "state": "CompleteCommit",
+            "producer_id": ident["producer_id"],
+            "producer_epoch": ident["producer_epoch"] + 1,
+        }
         assert states_recorded(db_url) == recorded
         assert recorded[-2:] == ["PrepareCommit", "CompleteCommit"]
         assert_ended(api, "commit")
@@ -165,8 +181,12 @@ def test_a_produce_whose_answer_was_lost_is_appended_once(db_url, tmp_path):  # 
     with ServerProcess(db_url, log_path=tmp_path / "setup.log") as setup, setup.client() as api:
         assert api.post("/v1/topics", json={"name": TOPIC, "partitions": 1}).status_code == 201
         producer = api.post("/v1/producers", json={}).json()
-    batch = {"producer_id": producer["producer_id"], "producer_epoch": 0, "base_sequence": 0,
-             "records": [{"key": "k", "value": "once"}, {"key": "k", "value": "twice?"}]}
+    batch = {
+        "producer_id": producer["producer_id"],
+        "producer_epoch": 0,
+        "base_sequence": 0,
+        "records": [{"key": "k", "value": "once"}, {"key": "k", "value": "twice?"}],
+    }
 
     server = dying_server(db_url, "produce_appended", tmp_path)
     with server.client() as api, pytest.raises(httpx.TransportError):

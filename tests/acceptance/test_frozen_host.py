@@ -120,13 +120,23 @@ class TransactionalClient(threading.Thread):
             values = []
             for p in range(PARTITIONS):
                 value = f"{self.tid}|{pid}|{epoch}|{p}"
-                r = self.send(http, f"/v1/topics/{TOPIC}/partitions/{p}/records", {
-                    "transactional_id": self.tid, "producer_id": pid, "producer_epoch": epoch, "base_sequence": 0,
-                    "records": [{"value": value}]})
+                r = self.send(
+                    http,
+                    f"/v1/topics/{TOPIC}/partitions/{p}/records",
+                    {
+                        "transactional_id": self.tid,
+                        "producer_id": pid,
+                        "producer_epoch": epoch,
+                        "base_sequence": 0,
+                        "records": [{"value": value}],
+                    },
+                )
                 if r is None or r.status_code != 200:
                     return
                 values.append(value)
-            r = self.send(http, f"/v1/transactions/{self.tid}/end", {"producer_id": pid, "producer_epoch": epoch, "result": "commit"})
+            r = self.send(
+                http, f"/v1/transactions/{self.tid}/end", {"producer_id": pid, "producer_epoch": epoch, "result": "commit"}
+            )
             if r is None or r.status_code != 200:
                 return
             self.acked.update(values)
@@ -141,24 +151,29 @@ def database_ms(db_url: str) -> int:
 
 def transaction_rows(db_url: str, tids: list[str]) -> dict[str, tuple[str, str | None]]:
     with psycopg.connect(db_url) as conn:
-        rows = conn.execute("SELECT transactional_id, state, fence_reason FROM txlog.transactions WHERE transactional_id = ANY(%s)",
-                            (tids,)).fetchall()
+        rows = conn.execute(
+            "SELECT transactional_id, state, fence_reason FROM txlog.transactions WHERE transactional_id = ANY(%s)", (tids,)
+        ).fetchall()
     return {tid: (state, reason) for tid, state, reason in rows}
 
 
 def outcomes(db_url: str) -> dict[tuple[int, int], str]:
     """(producer id, epoch) of every transaction decided so far → "commit" or "abort"."""
     with psycopg.connect(db_url) as conn:
-        rows = conn.execute("SELECT producer_id, producer_epoch, to_state FROM txlog.transaction_events "
-                            "WHERE to_state IN ('PrepareCommit', 'PrepareAbort')").fetchall()
+        rows = conn.execute(
+            "SELECT producer_id, producer_epoch, to_state FROM txlog.transaction_events "
+            "WHERE to_state IN ('PrepareCommit', 'PrepareAbort')"
+        ).fetchall()
     return {(pid, epoch): "commit" if state == "PrepareCommit" else "abort" for pid, epoch, state in rows}
 
 
 def read_all(http: httpx.Client, partition: int, isolation: str) -> list[str]:
     values, offset = [], 0
     while True:
-        r = http.get(f"/v1/topics/{TOPIC}/partitions/{partition}/records",
-                     params={"offset": offset, "isolation_level": isolation, "max_records": 1000})
+        r = http.get(
+            f"/v1/topics/{TOPIC}/partitions/{partition}/records",
+            params={"offset": offset, "isolation_level": isolation, "max_records": 1000},
+        )
         assert r.status_code == 200, r.text
         got = r.json()
         values += [rec["value"] for rec in got["records"]]
@@ -214,9 +229,17 @@ def test_a_frozen_server_cannot_freeze_the_log(db_url, tmp_path, freeze):  # typ
             assert r is not None and r.status_code == 200, r
             pid, epoch = r.json()["producer_id"], r.json()["producer_epoch"]
             for p in range(PARTITIONS):
-                r = answers.call(f, f"/v1/topics/{TOPIC}/partitions/{p}/records", {
-                    "transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "base_sequence": 0,
-                    "records": [{"value": f"{tid}|{pid}|{epoch}|{p}"}]})
+                r = answers.call(
+                    f,
+                    f"/v1/topics/{TOPIC}/partitions/{p}/records",
+                    {
+                        "transactional_id": tid,
+                        "producer_id": pid,
+                        "producer_epoch": epoch,
+                        "base_sequence": 0,
+                        "records": [{"value": f"{tid}|{pid}|{epoch}|{p}"}],
+                    },
+                )
                 assert r is not None and r.status_code == 200, r.text
             held.append((tid, pid, epoch))
         held_values = {f"{tid}|{pid}|{epoch}|{p}" for tid, pid, epoch in held for p in range(PARTITIONS)}
@@ -225,8 +248,12 @@ def test_a_frozen_server_cannot_freeze_the_log(db_url, tmp_path, freeze):  # typ
         for c in clients:
             c.start()
         if freeze == "stop_point":
-            wait_until(lambda: "T" in frozen.processes().values(), timeout=60, interval=0.02,
-                       message="the first server to stop at its stop point")
+            wait_until(
+                lambda: "T" in frozen.processes().values(),
+                timeout=60,
+                interval=0.02,
+                message="the first server to stop at its stop point",
+            )
         else:
             wait_until(lambda: all(c.committed for c in clients), timeout=60, interval=0.02, message="every client running")
         frozen.signal_group(signal.SIGSTOP)  # a stop point stops its process group: this is a no-op then
@@ -277,36 +304,59 @@ def test_a_frozen_server_cannot_freeze_the_log(db_url, tmp_path, freeze):  # typ
             rows = transaction_rows(db_url, tids)
             return all(state not in OPEN_STATES for state, _ in rows.values()) and stable(h)
 
-        wait_until(settled, timeout=frozen_at + BOUND_S - time.monotonic(), interval=0.2,
-                   message="the frozen server's transactions ended and LSO = HW everywhere")
+        wait_until(
+            settled,
+            timeout=frozen_at + BOUND_S - time.monotonic(),
+            interval=0.2,
+            message="the frozen server's transactions ended and LSO = HW everywhere",
+        )
         settled_s = time.monotonic() - frozen_at
         rows = transaction_rows(db_url, [t for t, _, _ in held])
         assert all(row == ("CompleteAbort", "timed_out") for row in rows.values()), rows
         with psycopg.connect(db_url) as conn:
-            aborts = conn.execute("SELECT (extract(epoch FROM at) * 1000)::bigint FROM txlog.transaction_events "
-                                  "WHERE transactional_id LIKE 'held-%%' AND to_state = 'PrepareAbort'").fetchall()
+            aborts = conn.execute(
+                "SELECT (extract(epoch FROM at) * 1000)::bigint FROM txlog.transaction_events "
+                "WHERE transactional_id LIKE 'held-%%' AND to_state = 'PrepareAbort'"
+            ).fetchall()
         assert len(aborts) == HELD and all(at >= frozen_at_ms for (at,) in aborts)  # by the second server
         check_the_log(h, db_url, plain_acked, held_values)
-        print(f"\nfrozen ({freeze}): appends answered and {len(tids)} transactions settled {settled_s:.1f} s after the "
-              f"freeze (bound {BOUND_S:.0f} s); {len(lock_waits)} lock waits answered REQUEST_TIMED_OUT")
+        print(
+            f"\nfrozen ({freeze}): appends answered and {len(tids)} transactions settled {settled_s:.1f} s after the "
+            f"freeze (bound {BOUND_S:.0f} s); {len(lock_waits)} lock waits answered REQUEST_TIMED_OUT"
+        )
 
         # 3. The frozen server resumes: late requests of its timed-out transactions are fenced, cleanly.
         frozen.signal_group(signal.SIGCONT)
         for tid, pid, epoch in held:
-            late = [(f"/v1/topics/{TOPIC}/partitions/0/records", {
-                        "transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "base_sequence": 1,
-                        "records": [{"value": f"{tid}|{pid}|{epoch}|late"}]}),
-                    (f"/v1/transactions/{tid}/end", {"producer_id": pid, "producer_epoch": epoch, "result": "commit"})]
+            late = [
+                (
+                    f"/v1/topics/{TOPIC}/partitions/0/records",
+                    {
+                        "transactional_id": tid,
+                        "producer_id": pid,
+                        "producer_epoch": epoch,
+                        "base_sequence": 1,
+                        "records": [{"value": f"{tid}|{pid}|{epoch}|late"}],
+                    },
+                ),
+                (f"/v1/transactions/{tid}/end", {"producer_id": pid, "producer_epoch": epoch, "result": "commit"}),
+            ]
             for path, body in late:
-                r = wait_until(lambda: (lambda r: None if retriable(r) else r)(answers.call(f, path, body)),
-                               timeout=30, message=f"an answer to a late request of {tid}")
+                r = wait_until(
+                    lambda: (lambda r: None if retriable(r) else r)(answers.call(f, path, body)),
+                    timeout=30,
+                    message=f"an answer to a late request of {tid}",
+                )
                 assert r.status_code == 409 and r.json()["error"]["code"] == "PRODUCER_FENCED", r.text
                 assert r.json()["error"]["reason"] == "timed_out"
 
         # ... its clients' stuck requests are answered and they go on, and it serves new transactions.
         committed_before = {c.tid: c.committed for c in clients}
-        wait_until(lambda: all(c.committed > committed_before[c.tid] or not c.is_alive() for c in clients), timeout=60,
-                   message="every client to commit again through the resumed server")
+        wait_until(
+            lambda: all(c.committed > committed_before[c.tid] or not c.is_alive() for c in clients),
+            timeout=60,
+            message="every client to commit again through the resumed server",
+        )
         for c in clients:
             c.stop.set()
         for c in clients:
@@ -315,15 +365,23 @@ def test_a_frozen_server_cannot_freeze_the_log(db_url, tmp_path, freeze):  # typ
         assert f.get("/readyz").status_code == 200
 
         # No 500s, every refusal named.
-        assert all(status in (200, 409, 503) for _, status, _ in answers.seen), [a for a in answers.seen if a[1] not in (200, 409, 503)]
+        assert all(status in (200, 409, 503) for _, status, _ in answers.seen), [
+            a for a in answers.seen if a[1] not in (200, 409, 503)
+        ]
         assert all(code in KNOWN_CODES for _, status, code in answers.seen if status != 200)
         refused = sorted({code for _, status, code in answers.seen if status != 200})
-        print(f"frozen ({freeze}): first server's refusals {refused}; connections closed under a request: "
-              f"{len(answers.transport_errors)}")
+        print(
+            f"frozen ({freeze}): first server's refusals {refused}; connections closed under a request: "
+            f"{len(answers.transport_errors)}"
+        )
 
         # 4. Nothing acknowledged is lost; nothing aborted is visible.
         acked = plain_acked.union(*(c.acked for c in clients))
-        wait_until(lambda: all(s not in OPEN_STATES for s, _ in transaction_rows(db_url, tids).values()) and stable(h),
-                   timeout=BOUND_S, interval=0.2, message="the clients' last transactions ended")
+        wait_until(
+            lambda: all(s not in OPEN_STATES for s, _ in transaction_rows(db_url, tids).values()) and stable(h),
+            timeout=BOUND_S,
+            interval=0.2,
+            message="the clients' last transactions ended",
+        )
         check_the_log(h, db_url, acked, held_values)
         assert sum(c.committed for c in clients) > 0

@@ -57,6 +57,7 @@ def high_watermark(api, topic: str, partition: int = 0) -> int:  # type: ignore[
 
 # --- topics ---------------------------------------------------------------------------------------
 
+
 def test_topic_create_list_describe(api, topic_name):
     r = api.post("/v1/topics", json={"name": topic_name, "partitions": 3, "config": {"cleanup.policy": "delete"}})
     assert r.status_code == 201
@@ -66,9 +67,7 @@ def test_topic_create_list_describe(api, topic_name):
     described = api.get(f"/v1/topics/{topic_name}").json()
     assert described == {
         "name": topic_name,
-        "partitions": [
-            {"partition": p, "log_start_offset": 0, "high_watermark": 0, "last_stable_offset": 0} for p in range(3)
-        ],
+        "partitions": [{"partition": p, "log_start_offset": 0, "high_watermark": 0, "last_stable_offset": 0} for p in range(3)],
         "config": {"cleanup.policy": "delete"},
     }
 
@@ -99,10 +98,13 @@ def test_unknown_topic(api, topic_name):
     assert_error(api.get(f"/v1/topics/{topic_name}"), 404, "UNKNOWN_TOPIC_OR_PARTITION")
     assert_error(api.get(records_url(topic_name)), 404, "UNKNOWN_TOPIC_OR_PARTITION")
     assert_error(api.post(records_url(topic_name), json={"records": [{"value": "v"}]}), 404, "UNKNOWN_TOPIC_OR_PARTITION")
-    assert_error(api.post(f"/v1/topics/{topic_name}/records", json={"records": [{"value": "v"}]}), 404, "UNKNOWN_TOPIC_OR_PARTITION")
+    assert_error(
+        api.post(f"/v1/topics/{topic_name}/records", json={"records": [{"value": "v"}]}), 404, "UNKNOWN_TOPIC_OR_PARTITION"
+    )
 
 
 # --- malformed requests ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "body",
@@ -158,7 +160,9 @@ def test_malformed_produce_bodies_are_invalid_request(api, topic_name, body):
 
 def test_incomplete_producer_fields_are_invalid_request(api, topic_name):
     create(api, topic_name)
-    assert_error(api.post(records_url(topic_name), json={"producer_epoch": 0, "records": [{"value": "v"}]}), 400, "INVALID_REQUEST")
+    assert_error(
+        api.post(records_url(topic_name), json={"producer_epoch": 0, "records": [{"value": "v"}]}), 400, "INVALID_REQUEST"
+    )
     assert_error(api.post(records_url(topic_name), json={"producer_id": 5, "records": [{"value": "v"}]}), 400, "INVALID_REQUEST")
 
 
@@ -234,12 +238,18 @@ def test_hostile_bodies_never_yield_a_500(api, topic_name, path):
 
 # --- produce and fetch ----------------------------------------------------------------------------
 
+
 def test_produce_and_fetch_round_trip(api, topic_name):
     create(api, topic_name, 2)
-    first = api.post(records_url(topic_name, 1), json={"records": [
-        {"key": "k1", "value": "v1", "headers": {"h": "1"}, "timestamp_ms": 1_600_000_000_000},
-        {"key": None, "value": None},
-    ]})
+    first = api.post(
+        records_url(topic_name, 1),
+        json={
+            "records": [
+                {"key": "k1", "value": "v1", "headers": {"h": "1"}, "timestamp_ms": 1_600_000_000_000},
+                {"key": None, "value": None},
+            ]
+        },
+    )
     assert first.status_code == 200, first.text
     body = first.json()
     assert (body["base_offset"], body["last_offset"], body["log_start_offset"], body["duplicate"]) == (0, 1, 0, False)
@@ -251,8 +261,14 @@ def test_produce_and_fetch_round_trip(api, topic_name):
     got = api.get(records_url(topic_name, 1), params={"offset": 0}).json()
     assert got["topic"] == topic_name and got["partition"] == 1
     assert got["records"] == [
-        {"offset": 0, "key": "k1", "value": "v1", "headers": {"h": "1"}, "header_list": [{"key": "h", "value": "1"}],
-         "timestamp_ms": 1_600_000_000_000},
+        {
+            "offset": 0,
+            "key": "k1",
+            "value": "v1",
+            "headers": {"h": "1"},
+            "header_list": [{"key": "h", "value": "1"}],
+            "timestamp_ms": 1_600_000_000_000,
+        },
         {"offset": 1, "key": None, "value": None, "headers": {}, "header_list": [], "timestamp_ms": body["log_append_time_ms"]},
         {"offset": 2, "key": None, "value": "v3", "headers": {}, "header_list": [], "timestamp_ms": second["log_append_time_ms"]},
     ]
@@ -290,10 +306,16 @@ def test_non_integer_partition_is_invalid_request(api, topic_name):
 def test_base64_round_trip_of_binary_data(api, topic_name):
     create(api, topic_name)
     key, value = bytes(range(256)), b"\x00\x01\xfe\xff"
-    r = api.post(records_url(topic_name), json={"encoding": "base64", "records": [
-        {"key": base64.b64encode(key).decode(), "value": base64.b64encode(value).decode()},
-        {"key": "", "value": None},
-    ]})
+    r = api.post(
+        records_url(topic_name),
+        json={
+            "encoding": "base64",
+            "records": [
+                {"key": base64.b64encode(key).decode(), "value": base64.b64encode(value).decode()},
+                {"key": "", "value": None},
+            ],
+        },
+    )
     assert r.status_code == 200, r.text
     got = api.get(records_url(topic_name), params={"encoding": "base64"}).json()["records"]
     assert [(base64.b64decode(x["key"]), x["value"] and base64.b64decode(x["value"])) for x in got] == [(key, value), (b"", None)]
@@ -310,7 +332,8 @@ def test_bad_base64_is_invalid_record(api, topic_name, bad):
     create(api, topic_name)
     err = assert_error(
         api.post(records_url(topic_name), json={"encoding": "base64", "records": [{"value": "AAAA"}, {"key": bad}]}),
-        400, "INVALID_RECORD",
+        400,
+        "INVALID_RECORD",
     )
     assert "records[1].key" in err["message"]
     assert high_watermark(api, topic_name) == 0
@@ -321,13 +344,12 @@ def test_nul_characters_in_keys_and_values_are_data(api, topic_name):
     assert api.post(records_url(topic_name), json={"records": [{"key": "a\x00b", "value": "\x00"}]}).status_code == 200
     got = api.get(records_url(topic_name)).json()["records"]
     assert (got[0]["key"], got[0]["value"]) == ("a\x00b", "\x00")
-    assert base64.b64decode(api.get(records_url(topic_name), params={"encoding": "base64"}).json()["records"][0]["key"]) == b"a\x00b"
+    assert (
+        base64.b64decode(api.get(records_url(topic_name), params={"encoding": "base64"}).json()["records"][0]["key"]) == b"a\x00b"
+    )
 
 
-@pytest.mark.parametrize(
-    "headers",
-    [{"h\x00": "v"}, {"h": "v\x00"}, {"\x00": ""}],
-)
+@pytest.mark.parametrize("headers", [{"h\x00": "v"}, {"h": "v\x00"}, {"\x00": ""}])
 def test_nul_characters_in_headers_are_invalid_record(api, topic_name, headers):
     create(api, topic_name)
     assert_error(api.post(records_url(topic_name), json={"records": [{"value": "v", "headers": headers}]}), 400, "INVALID_RECORD")
@@ -352,7 +374,9 @@ def test_nul_characters_in_names_are_rejected_not_500(api, topic_name):
         api.post("/v1/groups/g%00/offsets", json={"offsets": []}),
         api.get("/v1/groups/g%00/offsets"),
         api.post("/v1/groups/g/offsets", json={"offsets": [{"topic": "a\x00b", "partition": 0, "offset": 1}]}),
-        api.post("/v1/groups/g/offsets", json={"offsets": [{"topic": topic_name, "partition": 0, "offset": 1, "metadata": "\x00"}]}),
+        api.post(
+            "/v1/groups/g/offsets", json={"offsets": [{"topic": topic_name, "partition": 0, "offset": 1, "metadata": "\x00"}]}
+        ),
         api.post("/v1/producers", json={"transactional_id": "t\x00"}),
         api.get("/v1/transactions/t%00"),
         api.get("/v1/transactions", params={"state": "\x00"}),
@@ -380,6 +404,7 @@ def test_huge_integers_are_rejected_cleanly(api, topic_name):
 
 # --- the topic endpoint's partitioner ---------------------------------------------------------------
 
+
 def test_keyed_records_land_on_the_murmur2_partition(api, topic_name):
     n = 6
     create(api, topic_name, n)
@@ -388,9 +413,10 @@ def test_keyed_records_land_on_the_murmur2_partition(api, topic_name):
         r = api.post(f"/v1/topics/{topic_name}/records", json={"records": [{"key": key, "value": f"for {key}"}]})
         assert r.status_code == 200, r.text
         assert r.json()["partition"] == partition_for_key(key.encode(), n), key
-    assert partition_for_key(b"k", n) == api.post(
-        f"/v1/topics/{topic_name}/records", json={"records": [{"key": "k", "value": "again"}]}
-    ).json()["partition"]
+    assert (
+        partition_for_key(b"k", n)
+        == api.post(f"/v1/topics/{topic_name}/records", json={"records": [{"key": "k", "value": "again"}]}).json()["partition"]
+    )
     p = partition_for_key(b"k", n)
     got = api.get(records_url(topic_name, p)).json()["records"]
     assert [r["value"] for r in got if r["key"] == "k"] == ["for k", "again"]
@@ -400,7 +426,9 @@ def test_keyed_base64_records_are_partitioned_by_their_bytes(api, topic_name):
     n = 5
     create(api, topic_name, n)
     key = b"\x00\xffbinary"
-    r = api.post(f"/v1/topics/{topic_name}/records", json={"encoding": "base64", "records": [{"key": base64.b64encode(key).decode()}]})
+    r = api.post(
+        f"/v1/topics/{topic_name}/records", json={"encoding": "base64", "records": [{"key": base64.b64encode(key).decode()}]}
+    )
     assert r.json()["partition"] == partition_for_key(key, n)
 
 
@@ -418,6 +446,7 @@ def test_null_keys_go_round_robin(api, topic_name):
 
 
 # --- long polling ---------------------------------------------------------------------------------
+
 
 def test_long_poll_is_woken_by_a_produce(api, server, topic_name):
     create(api, topic_name)
@@ -481,14 +510,17 @@ def test_long_poll_with_records_available_answers_at_once(api, topic_name):
 
 # --- consumer group offsets -----------------------------------------------------------------------
 
+
 def test_group_offsets(api, topic_name):
     create(api, topic_name, 2)
     group = f"g-{uuid.uuid4().hex[:8]}"
     assert api.get(f"/v1/groups/{group}/offsets").json() == {"offsets": []}
-    body = {"offsets": [
-        {"topic": topic_name, "partition": 1, "offset": 10, "metadata": "m1"},
-        {"topic": topic_name, "partition": 0, "offset": 3},
-    ]}
+    body = {
+        "offsets": [
+            {"topic": topic_name, "partition": 1, "offset": 10, "metadata": "m1"},
+            {"topic": topic_name, "partition": 0, "offset": 3},
+        ]
+    }
     r = api.post(f"/v1/groups/{group}/offsets", json=body)
     assert r.status_code == 200, r.text
     expected = [
@@ -499,16 +531,22 @@ def test_group_offsets(api, topic_name):
     assert api.get(f"/v1/groups/{group}/offsets", params={"require_stable": "true"}).json() == {"offsets": expected}
     err = assert_error(
         api.post(f"/v1/groups/{group}/offsets", json={"offsets": [{"topic": topic_name, "partition": 2, "offset": 1}]}),
-        404, "UNKNOWN_TOPIC_OR_PARTITION",
+        404,
+        "UNKNOWN_TOPIC_OR_PARTITION",
     )
     assert f"{topic_name}-2" in err["message"]
-    assert_error(api.post(f"/v1/groups/{group}/offsets", json={"offsets": [{"topic": topic_name, "partition": 0, "offset": -1}]}), 422, "INVALID_REQUEST")
+    assert_error(
+        api.post(f"/v1/groups/{group}/offsets", json={"offsets": [{"topic": topic_name, "partition": 0, "offset": -1}]}),
+        422,
+        "INVALID_REQUEST",
+    )
     assert_error(api.post(f"/v1/groups/{group}/offsets", json={"offsets": [{"topic": topic_name}]}), 422, "INVALID_REQUEST")
     assert_error(api.get(f"/v1/groups/{group}/offsets", params={"require_stable": "perhaps"}), 422, "INVALID_REQUEST")
     assert api.get(f"/v1/groups/{group}/offsets").json() == {"offsets": expected}
 
 
 # --- producers and transactions (happy paths and envelopes; semantics are tested elsewhere) --------
+
 
 def test_producer_and_transaction_endpoints(api, topic_name):
     create(api, topic_name)
@@ -521,9 +559,10 @@ def test_producer_and_transaction_endpoints(api, topic_name):
     ident = {"producer_id": p["producer_id"], "producer_epoch": p["producer_epoch"]}
     added = api.post(f"/v1/transactions/{tid}/partitions", json={**ident, "partitions": [{"topic": topic_name, "partition": 0}]})
     assert added.status_code == 200 and added.json()["state"] == "Ongoing"
-    offsets = api.post(f"/v1/transactions/{tid}/offsets", json={
-        **ident, "group_id": f"g-{topic_name}", "offsets": [{"topic": topic_name, "partition": 0, "offset": 0}],
-    })
+    offsets = api.post(
+        f"/v1/transactions/{tid}/offsets",
+        json={**ident, "group_id": f"g-{topic_name}", "offsets": [{"topic": topic_name, "partition": 0, "offset": 0}]},
+    )
     assert offsets.status_code == 200, offsets.text
     described = api.get(f"/v1/transactions/{tid}").json()
     assert described["transactional_id"] == tid and described["state"] == "Ongoing"
@@ -537,7 +576,9 @@ def test_producer_and_transaction_endpoints(api, topic_name):
 
     p = api.post("/v1/producers", json={"transactional_id": tid}).json()
     ident = {"producer_id": p["producer_id"], "producer_epoch": p["producer_epoch"]}
-    produced = api.post(records_url(topic_name), json={**ident, "transactional_id": tid, "base_sequence": 0, "records": [{"value": "t"}]})
+    produced = api.post(
+        records_url(topic_name), json={**ident, "transactional_id": tid, "base_sequence": 0, "records": [{"value": "t"}]}
+    )
     assert produced.status_code == 200, produced.text
     end = api.post(f"/v1/transactions/{tid}/end", json={**ident, "result": "commit"})
     assert end.status_code == 200 and end.json()["state"] == "CompleteCommit"
@@ -553,8 +594,14 @@ def test_producer_and_transaction_endpoints(api, topic_name):
 def test_transaction_error_envelopes(api, topic_name):
     tid = f"tx-{topic_name}"
     assert_error(api.get(f"/v1/transactions/{tid}"), 404, "TRANSACTIONAL_ID_NOT_FOUND")
-    assert_error(api.post("/v1/producers", json={"transactional_id": tid, "transaction_timeout_ms": 0}), 400, "INVALID_TRANSACTION_TIMEOUT")
-    assert_error(api.post("/v1/producers", json={"transactional_id": tid, "transaction_timeout_ms": 10**9}), 400, "INVALID_TRANSACTION_TIMEOUT")
+    assert_error(
+        api.post("/v1/producers", json={"transactional_id": tid, "transaction_timeout_ms": 0}), 400, "INVALID_TRANSACTION_TIMEOUT"
+    )
+    assert_error(
+        api.post("/v1/producers", json={"transactional_id": tid, "transaction_timeout_ms": 10**9}),
+        400,
+        "INVALID_TRANSACTION_TIMEOUT",
+    )
     p = api.post("/v1/producers", json={"transactional_id": tid}).json()
     wrong = {"producer_id": p["producer_id"] + 1, "producer_epoch": 0, "result": "commit"}
     assert_error(api.post(f"/v1/transactions/{tid}/end", json=wrong), 409, "INVALID_PRODUCER_ID_MAPPING")
@@ -563,6 +610,7 @@ def test_transaction_error_envelopes(api, topic_name):
 
 
 # --- request size limit -----------------------------------------------------------------------------
+
 
 def test_message_too_large_with_and_without_content_length(db_url, tmp_path, topic_name):
     limit = 1000
@@ -586,9 +634,7 @@ def test_message_too_large_with_and_without_content_length(db_url, tmp_path, top
             request = api.build_request("POST", records_url(topic_name), content=chunks(), headers=JSON)
             assert "content-length" not in request.headers and request.headers["transfer-encoding"] == "chunked"
             assert_error(api.send(request), 413, "MESSAGE_TOO_LARGE")
-            assert_error(
-                api.post(f"/v1/topics/{topic_name}/records", content=big, headers=JSON), 413, "MESSAGE_TOO_LARGE"
-            )
+            assert_error(api.post(f"/v1/topics/{topic_name}/records", content=big, headers=JSON), 413, "MESSAGE_TOO_LARGE")
 
         with server.client() as api:  # the server is still fine, and nothing oversized was appended
             assert api.post(records_url(topic_name), json={"records": [{"value": "z"}]}).json()["base_offset"] == 1
@@ -596,6 +642,7 @@ def test_message_too_large_with_and_without_content_length(db_url, tmp_path, top
 
 
 # --- ops ------------------------------------------------------------------------------------------
+
 
 def test_health_and_readiness(api):
     assert api.get("/healthz").json() == {"status": "ok"}
@@ -612,8 +659,10 @@ def test_metrics_are_prometheus_text(api, topic_name):
     lines = r.text.splitlines()
     assert "# TYPE txlog_http_requests_total counter" in lines
     assert any(
-        line.startswith("txlog_http_requests_total{") and 'route="/v1/topics/{topic}/partitions/{partition}/records"' in line
-        and 'method="POST"' in line and 'status="200"' in line
+        line.startswith("txlog_http_requests_total{")
+        and 'route="/v1/topics/{topic}/partitions/{partition}/records"' in line
+        and 'method="POST"' in line
+        and 'status="200"' in line
         for line in lines
     )
     appended = [line for line in lines if line.startswith("txlog_records_appended_total{") and f'topic="{topic_name}"' in line]

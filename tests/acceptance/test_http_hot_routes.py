@@ -91,7 +91,11 @@ SAME_ANSWER = [
     ("/v1/transactions/unknown-tid/end", {"producer_id": 1, "result": "abort"}, JSON),
     ("/v1/transactions/unknown-tid/end", b"[1, 2]", JSON),
     ("/v1/transactions/unknown-tid/end", b"{not json", JSON),
-    ("/v1/transactions/unknown-tid/end", b'{"producer_id": 1, "producer_epoch": 0, "result": "commit"}', {"content-type": "text/plain"}),
+    (
+        "/v1/transactions/unknown-tid/end",
+        b'{"producer_id": 1, "producer_epoch": 0, "result": "commit"}',
+        {"content-type": "text/plain"},
+    ),
     ("/v1/transactions/unknown-tid/end", b'{"producer_id": 1, "producer_epoch": 0, "result": "commit"}', {}),
 ]
 
@@ -107,7 +111,9 @@ def test_a_refused_request_is_answered_as_fastapi_answers_it(clients, path: str,
     h, f = clients
     mine, theirs = _post(h, path, body, headers), _post(f, path, body, headers)
     assert (mine.status_code, mine.headers["content-type"], mine.json()) == (
-        theirs.status_code, theirs.headers["content-type"], theirs.json()
+        theirs.status_code,
+        theirs.headers["content-type"],
+        theirs.json(),
     )
 
 
@@ -150,12 +156,32 @@ def test_an_ended_transaction_is_answered_as_fastapi_answers_it(clients) -> None
 
 # Fetch query strings, each answered alike (the log: 3 records, then a committed transaction of 3).
 FETCHES = [
-    "", "?offset=1", "?offset=2&max_records=1", "?max_bytes=1", "?isolation_level=read_committed",
-    "?isolation_level=read_uncommitted&encoding=base64", "?offset=99", "?offset=7&wait_ms=50", "?offset=1&unknown=5",
-    "?offset=-1", "?offset=01", "?offset=+1", "?offset=1.0", "?offset=", "?offset=9223372036854775808",
-    "?offset=9223372036854775807", "?max_records=0", "?max_records=100001", "?max_bytes=2147483648", "?wait_ms=60001",
-    "?isolation_level=READ_COMMITTED", "?encoding=hex", "?offset=1&offset=2", "?encoding=utf8&encoding=utf8",
-    "?offset=%31", "?wait_ms=%2010",
+    "",
+    "?offset=1",
+    "?offset=2&max_records=1",
+    "?max_bytes=1",
+    "?isolation_level=read_committed",
+    "?isolation_level=read_uncommitted&encoding=base64",
+    "?offset=99",
+    "?offset=7&wait_ms=50",
+    "?offset=1&unknown=5",
+    "?offset=-1",
+    "?offset=01",
+    "?offset=+1",
+    "?offset=1.0",
+    "?offset=",
+    "?offset=9223372036854775808",
+    "?offset=9223372036854775807",
+    "?max_records=0",
+    "?max_records=100001",
+    "?max_bytes=2147483648",
+    "?wait_ms=60001",
+    "?isolation_level=READ_COMMITTED",
+    "?encoding=hex",
+    "?offset=1&offset=2",
+    "?encoding=utf8&encoding=utf8",
+    "?offset=%31",
+    "?wait_ms=%2010",
 ]
 
 
@@ -165,13 +191,22 @@ def test_a_fetch_is_answered_as_fastapi_answers_it(clients) -> None:  # type: ig
     tid = f"hot-{uuid.uuid4().hex[:8]}"
     ids = h.post("/v1/producers", json={"transactional_id": tid}).json()
     ids = {"producer_id": ids["producer_id"], "producer_epoch": ids["producer_epoch"]}
-    assert h.post("/v1/topics/hot/partitions/0/records", json=_batch(transactional_id=tid, base_sequence=0, **ids)).status_code == 200
+    assert (
+        h.post("/v1/topics/hot/partitions/0/records", json=_batch(transactional_id=tid, base_sequence=0, **ids)).status_code
+        == 200
+    )
     assert h.post(f"/v1/transactions/{tid}/end", json={**ids, "result": "commit"}).status_code == 200
     for query in FETCHES:
-        for path in ("/v1/topics/hot/partitions/0/records", "/v1/topics/nope/partitions/0/records", "/v1/topics/hot/partitions/00/records"):
+        for path in (
+            "/v1/topics/hot/partitions/0/records",
+            "/v1/topics/nope/partitions/0/records",
+            "/v1/topics/hot/partitions/00/records",
+        ):
             mine, theirs = h.get(path + query), f.get(path + query)
             assert (mine.status_code, mine.headers["content-type"], mine.json()) == (
-                theirs.status_code, theirs.headers["content-type"], theirs.json()
+                theirs.status_code,
+                theirs.headers["content-type"],
+                theirs.json(),
             ), (path, query)
     assert h.get("/v1/topics/hot/partitions/0/records?isolation_level=read_committed").json()["next_offset"] == 7
 
@@ -200,10 +235,18 @@ def test_the_hot_routes_answer_without_fastapi(db_url: str) -> None:
         assert client.post("/v1/topics", json={"name": "hot", "partitions": 1}).status_code == 201
         middleware = hot.HotRoutes(fastapi, hot.executor(app.state.settings))
 
-        def call(path: str, body: bytes, content_type: bytes = b"application/json", method: str = "POST", query: bytes = b"") -> int:
+        def call(
+            path: str, body: bytes, content_type: bytes = b"application/json", method: str = "POST", query: bytes = b""
+        ) -> int:
             scope = {
-                "type": "http", "method": method, "path": path, "raw_path": path.encode(), "root_path": "",
-                "query_string": query, "headers": [(b"content-type", content_type)], "app": app,
+                "type": "http",
+                "method": method,
+                "path": path,
+                "raw_path": path.encode(),
+                "root_path": "",
+                "query_string": query,
+                "headers": [(b"content-type", content_type)],
+                "app": app,
             }
             messages = [{"type": "http.request", "body": body, "more_body": False}]
             sent: list[dict] = []
@@ -229,7 +272,9 @@ def test_the_hot_routes_answer_without_fastapi(db_url: str) -> None:
         assert call("/v1/topics/hot/partitions/0/delete-records", b"{}") == 599
         assert call("/v1/topics/hot/partitions/0/records", b"", method="GET", query=b"offset=x") == 599
         assert reached == [
-            "/v1/transactions/nobody/end", "/v1/topics/hot/partitions/00/records", "/v1/topics/hot/partitions/0/delete-records",
+            "/v1/transactions/nobody/end",
+            "/v1/topics/hot/partitions/00/records",
+            "/v1/topics/hot/partitions/0/delete-records",
             "/v1/topics/hot/partitions/0/records",
         ]
     finally:

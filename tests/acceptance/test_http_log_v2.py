@@ -59,12 +59,17 @@ def test_a_fenced_producer_appends_nowhere_without_its_transactional_id(api, top
     tid = f"fence-{topic_name}"
     first = api.post("/v1/producers", json={"transactional_id": tid}).json()
     ident = {"producer_id": first["producer_id"], "producer_epoch": first["producer_epoch"]}
-    r = api.post(records_url(topic_name, 0), json={**ident, "transactional_id": tid, "base_sequence": 0, "records": [{"value": "in txn"}]})
+    r = api.post(
+        records_url(topic_name, 0), json={**ident, "transactional_id": tid, "base_sequence": 0, "records": [{"value": "in txn"}]}
+    )
     assert r.status_code == 200, r.text
     again = api.post("/v1/producers", json={"transactional_id": tid}).json()  # a new producer takes over
     assert again["producer_epoch"] == first["producer_epoch"] + 1
     for partition in (0, 1, 2):
-        r = api.post(records_url(topic_name, partition), json={**ident, "base_sequence": 0 if partition else 1, "records": [{"value": "zombie"}]})
+        r = api.post(
+            records_url(topic_name, partition),
+            json={**ident, "base_sequence": 0 if partition else 1, "records": [{"value": "zombie"}]},
+        )
         err = assert_error(r, 409, "PRODUCER_FENCED")
         assert err["reason"] == "newer_epoch"
     for partition in (0, 1, 2):
@@ -79,7 +84,9 @@ def test_events_are_paged_from_the_newest(api, topic_name):
     p = api.post("/v1/producers", json={"transactional_id": tid}).json()
     for _ in range(3):
         ident = {"producer_id": p["producer_id"], "producer_epoch": p["producer_epoch"]}
-        r = api.post(records_url(topic_name), json={**ident, "transactional_id": tid, "base_sequence": 0, "records": [{"value": "x"}]})
+        r = api.post(
+            records_url(topic_name), json={**ident, "transactional_id": tid, "base_sequence": 0, "records": [{"value": "x"}]}
+        )
         assert r.status_code == 200, r.text
         p = api.post(f"/v1/transactions/{tid}/end", json={**ident, "result": "commit"}).json()
     everything = api.get(f"/v1/transactions/{tid}/events").json()

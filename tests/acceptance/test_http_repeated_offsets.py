@@ -9,11 +9,13 @@ import uuid
 def test_group_offset_commit_answers_the_offsets_as_stored(api, topic_name):
     api.post("/v1/topics", json={"name": topic_name, "partitions": 2})
     group = f"g-{uuid.uuid4().hex[:8]}"
-    body = {"offsets": [
-        {"topic": topic_name, "partition": 0, "offset": 5, "metadata": "first"},
-        {"topic": topic_name, "partition": 1, "offset": 2},
-        {"topic": topic_name, "partition": 0, "offset": 9, "metadata": "last"},
-    ]}
+    body = {
+        "offsets": [
+            {"topic": topic_name, "partition": 0, "offset": 5, "metadata": "first"},
+            {"topic": topic_name, "partition": 1, "offset": 2},
+            {"topic": topic_name, "partition": 0, "offset": 9, "metadata": "last"},
+        ]
+    }
     stored = [
         {"topic": topic_name, "partition": 0, "offset": 9, "metadata": "last"},
         {"topic": topic_name, "partition": 1, "offset": 2, "metadata": ""},

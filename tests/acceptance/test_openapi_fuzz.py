@@ -50,14 +50,24 @@ def fuzz_server(pg_admin_url: str, template_db: str, tmp_path_factory: pytest.Te
 
 def schemathesis_run(server: ServerProcess, report: Path) -> subprocess.CompletedProcess[str]:
     command = [
-        str(Path(sys.executable).with_name("schemathesis")), "run", server.url + "/openapi.json",
-        "--checks", CHECKS,
-        "--phases", "examples,coverage,fuzzing",
-        "--max-examples", str(CASES_PER_OPERATION),
+        str(Path(sys.executable).with_name("schemathesis")),
+        "run",
+        server.url + "/openapi.json",
+        "--checks",
+        CHECKS,
+        "--phases",
+        "examples,coverage,fuzzing",
+        "--max-examples",
+        str(CASES_PER_OPERATION),
         "--generation-deterministic",
-        "--workers", "1",
-        "--request-timeout", "30",
-        "--report", "json", "--report-json-path", str(report),
+        "--workers",
+        "1",
+        "--request-timeout",
+        "30",
+        "--report",
+        "json",
+        "--report-json-path",
+        str(report),
         "--no-color",
     ]
     return subprocess.run(command, capture_output=True, text=True, timeout=170, cwd=report.parent)
@@ -70,7 +80,9 @@ def test_every_operation_answers_as_its_openapi_document_says(fuzz_server: Serve
     assert run.returncode == 0, run.stdout[-20_000:] + run.stderr[-5_000:]
     report = json.loads(report_path.read_text())
     cases = report["test_cases"]
-    print(f"schemathesis: {cases['generated']} cases, {report['operations']['tested']} operations, {report['running_time']:.0f} s")
+    print(
+        f"schemathesis: {cases['generated']} cases, {report['operations']['tested']} operations, {report['running_time']:.0f} s"
+    )
     paths = httpx.get(fuzz_server.url + "/openapi.json").json()["paths"]
     operations = {f"{method.upper()} {path}" for path, ops in paths.items() for method in ops}
     assert report["operations"]["tested"] == len(operations) == report["operations"]["total"]

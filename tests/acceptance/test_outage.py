@@ -25,7 +25,9 @@ def test_database_outage_and_recovery(own_postgres, tmp_path):
     pg = own_postgres
     topic = "outage"
     url = f"/v1/topics/{topic}/partitions/0/records"
-    with ServerProcess(pg.url, env={"TXLOG_TRANSACTION_ABORT_CHECK_INTERVAL_MS": "300"}, log_path=tmp_path / "server.log") as server:
+    with ServerProcess(
+        pg.url, env={"TXLOG_TRANSACTION_ABORT_CHECK_INTERVAL_MS": "300"}, log_path=tmp_path / "server.log"
+    ) as server:
         with server.client(timeout=15) as api:
             assert api.post("/v1/topics", json={"name": topic, "partitions": 2}).status_code == 201
             tid = "outage-tx"
@@ -114,8 +116,11 @@ def test_database_outage_and_recovery(own_postgres, tmp_path):
 
             pg.start()  # the same port, the same data
             wait_until(lambda: api.get("/readyz").status_code == 200, timeout=30, message="ready again")
-            wait_until(lambda: api.post(url, json={"records": [{"value": "after"}]}).status_code == 200, timeout=15,
-                       message="produce works again")
+            wait_until(
+                lambda: api.post(url, json={"records": [{"value": "after"}]}).status_code == 200,
+                timeout=15,
+                message="produce works again",
+            )
             n_before = len(answers)
             wait_until(lambda: 200 in answers[n_before:], timeout=15, message="background producer succeeds again")
             stop.set()
@@ -127,7 +132,10 @@ def test_database_outage_and_recovery(own_postgres, tmp_path):
             assert api.get(f"/v1/topics/{topic}").status_code == 200
             assert api.post("/v1/topics", json={"name": "created-after-outage"}).status_code == 201
             assert api.get(f"/v1/transactions/{tid}").json()["state"] == "Empty"
-            assert api.post("/v1/groups/g/offsets", json={"offsets": [{"topic": topic, "partition": 0, "offset": 1}]}).status_code == 200
+            assert (
+                api.post("/v1/groups/g/offsets", json={"offsets": [{"topic": topic, "partition": 0, "offset": 1}]}).status_code
+                == 200
+            )
 
             # long polls are woken by appends again once the server's LISTEN connection is back
             def long_poll_is_woken() -> bool:

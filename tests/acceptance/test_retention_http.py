@@ -26,7 +26,9 @@ def stored_offsets(server, topic: str) -> list[int]:  # type: ignore[no-untyped-
 
 
 def test_retention_config_at_create_and_patch(api, topic_name):
-    err = assert_error(api.post("/v1/topics", json={"name": topic_name, "config": {"retention.ms": "1 day"}}), 400, "INVALID_CONFIG")
+    err = assert_error(
+        api.post("/v1/topics", json={"name": topic_name, "config": {"retention.ms": "1 day"}}), 400, "INVALID_CONFIG"
+    )
     assert "retention.ms" in err["message"]
     assert_error(api.get(f"/v1/topics/{topic_name}"), 404, "UNKNOWN_TOPIC_OR_PARTITION")  # not created
     r = api.post("/v1/topics", json={"name": topic_name, "config": {"retention.bytes": "1048576", "cleanup.policy": "delete"}})
@@ -38,8 +40,15 @@ def test_retention_config_at_create_and_patch(api, topic_name):
     assert r.json() == {"name": topic_name, "config": {"retention.ms": 3_600_000, "cleanup.policy": "delete"}}
     assert api.get(f"/v1/topics/{topic_name}").json()["config"] == {"retention.ms": 3_600_000, "cleanup.policy": "delete"}
 
-    for bad in ({"retention.ms": -2}, {"retention.bytes": 1.5}, {"retention.ms": True}, {"retention.bytes": "10 MB"},
-                {"retention.ms": 2**63}, {"other": "nul\u0000"}, {"": 1}):
+    for bad in (
+        {"retention.ms": -2},
+        {"retention.bytes": 1.5},
+        {"retention.ms": True},
+        {"retention.bytes": "10 MB"},
+        {"retention.ms": 2**63},
+        {"other": "nul\u0000"},
+        {"": 1},
+    ):
         assert_error(api.patch(f"/v1/topics/{topic_name}", json={"config": bad}), 400, "INVALID_CONFIG")
     assert api.get(f"/v1/topics/{topic_name}").json()["config"] == {"retention.ms": 3_600_000, "cleanup.policy": "delete"}
     assert_error(api.patch("/v1/topics/no-such-topic", json={"config": {"retention.ms": 1}}), 404, "UNKNOWN_TOPIC_OR_PARTITION")
@@ -47,8 +56,17 @@ def test_retention_config_at_create_and_patch(api, topic_name):
 
 @pytest.mark.parametrize(
     "body",
-    [b'{"config": {"x": NaN}}', b'{"config": {"x": Infinity}}', b'{"config": {"x": "\\ud800"}}', b'{"config": {"\\udfff": 1}}',
-     b'{"config": [1]}', b'{"config": null}', b'{}', b'not json', b'{"config": ' + b'[' * 5000 + b']' * 5000 + b'}'],
+    [
+        b'{"config": {"x": NaN}}',
+        b'{"config": {"x": Infinity}}',
+        b'{"config": {"x": "\\ud800"}}',
+        b'{"config": {"\\udfff": 1}}',
+        b'{"config": [1]}',
+        b'{"config": null}',
+        b"{}",
+        b"not json",
+        b'{"config": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+    ],
 )
 def test_hostile_patch_bodies_are_client_errors(api, topic_name, body):
     create(api, topic_name)
@@ -64,7 +82,12 @@ def test_delete_records_and_the_fetch_below_the_log_start(api, server, topic_nam
     r = api.post(delete_records_url(topic_name), json={"before_offset": 4})
     assert r.status_code == 200, r.text
     assert r.json() == {"topic": topic_name, "partition": 0, "log_start_offset": 4}
-    assert partition_info(api, topic_name) == {"partition": 0, "log_start_offset": 4, "high_watermark": 10, "last_stable_offset": 10}
+    assert partition_info(api, topic_name) == {
+        "partition": 0,
+        "log_start_offset": 4,
+        "high_watermark": 10,
+        "last_stable_offset": 10,
+    }
     assert partition_info(api, topic_name, 1)["log_start_offset"] == 0
 
     for isolation in ("read_uncommitted", "read_committed"):
@@ -83,7 +106,9 @@ def test_delete_records_and_the_fetch_below_the_log_start(api, server, topic_nam
     assert_error(api.post(delete_records_url("no-such-topic"), json={"before_offset": 0}), 404, "UNKNOWN_TOPIC_OR_PARTITION")
     for body in ({"before_offset": -2}, {"before_offset": 2**63}, {"before_offset": "x"}, {}):
         assert_client_error(api.post(delete_records_url(topic_name), json=body))
-    assert_client_error(api.post(f"/v1/topics/{topic_name}/partitions/99999999999999999999999/delete-records", json={"before_offset": 0}))
+    assert_client_error(
+        api.post(f"/v1/topics/{topic_name}/partitions/99999999999999999999999/delete-records", json={"before_offset": 0})
+    )
 
     # The server's sweeper deletes what lies below the log start.
     wait_until(lambda: stored_offsets(server, topic_name) == [4, 5, 6, 7, 8, 9], 30, 0.1, "the sweeper to delete offsets 0-3")
@@ -113,5 +138,5 @@ def test_the_admin_partition_page_starts_at_the_log_start(api, topic_name):
         assert r.status_code == 200, r.text
         assert "value-0" not in r.text and "value-2" not in r.text
         assert ("value-3" in r.text) is ("before" not in query)
-        facts = r.text[r.text.index("Log start offset"):]
+        facts = r.text[r.text.index("Log start offset") :]
         assert facts[: facts.index("</dd>")].endswith(">3"), facts[:200]

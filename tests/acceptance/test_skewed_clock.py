@@ -28,8 +28,15 @@ TIMEOUT_MS = 3_000
 
 
 def libfaketime() -> str:
-    found = [path for pattern in ("/usr/lib/*/faketime/libfaketime.so.1", "/usr/lib*/faketime/libfaketime.so.1",
-                                  "/usr/local/lib*/faketime/libfaketime.so.1") for path in sorted(glob.glob(pattern))]
+    found = [
+        path
+        for pattern in (
+            "/usr/lib/*/faketime/libfaketime.so.1",
+            "/usr/lib*/faketime/libfaketime.so.1",
+            "/usr/local/lib*/faketime/libfaketime.so.1",
+        )
+        for path in sorted(glob.glob(pattern))
+    ]
     if not found:
         pytest.skip("libfaketime is not installed (scripts/system-deps.sh installs it)")
     return found[0]
@@ -50,8 +57,11 @@ def test_a_server_with_a_skewed_clock_keeps_the_database_s_time(db_url, broker, 
     }
     topics.create_topic(broker, "t", 1)
     transactions.init_producer_id(broker, "idle")  # Empty, idle for seconds only: must not expire
-    with ServerProcess(db_url, env=env, log_path=tmp_path / "server.log") as server, server.client() as api, \
-            psycopg.connect(db_url, autocommit=True) as conn:
+    with (
+        ServerProcess(db_url, env=env, log_path=tmp_path / "server.log") as server,
+        server.client() as api,
+        psycopg.connect(db_url, autocommit=True) as conn,
+    ):
         host_ms = email.utils.parsedate_to_datetime(api.get("/healthz").headers["date"]).timestamp() * 1000
         sign = 1 if skew.startswith("+") else -1
         assert abs(host_ms - database_ms(conn) - sign * SKEW_S * 1000) < 60_000, "the server's own clock is skewed"
@@ -61,13 +71,16 @@ def test_a_server_with_a_skewed_clock_keeps_the_database_s_time(db_url, broker, 
         produce.produce(broker, "t", 0, ProduceRequest([NewRecord(None, b"x")], pe.producer_id, pe.producer_epoch, 0, "tx"))
         started_ms, deadline_ms = conn.execute(
             "SELECT (extract(epoch FROM started_at) * 1000)::bigint, (extract(epoch FROM deadline) * 1000)::bigint "
-            "FROM txlog.transactions WHERE transactional_id = 'tx'").fetchone()
+            "FROM txlog.transactions WHERE transactional_id = 'tx'"
+        ).fetchone()
         assert deadline_ms == started_ms + TIMEOUT_MS
         seen: dict[str, int] = {}
 
         def aborted() -> bool:
-            state, now = conn.execute("SELECT state, (extract(epoch FROM clock_timestamp()) * 1000)::bigint "
-                                      "FROM txlog.transactions WHERE transactional_id = 'tx'").fetchone()
+            state, now = conn.execute(
+                "SELECT state, (extract(epoch FROM clock_timestamp()) * 1000)::bigint "
+                "FROM txlog.transactions WHERE transactional_id = 'tx'"
+            ).fetchone()
             if state == "Ongoing":
                 seen["last_ongoing"] = now
                 return False
@@ -76,9 +89,10 @@ def test_a_server_with_a_skewed_clock_keeps_the_database_s_time(db_url, broker, 
 
         wait_until(aborted, timeout=TIMEOUT_MS / 1000 + 15, interval=0.05, message="the timed-out transaction aborted")
         assert seen["last_ongoing"] >= deadline_ms - 1_000, "aborted before its timeout by the database's clock"
-        (at_ms, reason), = conn.execute(
+        ((at_ms, reason),) = conn.execute(
             "SELECT (extract(epoch FROM at) * 1000)::bigint, reason FROM txlog.transaction_events "
-            "WHERE transactional_id = 'tx' AND to_state = 'PrepareAbort'").fetchall()
+            "WHERE transactional_id = 'tx' AND to_state = 'PrepareAbort'"
+        ).fetchall()
         assert reason == "timed_out"
         assert deadline_ms < at_ms <= seen["first_ended"] + SLACK_MS  # the event's time is the database's
 
@@ -88,12 +102,24 @@ def test_a_server_with_a_skewed_clock_keeps_the_database_s_time(db_url, broker, 
         # What the server writes carries the database's time.
         before = database_ms(conn)
         p = api.post("/v1/producers", json={"transactional_id": "through-skewed"}).json()
-        r = api.post("/v1/topics/t/partitions/0/records", json={
-            "transactional_id": "through-skewed", "producer_id": p["producer_id"], "producer_epoch": p["producer_epoch"],
-            "base_sequence": 0, "records": [{"value": "y"}]})
+        r = api.post(
+            "/v1/topics/t/partitions/0/records",
+            json={
+                "transactional_id": "through-skewed",
+                "producer_id": p["producer_id"],
+                "producer_epoch": p["producer_epoch"],
+                "base_sequence": 0,
+                "records": [{"value": "y"}],
+            },
+        )
         assert r.status_code == 200, r.text
-        assert api.post("/v1/transactions/through-skewed/end", json={
-            "producer_id": p["producer_id"], "producer_epoch": p["producer_epoch"], "result": "commit"}).status_code == 200
+        assert (
+            api.post(
+                "/v1/transactions/through-skewed/end",
+                json={"producer_id": p["producer_id"], "producer_epoch": p["producer_epoch"], "result": "commit"},
+            ).status_code
+            == 200
+        )
         after = database_ms(conn)
 
         def within(ms: int) -> bool:

@@ -15,8 +15,13 @@ def test_transaction_commit_becomes_visible_to_read_committed(api, topic_name):
     api.post("/v1/topics", json={"name": topic_name, "partitions": 1})
     tid = f"tx-{topic_name}"
     p = api.post("/v1/producers", json={"transactional_id": tid}).json()
-    body = {"transactional_id": tid, "producer_id": p["producer_id"], "producer_epoch": p["producer_epoch"],
-            "base_sequence": 0, "records": [{"value": "a"}, {"value": "b"}]}
+    body = {
+        "transactional_id": tid,
+        "producer_id": p["producer_id"],
+        "producer_epoch": p["producer_epoch"],
+        "base_sequence": 0,
+        "records": [{"value": "a"}, {"value": "b"}],
+    }
     assert api.post(f"/v1/topics/{topic_name}/partitions/0/records", json=body).status_code == 200
     url = f"/v1/topics/{topic_name}/partitions/0/records"
     before = api.get(url, params={"isolation_level": "read_committed"}).json()

@@ -181,10 +181,19 @@ class Scenario:
     @staticmethod
     def _order(rnd: random.Random, ts: int | None) -> dict:
         oid = rnd.randint(10_000, 99_999)
-        value = {"order_id": f"o-{oid}", "customer": f"c-{rnd.randint(100, 999)}", "total": round(rnd.uniform(5, 480), 2),
-                 "currency": "EUR", "items": rnd.randint(1, 6)}
-        return {"key": f"o-{oid}", "value": json.dumps(value), "headers": {"source": "checkout", "schema": "order.v2"},
-                "timestamp_ms": ts}
+        value = {
+            "order_id": f"o-{oid}",
+            "customer": f"c-{rnd.randint(100, 999)}",
+            "total": round(rnd.uniform(5, 480), 2),
+            "currency": "EUR",
+            "items": rnd.randint(1, 6),
+        }
+        return {
+            "key": f"o-{oid}",
+            "value": json.dumps(value),
+            "headers": {"source": "checkout", "schema": "order.v2"},
+            "timestamp_ms": ts,
+        }
 
     @staticmethod
     def _stock(rnd: random.Random, ts: int | None) -> dict:
@@ -195,6 +204,10 @@ class Scenario:
     @staticmethod
     def _payment(rnd: random.Random, refund: bool = False) -> dict:
         pid = rnd.randint(100_000, 999_999)
-        value = {"payment_id": f"p-{pid}", "order_id": f"o-{rnd.randint(10_000, 99_999)}",
-                 "amount": round(rnd.uniform(5, 480), 2), "status": "refunded" if refund else "captured"}
+        value = {
+            "payment_id": f"p-{pid}",
+            "order_id": f"o-{rnd.randint(10_000, 99_999)}",
+            "amount": round(rnd.uniform(5, 480), 2),
+            "status": "refunded" if refund else "captured",
+        }
         return {"key": f"p-{pid}", "value": json.dumps(value), "headers": {"source": "psp", "attempt": "1"}}

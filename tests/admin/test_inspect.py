@@ -16,12 +16,7 @@ from app.services.inspect.overview import overview
 from app.services.inspect.producers import producers_page
 from app.services.inspect.rates import RATE_BUCKETS
 from app.services.inspect.topics import BROWSE_MODES, browse_partition, topic_detail
-from app.services.inspect.transactions import (
-    LSO_HOLD_ALERT_MS,
-    hanging_transactions,
-    transaction_detail,
-    transactions_page,
-)
+from app.services.inspect.transactions import LSO_HOLD_ALERT_MS, hanging_transactions, transaction_detail, transactions_page
 from app.services.produce import ProduceRequest, produce
 from tests.conftest import ManualClock
 
@@ -144,8 +139,13 @@ def test_browse_modes_flag_control_aborted_and_open_records(clocked_broker: Brok
     assert [r.offset for r in everything.records] == list(range(7))
     flags = {r.offset: (r.control_type, r.aborted, r.open) for r in everything.records}
     assert flags == {
-        0: (None, False, False), 1: (None, False, False), 2: (1, False, False),
-        3: (None, True, False), 4: (0, True, False), 5: (None, False, False), 6: (None, False, True),
+        0: (None, False, False),
+        1: (None, False, False),
+        2: (1, False, False),
+        3: (None, True, False),
+        4: (0, True, False),
+        5: (None, False, False),
+        6: (None, False, True),
     }
     uncommitted = browse_partition(b, "log", 0, "read_uncommitted")
     assert [r.offset for r in uncommitted.records] == [0, 1, 3, 5, 6]
@@ -220,9 +220,7 @@ def test_transaction_detail_partitions_pending_offsets_and_epoch_history(clocked
     assert d.meta.state is TxnState.ONGOING and d.deadline_ms == d.meta.started_at_ms + d.meta.timeout_ms
     assert [(p.topic, p.partition, p.first_offset, p.holds_lso) for p in d.partitions] == [("out", 1, 0, True)]
     assert d.pending_offsets == [{"group_id": "g1", "topic": "in", "partition": 0, "offset": 5, "metadata": "m"}]
-    assert [(e.producer_epoch, e.cause) for e in d.epochs] == [
-        (0, "InitProducerId (new id)"), (1, "after a commit"),
-    ]
+    assert [(e.producer_epoch, e.cause) for e in d.epochs] == [(0, "InitProducerId (new id)"), (1, "after a commit")]
     assert d.total_events == d.meta.version == len(d.events)
 
     transactions.abort_by_operator(b, "ctp")
@@ -248,7 +246,10 @@ def test_producers_page_expiry_open_transactions_and_paging(clocked_broker: Brok
     t.send("p", 2, "c")
 
     page = producers_page(b, limit=2)
-    assert [(e.topic, e.partition, e.producer_id) for e in page.entries] == [("p", 0, idem.producer_id), ("p", 1, idem.producer_id)]
+    assert [(e.topic, e.partition, e.producer_id) for e in page.entries] == [
+        ("p", 0, idem.producer_id),
+        ("p", 1, idem.producer_id),
+    ]
     assert page.next_after == ("p", 1, idem.producer_id)
     rest = producers_page(b, after=page.next_after, limit=2)
     assert [(e.partition, e.producer_id) for e in rest.entries] == [(2, idem.producer_id), (2, t.pid)] and rest.next_after is None
@@ -275,10 +276,17 @@ def test_groups_lag_against_the_last_stable_offset(clocked_broker: Broker) -> No
 
     (summary,) = inspect_groups.groups(b)
     assert (summary.group_id, summary.partitions, summary.lag, summary.pending_offsets, summary.pending_transactions) == (
-        "readers", 2, 4, 1, 1)
+        "readers",
+        2,
+        4,
+        1,
+        1,
+    )
     detail = inspect_groups.group_detail(b, "readers")
     assert [(o.partition, o.offset, o.last_stable_offset, o.high_watermark, o.lag) for o in detail.offsets] == [
-        (0, 6, 10, 12, 4), (1, 4, 4, 4, 0)]
+        (0, 6, 10, 12, 4),
+        (1, 4, 4, 4, 0),
+    ]
     assert [(p["partition"], p["offset"], p["transactional_id"]) for p in detail.pending] == [(1, 3, "writer")]
     assert inspect_groups.group_detail(b, "nobody").offsets == []
 

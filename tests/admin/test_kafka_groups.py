@@ -22,13 +22,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.domain.consumer_protocol import (
-    Assignment,
-    ConsumerProtocolError,
-    Subscription,
-    decode_assignment,
-    decode_subscription,
-)
+from app.domain.consumer_protocol import Assignment, ConsumerProtocolError, Subscription, decode_assignment, decode_subscription
 from app.errors import ErrorCode
 from app.services import Broker, retention
 from app.services.cluster import deregister_node, register_node
@@ -66,7 +60,12 @@ def assignment_bytes(version: int, tps: Any, user_data: bytes | None = None) -> 
 
 
 def subscription_bytes(
-    version: int, topics: list[str], user_data: bytes | None = None, owned: Any = (), generation: int = -1, rack: str | None = None
+    version: int,
+    topics: list[str],
+    user_data: bytes | None = None,
+    owned: Any = (),
+    generation: int = -1,
+    rack: str | None = None,
 ) -> bytes:
     out = struct.pack(">hi", version, len(topics)) + b"".join(s16(t) for t in topics) + b32(user_data)
     if version >= 1:
@@ -88,16 +87,25 @@ def test_an_assignment_reads_back_as_written(version: int, tps: Any, user_data: 
 
 
 @given(st.integers(0, 3), st.lists(TOPICS, max_size=5), TPS, st.integers(-1, 1000), st.one_of(st.none(), TOPICS))
-def test_a_subscription_of_each_version_reads_back(version: int, topics: list[str], owned: Any, generation: int, rack: str | None) -> None:
+def test_a_subscription_of_each_version_reads_back(
+    version: int, topics: list[str], owned: Any, generation: int, rack: str | None
+) -> None:
     got = decode_subscription(subscription_bytes(version, topics, b"ud", owned, generation, rack))
     assert got == Subscription(
-        version, tuple(topics), b"ud", owned if version >= 1 else (), generation if version >= 2 else -1, rack if version >= 3 else None
+        version,
+        tuple(topics),
+        b"ud",
+        owned if version >= 1 else (),
+        generation if version >= 2 else -1,
+        rack if version >= 3 else None,
     )
 
 
 def test_a_newer_version_reads_as_the_newest_known_and_trailing_bytes_are_ignored() -> None:
     data = subscription_bytes(3, ["t"], None, (("t", (0,)),), 7, "rack-a")
-    assert decode_subscription(struct.pack(">h", 9) + data[2:] + b"\x00future") == Subscription(9, ("t",), None, (("t", (0,)),), 7, "rack-a")
+    assert decode_subscription(struct.pack(">h", 9) + data[2:] + b"\x00future") == Subscription(
+        9, ("t",), None, (("t", (0,)),), 7, "rack-a"
+    )
     assert decode_assignment(assignment_bytes(5, (("t", (1, 2)),)) + b"more").partitions == (("t", (1, 2)),)
     assert decode_assignment(assignment_bytes(0, ())).count == 0
 
@@ -134,7 +142,9 @@ class StandIn:
     by the kernel and never read, as a stopped process's are; ``closing``: each connection is
     closed at once."""
 
-    def __init__(self, mode: str = "answer", groups: list[dict] | None = None, apis: dict[int, tuple[int, int]] = GROUP_APIS) -> None:
+    def __init__(
+        self, mode: str = "answer", groups: list[dict] | None = None, apis: dict[int, tuple[int, int]] = GROUP_APIS
+    ) -> None:
         self.mode, self.groups, self.apis = mode, groups or [], apis
         self.sock = socket.create_server(("127.0.0.1", 0), backlog=16)
         self.port = self.sock.getsockname()[1]
@@ -168,7 +178,9 @@ class StandIn:
                 header, body = request.header, request.body
                 self.requests.append((header.api_key, header.api_version))
                 if header.api_key == ApiKey.ApiVersions:
-                    answer = {"api_keys": [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in self.apis.items()]}
+                    answer = {
+                        "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in self.apis.items()]
+                    }
                 elif header.api_key == ApiKey.ListGroups:
                     listed = [{k: g[k] for k in ("group_id", "protocol_type", "group_state")} for g in self.groups]
                     answer = {"groups": listed}
@@ -197,14 +209,22 @@ def stand_ins() -> Iterator[Any]:
 
 def member(member_id: str, client_id: str, host: str, topics: list[str], tps: Any) -> dict:
     return {
-        "member_id": member_id, "client_id": client_id, "client_host": host,
-        "member_metadata": subscription_bytes(1, topics), "member_assignment": assignment_bytes(0, tps),
+        "member_id": member_id,
+        "client_id": client_id,
+        "client_host": host,
+        "member_metadata": subscription_bytes(1, topics),
+        "member_assignment": assignment_bytes(0, tps),
     }
 
 
 def test_the_client_asks_at_the_highest_common_versions(stand_ins: Any) -> None:
-    group = {"group_id": "g", "group_state": "Stable", "protocol_type": "consumer", "protocol_data": "range",
-             "members": [member("m-1", "c-1", "/127.0.0.1", ["t"], (("t", (0,)),))]}
+    group = {
+        "group_id": "g",
+        "group_state": "Stable",
+        "protocol_type": "consumer",
+        "protocol_data": "range",
+        "members": [member("m-1", "c-1", "/127.0.0.1", ["t"], (("t", (0,)),))],
+    }
     gw = stand_ins(groups=[group])
     described = describe_all_groups("127.0.0.1", gw.port, 2)
     assert gw.requests == [(ApiKey.ApiVersions, 0), (ApiKey.ListGroups, 4), (ApiKey.DescribeGroups, 5)]
@@ -227,7 +247,9 @@ def test_the_client_asks_at_the_highest_common_versions(stand_ins: Any) -> None:
         ("answer", {**GROUP_APIS, ApiKey.ListGroups: (7, 9)}, "no version of ListGroups in common"),
     ],
 )
-def test_a_gateway_that_does_not_answer_is_unreachable_within_the_timeout(stand_ins: Any, mode: str, apis: Any, reason: str) -> None:
+def test_a_gateway_that_does_not_answer_is_unreachable_within_the_timeout(
+    stand_ins: Any, mode: str, apis: Any, reason: str
+) -> None:
     gw = stand_ins(mode, apis=apis)
     started = time.monotonic()
     with pytest.raises(GatewayUnreachable, match=reason):
@@ -293,27 +315,45 @@ def scene(signed_in: httpx.Client, stand_ins: Any, register: Any) -> tuple[str, 
     topic, group = f"kg-{uuid.uuid4().hex[:8]}", f"kg-app-{uuid.uuid4().hex[:6]}"
     assert signed_in.post("/v1/topics", json={"name": topic, "partitions": 3}).status_code == 201
     for partition, n in ((0, 10), (1, 4), (2, 6)):
-        r = signed_in.post(f"/v1/topics/{topic}/partitions/{partition}/records", json={"records": [{"value": str(i)} for i in range(n)]})
+        r = signed_in.post(
+            f"/v1/topics/{topic}/partitions/{partition}/records", json={"records": [{"value": str(i)} for i in range(n)]}
+        )
         assert r.status_code == 200, r.text
     offsets = {"offsets": [{"topic": topic, "partition": 0, "offset": 7}, {"topic": topic, "partition": 2, "offset": 6}]}
     assert signed_in.post(f"/v1/groups/{group}/offsets", json=offsets).status_code == 200
     stable = {
-        "group_id": group, "group_state": "Stable", "protocol_type": "consumer", "protocol_data": "range",
+        "group_id": group,
+        "group_state": "Stable",
+        "protocol_type": "consumer",
+        "protocol_data": "range",
         "members": [
             member("c-one-4f1e", "c-one", "/10.1.2.3", [topic], ((topic, (0, 1)),)),
             member("c-two-9a0b", "c-two", "/10.1.2.4", [topic], ((topic, (2,)),)),
-            {"member_id": "odd-1", "client_id": "odd", "client_host": "/10.1.2.5", "member_metadata": b"", "member_assignment": b"\x00\x00\x7f"},
+            {
+                "member_id": "odd-1",
+                "client_id": "odd",
+                "client_host": "/10.1.2.5",
+                "member_metadata": b"",
+                "member_assignment": b"\x00\x00\x7f",
+            },
         ],
     }
-    rebalancing = {"group_id": "kg-other", "group_state": "PreparingRebalance", "protocol_type": "consumer", "protocol_data": "",
-                   "members": [{"member_id": "m", "client_id": "late", "client_host": "/10.9.9.9"}]}
+    rebalancing = {
+        "group_id": "kg-other",
+        "group_state": "PreparingRebalance",
+        "protocol_type": "consumer",
+        "protocol_data": "",
+        "members": [{"member_id": "m", "client_id": "late", "client_host": "/10.9.9.9"}],
+    }
     register(1, stand_ins(groups=[stable, rebalancing]).port)
     register(2, stand_ins("frozen").port)
     register(3, free_port())  # registered, but no process listens any more
     return topic, group
 
 
-def test_groups_members_assignments_offsets_and_lag_and_unreachable_nodes(signed_in: httpx.Client, store: Broker, scene: tuple[str, str]) -> None:
+def test_groups_members_assignments_offsets_and_lag_and_unreachable_nodes(
+    signed_in: httpx.Client, store: Broker, scene: tuple[str, str]
+) -> None:
     topic, group = scene
     started = time.monotonic()
     listing = signed_in.get("/admin/kafka-groups")
@@ -363,7 +403,9 @@ def test_the_pages_in_a_browser(
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_context(base_url=token_server.url, java_script_enabled=False, viewport={"width": 1400, "height": 900}).new_page()
+            page = browser.new_context(
+                base_url=token_server.url, java_script_enabled=False, viewport={"width": 1400, "height": 900}
+            ).new_page()
             problems = Problems(page)
             page.goto("/admin/sign-in?next=/admin/groups")
             page.fill("input[name=token]", ADMIN_TOKEN)

@@ -61,6 +61,7 @@ def txn_state(client: httpx.Client, tid: str) -> str:
 
 # --- access ---------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("path", PAGES)
 def test_every_page_requires_sign_in_with_a_token(anonymous: httpx.Client, scenario: Scenario, path: str) -> None:
     r = anonymous.get(path)
@@ -140,6 +141,7 @@ def test_no_openapi_for_the_admin_app(admin: httpx.Client) -> None:
 
 # --- pages ----------------------------------------------------------------------------------------
 
+
 def test_overview(admin: httpx.Client, scenario: Scenario) -> None:
     # The hanging transaction passes its 1.5 s timeout; the sweeper does not run again.
     page = wait_until(lambda: (p := ok(admin.get("/admin/"))) and "past its" in p and p, message="the hanging alert")
@@ -154,7 +156,9 @@ def test_overview(admin: httpx.Client, scenario: Scenario) -> None:
     topics = admin.get(f"/v1/topics/{scenario.orders}").json()["partitions"]
     p3 = topics[3]
     assert p3["last_stable_offset"] < p3["high_watermark"]
-    assert f'aria-label="log start 0, last stable offset {p3["last_stable_offset"]}, high watermark {p3["high_watermark"]}"' in page
+    assert (
+        f'aria-label="log start 0, last stable offset {p3["last_stable_offset"]}, high watermark {p3["high_watermark"]}"' in page
+    )
     # The chart counts the records stamped since the start of its first whole-minute bucket: every
     # record of the scenario but the oldest history, depending on the minute the page is drawn in.
     while True:
@@ -165,15 +169,27 @@ def test_overview(admin: httpx.Client, scenario: Scenario) -> None:
     counted = 0
     for t in (scenario.orders, scenario.payments, scenario.inventory, scenario.audit):
         for p in admin.get(f"/v1/topics/{t}").json()["partitions"]:
-            records = admin.get(f"/v1/topics/{t}/partitions/{p['partition']}/records",
-                               params={"offset": 0, "max_records": 10_000}).json()["records"]
+            records = admin.get(
+                f"/v1/topics/{t}/partitions/{p['partition']}/records", params={"offset": 0, "max_records": 10_000}
+            ).json()["records"]
             # control records have no entry in a fetch; they are stamped when appended, inside the window
             counted += p["high_watermark"] - sum(1 for r in records if r["timestamp_ms"] < window_start)
     assert re.search(rf"<b>{counted:,}</b>\s*records, 15 min", page)
     # Transactions by state: 2 Ongoing, 2 CompleteCommit (the refunds id committed after its abort)
-    states = dict(re.findall(r'<span class="badge state-\w+">(\w+)</span>\s*<svg class="meter".*?<span class="n[^"]*">(\d+)</span>', page, re.S))
-    assert states == {"Empty": "0", "Ongoing": "2", "PrepareCommit": "0", "PrepareAbort": "0",
-                      "CompleteCommit": "2", "CompleteAbort": "0", "Dead": "0"}
+    states = dict(
+        re.findall(
+            r'<span class="badge state-\w+">(\w+)</span>\s*<svg class="meter".*?<span class="n[^"]*">(\d+)</span>', page, re.S
+        )
+    )
+    assert states == {
+        "Empty": "0",
+        "Ongoing": "2",
+        "PrepareCommit": "0",
+        "PrepareAbort": "0",
+        "CompleteCommit": "2",
+        "CompleteAbort": "0",
+        "Dead": "0",
+    }
 
 
 def test_topic_page(admin: httpx.Client, scenario: Scenario) -> None:
@@ -185,7 +201,9 @@ def test_topic_page(admin: httpx.Client, scenario: Scenario) -> None:
 
 
 def test_topic_page_shows_every_config_with_where_it_comes_from(admin: httpx.Client, topic_name: str) -> None:
-    created = admin.post("/v1/topics", json={"name": topic_name, "partitions": 1, "config": {"retention.ms": 86_400_000, "segment.ms": 60_000}})
+    created = admin.post(
+        "/v1/topics", json={"name": topic_name, "partitions": 1, "config": {"retention.ms": 86_400_000, "segment.ms": 60_000}}
+    )
     assert created.status_code == 201, created.text
     configs = text(ok(admin.get(f"/admin/topics/{topic_name}")).split('id="configs"')[1])
     assert "retention.ms 86400000 this topic applied" in configs
@@ -211,8 +229,9 @@ def test_record_browser_modes(admin: httpx.Client, scenario: Scenario) -> None:
     assert uncommitted.count('<span class="tag aborted">aborted</span>') == 3
 
     committed = ok(admin.get(base, params={"mode": "read_committed"}))
-    committed_log = admin.get(f"/v1/topics/{scenario.payments}/partitions/1/records",
-                              params={"offset": 0, "isolation_level": "read_committed"}).json()["records"]
+    committed_log = admin.get(
+        f"/v1/topics/{scenario.payments}/partitions/1/records", params={"offset": 0, "isolation_level": "read_committed"}
+    ).json()["records"]
     assert offsets(committed) == [r["offset"] for r in committed_log] and "aborted</span>" not in committed
 
 
@@ -302,7 +321,9 @@ def test_consumer_group_pages(admin: httpx.Client, scenario: Scenario) -> None:
     assert scenario.payments_group in listing and scenario.analytics_group in listing
     page = ok(admin.get(f"/admin/groups/{scenario.analytics_group}"))
     statuses = admin.get(f"/v1/topics/{scenario.orders}").json()["partitions"]
-    offsets_committed = {o["partition"]: o["offset"] for o in admin.get(f"/v1/groups/{scenario.analytics_group}/offsets").json()["offsets"]}
+    offsets_committed = {
+        o["partition"]: o["offset"] for o in admin.get(f"/v1/groups/{scenario.analytics_group}/offsets").json()["offsets"]
+    }
     lag = sum(max(statuses[p]["last_stable_offset"] - o, 0) for p, o in offsets_committed.items())
     assert f"lag {lag:,}" in text(page)
     pending = ok(admin.get(f"/admin/groups/{scenario.payments_group}"))
@@ -317,6 +338,7 @@ def test_unknown_page_is_an_html_404(admin: httpx.Client) -> None:
 
 # --- the operator's abort -------------------------------------------------------------------------
 
+
 def test_abort_needs_confirmation_and_the_session_csrf_token(admin: httpx.Client, scenario: Scenario) -> None:
     tid = f"abort-me-{uuid.uuid4().hex[:6]}"
     p = Producer(admin, tid, 900_000).init()
@@ -330,26 +352,38 @@ def test_abort_needs_confirmation_and_the_session_csrf_token(admin: httpx.Client
     assert token == session_token  # per session, not per page
 
     error_page(admin.post(f"/admin/transactions/abort/{tid}"), 403, "CLUSTER_AUTHORIZATION_FAILED")
-    error_page(admin.post(f"/admin/transactions/abort/{tid}", data={"csrf_token": "forged" * 5}), 403, "CLUSTER_AUTHORIZATION_FAILED")
+    error_page(
+        admin.post(f"/admin/transactions/abort/{tid}", data={"csrf_token": "forged" * 5}), 403, "CLUSTER_AUTHORIZATION_FAILED"
+    )
     r = admin.post(f"/admin/transactions/abort/{tid}", data={"csrf_token": token}, headers={"Origin": "https://evil.example"})
     error_page(r, 403, "CLUSTER_AUTHORIZATION_FAILED")
     assert txn_state(admin, tid) == "Ongoing"
 
-    r = admin.post(f"/admin/transactions/abort/{tid}", data={"csrf_token": token}, headers={"Origin": str(admin.base_url).rstrip("/")})
+    r = admin.post(
+        f"/admin/transactions/abort/{tid}", data={"csrf_token": token}, headers={"Origin": str(admin.base_url).rstrip("/")}
+    )
     assert r.status_code == 303 and r.headers["location"] == f"/admin/transactions/id/{tid}?aborted=1"
     after = ok(admin.get(r.headers["location"]))
     assert "Aborted by operator" in after and 'class="badge state-completeabort big"' in after
     got = admin.get(f"/v1/transactions/{tid}").json()
     assert got["state"] == "CompleteAbort" and got["fence_reason"] == "aborted_by_operator"
-    fenced = admin.post(f"/v1/topics/{scenario.payments}/partitions/0/records", json={
-        "producer_id": p.producer_id, "producer_epoch": p.producer_epoch, "base_sequence": 1, "transactional_id": tid,
-        "records": [{"key": "late", "value": "x"}]})
+    fenced = admin.post(
+        f"/v1/topics/{scenario.payments}/partitions/0/records",
+        json={
+            "producer_id": p.producer_id,
+            "producer_epoch": p.producer_epoch,
+            "base_sequence": 1,
+            "transactional_id": tid,
+            "records": [{"key": "late", "value": "x"}],
+        },
+    )
     assert fenced.status_code == 409 and fenced.json()["error"]["reason"] == "aborted_by_operator"
     # Aborting again: nothing to abort.
     error_page(admin.post(f"/admin/transactions/abort/{tid}", data={"csrf_token": token}), 409, "INVALID_TXN_STATE")
 
 
 # --- without a token ------------------------------------------------------------------------------
+
 
 def _open_txn(api: httpx.Client, topic: str) -> str:
     assert api.post("/v1/topics", json={"name": topic, "partitions": 1}).status_code == 201

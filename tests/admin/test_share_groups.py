@@ -45,8 +45,13 @@ def make_shared(token_server: ServerProcess) -> tuple[str, str]:
             return [rec["offset"] for rec in r.json()["records"]]
 
         def acknowledge(member: str, offset: int, kind: str) -> None:
-            r = api.post(f"/v1/share-groups/{group}/acknowledge", json={
-                "member_id": member, "acknowledgements": [{"topic": topic, "partition": 0, "offset": offset, "type": kind}]})
+            r = api.post(
+                f"/v1/share-groups/{group}/acknowledge",
+                json={
+                    "member_id": member,
+                    "acknowledgements": [{"topic": topic, "partition": 0, "offset": offset, "type": kind}],
+                },
+            )
             assert r.status_code == 200, r.text
 
         assert acquire("worker-a", 4) == [0, 1, 2, 3]
@@ -56,7 +61,9 @@ def make_shared(token_server: ServerProcess) -> tuple[str, str]:
     return topic, group
 
 
-def test_share_group_pages_show_in_flight_records_holders_and_delivery_counts(admin: httpx.Client, shared: tuple[str, str]) -> None:
+def test_share_group_pages_show_in_flight_records_holders_and_delivery_counts(
+    admin: httpx.Client, shared: tuple[str, str]
+) -> None:
     topic, group = shared
     listed = admin.get("/admin/share-groups")
     assert listed.status_code == 200, listed.text
@@ -97,7 +104,9 @@ def test_share_group_pages_in_a_browser(token_server: ServerProcess, tmp_path: P
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_context(base_url=token_server.url, java_script_enabled=False, viewport={"width": 1400, "height": 900}).new_page()
+            page = browser.new_context(
+                base_url=token_server.url, java_script_enabled=False, viewport={"width": 1400, "height": 900}
+            ).new_page()
             problems = Problems(page)
             page.goto("/admin/sign-in?next=/admin/")
             page.fill("input[name=token]", ADMIN_TOKEN)

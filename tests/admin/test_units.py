@@ -33,8 +33,17 @@ def request(server: str, client: str, headers: dict[str, str] | None = None, coo
     raw = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     if cookie is not None:
         raw.append((b"cookie", f"{SESSION_COOKIE}={cookie}".encode()))
-    return Request({"type": "http", "method": "GET", "path": "/admin/", "headers": raw,
-                    "server": (server, 8080), "client": (client, 50123), "query_string": b""})
+    return Request(
+        {
+            "type": "http",
+            "method": "GET",
+            "path": "/admin/",
+            "headers": raw,
+            "server": (server, 8080),
+            "client": (client, 50123),
+            "query_string": b"",
+        }
+    )
 
 
 @pytest.mark.parametrize(
@@ -116,7 +125,14 @@ def test_parse_duration() -> None:
 
 def test_duration_and_bytes_display() -> None:
     assert [duration(v) for v in (0, 850, 4_200, 42_000, 192_000, 4 * 3_600_000 + 180_000, 3 * 86_400_000 + 3_600_000)] == [
-        "0 ms", "850 ms", "4.2 s", "42 s", "3m 12s", "4h 03m", "3d 1h"]
+        "0 ms",
+        "850 ms",
+        "4.2 s",
+        "42 s",
+        "3m 12s",
+        "4h 03m",
+        "3d 1h",
+    ]
     assert duration(-2_000) == "-2.0 s" and duration(None) == "—"
     assert show_bytes(None).kind == "null"
     assert show_bytes(b"plain").kind == "text" and show_bytes(b"plain").preview == "plain"

@@ -59,11 +59,33 @@ def measure(strategy: str, rounds: int, records: int) -> bool:
         assert producer.flush(60) == 0
         log_path = work / "copier.log"
         with open(log_path, "wb") as out:
-            copier = subprocess.Popen([
-                sys.executable, str(COPIER), "--bootstrap", bootstrap, "--input", "in", "--output", "out", "--group", "g",
-                "--transactional-id", "t", "--ends", ",".join([str(records // PARTITIONS)] * PARTITIONS), "--max-batch", "10",
-                "--pause-ms", "100", "--metadata-recovery", strategy,
-            ], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+            copier = subprocess.Popen(
+                [
+                    sys.executable,
+                    str(COPIER),
+                    "--bootstrap",
+                    bootstrap,
+                    "--input",
+                    "in",
+                    "--output",
+                    "out",
+                    "--group",
+                    "g",
+                    "--transactional-id",
+                    "t",
+                    "--ends",
+                    ",".join([str(records // PARTITIONS)] * PARTITIONS),
+                    "--max-batch",
+                    "10",
+                    "--pause-ms",
+                    "100",
+                    "--metadata-recovery",
+                    strategy,
+                ],
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         time.sleep(5)
         for r in range(rounds):
             if copier.poll() is not None:

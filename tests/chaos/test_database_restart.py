@@ -157,10 +157,15 @@ class Load:
     def _confluent_producer(self, log: Acked, recovery: str) -> None:
         from confluent_kafka import Producer
 
-        p = Producer({
-            "bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 5,
-            "request.timeout.ms": REQUEST_TIMEOUT_MS, "metadata.recovery.strategy": recovery,
-        })
+        p = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "request.timeout.ms": REQUEST_TIMEOUT_MS,
+                "metadata.recovery.strategy": recovery,
+            }
+        )
 
         def report(err, msg) -> None:  # type: ignore[no-untyped-def]
             value = msg.value().decode()
@@ -178,8 +183,12 @@ class Load:
         from kafka import KafkaProducer
 
         p = KafkaProducer(
-            bootstrap_servers=self.bootstrap.split(","), enable_idempotence=True, linger_ms=5,
-            request_timeout_ms=REQUEST_TIMEOUT_MS, reconnect_backoff_ms=50, reconnect_backoff_max_ms=1000,
+            bootstrap_servers=self.bootstrap.split(","),
+            enable_idempotence=True,
+            linger_ms=5,
+            request_timeout_ms=REQUEST_TIMEOUT_MS,
+            reconnect_backoff_ms=50,
+            reconnect_backoff_max_ms=1000,
         )
         for partition, value in self._values(log):
             future = p.send(ACKS, value.encode(), partition=partition)
@@ -192,7 +201,9 @@ class Load:
         from aiokafka import AIOKafkaProducer
 
         p = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap.split(","), enable_idempotence=True, linger_ms=5,
+            bootstrap_servers=self.bootstrap.split(","),
+            enable_idempotence=True,
+            linger_ms=5,
             request_timeout_ms=REQUEST_TIMEOUT_MS,
         )
         await p.start()
@@ -222,11 +233,18 @@ class Load:
     def _confluent_consumer(self, read: dict[tuple[str, int], list[tuple[int, bytes]]]) -> None:
         from confluent_kafka import Consumer
 
-        c = Consumer({
-            "bootstrap.servers": self.bootstrap, "group.id": "readers-confluent", "isolation.level": "read_committed",
-            "auto.offset.reset": "earliest", "enable.partition.eof": False, "metadata.recovery.strategy": "none",
-            "socket.timeout.ms": REQUEST_TIMEOUT_MS, **_librdkafka_log(self.log_dir / "consumer-confluent.log"),
-        })
+        c = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": "readers-confluent",
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": False,
+                "metadata.recovery.strategy": "none",
+                "socket.timeout.ms": REQUEST_TIMEOUT_MS,
+                **_librdkafka_log(self.log_dir / "consumer-confluent.log"),
+            }
+        )
         c.subscribe(self.outputs)
         try:
             while not self.stop.is_set():
@@ -240,8 +258,12 @@ class Load:
         from kafka import KafkaConsumer
 
         c = KafkaConsumer(
-            bootstrap_servers=self.bootstrap.split(","), group_id="readers-kafka-python", isolation_level="read_committed",
-            auto_offset_reset="earliest", request_timeout_ms=REQUEST_TIMEOUT_MS + 1000, reconnect_backoff_ms=50,
+            bootstrap_servers=self.bootstrap.split(","),
+            group_id="readers-kafka-python",
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+            request_timeout_ms=REQUEST_TIMEOUT_MS + 1000,
+            reconnect_backoff_ms=50,
             reconnect_backoff_max_ms=1000,
         )
         c.subscribe(self.outputs)
@@ -258,8 +280,12 @@ class Load:
         from aiokafka import AIOKafkaConsumer
 
         c = AIOKafkaConsumer(
-            *self.outputs, bootstrap_servers=self.bootstrap.split(","), group_id="readers-aiokafka",
-            isolation_level="read_committed", auto_offset_reset="earliest", request_timeout_ms=REQUEST_TIMEOUT_MS,
+            *self.outputs,
+            bootstrap_servers=self.bootstrap.split(","),
+            group_id="readers-aiokafka",
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+            request_timeout_ms=REQUEST_TIMEOUT_MS,
         )
         await c.start()
         try:
@@ -290,8 +316,22 @@ class Copier:
         self.name = name
         self.input, self.output = f"in-{name}", f"out-{name}"
         self.argv = [
-            sys.executable, str(PROGRAMS[program]), "--bootstrap", bootstrap, "--input", self.input, "--output", self.output,
-            "--group", f"copier-{name}", "--transactional-id", f"copier-{name}", "--max-batch", "10", "--pause-ms", "200",
+            sys.executable,
+            str(PROGRAMS[program]),
+            "--bootstrap",
+            bootstrap,
+            "--input",
+            self.input,
+            "--output",
+            self.output,
+            "--group",
+            f"copier-{name}",
+            "--transactional-id",
+            f"copier-{name}",
+            "--max-batch",
+            "10",
+            "--pause-ms",
+            "200",
             *extra,
         ]
         self.log_path = log_dir / f"copier-{name}.log"
@@ -302,7 +342,10 @@ class Copier:
 
         with open(self.log_path, "wb") as out:
             self.proc = subprocess.Popen(
-                [*self.argv, "--ends", ",".join(map(str, ends))], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                [*self.argv, "--ends", ",".join(map(str, ends))],
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
 
@@ -396,7 +439,9 @@ def test_kafka_clients_ride_through_postgresql_restarts_and_an_outage(
         def all_deliver(since: float, what: str) -> None:
             wait_until(
                 lambda: all(a.last_ack > since for a in load.producers.values()) or load.failures,
-                PROGRESS_S, 0.1, f"every producer to deliver again after {what}",
+                PROGRESS_S,
+                0.1,
+                f"every producer to deliver again after {what}",
             )
             assert not load.failures, diagnosis()
 
@@ -407,7 +452,9 @@ def test_kafka_clients_ride_through_postgresql_restarts_and_an_outage(
             # matter: kafka-python's group leader then may assign without a topic's metadata).
             wait_until(
                 lambda: all({t for t, _ in read} == set(load.outputs) for read in load.read.values()) or load.failures,
-                PROGRESS_S, 0.1, "every consumer to read from every output topic",
+                PROGRESS_S,
+                0.1,
+                "every consumer to read from every output topic",
             )
             assert not load.failures, diagnosis()
             for fault in ("restart", "restart", "outage"):
@@ -422,13 +469,14 @@ def test_kafka_clients_ride_through_postgresql_restarts_and_an_outage(
             for c in copiers:
                 c.proc.wait(600)
                 assert c.proc.returncode == 0, f"copier {c.name} exited {c.proc.returncode}\n{diagnosis()}"
-            expected = {
-                (c.output, p): [v + b"!" for v in inputs[c.input][p]] for c in copiers for p in range(PARTITIONS)
-            }
+            expected = {(c.output, p): [v + b"!" for v in inputs[c.input][p]] for c in copiers for p in range(PARTITIONS)}
             wait_progressing(
-                lambda: all(len(_distinct(read)) >= COPY_RECORDS * len(copiers) for read in load.read.values()) or bool(load.failures),
+                lambda: (
+                    all(len(_distinct(read)) >= COPY_RECORDS * len(copiers) for read in load.read.values()) or bool(load.failures)
+                ),
                 lambda: tuple(len(_distinct(read)) for read in load.read.values()),
-                PROGRESS_S, "every consumer to read every copy",
+                PROGRESS_S,
+                "every consumer to read every copy",
             )
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{diagnosis()}") from None

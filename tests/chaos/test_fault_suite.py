@@ -99,10 +99,15 @@ class Load:
         n = 0
         while not self.stop.is_set():
             # A producer whose error is fatal is replaced, as an application would do.
-            producer = Producer({
-                "url": url, "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 120_000,
-                "request.timeout.ms": 5000,
-            })
+            producer = Producer(
+                {
+                    "url": url,
+                    "enable.idempotence": True,
+                    "linger.ms": 5,
+                    "message.timeout.ms": 120_000,
+                    "request.timeout.ms": 5000,
+                }
+            )
 
             def report(err, msg) -> None:  # type: ignore[no-untyped-def]
                 value = msg.value().decode()
@@ -132,8 +137,15 @@ class Load:
             log.fatal.clear()
 
     def _consume(self, url: str) -> None:
-        consumer = Consumer({"url": url, "group.id": "follower", "isolation.level": "read_committed",
-                             "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        consumer = Consumer(
+            {
+                "url": url,
+                "group.id": "follower",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+            }
+        )
         consumer.assign([TopicPartition("out", p, 0) for p in range(PARTITIONS)])
         try:
             while not self.stop_following.is_set():
@@ -161,9 +173,26 @@ class Transformer:
         self.started += 1
         out = open(self.log_dir / f"transformer-{self.started}.log", "wb")
         proc = subprocess.Popen(
-            [sys.executable, "examples/consume_transform_produce.py", "--url", self.url, "--input", "in", "--output", "out",
-             "--group", GROUP, "--transactional-id", TID, "--batch", "100"],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "examples/consume_transform_produce.py",
+                "--url",
+                self.url,
+                "--input",
+                "in",
+                "--output",
+                "out",
+                "--group",
+                GROUP,
+                "--transactional-id",
+                TID,
+                "--batch",
+                "100",
+            ],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self.procs.append(proc)
         return proc
@@ -262,8 +291,10 @@ def fetch_all(url: str, topic: str, partition: int, isolation: str) -> list[dict
     offset = 0
     with httpx.Client(base_url=url, timeout=30) as c:
         while True:
-            r = c.get(f"/v1/topics/{topic}/partitions/{partition}/records",
-                      params={"offset": offset, "max_records": 1000, "isolation_level": isolation, "encoding": "utf8"})
+            r = c.get(
+                f"/v1/topics/{topic}/partitions/{partition}/records",
+                params={"offset": offset, "max_records": 1000, "isolation_level": isolation, "encoding": "utf8"},
+            )
             r.raise_for_status()
             page = r.json()
             out.extend(page["records"])
@@ -286,8 +317,10 @@ def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(t
         with httpx.Client(base_url=hosts[0].url, timeout=30) as api:
             for topic in ("in", "out"):
                 assert api.post("/v1/topics", json={"name": topic, "partitions": PARTITIONS}).status_code == 201
-        with LossyProxy(hosts[0].port, drop_answer=0.05, seed=SEED) as producer_proxy, \
-                LossyProxy(hosts[1].port, drop_answer=0.05, seed=SEED + 1) as transformer_proxy:
+        with (
+            LossyProxy(hosts[0].port, drop_answer=0.05, seed=SEED) as producer_proxy,
+            LossyProxy(hosts[1].port, drop_answer=0.05, seed=SEED + 1) as transformer_proxy,
+        ):
             load = Load(hosts, producer_proxy.url)
             transformer = Transformer(transformer_proxy.url, tmp_path)
             transformer.spawn()
@@ -308,7 +341,11 @@ def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(t
                     in_end[p] = api.get("/v1/topics/in").json()["partitions"][p]["high_watermark"]
 
                 def undrained() -> int:
-                    got = {o["partition"]: o["offset"] for o in api.get(f"/v1/groups/{GROUP}/offsets").json()["offsets"] if o["topic"] == "in"}
+                    got = {
+                        o["partition"]: o["offset"]
+                        for o in api.get(f"/v1/groups/{GROUP}/offsets").json()["offsets"]
+                        if o["topic"] == "in"
+                    }
                     return sum(max(0, in_end[p] - got.get(p, 0)) for p in range(PARTITIONS))
 
                 # The backlog left when the faults stop depends on the load and the machine (under
@@ -320,22 +357,29 @@ def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(t
 
         url = hosts[0].url
         with httpx.Client(base_url=url, timeout=30) as api:
+
             def stable() -> bool:
                 parts = [p for t in ("in", "out") for p in api.get(f"/v1/topics/{t}").json()["partitions"]]
                 return all(p["last_stable_offset"] == p["high_watermark"] for p in parts)
 
             wait_until(stable, 60, 0.5, "the last stable offset to catch up with the high watermark")
         committed_out = {p: fetch_all(url, "out", p, "read_committed") for p in range(PARTITIONS)}
-        wait_until(lambda: all(len(load.seen[p]) >= len(committed_out[p]) for p in range(PARTITIONS)),
-                   60, 0.5, "the read_committed consumer to reach the end of the output")
+        wait_until(
+            lambda: all(len(load.seen[p]) >= len(committed_out[p]) for p in range(PARTITIONS)),
+            60,
+            0.5,
+            "the read_committed consumer to reach the end of the output",
+        )
         load.stop_following.set()
         load.threads[-1].join(30)
 
         checked = check(pg.url, url, load, in_end, committed_out)
-        print(f"load: {sum(len(l.acked) for l in load.logs)} records acknowledged to 'in' by {PRODUCERS} idempotent producers "
-              f"(+{sum(len(l.failed) for l in load.logs)} failed: {sum((l.errors for l in load.logs), Counter())}, producers replaced after {[f for l in load.logs for f in l.replaced][:3]}), {checked['transactions']} transactions committed by "
-              f"{transformer.started} transforming processes, {checked['read']} records followed read_committed; "
-              f"{answers_lost} answers lost by the proxies")
+        print(
+            f"load: {sum(len(l.acked) for l in load.logs)} records acknowledged to 'in' by {PRODUCERS} idempotent producers "
+            f"(+{sum(len(l.failed) for l in load.logs)} failed: {sum((l.errors for l in load.logs), Counter())}, producers replaced after {[f for l in load.logs for f in l.replaced][:3]}), {checked['transactions']} transactions committed by "
+            f"{transformer.started} transforming processes, {checked['read']} records followed read_committed; "
+            f"{answers_lost} answers lost by the proxies"
+        )
         print("faults: " + "; ".join(faults.injected))
         print("invariants held: " + "; ".join(checked["invariants"]))
     finally:
@@ -355,11 +399,15 @@ def check(db_url: str, url: str, load: Load, in_end: dict[int, int], committed_o
     invariants: list[str] = []
     with psycopg.connect(db_url) as conn:
         rows = conn.execute(
-            'SELECT topic, partition, "offset", convert_from(value, \'UTF8\'), producer_id, sequence, control_type '
+            "SELECT topic, partition, \"offset\", convert_from(value, 'UTF8'), producer_id, sequence, control_type "
             "FROM txlog.records WHERE topic IN ('in', 'out') ORDER BY topic, partition, \"offset\""
         ).fetchall()
-        status = {(t, p): (ls, hw) for t, p, ls, hw in conn.execute(
-            "SELECT topic, partition, log_start_offset, high_watermark FROM txlog.partition_status")}
+        status = {
+            (t, p): (ls, hw)
+            for t, p, ls, hw in conn.execute(
+                "SELECT topic, partition, log_start_offset, high_watermark FROM txlog.partition_status"
+            )
+        }
         transactions = conn.execute(
             "SELECT count(*) FROM txlog.transaction_events WHERE transactional_id = %s AND to_state = 'CompleteCommit'", (TID,)
         ).fetchone()[0]
@@ -415,7 +463,9 @@ def check(db_url: str, url: str, load: Load, in_end: dict[int, int], committed_o
 
     # The group's offsets at the end of the input, matching the output.
     with httpx.Client(base_url=url, timeout=30) as api:
-        got = {o["partition"]: o["offset"] for o in api.get(f"/v1/groups/{GROUP}/offsets").json()["offsets"] if o["topic"] == "in"}
+        got = {
+            o["partition"]: o["offset"] for o in api.get(f"/v1/groups/{GROUP}/offsets").json()["offsets"] if o["topic"] == "in"
+        }
     assert got == {p: in_end[p] for p in range(PARTITIONS)}, (got, in_end)
     invariants.append("group offsets match the outputs")
 

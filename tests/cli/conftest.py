@@ -36,7 +36,9 @@ class Cli:
     def __init__(self, url: str) -> None:
         self.url = url
 
-    def __call__(self, *args: str, input: str | bytes | None = None, env: dict[str, str] | None = None, expect: int | None = 0) -> Run:
+    def __call__(
+        self, *args: str, input: str | bytes | None = None, env: dict[str, str] | None = None, expect: int | None = 0
+    ) -> Run:
         environment = {k: v for k, v in os.environ.items() if not k.startswith("TXLOG_")}
         environment.update({"TXLOG_URL": self.url, "COLUMNS": "200"}, **(env or {}))
         data = input.encode() if isinstance(input, str) else input
@@ -45,7 +47,9 @@ class Cli:
         )
         run = Run(proc.returncode, proc.stdout.decode(), proc.stderr.decode())
         if expect is not None:
-            assert run.code == expect, f"txlog {' '.join(args)} exited {run.code}, expected {expect}\nstdout:\n{run.out}\nstderr:\n{run.err}"
+            assert run.code == expect, (
+                f"txlog {' '.join(args)} exited {run.code}, expected {expect}\nstdout:\n{run.out}\nstderr:\n{run.err}"
+            )
         return run
 
 

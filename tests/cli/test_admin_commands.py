@@ -27,7 +27,9 @@ def rows(output: str) -> list[list[str]]:
 
 
 def produce(api: httpx.Client, topic: str, partition: int, values: list[str], **producer: object) -> dict:
-    r = api.post(f"/v1/topics/{topic}/partitions/{partition}/records", json={**producer, "records": [{"value": v} for v in values]})
+    r = api.post(
+        f"/v1/topics/{topic}/partitions/{partition}/records", json={**producer, "records": [{"value": v} for v in values]}
+    )
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -36,8 +38,16 @@ def open_transaction(api: httpx.Client, tid: str, topic: str, partitions: dict[i
     """A transaction of ``tid`` left Ongoing with these records; answers its producer id and epoch."""
     pe = api.post("/v1/producers", json={"transactional_id": tid, "transaction_timeout_ms": 60000}).json()
     for partition, values in partitions.items():
-        produce(api, topic, partition, values, producer_id=pe["producer_id"], producer_epoch=pe["producer_epoch"],
-                base_sequence=0, transactional_id=tid)
+        produce(
+            api,
+            topic,
+            partition,
+            values,
+            producer_id=pe["producer_id"],
+            producer_epoch=pe["producer_epoch"],
+            base_sequence=0,
+            transactional_id=tid,
+        )
     return pe
 
 
@@ -66,7 +76,9 @@ def test_topics_create_list_describe_alter(txlog: Cli, api: httpx.Client, topic:
     assert table[1:] == [["0", "0", "0", "0", "0"], ["1", "0", "3", "4", "1"], ["2", "0", "0", "0", "0"]]
     assert txlog("topics", "describe", topic, "--json").json() == api.get(f"/v1/topics/{topic}").json()
 
-    altered = txlog("topics", "alter", topic, "--config", "retention.bytes=1048576", "--delete-config", "retention.ms", "--json").json()
+    altered = txlog(
+        "topics", "alter", topic, "--config", "retention.bytes=1048576", "--delete-config", "retention.ms", "--json"
+    ).json()
     assert altered == {"name": topic, "config": {"retention.bytes": 1048576}}
     human = txlog("topics", "alter", topic, "--config", "cleanup.policy=delete").out
     assert human.startswith(f"Altered topic {topic}.")
@@ -133,19 +145,22 @@ def test_groups_list_and_describe_show_lag_against_the_last_stable_offset(txlog:
     tid = f"{topic}-txn"
     pe = open_transaction(api, tid, topic, {1: ["x", "y"]})  # p1: last stable offset 3, high watermark 5
     group = f"{topic}-group"
-    r = api.post(f"/v1/groups/{group}/offsets", json={"offsets": [{"topic": topic, "partition": 0, "offset": 2},
-                                                                  {"topic": topic, "partition": 1, "offset": 1}]})
+    r = api.post(
+        f"/v1/groups/{group}/offsets",
+        json={"offsets": [{"topic": topic, "partition": 0, "offset": 2}, {"topic": topic, "partition": 1, "offset": 1}]},
+    )
     assert r.status_code == 200, r.text
-    r = api.post(f"/v1/transactions/{tid}/offsets", json={**pe, "group_id": group,
-                                                          "offsets": [{"topic": topic, "partition": 0, "offset": 4}]})
+    r = api.post(
+        f"/v1/transactions/{tid}/offsets",
+        json={**pe, "group_id": group, "offsets": [{"topic": topic, "partition": 0, "offset": 4}]},
+    )
     assert r.status_code == 200, r.text
 
     described = txlog("groups", "describe", group, "--json").json()
     assert described["group_id"] == group and described["lag"] == 3 + 2
-    assert [(o["partition"], o["offset"], o["last_stable_offset"], o["high_watermark"], o["lag"]) for o in described["offsets"]] == [
-        (0, 2, 5, 5, 3),
-        (1, 1, 3, 5, 2),
-    ]
+    assert [
+        (o["partition"], o["offset"], o["last_stable_offset"], o["high_watermark"], o["lag"]) for o in described["offsets"]
+    ] == [(0, 2, 5, 5, 3), (1, 1, 3, 5, 2)]
     assert [(p["partition"], p["offset"], p["transactional_id"]) for p in described["pending_offsets"]] == [(0, 4, tid)]
 
     human = rows(txlog("groups", "describe", group).out)
@@ -187,8 +202,14 @@ def test_transactions_list_and_describe(txlog: Cli, api: httpx.Client, topic: st
     assert f"TopicPartitions:               {topic}-0,{topic}-1" in described
     assert "TransactionTimeoutMs:          60000" in described
     with_events = txlog("transactions", "describe", tid, "--events", "--json").json()
-    assert [(e["from_state"], e["to_state"]) for e in with_events["events"]] == [(None, "Empty"), ("Empty", "Ongoing"), ("Ongoing", "Ongoing")]
-    assert ["VERSION", "FROM", "TO", "PRODUCER-ID", "EPOCH", "AGO", "REASON"] in rows(txlog("transactions", "describe", tid, "--events").out)
+    assert [(e["from_state"], e["to_state"]) for e in with_events["events"]] == [
+        (None, "Empty"),
+        ("Empty", "Ongoing"),
+        ("Ongoing", "Ongoing"),
+    ]
+    assert ["VERSION", "FROM", "TO", "PRODUCER-ID", "EPOCH", "AGO", "REASON"] in rows(
+        txlog("transactions", "describe", tid, "--events").out
+    )
 
     gone = txlog("transactions", "describe", f"{topic}-nobody", expect=1)
     assert gone.err.startswith("error: TRANSACTIONAL_ID_NOT_FOUND (code ")
@@ -205,12 +226,16 @@ def test_find_hanging_and_abort_one_the_coordinator_still_has(txlog: Cli, api: h
     # Judged against a maximum transaction timeout of 0 ms, the open transaction is hanging on both partitions.
     found = txlog("transactions", "find-hanging", "--topic", topic, "--max-transaction-timeout-ms", "0", "--json").json()
     assert found["max_transaction_timeout_ms"] == 0
-    assert [(o["partition"], o["start_offset"], o["producer_id"], o["transactional_id"], o["coordinator_state"], o["hanging"])
-            for o in found["open_transactions"]] == [
+    assert [
+        (o["partition"], o["start_offset"], o["producer_id"], o["transactional_id"], o["coordinator_state"], o["hanging"])
+        for o in found["open_transactions"]
+    ] == [
         (0, 1, pe["producer_id"], tid, "Ongoing", ["open_too_long"]),
         (1, 0, pe["producer_id"], tid, "Ongoing", ["open_too_long"]),
     ]
-    table = rows(txlog("transactions", "find-hanging", "--topic", topic, "--partition", "1", "--max-transaction-timeout-ms", "0").out)
+    table = rows(
+        txlog("transactions", "find-hanging", "--topic", topic, "--partition", "1", "--max-transaction-timeout-ms", "0").out
+    )
     assert table[0][:5] == ["TOPIC", "PARTITION", "PRODUCER-ID", "EPOCH", "START-OFFSET"]
     assert len(table) == 2 and table[1][:5] == [topic, "1", str(pe["producer_id"]), str(pe["producer_epoch"]), "0"]
     assert table[1][-3:] == [tid, "Ongoing", "open_too_long"]
@@ -221,9 +246,16 @@ def test_find_hanging_and_abort_one_the_coordinator_still_has(txlog: Cli, api: h
     assert aborted["transaction"]["state"] == "CompleteAbort" and aborted["transaction"]["fence_reason"] == "aborted_by_operator"
     status = {p["partition"]: p for p in api.get(f"/v1/topics/{topic}").json()["partitions"]}
     assert all(p["last_stable_offset"] == p["high_watermark"] for p in status.values())
-    assert txlog("transactions", "find-hanging", "--topic", topic, "--max-transaction-timeout-ms", "0", "--json").json()["open_transactions"] == []
-    late = api.post(f"/v1/topics/{topic}/partitions/0/records", json={**pe, "base_sequence": 2, "transactional_id": tid,
-                                                                      "records": [{"value": "late"}]})
+    assert (
+        txlog("transactions", "find-hanging", "--topic", topic, "--max-transaction-timeout-ms", "0", "--json").json()[
+            "open_transactions"
+        ]
+        == []
+    )
+    late = api.post(
+        f"/v1/topics/{topic}/partitions/0/records",
+        json={**pe, "base_sequence": 2, "transactional_id": tid, "records": [{"value": "late"}]},
+    )
     assert late.status_code == 409 and late.json()["error"]["code"] == "PRODUCER_FENCED"
 
     nothing = txlog("transactions", "abort", "--topic", topic, "--partition", "0", expect=1)
@@ -239,7 +271,10 @@ def test_abort_by_transactional_id_and_its_usage(txlog: Cli, api: httpx.Client, 
     again = txlog("transactions", "abort", "--transactional-id", tid, expect=1)
     assert again.err.startswith("error: INVALID_TXN_STATE (code 48): ")
     assert "either --transactional-id or --topic" in txlog("transactions", "abort", expect=2).err
-    assert "either --transactional-id or --topic" in txlog("transactions", "abort", "--transactional-id", tid, "--topic", topic, expect=2).err
+    assert (
+        "either --transactional-id or --topic"
+        in txlog("transactions", "abort", "--transactional-id", tid, "--topic", topic, expect=2).err
+    )
     assert "--topic and --partition go together" in txlog("transactions", "abort", "--topic", topic, expect=2).err
     assert "--partition needs --topic" in txlog("transactions", "find-hanging", "--partition", "0", expect=2).err
 
@@ -266,8 +301,10 @@ def test_find_hanging_and_abort_one_its_coordinator_forgot(txlog: Cli, api: http
     assert [topic, "1"] == next(r for r in rows(txlog("transactions", "find-hanging").out) if r[0] == topic)[:2]
 
     out = txlog("transactions", "abort", "--topic", topic, "--partition", "1", "--start-offset", "0").out
-    assert out.strip() == (f"Wrote an ABORT marker at offset 3 on {topic}-1 for producer id {pe['producer_id']} "
-                           f"(epoch {pe['producer_epoch']}), ending its transaction from offset 0.")
+    assert out.strip() == (
+        f"Wrote an ABORT marker at offset 3 on {topic}-1 for producer id {pe['producer_id']} "
+        f"(epoch {pe['producer_epoch']}), ending its transaction from offset 0."
+    )
     assert txlog("transactions", "find-hanging", "--topic", topic, "--json").json()["open_transactions"] == []
     fetched = api.get(f"/v1/topics/{topic}/partitions/1/records", params={"isolation_level": "read_committed"}).json()
     assert [r["value"] for r in fetched["records"]] == ["after"]  # the lost transaction's records are aborted
@@ -293,20 +330,31 @@ def test_find_hanging_names_why_the_coordinator_will_not_end_it(txlog: Cli, api:
     ]
     everything = txlog("transactions", "find-hanging", "--topic", topic, "--max-transaction-timeout-ms", "0", "--json").json()
     assert [o["hanging"] for o in everything["open_transactions"]] == [
-        ["open_too_long"], ["unknown_to_coordinator", "open_too_long"], ["partition_not_in_transaction", "open_too_long"],
+        ["open_too_long"],
+        ["unknown_to_coordinator", "open_too_long"],
+        ["partition_not_in_transaction", "open_too_long"],
     ]
     several = txlog("transactions", "abort", "--topic", topic, "--partition", "0", expect=1)
     assert several.err.startswith("error: INVALID_REQUEST (code ") and "2 open transactions on" in several.err
 
     # Each hanging one gets its ABORT marker on its partition alone; the coordinator's transaction goes on.
     for partition, producer_id in ((0, orphan_pe["producer_id"]), (1, pe["producer_id"])):
-        r = txlog("transactions", "abort", "--topic", topic, "--partition", str(partition), "--producer-id", str(producer_id), "--json").json()
+        r = txlog(
+            "transactions", "abort", "--topic", topic, "--partition", str(partition), "--producer-id", str(producer_id), "--json"
+        ).json()
         assert r["marker_offset"] is not None and r["transaction"] is None
     assert txlog("transactions", "find-hanging", "--topic", topic, "--json").json()["open_transactions"] == []
     assert api.get(f"/v1/transactions/{tid}").json()["state"] == "Ongoing"
     assert api.post(f"/v1/transactions/{tid}/end", json={**pe, "result": "commit"}).status_code == 200
-    committed = {p: [r["value"] for r in api.get(f"/v1/topics/{topic}/partitions/{p}/records",
-                                                 params={"isolation_level": "read_committed"}).json()["records"]] for p in (0, 1)}
+    committed = {
+        p: [
+            r["value"]
+            for r in api.get(f"/v1/topics/{topic}/partitions/{p}/records", params={"isolation_level": "read_committed"}).json()[
+                "records"
+            ]
+        ]
+        for p in (0, 1)
+    }
     assert committed == {0: ["in"], 1: []}
 
 
@@ -316,16 +364,17 @@ def test_producers_describe(txlog: Cli, api: httpx.Client, topic: str) -> None:
     assert api.post("/v1/topics", json={"name": topic, "partitions": 2}).status_code == 201
     assert txlog("producers", "describe", topic, "0").out.strip() == f"No active producers on {topic}-0."
     idem = api.post("/v1/producers", json={}).json()
-    produce(api, topic, 0, ["a", "b", "c"], producer_id=idem["producer_id"], producer_epoch=idem["producer_epoch"], base_sequence=0)
+    produce(
+        api, topic, 0, ["a", "b", "c"], producer_id=idem["producer_id"], producer_epoch=idem["producer_epoch"], base_sequence=0
+    )
     tx = open_transaction(api, f"{topic}-tid", topic, {0: ["open-1", "open-2"]})
 
     answer = txlog("producers", "describe", topic, "0", "--json").json()
     assert answer == api.get(f"/v1/topics/{topic}/partitions/0/producers").json()
     assert (answer["topic"], answer["partition"]) == (topic, 0)
-    assert [(p["producer_id"], p["producer_epoch"], p["last_sequence"], p["current_txn_start_offset"]) for p in answer["producers"]] == [
-        (idem["producer_id"], idem["producer_epoch"], 2, None),
-        (tx["producer_id"], tx["producer_epoch"], 1, 3),
-    ]
+    assert [
+        (p["producer_id"], p["producer_epoch"], p["last_sequence"], p["current_txn_start_offset"]) for p in answer["producers"]
+    ] == [(idem["producer_id"], idem["producer_epoch"], 2, None), (tx["producer_id"], tx["producer_epoch"], 1, 3)]
     assert all(p["last_timestamp_ms"] > 0 for p in answer["producers"])
     table = rows(txlog("producers", "describe", topic, "0").out)
     assert table[0] == ["PRODUCER-ID", "PRODUCER-EPOCH", "LAST-SEQUENCE", "LAST-TIMESTAMP", "CURRENT-TRANSACTION-START-OFFSET"]

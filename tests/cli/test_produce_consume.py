@@ -40,11 +40,26 @@ def test_lines_with_keys_and_headers_round_trip(txlog: Cli, api: httpx.Client, t
     for key in ("k0", "k1", "k2"):
         mine = [r for r in records if r["key"] == key]
         assert len({r["partition"] for r in mine}) == 1
-        assert [r["value"] for r in sorted(mine, key=lambda r: r["offset"])] == [f"value {i}" for i in range(9) if f"k{i % 3}" == key]
+        assert [r["value"] for r in sorted(mine, key=lambda r: r["offset"])] == [
+            f"value {i}" for i in range(9) if f"k{i % 3}" == key
+        ]
 
     one = records[-1]
-    run = txlog("consume", topic, "--partition", str(one["partition"]), "--offset", str(one["offset"]), "--max-messages", "1",
-                "--print-key", "--print-headers", "--print-offset", "--key-separator", "|")
+    run = txlog(
+        "consume",
+        topic,
+        "--partition",
+        str(one["partition"]),
+        "--offset",
+        str(one["offset"]),
+        "--max-messages",
+        "1",
+        "--print-key",
+        "--print-headers",
+        "--print-offset",
+        "--key-separator",
+        "|",
+    )
     assert run.out == f"Partition:{one['partition']}|Offset:{one['offset']}|source:cli|{one['key']}|{one['value']}\n"
     assert run.err.strip() == "Processed a total of 1 messages"
 
@@ -58,15 +73,18 @@ def test_lines_with_keys_and_headers_round_trip(txlog: Cli, api: httpx.Client, t
 def test_transactions_and_isolation_levels(txlog: Cli, api: httpx.Client, topic: str) -> None:
     create(api, topic)
     tid = f"{topic}-tid"
-    summary = txlog("produce", topic, "--transactional-id", tid, "--transaction-size", "2", "--json",
-                    input="a\nb\nc\nd\ne\n").json()
+    summary = txlog(
+        "produce", topic, "--transactional-id", tid, "--transaction-size", "2", "--json", input="a\nb\nc\nd\ne\n"
+    ).json()
     assert (summary["records"], summary["transactions_committed"], summary["transactional_id"]) == (5, 3, tid)
     assert api.get(f"/v1/transactions/{tid}").json()["state"] == "CompleteCommit"
 
     # A transaction left open after them: read_committed stops at its first offset, read_uncommitted does not.
     pe = api.post("/v1/producers", json={"transactional_id": f"{topic}-open"}).json()
-    r = api.post(f"/v1/topics/{topic}/partitions/0/records", json={**pe, "base_sequence": 0, "transactional_id": f"{topic}-open",
-                                                                   "records": [{"value": "pending"}]})
+    r = api.post(
+        f"/v1/topics/{topic}/partitions/0/records",
+        json={**pe, "base_sequence": 0, "transactional_id": f"{topic}-open", "records": [{"value": "pending"}]},
+    )
     assert r.status_code == 200, r.text
     assert txlog("consume", topic, "--isolation-level", "read_committed").out.split() == ["a", "b", "c", "d", "e"]
     assert txlog("consume", topic).out.split() == ["a", "b", "c", "d", "e", "pending"]
@@ -95,8 +113,22 @@ def test_follow_waits_for_new_records(txlog: Cli, api: httpx.Client, topic: str)
     txlog("produce", topic, input="first\n")
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("TXLOG_")}, "TXLOG_URL": txlog.url}
     follower = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "consume", topic, "--follow", "--max-messages", "3", "--isolation-level", "read_committed"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "consume",
+            topic,
+            "--follow",
+            "--max-messages",
+            "3",
+            "--isolation-level",
+            "read_committed",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         assert follower.stdout.readline() == b"first\n"  # type: ignore[union-attr]

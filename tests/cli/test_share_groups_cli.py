@@ -26,8 +26,15 @@ def test_share_group_consume_describe_and_configs(txlog: Cli, api: httpx.Client,
     r = api.post(f"/v1/topics/{topic}/partitions/0/records", json={"records": [{"value": v} for v in "abcde"]})
     assert r.status_code == 200, r.text
 
-    altered = txlog("share-groups", "alter-config", group, "--set", "share.auto.offset.reset=earliest",
-                    "--set", "share.record.lock.duration.ms=30000")
+    altered = txlog(
+        "share-groups",
+        "alter-config",
+        group,
+        "--set",
+        "share.auto.offset.reset=earliest",
+        "--set",
+        "share.record.lock.duration.ms=30000",
+    )
     assert f"Altered share group {group}." in altered.out
     assert any(line.split() == ["share.record.lock.duration.ms:", "30000"] for line in altered.out.splitlines())
     bad = txlog("share-groups", "alter-config", group, "--set", "share.record.lock.duration.ms=5", expect=1)
@@ -44,21 +51,35 @@ def test_share_group_consume_describe_and_configs(txlog: Cli, api: httpx.Client,
     described = txlog("share-groups", "describe", group, "--json").json()
     [part] = described["partitions"]
     assert (part["start_offset"], part["end_offset"]) == (3, 4)
-    assert [(r["first_offset"], r["state"], r["member_id"], r["delivery_count"]) for r in part["in_flight"]] == [(3, "Available", None, 1)]
+    assert [(r["first_offset"], r["state"], r["member_id"], r["delivery_count"]) for r in part["in_flight"]] == [
+        (3, "Available", None, 1)
+    ]
 
     # A member holds d: the lock holder and the delivery count are shown.
     held = api.post(f"/v1/share-groups/{group}/acquire", json={"member_id": "holder-1", "topic": topic, "max_records": 1})
     assert held.status_code == 200 and [r["offset"] for r in held.json()["records"]] == [3]
     human = rows(txlog("share-groups", "describe", group).out)
-    assert human[0] == ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "END-OFFSET", "AVAILABLE", "ACQUIRED", "ACKNOWLEDGED", "ARCHIVED"]
+    assert human[0] == [
+        "GROUP",
+        "TOPIC",
+        "PARTITION",
+        "START-OFFSET",
+        "END-OFFSET",
+        "AVAILABLE",
+        "ACQUIRED",
+        "ACKNOWLEDGED",
+        "ARCHIVED",
+    ]
     assert human[1] == [group, topic, "0", "3", "3", "0", "1", "0", "0"]
     assert ["Records", "in", "flight"] in human
     assert human[-1][:6] == [topic, "0", "3", "3", "Acquired", "holder-1"]
     assert human[-1][-1] == "2"
     with_configs = txlog("share-groups", "describe", group, "--configs").out
     assert any(line.split() == ["share.auto.offset.reset", "earliest"] for line in with_configs.splitlines())
-    r = api.post(f"/v1/share-groups/{group}/acknowledge", json={
-        "member_id": "holder-1", "acknowledgements": [{"topic": topic, "partition": 0, "offset": 3, "type": "release"}]})
+    r = api.post(
+        f"/v1/share-groups/{group}/acknowledge",
+        json={"member_id": "holder-1", "acknowledgements": [{"topic": topic, "partition": 0, "offset": 3, "type": "release"}]},
+    )
     assert r.status_code == 200, r.text
 
     rest = txlog("consume", "--share-group", group, topic, "--print-offset").out.splitlines()
@@ -75,7 +96,9 @@ def test_share_group_consume_describe_and_configs(txlog: Cli, api: httpx.Client,
 def test_records_acquired_past_max_messages_go_back_to_the_group(txlog: Cli, api: httpx.Client, topic: str) -> None:
     group = f"{topic}-share"
     assert api.post("/v1/topics", json={"name": topic, "partitions": 1}).status_code == 201
-    assert api.post(f"/v1/topics/{topic}/partitions/0/records", json={"records": [{"value": v} for v in "xyz"]}).status_code == 200
+    assert (
+        api.post(f"/v1/topics/{topic}/partitions/0/records", json={"records": [{"value": v} for v in "xyz"]}).status_code == 200
+    )
     txlog("share-groups", "alter-config", group, "--set", "share.auto.offset.reset=earliest")
     assert txlog("consume", "--share-group", group, topic, "--max-messages", "1").out == "x\n"
     assert txlog("consume", "--share-group", group, topic).out == "y\nz\n"

@@ -12,7 +12,7 @@ from tests.support import ROOT
 
 # Loaded at interpreter start (site imports ``sitecustomize`` from the path): every import of
 # pyspark fails as it does where the package is not installed.
-BLOCK_PYSPARK = '''
+BLOCK_PYSPARK = """
 import sys
 
 
@@ -24,7 +24,7 @@ class _NoPySpark:
 
 
 sys.meta_path.insert(0, _NoPySpark())
-'''
+"""
 
 
 def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -43,9 +43,11 @@ def test_the_environment_really_has_no_pyspark(tmp_path: Path) -> None:
 
 
 def test_spark_commands_say_how_to_install_pyspark(tmp_path: Path) -> None:
-    for args in (["export", "--topic", "t", "--output", str(tmp_path / "out")],
-                 ["pipeline", "--input", "a", "--output", "b", "--group", "g"],
-                 ["stream", "--topic", "t", "--group", "g", "--sink", "console"]):
+    for args in (
+        ["export", "--topic", "t", "--output", str(tmp_path / "out")],
+        ["pipeline", "--input", "a", "--output", "b", "--group", "g"],
+        ["stream", "--topic", "t", "--group", "g", "--sink", "console"],
+    ):
         proc = run(tmp_path, "spark", *args)
         assert proc.returncode == 4, proc.stderr
         assert proc.stderr.strip() == (

@@ -25,12 +25,14 @@ def read_partition(url: str, topic: str, partition: int, isolation_level: str = 
             assert r.status_code == 200, r.text
             page = r.json()
             for rec in page["records"]:
-                out.append({
-                    "offset": rec["offset"],
-                    "key": _bytes(rec["key"]),
-                    "value": _bytes(rec["value"]),
-                    "headers": [(h["key"], _bytes(h["value"])) for h in rec["header_list"]],
-                })
+                out.append(
+                    {
+                        "offset": rec["offset"],
+                        "key": _bytes(rec["key"]),
+                        "value": _bytes(rec["value"]),
+                        "headers": [(h["key"], _bytes(h["value"])) for h in rec["header_list"]],
+                    }
+                )
             offset = page["next_offset"]
             end = page["last_stable_offset"] if isolation_level == "read_committed" else page["high_watermark"]
             if offset >= end:

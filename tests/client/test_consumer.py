@@ -9,16 +9,7 @@ import uuid
 import pytest
 
 from tests.client.logs import create_topic
-from txlog import (
-    OFFSET_BEGINNING,
-    OFFSET_END,
-    OFFSET_INVALID,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Producer,
-    TopicPartition,
-)
+from txlog import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 
 def _group() -> str:

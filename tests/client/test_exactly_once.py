@@ -73,9 +73,27 @@ def test_consume_transform_produce_is_exactly_once_across_kill_9(server, tmp_pat
     def start() -> subprocess.Popen:
         with open(log, "ab") as out:
             return subprocess.Popen(
-                [sys.executable, str(EXAMPLE), "--url", server.url, "--input", source, "--output", sink, "--group", group,
-                 "--transactional-id", tid, "--batch", "100", "--idle-exit-s", "3"],
-                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                [
+                    sys.executable,
+                    str(EXAMPLE),
+                    "--url",
+                    server.url,
+                    "--input",
+                    source,
+                    "--output",
+                    sink,
+                    "--group",
+                    group,
+                    "--transactional-id",
+                    tid,
+                    "--batch",
+                    "100",
+                    "--idle-exit-s",
+                    "3",
+                ],
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
             )
 
     def progress() -> int:
@@ -138,11 +156,17 @@ def test_idempotent_retries_write_each_record_once_through_lost_answers(server, 
     n = 3000
     with LossyProxy(server.port, drop_answer=0.25, seed=11) as proxy:
         errors: list = []
-        p = Producer({
-            "url": proxy.url, "enable.idempotence": True, "linger.ms": 2, "batch.num.messages": 20,
-            "retry.backoff.ms": 5, "retry.backoff.max.ms": 50,
-            "on_delivery": lambda err, msg: err and errors.append(err),
-        })
+        p = Producer(
+            {
+                "url": proxy.url,
+                "enable.idempotence": True,
+                "linger.ms": 2,
+                "batch.num.messages": 20,
+                "retry.backoff.ms": 5,
+                "retry.backoff.max.ms": 50,
+                "on_delivery": lambda err, msg: err and errors.append(err),
+            }
+        )
         for i in range(n):
             p.produce(topic_name, key=f"k{i % 50}", value=f"{i:05d}")
         assert p.flush(120) == 0

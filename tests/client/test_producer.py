@@ -99,7 +99,9 @@ def test_idempotent_producer_delivers_every_record_once_in_order_with_its_offset
 def test_one_producer_shared_by_threads(server, topic_name):
     create_topic(server.url, topic_name, 2)
     reports = Reports()
-    p = Producer({"url": server.url, "enable.idempotence": True, "linger.ms": 1, "batch.num.messages": 25, "on_delivery": reports})
+    p = Producer(
+        {"url": server.url, "enable.idempotence": True, "linger.ms": 1, "batch.num.messages": 25, "on_delivery": reports}
+    )
 
     def produce_some(thread: int) -> None:
         for i in range(250):
@@ -270,7 +272,9 @@ def test_transaction_timed_out_by_the_server_is_fenced_with_reason_timed_out(ser
     p.flush()
     wait_until(
         lambda: httpx.get(f"{server.url}/v1/transactions/{tid}", timeout=10).json()["state"] == "CompleteAbort",
-        timeout=30, interval=0.1, message="the server to abort the timed-out transaction",
+        timeout=30,
+        interval=0.1,
+        message="the server to abort the timed-out transaction",
     )
     with pytest.raises(KafkaException) as info:
         p.commit_transaction()

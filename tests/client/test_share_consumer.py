@@ -16,7 +16,9 @@ from txlog import KafkaError, KafkaException, Producer, ShareConsumer, TopicPart
 
 def _group(url: str) -> str:
     group = f"sg-{uuid.uuid4().hex[:8]}"
-    r = httpx.patch(f"{url}/v1/share-groups/{group}/configs", json={"configs": {"share.auto.offset.reset": "earliest"}}, timeout=10)
+    r = httpx.patch(
+        f"{url}/v1/share-groups/{group}/configs", json={"configs": {"share.auto.offset.reset": "earliest"}}, timeout=10
+    )
     assert r.status_code == 200, r.text
     return group
 
@@ -117,7 +119,9 @@ def test_implicit_mode_accepts_what_was_not_acknowledged_at_the_next_poll(server
     group = _group(server.url)
     _produce(server.url, topic_name, [b"a", b"b", b"c"])
     seen: list = []
-    c = ShareConsumer(server.url, group, [topic_name], on_acknowledge=lambda tp, err, offsets: seen.append((tp.partition, err, offsets)))
+    c = ShareConsumer(
+        server.url, group, [topic_name], on_acknowledge=lambda tp, err, offsets: seen.append((tp.partition, err, offsets))
+    )
     _, b, _ = _take(c, 3)
     c.acknowledge(b, "release")
     assert c.poll(5)[0].value() == b"b"  # a and c accepted, b back with its second delivery
@@ -144,7 +148,7 @@ def test_a_consumer_that_stops_without_closing_has_its_records_redelivered_after
     create_topic(server.url, topic_name, 1)
     group = _group(server.url)
     r = httpx.patch(
-        f"{server.url}/v1/share-groups/{group}/configs", json={"configs": {"share.record.lock.duration.ms": "15000"}}, timeout=10,
+        f"{server.url}/v1/share-groups/{group}/configs", json={"configs": {"share.record.lock.duration.ms": "15000"}}, timeout=10
     )
     assert r.status_code == 200, r.text
     _produce(server.url, topic_name, [b"one", b"two"])

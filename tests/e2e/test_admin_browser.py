@@ -21,8 +21,12 @@ from tests.support import ROOT, ServerProcess, wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--no-first-run", "--disable-sync",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
 ]
 SCREENSHOTS = ROOT / "docs" / "screenshots"
 README_SHOTS = {"overview.png", "transaction.png"}
@@ -39,12 +43,16 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture(scope="module")
-def cluster(pg_admin_url: str, template_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Scenario]]:
+def cluster(
+    pg_admin_url: str, template_db: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ServerProcess, Scenario]]:
     """A token-protected server on its own database, with the realistic scenario in it."""
     name = new_database(pg_admin_url, template_db)
     log = tmp_path_factory.mktemp("e2e-server") / "server.log"
     try:
-        with ServerProcess(_with_database(pg_admin_url, name), env={"TXLOG_ADMIN_TOKEN": ADMIN_TOKEN, **QUIET_SWEEPER}, log_path=log) as server:
+        with ServerProcess(
+            _with_database(pg_admin_url, name), env={"TXLOG_ADMIN_TOKEN": ADMIN_TOKEN, **QUIET_SWEEPER}, log_path=log
+        ) as server:
             with server.client() as client:
                 yield server, Scenario(client, hanging_timeout_ms=1500).build()
     finally:
@@ -74,10 +82,12 @@ def shoot(page: Page, tmp_path: Path, name: str) -> Path:
     return path
 
 
-def test_abort_a_hanging_transaction_in_the_browser(browser: Browser, cluster: tuple[ServerProcess, Scenario], tmp_path: Path) -> None:
+def test_abort_a_hanging_transaction_in_the_browser(
+    browser: Browser, cluster: tuple[ServerProcess, Scenario], tmp_path: Path
+) -> None:
     server, scenario = cluster
     context = browser.new_context(
-        base_url=server.url, java_script_enabled=False, viewport={"width": 1400, "height": 900}, color_scheme="light",
+        base_url=server.url, java_script_enabled=False, viewport={"width": 1400, "height": 900}, color_scheme="light"
     )
     page = context.new_page()
     problems = Problems(page)
@@ -102,6 +112,7 @@ def test_abort_a_hanging_transaction_in_the_browser(browser: Browser, cluster: t
             page.wait_for_load_state("load")
             page.reload()
             return page.locator(".alert-row").count() == 1
+
         wait_until(hanging_shown, timeout=30, interval=0.3, message="the hanging transaction on the overview")
         assert page.locator("svg.pbar").count() == 14
         assert page.locator("svg.chart rect.bar").count() == 15
@@ -115,7 +126,13 @@ def test_abort_a_hanging_transaction_in_the_browser(browser: Browser, cluster: t
         assert page.locator("h1 .badge").inner_text() == "Ongoing"
         timeline = page.locator("svg.timeline")
         assert timeline.is_visible()
-        assert timeline.locator("text.state").all_text_contents() == ["Empty", "Ongoing", "PrepareCommit", "CompleteCommit", "Ongoing"]
+        assert timeline.locator("text.state").all_text_contents() == [
+            "Empty",
+            "Ongoing",
+            "PrepareCommit",
+            "CompleteCommit",
+            "Ongoing",
+        ]
         assert "timed out" in timeline.locator("text.deadline-label").text_content()
         shoot(page, tmp_path, "transaction-hanging.png")
 
@@ -142,8 +159,13 @@ def test_abort_a_hanging_transaction_in_the_browser(browser: Browser, cluster: t
         assert page.locator("tr.lso-line").count() == 0
         page.locator(".seg-switch").get_by_role("link", name="read_committed").click()
         assert page.locator("tr.aborted").count() == 0
-        for path in ("/admin/transactions", "/admin/producers", "/admin/groups", f"/admin/groups/{scenario.payments_group}",
-                     f"/admin/topics/{scenario.orders}"):
+        for path in (
+            "/admin/transactions",
+            "/admin/producers",
+            "/admin/groups",
+            f"/admin/groups/{scenario.payments_group}",
+            f"/admin/topics/{scenario.orders}",
+        ):
             page.goto(path)
             assert page.locator("main h1").count() == 1
     finally:

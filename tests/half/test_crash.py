@@ -72,19 +72,24 @@ def test_a_check_back_decision_that_dies_before_its_append_is_asked_again_and_ap
     with Endpoint(answer("COMMIT")) as endpoint:
         server = server_for(db_url, tmp_path, "dying", "half_message_decided").start()
         with server.client() as api:
-            r = api.put("/v1/producer-groups/g", json={"check_url": endpoint.url, "check_interval_ms": 200, "check_immunity_ms": 0})
+            r = api.put(
+                "/v1/producer-groups/g", json={"check_url": endpoint.url, "check_interval_ms": 200, "check_immunity_ms": 0}
+            )
             assert r.status_code == 200, r.text
             tid = send_half(api)  # the producer never decides: the checker asks, hears COMMIT, dies
         died(server)
         assert sql(db_url, "SELECT state, check_count FROM txlog.half_messages") == [("Prepared", 1)]
         assert log_values(db_url) == []
         with server_for(db_url, tmp_path, "after") as after, after.client() as api:
-            wait_until(lambda: api.get(f"/v1/half-messages/{tid}").json()["state"] == "Committed", 20, 0.1, "the check-back to commit")
+            wait_until(
+                lambda: api.get(f"/v1/half-messages/{tid}").json()["state"] == "Committed", 20, 0.1, "the check-back to commit"
+            )
             h = api.get(f"/v1/half-messages/{tid}").json()
         assert len(endpoint.calls) == 2
     # the first check never finished (its server died); the second one committed
     assert [(c["check_no"], c["answer"], c["finished_at_ms"] is not None) for c in h["checks"]] == [
-        (1, None, False), (2, "COMMIT", True)
+        (1, None, False),
+        (2, "COMMIT", True),
     ]
     assert log_values(db_url) == [b"paid"]
 

@@ -17,9 +17,7 @@ from app.domain.half_messages import (
     ProducerGroup,
     Repeated,
 )
-from app.domain.half_messages import (
-    LocalTransactionState as L,
-)
+from app.domain.half_messages import LocalTransactionState as L
 from app.errors import ErrorCode, TxlogError
 
 T0 = 1_700_000_000_000
@@ -53,7 +51,11 @@ def test_first_decision_is_taken_and_applied():
     assert d == Decided(HalfState.COMMITTED, DecidedBy.PRODUCER, T0 + 10)
     m = d.applied(prepared(), offset=42)
     assert (m.state, m.offset, m.decided_at_ms, m.decided_by, m.next_check_at_ms) == (
-        HalfState.COMMITTED, 42, T0 + 10, DecidedBy.PRODUCER, None
+        HalfState.COMMITTED,
+        42,
+        T0 + 10,
+        DecidedBy.PRODUCER,
+        None,
     )
 
 
@@ -111,9 +113,15 @@ def test_a_check_back_racing_the_producer_repeats_or_is_contradicted():
 
 @pytest.mark.parametrize(
     "body, state",
-    [({"state": "COMMIT"}, L.COMMIT), ({"state": "ROLLBACK"}, L.ROLLBACK), ({"state": "UNKNOWN"}, L.UNKNOWN),
-     ({"state": "COMMIT_MESSAGE"}, L.COMMIT), ({"state": "ROLLBACK_MESSAGE"}, L.ROLLBACK), ({"state": "UNKNOW"}, L.UNKNOWN),
-     ({"state": "commit", "extra": 1}, L.COMMIT)],
+    [
+        ({"state": "COMMIT"}, L.COMMIT),
+        ({"state": "ROLLBACK"}, L.ROLLBACK),
+        ({"state": "UNKNOWN"}, L.UNKNOWN),
+        ({"state": "COMMIT_MESSAGE"}, L.COMMIT),
+        ({"state": "ROLLBACK_MESSAGE"}, L.ROLLBACK),
+        ({"state": "UNKNOW"}, L.UNKNOWN),
+        ({"state": "commit", "extra": 1}, L.COMMIT),
+    ],
 )
 def test_check_back_answers_are_read(body, state):
     assert hm.read_check_answer(body) is state

@@ -158,9 +158,10 @@ def test_a_producer_that_dies_before_deciding_is_decided_by_the_check_back(serve
     try:
         r = api.put("/v1/producer-groups/shop-c", json={"check_url": listener.url, **KNOBS})
         assert r.status_code == 200 and r.json()["registered"], r.text
-        sent = api.post("/v1/half-messages", json={
-            "producer_group": "shop-c", "topic": topic, "key": "o9", "value": "paid", "headers": {"orderId": "o9"},
-        })
+        sent = api.post(
+            "/v1/half-messages",
+            json={"producer_group": "shop-c", "topic": topic, "key": "o9", "value": "paid", "headers": {"orderId": "o9"}},
+        )
         assert sent.status_code == 200, sent.text
         tid = sent.json()["transaction_id"]
         assert sent.json()["state"] == "Prepared"
@@ -209,9 +210,21 @@ def test_commits_and_rollbacks_over_http_are_safe_to_repeat_and_race(api, topic)
 def test_errors_are_named_and_declared(api, topic):
     cases = [
         (api.post("/v1/half-messages/NO-SUCH/commit"), 404, "TRANSACTIONAL_ID_NOT_FOUND"),
-        (api.post("/v1/half-messages", json={"producer_group": "g", "topic": "no-such-topic", "value": "v"}), 404, "UNKNOWN_TOPIC_OR_PARTITION"),
-        (api.post("/v1/half-messages", json={"producer_group": "g", "topic": topic, "partition": 7, "value": "v"}), 404, "UNKNOWN_TOPIC_OR_PARTITION"),
-        (api.post("/v1/half-messages", json={"producer_group": "g", "topic": topic, "value": "%%", "encoding": "base64"}), 400, "INVALID_RECORD"),
+        (
+            api.post("/v1/half-messages", json={"producer_group": "g", "topic": "no-such-topic", "value": "v"}),
+            404,
+            "UNKNOWN_TOPIC_OR_PARTITION",
+        ),
+        (
+            api.post("/v1/half-messages", json={"producer_group": "g", "topic": topic, "partition": 7, "value": "v"}),
+            404,
+            "UNKNOWN_TOPIC_OR_PARTITION",
+        ),
+        (
+            api.post("/v1/half-messages", json={"producer_group": "g", "topic": topic, "value": "%%", "encoding": "base64"}),
+            400,
+            "INVALID_RECORD",
+        ),
         (api.post("/v1/half-messages", json={"topic": topic}), 422, "INVALID_REQUEST"),
         (api.put("/v1/producer-groups/g", json={"check_url": "http://169.254.169.254/latest"}), 400, "INVALID_CONFIG"),
         (api.put("/v1/producer-groups/g", json={"check_url": "http://127.0.0.1/", "max_checks": 0}), 422, "INVALID_REQUEST"),
@@ -231,8 +244,13 @@ def test_errors_are_named_and_declared(api, topic):
         assert statuses <= set(spec[path][method]["responses"]), (path, method)
     defaults = api.get("/v1/producer-groups/never-registered").json()
     assert defaults == {
-        "producer_group": "never-registered", "check_url": None, "check_interval_ms": 60000, "check_immunity_ms": 6000,
-        "max_checks": 15, "registered": False, "updated_at_ms": None,
+        "producer_group": "never-registered",
+        "check_url": None,
+        "check_interval_ms": 60000,
+        "check_immunity_ms": 6000,
+        "max_checks": 15,
+        "registered": False,
+        "updated_at_ms": None,
     }
 
 
@@ -264,15 +282,22 @@ def test_the_seeds_create_order_service_creates_the_order_and_sends_it_or_neithe
 
 def test_admin_pages_and_views_show_pending_half_messages_with_their_checks_and_the_outbox_backlog(server, api, half_db, topic):
     with Endpoint(answer("UNKNOWN")) as endpoint:
-        r = api.put("/v1/producer-groups/watched", json={"check_url": endpoint.url, "check_interval_ms": 100, "check_immunity_ms": 0, "max_checks": 1000})
+        r = api.put(
+            "/v1/producer-groups/watched",
+            json={"check_url": endpoint.url, "check_interval_ms": 100, "check_immunity_ms": 0, "max_checks": 1000},
+        )
         assert r.status_code == 200, r.text
-        tid = api.post("/v1/half-messages", json={"producer_group": "watched", "topic": topic, "partition": 1, "value": "pending"}).json()["transaction_id"]
+        tid = api.post(
+            "/v1/half-messages", json={"producer_group": "watched", "topic": topic, "partition": 1, "value": "pending"}
+        ).json()["transaction_id"]
         # checks keep coming every 100 ms: wait until two have been answered and recorded
         wait_until(
             lambda: len([c for c in half(api, tid)["checks"] if c["answer"] == "UNKNOWN"]) >= 2, 20, 0.05, "two check-backs"
         )
         page = api.get("/admin/half-messages", params={"group": "watched"})
-        assert page.status_code == 200 and tid in page.text and "UNKNOWN" in page.text and "Prepared" in page.text, page.text[:500]
+        assert page.status_code == 200 and tid in page.text and "UNKNOWN" in page.text and "Prepared" in page.text, page.text[
+            :500
+        ]
         detail = api.get(f"/admin/half-messages/id/{tid}")
         assert detail.status_code == 200 and endpoint.url in detail.text and "no decision; check 1 of 1000" in detail.text
         with psycopg.connect(half_db) as conn:

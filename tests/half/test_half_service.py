@@ -72,20 +72,27 @@ def run_checks(b: Broker, checker: tuple, rounds: int = 1) -> hs.CheckReport:
 
 # --- the producer decides -------------------------------------------------------------------------
 
+
 def test_a_half_message_is_invisible_until_committed_then_appended_exactly_once(b):
     tid = send(b)
     msg = hs.describe(b, tid).stored.msg
     assert msg.state is HalfState.PREPARED and msg.partition == partition_for_key(b"order-1", 3)
     # not in any partition: nothing to read, no high watermark moved, no last stable offset held back
     assert committed(b) == []
-    assert sql(b, "SELECT sum(high_watermark), sum(last_stable_offset) FROM txlog.partition_status WHERE topic = %s", TOPIC) == [(0, 0)]
+    assert sql(b, "SELECT sum(high_watermark), sum(last_stable_offset) FROM txlog.partition_status WHERE topic = %s", TOPIC) == [
+        (0, 0)
+    ]
     assert sql(b, "SELECT transaction_id, producer_group, check_count FROM txlog.pending_half_messages") == [(tid, "g", 0)]
 
     done = hs.commit(b, tid)
     assert (done.state, done.offset, done.decided_by.value) == (HalfState.COMMITTED, 0, "producer")
     assert committed(b) == [(msg.partition, b"created")]
     (record,) = fetch.fetch(b, TOPIC, msg.partition, 0, 10, 10**6, "read_committed").records
-    assert (record.key, record.headers, record.timestamp_ms) == (b"order-1", (("orderId", b"1"), ("trace", None)), msg.created_at_ms)
+    assert (record.key, record.headers, record.timestamp_ms) == (
+        b"order-1",
+        (("orderId", b"1"), ("trace", None)),
+        msg.created_at_ms,
+    )
 
     again = hs.commit(b, tid)  # a lost answer, retried: the same outcome, nothing appended
     assert (again.state, again.offset) == (HalfState.COMMITTED, 0)
@@ -162,13 +169,16 @@ def test_racing_commits_and_rollbacks_take_one_decision_and_append_at_most_once(
         final = state_of(b, tid)
         mine = [a for t, a in answers if t == tid]
         # every caller that asked for the decision taken was told it; every other one was refused
-        assert sorted(mine) == sorted([final.value] * 4 + ["refused:" + ("rollback" if final is HalfState.COMMITTED else "commit")] * 4)
+        assert sorted(mine) == sorted(
+            [final.value] * 4 + ["refused:" + ("rollback" if final is HalfState.COMMITTED else "commit")] * 4
+        )
         if final is HalfState.COMMITTED:
             want.append(f"v{i}".encode())
     assert appended == sorted(want)
 
 
 # --- the check-back decides -----------------------------------------------------------------------
+
 
 def register(b: Broker, endpoint: Endpoint | None, group: str = "g", max_checks: int = 3, interval_ms: int = 1) -> None:
     hs.register_producer_group(b, group, endpoint.url if endpoint else None, interval_ms, 0, max_checks)
@@ -178,15 +188,29 @@ def register(b: Broker, endpoint: Endpoint | None, group: str = "g", max_checks:
 def test_a_producer_that_never_decides_is_decided_by_its_check_back(b, checker, decision, state):
     with Endpoint(answer(decision)) as endpoint:
         register(b, endpoint)
-        tid = hs.send_half_message(b, "g", TOPIC, 1, NewRecord(b"\xff\x00", b"v", (("orderId", b"42"),)), encoding="base64").transaction_id
+        tid = hs.send_half_message(
+            b, "g", TOPIC, 1, NewRecord(b"\xff\x00", b"v", (("orderId", b"42"),)), encoding="base64"
+        ).transaction_id
         report = run_checks(b, checker)
-        assert (report.checked, report.committed, report.rolled_back) == (1, int(state is HalfState.COMMITTED), int(state is HalfState.ROLLED_BACK))
+        assert (report.checked, report.committed, report.rolled_back) == (
+            1,
+            int(state is HalfState.COMMITTED),
+            int(state is HalfState.ROLLED_BACK),
+        )
         (call,) = endpoint.calls
     # the message itself, as checkLocalTransaction(MessageExt) receives it, in the producer's encoding
     assert call == {
-        "transaction_id": tid, "producer_group": "g", "topic": TOPIC, "partition": 1, "encoding": "base64",
-        "key": "/wA=", "value": "dg==", "headers": {"orderId": "42"}, "header_list": [{"key": "orderId", "value": "NDI="}],
-        "timestamp_ms": hs.describe(b, tid).stored.msg.created_at_ms, "check_count": 1,
+        "transaction_id": tid,
+        "producer_group": "g",
+        "topic": TOPIC,
+        "partition": 1,
+        "encoding": "base64",
+        "key": "/wA=",
+        "value": "dg==",
+        "headers": {"orderId": "42"},
+        "header_list": [{"key": "orderId", "value": "NDI="}],
+        "timestamp_ms": hs.describe(b, tid).stored.msg.created_at_ms,
+        "check_count": 1,
     }
     d = hs.describe(b, tid)
     assert (d.stored.msg.state, d.stored.msg.decided_by.value) == (state, "check_back")
@@ -219,8 +243,12 @@ GARBAGE = {
     "too slow": lambda p: (200, orjson.dumps({"state": "COMMIT"}), 1.0),  # the checker waits 300 ms
 }
 PROBLEM = {
-    "not json": "not JSON", "no state": "unreadable answer", "unknown state": "unreadable answer",
-    "error status": "HTTP 500", "redirect": "HTTP 302", "too slow": "no answer within 300 ms",
+    "not json": "not JSON",
+    "no state": "unreadable answer",
+    "unknown state": "unreadable answer",
+    "error status": "HTTP 500",
+    "redirect": "HTTP 302",
+    "too slow": "no answer within 300 ms",
 }
 
 
@@ -319,6 +347,7 @@ def test_several_checkers_share_the_due_half_messages_and_ask_about_each_once(b)
                     n += r.checked
                     if not r.checked:
                         return n
+
         try:
             with ThreadPoolExecutor(3) as pool:
                 counts = list(pool.map(run, checkers))

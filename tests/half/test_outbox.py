@@ -49,7 +49,10 @@ def test_murmur2_in_sql_is_kafkas_and_txlog_send_partitions_as_the_http_api(b):
         got = conn.execute("SELECT txlog.murmur2(k) FROM unnest(%s::bytea[]) AS k", (keys,)).fetchall()
         assert [g for (g,) in got] == [murmur2(k) for k in keys]
         # Kafka's own test vectors (Utils.murmur2 in UtilsTest)
-        assert conn.execute("SELECT txlog.murmur2('21'::bytea), txlog.murmur2('foobar'::bytea)").fetchone() == (-973932308, -790332482)
+        assert conn.execute("SELECT txlog.murmur2('21'::bytea), txlog.murmur2('foobar'::bytea)").fetchone() == (
+            -973932308,
+            -790332482,
+        )
         for k in keys[:60]:
             conn.execute("SELECT txlog.send(%s, %s, 'v')", (TOPIC, k))
         rows = conn.execute("SELECT key, partition FROM txlog.outbox ORDER BY id").fetchall()
@@ -75,7 +78,8 @@ def test_committed_rows_are_appended_once_with_their_headers_and_send_time_then_
         ids = [
             conn.execute("SELECT txlog.send(%s, 'k', 'v1', %s::jsonb)", (TOPIC, '{"b": "2", "a": null}')).fetchone()[0],
             conn.execute(
-                "SELECT txlog.send(%s, NULL, 'v2', %s::jsonb, 2)", (TOPIC, '[{"key": "x", "value": "1"}, {"key": "x", "value": null}]')
+                "SELECT txlog.send(%s, NULL, 'v2', %s::jsonb, 2)",
+                (TOPIC, '[{"key": "x", "value": "1"}, {"key": "x", "value": null}]'),
             ).fetchone()[0],
         ]
         sent_at = conn.execute("SELECT (extract(epoch FROM created_at) * 1000)::bigint FROM txlog.outbox ORDER BY id").fetchall()

@@ -75,7 +75,13 @@ def test_a_node_id_whose_lease_ended_is_free_and_its_late_renewal_refused(broker
 
 
 def test_registrations_are_checked(broker):
-    for node_id, host, port, lease in ((-1, "h", 9092, 1000), (1, "", 9092, 1000), (1, "h", 0, 1000), (1, "h", 70_000, 1000), (1, "h", 9092, 0)):
+    for node_id, host, port, lease in (
+        (-1, "h", 9092, 1000),
+        (1, "", 9092, 1000),
+        (1, "h", 0, 1000),
+        (1, "h", 70_000, 1000),
+        (1, "h", 9092, 0),
+    ):
         assert error_of(cluster.register_node, broker, node_id, host, port, lease).code is ErrorCode.INVALID_REQUEST
 
 

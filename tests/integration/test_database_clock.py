@@ -37,6 +37,7 @@ def test_it_keeps_counting_while_the_database_is_away(broker, db_url, pg_admin_u
         admin.execute(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS false')
         admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
         try:
+
             def refused() -> bool:
                 try:
                     clock.read_database_ms()
@@ -46,8 +47,11 @@ def test_it_keeps_counting_while_the_database_is_away(broker, db_url, pg_admin_u
 
             wait_until(refused, timeout=10, message="the database to refuse connections")
             readings = [clock()]
-            wait_until(lambda: readings.append(clock()) or readings[-1] >= readings[0] + 300, timeout=10,
-                       message="the clock to count on without the database")
+            wait_until(
+                lambda: readings.append(clock()) or readings[-1] >= readings[0] + 300,
+                timeout=10,
+                message="the clock to count on without the database",
+            )
             assert readings == sorted(readings) and readings[0] >= first
             assert clock._failure is not None  # it did try, and failed
             try:

@@ -51,6 +51,7 @@ def topic(broker) -> str:  # type: ignore[no-untyped-def]
 
 # --- what a page holds ---------------------------------------------------------------------------------
 
+
 def test_a_page_holds_every_stored_row_with_what_a_record_batch_carries(broker, topic):
     headers = (("trace", b"1"), ("bin", b"\x00\xff"), ("trace", None))
     plain(broker, topic, 0, "plain", ts=T0, headers=headers)  # 0
@@ -66,7 +67,13 @@ def test_a_page_holds_every_stored_row_with_what_a_record_batch_carries(broker, 
     assert (got.high_watermark, got.last_stable_offset, got.log_start_offset) == (6, 6, 0)
     r0, r1, r2, r3, r4, r5 = got.records
     assert (r0.value, r0.key, r0.headers, r0.timestamp_ms) == (b"plain", None, headers, T0)
-    assert (r0.producer_id, r0.producer_epoch, r0.sequence, r0.is_transactional, r0.control_type) == (None, None, None, False, None)
+    assert (r0.producer_id, r0.producer_epoch, r0.sequence, r0.is_transactional, r0.control_type) == (
+        None,
+        None,
+        None,
+        False,
+        None,
+    )
     assert (r1.value, r1.producer_id, r1.producer_epoch, r1.sequence, r1.is_transactional) == (b"aborted", p.pid, 0, 0, True)
     assert (r2.control_type, r2.key, r2.value, r2.is_transactional, r2.producer_epoch) == (CONTROL_ABORT, None, None, True, 0)
     assert [(r.sequence, r.producer_epoch) for r in (r3, r4)] == [(0, 1), (1, 1)]
@@ -108,6 +115,7 @@ def test_offsets_outside_the_log_are_out_of_range(broker, topic):
 
 
 # --- the byte budget -----------------------------------------------------------------------------------
+
 
 def test_the_byte_budget_counts_keys_values_and_headers_and_always_lets_the_first_row_through(broker, topic):
     plain(broker, topic, 0, *["x" * 100] * 5)
@@ -159,6 +167,7 @@ def test_each_page_names_the_aborted_transactions_its_rows_belong_to(broker, top
 
 # --- cost ------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("isolation_level", ["read_uncommitted", "read_committed"])
 def test_a_page_reads_its_own_rows_and_a_bisection_not_the_log(broker, topic, isolation_level):
     for start in range(0, 20_000, 2000):
@@ -187,9 +196,13 @@ def test_a_read_committed_page_probes_the_aborted_index_once_per_transaction_not
         p.abort() if i % 2 else p.commit()
     with broker.db.transaction() as conn:
         # and a long one on the other partition: a table PostgreSQL would not scan for a probe
-        conn.execute(text(
-            "INSERT INTO txlog.aborted_txns (topic, partition, producer_id, first_offset, last_offset, producer_epoch) "
-            "SELECT :t, 1, 7, 2 * g, 2 * g + 1, 0 FROM generate_series(0, 19999) g"), {"t": topic})
+        conn.execute(
+            text(
+                "INSERT INTO txlog.aborted_txns (topic, partition, producer_id, first_offset, last_offset, producer_epoch) "
+                "SELECT :t, 1, 7, 2 * g, 2 * g + 1, 0 FROM generate_series(0, 19999) g"
+            ),
+            {"t": topic},
+        )
         conn.execute(text("ANALYZE txlog.records"))
         conn.execute(text("ANALYZE txlog.aborted_txns"))
 
@@ -210,6 +223,7 @@ def test_a_read_committed_page_probes_the_aborted_index_once_per_transaction_not
 
 
 # --- ListOffsets ----------------------------------------------------------------------------------------
+
 
 def test_list_offsets_earliest_latest_by_isolation_and_by_timestamp(broker, topic):
     for i in range(5):
@@ -253,11 +267,15 @@ def test_list_offsets_max_timestamp_is_the_first_data_record_with_the_largest_on
 
 def test_list_offsets_answers_each_partition_with_its_own_error(broker, topic):
     plain(broker, topic, 1, "a")
-    got = fetch_service.list_offsets(broker, [(topic, 1, LATEST_TIMESTAMP), ("nope", 0, -1), (topic, 7, -2), (topic, 0, -9), (topic, 2**40, -1)])
+    got = fetch_service.list_offsets(
+        broker, [(topic, 1, LATEST_TIMESTAMP), ("nope", 0, -1), (topic, 7, -2), (topic, 0, -9), (topic, 2**40, -1)]
+    )
     assert [(r.topic, r.partition) for r in got] == [(topic, 1), ("nope", 0), (topic, 7), (topic, 0), (topic, 2**40)]
     assert got[0].offset == ListedOffset(1, None) and got[0].error is None
     assert [r.error.code for r in got[1:]] == [  # type: ignore[union-attr]
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_REQUEST,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.INVALID_REQUEST,
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     ]
 

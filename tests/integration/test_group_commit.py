@@ -69,10 +69,12 @@ def test_concurrent_batches_are_grouped_and_each_appended_once_in_order(grouped,
             assert mine == [f"{i}:{n}:{k}".encode() for n in range(per_producer) for k in range(3)]
             # each caller was answered with its own batch's offsets
             for n, base in enumerate(answered[i]):
-                assert log[base:base + 3] == [f"{i}:{n}:{k}".encode() for k in range(3)]
+                assert log[base : base + 3] == [f"{i}:{n}:{k}".encode() for k in range(3)]
     # a retry of an appended batch is answered with its first offsets, grouped or not
     pid, epoch = producers[0].producer_id, producers[0].producer_epoch
-    again = produce_service.produce(grouped, "t", 0, ProduceRequest([NewRecord(None, b"x")] * 3, pid, epoch, 3 * (per_producer - 1)))
+    again = produce_service.produce(
+        grouped, "t", 0, ProduceRequest([NewRecord(None, b"x")] * 3, pid, epoch, 3 * (per_producer - 1))
+    )
     assert again.duplicate and again.base_offset == answered[0][-1]
 
 
@@ -81,14 +83,18 @@ def test_a_refused_batch_refuses_only_itself(grouped) -> None:  # type: ignore[n
     for _ in range(5):
         producers = [transactions.init_producer_id(grouped, None) for _ in range(6)]
         for i, p in enumerate(producers):
-            produce_service.produce(grouped, "t", i % PARTITIONS, ProduceRequest([NewRecord(None, b"v")], p.producer_id, p.producer_epoch, 0))
+            produce_service.produce(
+                grouped, "t", i % PARTITIONS, ProduceRequest([NewRecord(None, b"v")], p.producer_id, p.producer_epoch, 0)
+            )
 
         def run(i: int):  # type: ignore[no-untyped-def]
             p = producers[i]
             seq = 5 if i % 2 else 1  # odd producers leave a gap: OUT_OF_ORDER_SEQUENCE_NUMBER
             barrier.wait()
             try:
-                return produce_service.produce(grouped, "t", i % PARTITIONS, ProduceRequest([NewRecord(None, b"v")], p.producer_id, p.producer_epoch, seq))
+                return produce_service.produce(
+                    grouped, "t", i % PARTITIONS, ProduceRequest([NewRecord(None, b"v")], p.producer_id, p.producer_epoch, seq)
+                )
             except TxlogError as exc:
                 return exc.code
 
@@ -104,7 +110,10 @@ def test_a_held_partition_does_not_hold_up_the_others(grouped) -> None:  # type:
             append_store.partition_lock_for_append(holder, "t", 0, None)  # another transaction holds partition 0
             started = time.monotonic()
             waiting = pool.submit(produce_service.produce, grouped, "t", 0, ProduceRequest([NewRecord(None, b"held")]))
-            others = [pool.submit(produce_service.produce, grouped, "t", 1 + i % 3, ProduceRequest([NewRecord(None, b"free")])) for i in range(20)]
+            others = [
+                pool.submit(produce_service.produce, grouped, "t", 1 + i % 3, ProduceRequest([NewRecord(None, b"free")]))
+                for i in range(20)
+            ]
             for f in others:
                 f.result(timeout=10)
             assert time.monotonic() - started < 3  # well within the 5 s lock timeout
@@ -129,7 +138,10 @@ def test_a_failing_statement_puts_each_batch_through_alone(grouped, monkeypatch)
 
     def run(i: int):  # type: ignore[no-untyped-def]
         barrier.wait()
-        return [produce_service.produce(grouped, "t", i % PARTITIONS, ProduceRequest([NewRecord(None, f"{i}:{n}".encode())])) for n in range(10)]
+        return [
+            produce_service.produce(grouped, "t", i % PARTITIONS, ProduceRequest([NewRecord(None, f"{i}:{n}".encode())]))
+            for n in range(10)
+        ]
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(run, range(8)))

@@ -44,7 +44,9 @@ def test_require_stable_marks_only_the_partitions_with_a_pending_offset(broker, 
     ]
     # every partition of the group: the pending-only one shows only when asked stable
     assert answers(groups.offset_fetch_partitions(broker, "c", None, require_stable=True)) == [
-        (topic, 0, 5, "zero", None), (topic, 1, 6, "one", unstable), (topic, 2, None, "", unstable),
+        (topic, 0, 5, "zero", None),
+        (topic, 1, 6, "one", unstable),
+        (topic, 2, None, "", unstable),
     ]
     assert answers(groups.offset_fetch_partitions(broker, "c")) == [(topic, 0, 5, "zero", None), (topic, 1, 6, "one", None)]
     err = groups.offset_fetch_partitions(broker, "c", [(topic, 1)], require_stable=True)[0].error

@@ -56,6 +56,7 @@ def topic(broker):  # type: ignore[no-untyped-def]
 
 # --- sequences ------------------------------------------------------------------------------------
 
+
 def test_batches_in_sequence_get_dense_offsets_and_are_stored_with_their_sequences(broker, topic):
     pid = new_pid(broker)
     a = send(broker, pid, 0, 0, "a0", "a1", "a2")
@@ -76,7 +77,9 @@ def test_a_duplicate_answers_the_original_offsets_and_appends_nothing(broker, to
     again = send(broker, pid, 0, 1, "a", "b")
     assert again.duplicate
     assert (again.base_offset, again.last_offset, again.log_append_time_ms) == (
-        first.base_offset, first.last_offset, first.log_append_time_ms,
+        first.base_offset,
+        first.last_offset,
+        first.log_append_time_ms,
     )
     assert log_values(broker) == [b"x", b"a", b"b", b"c"]
     assert high_watermark(broker) == 4
@@ -157,6 +160,7 @@ def test_the_sequence_wraps_after_the_maximum(broker, topic):
 
 # --- epochs ---------------------------------------------------------------------------------------
 
+
 def test_a_lower_epoch_is_fenced_and_a_higher_one_starts_at_zero(broker, topic):
     pid = new_pid(broker)
     send(broker, pid, 3, 0, "a")
@@ -170,6 +174,7 @@ def test_a_lower_epoch_is_fenced_and_a_higher_one_starts_at_zero(broker, topic):
 
 
 # --- durability, expiry ---------------------------------------------------------------------------
+
 
 def test_producer_state_survives_a_new_broker(db_url, broker, topic):
     pid = new_pid(broker)
@@ -225,6 +230,7 @@ def test_producer_state_of_an_open_transaction_does_not_expire(db_url, clock):
 
 
 # --- concurrency ----------------------------------------------------------------------------------
+
 
 def test_one_batch_sent_concurrently_lands_exactly_once(broker, topic):
     """20 copies of one batch at once (a client retrying over several connections): one append,
@@ -288,6 +294,7 @@ def test_producer_ids_are_unique_across_concurrent_inits(broker):
 
 
 # --- idempotent and transactional use of one producer id -----------------------------------------
+
 
 def test_idempotent_produce_while_the_producer_has_an_open_transaction_is_invalid_txn_state(broker, topic):
     p = transactions.init_producer_id(broker, "tx")

@@ -42,6 +42,7 @@ def error_of(fn, *args, **kwargs) -> TxlogError:  # type: ignore[no-untyped-def]
 
 # --- topics ---------------------------------------------------------------------------------------
 
+
 def test_create_list_and_describe_topics(broker):
     assert topics.create_topic(broker, "orders", 3) == ("orders", 3)
     assert topics.create_topic(broker, "audit.v1", 1, {"retention.ms": "1000"}) == ("audit.v1", 1)
@@ -86,6 +87,7 @@ def test_unknown_topic(broker):
 
 
 # --- plain produce --------------------------------------------------------------------------------
+
 
 def test_plain_produce_assigns_dense_offsets_per_partition(broker):
     topics.create_topic(broker, "t", 2)
@@ -158,6 +160,7 @@ def test_produce_to_topic_partitions_by_murmur2_and_round_robin(broker):
 
 
 # --- fetch ----------------------------------------------------------------------------------------
+
 
 def test_fetch_max_records(broker):
     topics.create_topic(broker, "t", 1)
@@ -246,12 +249,17 @@ def test_fetch_limits_must_be_positive(broker):
 
 # --- consumer group offsets -----------------------------------------------------------------------
 
+
 def test_group_offsets_commit_and_fetch(broker):
     topics.create_topic(broker, "a", 2)
     topics.create_topic(broker, "b", 1)
     assert groups.offset_fetch(broker, "g1") == []
     groups.offset_commit(broker, "g1", [GroupOffset("b", 0, 7, "m"), GroupOffset("a", 1, 3, ""), GroupOffset("a", 0, 5, "x")])
-    assert groups.offset_fetch(broker, "g1") == [GroupOffset("a", 0, 5, "x"), GroupOffset("a", 1, 3, ""), GroupOffset("b", 0, 7, "m")]
+    assert groups.offset_fetch(broker, "g1") == [
+        GroupOffset("a", 0, 5, "x"),
+        GroupOffset("a", 1, 3, ""),
+        GroupOffset("b", 0, 7, "m"),
+    ]
     groups.offset_commit(broker, "g1", [GroupOffset("a", 0, 9, "later")])  # overwrites, leaves the rest
     assert groups.offset_fetch(broker, "g1", require_stable=True)[0] == GroupOffset("a", 0, 9, "later")
     assert groups.offset_fetch(broker, "g2") == []  # groups are separate
@@ -260,7 +268,9 @@ def test_group_offsets_commit_and_fetch(broker):
 
 def test_group_offset_commit_to_unknown_partition_commits_nothing(broker):
     topics.create_topic(broker, "a", 1)
-    err = error_of(groups.offset_commit, broker, "g", [GroupOffset("a", 0, 1, ""), GroupOffset("a", 1, 1, ""), GroupOffset("zz", 0, 1, "")])
+    err = error_of(
+        groups.offset_commit, broker, "g", [GroupOffset("a", 0, 1, ""), GroupOffset("a", 1, 1, ""), GroupOffset("zz", 0, 1, "")]
+    )
     assert err.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert "a-1" in err.message and "zz-0" in err.message
     assert groups.offset_fetch(broker, "g") == []
@@ -275,6 +285,7 @@ def test_group_offset_commit_rejects_bad_input(broker):
 
 
 # --- the fetch query stays an index range scan ----------------------------------------------------
+
 
 def _statements_of(broker, fn, touching: tuple[str, ...] = ("txlog.records", "txlog.log_records")):  # type: ignore[no-untyped-def]
     """Run ``fn`` and return the (SQL, parameters) it sent that name ``touching`` (the records table
@@ -308,7 +319,9 @@ def _explain(broker, statement: str, parameters) -> tuple[list[dict], int]:  # t
         raw = driver(conn).execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, parameters).fetchone()[0]
     plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
     nodes = list(_plan_nodes(plan))
-    buffers = sum(n.get("Shared Hit Blocks", 0) + n.get("Shared Read Blocks", 0) for n in nodes if "Relation Name" in n or "Index Name" in n)
+    buffers = sum(
+        n.get("Shared Hit Blocks", 0) + n.get("Shared Read Blocks", 0) for n in nodes if "Relation Name" in n or "Index Name" in n
+    )
     return nodes, buffers
 
 

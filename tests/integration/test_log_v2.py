@@ -51,6 +51,7 @@ def view_values(broker, topic: str) -> list[tuple[int, str]]:  # type: ignore[no
 
 # --- 1. aborted transactions are offset ranges ----------------------------------------------------
 
+
 def test_transactions_of_one_epoch_committed_and_aborted_interleaved_on_several_partitions(broker):
     """A producer that keeps its epoch (Kafka clients before transactions V2): an aborted
     transaction hides only its own records, and a second abort at the same epoch is indexed too."""
@@ -104,6 +105,7 @@ def test_a_retried_end_of_a_version_1_transaction_is_answered_and_a_contradictin
 
 # --- 2. headers ---------------------------------------------------------------------------------
 
+
 def test_headers_are_kept_as_an_ordered_list_with_repeated_keys_and_null_values(broker):
     topics.create_topic(broker, "h", 1)
     headers = (("trace", b"1"), ("bin", b"\x00\xff"), ("trace", b"2"), ("none", None), ("empty", b""))
@@ -121,6 +123,7 @@ def test_headers_are_kept_as_an_ordered_list_with_repeated_keys_and_null_values(
 
 
 # --- 3. fencing reaches the partitions ------------------------------------------------------------
+
 
 def plain_batch(broker, p: Producer, topic: str, partition: int, epoch: int, value: str, seq: int = 0):  # type: ignore[no-untyped-def]
     """A batch of ``p``'s producer id at ``epoch`` without its transactional id."""
@@ -196,6 +199,7 @@ def test_an_idempotent_producer_without_a_transactional_id_is_never_fenced(broke
 
 # --- 7. costs bounded by the request --------------------------------------------------------------
 
+
 def test_a_read_committed_fetch_over_a_long_aborted_range_reads_a_bounded_window(broker):
     topics.create_topic(broker, "long", 1)
     p = Producer(broker, "big")
@@ -243,11 +247,17 @@ def test_adding_partitions_to_a_long_transaction_never_rewrites_the_ones_it_has(
     for partition in range(60):
         p.send("wide", partition, "x")
         with broker.db.read() as conn:
-            sizes.append(conn.execute(text("SELECT pg_column_size(t.*) FROM txlog.transactions t WHERE transactional_id = 'wide'")).scalar())
+            sizes.append(
+                conn.execute(
+                    text("SELECT pg_column_size(t.*) FROM txlog.transactions t WHERE transactional_id = 'wide'")
+                ).scalar()
+            )
     assert len(set(sizes)) == 1  # the transaction's row does not grow with its partitions
     assert len(transactions.describe(broker, "wide").partitions) == 60
     with broker.db.read() as conn:
-        assert conn.execute(text("SELECT count(*) FROM txlog.transaction_partitions WHERE transactional_id = 'wide'")).scalar() == 60
+        assert (
+            conn.execute(text("SELECT count(*) FROM txlog.transaction_partitions WHERE transactional_id = 'wide'")).scalar() == 60
+        )
     p.commit()
     p.send("wide", 0, "next")  # the next transaction starts with only its own partitions
     assert transactions.describe(broker, "wide").partitions == (("wide", 0),)

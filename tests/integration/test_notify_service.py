@@ -44,9 +44,7 @@ def test_an_append_wakes_the_subscription_of_its_partition_only(broker, db_url):
             await asyncio.sleep(0.3)  # the listener connected (connecting wakes every waiter: it may have missed appends)
             async with notifier.subscribe("n", 0) as woken, notifier.subscribe("n", 1) as other:
                 assert notifier.waiting == 2
-                await asyncio.to_thread(
-                    produce_service.produce, broker, "n", 0, ProduceRequest([NewRecord(None, b"x")])
-                )
+                await asyncio.to_thread(produce_service.produce, broker, "n", 0, ProduceRequest([NewRecord(None, b"x")]))
                 got = await woken.wait(10)
                 stray = await other.wait(0.3)
             return got, stray, notifier.waiting

@@ -63,7 +63,11 @@ def statements(monkeypatch):  # type: ignore[no-untyped-def]
     on the partition, written with the partition's joining by one conditional statement),
     'join-stale' (that statement found something changed) or 'locked'."""
     seen: list[str] = []
-    conditional, locked, with_txn = append_store.log_append_if_unchanged, append_store.log_append, append_store.txn_append_if_unchanged
+    conditional, locked, with_txn = (
+        append_store.log_append_if_unchanged,
+        append_store.log_append,
+        append_store.txn_append_if_unchanged,
+    )
 
     def if_unchanged(batches, planned_against, transactional_ids):  # type: ignore[no-untyped-def]
         def note(out):  # type: ignore[no-untyped-def]
@@ -173,14 +177,22 @@ def test_the_conditional_statement_writes_nothing_when_the_producer_state_differ
     last: LastAppends = a.extensions["last_appends"]
     position = last.get("t", 1, p.producer_id)
     assert position is not None and position.next_offset == 3 and position.producer_state is not None
-    plan = produce_service._planned("t", 1, ProduceRequest(batch("1"), p.producer_id, p.producer_epoch, 3), a.now(), [3] * 3, position)
+    plan = produce_service._planned(
+        "t", 1, ProduceRequest(batch("1"), p.producer_id, p.producer_epoch, 3), a.now(), [3] * 3, position
+    )
     assert isinstance(plan, produce_service._Plan)
     other_epoch = type(position.producer_state)(p.producer_id, p.producer_epoch + 1, position.producer_state.batches)
     with a.db.autocommit() as conn:
-        assert execute(driver(conn), append_store.log_append_if_unchanged([plan.batch], [other_epoch], [None])) == {}  # not the state there
+        assert (
+            execute(driver(conn), append_store.log_append_if_unchanged([plan.batch], [other_epoch], [None])) == {}
+        )  # not the state there
         assert execute(driver(conn), append_store.log_append_if_unchanged([plan.batch], [None], [None])) == {}  # there is a state
-        assert execute(driver(conn), append_store.log_append_if_unchanged([plan.batch], [position.producer_state], [None])) == {0: 0}
-        assert execute(driver(conn), append_store.log_append_if_unchanged([plan.batch], [position.producer_state], [None])) == {}  # moved on: once only
+        assert execute(driver(conn), append_store.log_append_if_unchanged([plan.batch], [position.producer_state], [None])) == {
+            0: 0
+        }
+        assert (
+            execute(driver(conn), append_store.log_append_if_unchanged([plan.batch], [position.producer_state], [None])) == {}
+        )  # moved on: once only
     assert [r.value for r in fetch_service.fetch(a, "t", 1, 0).records] == [f"{t}:{k}".encode() for t in "01" for k in range(3)]
 
 
@@ -272,9 +284,15 @@ def test_a_transaction_ended_while_its_batches_stream_in_is_never_torn(two, resu
             while not stop.is_set():
                 partition = n % 2
                 try:
-                    r = produce_service.produce(a, "t", partition, tx_batch(p, f"{round_}.{n}", seqs[partition], partition=partition))
+                    r = produce_service.produce(
+                        a, "t", partition, tx_batch(p, f"{round_}.{n}", seqs[partition], partition=partition)
+                    )
                 except TxlogError as exc:  # the transaction ended: its epoch is fenced now
-                    assert exc.code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.CONCURRENT_TRANSACTIONS), exc
+                    assert exc.code in (
+                        ErrorCode.PRODUCER_FENCED,
+                        ErrorCode.INVALID_PRODUCER_EPOCH,
+                        ErrorCode.CONCURRENT_TRANSACTIONS,
+                    ), exc
                     if exc.code is not ErrorCode.CONCURRENT_TRANSACTIONS:
                         return
                 else:
@@ -292,7 +310,10 @@ def test_a_transaction_ended_while_its_batches_stream_in_is_never_torn(two, resu
             with a.db.read() as conn:
                 s = log_store.partition_status(conn, "t", partition)
             assert s.last_stable_offset == s.high_watermark, (round_, partition)
-            visible = {r.offset for r in fetch_service.fetch(a, "t", partition, 0, max_records=100_000, isolation_level="read_committed").records}
+            visible = {
+                r.offset
+                for r in fetch_service.fetch(a, "t", partition, 0, max_records=100_000, isolation_level="read_committed").records
+            }
             mine = {o for part, base, n in acked if part == partition for o in range(base, base + n)}
             assert mine <= visible if result == "commit" else not mine & visible, (round_, partition)
         p = transactions.ProducerIdAndEpoch(out.producer_id, out.producer_epoch)
@@ -306,8 +327,12 @@ def test_the_conditional_statement_checks_the_transaction(two) -> None:  # type:
     plan = produce_service._planned("t", 1, tx_batch(p, "1", 3), a.now(), [3] * 3, position)
     state = position.producer_state
     with a.db.autocommit() as conn:
-        assert execute(driver(conn), append_store.log_append_if_unchanged([plan.batch], [state], [None])) == {}  # its pid has a transactional id
-        assert execute(driver(conn), append_store.log_append_if_unchanged([plan.batch], [state], ["other"])) == {}  # not that transactional id's
+        assert (
+            execute(driver(conn), append_store.log_append_if_unchanged([plan.batch], [state], [None])) == {}
+        )  # its pid has a transactional id
+        assert (
+            execute(driver(conn), append_store.log_append_if_unchanged([plan.batch], [state], ["other"])) == {}
+        )  # not that transactional id's
     with a.db.transaction() as conn:  # the transaction's row held (as by an EndTxn): not waited for
         transactions_store.txn_get(conn, "tx", for_update=True)
         with a.db.autocommit() as other:
@@ -365,7 +390,9 @@ def test_an_end_after_the_transactions_batches_here_takes_one_statement(two, end
         if version == 1:
             transactions.add_partitions_to_txn(a, "tx", p.producer_id, p.producer_epoch, [("t", partition)])
         for n in range(2):
-            produce_service.produce(a, "t", partition, tx_batch(p, f"{partition}.{n}", 3 * n, partition=partition, require_added=version == 1))
+            produce_service.produce(
+                a, "t", partition, tx_batch(p, f"{partition}.{n}", 3 * n, partition=partition, require_added=version == 1)
+            )
     out = transactions.end_txn(a, "tx", p.producer_id, p.producer_epoch, result, transaction_version=version)  # type: ignore[arg-type]
     assert ends == ["ahead"]
     assert (out.producer_id, out.producer_epoch) == (p.producer_id, p.producer_epoch + (version == 2))
@@ -399,7 +426,10 @@ def test_an_end_after_the_transactions_batches_here_takes_one_statement(two, end
         assert not_added.value.code is ErrorCode.INVALID_TXN_STATE and statements == ["stale"]
         transactions.add_partitions_to_txn(a, "tx", p2.producer_id, p2.producer_epoch, [("t", 0)])
     statements.clear()
-    assert produce_service.produce(a, "t", 0, tx_batch(p2, "next", 6 if version == 1 else 0, require_added=version == 1)).base_offset == 7
+    assert (
+        produce_service.produce(a, "t", 0, tx_batch(p2, "next", 6 if version == 1 else 0, require_added=version == 1)).base_offset
+        == 7
+    )
     assert statements == (["optimistic"] if version == 1 else ["joined"])
     ends.clear()
     transactions.end_txn(a, "tx", p2.producer_id, p2.producer_epoch, "commit", transaction_version=version)
@@ -461,13 +491,27 @@ def test_the_conditional_end_checks_the_transaction_and_every_partition(two) -> 
         was = dataclasses.replace(meta, version=was_version)
         decision = txn.prepared(was, "commit", now)
         prepared = txn.apply(was, decision)
-        markers = [coordinator.marker("t", part, pos, p.producer_id, p.producer_epoch, True, now) for part, pos in zip((0, 1), positions)]
+        markers = [
+            coordinator.marker("t", part, pos, p.producer_id, p.producer_epoch, True, now) for part, pos in zip((0, 1), positions)
+        ]
         done = txn.completed(prepared, now, None)
         with a.db.autocommit() as conn:
-            return execute(driver(conn), append_store.txn_append_if_unchanged(
-                markers, [pos.producer_state for pos in positions], (decision, done), was, txn.apply(prepared, done), 0, None,
-                False,
-            )) is not None
+            return (
+                execute(
+                    driver(conn),
+                    append_store.txn_append_if_unchanged(
+                        markers,
+                        [pos.producer_state for pos in positions],
+                        (decision, done),
+                        was,
+                        txn.apply(prepared, done),
+                        0,
+                        None,
+                        False,
+                    ),
+                )
+                is not None
+            )
 
     def untouched() -> None:
         with a.db.read() as conn:
@@ -498,9 +542,13 @@ def test_the_conditional_end_checks_the_transaction_and_every_partition(two) -> 
 
 def members(broker, tid: str) -> list[tuple[str, int]]:  # type: ignore[no-untyped-def]
     with broker.db.read() as conn:
-        return [tuple(r) for r in conn.exec_driver_sql(  # type: ignore[misc]
-            "SELECT topic, partition FROM txlog.transaction_partitions WHERE transactional_id = %(tid)s ORDER BY 1, 2", {"tid": tid}
-        )]
+        return [
+            tuple(r)
+            for r in conn.exec_driver_sql(  # type: ignore[misc]
+                "SELECT topic, partition FROM txlog.transaction_partitions WHERE transactional_id = %(tid)s ORDER BY 1, 2",
+                {"tid": tid},
+            )
+        ]
 
 
 def test_a_transactions_first_batch_on_a_partition_joins_it_in_one_statement(two, statements, ends) -> None:  # type: ignore[no-untyped-def]
@@ -547,7 +595,10 @@ def test_a_transactions_first_batch_on_a_partition_joins_it_in_one_statement(two
     transactions.end_txn(a, "tx", p3.producer_id, p3.producer_epoch, "commit")
     assert statements == ["joined"] and ends == ["ahead"]
     with a.db.read() as conn:
-        assert (log_store.partition_status(conn, "t", 0).high_watermark, log_store.partition_status(conn, "t", 1).high_watermark) == (8, 15)
+        assert (
+            log_store.partition_status(conn, "t", 0).high_watermark,
+            log_store.partition_status(conn, "t", 1).high_watermark,
+        ) == (8, 15)
     # the transaction changed through another process (it started there): this process's memory
     # of it is stale, and the batch takes the locked path, into the transaction as it is
     statements.clear()
@@ -638,7 +689,10 @@ def test_an_end_planned_ahead_applies_or_drops_the_group_offsets(two, ends, resu
         a, "eos", p.producer_id, p.producer_epoch, "g", [GroupOffset("in", 0, 42, "m0"), GroupOffset("in", 1, 7, "m1")]
     )
     with a.db.read() as conn:
-        assert [(o.partition, o.offset, o.pending) for o in groups_store.group_offsets_fetch(conn, "g")] == [(0, None, True), (1, 5, True)]
+        assert [(o.partition, o.offset, o.pending) for o in groups_store.group_offsets_fetch(conn, "g")] == [
+            (0, None, True),
+            (1, 5, True),
+        ]
     transactions.end_txn(a, "eos", p.producer_id, p.producer_epoch, result)  # type: ignore[arg-type]
     assert ends == ["ahead"]
     with a.db.read() as conn:
@@ -714,13 +768,18 @@ def test_concurrent_producers_through_two_processes_append_each_batch_once(db_ur
             pid, epoch = producers[i].producer_id, producers[i].producer_epoch
             start.wait()
             return [
-                produce_service.produce(brokers[(i + n) % 2], "t", 0, ProduceRequest(batch(f"{i}.{n}", 2), pid, epoch, 2 * n)).base_offset
+                produce_service.produce(
+                    brokers[(i + n) % 2], "t", 0, ProduceRequest(batch(f"{i}.{n}", 2), pid, epoch, 2 * n)
+                ).base_offset
                 for n in range(rounds)
             ]
 
         def plain() -> list[int]:
             start.wait()
-            return [produce_service.produce(brokers[n % 2], "t", 0, ProduceRequest(batch(f"p.{n}", 2))).base_offset for n in range(rounds)]
+            return [
+                produce_service.produce(brokers[n % 2], "t", 0, ProduceRequest(batch(f"p.{n}", 2))).base_offset
+                for n in range(rounds)
+            ]
 
         with ThreadPoolExecutor(7) as pool:
             futures = [pool.submit(idempotent, i) for i in range(6)] + [pool.submit(plain)]
@@ -729,7 +788,7 @@ def test_concurrent_producers_through_two_processes_append_each_batch_once(db_ur
         assert len(values) == 7 * rounds * 2
         for i, tag in enumerate([*map(str, range(6)), "p"]):
             for n, base in enumerate(answered[i]):
-                assert values[base:base + 2] == [f"{tag}.{n}:{k}".encode() for k in range(2)]
+                assert values[base : base + 2] == [f"{tag}.{n}:{k}".encode() for k in range(2)]
     finally:
         for b in brokers:
             b.db.dispose()
@@ -761,7 +820,9 @@ def test_a_group_appends_its_batches_planned_ahead_in_one_statement(db_url: str,
             pid, epoch = producers[i].producer_id, producers[i].producer_epoch
             out = []
             for n in range(rounds):
-                out.append(produce_service.produce(a, "t", i, ProduceRequest(batch(f"{i}.{n}", 2), pid, epoch, 2 * n)).base_offset)
+                out.append(
+                    produce_service.produce(a, "t", i, ProduceRequest(batch(f"{i}.{n}", 2), pid, epoch, 2 * n)).base_offset
+                )
                 if i == 0 and n == rounds // 2 and not moved.is_set():
                     produce_service.produce(b, "t", 0, ProduceRequest(batch("other", 2)))  # another process moves partition 0
                     moved.set()
@@ -775,10 +836,11 @@ def test_a_group_appends_its_batches_planned_ahead_in_one_statement(db_url: str,
             mine = [v for v in values if not v.startswith(b"other")]  # type: ignore[union-attr]
             assert mine == [f"{i}.{n}:{k}".encode() for n in range(rounds) for k in range(2)]
             for n, base in enumerate(answered[i]):
-                assert values[base:base + 2] == [f"{i}.{n}:{k}".encode() for k in range(2)]
+                assert values[base : base + 2] == [f"{i}.{n}:{k}".encode() for k in range(2)]
     finally:
         a.db.dispose()
         b.db.dispose()
+
 
 # --- the same operations on an event loop (``executor.LoopExecutor``, as the Kafka gateway and the
 # HTTP workers run them): whatever moved meanwhile leaves the batch to the locked path, nothing is
@@ -973,13 +1035,17 @@ def test_an_end_on_the_loop_waits_neither_for_a_connection_nor_for_the_clock(two
 
     def transaction() -> None:  # one batch in an open V1 transaction, all of it remembered
         transactions.add_partitions_to_txn(a, "tx", p.producer_id, p.producer_epoch, [("t", 0)])
-        produce_service.produce(a, "t", 0, ProduceRequest(batch("0"), p.producer_id, p.producer_epoch, 0, transactional_id="tx", require_added=True))
+        produce_service.produce(
+            a, "t", 0, ProduceRequest(batch("0"), p.producer_id, p.producer_epoch, 0, transactional_id="tx", require_added=True)
+        )
 
     transaction()
     transactions.end_txn(a, "tx", p.producer_id, p.producer_epoch, "commit", transaction_version=1)
     added = loop_call(a, add, "tx", p.producer_id, p.producer_epoch, [("t", 0)])
     assert added is not None
-    produce_service.produce(a, "t", 0, ProduceRequest(batch("1"), p.producer_id, p.producer_epoch, 3, transactional_id="tx", require_added=True))
+    produce_service.produce(
+        a, "t", 0, ProduceRequest(batch("1"), p.producer_id, p.producer_epoch, 3, transactional_id="tx", require_added=True)
+    )
 
     # every connection of the loop in use: the statement is sent from a worker thread instead
     async def all_in_use(blocked: Blocked):  # type: ignore[no-untyped-def]
@@ -1149,10 +1215,16 @@ def test_batches_arriving_together_on_the_loop_share_a_statement(grouped) -> Non
         try:
             rounds = []
             for n in (1, 2, 3):
-                rounds.append(await asyncio.gather(*(
-                    ex.run(producing(broker, i, ProduceRequest(batch(f"{i}.{n}"), p.producer_id, p.producer_epoch, 3 * n)))
-                    for i, p in enumerate(producers)
-                )))
+                rounds.append(
+                    await asyncio.gather(
+                        *(
+                            ex.run(
+                                producing(broker, i, ProduceRequest(batch(f"{i}.{n}"), p.producer_id, p.producer_epoch, 3 * n))
+                            )
+                            for i, p in enumerate(producers)
+                        )
+                    )
+                )
             return rounds, senders(ex)
         finally:
             await conns.close()
@@ -1206,17 +1278,25 @@ def test_a_cancelled_waiter_leaves_its_place_and_nothing_stalls(grouped) -> None
         ex = AheadOnly(broker, conns, in_thread)
         try:
             tasks = [
-                asyncio.create_task(ex.run(producing(broker, i, ProduceRequest(batch(f"{i}.1"), p.producer_id, p.producer_epoch, 3))))
+                asyncio.create_task(
+                    ex.run(producing(broker, i, ProduceRequest(batch(f"{i}.1"), p.producer_id, p.producer_epoch, 3)))
+                )
                 for i, p in enumerate(producers)
             ]
             await asyncio.sleep(0)  # every task has planned and is sending or waiting
             for t in tasks[2:5]:
                 t.cancel()
             done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
-            again = await asyncio.wait_for(asyncio.gather(*(
-                ex.run(producing(broker, i, ProduceRequest(batch(f"{i}.2"), p.producer_id, p.producer_epoch, 3)))
-                for i, p in enumerate(producers) if i in (2, 3, 4)
-            )), 30)
+            again = await asyncio.wait_for(
+                asyncio.gather(
+                    *(
+                        ex.run(producing(broker, i, ProduceRequest(batch(f"{i}.2"), p.producer_id, p.producer_epoch, 3)))
+                        for i, p in enumerate(producers)
+                        if i in (2, 3, 4)
+                    )
+                ),
+                30,
+            )
             return done, again, senders(ex)
         finally:
             await conns.close()
@@ -1246,10 +1326,13 @@ def test_a_failed_group_statement_is_heard_by_each_of_its_batches(grouped, monke
         conns = LoopConnections(broker.settings.database_url, 4)
         ex = AheadOnly(broker, conns, in_thread)
         try:
-            got = await asyncio.gather(*(
-                ex.run(producing(broker, i, ProduceRequest(batch(f"{i}.1"), p.producer_id, p.producer_epoch, 3)))
-                for i, p in enumerate(producers)
-            ), return_exceptions=True)
+            got = await asyncio.gather(
+                *(
+                    ex.run(producing(broker, i, ProduceRequest(batch(f"{i}.1"), p.producer_id, p.producer_epoch, 3)))
+                    for i, p in enumerate(producers)
+                ),
+                return_exceptions=True,
+            )
             return got, senders(ex)
         finally:
             await conns.close()

@@ -14,9 +14,14 @@ from app.services.quotas import QuotaAlteration, QuotaManager, QuotaOp, alter_qu
 
 def _rows(broker: Broker) -> list[tuple]:
     with broker.db.read() as conn:
-        return [tuple(r) for r in conn.execute(text(
-            "SELECT user_tag, client_tag, quota_key, window_index, amount FROM txlog.client_quota_usage ORDER BY window_index"
-        )).all()]
+        return [
+            tuple(r)
+            for r in conn.execute(
+                text(
+                    "SELECT user_tag, client_tag, quota_key, window_index, amount FROM txlog.client_quota_usage ORDER BY window_index"
+                )
+            ).all()
+        ]
 
 
 def test_two_processes_spend_one_budget_and_old_windows_go(broker: Broker) -> None:

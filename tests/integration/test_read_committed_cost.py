@@ -53,10 +53,12 @@ def test_read_committed_cost_does_not_grow_with_the_transactions_seen(broker):  
         hw, lso = status(broker, topic, 0)
         assert lso == 4 * n < hw  # the open transaction holds the LSO back; records after it wait
         for where, offset in (("start", n), ("end", lso - 12)):
+
             def fetch() -> None:
                 got = fetch_service.fetch(broker, topic, 0, offset, max_records=5, isolation_level="read_committed")
                 assert got.records and all(r.value.endswith(b"-a") or r.value.endswith(b"-b") for r in got.records)
                 assert all(int(r.value[1:].split(b"-")[0]) % 2 == 0 for r in got.records)  # committed ones only
+
             total = 0
             for statement, parameters in _statements_of(broker, fetch, touching=("txlog.",)):
                 nodes, buffers = _explain(broker, statement, parameters)

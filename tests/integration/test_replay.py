@@ -48,7 +48,9 @@ def assert_replay_matches(broker) -> None:  # type: ignore[no-untyped-def]
             events = transactions_store.txn_events(conn, tid)
             current = transactions_store.txn_get(conn, tid)
             view = conn.execute(
-                text("SELECT producer_id, producer_epoch, state, timeout_ms FROM txlog.transaction_state WHERE transactional_id = :t"),
+                text(
+                    "SELECT producer_id, producer_epoch, state, timeout_ms FROM txlog.transaction_state WHERE transactional_id = :t"
+                ),
                 {"t": tid},
             ).one()
         assert [e.version for e in events] == list(range(1, len(events) + 1)), tid
@@ -138,11 +140,23 @@ def test_every_transition_kind_appears_in_the_history(clocked_broker, clock):
     rich_history(clocked_broker, clock)
     seen = {(e.from_state, e.to_state) for tid in all_ids(clocked_broker) for e in transactions.events(clocked_broker, tid)}
     expected = {
-        (None, S.EMPTY), (S.EMPTY, S.ONGOING), (S.ONGOING, S.ONGOING), (S.ONGOING, S.PREPARE_COMMIT),
-        (S.ONGOING, S.PREPARE_ABORT), (S.PREPARE_COMMIT, S.COMPLETE_COMMIT), (S.PREPARE_ABORT, S.COMPLETE_ABORT),
-        (S.COMPLETE_COMMIT, S.ONGOING), (S.COMPLETE_ABORT, S.ONGOING), (S.COMPLETE_COMMIT, S.PREPARE_COMMIT),
-        (S.COMPLETE_COMMIT, S.PREPARE_ABORT), (S.COMPLETE_ABORT, S.PREPARE_COMMIT), (S.COMPLETE_ABORT, S.EMPTY),
-        (S.COMPLETE_COMMIT, S.EMPTY), (S.EMPTY, S.EMPTY), (S.EMPTY, S.DEAD), (S.COMPLETE_COMMIT, S.DEAD),
+        (None, S.EMPTY),
+        (S.EMPTY, S.ONGOING),
+        (S.ONGOING, S.ONGOING),
+        (S.ONGOING, S.PREPARE_COMMIT),
+        (S.ONGOING, S.PREPARE_ABORT),
+        (S.PREPARE_COMMIT, S.COMPLETE_COMMIT),
+        (S.PREPARE_ABORT, S.COMPLETE_ABORT),
+        (S.COMPLETE_COMMIT, S.ONGOING),
+        (S.COMPLETE_ABORT, S.ONGOING),
+        (S.COMPLETE_COMMIT, S.PREPARE_COMMIT),
+        (S.COMPLETE_COMMIT, S.PREPARE_ABORT),
+        (S.COMPLETE_ABORT, S.PREPARE_COMMIT),
+        (S.COMPLETE_ABORT, S.EMPTY),
+        (S.COMPLETE_COMMIT, S.EMPTY),
+        (S.EMPTY, S.EMPTY),
+        (S.EMPTY, S.DEAD),
+        (S.COMPLETE_COMMIT, S.DEAD),
         (S.COMPLETE_ABORT, S.DEAD),
     }
     assert expected <= seen, expected - seen
@@ -174,9 +188,13 @@ def test_the_events_table_only_grows_in_order(clocked_broker, clock):
     # its new epoch; every other event alone.
     together = [tuple(r[3] for r in after if r[-1] == x) for x in sorted(set(xids))]
     assert [t for t in together if len(t) > 1] == [
-        ("PrepareAbort", "CompleteAbort"), ("PrepareCommit", "CompleteCommit"), ("PrepareAbort", "CompleteAbort"),
+        ("PrepareAbort", "CompleteAbort"),
+        ("PrepareCommit", "CompleteCommit"),
+        ("PrepareAbort", "CompleteAbort"),
         ("PrepareAbort", "CompleteAbort", "Empty"),
-        ("PrepareCommit", "CompleteCommit"), ("PrepareCommit", "CompleteCommit"), ("PrepareCommit", "CompleteCommit"),
+        ("PrepareCommit", "CompleteCommit"),
+        ("PrepareCommit", "CompleteCommit"),
+        ("PrepareCommit", "CompleteCommit"),
     ]
     assert_replay_matches(b)
 

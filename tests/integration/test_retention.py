@@ -56,7 +56,8 @@ def stored(broker: Broker, topic: str, partition: int = 0) -> tuple[int, int, in
     """(stored start offset, lowest stored offset, highest stored offset, stored records)."""
     with broker.db.read() as conn:
         start = conn.execute(
-            text("SELECT stored_start_offset FROM txlog.partitions WHERE topic = :t AND partition = :p"), {"t": topic, "p": partition}
+            text("SELECT stored_start_offset FROM txlog.partitions WHERE topic = :t AND partition = :p"),
+            {"t": topic, "p": partition},
         ).scalar_one()
         lo, hi, n = conn.execute(
             text('SELECT min("offset"), max("offset"), count(*) FROM txlog.records WHERE topic = :t AND partition = :p'),
@@ -93,6 +94,7 @@ def sweep(broker: Broker) -> sweeper.SweepReport:
 
 
 # --- DeleteRecords ------------------------------------------------------------------------------------
+
 
 def test_delete_records_moves_the_log_start(broker):
     topics.create_topic(broker, "t", 2)
@@ -154,6 +156,7 @@ def test_delete_records_of_an_unknown_partition_or_a_negative_offset(broker):
 
 
 # --- retention.ms -----------------------------------------------------------------------------------
+
 
 def test_retention_ms_moves_the_log_start_past_old_records(clocked_broker, clock):
     b, now = clocked_broker, clock.now_ms
@@ -234,6 +237,7 @@ def test_retention_ms_larger_than_the_clock_keeps_everything(clocked_broker, clo
 
 # --- retention.bytes --------------------------------------------------------------------------------
 
+
 def test_retention_bytes_counts_key_value_and_headers_exactly(broker):
     topics.create_topic(broker, "t", 1)
     # 1 + 9 + (1 + 2) + (2 + 0) = 15 bytes each ("é" is two bytes in UTF-8; a null value counts 0)
@@ -260,7 +264,7 @@ def test_retention_bytes_leaves_markers_out_and_never_passes_the_last_stable_off
     t2.send("t", 0, "0123456789")  # 4, open
     produce(broker, "t", 0, "0123456789")  # 5
     with broker.db.read() as conn:
-        positions = [r[0] for r in conn.execute(text('SELECT position FROM txlog.records WHERE topic = \'t\' ORDER BY "offset"'))]
+        positions = [r[0] for r in conn.execute(text("SELECT position FROM txlog.records WHERE topic = 't' ORDER BY \"offset\""))]
     assert positions == [0, 10, 20, 33, 33, 46]  # a transactional record's key is its transactional id: 3 bytes
     topics.alter_topic_config(broker, "t", {"retention.bytes": 23})  # 56 - 33: the log fits from the marker at 3
     sweep(broker)
@@ -296,7 +300,9 @@ def test_a_config_stored_before_validation_does_not_stop_retention(broker):
     for t in ("bad", "good"):
         produce(broker, t, 0, *(["0123456789"] * 3))
     with broker.db.transaction() as conn:
-        conn.execute(text("""UPDATE txlog.topics SET config = '{"retention.ms": "7d", "retention.bytes": 1.5}' WHERE name = 'bad'"""))
+        conn.execute(
+            text("""UPDATE txlog.topics SET config = '{"retention.ms": "7d", "retention.bytes": 1.5}' WHERE name = 'bad'""")
+        )
     sweep(broker)
     assert (log_start(broker, "bad"), log_start(broker, "good")) == (0, 2)
 
@@ -319,6 +325,7 @@ def test_one_partition_that_cannot_be_locked_does_not_stop_the_others(db_url):
 
 
 # --- deleting below the log start -------------------------------------------------------------------
+
 
 def test_trim_deletes_below_the_log_start_in_bounded_batches(broker, monkeypatch):
     topics.create_topic(broker, "t", 2)
@@ -382,11 +389,15 @@ def test_trim_deletes_aborted_ranges_below_the_log_start_and_keeps_a_straddling_
     assert values_from(broker, "t", 4) == [(4, b"p4"), (6, b"p6"), (8, b"p8")]
     assert values_from(broker, "t", 4, "read_uncommitted") == [(4, b"p4"), (5, b"b1"), (6, b"p6"), (8, b"p8")]
     with psycopg.connect(libpq_url(broker.db.url)) as conn:
-        view = conn.execute('SELECT "offset" FROM txlog.committed_records WHERE topic = \'t\' ORDER BY 1').fetchall()
+        view = conn.execute("SELECT \"offset\" FROM txlog.committed_records WHERE topic = 't' ORDER BY 1").fetchall()
     assert [o for (o,) in view] == [4, 6, 8]
     page = browse_partition(broker, "t", 0, "all", offset=0)
     assert [(r.offset, r.control_type, r.aborted and r.control_type is None) for r in page.records] == [
-        (4, None, False), (5, None, True), (6, None, False), (7, 0, False), (8, None, False)
+        (4, None, False),
+        (5, None, True),
+        (6, None, False),
+        (7, 0, False),
+        (8, None, False),
     ]
     retention.delete_records(broker, "t", 0, 8)  # past b's marker: its range goes too
     sweep(broker)
@@ -395,6 +406,7 @@ def test_trim_deletes_aborted_ranges_below_the_log_start_and_keeps_a_straddling_
 
 
 # --- what readers see -----------------------------------------------------------------------------
+
 
 def test_every_reader_starts_at_the_new_log_start(broker):
     topics.create_topic(broker, "t", 1)
@@ -416,8 +428,10 @@ def test_every_reader_starts_at_the_new_log_start(broker):
         assert error_of(fetch_service.fetch, broker, "t", 0, 0).details == {"log_start_offset": 3, "high_watermark": 9}
         # the views
         with psycopg.connect(libpq_url(broker.db.url)) as conn:
-            committed = conn.execute('SELECT "offset" FROM txlog.committed_records WHERE topic = \'t\' ORDER BY 1').fetchall()
-            s = conn.execute("SELECT log_start_offset, high_watermark, last_stable_offset FROM txlog.partition_status WHERE topic = 't'").fetchone()
+            committed = conn.execute("SELECT \"offset\" FROM txlog.committed_records WHERE topic = 't' ORDER BY 1").fetchall()
+            s = conn.execute(
+                "SELECT log_start_offset, high_watermark, last_stable_offset FROM txlog.partition_status WHERE topic = 't'"
+            ).fetchone()
         assert [o for (o,) in committed] == [3, 4, 5, 6, 7]
         assert s == (3, 9, 9)
         # the admin browser, in every mode, however it is asked
@@ -443,6 +457,7 @@ def test_every_reader_starts_at_the_new_log_start(broker):
 
 
 # --- several sweepers at once -----------------------------------------------------------------------
+
 
 def test_a_partition_being_trimmed_is_left_to_its_sweeper(broker):
     topics.create_topic(broker, "t", 1)
@@ -481,6 +496,7 @@ def test_concurrent_sweepers_appends_and_delete_records_never_lose_a_record_abov
                 except BaseException as exc:  # noqa: BLE001 - reported below
                     errors.append(exc)
                     stop.set()
+
             return run
 
         def sweeping(broker: Broker) -> None:
@@ -501,7 +517,9 @@ def test_concurrent_sweepers_appends_and_delete_records_never_lose_a_record_abov
                 retention.delete_records(b, "t", 0, offset)
                 time.sleep(0.05)
 
-        threads = [threading.Thread(target=guarded(f)) for f in (lambda: sweeping(brokers[1]), lambda: sweeping(brokers[2]), producing)]
+        threads = [
+            threading.Thread(target=guarded(f)) for f in (lambda: sweeping(brokers[1]), lambda: sweeping(brokers[2]), producing)
+        ]
         for t in threads:
             t.start()
         guarded(deleting)()
@@ -526,8 +544,15 @@ def test_concurrent_sweepers_appends_and_delete_records_never_lose_a_record_abov
 
 # --- topic config -----------------------------------------------------------------------------------
 
+
 def test_retention_config_is_validated_at_create(broker):
-    for config in ({"retention.ms": "1h"}, {"retention.bytes": -2}, {"retention.ms": 1.5}, {"retention.bytes": True}, {"x": "\x00"}):
+    for config in (
+        {"retention.ms": "1h"},
+        {"retention.bytes": -2},
+        {"retention.ms": 1.5},
+        {"retention.bytes": True},
+        {"x": "\x00"},
+    ):
         err = error_of(topics.create_topic, broker, "t", 1, config)
         assert err.code is ErrorCode.INVALID_CONFIG and err.code.http_status == 400
     assert topics.list_topics(broker) == []  # nothing created
@@ -538,18 +563,21 @@ def test_retention_config_is_validated_at_create(broker):
 def test_alter_topic_config(broker):
     topics.create_topic(broker, "t", 1, {"retention.ms": 1000, "cleanup.policy": "delete"})
     assert topics.alter_topic_config(broker, "t", {"retention.bytes": "2048", "retention.ms": None}) == {
-        "cleanup.policy": "delete", "retention.bytes": 2048
+        "cleanup.policy": "delete",
+        "retention.bytes": 2048,
     }
     assert topics.topic_config(broker, "t") == {"cleanup.policy": "delete", "retention.bytes": 2048}
     err = error_of(topics.alter_topic_config, broker, "t", {"retention.ms": 5, "retention.bytes": "lots"})
     assert err.code is ErrorCode.INVALID_CONFIG
     assert topics.topic_config(broker, "t") == {"cleanup.policy": "delete", "retention.bytes": 2048}  # unchanged
-    assert error_of(topics.alter_topic_config, broker, "missing", {"retention.ms": 5}).code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert (
+        error_of(topics.alter_topic_config, broker, "missing", {"retention.ms": 5}).code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    )
     assert error_of(topics.topic_config, broker, "missing").code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-
 # --- disk space -------------------------------------------------------------------------------------
+
 
 def test_deleted_records_leave_space_the_log_reuses(broker):
     """Fill a partition with 20 MB, keep the last 2 MB (retention.bytes), let the sweeper delete the
@@ -569,7 +597,9 @@ def test_deleted_records_leave_space_the_log_reuses(broker):
 
     def write() -> None:
         for _ in range(n // batch):  # random bytes: nothing compresses
-            produce_service.produce(broker, "big", 0, ProduceRequest([NewRecord(None, os.urandom(value_size)) for _ in range(batch)]))
+            produce_service.produce(
+                broker, "big", 0, ProduceRequest([NewRecord(None, os.urandom(value_size)) for _ in range(batch)])
+            )
 
     def vacuum() -> None:
         with psycopg.connect(url, autocommit=True) as conn:
@@ -598,8 +628,11 @@ def test_deleted_records_leave_space_the_log_reuses(broker):
 
     print(
         f"\nrecords table, heap / indexes / total in MiB — empty: {shown(empty)}; after {mb} MB: {shown(rounds[0])}; "
-        + "; ".join(f"retention to 2 MB, trim, VACUUM: {shown(v)}, {mb} MB more: {shown(r)}" for v, r in zip(vacuumed, rounds[1:]))
-        + f". Growth per {mb} MB written: " + ", ".join(f"{g / mib:.1f} MiB" for g in growth)
+        + "; ".join(
+            f"retention to 2 MB, trim, VACUUM: {shown(v)}, {mb} MB more: {shown(r)}" for v, r in zip(vacuumed, rounds[1:])
+        )
+        + f". Growth per {mb} MB written: "
+        + ", ".join(f"{g / mib:.1f} MiB" for g in growth)
         + f"; {time.monotonic() - started:.1f} s"
     )
     assert growth[1] < 0.25 * growth[0]  # the second 20 MB mostly went where the first were

@@ -36,16 +36,30 @@ def settings_of(conn) -> dict[str, str]:  # type: ignore[no-untyped-def]
 
 
 def test_every_session_carries_the_configured_limits(db_url):
-    b = make_broker(db_url, db_lock_timeout_ms=1234, db_statement_timeout_ms=23456, db_idle_in_transaction_timeout_ms=3456,
-                    db_keepalives_idle_s=7, db_keepalives_interval_s=3, db_keepalives_count=4, db_tcp_user_timeout_ms=12345)
+    b = make_broker(
+        db_url,
+        db_lock_timeout_ms=1234,
+        db_statement_timeout_ms=23456,
+        db_idle_in_transaction_timeout_ms=3456,
+        db_keepalives_idle_s=7,
+        db_keepalives_interval_s=3,
+        db_keepalives_count=4,
+        db_tcp_user_timeout_ms=12345,
+    )
     try:
         with b.db.transaction() as conn:
             assert settings_of(conn) == SERVER_SETTINGS
             client = conn.connection.dbapi_connection.info.get_parameters()  # type: ignore[union-attr]
-            assert {k: client.get(k) for k in ("keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
-                                               "tcp_user_timeout")} == {
-                "keepalives": "1", "keepalives_idle": "7", "keepalives_interval": "3", "keepalives_count": "4",
-                "tcp_user_timeout": "12345"}
+            assert {
+                k: client.get(k)
+                for k in ("keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout")
+            } == {
+                "keepalives": "1",
+                "keepalives_idle": "7",
+                "keepalives_interval": "3",
+                "keepalives_count": "4",
+                "tcp_user_timeout": "12345",
+            }
         with b.db.read() as conn:
             assert settings_of(conn) == SERVER_SETTINGS
     finally:
@@ -57,7 +71,11 @@ def test_the_defaults_are_safe(db_url):
     try:
         with b.db.read() as conn:
             got = settings_of(conn)
-        assert (got["lock_timeout"], got["statement_timeout"], got["idle_in_transaction_session_timeout"]) == ("5000", "30000", "10000")
+        assert (got["lock_timeout"], got["statement_timeout"], got["idle_in_transaction_session_timeout"]) == (
+            "5000",
+            "30000",
+            "10000",
+        )
         assert (got["tcp_keepalives_idle"], got["tcp_keepalives_interval"], got["tcp_keepalives_count"]) == ("10", "5", "3")
     finally:
         b.db.dispose()

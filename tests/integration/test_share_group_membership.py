@@ -59,10 +59,13 @@ def test_an_expired_member_is_fenced_and_its_records_given_back(clocked_broker, 
     got = share.acquire(b, G, "m1", [(topic, 0)])
     assert [a.last_offset for p in got for a in p.acquired] == [2]
     with b.db.read() as conn:
-        held = conn.execute(text(
-            "SELECT lock_holder, state, delivery_count, records FROM txlog.share_in_flight_records WHERE group_id = :g"
-        ), {"g": G}).all()
-        members = conn.execute(text("SELECT member_id, acquired_records FROM txlog.share_group_members WHERE group_id = :g"), {"g": G}).all()
+        held = conn.execute(
+            text("SELECT lock_holder, state, delivery_count, records FROM txlog.share_in_flight_records WHERE group_id = :g"),
+            {"g": G},
+        ).all()
+        members = conn.execute(
+            text("SELECT member_id, acquired_records FROM txlog.share_group_members WHERE group_id = :g"), {"g": G}
+        ).all()
         groups = conn.execute(text("SELECT state, members FROM txlog.share_groups WHERE group_id = :g"), {"g": G}).all()
     assert [tuple(r) for r in held] == [("m1", "Acquired", 1, 3)]
     assert [tuple(r) for r in members] == [("m1", 3)] and [tuple(r) for r in groups] == [("Stable", 1)]

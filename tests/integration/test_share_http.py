@@ -51,7 +51,10 @@ def test_members_acquire_disjoint_records_and_released_ones_come_back_counted(ap
     assert [r["offset"] for r in second["records"]] == [2, 3, 4]
 
     done = acknowledge(
-        api, group, "m1", {"topic": topic_name, "partition": 0, "offset": 0, "type": "accept"},
+        api,
+        group,
+        "m1",
+        {"topic": topic_name, "partition": 0, "offset": 0, "type": "accept"},
         {"topic": topic_name, "partition": 0, "offset": 1, "type": "release"},
     )
     assert done.status_code == 200, done.text
@@ -67,7 +70,8 @@ def test_members_acquire_disjoint_records_and_released_ones_come_back_counted(ap
     assert (part["start_offset"], part["end_offset"]) == (1, 5)
     assert part["records"]["Acquired"] == 4
     assert [(r["first_offset"], r["last_offset"], r["member_id"], r["delivery_count"]) for r in part["in_flight"]] == [
-        (1, 1, "m3", 2), (2, 4, "m2", 1)
+        (1, 1, "m3", 2),
+        (2, 4, "m2", 1),
     ]
     assert group in api.get("/v1/share-groups").json()["groups"]
 
@@ -78,7 +82,9 @@ def test_acknowledging_records_held_by_another_member_is_refused(api, topic_name
     earliest(api, group)
     produce(api, topic_name, "x")
     assert acquire(api, group, "holder", topic_name).status_code == 200
-    refused = acknowledge(api, group, "thief", {"topic": topic_name, "partition": 0, "first_offset": 0, "last_offset": 0, "type": "accept"})
+    refused = acknowledge(
+        api, group, "thief", {"topic": topic_name, "partition": 0, "first_offset": 0, "last_offset": 0, "type": "accept"}
+    )
     assert_error(refused, 409, "INVALID_RECORD_STATE")
     rejected = acknowledge(api, group, "holder", {"topic": topic_name, "partition": 0, "offset": 0, "type": "reject"})
     assert rejected.json()["partitions"][0]["archived"] == 1
@@ -169,10 +175,16 @@ def test_an_acquisition_carries_acknowledgements_applied_before_it(api, topic_na
     earliest(api, group)
     produce(api, topic_name, "a", "b", "c")
     assert [r["offset"] for r in acquire(api, group, "m1", topic_name, max_records=2).json()["records"]] == [0, 1]
-    r = acquire(api, group, "m1", topic_name, acknowledgements=[
-        {"topic": topic_name, "partition": 0, "offset": 0, "type": "accept"},
-        {"topic": topic_name, "partition": 0, "offset": 1, "type": "release"},
-    ])
+    r = acquire(
+        api,
+        group,
+        "m1",
+        topic_name,
+        acknowledgements=[
+            {"topic": topic_name, "partition": 0, "offset": 0, "type": "accept"},
+            {"topic": topic_name, "partition": 0, "offset": 1, "type": "release"},
+        ],
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["acknowledgements"] == [
@@ -180,10 +192,14 @@ def test_an_acquisition_carries_acknowledgements_applied_before_it(api, topic_na
     ]
     assert [(x["offset"], x["delivery_count"]) for x in body["records"]] == [(1, 2), (2, 1)]
     # Refused acknowledgements are the partition's error; the acquisition still answers.
-    stale = acquire(api, group, "m2", topic_name, acknowledgements=[{"topic": topic_name, "partition": 0, "offset": 1, "type": "accept"}])
+    stale = acquire(
+        api, group, "m2", topic_name, acknowledgements=[{"topic": topic_name, "partition": 0, "offset": 1, "type": "accept"}]
+    )
     assert stale.status_code == 200, stale.text
     assert stale.json()["acknowledgements"][0]["error"]["code"] == "INVALID_RECORD_STATE"
     assert "acknowledgements" not in acquire(api, group, "m1", topic_name).json()
-    anonymous = api.post(f"/v1/share-groups/{group}/acquire", json={
-        "topic": topic_name, "acknowledgements": [{"topic": topic_name, "partition": 0, "offset": 2, "type": "accept"}]})
+    anonymous = api.post(
+        f"/v1/share-groups/{group}/acquire",
+        json={"topic": topic_name, "acknowledgements": [{"topic": topic_name, "partition": 0, "offset": 2, "type": "accept"}]},
+    )
     assert_error(anonymous, 400, "INVALID_REQUEST")

@@ -247,10 +247,13 @@ def test_reading_a_share_partition_is_a_range_scan_of_its_window(clocked_broker,
     with b.db.transaction() as conn:
         conn.execute(text("SET LOCAL enable_seqscan = off"))
         plan = "\n".join(
-            r[0] for r in conn.execute(text(
-                "EXPLAIN SELECT first_offset FROM txlog.share_in_flight "
-                "WHERE group_id = 'workers' AND topic = 'q' AND partition = 0 AND first_offset >= 10 ORDER BY first_offset"
-            ))
+            r[0]
+            for r in conn.execute(
+                text(
+                    "EXPLAIN SELECT first_offset FROM txlog.share_in_flight "
+                    "WHERE group_id = 'workers' AND topic = 'q' AND partition = 0 AND first_offset >= 10 ORDER BY first_offset"
+                )
+            )
         )
     assert "share_in_flight_pkey" in plan, plan
 
@@ -306,8 +309,11 @@ def test_a_reset_by_duration_starts_at_the_first_record_that_recent(clocked_brok
     b = clocked_broker
     topics.create_topic(b, "timed", 1)
     now = b.now()
-    produce_service.produce(b, "timed", 0, ProduceRequest([
-        NewRecord(None, b"old", (), now - 7_200_000), NewRecord(None, b"recent", (), now - 60_000),
-    ]))
+    produce_service.produce(
+        b,
+        "timed",
+        0,
+        ProduceRequest([NewRecord(None, b"old", (), now - 7_200_000), NewRecord(None, b"recent", (), now - 60_000)]),
+    )
     share.alter_group_configs(b, "hourly", {"share.auto.offset.reset": "by_duration:PT1H"})
     assert values_of(share.acquire(b, "hourly", "m", [("timed", 0)])) == ["recent"]

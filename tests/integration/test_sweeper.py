@@ -33,6 +33,7 @@ def topic(clocked_broker) -> str:  # type: ignore[no-untyped-def]
 
 # --- timeouts ---------------------------------------------------------------------------------------
 
+
 def test_an_ongoing_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(clocked_broker, clock, topic):
     b = clocked_broker
     p = Producer(b, "tx", timeout_ms=1000)
@@ -55,8 +56,13 @@ def test_an_ongoing_transaction_past_its_timeout_is_aborted_and_its_producer_fen
     assert status(b, topic, 0) == (2, 2)
     assert groups.offset_fetch(b, "g", require_stable=True) == []
 
-    for late in (lambda: p.send(topic, 0, "late"), lambda: p.add((topic, 2)), lambda: copy.copy(p).commit(),
-                 lambda: copy.copy(p).abort(), lambda: p.commit_offsets("g", (topic, 0, 6))):
+    for late in (
+        lambda: p.send(topic, 0, "late"),
+        lambda: p.add((topic, 2)),
+        lambda: copy.copy(p).commit(),
+        lambda: copy.copy(p).abort(),
+        lambda: p.commit_offsets("g", (topic, 0, 6)),
+    ):
         err = error_of(late)
         assert (err.code, err.details["reason"]) == (ErrorCode.PRODUCER_FENCED, "timed_out")
         assert "timed_out" in err.message and f"current epoch is {p.epoch + 1}" in err.message
@@ -110,6 +116,7 @@ def test_a_prepared_transaction_past_its_timeout_keeps_its_decision(clocked_brok
 
 
 # --- recovery of prepared transactions ------------------------------------------------------------
+
 
 @pytest.mark.parametrize("result", ["commit", "abort"])
 def test_a_prepared_transaction_left_by_a_crash_is_completed_on_every_partition(clocked_broker, topic, result):
@@ -169,10 +176,16 @@ def test_produce_to_a_prepared_transaction_is_concurrent_transactions(clocked_br
 
 # --- transactional id expiry ---------------------------------------------------------------------------
 
+
 @pytest.fixture
 def expiring(db_url, clock):  # type: ignore[no-untyped-def]
-    b = make_broker(db_url, clock, transactional_id_expiration_ms=60_000, transaction_abort_check_interval_ms=1_000,
-                    default_transaction_timeout_ms=900_000)
+    b = make_broker(
+        db_url,
+        clock,
+        transactional_id_expiration_ms=60_000,
+        transaction_abort_check_interval_ms=1_000,
+        default_transaction_timeout_ms=900_000,
+    )
     topics.create_topic(b, "t", 3)
     yield b
     b.db.dispose()
@@ -233,6 +246,7 @@ def test_init_of_a_dead_transactional_id_starts_afresh(expiring, clock):
 
 # --- what is overdue: the SQL and the domain agree ---------------------------------------------------
 
+
 def test_what_storage_finds_overdue_is_what_the_domain_calls_overdue(clocked_broker, clock, topic):
     """``OVERDUE`` (SQL: the sweeper's claims, the admin alerts) against ``txn.is_timed_out`` and
     ``txn.is_stuck_prepared`` (Python: the sweeper's re-check under the lock), over transactions in
@@ -264,7 +278,10 @@ def test_what_storage_finds_overdue_is_what_the_domain_calls_overdue(clocked_bro
             with b.db.read() as conn:
                 found = transactions_store.txns_overdue(conn, now, before, limit=1000)
             assert sorted(m.transactional_id for m in found) == sorted(expected), (now, before)
-            for kind, due in (("timed_out", lambda m: txn.is_timed_out(m, now)), ("prepared", lambda m: txn.is_stuck_prepared(m, before))):
+            for kind, due in (
+                ("timed_out", lambda m: txn.is_timed_out(m, now)),
+                ("prepared", lambda m: txn.is_stuck_prepared(m, before)),
+            ):
                 claimed: list[str] = []
                 with b.db.transaction() as conn:
                     while (m := transactions_store.txn_claim(conn, kind, now_ms=now, before_ms=before, skip=claimed)) is not None:
@@ -274,6 +291,7 @@ def test_what_storage_finds_overdue_is_what_the_domain_calls_overdue(clocked_bro
 
 
 # --- two sweepers ------------------------------------------------------------------------------------
+
 
 def test_two_sweepers_at_once_do_each_job_once(db_url, clock):
     first = make_broker(db_url, clock, transactional_id_expiration_ms=3_600_000, default_transaction_timeout_ms=1_000)

@@ -24,12 +24,18 @@ S = TxnState
 def refuse(broker, table: str, condition: str) -> None:  # type: ignore[no-untyped-def]
     """A row trigger on ``txlog.<table>`` that raises for rows matching ``condition`` (SQL on NEW)."""
     with broker.db.transaction() as conn:
-        conn.execute(text(
-            "CREATE FUNCTION public.refuse_for_test() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-            f"IF {condition} THEN RAISE EXCEPTION 'refused for a test'; END IF; RETURN NEW; END $$"
-        ))
-        conn.execute(text(f"CREATE TRIGGER refuse_for_test BEFORE INSERT ON txlog.{table} "
-                          "FOR EACH ROW EXECUTE FUNCTION public.refuse_for_test()"))
+        conn.execute(
+            text(
+                "CREATE FUNCTION public.refuse_for_test() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                f"IF {condition} THEN RAISE EXCEPTION 'refused for a test'; END IF; RETURN NEW; END $$"
+            )
+        )
+        conn.execute(
+            text(
+                f"CREATE TRIGGER refuse_for_test BEFORE INSERT ON txlog.{table} "
+                "FOR EACH ROW EXECUTE FUNCTION public.refuse_for_test()"
+            )
+        )
 
 
 def allow(broker, table: str) -> None:  # type: ignore[no-untyped-def]
@@ -44,8 +50,9 @@ def state(broker, tid: str) -> TxnState:  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def b(db_url, clock):  # type: ignore[no-untyped-def]
-    broker = make_broker(db_url, clock, default_transaction_timeout_ms=1_000, transactional_id_expiration_ms=60_000,
-                         db_lock_timeout_ms=300)
+    broker = make_broker(
+        db_url, clock, default_transaction_timeout_ms=1_000, transactional_id_expiration_ms=60_000, db_lock_timeout_ms=300
+    )
     topics.create_topic(broker, "t", 3)
     yield broker
     broker.db.dispose()
@@ -102,7 +109,11 @@ def test_a_prepared_transaction_whose_marker_cannot_be_written_does_not_stop_the
     # All or nothing per transaction: no marker of the bad one on the healthy partition either.
     assert markers(b, "t", 0) == [CONTROL_COMMIT, CONTROL_ABORT] and markers(b, "broken", 0) == []
     assert read(b, "t", 2) == [b"good-2"]
-    assert read(b, "t", 0) == [] and read(b, "t", 0, "read_uncommitted") == [b"bad-t", b"good-0", b"good-3"]  # held back by the bad one
+    assert read(b, "t", 0) == [] and read(b, "t", 0, "read_uncommitted") == [
+        b"bad-t",
+        b"good-0",
+        b"good-3",
+    ]  # held back by the bad one
 
     allow(b, "records")
     report = sweeper.sweep(b)

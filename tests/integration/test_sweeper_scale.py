@@ -45,26 +45,35 @@ def test_many_transactions_timing_out_together_are_aborted_by_several_sweepers_e
         started = time.monotonic()
         for s in sweepers:
             s.start()
-        wait_until(lambda: count(creator, "SELECT count(*) FROM txlog.transactions WHERE state = 'CompleteAbort'") == N,
-                   timeout=INTERVALS * INTERVAL_MS / 1000, interval=0.2, message=f"{N} timed-out transactions aborted")
+        wait_until(
+            lambda: count(creator, "SELECT count(*) FROM txlog.transactions WHERE state = 'CompleteAbort'") == N,
+            timeout=INTERVALS * INTERVAL_MS / 1000,
+            interval=0.2,
+            message=f"{N} timed-out transactions aborted",
+        )
         aborted_s = time.monotonic() - started
         for s in sweepers:
             s.stop()
         for s in sweepers:
             s.join(60)
-        print(f"\n{N} transactions: opened in {created_s:.1f} s; aborted by {SWEEPERS} sweepers in {aborted_s:.1f} s "
-              f"({aborted_s * 1000 / INTERVAL_MS:.1f} check intervals of {INTERVAL_MS / 1000:.0f} s, {N / aborted_s:.0f}/s); "
-              f"shares {[s.totals.timed_out for s in sweepers]}, rounds {[s.rounds for s in sweepers]}")
+        print(
+            f"\n{N} transactions: opened in {created_s:.1f} s; aborted by {SWEEPERS} sweepers in {aborted_s:.1f} s "
+            f"({aborted_s * 1000 / INTERVAL_MS:.1f} check intervals of {INTERVAL_MS / 1000:.0f} s, {N / aborted_s:.0f}/s); "
+            f"shares {[s.totals.timed_out for s in sweepers]}, rounds {[s.rounds for s in sweepers]}"
+        )
 
         # Exactly once: one PrepareAbort and one CompleteAbort per transaction, one ABORT marker each.
         assert sum(s.totals.timed_out for s in sweepers) == N
         assert all(s.totals.timed_out > 0 for s in sweepers), "the sweepers share the work"
         assert sum(s.totals.failed for s in sweepers) == 0
-        histories = count(creator, """
+        histories = count(
+            creator,
+            """
             SELECT count(*) FROM (
                 SELECT transactional_id FROM txlog.transaction_events GROUP BY transactional_id
                 HAVING count(*) FILTER (WHERE to_state = 'PrepareAbort' AND reason = 'timed_out') = 1
-                   AND count(*) FILTER (WHERE to_state = 'CompleteAbort') = 1) once""")
+                   AND count(*) FILTER (WHERE to_state = 'CompleteAbort') = 1) once""",
+        )
         assert histories == N
         assert count(creator, "SELECT count(*) FROM txlog.records WHERE control_type IS NOT NULL") == N
         assert count(creator, "SELECT count(*) FROM txlog.partition_status WHERE last_stable_offset <> high_watermark") == 0

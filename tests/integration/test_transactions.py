@@ -29,6 +29,7 @@ S = TxnState
 
 # --- a client, as a Kafka producer drives the protocol ----------------------------------------------
 
+
 class Producer:
     """A transactional producer: its producer id and epoch and its next sequence per partition.
     ``copy.copy(p)`` keeps a stale view — a zombie, or a request delayed in the network."""
@@ -121,7 +122,9 @@ def describe(broker, tid: str):  # type: ignore[no-untyped-def]
 
 def set_epoch(broker, tid: str, epoch: int) -> None:  # type: ignore[no-untyped-def]
     with broker.db.transaction() as conn:
-        conn.execute(text("UPDATE txlog.transactions SET producer_epoch = :e WHERE transactional_id = :t"), {"e": epoch, "t": tid})
+        conn.execute(
+            text("UPDATE txlog.transactions SET producer_epoch = :e WHERE transactional_id = :t"), {"e": epoch, "t": tid}
+        )
 
 
 def prepare_only(broker, tid: str, result: str) -> None:  # type: ignore[no-untyped-def]
@@ -138,6 +141,7 @@ def topic(broker) -> str:  # type: ignore[no-untyped-def]
 
 
 # --- InitProducerId ---------------------------------------------------------------------------------
+
 
 def test_init_of_a_new_transactional_id_is_epoch_zero_and_persisted(broker, topic):
     p = Producer(broker, "tx", timeout_ms=5000)
@@ -302,6 +306,7 @@ def test_another_producer_id_is_an_invalid_mapping(broker, topic):
 
 # --- AddPartitionsToTxn, explicit and implicit -------------------------------------------------------
 
+
 def test_add_partitions_explicitly(broker, topic):
     p = Producer(broker, "tx")
     meta = p.add((topic, 2), (topic, 0))
@@ -336,6 +341,7 @@ def test_add_unknown_partitions(broker, topic):
 
 
 # --- TxnOffsetCommit --------------------------------------------------------------------------------
+
 
 def test_txn_offsets_are_pending_until_commit(broker, topic):
     groups.offset_commit(broker, "g", [GroupOffset(topic, 0, 3, "plain")])
@@ -372,6 +378,7 @@ def test_txn_offsets_for_unknown_partitions(broker, topic):
 
 # --- EndTxn: markers, LSO, read_committed -----------------------------------------------------------
 
+
 def test_commit_writes_a_marker_on_every_partition_and_moves_the_lso(broker, topic):
     p = Producer(broker, "tx")
     p.send(topic, 0, "a0", "a1")
@@ -385,7 +392,10 @@ def test_commit_writes_a_marker_on_every_partition_and_moves_the_lso(broker, top
     out = p.commit()
     assert (out.state, out.producer_id, out.producer_epoch) == (S.COMPLETE_COMMIT, p.pid, 1)
     assert log(broker, topic, 0) == [
-        (0, None, b"a0", False), (1, None, b"a1", False), (2, None, b"a2", False), (3, None, b"plain", False),
+        (0, None, b"a0", False),
+        (1, None, b"a1", False),
+        (2, None, b"a2", False),
+        (3, None, b"plain", False),
         (4, CONTROL_COMMIT, None, False),
     ]
     assert status(broker, topic, 0) == (5, 5)
@@ -404,12 +414,18 @@ def test_end_txn_is_one_database_transaction(broker, topic):
     p.commit_offsets("g", (topic, 3, 11))
     before = describe(broker, "tx")
     with broker.db.transaction() as conn:  # the marker of the last partition cannot be written
-        conn.execute(text(
-            "CREATE FUNCTION public.refuse_marker() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-            "IF NEW.partition = 2 AND NEW.control_type IS NOT NULL THEN RAISE EXCEPTION 'marker refused'; END IF; "
-            "RETURN NEW; END $$"
-        ))
-        conn.execute(text("CREATE TRIGGER refuse_marker BEFORE INSERT ON txlog.records FOR EACH ROW EXECUTE FUNCTION public.refuse_marker()"))
+        conn.execute(
+            text(
+                "CREATE FUNCTION public.refuse_marker() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "IF NEW.partition = 2 AND NEW.control_type IS NOT NULL THEN RAISE EXCEPTION 'marker refused'; END IF; "
+                "RETURN NEW; END $$"
+            )
+        )
+        conn.execute(
+            text(
+                "CREATE TRIGGER refuse_marker BEFORE INSERT ON txlog.records FOR EACH ROW EXECUTE FUNCTION public.refuse_marker()"
+            )
+        )
 
     with pytest.raises(Exception, match="marker refused"):
         copy.copy(p).commit()
@@ -485,8 +501,11 @@ def _mixed_log(broker, topic, rng) -> tuple[dict[int, bool], int]:
         else:
             produce_service.produce(broker, topic, 0, ProduceRequest([NewRecord(None, b"plain")]))
     with broker.db.read() as conn:
-        view = dict(conn.execute(text(
-            "SELECT \"offset\", aborted FROM txlog.log_records WHERE topic = :t AND partition = 0"), {"t": topic}).all())
+        view = dict(
+            conn.execute(
+                text('SELECT "offset", aborted FROM txlog.log_records WHERE topic = :t AND partition = 0'), {"t": topic}
+            ).all()
+        )
         status = log_store.partition_status(conn, topic, 0)
     assert any(view.values()) and not all(view.values())
     return view, status.high_watermark
@@ -518,9 +537,16 @@ def test_a_committed_read_leaves_out_what_the_view_calls_aborted(broker, topic, 
     rng = random.Random(seed)
     view, hw = _mixed_log(broker, topic, rng)
     with broker.db.read() as conn:
-        data = [o for (o,) in conn.execute(text(
-            "SELECT \"offset\" FROM txlog.records WHERE topic = :t AND partition = 0 AND control_type IS NULL "
-            "ORDER BY \"offset\""), {"t": topic}).all()]
+        data = [
+            o
+            for (o,) in conn.execute(
+                text(
+                    'SELECT "offset" FROM txlog.records WHERE topic = :t AND partition = 0 AND control_type IS NULL '
+                    'ORDER BY "offset"'
+                ),
+                {"t": topic},
+            ).all()
+        ]
     for _ in range(80):
         start = rng.randrange(hw)
         upper = rng.randint(start + 1, hw)
@@ -597,6 +623,7 @@ def test_a_new_epoch_must_start_at_sequence_zero(broker, topic):
 
 # --- retried and late EndTxn --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("result", ["commit", "abort"])
 def test_a_retried_end_is_idempotent(broker, topic, result):
     p = Producer(broker, "tx")
@@ -670,7 +697,11 @@ def test_an_end_whose_commit_a_newer_init_completed_between_its_steps_is_told_it
     assert transactions.end_txn_prepare(broker, "tx", old.pid, old.epoch, "commit") is None
     new = copy.copy(old).init()  # completes the PrepareCommit as a commit, then fences
     err = error_of(transactions.end_txn_complete, broker, "tx", old.pid, old.epoch, "commit")
-    assert (err.code, err.details["reason"], err.details["transaction_result"]) == (ErrorCode.PRODUCER_FENCED, "newer_epoch", "commit")
+    assert (err.code, err.details["reason"], err.details["transaction_result"]) == (
+        ErrorCode.PRODUCER_FENCED,
+        "newer_epoch",
+        "commit",
+    )
     assert "commit was completed" in err.message
     assert read(broker, topic, 0) == [b"a"]
     assert describe(broker, "tx").producer_epoch == new.epoch
@@ -688,6 +719,7 @@ def test_a_late_end_after_the_transaction_was_ended_by_a_newer_init_is_fenced(br
 
 # --- operator abort -----------------------------------------------------------------------------------
 
+
 def test_operator_abort_aborts_and_fences_with_the_reason(broker, topic):
     p = Producer(broker, "tx")
     p.send(topic, 0, "a")
@@ -697,7 +729,12 @@ def test_operator_abort_aborts_and_fences_with_the_reason(broker, topic):
     assert markers(broker, topic, 0) == [CONTROL_ABORT]
     assert read(broker, topic, 0) == []
     assert groups.offset_fetch(broker, "g") == []
-    for attempt in (lambda: p.send(topic, 0, "more"), lambda: copy.copy(p).commit(), lambda: copy.copy(p).abort(), lambda: p.add((topic, 1))):
+    for attempt in (
+        lambda: p.send(topic, 0, "more"),
+        lambda: copy.copy(p).commit(),
+        lambda: copy.copy(p).abort(),
+        lambda: p.add((topic, 1)),
+    ):
         err = error_of(attempt)
         assert (err.code, err.details["reason"]) == (ErrorCode.PRODUCER_FENCED, "aborted_by_operator")
         assert "aborted_by_operator" in err.message
@@ -717,6 +754,7 @@ def test_operator_abort_of_nothing(broker, topic):
 
 
 # --- concurrency ------------------------------------------------------------------------------------
+
 
 def test_concurrent_ends_of_one_transaction_write_one_marker(broker, topic):
     p = Producer(broker, "tx")
@@ -780,7 +818,9 @@ def test_concurrent_operations_on_one_transaction_are_serialized(broker, topic):
     for partition in range(4):
         assert read(broker, topic, partition) == [f"v{partition}".encode()]
         assert markers(broker, topic, partition) == [CONTROL_COMMIT]
-    assert [groups.offset_fetch(broker, f"g{i}") for i in range(8, 12)] == [[GroupOffset(topic, i % 4, i, "")] for i in range(8, 12)]
+    assert [groups.offset_fetch(broker, f"g{i}") for i in range(8, 12)] == [
+        [GroupOffset(topic, i % 4, i, "")] for i in range(8, 12)
+    ]
 
 
 def test_many_threads_running_transactions_over_overlapping_partitions_do_not_deadlock(broker, topic):

@@ -91,6 +91,7 @@ def events_count(broker, tid: str) -> int:  # type: ignore[no-untyped-def]
 
 # --- one epoch, one run of sequences ---------------------------------------------------------------
 
+
 def test_the_epoch_and_the_sequences_carry_on_from_one_transaction_to_the_next(broker, topic):
     p = ClassicProducer(broker, "classic")
     epoch = p.epoch
@@ -118,6 +119,7 @@ def test_the_epoch_and_the_sequences_carry_on_from_one_transaction_to_the_next(b
 
 
 # --- partitions and groups added explicitly (KIP-890 part 1) -------------------------------------------
+
 
 def test_a_batch_for_a_partition_not_added_is_refused_and_opens_nothing(broker, topic):
     p = ClassicProducer(broker, "classic")
@@ -177,6 +179,7 @@ def test_add_offsets_to_txn_starts_a_transaction_and_is_fenced_like_the_others(b
 
 # --- EndTxn without an epoch bump -----------------------------------------------------------------------
 
+
 def test_a_repeated_end_is_answered_while_the_transaction_is_complete(broker, topic):
     p = ClassicProducer(broker, "classic")
     p.add((topic, 0))
@@ -214,6 +217,7 @@ def test_the_hole_of_the_classic_protocol_a_late_end_ends_the_next_transaction(b
 
 
 # --- InitProducerId with the producer's id and epoch (KIP-360) ------------------------------------------
+
 
 def test_an_init_naming_the_current_epoch_bumps_it_ending_the_open_transaction(broker, topic):
     p = ClassicProducer(broker, "classic")
@@ -261,7 +265,9 @@ def test_an_init_naming_an_id_for_an_unknown_or_non_transactional_producer_start
     assert got.producer_epoch == 0 and got.producer_id != 4242
     plain = transactions.init_producer_id(broker, None, None, got.producer_id, 3)
     assert plain.producer_epoch == 0 and plain.producer_id not in (4242, got.producer_id)
-    assert error_of(transactions.init_producer_id, broker, "unknown", None, got.producer_id, None).code is ErrorCode.INVALID_REQUEST
+    assert (
+        error_of(transactions.init_producer_id, broker, "unknown", None, got.producer_id, None).code is ErrorCode.INVALID_REQUEST
+    )
 
 
 def test_a_retried_init_is_recognised_across_a_new_producer_id(broker, topic):
@@ -275,6 +281,7 @@ def test_a_retried_init_is_recognised_across_a_new_producer_id(broker, topic):
 
 
 # --- aborted and committed transactions of one epoch, read back ------------------------------------------
+
 
 def test_an_aborted_then_a_committed_transaction_of_one_epoch_on_one_partition_read_exactly(broker, topic):
     p = ClassicProducer(broker, "classic")
@@ -297,7 +304,10 @@ def test_an_aborted_then_a_committed_transaction_of_one_epoch_on_one_partition_r
     with broker.db.read() as conn:
         view = [
             r[0].decode()
-            for r in conn.execute(text("SELECT value FROM txlog.committed_records WHERE topic = :t AND partition = 0 ORDER BY \"offset\""), {"t": topic})
+            for r in conn.execute(
+                text('SELECT value FROM txlog.committed_records WHERE topic = :t AND partition = 0 ORDER BY "offset"'),
+                {"t": topic},
+            )
         ]
         ranges = conn.execute(
             text("SELECT producer_id, first_offset, last_offset FROM txlog.aborted_txns WHERE topic = :t"), {"t": topic}

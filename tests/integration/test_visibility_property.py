@@ -32,6 +32,7 @@ KEEPS_EPOCH = {"tc", "td"}  # transaction version 1
 
 # --- the model ------------------------------------------------------------------------------------
 
+
 @dataclass
 class Entry:
     offset: int
@@ -82,7 +83,8 @@ class Model:
     def committed(self, p: int) -> list[tuple[int, bytes]]:
         lso = self.lso(p)
         return [
-            (e.offset, e.value) for e in self.logs[p]
+            (e.offset, e.value)
+            for e in self.logs[p]
             if e.value is not None and e.offset < lso and (e.txn is None or self.outcome[e.txn] == "commit")
         ]
 
@@ -129,7 +131,9 @@ def check(broker, topic: str, model: Model, page: int) -> None:  # type: ignore[
         view = [
             (r[0], r[1], r[2])
             for r in conn.execute(
-                text('SELECT partition, "offset", value FROM txlog.committed_records WHERE topic = :t ORDER BY partition, "offset"'),
+                text(
+                    'SELECT partition, "offset", value FROM txlog.committed_records WHERE topic = :t ORDER BY partition, "offset"'
+                ),
                 {"t": topic},
             )
         ]
@@ -138,7 +142,9 @@ def check(broker, topic: str, model: Model, page: int) -> None:  # type: ignore[
     for p in range(PARTITIONS):  # the admin record browser, as a read_committed reader
         page_ = browse_partition(broker, topic, p, "read_committed", offset=0, limit=1000)
         assert [(r.offset, r.value) for r in page_.records] == model.committed(p)
-    assert [(s.high_watermark, s.last_stable_offset) for s in statuses] == [(model.hw(p), model.lso(p)) for p in range(PARTITIONS)]
+    assert [(s.high_watermark, s.last_stable_offset) for s in statuses] == [
+        (model.hw(p), model.lso(p)) for p in range(PARTITIONS)
+    ]
     for p in range(PARTITIONS):
         seen, stopped = read_committed(broker, topic, p, page)
         assert seen == model.committed(p)
@@ -151,11 +157,23 @@ def check(broker, topic: str, model: Model, page: int) -> None:  # type: ignore[
 # One epoch, an aborted transaction and then a committed one on both partitions, interleaved with
 # another producer of one epoch: the committed records stay visible, the second abort is indexed.
 @example(
-    steps=[("send", "tc", 0, 2), ("send", "td", 1, 1), ("send", "tc", 1, 1), ("end", "tc", "abort"),
-           ("send", "td", 0, 1), ("send", "tc", 0, 1), ("send", "tc", 1, 2), ("end", "tc", "commit"),
-           ("end", "td", "abort"), ("send", "tc", 1, 1), ("send", "td", 1, 1), ("end", "tc", "abort"),
-           ("end", "td", "commit")],
-    page=2, check_every=True,
+    steps=[
+        ("send", "tc", 0, 2),
+        ("send", "td", 1, 1),
+        ("send", "tc", 1, 1),
+        ("end", "tc", "abort"),
+        ("send", "td", 0, 1),
+        ("send", "tc", 0, 1),
+        ("send", "tc", 1, 2),
+        ("end", "tc", "commit"),
+        ("end", "td", "abort"),
+        ("send", "tc", 1, 1),
+        ("send", "td", 1, 1),
+        ("end", "tc", "abort"),
+        ("end", "td", "commit"),
+    ],
+    page=2,
+    check_every=True,
 )
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(step, min_size=8, max_size=30), page=st.integers(1, 4), check_every=st.booleans())

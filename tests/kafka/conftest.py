@@ -27,8 +27,13 @@ class GatewayProcess:
     ``bootstrap`` is then the first one's."""
 
     def __init__(
-        self, database_url: str, env: dict[str, str] | None = None, log_path: Path | None = None, node_id: int = 0,
-        listeners: dict[str, str] | None = None, args: tuple[str, ...] = (),
+        self,
+        database_url: str,
+        env: dict[str, str] | None = None,
+        log_path: Path | None = None,
+        node_id: int = 0,
+        listeners: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
     ) -> None:
         self.database_url = database_url
         self.ports = {name: free_port() for name in listeners or {}}
@@ -48,9 +53,12 @@ class GatewayProcess:
     def start(self, timeout: float = 60) -> "GatewayProcess":
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "kafka", *self.args, "--node-id", str(self.node_id),
-             "--log-level", "info"],
-            cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            [sys.executable, "-m", "app.cli", "kafka", *self.args, "--node-id", str(self.node_id), "--log-level", "info"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         wait_until(self._accepting, timeout, 0.1, f"the gateway on {self.bootstrap} to accept connections")
         return self
@@ -182,9 +190,7 @@ def gateway(gateway_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 @pytest.fixture
-def start_gateway(
-    pg_admin_url: str, template_db: str, tmp_path: Path
-) -> Iterator[Callable[..., GatewayProcess]]:
+def start_gateway(pg_admin_url: str, template_db: str, tmp_path: Path) -> Iterator[Callable[..., GatewayProcess]]:
     """Start more gateways, each on a database of its own, with TXLOG_* settings given as keywords
     (``kafka_auto_create_topics="false"``); all stopped at the end of the test."""
     started: list[tuple[GatewayProcess, contextlib.ExitStack]] = []
@@ -207,4 +213,3 @@ def start_gateway(
 def raw(gateway: GatewayProcess) -> Iterator[RawConnection]:
     with gateway.connect() as conn:
         yield conn
-

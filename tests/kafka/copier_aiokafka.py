@@ -21,13 +21,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
-from copier_common import (  # a sibling: the copier runs as a script
-    FATAL,
-    WATCHDOG,
-    arguments,
-    crash_if_due,
-    log,
-)
+from copier_common import FATAL, WATCHDOG, arguments, crash_if_due, log  # a sibling: the copier runs as a script
 
 
 async def watched(what: str, step: Any) -> Any:
@@ -44,8 +38,11 @@ async def copy_all(args: argparse.Namespace) -> int:
     partitions = [TopicPartition(args.input, p) for p in range(len(ends))]
     producer = AIOKafkaProducer(bootstrap_servers=args.bootstrap.split(","), transactional_id=args.transactional_id, linger_ms=5)
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=args.bootstrap.split(","), group_id=args.group, isolation_level="read_committed",
-        enable_auto_commit=False, auto_offset_reset="earliest",
+        bootstrap_servers=args.bootstrap.split(","),
+        group_id=args.group,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
     )
     # The producer first: its init fences a previous copier and ends its open transaction.
     await watched("producer start", producer.start())

@@ -68,7 +68,8 @@ def retried(what: str, step: Callable[[], T], deadline_s: float = 120) -> T:
 
 def main(argv: list[str] | None = None) -> int:
     args = arguments(
-        argv, debug={"default": None, "help": "librdkafka debug contexts, for a copier that misbehaves"},
+        argv,
+        debug={"default": None, "help": "librdkafka debug contexts, for a copier that misbehaves"},
         **{"metadata-recovery": {"default": "none", "help": "librdkafka's metadata.recovery.strategy"}},
     )
     WATCHDOG.stuck_after_s = args.stuck_after_s or WATCHDOG.stuck_after_s
@@ -77,15 +78,29 @@ def main(argv: list[str] | None = None) -> int:
     ends = args.ends
     partitions = [TopicPartition(args.input, p) for p in range(len(ends))]
 
-    consumer = Consumer({
-        "bootstrap.servers": args.bootstrap, "group.id": args.group, "isolation.level": "read_committed",
-        "enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
-        "enable.partition.eof": False, "metadata.recovery.strategy": args.metadata_recovery, **debug,
-    })
-    producer = Producer({
-        "bootstrap.servers": args.bootstrap, "transactional.id": args.transactional_id, "linger.ms": 5,
-        "transaction.timeout.ms": 30_000, "metadata.recovery.strategy": args.metadata_recovery, **debug,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "group.id": args.group,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+            "metadata.recovery.strategy": args.metadata_recovery,
+            **debug,
+        }
+    )
+    producer = Producer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "transactional.id": args.transactional_id,
+            "linger.ms": 5,
+            "transaction.timeout.ms": 30_000,
+            "metadata.recovery.strategy": args.metadata_recovery,
+            **debug,
+        }
+    )
     try:
         # First the producer: its init fences a previous copier and ends its open transaction, so
         # that no offsets are pending when the committed ones are read.

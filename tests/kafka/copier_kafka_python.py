@@ -51,12 +51,14 @@ def main(argv: list[str] | None = None) -> int:
     ends = args.ends
     partitions = [TopicPartition(args.input, p) for p in range(len(ends))]
 
-    producer = KafkaProducer(
-        bootstrap_servers=args.bootstrap, transactional_id=args.transactional_id, linger_ms=5, **RECONNECT
-    )
+    producer = KafkaProducer(bootstrap_servers=args.bootstrap, transactional_id=args.transactional_id, linger_ms=5, **RECONNECT)
     consumer = KafkaConsumer(
-        bootstrap_servers=args.bootstrap, group_id=args.group, isolation_level="read_committed",
-        enable_auto_commit=False, auto_offset_reset="earliest", **RECONNECT,
+        bootstrap_servers=args.bootstrap,
+        group_id=args.group,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **RECONNECT,
     )
     try:
         # The producer first: its init fences a previous copier and ends its open transaction.
@@ -93,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         consumer.close()
 
 
-def copy(args: argparse.Namespace, consumer: KafkaConsumer, producer: KafkaProducer, records: list, positions: dict[int, int]) -> bool:
+def copy(
+    args: argparse.Namespace, consumer: KafkaConsumer, producer: KafkaProducer, records: list, positions: dict[int, int]
+) -> bool:
     """One transaction: the copies, then the offsets, then the commit. False if it was aborted."""
     producer.begin_transaction()
     try:
@@ -101,7 +105,9 @@ def copy(args: argparse.Namespace, consumer: KafkaConsumer, producer: KafkaProdu
             producer.send(args.output, (r.value or b"") + b"!", r.key, partition=r.partition)
         if not args.offsets_outside:
             offsets = {TopicPartition(args.input, p): OffsetAndMetadata(o, "", -1) for p, o in positions.items()}
-            watched("send_offsets_to_transaction", lambda: producer.send_offsets_to_transaction(offsets, consumer.group_metadata()))
+            watched(
+                "send_offsets_to_transaction", lambda: producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+            )
         pause_before_commit(args)
         watched("commit_transaction", producer.commit_transaction)
         return True

@@ -83,11 +83,19 @@ def test_kafka_python_group_and_config_calls(http: httpx.Client, wire: GatewayPr
     topic, members, offsets_only = _name("kp"), _name("kp-members"), _name("kp-offsets")
     ok(http.post("/v1/topics", json={"name": topic, "partitions": 2}))
     _commit(wire.bootstrap, offsets_only, topic, {0: 5, 1: 6})
-    consumer = Consumer({"bootstrap.servers": wire.bootstrap, "group.id": members, "enable.auto.commit": False,
-                         "session.timeout.ms": 6000, "auto.offset.reset": "earliest"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": wire.bootstrap,
+            "group.id": members,
+            "enable.auto.commit": False,
+            "session.timeout.ms": 6000,
+            "auto.offset.reset": "earliest",
+        }
+    )
     consumer.subscribe([topic])
     kp = KafkaAdminClient(bootstrap_servers=wire.bootstrap)
     try:
+
         def stable() -> bool:
             consumer.poll(0.2)
             return any(g["group_id"] == members for g in kp.list_groups(states_filter=["Stable"]))

@@ -60,9 +60,14 @@ def log_start(http: httpx.Client, topic: str, partition: int) -> int:
 
 
 def delete(raw: RawConnection, version: int, topic: str, offsets: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
-    answer = raw.request(ApiKey.DeleteRecords, version, {
-        "topics": [{"name": topic, "partitions": [{"partition_index": p, "offset": o} for p, o in offsets]}], "timeout_ms": 10_000,
-    })
+    answer = raw.request(
+        ApiKey.DeleteRecords,
+        version,
+        {
+            "topics": [{"name": topic, "partitions": [{"partition_index": p, "offset": o} for p, o in offsets]}],
+            "timeout_ms": 10_000,
+        },
+    )
     assert [t.name for t in answer.topics] == [topic]
     return [(p.partition_index, p.low_watermark, p.error_code) for p in answer.topics[0].partitions]
 
@@ -73,7 +78,9 @@ VALUES = [f"v{i:02d}" for i in range(10)]  # three bytes each
 # -- DeleteRecords -------------------------------------------------------------------------------
 
 
-def test_delete_records_through_each_client_and_raw_frames_agree_with_http_and_fetch(http: httpx.Client, wire: GatewayProcess) -> None:
+def test_delete_records_through_each_client_and_raw_frames_agree_with_http_and_fetch(
+    http: httpx.Client, wire: GatewayProcess
+) -> None:
     from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
     from aiokafka.structs import TopicPartition as ATopicPartition
     from confluent_kafka import KafkaException, TopicPartition
@@ -126,7 +133,9 @@ def test_delete_records_through_each_client_and_raw_frames_agree_with_http_and_f
         assert delete(raw, 2, topic, [(0, 10)]) == [(0, 10, 0)]  # at the end: the log is empty
 
         # the HTTP API moves it, the wire sees it
-        assert ok(http.post(f"/v1/topics/{topic}/partitions/1/delete-records", json={"before_offset": 8}))["log_start_offset"] == 8
+        assert (
+            ok(http.post(f"/v1/topics/{topic}/partitions/1/delete-records", json={"before_offset": 8}))["log_start_offset"] == 8
+        )
         assert delete(raw, 2, topic, [(1, 5)]) == [(1, 8, 0)]
         assert [log_start(http, topic, p) for p in (0, 1)] == [10, 8]
         listed = raw.request(ApiKey.ListOffsets, 7, list_offsets_body([(topic, 0, -2), (topic, 1, -2)]))
@@ -161,7 +170,9 @@ def test_delete_records_to_the_end_stops_at_an_open_transaction(http: httpx.Clie
 # -- DescribeLogDirs -----------------------------------------------------------------------------
 
 
-def test_describe_log_dirs_sizes_each_partition_as_retention_does(http: httpx.Client, wire: GatewayProcess, broker: Broker) -> None:
+def test_describe_log_dirs_sizes_each_partition_as_retention_does(
+    http: httpx.Client, wire: GatewayProcess, broker: Broker
+) -> None:
     from kafka.admin import KafkaAdminClient
 
     topic = new_topic(http, "dirs", {0: VALUES, 1: ["vvvv"] * 5, 2: []})
@@ -214,14 +225,25 @@ def test_describe_log_dirs_sizes_each_partition_as_retention_does(http: httpx.Cl
 # -- OffsetForLeaderEpoch ------------------------------------------------------------------------
 
 
-def epoch_ends(raw: RawConnection, version: int, topic: str, asked: list[tuple[int, int, int]]) -> list[tuple[int, int, int, int]]:
+def epoch_ends(
+    raw: RawConnection, version: int, topic: str, asked: list[tuple[int, int, int]]
+) -> list[tuple[int, int, int, int]]:
     """(partition, error, leader epoch, end offset) for each (partition, current leader epoch, leader epoch)."""
-    answer = raw.request(ApiKey.OffsetForLeaderEpoch, version, {
-        "replica_id": -1,
-        "topics": [{"topic": topic, "partitions": [
-            {"partition": p, "current_leader_epoch": current, "leader_epoch": epoch} for p, current, epoch in asked
-        ]}],
-    })
+    answer = raw.request(
+        ApiKey.OffsetForLeaderEpoch,
+        version,
+        {
+            "replica_id": -1,
+            "topics": [
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {"partition": p, "current_leader_epoch": current, "leader_epoch": epoch} for p, current, epoch in asked
+                    ],
+                }
+            ],
+        },
+    )
     assert [t.topic for t in answer.topics] == [topic]
     return [
         (p.partition, p.error_code, p.leader_epoch if version >= 1 else -1, p.end_offset) for p in answer.topics[0].partitions
@@ -235,12 +257,16 @@ def test_offset_for_leader_epoch_raw_every_version(http: httpx.Client, wire: Gat
         assert {p.leader_epoch for p in metadata.topics[0].partitions} == {0}
         for version in range(5):
             current = 0 if version >= 2 else -1
-            got = epoch_ends(raw, version, topic, [(0, current, 0), (1, current, 0), (0, current, 1), (0, current, -1), (9, current, 0)])
+            got = epoch_ends(
+                raw, version, topic, [(0, current, 0), (1, current, 0), (0, current, 1), (0, current, -1), (9, current, 0)]
+            )
             epoch = 0 if version >= 1 else -1
             assert got == [(0, 0, epoch, 10), (1, 0, epoch, 0), (0, 0, -1, -1), (0, 0, -1, -1), (9, UNKNOWN, -1, -1)]
         # the client's current leader epoch is fenced: newer than the leader's, or older
         assert epoch_ends(raw, 2, topic, [(0, 1, 0), (0, -1, 0), (0, -3, 0)]) == [
-            (0, UNKNOWN_EPOCH, -1, -1), (0, 0, 0, 10), (0, FENCED_EPOCH, -1, -1),
+            (0, UNKNOWN_EPOCH, -1, -1),
+            (0, 0, 0, 10),
+            (0, FENCED_EPOCH, -1, -1),
         ]
         assert delete(raw, 2, topic, [(0, 6)]) == [(0, 6, 0)]
         assert epoch_ends(raw, 4, topic, [(0, 0, 0)]) == [(0, 0, 0, 10)]  # the end, not the start, moves nothing
@@ -263,10 +289,15 @@ def _commit_at(wire: GatewayProcess, topic: str, group: str, n: int) -> None:
     them, with the leader epoch of the last one read."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({
-        "bootstrap.servers": wire.bootstrap, "group.id": group, "enable.auto.commit": False,
-        "auto.offset.reset": "earliest", "enable.partition.eof": False,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": wire.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+        }
+    )
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
         read = []
@@ -300,10 +331,21 @@ def test_consumers_resume_at_an_offset_committed_with_its_leader_epoch_after_val
     group = f"{topic}-group"
     _commit_at(wire, topic, group, 4)
     with wire.connect() as raw:
-        fetched = raw.request(ApiKey.OffsetFetch, 9, {
-            "groups": [{"group_id": group, "member_id": None, "member_epoch": -1, "topics": [{"name": topic, "partition_indexes": [0]}]}],
-            "require_stable": False,
-        })
+        fetched = raw.request(
+            ApiKey.OffsetFetch,
+            9,
+            {
+                "groups": [
+                    {
+                        "group_id": group,
+                        "member_id": None,
+                        "member_epoch": -1,
+                        "topics": [{"name": topic, "partition_indexes": [0]}],
+                    }
+                ],
+                "require_stable": False,
+            },
+        )
         (p,) = fetched.groups[0].topics[0].partitions
         assert (p.committed_offset, p.committed_leader_epoch, p.error_code) == (4, 0, 0)
 
@@ -314,10 +356,17 @@ def test_consumers_resume_at_an_offset_committed_with_its_leader_epoch_after_val
     logger = logging.getLogger(f"test.rdkafka.{topic}")
     logger.setLevel(logging.DEBUG)
     logger.addHandler(lines)
-    consumer = Consumer({
-        "bootstrap.servers": wire.bootstrap, "group.id": group, "enable.auto.commit": False,
-        "auto.offset.reset": "latest", "enable.partition.eof": False, "debug": "fetch,protocol", "logger": logger,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": wire.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "latest",
+            "enable.partition.eof": False,
+            "debug": "fetch,protocol",
+            "logger": logger,
+        }
+    )
 
     def next_message() -> Any:
         deadline = time.monotonic() + 30

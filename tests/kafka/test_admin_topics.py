@@ -53,12 +53,22 @@ def _rows(url: str, sql: str, *params: Any) -> list[tuple]:
 
 def _counts(url: str, topic: str) -> dict[str, int]:
     """What the database still holds of ``topic``, table by table."""
-    tables = ("records", "partitions", "aborted_txns", "group_offsets", "pending_group_offsets", "producer_partitions",
-              "transaction_partitions", "deleted_partitions")
+    tables = (
+        "records",
+        "partitions",
+        "aborted_txns",
+        "group_offsets",
+        "pending_group_offsets",
+        "producer_partitions",
+        "transaction_partitions",
+        "deleted_partitions",
+    )
     return {t: _rows(url, f"SELECT count(*) FROM txlog.{t} WHERE topic = %s", topic)[0][0] for t in tables}
 
 
-def test_a_deleted_topic_is_gone_everywhere_with_what_refers_to_it(http: httpx.Client, wire: GatewayProcess, agree_db: str) -> None:
+def test_a_deleted_topic_is_gone_everywhere_with_what_refers_to_it(
+    http: httpx.Client, wire: GatewayProcess, agree_db: str
+) -> None:
     """Records of committed and aborted transactions, a group's committed offset and an open
     transaction over this topic and another: confluent-kafka's AdminClient deletes it; the open
     transaction is aborted on the other topic too; nothing of the topic is left; the name comes
@@ -87,7 +97,12 @@ def test_a_deleted_topic_is_gone_everywhere_with_what_refers_to_it(http: httpx.C
     producer.produce(other, b"open-elsewhere", partition=0)
     producer.flush(30)
     before = _counts(agree_db, topic)
-    assert before["records"] == 5 and before["aborted_txns"] == 1 and before["group_offsets"] == 1 and before["producer_partitions"] == 2
+    assert (
+        before["records"] == 5
+        and before["aborted_txns"] == 1
+        and before["group_offsets"] == 1
+        and before["producer_partitions"] == 2
+    )
 
     admin = AdminClient({"bootstrap.servers": wire.bootstrap})
     admin.delete_topics([topic], operation_timeout=30)[topic].result(60)
@@ -142,11 +157,14 @@ def test_delete_topics_through_each_client_and_raw_frames(http: httpx.Client, wi
     with wire.connect() as raw:
         (meta,) = raw.request(ApiKey.Metadata, 12, {"topics": [{"name": by_id}]}).topics
         missing = uuid.uuid4()
-        v6 = raw.request(ApiKey.DeleteTopics, 6, {
-            "topics": [{"name": None, "topic_id": meta.topic_id}, {"name": None, "topic_id": missing}], "timeout_ms": 30_000,
-        }).responses
+        v6 = raw.request(
+            ApiKey.DeleteTopics,
+            6,
+            {"topics": [{"name": None, "topic_id": meta.topic_id}, {"name": None, "topic_id": missing}], "timeout_ms": 30_000},
+        ).responses
         assert [(r.name, r.topic_id, r.error_code) for r in v6] == [
-            (by_id, meta.topic_id, 0), (None, missing, ErrorCode.UNKNOWN_TOPIC_ID.kafka_code),
+            (by_id, meta.topic_id, 0),
+            (None, missing, ErrorCode.UNKNOWN_TOPIC_ID.kafka_code),
         ]
         v1 = raw.request(ApiKey.DeleteTopics, 1, {"topic_names": [by_name, by_name + "-never"], "timeout_ms": 30_000}).responses
         assert [(r.name, r.error_code) for r in v1] == [(by_name, 0), (by_name + "-never", UNKNOWN_TOPIC)]
@@ -154,7 +172,9 @@ def test_delete_topics_through_each_client_and_raw_frames(http: httpx.Client, wi
     assert not names & {by_kp, by_aio, by_name, by_id}
 
 
-def test_records_left_to_delete_keep_the_name_until_the_sweeper_trims_them(http: httpx.Client, wire: GatewayProcess, agree_db: str) -> None:
+def test_records_left_to_delete_keep_the_name_until_the_sweeper_trims_them(
+    http: httpx.Client, wire: GatewayProcess, agree_db: str
+) -> None:
     """A deletion whose records were not all deleted within its timeout (here 0) answers at once;
     the name is "marked for deletion" over HTTP and the wire until the trim deletes them, a batch
     per database transaction. The partitions' trim locks are held meanwhile, so that the server's
@@ -176,7 +196,9 @@ def test_records_left_to_delete_keep_the_name_until_the_sweeper_trims_them(http:
         assert (refused.status_code, refused.json()["error"]["code"]) == (409, "TOPIC_ALREADY_EXISTS")
         assert "marked for deletion" in refused.json()["error"]["message"]
         with wire.connect() as raw:
-            (answer,) = raw.request(ApiKey.CreateTopics, 7, {"topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1}]}).topics
+            (answer,) = raw.request(
+                ApiKey.CreateTopics, 7, {"topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1}]}
+            ).topics
         assert answer.error_code == ErrorCode.TOPIC_ALREADY_EXISTS.kafka_code
         report = retention.RetentionReport()
         retention.trim(broker, report, time.monotonic() + 1, deleted_topic=topic)
@@ -218,7 +240,10 @@ def test_describe_configs_through_each_client(http: httpx.Client, wire: GatewayP
     described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)])
     (configs,) = [f.result(30) for f in described.values()]
     assert set(configs) == {c.name for c in topic_configs.TOPIC_CONFIGS}
-    assert (configs["retention.ms"].value, configs["retention.ms"].source) == ("86400000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    assert (configs["retention.ms"].value, configs["retention.ms"].source) == (
+        "86400000",
+        ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
+    )
     assert (configs["retention.bytes"].value, configs["retention.bytes"].source) == ("-1", ConfigSource.DEFAULT_CONFIG.value)
     assert configs["segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
     assert configs["cleanup.policy"].value == "delete" and not configs["cleanup.policy"].is_read_only
@@ -262,21 +287,31 @@ def test_alter_configs_each_way_and_http_sees_it(http: httpx.Client, wire: Gatew
         return ok(http.get(f"/v1/topics/{topic}"))["config"]
 
     admin = AdminClient({"bootstrap.servers": wire.bootstrap})
-    incremental = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
-        ConfigEntry("retention.bytes", "4096", incremental_operation=AlterConfigOpType.SET),
-        ConfigEntry("segment.ms", None, incremental_operation=AlterConfigOpType.DELETE),
-    ])
+    incremental = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("retention.bytes", "4096", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("segment.ms", None, incremental_operation=AlterConfigOpType.DELETE),
+        ],
+    )
     for future in admin.incremental_alter_configs([incremental]).values():
         future.result(30)
     assert config() == {"retention.ms": 1000, "retention.bytes": 4096}
     # validate_only changes nothing; an invalid value is INVALID_CONFIG with Kafka's message
-    dry = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
-        ConfigEntry("retention.ms", "5", incremental_operation=AlterConfigOpType.SET)])
+    dry = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[ConfigEntry("retention.ms", "5", incremental_operation=AlterConfigOpType.SET)],
+    )
     for future in admin.incremental_alter_configs([dry], validate_only=True).values():
         future.result(30)
     assert config()["retention.ms"] == 1000
-    bad = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
-        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])
+    bad = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)],
+    )
     with pytest.raises(Exception) as refused:
         for future in admin.incremental_alter_configs([bad]).values():
             future.result(30)
@@ -292,24 +327,36 @@ def test_alter_configs_each_way_and_http_sees_it(http: httpx.Client, wire: Gatew
     assert config() == {"retention.ms": 2000, "retention.bytes": 4096}
 
     with wire.connect() as raw:
-        def alter(version: int, configs: list[dict], api: int = ApiKey.IncrementalAlterConfigs, rtype: int = 2, name: str = topic) -> tuple:
-            (r,) = raw.request(api, version, {
-                "resources": [{"resource_type": rtype, "resource_name": name, "configs": configs}], "validate_only": False,
-            }).responses
+
+        def alter(
+            version: int, configs: list[dict], api: int = ApiKey.IncrementalAlterConfigs, rtype: int = 2, name: str = topic
+        ) -> tuple:
+            (r,) = raw.request(
+                api,
+                version,
+                {"resources": [{"resource_type": rtype, "resource_name": name, "configs": configs}], "validate_only": False},
+            ).responses
             return r.error_code, r.error_message
 
         assert alter(1, [{"name": "no.such.config", "config_operation": 0, "value": "1"}]) == (
-            INVALID_CONFIG, "Unknown topic config name: no.such.config")
-        assert alter(1, [{"name": "retention.ms", "config_operation": 2, "value": "1"}])[0] == INVALID_CONFIG  # APPEND: lists only
+            INVALID_CONFIG,
+            "Unknown topic config name: no.such.config",
+        )
+        assert (
+            alter(1, [{"name": "retention.ms", "config_operation": 2, "value": "1"}])[0] == INVALID_CONFIG
+        )  # APPEND: lists only
         assert alter(1, [{"name": "leader.replication.throttled.replicas", "config_operation": 2, "value": "0:0"}]) == (0, None)
         assert alter(1, [{"name": "retention.ms", "config_operation": 0, "value": "1"}], name="no-such-topic")[0] == UNKNOWN_TOPIC
         # AlterConfigs replaces the whole set: what is not given returns to its default
         assert alter(0, [{"name": "retention.ms", "value": "2000"}], api=ApiKey.AlterConfigs) == (0, None)
         assert config() == {"retention.ms": 2000}
         assert alter(0, [{"name": "retention.ms", "value": "x"}], api=ApiKey.AlterConfigs) == (
-            INVALID_CONFIG, "Invalid value x for configuration retention.ms: Not a number of type LONG")
+            INVALID_CONFIG,
+            "Invalid value x for configuration retention.ms: Not a number of type LONG",
+        )
         assert alter(1, [{"name": "num.partitions", "config_operation": 0, "value": "3"}], rtype=4, name="")[0] == (
-            ErrorCode.INVALID_REQUEST.kafka_code)
+            ErrorCode.INVALID_REQUEST.kafka_code
+        )
     assert config() == {"retention.ms": 2000}
     # and HTTP's PATCH is checked against the same table
     patched = http.patch(f"/v1/topics/{topic}", json={"config": {"segment.bytes": 10}})
@@ -323,12 +370,15 @@ def test_create_topics_refuses_an_unknown_or_invalid_config(http: httpx.Client, 
 
     unknown, invalid, compact, good = (_name(w) for w in ("unknown", "invalid", "compact", "good"))
     admin = AdminClient({"bootstrap.servers": wire.bootstrap})
-    futures = admin.create_topics([
-        NewTopic(unknown, 1, config={"retention.mss": "1"}),
-        NewTopic(invalid, 1, config={"min.insync.replicas": "0"}),
-        NewTopic(compact, 1, config={"cleanup.policy": "compact"}),
-        NewTopic(good, 1, config={"min.insync.replicas": "2", "compression.type": "zstd"}),
-    ], operation_timeout=30)
+    futures = admin.create_topics(
+        [
+            NewTopic(unknown, 1, config={"retention.mss": "1"}),
+            NewTopic(invalid, 1, config={"min.insync.replicas": "0"}),
+            NewTopic(compact, 1, config={"cleanup.policy": "compact"}),
+            NewTopic(good, 1, config={"min.insync.replicas": "2", "compression.type": "zstd"}),
+        ],
+        operation_timeout=30,
+    )
     errors = {}
     for name, future in futures.items():
         try:
@@ -338,7 +388,10 @@ def test_create_topics_refuses_an_unknown_or_invalid_config(http: httpx.Client, 
     assert errors == {
         unknown: (KafkaError.INVALID_CONFIG, "Unknown topic config name: retention.mss"),
         invalid: (KafkaError.INVALID_CONFIG, "Invalid value 0 for configuration min.insync.replicas: Value must be at least 1"),
-        compact: (KafkaError.INVALID_CONFIG, "Invalid value compact for configuration cleanup.policy: txlog supports only delete, not compact"),
+        compact: (
+            KafkaError.INVALID_CONFIG,
+            "Invalid value compact for configuration cleanup.policy: txlog supports only delete, not compact",
+        ),
     }
     assert ok(http.get(f"/v1/topics/{good}"))["config"] == {"min.insync.replicas": 2, "compression.type": "zstd"}
     names = {t["name"] for t in ok(http.get("/v1/topics"))["topics"]}
@@ -360,13 +413,20 @@ def test_describe_topic_partitions_pages_through_kafka_python(http: httpx.Client
     try:
         page = kp.describe_topic_partitions([second, first, missing], response_partition_limit=4)
         assert [(t["name"], t["error_code"], [p["partition_index"] for p in t["partitions"]]) for t in page["topics"]] == [
-            (first, 0, [0, 1, 2]), (missing, UNKNOWN_TOPIC, []), (second, 0, [0]),
+            (first, 0, [0, 1, 2]),
+            (missing, UNKNOWN_TOPIC, []),
+            (second, 0, [0]),
         ]
         assert page["next_cursor"] == {"topic_name": second, "partition_index": 1}
         rest = kp.describe_topic_partitions([second, first], response_partition_limit=4, cursor=page["next_cursor"])
         assert [(t["name"], [p["partition_index"] for p in t["partitions"]]) for t in rest["topics"]] == [(second, [1])]
         assert rest["next_cursor"] is None
         p = page["topics"][0]["partitions"][0]
-        assert (p["leader_id"], p["leader_epoch"], p["replica_nodes"], p["isr_nodes"]) == (wire.node_id, 0, [wire.node_id], [wire.node_id])
+        assert (p["leader_id"], p["leader_epoch"], p["replica_nodes"], p["isr_nodes"]) == (
+            wire.node_id,
+            0,
+            [wire.node_id],
+            [wire.node_id],
+        )
     finally:
         kp.close()

@@ -47,7 +47,8 @@ def listed(raw: RawConnection, version: int = 2, **filters: Any) -> tuple[int, l
     body = {"state_filters": [], "producer_id_filters": [], "duration_filter": -1, "transactional_id_pattern": None, **filters}
     answer = raw.request(ApiKey.ListTransactions, version, body)
     return (
-        answer.error_code, list(answer.unknown_state_filters),
+        answer.error_code,
+        list(answer.unknown_state_filters),
         {t.transactional_id: (t.producer_id, t.transaction_state) for t in answer.transaction_states},
     )
 
@@ -64,10 +65,21 @@ def producers_of(raw: RawConnection, topic: str, *partitions: int) -> list[Any]:
 
 def abort_marker(raw: RawConnection, topic: str, partition: int, pid: int, epoch: int, commit: bool = False) -> int:
     """WriteTxnMarkers v1 as kafka-transactions.sh abort sends it: one marker, one partition."""
-    answer = raw.request(ApiKey.WriteTxnMarkers, 1, {"markers": [{
-        "producer_id": pid, "producer_epoch": epoch, "transaction_result": commit, "coordinator_epoch": -1,
-        "topics": [{"name": topic, "partition_indexes": [partition]}],
-    }]})
+    answer = raw.request(
+        ApiKey.WriteTxnMarkers,
+        1,
+        {
+            "markers": [
+                {
+                    "producer_id": pid,
+                    "producer_epoch": epoch,
+                    "transaction_result": commit,
+                    "coordinator_epoch": -1,
+                    "topics": [{"name": topic, "partition_indexes": [partition]}],
+                }
+            ]
+        },
+    )
     [marker] = answer.markers
     [result] = marker.topics
     assert (marker.producer_id, result.name, [p.partition_index for p in result.partitions]) == (pid, topic, [partition])
@@ -100,7 +112,12 @@ def test_an_open_transaction_is_ongoing_with_its_partitions_then_complete_commit
     assert listed(raw, 0, state_filters=["Ongoing"], producer_id_filters=[pid]) == (NONE, [], {tid: (pid, "Ongoing")})
     [d] = described(raw, tid)
     assert (d.error_code, d.transactional_id, d.transaction_state, d.producer_id, d.producer_epoch, d.transaction_timeout_ms) == (
-        NONE, tid, "Ongoing", pid, epoch, 60_000
+        NONE,
+        tid,
+        "Ongoing",
+        pid,
+        epoch,
+        60_000,
     )
     assert d.transaction_start_time_ms > 0
     assert sorted((t.topic, sorted(t.partitions)) for t in d.topics) == [(topic, [0, 1])]
@@ -108,7 +125,11 @@ def test_an_open_transaction_is_ongoing_with_its_partitions_then_complete_commit
     assert [(p.partition_index, p.error_code) for p in (p0, p1)] == [(0, NONE), (1, NONE)]
     [on0] = p0.active_producers
     assert (on0.producer_id, on0.producer_epoch, on0.last_sequence, on0.coordinator_epoch, on0.current_txn_start_offset) == (
-        pid, epoch, 1, -1, 1
+        pid,
+        epoch,
+        1,
+        -1,
+        1,
     )
     assert on0.last_timestamp > 0
     assert [(p.producer_id, p.current_txn_start_offset) for p in p1.active_producers] == [(pid, 0)]
@@ -163,7 +184,11 @@ def test_describe_transactions_of_unknown_ids(raw: RawConnection, topic: str) ->
     assert (empty.transactional_id, empty.error_code) == ("", INVALID_REQUEST)
     assert [t.error_code for t in described(raw, f"{known}\x00")] == [TRANSACTIONAL_ID_NOT_FOUND]
     assert (mine.error_code, mine.transaction_state, mine.producer_id, mine.transaction_start_time_ms, mine.topics) == (
-        NONE, "Empty", pid, -1, []
+        NONE,
+        "Empty",
+        pid,
+        -1,
+        [],
     )
     assert described(raw) == []
 
@@ -177,10 +202,19 @@ def test_describe_producers_after_an_idempotent_produce(raw: RawConnection, topi
     empty, one = producers_of(raw, topic, 0, 1)
     assert (empty.error_code, empty.active_producers) == (NONE, [])
     [p] = one.active_producers
-    assert (p.producer_id, p.producer_epoch, p.last_sequence, p.coordinator_epoch, p.current_txn_start_offset) == (pid, epoch, 3, -1, -1)
+    assert (p.producer_id, p.producer_epoch, p.last_sequence, p.coordinator_epoch, p.current_txn_start_offset) == (
+        pid,
+        epoch,
+        3,
+        -1,
+        -1,
+    )
     # Kafka's answers for partitions it does not have.
     [beyond, negative] = producers_of(raw, topic, 2, -1)
-    assert [(b.partition_index, b.error_code) for b in (beyond, negative)] == [(2, UNKNOWN_TOPIC_OR_PARTITION), (-1, UNKNOWN_TOPIC_OR_PARTITION)]
+    assert [(b.partition_index, b.error_code) for b in (beyond, negative)] == [
+        (2, UNKNOWN_TOPIC_OR_PARTITION),
+        (-1, UNKNOWN_TOPIC_OR_PARTITION),
+    ]
     assert beyond.error_message
     assert [(p.partition_index, p.error_code) for p in producers_of(raw, f"{topic}-none", 0)] == [(0, UNKNOWN_TOPIC_OR_PARTITION)]
     assert [(p.partition_index, p.error_code) for p in producers_of(raw, f"{topic}\x00", 0)] == [(0, UNKNOWN_TOPIC_OR_PARTITION)]
@@ -203,7 +237,10 @@ def test_write_txn_markers_aborts_a_transaction_its_coordinator_has_through_the_
     [d] = described(raw, tid)
     assert (d.transaction_state, d.topics) == ("CompleteAbort", [])
     assert [last_stable(store, topic, p) for p in (0, 1)] == [(3, 3), (2, 2)]
-    assert [[p.current_txn_start_offset for p in part.active_producers] for part in producers_of(raw, topic, 0, 1)] == [[-1], [-1]]
+    assert [[p.current_txn_start_offset for p in part.active_producers] for part in producers_of(raw, topic, 0, 1)] == [
+        [-1],
+        [-1],
+    ]
     late = produce(raw, topic, 1, batch(pid, epoch, 1, [b"late"], transactional=True), tid)[0]
     assert late in (ErrorCode.PRODUCER_FENCED.kafka_code, INVALID_PRODUCER_EPOCH, ErrorCode.INVALID_TXN_STATE.kafka_code)
     # Nothing open any more: Kafka's answer, no error, and nothing written.
@@ -244,7 +281,9 @@ def admin(gateway: GatewayProcess) -> Iterator[Any]:
         client.close()
 
 
-def test_kafka_python_admin_lists_describes_and_aborts(admin: Any, raw: RawConnection, gateway: GatewayProcess, store: Broker, topic: str) -> None:
+def test_kafka_python_admin_lists_describes_and_aborts(
+    admin: Any, raw: RawConnection, gateway: GatewayProcess, store: Broker, topic: str
+) -> None:
     from kafka.admin._transactions import AbortTransactionSpec, TransactionState
     from kafka.errors import TransactionalIdNotFoundError
     from kafka.structs import TopicPartition
@@ -256,7 +295,11 @@ def test_kafka_python_admin_lists_describes_and_aborts(admin: Any, raw: RawConne
     def mine(**filters: Any) -> dict[str, tuple[int, TransactionState]]:
         by_broker = admin.list_transactions(**filters)
         assert list(by_broker) == [gateway.node_id]
-        return {t.transactional_id: (t.producer_id, t.state) for t in by_broker[gateway.node_id] if t.transactional_id.startswith(topic)}
+        return {
+            t.transactional_id: (t.producer_id, t.state)
+            for t in by_broker[gateway.node_id]
+            if t.transactional_id.startswith(topic)
+        }
 
     assert mine(state_filters=["Ongoing"]) == {tid: (pid, TransactionState.ONGOING)}
     assert mine(producer_id_filters=[pid]) == {tid: (pid, TransactionState.ONGOING)}
@@ -274,7 +317,9 @@ def test_kafka_python_admin_lists_describes_and_aborts(admin: Any, raw: RawConne
     assert (p0.producer_id, p0.producer_epoch, p0.last_sequence, p0.current_transaction_start_offset) == (pid, epoch, 1, 0)
 
     # kafka-transactions.sh abort: the producer id and epoch DescribeProducers showed.
-    admin.abort_transaction(AbortTransactionSpec(TopicPartition(topic, 0), p0.producer_id, p0.producer_epoch, p0.coordinator_epoch))
+    admin.abort_transaction(
+        AbortTransactionSpec(TopicPartition(topic, 0), p0.producer_id, p0.producer_epoch, p0.coordinator_epoch)
+    )
     assert admin.describe_transactions([tid])[tid].state == TransactionState.COMPLETE_ABORT
     assert [last_stable(store, topic, p) for p in (0, 1)] == [(3, 3), (2, 2)]
     after = admin.describe_producers([TopicPartition(topic, 1)])[TopicPartition(topic, 1)].active_producers

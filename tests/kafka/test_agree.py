@@ -117,12 +117,16 @@ def produce_over_the_wire(bootstrap: str, topic: str) -> list[Sent]:
 
     sent: list[Sent] = []
 
-    def produce(producer: Producer, partition: int, key: bytes | None, value: bytes | None, headers: tuple, ts: int, committed: bool) -> None:
+    def produce(
+        producer: Producer, partition: int, key: bytes | None, value: bytes | None, headers: tuple, ts: int, committed: bool
+    ) -> None:
         def delivered(err: Any, msg: Any) -> None:
             assert err is None, err
             sent.append(Sent(msg.partition(), msg.offset(), key, value, headers, ts, committed))
 
-        producer.produce(topic, value, key, partition=partition, headers=list(headers) or None, timestamp=ts, on_delivery=delivered)
+        producer.produce(
+            topic, value, key, partition=partition, headers=list(headers) or None, timestamp=ts, on_delivery=delivered
+        )
 
     idempotent = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
     produce(idempotent, 0, b"\x00\x01bin\xff", b"idem-0", REPEATED, T0, True)
@@ -160,24 +164,36 @@ def from_the_wire(wire: GatewayProcess) -> tuple[str, list[Sent]]:
 
 
 def http_fetch(http: httpx.Client, topic: str, partition: int, isolation_level: str) -> dict:
-    return ok(http.get(
-        f"/v1/topics/{topic}/partitions/{partition}/records",
-        params={"offset": 0, "isolation_level": isolation_level, "encoding": "base64", "max_records": 1000},
-    ))
+    return ok(
+        http.get(
+            f"/v1/topics/{topic}/partitions/{partition}/records",
+            params={"offset": 0, "isolation_level": isolation_level, "encoding": "base64", "max_records": 1000},
+        )
+    )
 
 
 @pytest.mark.parametrize("isolation_level", ["read_committed", "read_uncommitted"])
-def test_wire_records_read_the_same_over_http(http: httpx.Client, from_the_wire: tuple[str, list[Sent]], isolation_level: str) -> None:
+def test_wire_records_read_the_same_over_http(
+    http: httpx.Client, from_the_wire: tuple[str, list[Sent]], isolation_level: str
+) -> None:
     topic, sent = from_the_wire
     for partition, end in ((0, 8), (1, 5)):
         answer = http_fetch(http, topic, partition, isolation_level)
         got = [
-            Sent(partition, r["offset"], unb64(r["key"]), unb64(r["value"]),
-                 tuple((h["key"], unb64(h["value"])) for h in r["header_list"]), r["timestamp_ms"], True)
+            Sent(
+                partition,
+                r["offset"],
+                unb64(r["key"]),
+                unb64(r["value"]),
+                tuple((h["key"], unb64(h["value"])) for h in r["header_list"]),
+                r["timestamp_ms"],
+                True,
+            )
             for r in answer["records"]
         ]
         expected = [
-            s._replace(committed=True) for s in sent
+            s._replace(committed=True)
+            for s in sent
             if s.partition == partition and (s.committed or isolation_level == "read_uncommitted")
         ]
         assert got == expected
@@ -186,7 +202,9 @@ def test_wire_records_read_the_same_over_http(http: httpx.Client, from_the_wire:
         assert [r["headers"] for r in answer["records"]][:1] == ([{"h": "2", "nul": None}] if partition == 0 else [{}])
 
 
-def test_wire_records_are_in_committed_records_and_the_aborted_are_not(agree_db: str, from_the_wire: tuple[str, list[Sent]]) -> None:
+def test_wire_records_are_in_committed_records_and_the_aborted_are_not(
+    agree_db: str, from_the_wire: tuple[str, list[Sent]]
+) -> None:
     topic, sent = from_the_wire
     with psycopg.connect(agree_db) as conn:
         rows = conn.execute(
@@ -195,10 +213,7 @@ def test_wire_records_are_in_committed_records_and_the_aborted_are_not(agree_db:
             'FROM txlog.committed_records WHERE topic = %s ORDER BY partition, "offset"',
             (topic,),
         ).fetchall()
-    got = [
-        Sent(p, o, k, v, tuple(zip(hk or (), hv or ())), ts, True)
-        for p, o, k, v, hk, hv, _, ts, _ in rows
-    ]
+    got = [Sent(p, o, k, v, tuple(zip(hk or (), hv or ())), ts, True) for p, o, k, v, hk, hv, _, ts, _ in rows]
     assert got == [s for s in sent if s.committed]
     assert rows[0][6] == {"h": "2", "nul": None}
     assert all(pid is not None for *_, pid in rows)  # every record here came from an idempotent or transactional producer
@@ -236,7 +251,11 @@ def test_wire_records_show_on_the_admin_pages(http: httpx.Client, from_the_wire:
     assert b64(b"\x00\x01bin\xff") in text  # a binary key, shown in base64
     assert "idem-0" in text and "committed-p0" in text and "aborted-p0" not in text
     shown = re.findall(r'<span class="hdr">(.*?)</span>(?=<span class="hdr">|</td>)', html)
-    assert shown[:3] == ["h=<b>1</b>", "h=<b>2</b>", 'nul=<b><span class="null">null</span></b>']  # repeated keys in order, a null value
+    assert shown[:3] == [
+        "h=<b>1</b>",
+        "h=<b>2</b>",
+        'nul=<b><span class="null">null</span></b>',
+    ]  # repeated keys in order, a null value
     everything, html = offsets("all", 0)
     assert everything == list(range(8))  # markers included
     assert html.count('<span class="tag aborted">aborted</span>') == 1
@@ -270,20 +289,44 @@ def produce_over_http(http: httpx.Client, topic: str) -> list[Sent]:
 
     post([(b"\x00plain", b"plain-0", REPEATED, T0 + 100), (None, b"\xffplain-1", (), T0 + 101)])
     pid = ok(http.post("/v1/producers", json={}))
-    post([(b"\x01idem", b"idem-0", (("h", None),), T0 + 110), (b"\x02idem", None, (), T0 + 111)],
-         producer_id=pid["producer_id"], producer_epoch=pid["producer_epoch"], base_sequence=0)
-    post([(b"\x03idem", b"idem-2", REPEATED, T0 + 112)],
-         producer_id=pid["producer_id"], producer_epoch=pid["producer_epoch"], base_sequence=2)
+    post(
+        [(b"\x01idem", b"idem-0", (("h", None),), T0 + 110), (b"\x02idem", None, (), T0 + 111)],
+        producer_id=pid["producer_id"],
+        producer_epoch=pid["producer_epoch"],
+        base_sequence=0,
+    )
+    post(
+        [(b"\x03idem", b"idem-2", REPEATED, T0 + 112)],
+        producer_id=pid["producer_id"],
+        producer_epoch=pid["producer_epoch"],
+        base_sequence=2,
+    )
 
     tid = f"agree-http-{topic}"
     txn = ok(http.post("/v1/producers", json={"transactional_id": tid}))
-    post([(b"\x04txn", b"committed-0", REPEATED, T0 + 120), (b"\x05txn", b"committed-1", (), T0 + 121)],
-         transactional_id=tid, producer_id=txn["producer_id"], producer_epoch=txn["producer_epoch"], base_sequence=0)
+    post(
+        [(b"\x04txn", b"committed-0", REPEATED, T0 + 120), (b"\x05txn", b"committed-1", (), T0 + 121)],
+        transactional_id=tid,
+        producer_id=txn["producer_id"],
+        producer_epoch=txn["producer_epoch"],
+        base_sequence=0,
+    )
     txn = ok(http.post(f"/v1/transactions/{tid}/end", json={**txn, "result": "commit"}))
     assert txn["state"] == "CompleteCommit"
-    post([(b"\x06txn", b"aborted-0", REPEATED, T0 + 130)], committed=False,
-         transactional_id=tid, producer_id=txn["producer_id"], producer_epoch=txn["producer_epoch"], base_sequence=0)
-    txn = ok(http.post(f"/v1/transactions/{tid}/end", json={"producer_id": txn["producer_id"], "producer_epoch": txn["producer_epoch"], "result": "abort"}))
+    post(
+        [(b"\x06txn", b"aborted-0", REPEATED, T0 + 130)],
+        committed=False,
+        transactional_id=tid,
+        producer_id=txn["producer_id"],
+        producer_epoch=txn["producer_epoch"],
+        base_sequence=0,
+    )
+    txn = ok(
+        http.post(
+            f"/v1/transactions/{tid}/end",
+            json={"producer_id": txn["producer_id"], "producer_epoch": txn["producer_epoch"], "result": "abort"},
+        )
+    )
     assert txn["state"] == "CompleteAbort"
     post([(b"\x07last", b"plain-last", (("nul", None),), T0 + 140)])
     return sent
@@ -303,11 +346,15 @@ def from_http(server: ServerProcess) -> tuple[str, list[Sent]]:
 
 
 @pytest.mark.parametrize("client", ["confluent", "kafka-python"])
-def test_http_records_read_the_same_over_the_wire_read_committed(wire: GatewayProcess, from_http: tuple[str, list[Sent]], client: str) -> None:
+def test_http_records_read_the_same_over_the_wire_read_committed(
+    wire: GatewayProcess, from_http: tuple[str, list[Sent]], client: str
+) -> None:
     topic, sent = from_http
     expected = [s.rec() for s in sent if s.committed]
     if client == "confluent":
-        got = confluent_consume(wire.bootstrap, topic, 0, 0, len(expected) + 1, timeout=4, **{"isolation.level": "read_committed"})
+        got = confluent_consume(
+            wire.bootstrap, topic, 0, 0, len(expected) + 1, timeout=4, **{"isolation.level": "read_committed"}
+        )
     else:
         got = kafka_python_consume(wire.bootstrap, topic, 0, 0, len(expected) + 1, timeout=4, isolation_level="read_committed")
     # exactly these: the aborted record is absent, the markers skipped, nothing after the last
@@ -329,10 +376,17 @@ def consumer_group(bootstrap: str, group: str, topic: str, clients: list[str]) -
     from confluent_kafka import Consumer
 
     consumers = [
-        Consumer({
-            "bootstrap.servers": bootstrap, "group.id": group, "client.id": client, "enable.auto.commit": False,
-            "auto.offset.reset": "earliest", "session.timeout.ms": 10_000, "heartbeat.interval.ms": 500,
-        })
+        Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "client.id": client,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": 10_000,
+                "heartbeat.interval.ms": 500,
+            }
+        )
         for client in clients
     ]
     for c in consumers:
@@ -380,14 +434,19 @@ def test_a_topic_grown_over_the_wire_http_and_the_cli_has_its_new_partitions_eve
         kp.close()
     assert count() == 4
     with wire.connect() as raw:
+
         def grow(entries: list[dict], validate_only: bool = False) -> list[tuple[str, str]]:
-            answer = raw.request(ApiKey.CreatePartitions, 3, {"topics": entries, "timeout_ms": 10_000, "validate_only": validate_only})
+            answer = raw.request(
+                ApiKey.CreatePartitions, 3, {"topics": entries, "timeout_ms": 10_000, "validate_only": validate_only}
+            )
             return [(r.name, r.error_code) for r in answer.results]
 
         invalid = 39  # INVALID_REPLICA_ASSIGNMENT
         assert grow([{"name": topic, "count": 6, "assignments": [{"broker_ids": [wire.node_id]}]}]) == [(topic, invalid)]
         assert grow([{"name": topic, "count": 5, "assignments": [{"broker_ids": [wire.node_id + 7]}]}]) == [(topic, invalid)]
-        assert grow([{"name": topic, "count": 5, "assignments": [{"broker_ids": [wire.node_id, wire.node_id]}]}]) == [(topic, invalid)]
+        assert grow([{"name": topic, "count": 5, "assignments": [{"broker_ids": [wire.node_id, wire.node_id]}]}]) == [
+            (topic, invalid)
+        ]
         assert grow([{"name": "no-such-topic", "count": 5, "assignments": None}]) == [("no-such-topic", 3)]
         assert grow([{"name": topic, "count": 5, "assignments": None}] * 2) == [(topic, 42), (topic, 42)]
         assert grow([{"name": topic, "count": 5, "assignments": [{"broker_ids": [wire.node_id]}]}]) == [(topic, 0)]
@@ -396,8 +455,12 @@ def test_a_topic_grown_over_the_wire_http_and_the_cli_has_its_new_partitions_eve
     assert (again.status_code, again.json()["error"]["code"]) == (400, "INVALID_PARTITIONS")
     env = {k: v for k, v in os.environ.items() if not k.startswith("TXLOG_")}
     run = subprocess.run(
-        [sys.executable, "-m", "app.cli", "topics", "alter", topic, "--partitions", "7"], cwd=ROOT,
-        env={**env, "TXLOG_URL": server.url}, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", "app.cli", "topics", "alter", topic, "--partitions", "7"],
+        cwd=ROOT,
+        env={**env, "TXLOG_URL": server.url},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert (run.returncode, run.stdout.strip()) == (0, f"Topic {topic} now has 7 partition(s)."), run.stderr
     assert count() == 7
@@ -428,8 +491,12 @@ def test_a_group_deleted_over_http_and_the_cli_is_asked_of_its_coordinator(
             c.close()  # they leave the group
     env = {k: v for k, v in os.environ.items() if not k.startswith("TXLOG_")}
     run = subprocess.run(
-        [sys.executable, "-m", "app.cli", "groups", "delete", group], cwd=ROOT, env={**env, "TXLOG_URL": server.url},
-        capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", "app.cli", "groups", "delete", group],
+        cwd=ROOT,
+        env={**env, "TXLOG_URL": server.url},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert (run.returncode, run.stdout.strip()) == (0, f"Deleted consumer group {group}."), run.stderr
     ok(http.post(f"/v1/groups/{simple}/offsets", json={"offsets": [{"topic": topic, "partition": 1, "offset": 0}]}))
@@ -454,7 +521,11 @@ def test_the_admin_pages_show_a_kafka_consumer_group_and_a_gateway_that_stops_an
     group = f"agree-{uuid.uuid4().hex[:8]}"
     ok(http.post("/v1/topics", json={"name": topic, "partitions": 2}))
     for partition, n in ((0, 5), (1, 3)):
-        ok(http.post(f"/v1/topics/{topic}/partitions/{partition}/records", json={"records": [{"value": f"v{i}"} for i in range(n)]}))
+        ok(
+            http.post(
+                f"/v1/topics/{topic}/partitions/{partition}/records", json={"records": [{"value": f"v{i}"} for i in range(n)]}
+            )
+        )
     consumers = consumer_group(wire.bootstrap, group, topic, ["agree-a", "agree-b"])
     try:
         owner = {tp.partition: c for c in consumers for tp in c.assignment()}
@@ -495,6 +566,7 @@ def test_the_admin_pages_show_a_kafka_consumer_group_and_a_gateway_that_stops_an
 
     # A gateway killed outright stays in the registry until its lease lapses: refused at once.
     with GatewayProcess(agree_db, node_id=wire.node_id + 1, log_path=tmp_path / "second.log") as second:
+
         def answering() -> bool:
             html = ok(http.get("/admin/kafka-groups"))
             return f"127.0.0.1:{second.port}" in html and "unreachable" not in html

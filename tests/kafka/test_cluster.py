@@ -124,10 +124,12 @@ def test_a_node_id_held_elsewhere_is_refused_and_a_taken_one_is_lost(db_url: str
         assert 1.2 <= time.monotonic() - began < 4  # refused once a lease and a third passed: a renews
         assert not lost.is_set()
         with broker.db.transaction() as conn:  # another process takes the id (a missed its renewals)
-            conn.execute(text(
-                "UPDATE txlog.kafka_nodes SET process_token = 'other', host = 'other.example', "
-                "expires_at = clock_timestamp() + interval '1 minute' WHERE node_id = 5"
-            ))
+            conn.execute(
+                text(
+                    "UPDATE txlog.kafka_nodes SET process_token = 'other', host = 'other.example', "
+                    "expires_at = clock_timestamp() + interval '1 minute' WHERE node_id = 5"
+                )
+            )
         await asyncio.wait_for(lost.wait(), 2)
         assert a.lost is not None and "other.example" in a.lost
         await a.stop()  # leaves the other holder's entry alone
@@ -168,10 +170,7 @@ def assert_no_nodes(broker: Any) -> None:
 # -- three gateway processes ---------------------------------------------------------------------------
 
 
-SETTINGS = {
-    "TXLOG_KAFKA_NODE_LEASE_MS": str(LEASE_MS),
-    "TXLOG_KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
-}
+SETTINGS = {"TXLOG_KAFKA_NODE_LEASE_MS": str(LEASE_MS), "TXLOG_KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0"}
 
 
 @pytest.fixture(scope="module")
@@ -216,9 +215,9 @@ def wait_for_brokers(gateways: list[GatewayProcess], ids: list[int], timeout: fl
 
 def create_topic(g: GatewayProcess, name: str, partitions: int = PARTITIONS) -> None:
     with g.connect() as conn:
-        created = conn.request(ApiKey.CreateTopics, 7, {"topics": [
-            {"name": name, "num_partitions": partitions, "replication_factor": 1},
-        ]}).topics[0]
+        created = conn.request(
+            ApiKey.CreateTopics, 7, {"topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1}]}
+        ).topics[0]
     assert created.error_code == 0, created
 
 
@@ -293,10 +292,14 @@ def test_describe_cluster_names_what_metadata_names(trio: list[GatewayProcess]) 
     cluster_id = metadata(trio[0]).cluster_id
     for g, version in zip(trio, (0, 1, 2)):
         with g.connect() as conn:
-            got = conn.request(ApiKey.DescribeCluster, version, {"include_cluster_authorized_operations": True, "endpoint_type": 1})
+            got = conn.request(
+                ApiKey.DescribeCluster, version, {"include_cluster_authorized_operations": True, "endpoint_type": 1}
+            )
             controllers = conn.request(ApiKey.DescribeCluster, 2, {"endpoint_type": 2})
         assert (got.error_code, got.cluster_id, got.controller_id) == (0, cluster_id, 0)
-        assert [(b.broker_id, b.host, b.port, b.rack) for b in got.brokers] == [(n.node_id, "127.0.0.1", n.port, None) for n in trio]
+        assert [(b.broker_id, b.host, b.port, b.rack) for b in got.brokers] == [
+            (n.node_id, "127.0.0.1", n.port, None) for n in trio
+        ]
         assert got.authorized_operations is None  # the codec's reading of INT32_MIN: not provided
         assert (controllers.error_code, controllers.brokers) == (ErrorCode.MISMATCHED_ENDPOINT_TYPE.kafka_code, [])
     kp = KafkaAdminClient(bootstrap_servers=trio[2].bootstrap)
@@ -404,7 +407,9 @@ def test_a_killed_gateway_drops_out_and_clients_carry_on(trio: list[GatewayProce
         wait_for_brokers(trio, NODE_IDS)
         # the stand-in gives the group up; the member finds node 1 again, joins it and reads on
         wait_until(
-            lambda: member.assignments() and describe_group(trio[1], moved_group)[0] == "Stable", 30, 0.2,
+            lambda: member.assignments() and describe_group(trio[1], moved_group)[0] == "Stable",
+            30,
+            0.2,
             "the member to join node 1 again",
         )
         assert describe_group(stand_in, moved_group) == ("NOT_COORDINATOR", [])
@@ -423,8 +428,13 @@ def produce(
     from confluent_kafka import Producer
 
     config = {
-        "bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 30_000,
-        "topic.metadata.refresh.interval.ms": 1_000, "retry.backoff.ms": 100, **conf,
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "linger.ms": 5,
+        "message.timeout.ms": 30_000,
+        "topic.metadata.refresh.interval.ms": 1_000,
+        "retry.backoff.ms": 100,
+        **conf,
     }
     if stats_cb is not None:
         config["stats_cb"] = stats_cb
@@ -448,10 +458,14 @@ def consume(bootstrap: str, topic: str, partitions: Any, n: int, timeout: float 
     """``n`` values read by ``assign`` from the start of the partitions, by partition."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": "assign-only", "enable.auto.commit": False,
-        "isolation.level": "read_committed",
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "assign-only",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
     got: dict[int, list[bytes]] = defaultdict(list)
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
@@ -477,11 +491,17 @@ class GroupConsumers:
         from confluent_kafka import Consumer
 
         self.consumers = [
-            Consumer({
-                "bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                "enable.auto.commit": False, "session.timeout.ms": 6_000, "heartbeat.interval.ms": 500,
-                "isolation.level": "read_committed",
-            })
+            Consumer(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "group.id": group,
+                    "auto.offset.reset": "earliest",
+                    "enable.auto.commit": False,
+                    "session.timeout.ms": 6_000,
+                    "heartbeat.interval.ms": 500,
+                    "isolation.level": "read_committed",
+                }
+            )
             for _ in range(members)
         ]
         for c in self.consumers:

@@ -90,8 +90,21 @@ class Copier:
 
     def __init__(self, s: Setup, program: str, log_dir: Path, *extra: str) -> None:
         self.argv = [
-            sys.executable, str(COPIERS[program]), "--bootstrap", s.gateway.bootstrap, "--input", s.input, "--output", s.output,
-            "--group", s.group, "--transactional-id", s.tid, "--ends", ",".join(map(str, s.ends)), *extra,
+            sys.executable,
+            str(COPIERS[program]),
+            "--bootstrap",
+            s.gateway.bootstrap,
+            "--input",
+            s.input,
+            "--output",
+            s.output,
+            "--group",
+            s.group,
+            "--transactional-id",
+            s.tid,
+            "--ends",
+            ",".join(map(str, s.ends)),
+            *extra,
         ]
         self.log_dir = log_dir
         self.runs = 0
@@ -127,7 +140,8 @@ class Copier:
 
     def logs(self) -> str:
         return "\n".join(
-            f"--- run {i}\n" + (self.log_dir / f"copier-{i}.log").read_text(errors="replace")[-3000:] for i in range(1, self.runs + 1)
+            f"--- run {i}\n" + (self.log_dir / f"copier-{i}.log").read_text(errors="replace")[-3000:]
+            for i in range(1, self.runs + 1)
         )
 
 
@@ -138,9 +152,10 @@ def group_offsets(s: Setup) -> list[int]:
 
 def committed_output(s: Setup) -> dict[int, list[bytes]]:
     with s.store.db.read() as conn:
-        rows = conn.execute(text(
-            "SELECT partition, value FROM txlog.committed_records WHERE topic = :t ORDER BY partition, \"offset\""
-        ), {"t": s.output}).all()
+        rows = conn.execute(
+            text('SELECT partition, value FROM txlog.committed_records WHERE topic = :t ORDER BY partition, "offset"'),
+            {"t": s.output},
+        ).all()
     out: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
     for partition, value in rows:
         out[partition].append(bytes(value))
@@ -150,9 +165,9 @@ def committed_output(s: Setup) -> dict[int, list[bytes]]:
 def aborted_output(s: Setup) -> int:
     """Output records of aborted transactions: in the log, never to be read."""
     with s.store.db.read() as conn:
-        return conn.execute(text(
-            "SELECT count(*) FROM txlog.log_records WHERE topic = :t AND aborted AND control_type IS NULL"
-        ), {"t": s.output}).scalar_one()
+        return conn.execute(
+            text("SELECT count(*) FROM txlog.log_records WHERE topic = :t AND aborted AND control_type IS NULL"), {"t": s.output}
+        ).scalar_one()
 
 
 def read_committed(s: Setup) -> dict[int, list[bytes]]:
@@ -160,10 +175,15 @@ def read_committed(s: Setup) -> dict[int, list[bytes]]:
     written after the copier finished on each partition."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({
-        "bootstrap.servers": s.gateway.bootstrap, "group.id": f"reader-{s.group}", "isolation.level": "read_committed",
-        "enable.auto.commit": False, "enable.partition.eof": False,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": s.gateway.bootstrap,
+            "group.id": f"reader-{s.group}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+        }
+    )
     got: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
     try:
         consumer.assign([TopicPartition(s.output, p, 0) for p in range(PARTITIONS)])
@@ -269,7 +289,9 @@ def check_exactly_once(s: Setup, copier: Copier, chaos: Chaos) -> None:
     assert wire_committed(s) == s.ends, about
 
 
-@pytest.mark.parametrize("program,records,copier_kills,gateway_kills", [("confluent", 10_000, 4, 2), ("kafka-python", 10_000, 3, 2)])
+@pytest.mark.parametrize(
+    "program,records,copier_kills,gateway_kills", [("confluent", 10_000, 4, 2), ("kafka-python", 10_000, 3, 2)]
+)
 def test_copier_under_kill_9_of_itself_and_of_the_gateway_copies_exactly_once(
     setup: Setup, tmp_path: Path, program: str, records: int, copier_kills: int, gateway_kills: int
 ) -> None:
@@ -282,8 +304,10 @@ def test_copier_under_kill_9_of_itself_and_of_the_gateway_copies_exactly_once(
         done = run_under_chaos(s, copier, chaos, timeout=150)
     finally:
         copier.kill()
-    print(f"seed {chaos.seed}: {done} in {time.monotonic() - started:.1f}s; runs {copier.exits}; "
-          f"aborted output records {aborted_output(s)}")
+    print(
+        f"seed {chaos.seed}: {done} in {time.monotonic() - started:.1f}s; runs {copier.exits}; "
+        f"aborted output records {aborted_output(s)}"
+    )
     assert done["copier"] == copier_kills and done["gateway"] == gateway_kills, (done, chaos)
     check_exactly_once(s, copier, chaos)
 

@@ -55,7 +55,9 @@ def topic(store: Broker) -> str:
     return name
 
 
-def write(store: Broker, topic: str, partition: int, *values: str, ts: int = T0, headers: Any = (), key: bytes | None = None) -> int:
+def write(
+    store: Broker, topic: str, partition: int, *values: str, ts: int = T0, headers: Any = (), key: bytes | None = None
+) -> int:
     """Plain records through the produce service, one batch: its base offset."""
     batch = [NewRecord(key, v.encode(), headers, ts + i) for i, v in enumerate(values)]
     return produce_service.produce(store, topic, partition, ProduceRequest(batch)).base_offset
@@ -79,13 +81,20 @@ def transactions_log(store: Broker, topic: str) -> Producer:
 # -- clients -------------------------------------------------------------------------------------
 
 
-def confluent_consume(bootstrap: str, topic: str, partition: int, offset: int, n: int, timeout: float = 20, **conf: Any) -> list[Rec]:
+def confluent_consume(
+    bootstrap: str, topic: str, partition: int, offset: int, n: int, timeout: float = 20, **conf: Any
+) -> list[Rec]:
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": "assign-only", "enable.auto.commit": False,
-        "enable.partition.eof": False, **conf,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "assign-only",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+            **conf,
+        }
+    )
     try:
         consumer.assign([TopicPartition(topic, partition, offset)])
         got: list[Rec] = []
@@ -107,7 +116,9 @@ def kafka_python_consumer(bootstrap: str, **conf: Any) -> Any:
     return KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, **conf)
 
 
-def kafka_python_consume(bootstrap: str, topic: str, partition: int, offset: int, n: int, timeout: float = 20, **conf: Any) -> list[Rec]:
+def kafka_python_consume(
+    bootstrap: str, topic: str, partition: int, offset: int, n: int, timeout: float = 20, **conf: Any
+) -> list[Rec]:
     from kafka import TopicPartition
 
     consumer = kafka_python_consumer(bootstrap, **conf)
@@ -125,7 +136,9 @@ def kafka_python_consume(bootstrap: str, topic: str, partition: int, offset: int
         consumer.close()
 
 
-def aiokafka_consume(bootstrap: str, topic: str, partition: int, offset: int, n: int, timeout: float = 20, **conf: Any) -> list[Rec]:
+def aiokafka_consume(
+    bootstrap: str, topic: str, partition: int, offset: int, n: int, timeout: float = 20, **conf: Any
+) -> list[Rec]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     async def run() -> list[Rec]:
@@ -155,7 +168,9 @@ ISOLATION = {
 }
 
 
-def confluent_produce(bootstrap: str, topic: str, items: list[tuple[int, bytes | None, bytes | None, Any, int]], **conf: Any) -> None:
+def confluent_produce(
+    bootstrap: str, topic: str, items: list[tuple[int, bytes | None, bytes | None, Any, int]], **conf: Any
+) -> None:
     """(partition, key, value, headers, timestamp) each, delivered or the test fails."""
     from confluent_kafka import Producer as KafkaProducer
 
@@ -163,7 +178,12 @@ def confluent_produce(bootstrap: str, topic: str, items: list[tuple[int, bytes |
     errors: list[Any] = []
     for partition, key, value, headers, ts in items:
         producer.produce(
-            topic, value, key, partition=partition, headers=list(headers) or None, timestamp=ts,
+            topic,
+            value,
+            key,
+            partition=partition,
+            headers=list(headers) or None,
+            timestamp=ts,
             on_delivery=lambda err, _msg: err and errors.append(err),
         )
     assert producer.flush(30) == 0
@@ -175,9 +195,9 @@ def confluent_produce(bootstrap: str, topic: str, items: list[tuple[int, bytes |
 
 @pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4", "zstd"])
 def test_confluent_produces_each_compression_and_reads_it_back(gateway: GatewayProcess, topic: str, compression: str) -> None:
-    items = [
-        (1, b"k-%d" % i, b"v-%d-" % i + b"x" * (i * 40), HEADERS if i % 2 else (), T0 + i) for i in range(20)
-    ] + [(1, None, None, (), T0 + 99)]  # null key and value
+    items = [(1, b"k-%d" % i, b"v-%d-" % i + b"x" * (i * 40), HEADERS if i % 2 else (), T0 + i) for i in range(20)] + [
+        (1, None, None, (), T0 + 99)
+    ]  # null key and value
     confluent_produce(gateway.bootstrap, topic, items, **{"compression.type": compression})
     got = confluent_consume(gateway.bootstrap, topic, 1, 0, len(items))
     assert got == [Rec(i, key, value, tuple(headers), ts) for i, (_, key, value, headers, ts) in enumerate(items)]
@@ -191,7 +211,9 @@ def test_each_client_reads_keys_values_repeated_null_headers_offsets_and_timesta
     write(store, topic, 0, "d", ts=T0 + 50)
     got = CONSUMERS[client](gateway.bootstrap, topic, 0, 0, 4)
     assert got == [
-        Rec(0, b"key", b"a", HEADERS, T0), Rec(1, b"key", b"b", HEADERS, T0 + 1), Rec(2, b"key", b"c", HEADERS, T0 + 2),
+        Rec(0, b"key", b"a", HEADERS, T0),
+        Rec(1, b"key", b"b", HEADERS, T0 + 1),
+        Rec(2, b"key", b"c", HEADERS, T0 + 2),
         Rec(3, None, b"d", (), T0 + 50),
     ]
 
@@ -219,11 +241,18 @@ def test_a_record_larger_than_every_fetch_limit_still_arrives(gateway: GatewayPr
 
 
 @pytest.mark.parametrize("client", CONSUMERS)
-def test_read_committed_skips_aborted_records_and_moves_past_markers(gateway: GatewayProcess, store: Broker, topic: str, client: str) -> None:
+def test_read_committed_skips_aborted_records_and_moves_past_markers(
+    gateway: GatewayProcess, store: Broker, topic: str, client: str
+) -> None:
     transactions_log(store, topic)
     consume = CONSUMERS[client]
     committed = consume(gateway.bootstrap, topic, 0, 0, 4, **ISOLATION[client]("read_committed"))
-    assert [(r.offset, r.value) for r in committed] == [(0, b"plain-0"), (4, b"committed-4"), (5, b"committed-5"), (7, b"plain-7")]
+    assert [(r.offset, r.value) for r in committed] == [
+        (0, b"plain-0"),
+        (4, b"committed-4"),
+        (5, b"committed-5"),
+        (7, b"plain-7"),
+    ]
     everything = consume(gateway.bootstrap, topic, 0, 0, 7, **ISOLATION[client]("read_uncommitted"))
     assert [r.offset for r in everything] == [0, 1, 2, 4, 5, 7, 8]
     # the log ends with an ABORT marker (9): a consumer positioned on it moves on to what follows
@@ -256,7 +285,9 @@ def later(seconds: float, fn: Any, *args: Any) -> threading.Thread:
     return thread
 
 
-def test_a_waiting_confluent_consumer_gets_a_record_produced_meanwhile_soon(gateway: GatewayProcess, store: Broker, topic: str) -> None:
+def test_a_waiting_confluent_consumer_gets_a_record_produced_meanwhile_soon(
+    gateway: GatewayProcess, store: Broker, topic: str
+) -> None:
     produced_at: list[float] = []
 
     def produce() -> None:
@@ -265,8 +296,14 @@ def test_a_waiting_confluent_consumer_gets_a_record_produced_meanwhile_soon(gate
 
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "assign-only", "enable.auto.commit": False,
-                         "fetch.wait.max.ms": 5000})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": gateway.bootstrap,
+            "group.id": "assign-only",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 5000,
+        }
+    )
     try:
         consumer.assign([TopicPartition(topic, 1, 0)])
         assert consumer.poll(1.0) is None  # the consumer now waits in a fetch on the empty partition
@@ -283,16 +320,28 @@ def test_a_waiting_confluent_consumer_gets_a_record_produced_meanwhile_soon(gate
     assert received_at - produced_at[0] < 3.0  # well before the 5 s wait ends
 
 
-def fetch_body(partitions: list[tuple[str, int, int]], *, isolation: int = READ_UNCOMMITTED, max_wait_ms: int = 0,
-               min_bytes: int = 1, max_bytes: int = 1_048_576, partition_max_bytes: int = 1_048_576) -> dict:
+def fetch_body(
+    partitions: list[tuple[str, int, int]],
+    *,
+    isolation: int = READ_UNCOMMITTED,
+    max_wait_ms: int = 0,
+    min_bytes: int = 1,
+    max_bytes: int = 1_048_576,
+    partition_max_bytes: int = 1_048_576,
+) -> dict:
     by_topic: dict[str, list[dict]] = {}
     for name, partition, offset in partitions:
         by_topic.setdefault(name, []).append(
             {"partition": partition, "fetch_offset": offset, "partition_max_bytes": partition_max_bytes}
         )
     return {
-        "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes, "max_bytes": max_bytes,
-        "isolation_level": isolation, "session_id": 0, "session_epoch": -1,
+        "replica_id": -1,
+        "max_wait_ms": max_wait_ms,
+        "min_bytes": min_bytes,
+        "max_bytes": max_bytes,
+        "isolation_level": isolation,
+        "session_id": 0,
+        "session_epoch": -1,
         "topics": [{"topic": name, "partitions": parts} for name, parts in by_topic.items()],
     }
 
@@ -336,7 +385,8 @@ def test_a_read_committed_long_poll_whose_stable_offset_stays_answers_at_its_dea
 
 def test_min_bytes_zero_or_no_wait_answers_at_once(raw: RawConnection, topic: str) -> None:
     for body in (
-        fetch_body([(topic, 0, 0)], max_wait_ms=5000, min_bytes=0), fetch_body([(topic, 0, 0)], max_wait_ms=0),
+        fetch_body([(topic, 0, 0)], max_wait_ms=5000, min_bytes=0),
+        fetch_body([(topic, 0, 0)], max_wait_ms=0),
         fetch_body([], max_wait_ms=5000),  # no partition: nothing to wait for
     ):
         took, _ = timed_fetch(raw, 12, body)
@@ -359,14 +409,22 @@ def batches_of(records: bytes | None) -> list[RecordBatch]:
 @pytest.mark.parametrize("version", [4, 7, 11, 12])
 def test_every_requested_partition_is_answered_in_order(raw: RawConnection, store: Broker, topic: str, version: int) -> None:
     write(store, topic, 0, "a", "b", "c")
-    answer = raw.request(ApiKey.Fetch, version, fetch_body([
-        (topic, 1, 0), (topic, 0, 1), ("no-such-topic-" + topic, 0, 0), (topic, 9, 0), (topic, 0, 5), (topic, 0, 3),
-    ]))
+    answer = raw.request(
+        ApiKey.Fetch,
+        version,
+        fetch_body([(topic, 1, 0), (topic, 0, 1), ("no-such-topic-" + topic, 0, 0), (topic, 9, 0), (topic, 0, 5), (topic, 0, 3)]),
+    )
     if version >= 7:
         assert (answer.error_code, answer.session_id) == (0, 0)
     assert [t.topic for t in answer.responses] == [topic, "no-such-topic-" + topic]
     mine, unknown = answer.responses
-    assert [(p.partition_index, p.error_code) for p in mine.partitions] == [(1, 0), (0, 0), (9, UNKNOWN), (0, OUT_OF_RANGE), (0, 0)]
+    assert [(p.partition_index, p.error_code) for p in mine.partitions] == [
+        (1, 0),
+        (0, 0),
+        (9, UNKNOWN),
+        (0, OUT_OF_RANGE),
+        (0, 0),
+    ]
     assert [(p.partition_index, p.error_code) for p in unknown.partitions] == [(0, UNKNOWN)]
     empty, from_1, missing, beyond, at_end = mine.partitions
     assert (empty.high_watermark, empty.records) == (0, b"")
@@ -382,7 +440,9 @@ def test_every_requested_partition_is_answered_in_order(raw: RawConnection, stor
     assert from_1.aborted_transactions is None and missing.records == b""
 
 
-def test_read_committed_lists_the_aborted_transactions_and_read_uncommitted_none(raw: RawConnection, store: Broker, topic: str) -> None:
+def test_read_committed_lists_the_aborted_transactions_and_read_uncommitted_none(
+    raw: RawConnection, store: Broker, topic: str
+) -> None:
     p = transactions_log(store, topic)
     committed = raw.request(ApiKey.Fetch, 12, fetch_body([(topic, 0, 0)], isolation=READ_COMMITTED)).responses[0].partitions[0]
     assert [(a.producer_id, a.first_offset) for a in committed.aborted_transactions] == [(p.pid, 1), (p.pid, 8)]
@@ -390,8 +450,14 @@ def test_read_committed_lists_the_aborted_transactions_and_read_uncommitted_none
     batches = batches_of(committed.records)
     # data and markers alike, each batch starting where its first record is
     assert [(b.base_offset, b.last_offset, b.is_control, b.control_type) for b in batches] == [
-        (0, 0, False, None), (1, 2, False, None), (3, 3, True, 0), (4, 5, False, None), (6, 6, True, 1),
-        (7, 7, False, None), (8, 8, False, None), (9, 9, True, 0),
+        (0, 0, False, None),
+        (1, 2, False, None),
+        (3, 3, True, 0),
+        (4, 5, False, None),
+        (6, 6, True, 1),
+        (7, 7, False, None),
+        (8, 8, False, None),
+        (9, 9, True, 0),
     ]
     assert all(b.producer_id == p.pid and b.is_transactional for b in batches if b.base_offset in (1, 3, 4, 6, 8, 9))
     # a fetch past the first aborted transaction lists only the one it reaches
@@ -455,11 +521,24 @@ def log_rows(n: int, headers_every: int = 3) -> list[StoredRecord]:
         headers = (("h", b"\x00" * i), ("h", None)) if with_headers else ()
         key, value = (None, None) if control else (b"k" * (i % 4), b"v" * (i * 37 % 500))
         txn = i % 7 >= 4
-        rows.append(StoredRecord(
-            100 + i, key, value, [k for k, _ in headers] or None, [v for _, v in headers] or None, T0 + i,
-            9 if txn else None, 0 if txn else None, i if txn and not control else None, txn, 1 if control else None,
-            position, 100 if txn else None, False,
-        ))
+        rows.append(
+            StoredRecord(
+                100 + i,
+                key,
+                value,
+                [k for k, _ in headers] or None,
+                [v for _, v in headers] or None,
+                T0 + i,
+                9 if txn else None,
+                0 if txn else None,
+                i if txn and not control else None,
+                txn,
+                1 if control else None,
+                position,
+                100 if txn else None,
+                False,
+            )
+        )
         position += rows[-1].size
     return rows
 
@@ -488,7 +567,9 @@ def _longest_head(rows: list[StoredRecord], limit: int, first_whole: bool) -> in
     for run in batch_runs(rows):
         size += HEADER_SIZE
         for row in run:
-            size += row.size + fetch_handler._RECORD_OVERHEAD_MAX + fetch_handler._HEADER_OVERHEAD_MAX * len(row.header_keys or ())
+            size += (
+                row.size + fetch_handler._RECORD_OVERHEAD_MAX + fetch_handler._HEADER_OVERHEAD_MAX * len(row.header_keys or ())
+            )
             if size > limit and not (kept == 0 and first_whole):
                 return kept
             kept += 1
@@ -551,7 +632,9 @@ def test_list_offsets_raw_every_kind_and_version(raw: RawConnection, store: Brok
         answer = raw.request(ApiKey.ListOffsets, version, list_offsets_body([(topic, 0, -2), (topic, 1, -1), (topic, 9, -1)]))
         parts = answer.topics[0].partitions
         assert [(p.partition_index, p.error_code, p.offset, p.timestamp) for p in parts] == [
-            (0, 0, 0, -1), (1, 0, 0, -1), (9, UNKNOWN, -1, -1),
+            (0, 0, 0, -1),
+            (1, 0, 0, -1),
+            (9, UNKNOWN, -1, -1),
         ], version
         if version >= 4:
             assert [p.leader_epoch for p in parts] == [0, 0, -1]
@@ -566,7 +649,11 @@ def test_list_offsets_raw_every_kind_and_version(raw: RawConnection, store: Brok
 
 def test_list_offsets_refuses_a_partition_asked_twice(raw: RawConnection, store: Broker, topic: str) -> None:
     answer = raw.request(ApiKey.ListOffsets, 5, list_offsets_body([(topic, 0, -1), (topic, 1, -1), (topic, 0, -2)]))
-    assert [(p.partition_index, p.error_code) for p in answer.topics[0].partitions] == [(0, INVALID_REQUEST), (1, 0), (0, INVALID_REQUEST)]
+    assert [(p.partition_index, p.error_code) for p in answer.topics[0].partitions] == [
+        (0, INVALID_REQUEST),
+        (1, 0),
+        (0, INVALID_REQUEST),
+    ]
 
 
 def test_confluent_watermarks_and_offsets_for_times(gateway: GatewayProcess, store: Broker, topic: str) -> None:
@@ -577,9 +664,7 @@ def test_confluent_watermarks_and_offsets_for_times(gateway: GatewayProcess, sto
         consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "assign-only", "isolation.level": level})
         try:
             assert consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False) == (0, high)
-            found = consumer.offsets_for_times(
-                [TopicPartition(topic, 0, T0 + 5), TopicPartition(topic, 1, T0)], timeout=10
-            )
+            found = consumer.offsets_for_times([TopicPartition(topic, 0, T0 + 5), TopicPartition(topic, 1, T0)], timeout=10)
             assert [(tp.partition, tp.offset, tp.error) for tp in found] == [(0, 1, None), (1, -1, None)]
             late = consumer.offsets_for_times([TopicPartition(topic, 0, int(time.time() + 3600) * 1000)], timeout=10)
             assert late[0].offset == -1
@@ -615,7 +700,8 @@ def test_aiokafka_beginning_end_offsets_and_offsets_for_times(gateway: GatewayPr
         await consumer.start()
         try:
             return (
-                await consumer.beginning_offsets([tp0]), await consumer.end_offsets([tp0]),
+                await consumer.beginning_offsets([tp0]),
+                await consumer.end_offsets([tp0]),
                 await consumer.offsets_for_times({tp0: T0 + 15}),
             )
         finally:

@@ -28,13 +28,33 @@ VALID = [
     protocol.encode_request(ApiKey.ApiVersions, 0, {}, 2),
     protocol.encode_request(ApiKey.Metadata, 12, {"topics": [{"name": "fuzz-a"}, {"name": "fuzz-b"}]}, 3),
     protocol.encode_request(ApiKey.Metadata, 1, {"topics": None}, 4),
-    protocol.encode_request(ApiKey.CreateTopics, 7, {"topics": [{"name": "fuzz-c", "num_partitions": 1, "replication_factor": 1,
-                                                                 "configs": [{"name": "retention.ms", "value": "1"}]}]}, 5),
+    protocol.encode_request(
+        ApiKey.CreateTopics,
+        7,
+        {
+            "topics": [
+                {
+                    "name": "fuzz-c",
+                    "num_partitions": 1,
+                    "replication_factor": 1,
+                    "configs": [{"name": "retention.ms", "value": "1"}],
+                }
+            ]
+        },
+        5,
+    ),
     protocol.encode_request(ApiKey.FindCoordinator, 4, {"key_type": 0, "coordinator_keys": ["g1", "g2"]}, 6),
     protocol.encode_request(ApiKey.FindCoordinator, 0, {"key": "g"}, 7),
-    protocol.encode_request(ApiKey.Produce, 9, {"acks": -1, "timeout_ms": 10, "topic_data": [
-        {"name": "fuzz-a", "partition_data": [{"index": 0, "records": b"\x00" * 61}]},
-    ]}, 8),
+    protocol.encode_request(
+        ApiKey.Produce,
+        9,
+        {
+            "acks": -1,
+            "timeout_ms": 10,
+            "topic_data": [{"name": "fuzz-a", "partition_data": [{"index": 0, "records": b"\x00" * 61}]}],
+        },
+        8,
+    ),
 ]
 KEYS = sorted({*versions.BY_KEY, ApiKey.Produce, ApiKey.Fetch, ApiKey.SaslHandshake, ApiKey.DescribeConfigs, 75, 999, -1, 32767})
 

@@ -90,19 +90,31 @@ def test_build_drops_fields_a_version_lacks_and_defaults_the_rest() -> None:
 
 
 def test_error_body_mirrors_the_request_where_there_is_no_top_level_error() -> None:
-    produce = {"acks": -1, "timeout_ms": 100, "topic_data": [
-        {"name": "a", "partition_data": [{"index": 0, "records": b""}, {"index": 2, "records": b""}]},
-        {"name": "b", "partition_data": [{"index": 1, "records": None}]},
-    ]}
+    produce = {
+        "acks": -1,
+        "timeout_ms": 100,
+        "topic_data": [
+            {"name": "a", "partition_data": [{"index": 0, "records": b""}, {"index": 2, "records": b""}]},
+            {"name": "b", "partition_data": [{"index": 1, "records": None}]},
+        ],
+    }
     request = protocol.decode_request(protocol.encode_request(ApiKey.Produce, 9, produce)[4:]).body
     body = protocol.error_body(ApiKey.Produce, 9, 47, "fenced", request)
-    assert body == {"responses": [
-        {"name": "a", "partition_responses": [
-            {"index": 0, "error_code": 47, "record_errors": [], "error_message": "fenced"},
-            {"index": 2, "error_code": 47, "record_errors": [], "error_message": "fenced"},
-        ]},
-        {"name": "b", "partition_responses": [{"index": 1, "error_code": 47, "record_errors": [], "error_message": "fenced"}]},
-    ]}
+    assert body == {
+        "responses": [
+            {
+                "name": "a",
+                "partition_responses": [
+                    {"index": 0, "error_code": 47, "record_errors": [], "error_message": "fenced"},
+                    {"index": 2, "error_code": 47, "record_errors": [], "error_message": "fenced"},
+                ],
+            },
+            {
+                "name": "b",
+                "partition_responses": [{"index": 1, "error_code": 47, "record_errors": [], "error_message": "fenced"}],
+            },
+        ]
+    }
     # a top-level error code wins: FindCoordinator v3 has one, v4 answers per key
     assert protocol.error_body(ApiKey.FindCoordinator, 3, 15, "x") == {"error_code": 15, "error_message": "x"}
     keys = protocol.decode_request(
@@ -110,13 +122,23 @@ def test_error_body_mirrors_the_request_where_there_is_no_top_level_error() -> N
     ).body
     assert [c["key"] for c in protocol.error_body(ApiKey.FindCoordinator, 4, 15, None, keys)["coordinators"]] == ["g1", "g2"]
     # v0-3 of AddPartitionsToTxn name partitions as plain numbers
-    add = protocol.decode_request(protocol.encode_request(ApiKey.AddPartitionsToTxn, 3, {
-        "v3_and_below_transactional_id": "t", "v3_and_below_topics": [{"name": "a", "partitions": [0, 4]}],
-    })[4:]).body
+    add = protocol.decode_request(
+        protocol.encode_request(
+            ApiKey.AddPartitionsToTxn,
+            3,
+            {"v3_and_below_transactional_id": "t", "v3_and_below_topics": [{"name": "a", "partitions": [0, 4]}]},
+        )[4:]
+    ).body
     results = protocol.error_body(ApiKey.AddPartitionsToTxn, 3, 48, None, add)["results_by_topic_v3_and_below"]
-    assert results == [{"name": "a", "results_by_partition": [
-        {"partition_index": 0, "partition_error_code": 48}, {"partition_index": 4, "partition_error_code": 48},
-    ]}]
+    assert results == [
+        {
+            "name": "a",
+            "results_by_partition": [
+                {"partition_index": 0, "partition_error_code": 48},
+                {"partition_index": 4, "partition_error_code": 48},
+            ],
+        }
+    ]
 
 
 def test_decode_request_refuses_what_does_not_decode() -> None:
@@ -146,9 +168,11 @@ def test_decode_request_refuses_a_null_the_schema_does_not_allow(version: int) -
     null = frame[:-4] + b"\xff\xff\xff\xff" if version < 9 else frame[:-3] + b"\x00" + frame[-2:]
     with pytest.raises(protocol.FrameError, match=r"partition_data is null"):
         protocol.decode_request(null)
-    null_name = protocol.encode_request(ApiKey.Produce, version, {**body, "topic_data": [{"name": "t", "partition_data": []}]})[4:]
+    null_name = protocol.encode_request(ApiKey.Produce, version, {**body, "topic_data": [{"name": "t", "partition_data": []}]})[
+        4:
+    ]
     name_at = null_name.index(b"\x00\x01t" if version < 9 else b"\x02t")
-    null_name = null_name[:name_at] + (b"\xff\xff" if version < 9 else b"\x00") + null_name[name_at + (3 if version < 9 else 2):]
+    null_name = null_name[:name_at] + (b"\xff\xff" if version < 9 else b"\x00") + null_name[name_at + (3 if version < 9 else 2) :]
     with pytest.raises(protocol.FrameError, match=r"name is null"):
         protocol.decode_request(null_name)
 
@@ -171,7 +195,9 @@ def answer(gateway: Gateway, api_key: int, version: int, body: dict) -> object:
     return decoded
 
 
-def replace_handler(gateway: Gateway, api_key: int, handler: versions.Handler, min_version: int = 0, max_version: int = 12) -> None:
+def replace_handler(
+    gateway: Gateway, api_key: int, handler: versions.Handler, min_version: int = 0, max_version: int = 12
+) -> None:
     gateway.routes[api_key] = (versions.Api(api_key, min_version, max_version, "tests:handler"), handler)
 
 
@@ -207,7 +233,11 @@ def test_produce_with_acks_0_is_never_answered(dispatch: Gateway) -> None:
         seen.append(request.acks)
         if request.topic_data[0].name == "fails":
             raise TxlogError(ErrorCode.INVALID_PRODUCER_EPOCH)
-        return None if request.acks == 0 else {"responses": [{"name": "ok", "partition_responses": [{"index": 0, "base_offset": 7}]}]}
+        return (
+            None
+            if request.acks == 0
+            else {"responses": [{"name": "ok", "partition_responses": [{"index": 0, "base_offset": 7}]}]}
+        )
 
     replace_handler(dispatch, ApiKey.Produce, produce, 3, 10)
     body = {"acks": 0, "timeout_ms": 100, "topic_data": [{"name": "ok", "partition_data": [{"index": 0, "records": b""}]}]}
@@ -289,11 +319,16 @@ def test_three_clients_agree_on_topics_created_through_the_wire(gateway: Gateway
 
     rdk = names(topic_name + "-rdk", 3)
     admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
-    futures = admin.create_topics([
-        NewTopic(rdk[0], num_partitions=3, replication_factor=1),
-        NewTopic(rdk[1], num_partitions=1, replication_factor=3, config={"retention.ms": "3600000", "cleanup.policy": "delete"}),
-        NewTopic(rdk[2]),  # -1: the gateway's default (2 here)
-    ], operation_timeout=10)
+    futures = admin.create_topics(
+        [
+            NewTopic(rdk[0], num_partitions=3, replication_factor=1),
+            NewTopic(
+                rdk[1], num_partitions=1, replication_factor=3, config={"retention.ms": "3600000", "cleanup.policy": "delete"}
+            ),
+            NewTopic(rdk[2]),  # -1: the gateway's default (2 here)
+        ],
+        operation_timeout=10,
+    )
     for future in futures.values():
         assert future.result(timeout=30) is None
     kp = f"{topic_name}-kp"
@@ -308,9 +343,9 @@ def test_three_clients_agree_on_topics_created_through_the_wire(gateway: Gateway
     assert aiokafka_topics(gateway.bootstrap, list(wanted)) == wanted
     # the topics are txlog's: the HTTP API's services see them
     with gateway.connect() as raw:
-        created = raw.request(ApiKey.CreateTopics, 7, {"topics": [
-            {"name": rdk[1], "num_partitions": 1, "replication_factor": 1},
-        ]}).topics[0]
+        created = raw.request(
+            ApiKey.CreateTopics, 7, {"topics": [{"name": rdk[1], "num_partitions": 1, "replication_factor": 1}]}
+        ).topics[0]
     assert created.error_code == ErrorCode.TOPIC_ALREADY_EXISTS.kafka_code
 
 
@@ -320,10 +355,15 @@ def test_create_topics_answers_each_topic(gateway: GatewayProcess, topic_name: s
 
     admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
     good, dry = f"{topic_name}-good", f"{topic_name}-dry"
-    futures = admin.create_topics([
-        NewTopic(good, 2), NewTopic("no spaces allowed", 1), NewTopic(f"{topic_name}-zero", 0, 1),
-        NewTopic(f"{topic_name}-conf", 1, config={"retention.ms": "soon"}),
-    ], operation_timeout=10)
+    futures = admin.create_topics(
+        [
+            NewTopic(good, 2),
+            NewTopic("no spaces allowed", 1),
+            NewTopic(f"{topic_name}-zero", 0, 1),
+            NewTopic(f"{topic_name}-conf", 1, config={"retention.ms": "soon"}),
+        ],
+        operation_timeout=10,
+    )
     errors = {}
     for name, future in futures.items():
         try:
@@ -342,14 +382,24 @@ def test_create_topics_answers_each_topic(gateway: GatewayProcess, topic_name: s
     assert exists.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
     assert confluent_topics(gateway.bootstrap, [good, dry]) == {good: 2}
     with gateway.connect() as raw:
-        answered = raw.request(ApiKey.CreateTopics, 7, {"topics": [
-            {"name": f"{topic_name}-twice", "num_partitions": 1, "replication_factor": -1},
-            {"name": f"{topic_name}-twice", "num_partitions": 1, "replication_factor": -1},
-            {"name": f"{topic_name}-rf0", "num_partitions": 1, "replication_factor": 0},
-            {"name": f"{topic_name}-manual", "num_partitions": -1, "replication_factor": -1,
-             "assignments": [{"partition_index": i, "broker_ids": [0]} for i in range(3)],
-             "configs": [{"name": "retention.bytes", "value": "1000"}]},
-        ]}).topics
+        answered = raw.request(
+            ApiKey.CreateTopics,
+            7,
+            {
+                "topics": [
+                    {"name": f"{topic_name}-twice", "num_partitions": 1, "replication_factor": -1},
+                    {"name": f"{topic_name}-twice", "num_partitions": 1, "replication_factor": -1},
+                    {"name": f"{topic_name}-rf0", "num_partitions": 1, "replication_factor": 0},
+                    {
+                        "name": f"{topic_name}-manual",
+                        "num_partitions": -1,
+                        "replication_factor": -1,
+                        "assignments": [{"partition_index": i, "broker_ids": [0]} for i in range(3)],
+                        "configs": [{"name": "retention.bytes", "value": "1000"}],
+                    },
+                ]
+            },
+        ).topics
     assert [(t.name, t.error_code) for t in answered] == [
         (f"{topic_name}-twice", ErrorCode.INVALID_REQUEST.kafka_code),
         (f"{topic_name}-twice", ErrorCode.INVALID_REQUEST.kafka_code),
@@ -399,7 +449,9 @@ def test_metadata_by_topic_id(gateway: GatewayProcess, topic_name: str, raw: Raw
     (by_name,) = raw.request(ApiKey.Metadata, 12, {"topics": [{"name": topic_name}]}).topics
     assert by_name.topic_id != uuid.UUID(int=0)
     missing = uuid.uuid4()
-    got = raw.request(ApiKey.Metadata, 12, {"topics": [{"name": None, "topic_id": by_name.topic_id}, {"name": None, "topic_id": missing}]})
+    got = raw.request(
+        ApiKey.Metadata, 12, {"topics": [{"name": None, "topic_id": by_name.topic_id}, {"name": None, "topic_id": missing}]}
+    )
     assert [(t.name, t.topic_id, t.error_code, len(t.partitions)) for t in got.topics] == [
         (topic_name, by_name.topic_id, 0, 2),
         (None, missing, ErrorCode.UNKNOWN_TOPIC_ID.kafka_code, 0),
@@ -464,7 +516,10 @@ def test_find_coordinator(raw: RawConnection, gateway: GatewayProcess) -> None:
     got = raw.request(ApiKey.FindCoordinator, 2, {"key": "x", "key_type": 7})
     assert (got.error_code, got.node_id) == (ErrorCode.INVALID_REQUEST.kafka_code, -1)
     got = raw.request(ApiKey.FindCoordinator, 4, {"key_type": 1, "coordinator_keys": ["t1", "t2"]})
-    assert [(c.key, c.error_code, c.node_id, c.port) for c in got.coordinators] == [("t1", 0, 0, gateway.port), ("t2", 0, 0, gateway.port)]
+    assert [(c.key, c.error_code, c.node_id, c.port) for c in got.coordinators] == [
+        ("t1", 0, 0, gateway.port),
+        ("t2", 0, 0, gateway.port),
+    ]
 
 
 def test_answers_leave_in_request_order(raw: RawConnection, topic_name: str) -> None:
@@ -546,7 +601,9 @@ def test_sigterm_closes_connections_and_exits(start_gateway) -> None:  # type: i
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("TXLOG_")}
     environment.update(env or {})
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_cli_refuses_an_open_listener() -> None:
@@ -563,9 +620,7 @@ def test_cli_refuses_an_open_listener() -> None:
     assert run.returncode == 2 and "without authentication" in run.stderr
 
 
-def test_serve_with_kafka_runs_both_on_one_database(
-    pg_admin_url: str, template_db: str, tmp_path: Path, topic_name: str
-) -> None:
+def test_serve_with_kafka_runs_both_on_one_database(pg_admin_url: str, template_db: str, tmp_path: Path, topic_name: str) -> None:
     http_port, kafka_port = free_port(), free_port()
     with fresh_database(pg_admin_url, template_db) as url:
         environment = {k: v for k, v in os.environ.items() if not k.startswith("TXLOG_")}
@@ -573,9 +628,13 @@ def test_serve_with_kafka_runs_both_on_one_database(
         log = open(tmp_path / "serve.log", "wb")
         proc = subprocess.Popen(
             [sys.executable, "-m", "app.cli", "serve", "--port", str(http_port), "--log-level", "warning", "--kafka"],
-            cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=environment,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         try:
+
             def ready() -> bool:
                 assert proc.poll() is None, (tmp_path / "serve.log").read_text()
                 try:
@@ -587,7 +646,9 @@ def test_serve_with_kafka_runs_both_on_one_database(
 
             wait_until(ready, 60, 0.2, "serve and its gateway")
             with RawConnection(socket.create_connection(("127.0.0.1", kafka_port), timeout=10)) as raw:
-                got = raw.request(ApiKey.CreateTopics, 5, {"topics": [{"name": topic_name, "num_partitions": 3, "replication_factor": 1}]})
+                got = raw.request(
+                    ApiKey.CreateTopics, 5, {"topics": [{"name": topic_name, "num_partitions": 3, "replication_factor": 1}]}
+                )
                 assert got.topics[0].error_code == 0
             listed = httpx.get(f"http://127.0.0.1:{http_port}/v1/topics", timeout=10).json()
             assert topic_name in str(listed)

@@ -98,8 +98,17 @@ class Member:
     group, a static one (``instance_id``) does not."""
 
     def __init__(
-        self, client: str, bootstrap: str, group: str, topic: str, *, name: str = "", instance_id: str | None = None,
-        session_ms: int = SESSION_MS, read_committed: bool = False, on_change: Callable[["Member"], None] | None = None,
+        self,
+        client: str,
+        bootstrap: str,
+        group: str,
+        topic: str,
+        *,
+        name: str = "",
+        instance_id: str | None = None,
+        session_ms: int = SESSION_MS,
+        read_committed: bool = False,
+        on_change: Callable[["Member"], None] | None = None,
     ) -> None:
         self.client, self.bootstrap, self.group, self.topic = client, bootstrap, group, topic
         self.name = name or unique(client)
@@ -151,9 +160,15 @@ def _run_confluent(m: Member) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
     conf = {
-        "bootstrap.servers": m.bootstrap, "group.id": m.group, "client.id": m.name, "auto.offset.reset": "earliest",
-        "enable.auto.commit": False, "session.timeout.ms": m.session_ms, "heartbeat.interval.ms": HEARTBEAT_MS,
-        "fetch.wait.max.ms": 50, "isolation.level": "read_committed" if m.read_committed else "read_uncommitted",
+        "bootstrap.servers": m.bootstrap,
+        "group.id": m.group,
+        "client.id": m.name,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "session.timeout.ms": m.session_ms,
+        "heartbeat.interval.ms": HEARTBEAT_MS,
+        "fetch.wait.max.ms": 50,
+        "isolation.level": "read_committed" if m.read_committed else "read_uncommitted",
     }
     if m.instance_id:
         conf["group.instance.id"] = m.instance_id
@@ -194,9 +209,15 @@ def _run_kafka_python(m: Member) -> None:
             m.on_assigned(tp.partition for tp in assigned)
 
     consumer = KafkaConsumer(
-        bootstrap_servers=m.bootstrap, group_id=m.group, client_id=m.name, group_instance_id=m.instance_id,
-        auto_offset_reset="earliest", enable_auto_commit=False, session_timeout_ms=m.session_ms,
-        heartbeat_interval_ms=HEARTBEAT_MS, fetch_max_wait_ms=50,
+        bootstrap_servers=m.bootstrap,
+        group_id=m.group,
+        client_id=m.name,
+        group_instance_id=m.instance_id,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        session_timeout_ms=m.session_ms,
+        heartbeat_interval_ms=HEARTBEAT_MS,
+        fetch_max_wait_ms=50,
         isolation_level="read_committed" if m.read_committed else "read_uncommitted",
     )
     consumer.subscribe([m.topic], listener=Listener())
@@ -244,9 +265,15 @@ async def _aiokafka_member(m: Member) -> None:
             m.on_assigned(tp.partition for tp in assigned)
 
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=m.bootstrap, group_id=m.group, client_id=m.name, group_instance_id=m.instance_id,
-        auto_offset_reset="earliest", enable_auto_commit=False, session_timeout_ms=m.session_ms,
-        heartbeat_interval_ms=HEARTBEAT_MS, fetch_max_wait_ms=50,
+        bootstrap_servers=m.bootstrap,
+        group_id=m.group,
+        client_id=m.name,
+        group_instance_id=m.instance_id,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        session_timeout_ms=m.session_ms,
+        heartbeat_interval_ms=HEARTBEAT_MS,
+        fetch_max_wait_ms=50,
         isolation_level="read_committed" if m.read_committed else "read_uncommitted",
     )
     consumer.subscribe([m.topic], listener=Listener())
@@ -369,12 +396,18 @@ def test_a_group_grows_to_three_and_shrinks_to_one_and_each_record_is_consumed_o
 # -- a member that stops heartbeating --------------------------------------------------------------
 
 
-def _subprocess_member(client: str, bootstrap: str, group: str, topic: str, session_ms: int, report: Path) -> subprocess.Popen[bytes]:
+def _subprocess_member(
+    client: str, bootstrap: str, group: str, topic: str, session_ms: int, report: Path
+) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TXLOG_")}
     with open(report.with_suffix(".log"), "wb") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "tests.kafka.test_groups", client, bootstrap, group, topic, str(session_ms), str(report)],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
 
@@ -395,6 +428,7 @@ def test_a_killed_member_is_removed_after_its_session_timeout_and_its_partitions
     victim = _subprocess_member(client, group_gateway.bootstrap, group, topic, session_ms, report)
     survivor = Member(client, group_gateway.bootstrap, group, topic).start()
     try:
+
         def shared() -> bool:
             assert victim.poll() is None, report.with_suffix(".log").read_text(errors="replace")
             assert not survivor.errors, survivor.errors
@@ -526,7 +560,12 @@ def test_admin_clients_list_and_describe_groups_and_their_offsets(group_gateway:
 
         kp = KafkaAdminClient(bootstrap_servers=group_gateway.bootstrap)
         try:
-            assert {"group_id": group, "protocol_type": "consumer", "group_state": "Stable", "group_type": "classic"} in kp.list_groups()
+            assert {
+                "group_id": group,
+                "protocol_type": "consumer",
+                "group_state": "Stable",
+                "group_type": "classic",
+            } in kp.list_groups()
             info = kp.describe_groups([group])[group]
             assert info["error"] is None and info["group_state"] == "Stable" and info["protocol_data"] == "range"
             parts = sorted(
@@ -534,7 +573,9 @@ def test_admin_clients_list_and_describe_groups_and_their_offsets(group_gateway:
             )
             assert parts == list(range(PARTITIONS))
             kp_offsets = kp.list_group_offsets({group: None, simple: None})  # OffsetFetch v8: two groups, every partition
-            assert sorted((tp.partition, om.offset) for tp, om in kp_offsets[group].items()) == [(p, 3) for p in range(PARTITIONS)]
+            assert sorted((tp.partition, om.offset) for tp, om in kp_offsets[group].items()) == [
+                (p, 3) for p in range(PARTITIONS)
+            ]
             assert [(tp.partition, om.offset) for tp, om in kp_offsets[simple].items()] == [(1, 2)]
             assert kp.describe_groups([simple])[simple]["group_state"] == "Empty"
         finally:
@@ -548,12 +589,21 @@ def test_admin_clients_list_and_describe_groups_and_their_offsets(group_gateway:
 # -- the wire, version by version ----------------------------------------------------------------------
 
 
-def _commit_body(group: str, offsets: list[tuple[str, int, int, str | None]], generation: int = -1, member: str = "", instance: str | None = None) -> dict:
+def _commit_body(
+    group: str,
+    offsets: list[tuple[str, int, int, str | None]],
+    generation: int = -1,
+    member: str = "",
+    instance: str | None = None,
+) -> dict:
     topics: dict[str, list[dict]] = {}
     for t, p, o, meta in offsets:
         topics.setdefault(t, []).append({"partition_index": p, "committed_offset": o, "committed_metadata": meta})
     return {
-        "group_id": group, "generation_id_or_member_epoch": generation, "member_id": member, "group_instance_id": instance,
+        "group_id": group,
+        "generation_id_or_member_epoch": generation,
+        "member_id": member,
+        "group_instance_id": instance,
         "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
     }
 
@@ -567,10 +617,14 @@ def _fetched(topics) -> list[tuple[str, int, int, str | None, int]]:  # type: ig
 
 
 @pytest.mark.parametrize("version", range(2, 10))
-def test_offset_commit_answers_each_partition_and_commits_the_others(group_gateway: GatewayProcess, store: Broker, version: int) -> None:
+def test_offset_commit_answers_each_partition_and_commits_the_others(
+    group_gateway: GatewayProcess, store: Broker, version: int
+) -> None:
     topic, group = new_topic(store, 2), unique("g")
     with group_gateway.connect() as conn:
-        body = _commit_body(group, [(topic, 0, 5, "five"), (topic, 1, 6, None), (topic, 2, 1, ""), ("nope", 0, 1, ""), (topic, 0, 7, "seven")])
+        body = _commit_body(
+            group, [(topic, 0, 5, "five"), (topic, 1, 6, None), (topic, 2, 1, ""), ("nope", 0, 1, ""), (topic, 0, 7, "seven")]
+        )
         answer = conn.request(ApiKey.OffsetCommit, version, body)
         unknown = E.UNKNOWN_TOPIC_OR_PARTITION.kafka_code
         assert _codes(answer) == [(topic, 0, 0), (topic, 1, 0), (topic, 2, unknown), (topic, 0, 0), ("nope", 0, unknown)]
@@ -581,10 +635,14 @@ def test_offset_commit_answers_each_partition_and_commits_the_others(group_gatew
         # metadata with its C string's NUL, and gets it back, from Kafka too)
         terminated = conn.request(ApiKey.OffsetCommit, version, _commit_body(group, [(topic, 1, 10, "ten\x00")]))
         assert _codes(terminated) == [(topic, 1, 0)]
-        inner = conn.request(ApiKey.OffsetCommit, version, _commit_body(group, [(topic, 1, 10, "a\x00b\x00"), (topic, 0, 7, "seven")]))
+        inner = conn.request(
+            ApiKey.OffsetCommit, version, _commit_body(group, [(topic, 1, 10, "a\x00b\x00"), (topic, 0, 7, "seven")])
+        )
         assert _codes(inner) == [(topic, 1, 0), (topic, 0, 0)]
         # offset.metadata.max.bytes (4096), counted as Kafka counts it
-        long = conn.request(ApiKey.OffsetCommit, version, _commit_body(group, [(topic, 1, 12, "m" * 4097), (topic, 0, 7, "s" * 4096)]))
+        long = conn.request(
+            ApiKey.OffsetCommit, version, _commit_body(group, [(topic, 1, 12, "m" * 4097), (topic, 0, 7, "s" * 4096)])
+        )
         assert _codes(long) == [(topic, 1, E.OFFSET_METADATA_TOO_LARGE.kafka_code), (topic, 0, 0)]
         # a real generation of a group the coordinator does not know, and no group id at all
         stale = conn.request(ApiKey.OffsetCommit, version, _commit_body(group, [(topic, 0, 1, "")], generation=3, member="m-1"))
@@ -608,22 +666,36 @@ def test_confluent_kafka_hears_offset_metadata_too_large(group_gateway: GatewayP
     finally:
         consumer.close()
     # kept as sent, as Kafka keeps it: the binding sends its C string's terminator along
-    assert [(f.offset, f.metadata) for f in groups_service.offset_fetch_partitions(store, group, [(topic, 0)])] == [(4, "fits\x00")]
+    assert [(f.offset, f.metadata) for f in groups_service.offset_fetch_partitions(store, group, [(topic, 0)])] == [
+        (4, "fits\x00")
+    ]
 
 
 def _join(conn, group: str, version: int = 5, member: str = "", instance: str | None = None):  # type: ignore[no-untyped-def]
     body = {
-        "group_id": group, "session_timeout_ms": 10_000, "rebalance_timeout_ms": 10_000, "member_id": member,
-        "group_instance_id": instance, "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}],
+        "group_id": group,
+        "session_timeout_ms": 10_000,
+        "rebalance_timeout_ms": 10_000,
+        "member_id": member,
+        "group_instance_id": instance,
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": b""}],
     }
     answer = conn.request(ApiKey.JoinGroup, version, body)
     if answer.error_code == E.MEMBER_ID_REQUIRED.kafka_code:
         answer = conn.request(ApiKey.JoinGroup, version, {**body, "member_id": answer.member_id})
     assert answer.error_code == 0
-    sync = conn.request(ApiKey.SyncGroup, 3, {
-        "group_id": group, "generation_id": answer.generation_id, "member_id": answer.member_id, "group_instance_id": instance,
-        "assignments": [{"member_id": answer.member_id, "assignment": b""}],
-    })
+    sync = conn.request(
+        ApiKey.SyncGroup,
+        3,
+        {
+            "group_id": group,
+            "generation_id": answer.generation_id,
+            "member_id": answer.member_id,
+            "group_instance_id": instance,
+            "assignments": [{"member_id": answer.member_id, "assignment": b""}],
+        },
+    )
     assert sync.error_code == 0
     return answer
 
@@ -647,7 +719,9 @@ def test_offset_commit_is_fenced_by_the_group_generation(group_gateway: GatewayP
         assert commit(4, generation=gen, member="host-1-old", instance="host-1") == E.FENCED_INSTANCE_ID.kafka_code
         assert commit(5) == E.UNKNOWN_MEMBER_ID.kafka_code
         assert committed(store, group, topic, 1) == {0: 1}
-        left = conn.request(ApiKey.LeaveGroup, 3, {"group_id": group, "members": [{"member_id": me, "group_instance_id": "host-1"}]})
+        left = conn.request(
+            ApiKey.LeaveGroup, 3, {"group_id": group, "members": [{"member_id": me, "group_instance_id": "host-1"}]}
+        )
         assert left.error_code == 0 and left.members[0].error_code == 0
         assert commit(6) == 0
         assert commit(7, generation=gen, member=me) == E.UNKNOWN_MEMBER_ID.kafka_code
@@ -671,7 +745,12 @@ def test_txn_offset_commit_is_fenced_by_the_group_generation(group_gateway: Gate
         def commit(offset: int, version: int = 3, **fence: object) -> int:
             partition = {"partition_index": 0, "committed_offset": offset, "committed_leader_epoch": -1, "committed_metadata": ""}
             body = {
-                **ids, "group_id": group, "generation_id": -1, "member_id": "", "group_instance_id": None, **fence,
+                **ids,
+                "group_id": group,
+                "generation_id": -1,
+                "member_id": "",
+                "group_instance_id": None,
+                **fence,
                 "topics": [{"name": topic, "partitions": [partition]}],
             }
             return _codes(conn.request(ApiKey.TxnOffsetCommit, version, body))[0][2]
@@ -703,9 +782,7 @@ def test_offset_fetch_every_version(group_gateway: GatewayProcess, store: Broker
     ids = txn_service.init_producer_id(store, tid, 60_000)
     txn_service.txn_offset_commit(store, tid, ids.producer_id, ids.producer_epoch, group, [GroupOffset(topic, 2, 11, "")])
     asked = [{"name": topic, "partition_indexes": [0, 1, 2, 7]}, {"name": "nope", "partition_indexes": [0]}]
-    want = [
-        (topic, 0, 4, "four", 0), (topic, 1, -1, "", 0), (topic, 2, 9, "", 0), (topic, 7, -1, "", 0), ("nope", 0, -1, "", 0)
-    ]
+    want = [(topic, 0, 4, "four", 0), (topic, 1, -1, "", 0), (topic, 2, 9, "", 0), (topic, 7, -1, "", 0), ("nope", 0, -1, "", 0)]
     unstable = E.UNSTABLE_OFFSET_COMMIT.kafka_code
     try:
         with group_gateway.connect() as conn:
@@ -719,7 +796,9 @@ def test_offset_fetch_every_version(group_gateway: GatewayProcess, store: Broker
                     assert everything.error_code == 0
                     assert _fetched(everything.topics) == [(topic, 0, 4, "four", 0), (topic, 2, 9, "", 0)]
                 if version >= 7:
-                    stable = conn.request(ApiKey.OffsetFetch, version, {"group_id": group, "topics": asked, "require_stable": True})
+                    stable = conn.request(
+                        ApiKey.OffsetFetch, version, {"group_id": group, "topics": asked, "require_stable": True}
+                    )
                     assert _fetched(stable.topics)[2] == (topic, 2, 9, "", unstable)
                     assert [f[4] for f in _fetched(stable.topics)] == [0, 0, unstable, 0, 0]
                 nameless = conn.request(ApiKey.OffsetFetch, version, {"group_id": "", "topics": asked})
@@ -729,11 +808,17 @@ def test_offset_fetch_every_version(group_gateway: GatewayProcess, store: Broker
                 else:  # v1 has no top-level error: each partition carries it
                     assert {f[4] for f in _fetched(nameless.topics)} == {invalid} and len(_fetched(nameless.topics)) == 5
             else:
-                body = {"groups": [
-                    {"group_id": group, "topics": [{"name": t["name"], "partition_indexes": t["partition_indexes"]} for t in asked]},
-                    {"group_id": other, "topics": None},
-                    {"group_id": "", "topics": None},
-                ], "require_stable": True}
+                body = {
+                    "groups": [
+                        {
+                            "group_id": group,
+                            "topics": [{"name": t["name"], "partition_indexes": t["partition_indexes"]} for t in asked],
+                        },
+                        {"group_id": other, "topics": None},
+                        {"group_id": "", "topics": None},
+                    ],
+                    "require_stable": True,
+                }
                 answer = conn.request(ApiKey.OffsetFetch, version, body)
                 first, second, third = answer.groups
                 assert (first.group_id, first.error_code) == (group, 0)
@@ -750,10 +835,19 @@ def test_a_join_waiting_when_the_gateway_stops_is_answered_not_coordinator(start
     answered (the client looks for the coordinator again) instead of waiting out the shutdown."""
     gateway = start_gateway(kafka_group_initial_rebalance_delay_ms="60000")
     with gateway.connect(timeout=30) as conn:
-        sent = conn.send(ApiKey.JoinGroup, 5, {
-            "group_id": "g", "session_timeout_ms": 10_000, "rebalance_timeout_ms": 60_000, "member_id": "",
-            "group_instance_id": "host-1", "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}],
-        })
+        sent = conn.send(
+            ApiKey.JoinGroup,
+            5,
+            {
+                "group_id": "g",
+                "session_timeout_ms": 10_000,
+                "rebalance_timeout_ms": 60_000,
+                "member_id": "",
+                "group_instance_id": "host-1",
+                "protocol_type": "consumer",
+                "protocols": [{"name": "range", "metadata": b""}],
+            },
+        )
         time.sleep(0.5)  # parked for the initial rebalance delay
         stopping = time.monotonic()
         assert gateway.stop() == 0
@@ -805,14 +899,20 @@ def test_a_committed_offset_keeps_its_leader_epoch(group_gateway: GatewayProcess
         ids = {"transactional_id": tid, "producer_id": pid.producer_id, "producer_epoch": pid.producer_epoch}
         assert conn.request(ApiKey.AddOffsetsToTxn, 3, {**ids, "group_id": group}).error_code == 0
         partition = {"partition_index": 2, "committed_offset": 9, "committed_leader_epoch": 7, "committed_metadata": ""}
-        body = {**ids, "group_id": group, "generation_id": -1, "member_id": "", "group_instance_id": None,
-                "topics": [{"name": topic, "partitions": [partition]}]}
+        body = {
+            **ids,
+            "group_id": group,
+            "generation_id": -1,
+            "member_id": "",
+            "group_instance_id": None,
+            "topics": [{"name": topic, "partitions": [partition]}],
+        }
         assert _codes(conn.request(ApiKey.TxnOffsetCommit, 3, body)) == [(topic, 2, 0)]
         assert conn.request(ApiKey.EndTxn, 3, {**ids, "committed": True}).error_code == 0
         answer = conn.request(ApiKey.OffsetFetch, 8, fetch).groups[0]
-        assert [(p.partition_index, p.committed_offset, p.committed_leader_epoch) for t in answer.topics for p in t.partitions] == [
-            (0, 4, 5), (1, 2, -1), (2, 9, 7),
-        ]
+        assert [
+            (p.partition_index, p.committed_offset, p.committed_leader_epoch) for t in answer.topics for p in t.partitions
+        ] == [(0, 4, 5), (1, 2, -1), (2, 9, 7)]
     consumer = Consumer({"bootstrap.servers": group_gateway.bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
         consumer.commit(offsets=[TopicPartition(topic, 1, 3, leader_epoch=2)], asynchronous=False)
@@ -866,7 +966,8 @@ def test_delete_groups(group_gateway: GatewayProcess, store: Broker) -> None:
         for version in (0, 2):
             answer = conn.request(ApiKey.DeleteGroups, version, {"groups_names": [simple, ""]})
             assert [(r.group_id, r.error_code) for r in answer.results] == [
-                (simple, E.GROUP_ID_NOT_FOUND.kafka_code), ("", E.INVALID_GROUP_ID.kafka_code),
+                (simple, E.GROUP_ID_NOT_FOUND.kafka_code),
+                ("", E.INVALID_GROUP_ID.kafka_code),
             ]
     groups_service.offset_commit(store, simple, [GroupOffset(topic, 1, 5, "")])  # the id again, at once
     assert committed(store, simple, topic) == {p: 5 if p == 1 else None for p in range(PARTITIONS)}
@@ -889,7 +990,9 @@ def test_offset_delete(group_gateway: GatewayProcess, store: Broker) -> None:
     try:
         try:
             wait_settled(members)
-            wait_for(members, lambda: committed(store, group, topic) == {p: 1 for p in range(PARTITIONS)}, "every offset committed")
+            wait_for(
+                members, lambda: committed(store, group, topic) == {p: 1 for p in range(PARTITIONS)}, "every offset committed"
+            )
             got = kp.delete_group_offsets(group, [KTP(topic, 0), KTP(other, 0)])
             assert {tp.topic: e.__name__ for tp, e in got.items()} == {topic: "GroupSubscribedToTopicError", other: "NoError"}
             assert committed(store, group, topic)[0] == 1 and committed(store, group, other, 1) == {0: None}
@@ -899,7 +1002,11 @@ def test_offset_delete(group_gateway: GatewayProcess, store: Broker) -> None:
         ids = txn_service.init_producer_id(store, tid, 60_000)
         txn_service.txn_offset_commit(store, tid, ids.producer_id, ids.producer_epoch, group, [GroupOffset(topic, 1, 7, "")])
         got = kp.delete_group_offsets(group, [KTP(topic, 0), KTP(topic, 1), KTP(topic, 99)])
-        assert {tp.partition: e.__name__ for tp, e in got.items()} == {0: "NoError", 1: "NoError", 99: "UnknownTopicOrPartitionError"}
+        assert {tp.partition: e.__name__ for tp, e in got.items()} == {
+            0: "NoError",
+            1: "NoError",
+            99: "UnknownTopicOrPartitionError",
+        }
         txn_service.end_txn(store, tid, ids.producer_id, ids.producer_epoch, "commit")
         assert committed(store, group, topic) == {p: (None if p < 2 else 1) for p in range(PARTITIONS)}
     finally:

@@ -57,8 +57,22 @@ def test_kcat_produces_keyed_records_and_consumes_them_from_the_beginning(
 ) -> None:
     lines = [f"key-{i % 3}:value {i} {compression}" for i in range(20)]
     codec = () if compression == "none" else ("-z", compression)
-    produced = kcat(gateway, "-P", "-t", topic, "-p", "1", "-K", ":", *codec, "-X", "debug=msg", "-X", "linger.ms=100",
-                    stdin="\n".join(lines) + "\n")
+    produced = kcat(
+        gateway,
+        "-P",
+        "-t",
+        topic,
+        "-p",
+        "1",
+        "-K",
+        ":",
+        *codec,
+        "-X",
+        "debug=msg",
+        "-X",
+        "linger.ms=100",
+        stdin="\n".join(lines) + "\n",
+    )
     # librdkafka's log names the format and codec of each batch it wrote: record batches v2, and
     # the compression asked for, not turned off
     expected = "uncompressed" if compression == "none" else compression
@@ -80,20 +94,25 @@ def _batch_formats(debug: str) -> set[tuple[str, str]]:
 
 
 def test_kcat_produces_in_a_transaction_and_consumes_read_committed(gateway: GatewayProcess, store: Broker, topic: str) -> None:
-    kcat(gateway, "-P", "-t", topic, "-p", "0", "-K", ":", "-X", f"transactional.id=kcat-{topic}",
-         stdin="a:first\nb:second\n")
+    kcat(gateway, "-P", "-t", topic, "-p", "0", "-K", ":", "-X", f"transactional.id=kcat-{topic}", stdin="a:first\nb:second\n")
     got = consume(gateway, topic, 0, "-X", "isolation.level=read_committed")
     assert [(r["offset"], r["key"], r["payload"]) for r in got] == [(0, "a", "first"), (1, "b", "second")]
     with store.db.read() as conn:
-        rows = conn.execute(text(
-            "SELECT \"offset\", is_transactional, control_type FROM txlog.log_records WHERE topic = :t ORDER BY \"offset\""
-        ), {"t": topic}).all()
+        rows = conn.execute(
+            text('SELECT "offset", is_transactional, control_type FROM txlog.log_records WHERE topic = :t ORDER BY "offset"'),
+            {"t": topic},
+        ).all()
     assert [tuple(r) for r in rows] == [(0, True, None), (1, True, None), (2, True, 1)]  # and the COMMIT marker
     # an aborted transaction after it (written through txlog's own services), then more records
     other = f"k-{uuid.uuid4().hex[:10]}"
     topics.create_topic(store, other, 2)
     transactions_log(store, other)
     committed = consume(gateway, other, 0, "-X", "isolation.level=read_committed")
-    assert [(r["offset"], r["payload"]) for r in committed] == [(0, "plain-0"), (4, "committed-4"), (5, "committed-5"), (7, "plain-7")]
+    assert [(r["offset"], r["payload"]) for r in committed] == [
+        (0, "plain-0"),
+        (4, "committed-4"),
+        (5, "committed-5"),
+        (7, "plain-7"),
+    ]
     everything = consume(gateway, other, 0, "-X", "isolation.level=read_uncommitted")  # librdkafka's default is read_committed
     assert [r["offset"] for r in everything] == [0, 1, 2, 4, 5, 7, 8]

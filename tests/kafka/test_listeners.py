@@ -65,10 +65,15 @@ class Cluster:
 
 def _env(certs: Certs) -> dict[str, str]:
     return {
-        "TXLOG_AUTH": "token", "TXLOG_ADMIN_TOKEN": ADMIN_TOKEN, "TXLOG_KAFKA_AUTO_CREATE_TOPICS": "true",
-        "TXLOG_KAFKA_NUM_PARTITIONS": "2", "TXLOG_KAFKA_NODE_LEASE_MS": "3000",
-        "TXLOG_KAFKA_SSL_CERTFILE": str(certs.server.cert), "TXLOG_KAFKA_SSL_KEYFILE": str(certs.server.key),
-        "TXLOG_KAFKA_SSL_CAFILE": str(certs.ca.cert), "TXLOG_KAFKA_SSL_CLIENT_AUTH": "required",
+        "TXLOG_AUTH": "token",
+        "TXLOG_ADMIN_TOKEN": ADMIN_TOKEN,
+        "TXLOG_KAFKA_AUTO_CREATE_TOPICS": "true",
+        "TXLOG_KAFKA_NUM_PARTITIONS": "2",
+        "TXLOG_KAFKA_NODE_LEASE_MS": "3000",
+        "TXLOG_KAFKA_SSL_CERTFILE": str(certs.server.cert),
+        "TXLOG_KAFKA_SSL_KEYFILE": str(certs.server.key),
+        "TXLOG_KAFKA_SSL_CAFILE": str(certs.ca.cert),
+        "TXLOG_KAFKA_SSL_CLIENT_AUTH": "required",
         "TXLOG_KAFKA_SSL_PRINCIPAL_MAPPING_RULES": "RULE:^CN=([^,]*),O=txlog-test$/$1/,DEFAULT",
         "TXLOG_KAFKA_SSL_HANDSHAKE_TIMEOUT_MS": str(HANDSHAKE_TIMEOUT_MS),
     }
@@ -85,8 +90,9 @@ def cluster(pg_admin_url: str, template_db: str, certs: Certs, tmp_path_factory:
         finally:
             broker.db.dispose()
         gateways = [
-            GatewayProcess(url, env=_env(certs), log_path=logs / f"gateway-{i}.log", node_id=i, listeners=LISTENERS,
-                           args=("--insecure",))
+            GatewayProcess(
+                url, env=_env(certs), log_path=logs / f"gateway-{i}.log", node_id=i, listeners=LISTENERS, args=("--insecure",)
+            )
             for i in (0, 1)
         ]
         try:
@@ -94,8 +100,12 @@ def cluster(pg_admin_url: str, template_db: str, certs: Certs, tmp_path_factory:
                 g.start()
             found = Cluster(gateways, certs, made.token)
             with _plain(found, 0) as conn:  # both gateways see each other
-                wait_until(lambda: len(conn.request(protocol.ApiKey.Metadata, 1, {"topics": None}).brokers) == 2, 30, 0.2,
-                           "both gateways in Metadata")
+                wait_until(
+                    lambda: len(conn.request(protocol.ApiKey.Metadata, 1, {"topics": None}).brokers) == 2,
+                    30,
+                    0.2,
+                    "both gateways in Metadata",
+                )
             yield found
         finally:
             for g in gateways:
@@ -120,7 +130,9 @@ def _tls_raw(cluster: Cluster, node: int, listener: str, pair: Pair | None = Non
 
 def _sign_in(conn: RawConnection, username: str, password: str) -> Any:
     assert conn.request(protocol.ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code == 0
-    return conn.request(protocol.ApiKey.SaslAuthenticate, 2, {"auth_bytes": b"\x00" + username.encode() + b"\x00" + password.encode()})
+    return conn.request(
+        protocol.ApiKey.SaslAuthenticate, 2, {"auth_bytes": b"\x00" + username.encode() + b"\x00" + password.encode()}
+    )
 
 
 def _refused(conn: RawConnection) -> bool:
@@ -167,10 +179,20 @@ def test_describe_cluster_and_find_coordinator_name_the_listeners_endpoints(clus
 def test_describe_configs_names_every_listener_of_a_broker(cluster: Cluster) -> None:
     with _tls_raw(cluster, 0, "SSL", cluster.certs.alice) as conn:
         for node in (0, 1):
-            answer = conn.request(protocol.ApiKey.DescribeConfigs, 1, {
-                "resources": [{"resource_type": 4, "resource_name": str(node), "configuration_keys": ["listeners", "advertised.listeners"]}],
-                "include_synonyms": False,
-            })
+            answer = conn.request(
+                protocol.ApiKey.DescribeConfigs,
+                1,
+                {
+                    "resources": [
+                        {
+                            "resource_type": 4,
+                            "resource_name": str(node),
+                            "configuration_keys": ["listeners", "advertised.listeners"],
+                        }
+                    ],
+                    "include_synonyms": False,
+                },
+            )
             [result] = answer.results
             assert result.error_code == 0, result.error_message
             expected = ",".join(f"{name}://127.0.0.1:{port}" for name, port in sorted(cluster.gateways[node].ports.items()))
@@ -269,12 +291,19 @@ def _confluent(cluster: Cluster, listener: str) -> dict[str, object]:
     certs = cluster.certs
     if listener == "SSL":
         return {
-            "bootstrap.servers": cluster.bootstrap("SSL"), "security.protocol": "SSL", "ssl.ca.location": str(certs.ca.cert),
-            "ssl.certificate.location": str(certs.alice.cert), "ssl.key.location": str(certs.alice.key),
+            "bootstrap.servers": cluster.bootstrap("SSL"),
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(certs.ca.cert),
+            "ssl.certificate.location": str(certs.alice.cert),
+            "ssl.key.location": str(certs.alice.key),
         }
     return {
-        "bootstrap.servers": cluster.bootstrap("SASL_SSL"), "security.protocol": "SASL_SSL", "ssl.ca.location": str(certs.ca.cert),
-        "sasl.mechanism": "PLAIN", "sasl.username": certs.alice_name, "sasl.password": cluster.alice_token,
+        "bootstrap.servers": cluster.bootstrap("SASL_SSL"),
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(certs.ca.cert),
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": certs.alice_name,
+        "sasl.password": cluster.alice_token,
     }
 
 
@@ -287,7 +316,9 @@ def test_confluent_kafka_produces_and_consumes(cluster: Cluster, listener: str) 
     for i in range(10):
         producer.produce(topic, f"m{i}".encode(), partition=i % 2)
     assert producer.flush(30) == 0
-    consumer = Consumer({**_confluent(cluster, listener), "group.id": f"g-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest"})
+    consumer = Consumer(
+        {**_confluent(cluster, listener), "group.id": f"g-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest"}
+    )
     try:
         consumer.subscribe([topic])
         seen: set[bytes] = set()
@@ -305,12 +336,19 @@ def _kafka_python(cluster: Cluster, listener: str) -> dict[str, object]:
     certs = cluster.certs
     if listener == "SSL":
         return {
-            "bootstrap_servers": cluster.bootstrap("SSL"), "security_protocol": "SSL", "ssl_cafile": str(certs.ca.cert),
-            "ssl_certfile": str(certs.alice.cert), "ssl_keyfile": str(certs.alice.key),
+            "bootstrap_servers": cluster.bootstrap("SSL"),
+            "security_protocol": "SSL",
+            "ssl_cafile": str(certs.ca.cert),
+            "ssl_certfile": str(certs.alice.cert),
+            "ssl_keyfile": str(certs.alice.key),
         }
     return {
-        "bootstrap_servers": cluster.bootstrap("SASL_SSL"), "security_protocol": "SASL_SSL", "ssl_cafile": str(certs.ca.cert),
-        "sasl_mechanism": "PLAIN", "sasl_plain_username": certs.alice_name, "sasl_plain_password": cluster.alice_token,
+        "bootstrap_servers": cluster.bootstrap("SASL_SSL"),
+        "security_protocol": "SASL_SSL",
+        "ssl_cafile": str(certs.ca.cert),
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": certs.alice_name,
+        "sasl_plain_password": cluster.alice_token,
     }
 
 
@@ -344,8 +382,12 @@ def test_aiokafka_produces_and_consumes(cluster: Cluster, listener: str) -> None
     else:
         context = create_ssl_context(cafile=str(certs.ca.cert))
         conf = {
-            "bootstrap_servers": cluster.bootstrap("SASL_SSL"), "security_protocol": "SASL_SSL", "ssl_context": context,
-            "sasl_mechanism": "PLAIN", "sasl_plain_username": certs.alice_name, "sasl_plain_password": cluster.alice_token,
+            "bootstrap_servers": cluster.bootstrap("SASL_SSL"),
+            "security_protocol": "SASL_SSL",
+            "ssl_context": context,
+            "sasl_mechanism": "PLAIN",
+            "sasl_plain_username": certs.alice_name,
+            "sasl_plain_password": cluster.alice_token,
         }
 
     async def run() -> list[bytes]:
@@ -376,21 +418,48 @@ def test_kcat_lists_produces_and_consumes(cluster: Cluster, listener: str) -> No
     certs = cluster.certs
     topic = _topic(cluster)
     if listener == "SSL":
-        conf = ["-X", "security.protocol=ssl", "-X", f"ssl.ca.location={certs.ca.cert}",
-                "-X", f"ssl.certificate.location={certs.alice.cert}", "-X", f"ssl.key.location={certs.alice.key}"]
+        conf = [
+            "-X",
+            "security.protocol=ssl",
+            "-X",
+            f"ssl.ca.location={certs.ca.cert}",
+            "-X",
+            f"ssl.certificate.location={certs.alice.cert}",
+            "-X",
+            f"ssl.key.location={certs.alice.key}",
+        ]
     else:
-        conf = ["-X", "security.protocol=sasl_ssl", "-X", f"ssl.ca.location={certs.ca.cert}", "-X", "sasl.mechanism=PLAIN",
-                "-X", f"sasl.username={certs.alice_name}", "-X", f"sasl.password={cluster.alice_token}"]
+        conf = [
+            "-X",
+            "security.protocol=sasl_ssl",
+            "-X",
+            f"ssl.ca.location={certs.ca.cert}",
+            "-X",
+            "sasl.mechanism=PLAIN",
+            "-X",
+            f"sasl.username={certs.alice_name}",
+            "-X",
+            f"sasl.password={cluster.alice_token}",
+        ]
     bootstrap = cluster.bootstrap(listener)
     listed = subprocess.run([KCAT, "-b", bootstrap, *conf, "-L", "-t", topic], capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0, listed.stderr
     for node_id, host, port in cluster.endpoints(listener):
         assert f"broker {node_id} at {host}:{port}" in listed.stdout, listed.stdout
-    done = subprocess.run([KCAT, "-b", bootstrap, *conf, "-P", "-t", topic, "-p", "0"], input="from kcat\n",
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [KCAT, "-b", bootstrap, *conf, "-P", "-t", topic, "-p", "0"],
+        input="from kcat\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
-    done = subprocess.run([KCAT, "-b", bootstrap, *conf, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [KCAT, "-b", bootstrap, *conf, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0 and done.stdout.splitlines() == ["from kcat"], done.stderr
 
 
@@ -400,7 +469,11 @@ def test_kcat_lists_produces_and_consumes(cluster: Cluster, listener: str) -> No
 def _start(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("TXLOG_")}
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", "kafka", *args], cwd=ROOT, env={**base, **env}, capture_output=True, text=True,
+        [sys.executable, "-m", "app.cli", "kafka", *args],
+        cwd=ROOT,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
         timeout=60,
     )
 
@@ -431,19 +504,21 @@ def test_named_listeners_and_tls_flags(pg_admin_url: str, template_db: str, cert
     TLS settings given as flags of `txlog kafka`; without authentication on loopback."""
     with fresh_database(pg_admin_url, template_db) as url:
         gateway = GatewayProcess(
-            url, log_path=tmp_path / "gateway.log", listeners={"INTERNAL": "PLAINTEXT", "EXTERNAL": "SSL"},
+            url,
+            log_path=tmp_path / "gateway.log",
+            listeners={"INTERNAL": "PLAINTEXT", "EXTERNAL": "SSL"},
             args=("--ssl-certfile", str(certs.server.cert), "--ssl-keyfile", str(certs.server.key), "--ssl-client-auth", "none"),
         )
         gateway.env["TXLOG_KAFKA_ADVERTISED_LISTENERS"] = f"EXTERNAL://localhost:{gateway.ports['EXTERNAL']}"
         with gateway:
             with gateway.connect() as conn:
                 assert _brokers(conn.request(protocol.ApiKey.Metadata, 1, {"topics": None})) == [
-                    (0, "127.0.0.1", gateway.ports["INTERNAL"]),
+                    (0, "127.0.0.1", gateway.ports["INTERNAL"])
                 ]
             sock = socket.create_connection(("127.0.0.1", gateway.ports["EXTERNAL"]), timeout=10)
             with RawConnection(_tls(certs).wrap_socket(sock, server_hostname="localhost")) as conn:  # no client certificate
                 assert _brokers(conn.request(protocol.ApiKey.Metadata, 1, {"topics": None})) == [
-                    (0, "localhost", gateway.ports["EXTERNAL"]),
+                    (0, "localhost", gateway.ports["EXTERNAL"])
                 ]
                 assert conn.request(protocol.ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code == 34
             assert "listener EXTERNAL (SSL)" in gateway.log()

@@ -28,21 +28,38 @@ def topics(name: str, partitions: str, partition: st.SearchStrategy) -> st.Searc
 
 
 answers = optional(
-    responses=topics("name", "partition_responses", optional(
-        index=INT32, error_code=INT16, base_offset=INT64, log_append_time_ms=INT64, log_start_offset=INT64,
-        # up to 300 characters, some of several bytes: compact lengths of one and two bytes
-        error_message=st.none() | st.text(max_size=300),
-    )),
+    responses=topics(
+        "name",
+        "partition_responses",
+        optional(
+            index=INT32,
+            error_code=INT16,
+            base_offset=INT64,
+            log_append_time_ms=INT64,
+            log_start_offset=INT64,
+            # up to 300 characters, some of several bytes: compact lengths of one and two bytes
+            error_message=st.none() | st.text(max_size=300),
+        ),
+    ),
     throttle_time_ms=st.integers(0, 2**31 - 1),
 )
 fetch_answers = optional(
-    responses=topics("topic", "partitions", optional(
-        partition_index=INT32, error_code=INT16, high_watermark=INT64, last_stable_offset=INT64, log_start_offset=INT64,
-        aborted_transactions=st.none() | st.lists(st.fixed_dictionaries({"producer_id": INT64, "first_offset": INT64}), max_size=3),
-        preferred_read_replica=INT32,
-        # up to 300 bytes: compact lengths of one and two bytes
-        records=st.none() | st.binary(max_size=300),
-    )),
+    responses=topics(
+        "topic",
+        "partitions",
+        optional(
+            partition_index=INT32,
+            error_code=INT16,
+            high_watermark=INT64,
+            last_stable_offset=INT64,
+            log_start_offset=INT64,
+            aborted_transactions=st.none()
+            | st.lists(st.fixed_dictionaries({"producer_id": INT64, "first_offset": INT64}), max_size=3),
+            preferred_read_replica=INT32,
+            # up to 300 bytes: compact lengths of one and two bytes
+            records=st.none() | st.binary(max_size=300),
+        ),
+    ),
     throttle_time_ms=st.integers(0, 2**31 - 1),
     error_code=INT16,
     session_id=INT32,
@@ -86,7 +103,12 @@ def test_a_megabyte_of_records_is_answered_whole() -> None:
 
 def test_what_they_do_not_write_takes_the_generic_path() -> None:
     header = RequestHeader(ApiKey.Produce, 9, 7, "c")
-    part = {"index": 0, "error_code": 0, "base_offset": 5, "record_errors": [{"batch_index": 1, "batch_index_error_message": "no"}]}
+    part = {
+        "index": 0,
+        "error_code": 0,
+        "base_offset": 5,
+        "record_errors": [{"batch_index": 1, "batch_index_error_message": "no"}],
+    }
     body = {"responses": [{"name": "t", "partition_responses": [part]}]}
     assert protocol._direct_response(header, body) is None
     assert protocol.encode_response(header, body) == generic(header, body)

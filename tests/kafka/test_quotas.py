@@ -25,12 +25,18 @@ from tests.support import wait_until
 EXACT, DEFAULT, ANY = 0, 1, 2
 
 
-def alter(raw: RawConnection, entries: list[tuple[list[tuple[str, str | None]], list[tuple[str, float, bool]]]],
-          validate_only: bool = False, version: int = 1) -> list[tuple[int, str | None]]:
+def alter(
+    raw: RawConnection,
+    entries: list[tuple[list[tuple[str, str | None]], list[tuple[str, float, bool]]]],
+    validate_only: bool = False,
+    version: int = 1,
+) -> list[tuple[int, str | None]]:
     body = {
         "entries": [
-            {"entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
-             "ops": [{"key": k, "value": v, "remove": r} for k, v, r in ops]}
+            {
+                "entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
+                "ops": [{"key": k, "value": v, "remove": r} for k, v, r in ops],
+            }
             for entity, ops in entries
         ],
         "validate_only": validate_only,
@@ -56,10 +62,14 @@ def test_alter_then_describe_client_quotas(gateway: GatewayProcess, version: int
     app = f"app-{uuid.uuid4().hex[:8]}"
     user = f"u-{uuid.uuid4().hex[:8]}"
     with gateway.connect() as raw:
-        assert alter(raw, [
-            ([("client-id", app)], [("producer_byte_rate", 1048576.0, False), ("consumer_byte_rate", 2097152.0, False)]),
-            ([("user", user), ("client-id", None)], [("request_percentage", 12.5, False)]),
-        ], version=version) == [(0, None), (0, None)]
+        assert alter(
+            raw,
+            [
+                ([("client-id", app)], [("producer_byte_rate", 1048576.0, False), ("consumer_byte_rate", 2097152.0, False)]),
+                ([("user", user), ("client-id", None)], [("request_percentage", 12.5, False)]),
+            ],
+            version=version,
+        ) == [(0, None), (0, None)]
         got = describe(raw, [("client-id", EXACT, app)], version=version)
         assert got.error_code == 0
         assert entries_of(got) == {(("client-id", app),): {"producer_byte_rate": 1048576.0, "consumer_byte_rate": 2097152.0}}
@@ -74,21 +84,30 @@ def test_alter_then_describe_client_quotas(gateway: GatewayProcess, version: int
         assert alter(raw, [([("client-id", app)], [("consumer_byte_rate", 0.0, True)])]) == [(0, None)]
         got = describe(raw, [("client-id", EXACT, app)])
         assert entries_of(got) == {(("client-id", app),): {"producer_byte_rate": 1048576.0}}
-        assert alter(raw, [([("client-id", app)], [("producer_byte_rate", 0.0, True)]), ([("user", user), ("client-id", None)], [("request_percentage", 0.0, True)])]) == [(0, None), (0, None)]
+        assert alter(
+            raw,
+            [
+                ([("client-id", app)], [("producer_byte_rate", 0.0, True)]),
+                ([("user", user), ("client-id", None)], [("request_percentage", 0.0, True)]),
+            ],
+        ) == [(0, None), (0, None)]
         assert describe(raw, [("client-id", EXACT, app)]).entries == []
 
 
 def test_kafkas_errors_for_entries_and_filters(gateway: GatewayProcess) -> None:
     app = f"app-{uuid.uuid4().hex[:8]}"
     with gateway.connect() as raw:
-        got = alter(raw, [
-            ([("client-id", app)], [("producer_byte_rate", 10.5, False)]),
-            ([("client-id", app)], [("leader_replication_throttled_rate", 1.0, False)]),
-            ([("user", app), ("user", "b")], [("producer_byte_rate", 1.0, False)]),
-            ([("ip", "127.0.0.1")], [("connection_creation_rate", 10.0, False)]),
-            ([], [("producer_byte_rate", 1.0, False)]),
-            ([("client-id", app)], [("consumer_byte_rate", 1024.0, False)]),
-        ])
+        got = alter(
+            raw,
+            [
+                ([("client-id", app)], [("producer_byte_rate", 10.5, False)]),
+                ([("client-id", app)], [("leader_replication_throttled_rate", 1.0, False)]),
+                ([("user", app), ("user", "b")], [("producer_byte_rate", 1.0, False)]),
+                ([("ip", "127.0.0.1")], [("connection_creation_rate", 10.0, False)]),
+                ([], [("producer_byte_rate", 1.0, False)]),
+                ([("client-id", app)], [("consumer_byte_rate", 1024.0, False)]),
+            ],
+        )
         assert got[:5] == [
             (42, "producer_byte_rate cannot be a fractional value."),
             (42, "Invalid configuration key leader_replication_throttled_rate"),
@@ -99,7 +118,11 @@ def test_kafkas_errors_for_entries_and_filters(gateway: GatewayProcess) -> None:
         assert got[5] == (0, None)  # the valid entry is applied, the others change nothing
         assert entries_of(describe(raw, [("client-id", EXACT, app)])) == {(("client-id", app),): {"consumer_byte_rate": 1024.0}}
         bad = describe(raw, [("client-id", EXACT, app), ("client-id", ANY, None)])
-        assert (bad.error_code, bad.error_message, bad.entries) == (42, "Entity type client-id cannot appear more than once in the filter.", None)
+        assert (bad.error_code, bad.error_message, bad.entries) == (
+            42,
+            "Entity type client-id cannot appear more than once in the filter.",
+            None,
+        )
         bad = describe(raw, [("group", EXACT, "g")])
         assert (bad.error_code, bad.error_message) == (35, "Unsupported entity type group")
         alter(raw, [([("client-id", app)], [("consumer_byte_rate", 0.0, True)])])
@@ -139,7 +162,11 @@ def batch(size: int, records: int = 10) -> bytes:
 
 
 def produce(raw: RawConnection, topic: str, data: bytes, partition: int = 0) -> Any:
-    body = {"acks": 1, "timeout_ms": 10_000, "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": data}]}]}
+    body = {
+        "acks": 1,
+        "timeout_ms": 10_000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": data}]}],
+    }
     got = raw.request(ApiKey.Produce, 9, body)
     assert got.responses[0].partition_responses[0].error_code == 0
     return got
@@ -182,7 +209,12 @@ def test_a_produce_over_its_quota_is_answered_with_throttle_time_and_the_connect
     assert muted_s >= first / 1000 * 0.9
     # another client id has no quota: never throttled
     with g.connect() as other:
-        other.send(ApiKey.Produce, 9, {"acks": 1, "timeout_ms": 1000, "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": data}]}]}, client_id="free")
+        other.send(
+            ApiKey.Produce,
+            9,
+            {"acks": 1, "timeout_ms": 1000, "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": data}]}]},
+            client_id="free",
+        )
         frame = other.read_frame()
         assert frame is not None
 
@@ -191,7 +223,11 @@ def _produce_for(g: GatewayProcess, topic: str, client_id: str, data: bytes, unt
     """Produce ``data`` one request at a time until ``until`` (monotonic): each answer's time and size."""
     with g.connect(timeout=60) as raw:
         while time.monotonic() < until:
-            body = {"acks": 1, "timeout_ms": 10_000, "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": data}]}]}
+            body = {
+                "acks": 1,
+                "timeout_ms": 10_000,
+                "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": data}]}],
+            }
             raw.send(ApiKey.Produce, 9, body, client_id=client_id)
             assert raw.read_frame() is not None
             sent.append((time.monotonic(), len(data)))
@@ -209,7 +245,9 @@ def test_one_budget_across_two_gateways(cluster) -> None:  # type: ignore[no-unt
     started = time.monotonic()
     steady, until = started + 3.0, started + 9.0
     sent: list[list[tuple[float, int]]] = [[], []]
-    threads = [threading.Thread(target=_produce_for, args=(g, topic, "shared", data, until, out)) for g, out in zip(gateways, sent)]
+    threads = [
+        threading.Thread(target=_produce_for, args=(g, topic, "shared", data, until, out)) for g, out in zip(gateways, sent)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -217,8 +255,10 @@ def test_one_budget_across_two_gateways(cluster) -> None:  # type: ignore[no-unt
     each = [sum(n for at, n in out if at >= steady) for out in sent]
     rate = sum(each) / (until - steady)
     first = sum(n for out in sent for at, n in out if at < steady)
-    print(f"quota {quota} B/s: {first} B in the first 3 s (the burst allowance), then {each[0]} B through gateway 0 "
-          f"and {each[1]} B through gateway 1 in 6 s: {rate:.0f} B/s in total")
+    print(
+        f"quota {quota} B/s: {first} B in the first 3 s (the burst allowance), then {each[0]} B through gateway 0 "
+        f"and {each[1]} B through gateway 1 in 6 s: {rate:.0f} B/s in total"
+    )
     assert each[0] and each[1]
     # a quota per gateway would let each producer have all of it: twice the quota in total
     assert quota * 0.5 < rate < quota * 1.4
@@ -236,7 +276,11 @@ def test_a_noisy_producer_with_a_quota_does_not_starve_a_quiet_one(cluster) -> N
         with g.connect(timeout=30) as raw:
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline:
-                body = {"acks": 1, "timeout_ms": 10_000, "topic_data": [{"name": topic, "partition_data": [{"index": 1, "records": batch(100, 1)}]}]}
+                body = {
+                    "acks": 1,
+                    "timeout_ms": 10_000,
+                    "topic_data": [{"name": topic, "partition_data": [{"index": 1, "records": batch(100, 1)}]}],
+                }
                 raw.send(ApiKey.Produce, 9, body, client_id="quiet")
                 assert raw.read_frame() is not None
                 done += 1
@@ -249,12 +293,17 @@ def test_a_noisy_producer_with_a_quota_does_not_starve_a_quiet_one(cluster) -> N
         stop = threading.Event()
 
         def noisy() -> None:
-            p = Producer({
-                "bootstrap.servers": g.bootstrap, "client.id": client_id, "linger.ms": 5, "acks": 1,
-                "queue.buffering.max.kbytes": 2048,
-                "throttle_cb": lambda event: throttled is not None and event.throttle_time > 0 and throttled.set(),
-                "on_delivery": lambda err, msg: running.set(),
-            })
+            p = Producer(
+                {
+                    "bootstrap.servers": g.bootstrap,
+                    "client.id": client_id,
+                    "linger.ms": 5,
+                    "acks": 1,
+                    "queue.buffering.max.kbytes": 2048,
+                    "throttle_cb": lambda event: throttled is not None and event.throttle_time > 0 and throttled.set(),
+                    "on_delivery": lambda err, msg: running.set(),
+                }
+            )
             value = b"n" * 10_000
             while not stop.is_set():
                 try:
@@ -313,7 +362,9 @@ def test_user_quotas_and_who_may_see_and_change_them(pg_admin_url: str, template
             bob = security.create_principal(b.db, "bob").token
             carol = security.create_principal(b.db, "carol").token
             for name in ("bob", "carol"):
-                security.add_acls(b.db, [AclBinding(name, ResourceType.TOPIC, "*", PatternType.LITERAL, Operation.ALL, PermissionType.ALLOW)])
+                security.add_acls(
+                    b.db, [AclBinding(name, ResourceType.TOPIC, "*", PatternType.LITERAL, Operation.ALL, PermissionType.ALLOW)]
+                )
         finally:
             b.db.dispose()
         set_quota(url, [("user", "bob")], "producer_byte_rate", 20_000)
@@ -341,18 +392,49 @@ def test_a_fetch_over_its_quota_is_answered_without_records(cluster) -> None:  #
     topic = new_topic(url)
     with g.connect(timeout=30) as raw:
         for _ in range(20):
-            raw.send(ApiKey.Produce, 9, {"acks": 1, "timeout_ms": 10_000, "topic_data": [
-                {"name": topic, "partition_data": [{"index": 0, "records": batch(10_000)}]}]}, client_id="producer")
+            raw.send(
+                ApiKey.Produce,
+                9,
+                {
+                    "acks": 1,
+                    "timeout_ms": 10_000,
+                    "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch(10_000)}]}],
+                },
+                client_id="producer",
+            )
             assert raw.read_frame() is not None
         fetched: list[tuple[int, int]] = []  # (throttle_time_ms, bytes of records)
         offset = 0
         while not fetched or fetched[-1][0] == 0:
-            got = raw.request(ApiKey.Fetch, 11, {
-                "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
-                "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
-                "topics": [{"topic": topic, "partitions": [{"partition": 0, "current_leader_epoch": -1, "fetch_offset": offset,
-                                                             "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
-            })
+            got = raw.request(
+                ApiKey.Fetch,
+                11,
+                {
+                    "replica_id": -1,
+                    "max_wait_ms": 0,
+                    "min_bytes": 1,
+                    "max_bytes": 1 << 20,
+                    "isolation_level": 0,
+                    "session_id": 0,
+                    "session_epoch": -1,
+                    "rack_id": "",
+                    "forgotten_topics_data": [],
+                    "topics": [
+                        {
+                            "topic": topic,
+                            "partitions": [
+                                {
+                                    "partition": 0,
+                                    "current_leader_epoch": -1,
+                                    "fetch_offset": offset,
+                                    "log_start_offset": -1,
+                                    "partition_max_bytes": 1 << 20,
+                                }
+                            ],
+                        }
+                    ],
+                },
+            )
             size = sum(len(p.records or b"") for t in got.responses for p in t.partitions)
             fetched.append((got.throttle_time_ms, size))
             offset += 10 * (size // 10_000)  # 10 records a batch

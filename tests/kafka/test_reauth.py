@@ -28,7 +28,9 @@ def reauth(pg_admin_url: str, template_db: str, tmp_path_factory: pytest.TempPat
     log = tmp_path_factory.mktemp("reauth") / "gateway.log"
     with fresh_database(pg_admin_url, template_db) as url:
         env = {
-            "TXLOG_AUTH": "token", "TXLOG_ADMIN_TOKEN": ADMIN_TOKEN, "TXLOG_KAFKA_AUTO_CREATE_TOPICS": "true",
+            "TXLOG_AUTH": "token",
+            "TXLOG_ADMIN_TOKEN": ADMIN_TOKEN,
+            "TXLOG_KAFKA_AUTO_CREATE_TOPICS": "true",
             "TXLOG_KAFKA_CONNECTIONS_MAX_REAUTH_MS": str(LIFETIME_MS),
         }
         with GatewayProcess(url, env=env, log_path=log) as g:
@@ -101,8 +103,12 @@ def test_re_authentication_as_the_same_principal_renews_the_session(reauth: Gate
         again = _sign_in(conn, name, token)
         assert again.error_code == 0 and again.session_lifetime_ms == LIFETIME_MS
         # served past the first session's end
-        wait_until(lambda: _answered(conn) and time.monotonic() - first > LIFETIME_MS / 1000 + 0.3, 10, 0.2,
-                   "the first session's end to pass")
+        wait_until(
+            lambda: _answered(conn) and time.monotonic() - first > LIFETIME_MS / 1000 + 0.3,
+            10,
+            0.2,
+            "the first session's end to pass",
+        )
     assert f"re-authenticated {name}" in reauth.log()
 
 
@@ -190,10 +196,17 @@ def test_confluent_kafka_re_authenticates_and_keeps_producing(reauth: GatewayPro
     finally:
         broker.db.dispose()
     errors: list[Any] = []
-    producer = Producer({
-        "bootstrap.servers": reauth.bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
-        "sasl.username": name, "sasl.password": token, "enable.idempotence": True, "error_cb": errors.append,
-    })
+    producer = Producer(
+        {
+            "bootstrap.servers": reauth.bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": name,
+            "sasl.password": token,
+            "enable.idempotence": True,
+            "error_cb": errors.append,
+        }
+    )
     delivered: list[Any] = []
     started = time.monotonic()
     sent = 0
@@ -206,9 +219,7 @@ def test_confluent_kafka_re_authenticates_and_keeps_producing(reauth: GatewayPro
     assert producer.flush(30) == 0
     assert len(delivered) == sent and all(err is None for err in delivered), delivered
     assert errors == []
-    assert "Disconnecting expired channel" not in "\n".join(
-        line for line in reauth.log().splitlines() if name in line
-    )
+    assert "Disconnecting expired channel" not in "\n".join(line for line in reauth.log().splitlines() if name in line)
 
 
 def test_kafka_python_re_authenticates_and_keeps_producing(reauth: GatewayProcess) -> None:
@@ -222,8 +233,11 @@ def test_kafka_python_re_authenticates_and_keeps_producing(reauth: GatewayProces
     finally:
         broker.db.dispose()
     producer = KafkaProducer(
-        bootstrap_servers=reauth.bootstrap, security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
-        sasl_plain_username=name, sasl_plain_password=token,
+        bootstrap_servers=reauth.bootstrap,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="PLAIN",
+        sasl_plain_username=name,
+        sasl_plain_password=token,
     )
     try:
         started = time.monotonic()
@@ -252,8 +266,12 @@ def test_aiokafka_which_does_not_re_authenticate_reconnects_when_its_session_end
 
     async def run() -> int:
         producer = AIOKafkaProducer(
-            bootstrap_servers=reauth.bootstrap, security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
-            sasl_plain_username=name, sasl_plain_password=token, enable_idempotence=True,
+            bootstrap_servers=reauth.bootstrap,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="PLAIN",
+            sasl_plain_username=name,
+            sasl_plain_password=token,
+            enable_idempotence=True,
         )
         await producer.start()
         try:

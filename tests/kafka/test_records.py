@@ -72,8 +72,20 @@ def stored(
     keys = [k for k, _ in headers] if headers is not None else None
     values = [v for _, v in headers] if headers is not None else None
     return StoredRecord(
-        offset, key, value, keys, values, timestamp_ms, producer_id, producer_epoch, sequence, is_transactional,
-        control_type, 0, None, False,
+        offset,
+        key,
+        value,
+        keys,
+        values,
+        timestamp_ms,
+        producer_id,
+        producer_epoch,
+        sequence,
+        is_transactional,
+        control_type,
+        0,
+        None,
+        False,
     )
 
 
@@ -123,10 +135,20 @@ def raw_batch(
     batch_length: int | None = None,
     crc: int | None = None,
 ) -> bytes:
-    tail = struct.pack(
-        ">hiqqqhii", attributes, max(count - 1, 0) if last_offset_delta is None else last_offset_delta, base_ts,
-        base_ts if max_ts is None else max_ts, producer_id, producer_epoch, base_sequence, count,
-    ) + section
+    tail = (
+        struct.pack(
+            ">hiqqqhii",
+            attributes,
+            max(count - 1, 0) if last_offset_delta is None else last_offset_delta,
+            base_ts,
+            base_ts if max_ts is None else max_ts,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            count,
+        )
+        + section
+    )
     if crc is None:
         crc = google_crc32c.value(tail)
     if batch_length is None:
@@ -139,8 +161,15 @@ def recompress(batch: bytes, codec: int, compress) -> bytes:  # type: ignore[no-
     fields = struct.unpack_from(">qiibIhiqqqhii", batch)
     (base_offset, _, _, _, _, attributes, last_delta, base_ts, max_ts, pid, epoch, seq, count) = fields
     return raw_batch(
-        bytes(compress(batch[61:])), count, attributes=(attributes & ~7) | codec, base_offset=base_offset,
-        last_offset_delta=last_delta, base_ts=base_ts, max_ts=max_ts, producer_id=pid, producer_epoch=epoch,
+        bytes(compress(batch[61:])),
+        count,
+        attributes=(attributes & ~7) | codec,
+        base_offset=base_offset,
+        last_offset_delta=last_delta,
+        base_ts=base_ts,
+        max_ts=max_ts,
+        producer_id=pid,
+        producer_epoch=epoch,
         base_sequence=seq,
     )
 
@@ -157,16 +186,35 @@ def flatten(batches: list[RecordBatch]) -> list[tuple]:
     for b in batches:
         for r in b.records:
             seq = -1 if b.base_sequence == -1 else (b.base_sequence + r.offset_delta) % SEQ_MOD
-            out.append((b.base_offset + r.offset_delta, r.timestamp_ms, r.key, r.value, r.headers,
-                        b.producer_id, b.producer_epoch, b.is_transactional, seq))
+            out.append(
+                (
+                    b.base_offset + r.offset_delta,
+                    r.timestamp_ms,
+                    r.key,
+                    r.value,
+                    r.headers,
+                    b.producer_id,
+                    b.producer_epoch,
+                    b.is_transactional,
+                    seq,
+                )
+            )
     return out
 
 
 def expected(records: list[StoredRecord]) -> list[tuple]:
     return [
-        (r.offset, r.timestamp_ms, r.key, r.value, tuple(zip(r.header_keys or (), r.header_values or ())),
-         -1 if r.producer_id is None else r.producer_id, -1 if r.producer_epoch is None else r.producer_epoch,
-         r.is_transactional, -1 if r.sequence is None else r.sequence)
+        (
+            r.offset,
+            r.timestamp_ms,
+            r.key,
+            r.value,
+            tuple(zip(r.header_keys or (), r.header_values or ())),
+            -1 if r.producer_id is None else r.producer_id,
+            -1 if r.producer_epoch is None else r.producer_epoch,
+            r.is_transactional,
+            -1 if r.sequence is None else r.sequence,
+        )
         for r in records
     ]
 
@@ -183,8 +231,19 @@ def kafka_python_read(data: bytes) -> list[tuple]:
                 out.append(("control", r.offset, r.timestamp, r.type, batch.producer_id, batch.producer_epoch))
                 continue
             seq = -1 if batch.base_sequence == -1 else (batch.base_sequence + r.offset - batch.base_offset) % SEQ_MOD
-            out.append((r.offset, r.timestamp, r.key, r.value, tuple(r.headers), batch.producer_id,
-                        batch.producer_epoch, batch.is_transactional, seq))
+            out.append(
+                (
+                    r.offset,
+                    r.timestamp,
+                    r.key,
+                    r.value,
+                    tuple(r.headers),
+                    batch.producer_id,
+                    batch.producer_epoch,
+                    batch.is_transactional,
+                    seq,
+                )
+            )
     return out
 
 
@@ -300,8 +359,11 @@ def cuts(records: list[StoredRecord]) -> list[list[int]]:
 def test_batch_runs_cut_where_a_batch_attribute_changes():
     p = dict(producer_id=1, producer_epoch=0, is_transactional=False)
     records = [
-        stored(0), stored(1), stored(5),  # no producer: gaps are fine
-        stored(6, **p, sequence=0), stored(7, **p, sequence=1),
+        stored(0),
+        stored(1),
+        stored(5),  # no producer: gaps are fine
+        stored(6, **p, sequence=0),
+        stored(7, **p, sequence=1),
         stored(8, producer_id=2, producer_epoch=0, sequence=2),  # another producer
         stored(9, producer_id=2, producer_epoch=1, sequence=3),  # another epoch
         stored(10, producer_id=2, producer_epoch=1, sequence=4, is_transactional=True),  # transactional now
@@ -346,7 +408,9 @@ def test_kafka_python_reads_our_batches(records):
     data = encode_records(records)
     theirs = kafka_python_read(data)
     ours = [
-        ("control", r.offset, r.timestamp_ms, r.control_type, r.producer_id, r.producer_epoch) if r.control_type is not None else e
+        ("control", r.offset, r.timestamp_ms, r.control_type, r.producer_id, r.producer_epoch)
+        if r.control_type is not None
+        else e
         for r, e in zip(records, expected(records))
     ]
     assert theirs == ours
@@ -355,6 +419,7 @@ def test_kafka_python_reads_our_batches(records):
 @pytest.fixture(scope="module")
 def kafka_python_codecs() -> Iterator[None]:
     """kafka-python's snappy (its own xerial framing), lz4 and zstd writers, compressing with cramjam."""
+
     class Zstd:
         class ZstdCompressor:
             def compress(self, payload: bytes) -> bytes:
@@ -380,8 +445,12 @@ def kafka_python_batch(codec: int, items, producer=(-1, -1, -1, False)) -> bytes
 def test_kafka_python_batches_with_every_codec(codec):
     # 100 KB of compressible values: several xerial blocks of 32 KiB, and worth compressing
     items = [
-        (1_700_000_000_000 - i * 7, None if i % 5 == 0 else b"key-%d" % i, None if i % 7 == 0 else b"value %d " % i * 40,
-         [("h", b"\x00\xff"), ("h", None)] if i % 3 == 0 else [])
+        (
+            1_700_000_000_000 - i * 7,
+            None if i % 5 == 0 else b"key-%d" % i,
+            None if i % 7 == 0 else b"value %d " % i * 40,
+            [("h", b"\x00\xff"), ("h", None)] if i % 3 == 0 else [],
+        )
         for i in range(300)
     ]
     data = kafka_python_batch(codec, items, producer=(42, 3, 1000, True))
@@ -427,7 +496,9 @@ def test_compressed_batches_decode_as_uncompressed(records, name):
 
 
 def good_batch() -> bytes:
-    return encode_records([stored(i, b"k", b"v" * i, [("h", None)], producer_id=1, producer_epoch=0, sequence=i) for i in range(3)])
+    return encode_records(
+        [stored(i, b"k", b"v" * i, [("h", None)], producer_id=1, producer_epoch=0, sequence=i) for i in range(3)]
+    )
 
 
 def test_empty_or_null_input_is_no_batch():
@@ -446,8 +517,12 @@ def test_bad_crc():
 
 def test_bad_magic():
     data = bytearray(good_batch())
-    for magic, code in [(0, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT), (1, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT),
-                        (3, ErrorCode.CORRUPT_MESSAGE), (-1, ErrorCode.CORRUPT_MESSAGE)]:
+    for magic, code in [
+        (0, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT),
+        (1, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT),
+        (3, ErrorCode.CORRUPT_MESSAGE),
+        (-1, ErrorCode.CORRUPT_MESSAGE),
+    ]:
         data[16] = magic & 0xFF
         assert code_of(bytes(data)) is code
 
@@ -542,8 +617,12 @@ def test_xerial_snappy_framing_that_lies():
     record = raw_record(0, b"k", b"v")
     split = _xerial([bytes(cramjam.snappy.compress_raw(record[:3])), bytes(cramjam.snappy.compress_raw(record[3:]))])
     assert decode_batches(raw_batch(split, 1, attributes=2))[0].records[0].value == b"v"  # a record across blocks
-    for section in (head[:12], head + b"\x00\x00", head + struct.pack(">i", len(block) + 1) + block,
-                    head + struct.pack(">i", -1) + block):
+    for section in (
+        head[:12],
+        head + b"\x00\x00",
+        head + struct.pack(">i", len(block) + 1) + block,
+        head + struct.pack(">i", -1) + block,
+    ):
         assert code_of(raw_batch(section, 1, attributes=2)) is ErrorCode.CORRUPT_MESSAGE
 
 
@@ -615,8 +694,14 @@ def _decodes_or_txlog_error(data: bytes) -> None:
     try:
         batches = decode_batches(data, max_records=1000, max_decompressed_bytes=MiB)
     except TxlogError as exc:
-        assert exc.code in {ErrorCode.CORRUPT_MESSAGE, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
-                            ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.INVALID_RECORD}
+        assert exc.code in {
+            ErrorCode.CORRUPT_MESSAGE,
+            ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+            ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+            ErrorCode.RECORD_LIST_TOO_LARGE,
+            ErrorCode.MESSAGE_TOO_LARGE,
+            ErrorCode.INVALID_RECORD,
+        }
         return
     for b in batches:
         for r in b.records:
@@ -664,7 +749,13 @@ def test_produce_request_plain():
     records = [stored(i, b"k", b"v", [("h", b"1"), ("h", None)], 1000 + i) for i in range(3)]
     req = produced(records, transactional_id="ignored", principal="alice")
     assert req.records == [NewRecord(b"k", b"v", (("h", b"1"), ("h", None)), 1000 + i) for i in range(3)]
-    assert (req.producer_id, req.producer_epoch, req.base_sequence, req.transactional_id, req.principal) == (None, None, None, None, "alice")
+    assert (req.producer_id, req.producer_epoch, req.base_sequence, req.transactional_id, req.principal) == (
+        None,
+        None,
+        None,
+        None,
+        "alice",
+    )
 
 
 def test_produce_request_idempotent_and_transactional():
@@ -703,8 +794,17 @@ def test_produce_request_timestamps():
         (raw_batch(raw_record(0, None, b"a"), 1, producer_id=-2), ErrorCode.INVALID_RECORD),
         (raw_batch(raw_record(0, None, b"a", [(b"h\x00", None)]), 1), ErrorCode.INVALID_RECORD),  # PostgreSQL text has no NUL
     ],
-    ids=["control", "empty", "offset-delta-1", "repeated-delta", "last-delta", "txn-without-pid", "pid-without-seq",
-         "pid-negative", "header-key-nul"],
+    ids=[
+        "control",
+        "empty",
+        "offset-delta-1",
+        "repeated-delta",
+        "last-delta",
+        "txn-without-pid",
+        "pid-without-seq",
+        "pid-negative",
+        "header-key-nul",
+    ],
 )
 def test_produce_request_refuses_what_a_client_may_not_send(batch_bytes, code):
     (batch,) = decode_batches(batch_bytes)

@@ -59,8 +59,11 @@ def _topic(secured: GatewayProcess) -> str:
 
 def _confluent(secured: GatewayProcess, username: str, password: str) -> dict[str, object]:
     return {
-        "bootstrap.servers": secured.bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
-        "sasl.username": username, "sasl.password": password,
+        "bootstrap.servers": secured.bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": username,
+        "sasl.password": password,
     }
 
 
@@ -71,10 +74,14 @@ def test_confluent_kafka_signs_in_with_the_admin_token_and_produces_and_consumes
     producer = Producer({**_confluent(secured, "admin", ADMIN_TOKEN), "enable.idempotence": True})
     producer.produce(topic, b"signed in")
     assert producer.flush(30) == 0
-    consumer = Consumer({
-        **_confluent(secured, "admin", ADMIN_TOKEN), "group.id": f"g-{uuid.uuid4().hex[:6]}",
-        "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-    })
+    consumer = Consumer(
+        {
+            **_confluent(secured, "admin", ADMIN_TOKEN),
+            "group.id": f"g-{uuid.uuid4().hex[:6]}",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
     try:
         consumer.subscribe([topic])
         message = None
@@ -107,8 +114,11 @@ def test_kafka_python_signs_in_as_a_principal_with_its_token(secured: GatewayPro
     name, token = alice
     topic = _topic(secured)
     conf = {
-        "bootstrap_servers": secured.bootstrap, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
-        "sasl_plain_username": name, "sasl_plain_password": token,
+        "bootstrap_servers": secured.bootstrap,
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": name,
+        "sasl_plain_password": token,
     }
     producer = KafkaProducer(**conf)
     producer.send(topic, b"from kafka-python").get(timeout=30)
@@ -128,8 +138,12 @@ def test_kafka_python_with_a_token_of_another_principal_fails(secured: GatewayPr
     name, _ = alice
     with pytest.raises(KafkaError):  # kafka-python retries the bootstrap, then gives up
         KafkaAdminClient(
-            bootstrap_servers=secured.bootstrap, security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
-            sasl_plain_username=name, sasl_plain_password=ADMIN_TOKEN, bootstrap_timeout_ms=3000,
+            bootstrap_servers=secured.bootstrap,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="PLAIN",
+            sasl_plain_username=name,
+            sasl_plain_password=ADMIN_TOKEN,
+            bootstrap_timeout_ms=3000,
         ).close()
     assert "failed authentication from 127.0.0.1 with PLAIN: Authentication failed: Invalid username or password" in secured.log()
 
@@ -140,8 +154,11 @@ def test_aiokafka_signs_in_and_produces_and_consumes(secured: GatewayProcess, al
     name, token = alice
     topic = _topic(secured)
     conf = {
-        "bootstrap_servers": secured.bootstrap, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
-        "sasl_plain_username": name, "sasl_plain_password": token,
+        "bootstrap_servers": secured.bootstrap,
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": name,
+        "sasl_plain_password": token,
     }
 
     async def run() -> bytes:
@@ -167,13 +184,26 @@ def test_kcat_signs_in_and_lists_and_produces(secured: GatewayProcess, alice: tu
     assert KCAT is not None
     name, token = alice
     topic = _topic(secured)
-    sasl = ["-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanism=PLAIN", "-X", f"sasl.username={name}",
-            "-X", f"sasl.password={token}"]
-    done = subprocess.run([KCAT, "-b", secured.bootstrap, *sasl, "-P", "-t", topic], input="from kcat\n",
-                          capture_output=True, text=True, timeout=60)
+    sasl = [
+        "-X",
+        "security.protocol=SASL_PLAINTEXT",
+        "-X",
+        "sasl.mechanism=PLAIN",
+        "-X",
+        f"sasl.username={name}",
+        "-X",
+        f"sasl.password={token}",
+    ]
+    done = subprocess.run(
+        [KCAT, "-b", secured.bootstrap, *sasl, "-P", "-t", topic], input="from kcat\n", capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
-    done = subprocess.run([KCAT, "-b", secured.bootstrap, *sasl, "-C", "-t", topic, "-o", "beginning", "-e"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [KCAT, "-b", secured.bootstrap, *sasl, "-C", "-t", topic, "-o", "beginning", "-e"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0 and done.stdout.splitlines() == ["from kcat"], done.stderr
     refused = subprocess.run([KCAT, "-b", secured.bootstrap, "-L", "-m", "5"], capture_output=True, text=True, timeout=60)
     assert refused.returncode != 0

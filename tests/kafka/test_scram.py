@@ -63,8 +63,13 @@ def _salted(mechanism: int, password: str, salt: bytes, iterations: int) -> byte
 
 
 def _upsertion(user: str, mechanism: int, password: str, iterations: int = 4096, salt: bytes = b"pepper") -> dict:
-    return {"name": user, "mechanism": mechanism, "iterations": iterations, "salt": salt,
-            "salted_password": _salted(mechanism if mechanism in (SHA256, SHA512) else SHA256, password, salt, iterations)}
+    return {
+        "name": user,
+        "mechanism": mechanism,
+        "iterations": iterations,
+        "salt": salt,
+        "salted_password": _salted(mechanism if mechanism in (SHA256, SHA512) else SHA256, password, salt, iterations),
+    }
 
 
 def _alter(raw: RawConnection, deletions: list[dict] = [], upsertions: list[dict] = []) -> dict[str, tuple[str, str | None]]:  # noqa: B006
@@ -79,7 +84,8 @@ def _describe(raw: RawConnection, users: list[str] | None) -> Any:
 def _stored(url: str, user: str) -> dict[str, tuple]:
     with psycopg.connect(url) as conn:
         rows = conn.execute(
-            "SELECT mechanism, salt, iterations, stored_key, server_key FROM txlog.scram_credentials WHERE principal = %s", (user,)
+            "SELECT mechanism, salt, iterations, stored_key, server_key FROM txlog.scram_credentials WHERE principal = %s",
+            (user,),
         ).fetchall()
     return {r[0]: (bytes(r[1]), r[2], bytes(r[3]), bytes(r[4])) for r in rows}
 
@@ -87,24 +93,41 @@ def _stored(url: str, user: str) -> dict[str, tuple]:
 def test_raw_alter_and_describe_with_kafkas_answers(raw: RawConnection, gateway_db: str, store: Broker) -> None:
     alice, bob = _user("alice"), _user("bob")
     assert _alter(raw, upsertions=[_upsertion(alice, SHA256, "pw-256", 8192), _upsertion(bob, SHA512, "pw-512")]) == {
-        alice: ("NONE", None), bob: ("NONE", None),
+        alice: ("NONE", None),
+        bob: ("NONE", None),
     }
     # the keys Kafka derives from the SaltedPassword, never the password
     salted = _salted(SHA256, "pw-256", b"pepper", 8192)
     client_key = hmac.new(salted, b"Client Key", "sha256").digest()
     assert _stored(gateway_db, alice) == {
-        "SCRAM-SHA-256": (b"pepper", 8192, hashlib.sha256(client_key).digest(), hmac.new(salted, b"Server Key", "sha256").digest()),
+        "SCRAM-SHA-256": (
+            b"pepper",
+            8192,
+            hashlib.sha256(client_key).digest(),
+            hmac.new(salted, b"Server Key", "sha256").digest(),
+        )
     }
     # both users are principals now (created implicitly), with tokens no one knows
     assert {alice, bob} <= {p.name for p in security.list_principals(store.db) if p.revoked_at_ms is None}
 
     described = _describe(raw, [alice, bob, "nobody-" + alice, alice])
     assert described.error_code == 0
-    by_user = {r.user: (E[r.error_code], r.error_message, [(c.mechanism, c.iterations) for c in r.credential_infos]) for r in described.results}
+    by_user = {
+        r.user: (E[r.error_code], r.error_message, [(c.mechanism, c.iterations) for c in r.credential_infos])
+        for r in described.results
+    }
     assert by_user == {
-        alice: ("DUPLICATE_RESOURCE", f"Cannot describe SCRAM credentials for the same user twice in a single request: {alice}", []),
+        alice: (
+            "DUPLICATE_RESOURCE",
+            f"Cannot describe SCRAM credentials for the same user twice in a single request: {alice}",
+            [],
+        ),
         bob: ("NONE", None, [(SHA512, 4096)]),
-        "nobody-" + alice: ("RESOURCE_NOT_FOUND", f"Attempt to describe a user credential that does not exist: nobody-{alice}", []),
+        "nobody-" + alice: (
+            "RESOURCE_NOT_FOUND",
+            f"Attempt to describe a user credential that does not exist: nobody-{alice}",
+            [],
+        ),
     }
     everyone = {r.user: [(c.mechanism, c.iterations) for c in r.credential_infos] for r in _describe(raw, None).results}
     assert everyone[alice] == [(SHA256, 8192)] and everyone[bob] == [(SHA512, 4096)]
@@ -115,9 +138,15 @@ def test_raw_alter_and_describe_with_kafkas_answers(raw: RawConnection, gateway_
     few, many, mech, twice, missing = (_user(w) for w in ("few", "many", "mech", "twice", "missing"))
     answered = _alter(
         raw,
-        deletions=[{"name": twice, "mechanism": SHA256}, {"name": missing, "mechanism": SHA512}, {"name": bob, "mechanism": SHA256}],
+        deletions=[
+            {"name": twice, "mechanism": SHA256},
+            {"name": missing, "mechanism": SHA512},
+            {"name": bob, "mechanism": SHA256},
+        ],
         upsertions=[
-            _upsertion(twice, SHA512, "x"), _upsertion(few, SHA256, "x", 4095), _upsertion(many, SHA512, "x", 16385),
+            _upsertion(twice, SHA512, "x"),
+            _upsertion(few, SHA256, "x", 4095),
+            _upsertion(many, SHA512, "x", 16385),
             _upsertion(mech, 3, "x"),
         ],
     )
@@ -131,7 +160,8 @@ def test_raw_alter_and_describe_with_kafkas_answers(raw: RawConnection, gateway_
     }
     assert not {few, many, mech, twice, missing} & {p.name for p in security.list_principals(store.db)}  # none created
     assert _alter(raw, deletions=[{"name": alice, "mechanism": SHA256}, {"name": bob, "mechanism": SHA512}]) == {
-        alice: ("NONE", None), bob: ("NONE", None),
+        alice: ("NONE", None),
+        bob: ("NONE", None),
     }
     assert set(_stored(gateway_db, alice)) == {"SCRAM-SHA-512"} and _stored(gateway_db, bob) == {}
     assert E[_describe(raw, [bob]).results[0].error_code] == "RESOURCE_NOT_FOUND"
@@ -144,7 +174,7 @@ def test_a_revoked_principal_has_no_credentials_and_gets_none(raw: RawConnection
     security.revoke_principal(store.db, carol)
     assert _stored(gateway_db, carol) == {}
     assert _alter(raw, upsertions=[_upsertion(carol, SHA256, "pw")]) == {
-        carol: ("UNACCEPTABLE_CREDENTIAL", f"Principal {carol!r} is revoked: create it again first"),
+        carol: ("UNACCEPTABLE_CREDENTIAL", f"Principal {carol!r} is revoked: create it again first")
     }
     again = security.create_principal(store.db, carol)  # a new token, no credentials carried over
     assert again.token != created.token and _stored(gateway_db, carol) == {}
@@ -164,15 +194,21 @@ def test_confluent_kafka_admin_client(gateway: GatewayProcess, gateway_db: str) 
 
     admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
     dave, erin = _user("dave"), _user("erin")
-    futures = admin.alter_user_scram_credentials([
-        UserScramCredentialUpsertion(dave, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 10000), b"dave-pw", b"salt-dave"),
-        UserScramCredentialUpsertion(erin, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"erin-pw"),
-    ])
+    futures = admin.alter_user_scram_credentials(
+        [
+            UserScramCredentialUpsertion(
+                dave, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 10000), b"dave-pw", b"salt-dave"
+            ),
+            UserScramCredentialUpsertion(erin, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"erin-pw"),
+        ]
+    )
     for f in futures.values():
         assert f.result(30) is None
     stored = _stored(gateway_db, dave)["SCRAM-SHA-256"]
     assert stored[:2] == (b"salt-dave", 10000)
-    assert stored[2] == scram_domain.credential_from_password(scram_domain.SCRAM_SHA_256, "dave-pw", b"salt-dave", 10000).stored_key
+    assert (
+        stored[2] == scram_domain.credential_from_password(scram_domain.SCRAM_SHA_256, "dave-pw", b"salt-dave", 10000).stored_key
+    )
 
     described = admin.describe_user_scram_credentials([dave, erin])
     infos = {u: [(i.mechanism, i.iterations) for i in f.result(30).scram_credential_infos] for u, f in described.items()}
@@ -189,7 +225,10 @@ def test_confluent_kafka_admin_client(gateway: GatewayProcess, gateway_db: str) 
     with pytest.raises(KafkaException) as info:
         deleted[dave].result(30)
     assert info.value.args[0].code() == ErrorCode.RESOURCE_NOT_FOUND.kafka_code
-    assert admin.alter_user_scram_credentials([UserScramCredentialDeletion(dave, ScramMechanism.SCRAM_SHA_256)])[dave].result(30) is None
+    assert (
+        admin.alter_user_scram_credentials([UserScramCredentialDeletion(dave, ScramMechanism.SCRAM_SHA_256)])[dave].result(30)
+        is None
+    )
     assert _stored(gateway_db, dave) == {}
 
 
@@ -201,9 +240,9 @@ def test_kafka_python_admin_client(gateway: GatewayProcess, gateway_db: str) -> 
     frank = _user("frank")
     admin = KafkaAdminClient(bootstrap_servers=gateway.bootstrap)
     try:
-        assert admin.alter_user_scram_credentials([UserScramCredentialUpsertion(frank, "SCRAM-SHA-512", "frank-pw", iterations=16384)]) == {
-            frank: None,
-        }
+        assert admin.alter_user_scram_credentials(
+            [UserScramCredentialUpsertion(frank, "SCRAM-SHA-512", "frank-pw", iterations=16384)]
+        ) == {frank: None}
         described = admin.describe_user_scram_credentials([frank])
         assert described[frank]["error"] is None
         assert [(int(c["mechanism"]), c["iterations"]) for c in described[frank]["credential_infos"]] == [(SHA512, 16384)]
@@ -217,10 +256,18 @@ def test_kafka_python_admin_client(gateway: GatewayProcess, gateway_db: str) -> 
 
 # --- authorization, in process --------------------------------------------------------------------
 
+
 def _ctx(store: Broker, api_key: int, authorizer: Authorizer | None, principal: str | None) -> RequestContext:
     return RequestContext(
-        broker=store, node=Node(0, "127.0.0.1", 9092), api_key=api_key, api_version=0, correlation_id=1, client_id=None,
-        client_host="127.0.0.1", authorizer=authorizer, principal=principal,
+        broker=store,
+        node=Node(0, "127.0.0.1", 9092),
+        api_key=api_key,
+        api_version=0,
+        correlation_id=1,
+        client_id=None,
+        client_host="127.0.0.1",
+        authorizer=authorizer,
+        principal=principal,
     )
 
 
@@ -228,10 +275,13 @@ def test_describe_needs_describe_and_alter_needs_alter_on_the_cluster(store: Bro
     reader, writer, stranger = _user("reader"), _user("writer"), _user("stranger")
     for name in (reader, writer, stranger):
         security.create_principal(store.db, name)
-    security.add_acls(store.db, [
-        AclBinding(reader, ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL, Operation.DESCRIBE, PermissionType.ALLOW),
-        AclBinding(writer, ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL, Operation.ALTER, PermissionType.ALLOW),
-    ])
+    security.add_acls(
+        store.db,
+        [
+            AclBinding(reader, ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL, Operation.DESCRIBE, PermissionType.ALLOW),
+            AclBinding(writer, ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL, Operation.ALTER, PermissionType.ALLOW),
+        ],
+    )
     authorizer = Authorizer(store.db)
     target = _user("target")
     alter = SimpleNamespace(deletions=[], upsertions=[SimpleNamespace(**_upsertion(target, SHA256, "pw"))])
@@ -241,17 +291,30 @@ def test_describe_needs_describe_and_alter_needs_alter_on_the_cluster(store: Bro
         return asyncio.run(handler(_ctx(store, api_key, authorizer, who), request))
 
     denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED.kafka_code
-    assert run(scram_handlers.handle_alter_user_scram_credentials, ApiKey.AlterUserScramCredentials, reader, alter)["results"] == [
-        {"user": target, "error_code": denied, "error_message": ErrorCode.CLUSTER_AUTHORIZATION_FAILED.value.default_message},
-    ]
-    assert run(scram_handlers.handle_describe_user_scram_credentials, ApiKey.DescribeUserScramCredentials, stranger, describe)["error_code"] == denied
-    assert run(scram_handlers.handle_alter_user_scram_credentials, ApiKey.AlterUserScramCredentials, writer, alter)["results"][0]["error_code"] == 0
+    assert run(scram_handlers.handle_alter_user_scram_credentials, ApiKey.AlterUserScramCredentials, reader, alter)[
+        "results"
+    ] == [{"user": target, "error_code": denied, "error_message": ErrorCode.CLUSTER_AUTHORIZATION_FAILED.value.default_message}]
+    assert (
+        run(scram_handlers.handle_describe_user_scram_credentials, ApiKey.DescribeUserScramCredentials, stranger, describe)[
+            "error_code"
+        ]
+        == denied
+    )
+    assert (
+        run(scram_handlers.handle_alter_user_scram_credentials, ApiKey.AlterUserScramCredentials, writer, alter)["results"][0][
+            "error_code"
+        ]
+        == 0
+    )
     for who in (reader, writer):  # an ALLOW of Alter implies Describe (Kafka's rule)
         described = run(scram_handlers.handle_describe_user_scram_credentials, ApiKey.DescribeUserScramCredentials, who, describe)
-        assert described["error_code"] == 0 and described["results"][0]["credential_infos"] == [{"mechanism": SHA256, "iterations": 4096}]
+        assert described["error_code"] == 0 and described["results"][0]["credential_infos"] == [
+            {"mechanism": SHA256, "iterations": 4096}
+        ]
 
 
 # --- the SASL exchanges, in process, with kafka-python's SCRAM client ------------------------------
+
 
 def _scram_client(user: str, password: str, mechanism: str) -> Any:
     from kafka.net.sasl.scram import ScramClient
@@ -285,7 +348,10 @@ def test_scram_exchanges_over_stored_credentials(store: Broker, mechanism: str) 
     assert _sign_in(authorizer, grace, "grace-pw", mechanism) == (grace, None)
     assert _sign_in(authorizer, grace, "wrong", mechanism) == (None, invalid)
     other = "SCRAM-SHA-512" if mechanism == "SCRAM-SHA-256" else "SCRAM-SHA-256"
-    assert _sign_in(authorizer, grace, "grace-pw", other) == (None, scram_domain.INVALID_CREDENTIALS.format(other))  # no credential there
+    assert _sign_in(authorizer, grace, "grace-pw", other) == (
+        None,
+        scram_domain.INVALID_CREDENTIALS.format(other),
+    )  # no credential there
     assert _sign_in(authorizer, "nobody-" + grace, "grace-pw", mechanism) == (None, invalid)  # as a wrong password
 
     # an unknown user is answered a salt and iterations as a known one is, the same each time
@@ -344,21 +410,28 @@ def scram_user(secured: GatewayProcess) -> tuple[str, str]:
         security.add_acls(broker.db, security.admin_bindings(name))
     finally:
         broker.db.dispose()
-    admin = AdminClient({
-        "bootstrap.servers": secured.bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
-        "sasl.username": "admin", "sasl.password": ADMIN_TOKEN,
-    })
+    admin = AdminClient(
+        {
+            "bootstrap.servers": secured.bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "admin",
+            "sasl.password": ADMIN_TOKEN,
+        }
+    )
     for mechanism, iterations in ((ScramMechanism.SCRAM_SHA_256, 4096), (ScramMechanism.SCRAM_SHA_512, 8192)):
         # one request each: Kafka refuses a user altered twice in one request (DUPLICATE_RESOURCE)
-        futures = admin.alter_user_scram_credentials([
-            UserScramCredentialUpsertion(name, ScramCredentialInfo(mechanism, iterations), password.encode()),
-        ])
+        futures = admin.alter_user_scram_credentials(
+            [UserScramCredentialUpsertion(name, ScramCredentialInfo(mechanism, iterations), password.encode())]
+        )
         assert futures[name].result(30) is None
     described = admin.describe_user_scram_credentials([name])[name].result(30)
     assert sorted((i.mechanism.value, i.iterations) for i in described.scram_credential_infos) == [(SHA256, 4096), (SHA512, 8192)]
     # every gateway process takes up a change within its poll of security_version
     for mechanism in MECHANISMS:
-        wait_until(lambda: _signs_in(secured, mechanism, name, password), 10, 0.05, f"the gateway to know {name}'s {mechanism} password")
+        wait_until(
+            lambda: _signs_in(secured, mechanism, name, password), 10, 0.05, f"the gateway to know {name}'s {mechanism} password"
+        )
     return name, password
 
 
@@ -379,8 +452,11 @@ def _signs_in(secured: GatewayProcess, mechanism: str, name: str, password: str)
 
 def _confluent_scram(secured: GatewayProcess, mechanism: str, name: str, password: str) -> dict[str, object]:
     return {
-        "bootstrap.servers": secured.bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
-        "sasl.username": name, "sasl.password": password,
+        "bootstrap.servers": secured.bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": mechanism,
+        "sasl.username": name,
+        "sasl.password": password,
     }
 
 
@@ -393,9 +469,9 @@ def test_confluent_kafka_signs_in_with_scram(secured: GatewayProcess, scram_user
     producer = Producer({**_confluent_scram(secured, mechanism, name, password), "enable.idempotence": True})
     producer.produce(topic, mechanism.encode())
     assert producer.flush(30) == 0
-    consumer = Consumer({
-        **_confluent_scram(secured, mechanism, name, password), "group.id": _user("group"), "auto.offset.reset": "earliest",
-    })
+    consumer = Consumer(
+        {**_confluent_scram(secured, mechanism, name, password), "group.id": _user("group"), "auto.offset.reset": "earliest"}
+    )
     try:
         consumer.subscribe([topic])
         message = None
@@ -414,13 +490,30 @@ def test_kcat_signs_in_with_scram(secured: GatewayProcess, scram_user: tuple[str
     assert KCAT is not None
     name, password = scram_user
     topic = _topic(secured)
-    sasl_args = ["-X", "security.protocol=SASL_PLAINTEXT", "-X", f"sasl.mechanism={mechanism}", "-X", f"sasl.username={name}",
-                 "-X", f"sasl.password={password}"]
-    done = subprocess.run([KCAT, "-b", secured.bootstrap, *sasl_args, "-P", "-t", topic], input=f"{mechanism} from kcat\n",
-                          capture_output=True, text=True, timeout=60)
+    sasl_args = [
+        "-X",
+        "security.protocol=SASL_PLAINTEXT",
+        "-X",
+        f"sasl.mechanism={mechanism}",
+        "-X",
+        f"sasl.username={name}",
+        "-X",
+        f"sasl.password={password}",
+    ]
+    done = subprocess.run(
+        [KCAT, "-b", secured.bootstrap, *sasl_args, "-P", "-t", topic],
+        input=f"{mechanism} from kcat\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
-    done = subprocess.run([KCAT, "-b", secured.bootstrap, *sasl_args, "-C", "-t", topic, "-o", "beginning", "-e"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [KCAT, "-b", secured.bootstrap, *sasl_args, "-C", "-t", topic, "-o", "beginning", "-e"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0 and done.stdout.splitlines() == [f"{mechanism} from kcat"], done.stderr
     wrong = [a.replace(f"sasl.password={password}", "sasl.password=wrong") for a in sasl_args]
     refused = subprocess.run([KCAT, "-b", secured.bootstrap, *wrong, "-L", "-m", "5"], capture_output=True, text=True, timeout=60)
@@ -428,7 +521,9 @@ def test_kcat_signs_in_with_scram(secured: GatewayProcess, scram_user: tuple[str
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
-def test_confluent_kafka_with_a_wrong_scram_password_fails(secured: GatewayProcess, scram_user: tuple[str, str], mechanism: str) -> None:
+def test_confluent_kafka_with_a_wrong_scram_password_fails(
+    secured: GatewayProcess, scram_user: tuple[str, str], mechanism: str
+) -> None:
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
@@ -456,8 +551,11 @@ def test_kafka_python_signs_in_with_scram(secured: GatewayProcess, scram_user: t
     name, password = scram_user
     topic = _topic(secured)
     conf = {
-        "bootstrap_servers": secured.bootstrap, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
-        "sasl_plain_username": name, "sasl_plain_password": password,
+        "bootstrap_servers": secured.bootstrap,
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": mechanism,
+        "sasl_plain_username": name,
+        "sasl_plain_password": password,
     }
     producer = KafkaProducer(**conf)
     producer.send(topic, b"kafka-python " + mechanism.encode()).get(timeout=30)
@@ -478,8 +576,11 @@ def test_aiokafka_signs_in_with_scram(secured: GatewayProcess, scram_user: tuple
     name, password = scram_user
     topic = _topic(secured)
     conf = {
-        "bootstrap_servers": secured.bootstrap, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
-        "sasl_plain_username": name, "sasl_plain_password": password,
+        "bootstrap_servers": secured.bootstrap,
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": mechanism,
+        "sasl_plain_username": name,
+        "sasl_plain_password": password,
     }
 
     async def run() -> bytes:
@@ -499,27 +600,39 @@ def test_aiokafka_signs_in_with_scram(secured: GatewayProcess, scram_user: tuple
     assert asyncio.run(run()) == b"aiokafka"
 
 
-def test_a_principal_without_alter_on_the_cluster_may_not_set_passwords(secured: GatewayProcess, scram_user: tuple[str, str]) -> None:
+def test_a_principal_without_alter_on_the_cluster_may_not_set_passwords(
+    secured: GatewayProcess, scram_user: tuple[str, str]
+) -> None:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
     broker = make_broker(secured.database_url)
     try:  # the ACL before the principal: any snapshot with the principal has it
         reader_name = _user("reader")
-        security.add_acls(broker.db, [
-            AclBinding(reader_name, ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL, Operation.DESCRIBE, PermissionType.ALLOW),
-        ])
+        security.add_acls(
+            broker.db,
+            [
+                AclBinding(
+                    reader_name, ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL, Operation.DESCRIBE, PermissionType.ALLOW
+                )
+            ],
+        )
         reader = security.create_principal(broker.db, reader_name)
     finally:
         broker.db.dispose()
     name, _ = scram_user
-    admin = AdminClient({
-        "bootstrap.servers": secured.bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
-        "sasl.username": reader.principal.name, "sasl.password": reader.token,
-    })
-    futures = admin.alter_user_scram_credentials([
-        UserScramCredentialUpsertion(name, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"taken over"),
-    ])
+    admin = AdminClient(
+        {
+            "bootstrap.servers": secured.bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": reader.principal.name,
+            "sasl.password": reader.token,
+        }
+    )
+    futures = admin.alter_user_scram_credentials(
+        [UserScramCredentialUpsertion(name, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"taken over")]
+    )
     with pytest.raises(KafkaException) as info:
         futures[name].result(30)
     assert info.value.args[0].code() == ErrorCode.CLUSTER_AUTHORIZATION_FAILED.kafka_code
@@ -563,6 +676,7 @@ def test_raw_scram_sign_in_over_sasl_authenticate_and_bare_tokens(
             client.process_server_first_message(token(conn, client.first_message())[1])
             answer = conn.request(ApiKey.SaslAuthenticate, 2, {"auth_bytes": client.final_message()})
             assert (answer.error_code, answer.error_message) == (
-                ErrorCode.SASL_AUTHENTICATION_FAILED.kafka_code, scram_domain.INVALID_CREDENTIALS.format("SCRAM-SHA-256"),
+                ErrorCode.SASL_AUTHENTICATION_FAILED.kafka_code,
+                scram_domain.INVALID_CREDENTIALS.format("SCRAM-SHA-256"),
             )
             assert conn.closed_by_peer()

@@ -46,7 +46,9 @@ def _name(prefix: str) -> str:
 
 def _topic(raw: RawConnection, partitions: int = 2) -> str:
     topic = _name("share-topic")
-    created = raw.request(ApiKey.CreateTopics, 7, {"topics": [{"name": topic, "num_partitions": partitions, "replication_factor": 1}]})
+    created = raw.request(
+        ApiKey.CreateTopics, 7, {"topics": [{"name": topic, "num_partitions": partitions, "replication_factor": 1}]}
+    )
     assert created.topics[0].error_code == 0
     return topic
 
@@ -70,7 +72,9 @@ def _consumer(bootstrap: str, group: str, topic: str, **extra: Any) -> ShareCons
     return consumer
 
 
-def _drain(consumers: list[ShareConsumer], until: Any, timeout: float = 30, ack: AcknowledgeType | None = None) -> list[list[Any]]:
+def _drain(
+    consumers: list[ShareConsumer], until: Any, timeout: float = 30, ack: AcknowledgeType | None = None
+) -> list[list[Any]]:
     """Polls each consumer in turn until ``until(got)`` (each consumer's messages so far); with
     ``ack`` each message is acknowledged so (explicit mode), else the next poll accepts it."""
     got: list[list[Any]] = [[] for _ in consumers]
@@ -161,7 +165,10 @@ def test_a_killed_consumers_records_go_to_the_others_after_the_lock_duration(
     before_acquired = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-c", _KILLED_CONSUMER, gateway.bootstrap, group, topic, "1"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:
         assert proc.stdout is not None
@@ -269,29 +276,72 @@ def test_a_gateway_killed_mid_fetch_the_consumer_goes_on(
 
 
 def _heartbeat(raw: RawConnection, group: str, member: str, epoch: int, topics: list[str] | None) -> Any:
-    return raw.request(ApiKey.ShareGroupHeartbeat, 1, {
-        "group_id": group, "member_id": member, "member_epoch": epoch, "rack_id": None, "subscribed_topic_names": topics,
-    })
+    return raw.request(
+        ApiKey.ShareGroupHeartbeat,
+        1,
+        {"group_id": group, "member_id": member, "member_epoch": epoch, "rack_id": None, "subscribed_topic_names": topics},
+    )
 
 
-def _fetch(raw: RawConnection, group: str, member: str, epoch: int, parts: list[tuple[uuid.UUID, int, list]], wait_ms: int = 0) -> Any:
-    return raw.request(ApiKey.ShareFetch, 1, {
-        "group_id": group, "member_id": member, "share_session_epoch": epoch, "max_wait_ms": wait_ms, "min_bytes": 1,
-        "max_bytes": 1 << 20, "max_records": 100, "batch_size": 100,
-        "topics": [{"topic_id": t, "partitions": [{"partition_index": p, "acknowledgement_batches": [
-            {"first_offset": a, "last_offset": b, "acknowledge_types": [k]} for a, b, k in acks
-        ]}]} for t, p, acks in parts],
-        "forgotten_topics_data": [],
-    })
+def _fetch(
+    raw: RawConnection, group: str, member: str, epoch: int, parts: list[tuple[uuid.UUID, int, list]], wait_ms: int = 0
+) -> Any:
+    return raw.request(
+        ApiKey.ShareFetch,
+        1,
+        {
+            "group_id": group,
+            "member_id": member,
+            "share_session_epoch": epoch,
+            "max_wait_ms": wait_ms,
+            "min_bytes": 1,
+            "max_bytes": 1 << 20,
+            "max_records": 100,
+            "batch_size": 100,
+            "topics": [
+                {
+                    "topic_id": t,
+                    "partitions": [
+                        {
+                            "partition_index": p,
+                            "acknowledgement_batches": [
+                                {"first_offset": a, "last_offset": b, "acknowledge_types": [k]} for a, b, k in acks
+                            ],
+                        }
+                    ],
+                }
+                for t, p, acks in parts
+            ],
+            "forgotten_topics_data": [],
+        },
+    )
 
 
-def _acknowledge(raw: RawConnection, group: str, member: str, epoch: int, topic_id: uuid.UUID, first: int, last: int, kind: int) -> Any:
-    return raw.request(ApiKey.ShareAcknowledge, 1, {
-        "group_id": group, "member_id": member, "share_session_epoch": epoch,
-        "topics": [{"topic_id": topic_id, "partitions": [{"partition_index": 0, "acknowledgement_batches": [
-            {"first_offset": first, "last_offset": last, "acknowledge_types": [kind]},
-        ]}]}],
-    })
+def _acknowledge(
+    raw: RawConnection, group: str, member: str, epoch: int, topic_id: uuid.UUID, first: int, last: int, kind: int
+) -> Any:
+    return raw.request(
+        ApiKey.ShareAcknowledge,
+        1,
+        {
+            "group_id": group,
+            "member_id": member,
+            "share_session_epoch": epoch,
+            "topics": [
+                {
+                    "topic_id": topic_id,
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "acknowledgement_batches": [
+                                {"first_offset": first, "last_offset": last, "acknowledge_types": [kind]}
+                            ],
+                        }
+                    ],
+                }
+            ],
+        },
+    )
 
 
 def _topic_id(raw: RawConnection, topic: str) -> uuid.UUID:
@@ -312,9 +362,16 @@ def test_heartbeat_joins_assigns_fences_and_leaves(raw: RawConnection) -> None:
     assert second.member_epoch == 2
     again = _heartbeat(raw, group, "m1", 1, None)
     assert (again.error_code, again.member_epoch) == (0, 2)
-    described = raw.request(ApiKey.ShareGroupDescribe, 1, {"group_ids": [group, "no-such-share-group"], "include_authorized_operations": False})
+    described = raw.request(
+        ApiKey.ShareGroupDescribe, 1, {"group_ids": [group, "no-such-share-group"], "include_authorized_operations": False}
+    )
     found, missing = described.groups
-    assert (found.error_code, found.group_state, found.group_epoch, sorted(m.member_id for m in found.members)) == (0, "Stable", 2, ["m1", "m2"])
+    assert (found.error_code, found.group_state, found.group_epoch, sorted(m.member_id for m in found.members)) == (
+        0,
+        "Stable",
+        2,
+        ["m1", "m2"],
+    )
     assert missing.error_code == E.GROUP_ID_NOT_FOUND.kafka_code
     left = _heartbeat(raw, group, "m1", -1, None)
     assert (left.error_code, left.member_epoch) == (0, -1)
@@ -349,7 +406,9 @@ def test_share_sessions_and_acknowledgements(gateway: GatewayProcess, raw: RawCo
     assert closed.error_code == 0
     assert _acknowledge(raw, group, member, 4, topic_id, 1, 1, 1).error_code == E.SHARE_SESSION_NOT_FOUND.kafka_code
     again = _fetch(raw, group, "m-next", 0, [(topic_id, 0, [])])
-    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in again.responses[0].partitions[0].acquired_records] == [(1, 1, 1)]
+    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in again.responses[0].partitions[0].acquired_records] == [
+        (1, 1, 1)
+    ]
 
 
 def test_an_idle_share_fetch_waits_for_records(gateway: GatewayProcess, raw: RawConnection, store: Broker) -> None:
@@ -359,10 +418,22 @@ def test_an_idle_share_fetch_waits_for_records(gateway: GatewayProcess, raw: Raw
     empty = _fetch(raw, group, "idle", 0, [(topic_id, 0, [])], wait_ms=600)
     assert empty.responses[0].partitions[0].acquired_records == []
     assert time.monotonic() - started >= 0.5  # parked for its MaxWaitMs, not answered at once
-    correlation = raw.send(ApiKey.ShareFetch, 1, {
-        "group_id": group, "member_id": "idle", "share_session_epoch": 1, "max_wait_ms": 20_000, "min_bytes": 1,
-        "max_bytes": 1 << 20, "max_records": 10, "batch_size": 10, "topics": [], "forgotten_topics_data": [],
-    })
+    correlation = raw.send(
+        ApiKey.ShareFetch,
+        1,
+        {
+            "group_id": group,
+            "member_id": "idle",
+            "share_session_epoch": 1,
+            "max_wait_ms": 20_000,
+            "min_bytes": 1,
+            "max_bytes": 1 << 20,
+            "max_records": 10,
+            "batch_size": 10,
+            "topics": [],
+            "forgotten_topics_data": [],
+        },
+    )
     assert correlation is not None
     _produce(gateway.bootstrap, topic, [b"wake"], partitions=1)
     frame = raw.read_frame()
@@ -388,9 +459,9 @@ def test_list_groups_shows_share_groups_and_delete_groups_deletes_an_empty_one(r
     assert listed(["share"]) == [("share", "Empty", "share")]
     assert raw.request(ApiKey.DeleteGroups, 2, {"groups_names": [group]}).results[0].error_code == 0
     assert listed([]) == []
-    assert raw.request(ApiKey.ShareGroupDescribe, 1, {"group_ids": [group], "include_authorized_operations": False}).groups[0].error_code == (
-        E.GROUP_ID_NOT_FOUND.kafka_code
-    )
+    assert raw.request(ApiKey.ShareGroupDescribe, 1, {"group_ids": [group], "include_authorized_operations": False}).groups[
+        0
+    ].error_code == (E.GROUP_ID_NOT_FOUND.kafka_code)
 
 
 def test_share_group_offsets_described_altered_and_deleted(gateway: GatewayProcess, raw: RawConnection, store: Broker) -> None:
@@ -405,12 +476,14 @@ def test_share_group_offsets_described_altered_and_deleted(gateway: GatewayProce
         return raw.request(ApiKey.DescribeShareGroupOffsets, 0, {"groups": [{"group_id": group, "topics": topics}]}).groups[0]
 
     every = described(None)
-    assert [(t.topic_name, t.topic_id, [(p.partition_index, p.start_offset, p.error_code) for p in t.partitions]) for t in every.topics] == [
-        (topic, topic_id, [(0, 1, 0)])
-    ]
+    assert [
+        (t.topic_name, t.topic_id, [(p.partition_index, p.start_offset, p.error_code) for p in t.partitions])
+        for t in every.topics
+    ] == [(topic, topic_id, [(0, 1, 0)])]
     asked = described([{"topic_name": topic, "partitions": [0, 7]}, {"topic_name": "no-such-topic", "partitions": [0]}])
     assert [[(p.partition_index, p.start_offset, p.error_code) for p in t.partitions] for t in asked.topics] == [
-        [(0, 1, 0), (7, -1, E.UNKNOWN_TOPIC_OR_PARTITION.kafka_code)], [(0, -1, E.UNKNOWN_TOPIC_OR_PARTITION.kafka_code)],
+        [(0, 1, 0), (7, -1, E.UNKNOWN_TOPIC_OR_PARTITION.kafka_code)],
+        [(0, -1, E.UNKNOWN_TOPIC_OR_PARTITION.kafka_code)],
     ]
     # with a member in the group, neither alter nor delete
     assert _heartbeat(raw, group, "m1", 0, [topic]).error_code == 0
@@ -423,27 +496,50 @@ def test_share_group_offsets_described_altered_and_deleted(gateway: GatewayProce
     assert (altered.error_code, [[p.error_code for p in t.partitions] for t in altered.responses]) == (0, [[0]])
     assert [p.start_offset for t in described(None).topics for p in t.partitions] == [0]
     again = _fetch(raw, group, "m2", 0, [(topic_id, 0, [])])
-    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in again.responses[0].partitions[0].acquired_records] == [(0, 2, 1)]
+    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in again.responses[0].partitions[0].acquired_records] == [
+        (0, 2, 1)
+    ]
     assert _acknowledge(raw, group, "m2", -1, topic_id, 0, 2, 1).error_code == 0
     deleted = raw.request(ApiKey.DeleteShareGroupOffsets, 0, delete)
-    assert [(r.topic_name, r.error_code) for r in deleted.responses] == [(topic, 0), ("no-such-topic", E.UNKNOWN_TOPIC_OR_PARTITION.kafka_code)]
+    assert [(r.topic_name, r.error_code) for r in deleted.responses] == [
+        (topic, 0),
+        ("no-such-topic", E.UNKNOWN_TOPIC_OR_PARTITION.kafka_code),
+    ]
     assert described(None).topics == []
 
 
-def test_group_configs_through_describe_and_incremental_alter_configs(gateway: GatewayProcess, raw: RawConnection, store: Broker) -> None:
+def test_group_configs_through_describe_and_incremental_alter_configs(
+    gateway: GatewayProcess, raw: RawConnection, store: Broker
+) -> None:
     group = _name("share-group")
 
     def alter(*ops: tuple[str, int, str | None], validate_only: bool = False) -> tuple[int, str | None]:
-        answer = raw.request(ApiKey.IncrementalAlterConfigs, 1, {"resources": [{
-            "resource_type": 32, "resource_name": group,
-            "configs": [{"name": n, "config_operation": o, "value": v} for n, o, v in ops],
-        }], "validate_only": validate_only}).responses[0]
+        answer = raw.request(
+            ApiKey.IncrementalAlterConfigs,
+            1,
+            {
+                "resources": [
+                    {
+                        "resource_type": 32,
+                        "resource_name": group,
+                        "configs": [{"name": n, "config_operation": o, "value": v} for n, o, v in ops],
+                    }
+                ],
+                "validate_only": validate_only,
+            },
+        ).responses[0]
         return answer.error_code, answer.error_message
 
     def described() -> dict[str, tuple[str, int]]:
-        result = raw.request(ApiKey.DescribeConfigs, 4, {"resources": [{
-            "resource_type": 32, "resource_name": group, "configuration_keys": None,
-        }], "include_synonyms": False, "include_documentation": False}).results[0]
+        result = raw.request(
+            ApiKey.DescribeConfigs,
+            4,
+            {
+                "resources": [{"resource_type": 32, "resource_name": group, "configuration_keys": None}],
+                "include_synonyms": False,
+                "include_documentation": False,
+            },
+        ).results[0]
         assert result.error_code == 0
         return {c.name: (c.value, c.config_source) for c in result.configs}  # 5 DEFAULT_CONFIG, 8 DYNAMIC_GROUP_CONFIG
 
@@ -489,8 +585,16 @@ def test_share_apis_need_kafkas_acls(doors: Doors) -> None:  # noqa: F811
         assert described.groups[0].error_code == E.GROUP_AUTHORIZATION_FAILED.kafka_code
         doors.grant(who, R.GROUP, group, O.READ)
         wait_until(lambda: _heartbeat(conn, group, "m1", 0, [topic]).error_code == 0, 10, 0.1, "Read on the group to apply")
-        assert _heartbeat(conn, group, "m2", 0, [f"never-{uuid.uuid4().hex[:6]}"]).error_code == E.TOPIC_AUTHORIZATION_FAILED.kafka_code
+        assert (
+            _heartbeat(conn, group, "m2", 0, [f"never-{uuid.uuid4().hex[:6]}"]).error_code
+            == E.TOPIC_AUTHORIZATION_FAILED.kafka_code
+        )
         fetched = _fetch(conn, group, "m1", 0, [(topic_id, 0, []), (other_id, 0, [])])
         codes = {t.topic_id: t.partitions[0].error_code for t in fetched.responses}
         assert (fetched.error_code, codes) == (0, {topic_id: 0, other_id: E.TOPIC_AUTHORIZATION_FAILED.kafka_code})
-        assert conn.request(ApiKey.ShareGroupDescribe, 1, {"group_ids": [group], "include_authorized_operations": False}).groups[0].error_code == 0
+        assert (
+            conn.request(ApiKey.ShareGroupDescribe, 1, {"group_ids": [group], "include_authorized_operations": False})
+            .groups[0]
+            .error_code
+            == 0
+        )

@@ -31,8 +31,11 @@ def guarded(pg_admin_url: str, template_db: str, tmp_path_factory: pytest.TempPa
     log = tmp_path_factory.mktemp("limits") / "gateway.log"
     with fresh_database(pg_admin_url, template_db) as url:
         env = {
-            "TXLOG_AUTH": "token", "TXLOG_ADMIN_TOKEN": ADMIN_TOKEN, "TXLOG_KAFKA_AUTHENTICATION_TIMEOUT_MS": str(SIGN_IN_MS),
-            "TXLOG_KAFKA_MAX_CONNECTIONS": str(MAX_CONNECTIONS), "TXLOG_DB_POOL_SIZE": "2",
+            "TXLOG_AUTH": "token",
+            "TXLOG_ADMIN_TOKEN": ADMIN_TOKEN,
+            "TXLOG_KAFKA_AUTHENTICATION_TIMEOUT_MS": str(SIGN_IN_MS),
+            "TXLOG_KAFKA_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
+            "TXLOG_DB_POOL_SIZE": "2",
         }
         with GatewayProcess(url, env=env, log_path=log) as g:
             yield g
@@ -121,7 +124,7 @@ def test_a_sign_in_trickled_byte_by_byte_is_cut_off_as_a_whole(guarded: GatewayP
             except ConnectionResetError:
                 break
             try:
-                sock.sendall(stream[i:i + 1])
+                sock.sendall(stream[i : i + 1])
             except (BrokenPipeError, ConnectionResetError):
                 break
         else:

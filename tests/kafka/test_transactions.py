@@ -246,7 +246,9 @@ class AiokafkaTxn:
     def send_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
         from aiokafka import TopicPartition
 
-        self.runner.run(self.producer.send_offsets_to_transaction({TopicPartition(t, p): o for (t, p), o in offsets.items()}, group))
+        self.runner.run(
+            self.producer.send_offsets_to_transaction({TopicPartition(t, p): o for (t, p), o in offsets.items()}, group)
+        )
 
     def commit(self) -> None:
         self._guard(self.producer.commit_transaction)
@@ -286,19 +288,23 @@ def log_rows(store: Broker, topic: str) -> list[tuple[int, int, bytes | None, in
     """Every stored row of the topic, markers included: (partition, offset, value, producer id,
     epoch, transactional, control type)."""
     with store.db.read() as conn:
-        rows = conn.execute(text(
-            "SELECT partition, \"offset\", value, producer_id, producer_epoch, is_transactional, control_type "
-            "FROM txlog.log_records WHERE topic = :t ORDER BY partition, \"offset\""
-        ), {"t": topic}).all()
+        rows = conn.execute(
+            text(
+                'SELECT partition, "offset", value, producer_id, producer_epoch, is_transactional, control_type '
+                'FROM txlog.log_records WHERE topic = :t ORDER BY partition, "offset"'
+            ),
+            {"t": topic},
+        ).all()
     return [tuple(r) for r in rows]  # type: ignore[misc]
 
 
 def committed_view(store: Broker, topic: str) -> dict[int, list[bytes]]:
     """``txlog.committed_records``, by partition, in offset order."""
     with store.db.read() as conn:
-        rows = conn.execute(text(
-            "SELECT partition, value FROM txlog.committed_records WHERE topic = :t ORDER BY partition, \"offset\""
-        ), {"t": topic}).all()
+        rows = conn.execute(
+            text('SELECT partition, value FROM txlog.committed_records WHERE topic = :t ORDER BY partition, "offset"'),
+            {"t": topic},
+        ).all()
     out: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
     for partition, value in rows:
         out[partition].append(bytes(value))
@@ -419,7 +425,10 @@ def test_offsets_sent_to_a_transaction_are_the_groups_once_it_commits_never_when
         producer.send_offsets(group, {(topic, 0): 5, (topic, 1): 7})
         # pending in the open transaction: not the group's yet, and a stable read is told to retry
         assert group_offsets(store, group, topic) == {0: None, 1: None}
-        assert group_offsets(store, group, topic, require_stable=True) == {0: "UNSTABLE_OFFSET_COMMIT", 1: "UNSTABLE_OFFSET_COMMIT"}
+        assert group_offsets(store, group, topic, require_stable=True) == {
+            0: "UNSTABLE_OFFSET_COMMIT",
+            1: "UNSTABLE_OFFSET_COMMIT",
+        }
         producer.commit()
         assert group_offsets(store, group, topic, require_stable=True) == {0: 5, 1: 7}
 
@@ -543,31 +552,53 @@ def test_each_clients_idempotent_producer_writes_every_record_once_with_its_prod
 def batch(producer_id: int, epoch: int, sequence: int, items: list[bytes], transactional: bool = False) -> bytes:
     """One record batch v2 as a producer sends it: offsets from 0, the producer's id, epoch and
     base sequence."""
-    return encode_batch(0, [
-        StoredRecord(i, b"k", value, None, None, T0 + i, producer_id, epoch, sequence, transactional, None, 0, None, False)
-        for i, value in enumerate(items)
-    ])
+    return encode_batch(
+        0,
+        [
+            StoredRecord(i, b"k", value, None, None, T0 + i, producer_id, epoch, sequence, transactional, None, 0, None, False)
+            for i, value in enumerate(items)
+        ],
+    )
 
 
-def produce(raw: RawConnection, topic: str, partition: int, data: bytes, transactional_id: str | None = None, version: int = 9) -> tuple[int, int]:
+def produce(
+    raw: RawConnection, topic: str, partition: int, data: bytes, transactional_id: str | None = None, version: int = 9
+) -> tuple[int, int]:
     """(error code, base offset) of one partition's Produce."""
-    answer = raw.request(ApiKey.Produce, version, {
-        "transactional_id": transactional_id, "acks": -1, "timeout_ms": 5000,
-        "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": data}]}],
-    })
+    answer = raw.request(
+        ApiKey.Produce,
+        version,
+        {
+            "transactional_id": transactional_id,
+            "acks": -1,
+            "timeout_ms": 5000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": data}]}],
+        },
+    )
     part = answer.responses[0].partition_responses[0]
     return part.error_code, part.base_offset
 
 
-def init_producer_id(raw: RawConnection, transactional_id: str | None, version: int = 4, producer_id: int = -1, epoch: int = -1) -> tuple[int, int, int]:
+def init_producer_id(
+    raw: RawConnection, transactional_id: str | None, version: int = 4, producer_id: int = -1, epoch: int = -1
+) -> tuple[int, int, int]:
     """(error code, producer id, epoch)."""
-    answer = raw.request(ApiKey.InitProducerId, version, {
-        "transactional_id": transactional_id, "transaction_timeout_ms": 60_000, "producer_id": producer_id, "producer_epoch": epoch,
-    })
+    answer = raw.request(
+        ApiKey.InitProducerId,
+        version,
+        {
+            "transactional_id": transactional_id,
+            "transaction_timeout_ms": 60_000,
+            "producer_id": producer_id,
+            "producer_epoch": epoch,
+        },
+    )
     return answer.error_code, answer.producer_id, answer.producer_epoch
 
 
-def test_a_retried_batch_gets_its_first_offsets_and_a_sequence_gap_is_refused(raw: RawConnection, store: Broker, topic: str) -> None:
+def test_a_retried_batch_gets_its_first_offsets_and_a_sequence_gap_is_refused(
+    raw: RawConnection, store: Broker, topic: str
+) -> None:
     code, pid, epoch = init_producer_id(raw, None)
     assert code == NONE and pid >= 0
     first = batch(pid, epoch, 0, values("a", 3))
@@ -590,17 +621,23 @@ def test_a_retried_batch_gets_its_first_offsets_and_a_sequence_gap_is_refused(ra
 
 
 def add_partitions(raw: RawConnection, tid: str, pid: int, epoch: int, topic: str, *partitions: int) -> list[int]:
-    answer = raw.request(ApiKey.AddPartitionsToTxn, 3, {
-        "v3_and_below_transactional_id": tid, "v3_and_below_producer_id": pid, "v3_and_below_producer_epoch": epoch,
-        "v3_and_below_topics": [{"name": topic, "partitions": list(partitions)}],
-    })
+    answer = raw.request(
+        ApiKey.AddPartitionsToTxn,
+        3,
+        {
+            "v3_and_below_transactional_id": tid,
+            "v3_and_below_producer_id": pid,
+            "v3_and_below_producer_epoch": epoch,
+            "v3_and_below_topics": [{"name": topic, "partitions": list(partitions)}],
+        },
+    )
     return [r.partition_error_code for t in answer.results_by_topic_v3_and_below for r in t.results_by_partition]
 
 
 def end_txn(raw: RawConnection, tid: str, pid: int, epoch: int, commit: bool, version: int = 3) -> int:
-    answer = raw.request(ApiKey.EndTxn, version, {
-        "transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "committed": commit,
-    })
+    answer = raw.request(
+        ApiKey.EndTxn, version, {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "committed": commit}
+    )
     return answer.error_code
 
 
@@ -633,7 +670,9 @@ def test_a_transactional_batch_for_a_partition_not_added_is_refused_and_nothing_
     assert committed_view(store, topic) == {0: values("in", 2), 1: []}
 
 
-def test_init_producer_id_with_the_current_epoch_bumps_it_and_a_stale_one_is_fenced(raw: RawConnection, store: Broker, topic: str) -> None:
+def test_init_producer_id_with_the_current_epoch_bumps_it_and_a_stale_one_is_fenced(
+    raw: RawConnection, store: Broker, topic: str
+) -> None:
     tid = f"tid-{topic}"
     code, pid, e0 = init_producer_id(raw, tid)
     assert code == NONE
@@ -661,16 +700,19 @@ def test_init_producer_id_with_the_current_epoch_bumps_it_and_a_stale_one_is_fen
 def aborted_flags(store: Broker, topic: str) -> list[tuple[bytes | None, bool]]:
     """(value, aborted) of partition 0's rows in offset order (a marker's value is None)."""
     with store.db.read() as conn:
-        rows = conn.execute(text(
-            "SELECT value, aborted FROM txlog.log_records WHERE topic = :t AND partition = 0 ORDER BY \"offset\""
-        ), {"t": topic}).all()
+        rows = conn.execute(
+            text('SELECT value, aborted FROM txlog.log_records WHERE topic = :t AND partition = 0 ORDER BY "offset"'),
+            {"t": topic},
+        ).all()
     return [(None if v is None else bytes(v), a) for v, a in rows]
 
 
 # -- transaction timeout -------------------------------------------------------------------------
 
 
-def test_a_transaction_left_open_past_its_timeout_is_aborted_by_the_gateways_sweeper(start_gateway: Callable[..., GatewayProcess]) -> None:
+def test_a_transaction_left_open_past_its_timeout_is_aborted_by_the_gateways_sweeper(
+    start_gateway: Callable[..., GatewayProcess],
+) -> None:
     g = start_gateway(transaction_abort_check_interval_ms="200")
     store = make_broker(g.database_url)
     try:
@@ -685,8 +727,12 @@ def test_a_transaction_left_open_past_its_timeout_is_aborted_by_the_gateways_swe
             producer.flush()
             assert txn_service.describe(store, tid).state is TxnState.ONGOING
             started = time.monotonic()
-            wait_until(lambda: txn_service.describe(store, tid).state is TxnState.COMPLETE_ABORT, 15, 0.1,
-                       "the sweeper to abort the timed-out transaction")
+            wait_until(
+                lambda: txn_service.describe(store, tid).state is TxnState.COMPLETE_ABORT,
+                15,
+                0.1,
+                "the sweeper to abort the timed-out transaction",
+            )
             waited = time.monotonic() - started
             meta = txn_service.describe(store, tid)
             assert meta.fence_reason == "timed_out"

@@ -47,9 +47,26 @@ class Authority:
     def make(cls, folder: Path, name: str) -> "Authority":
         folder.mkdir(parents=True, exist_ok=True)
         ca = cls(folder, name)
-        _run("req", "-x509", *_KEY, "-keyout", ca.key.name, "-out", ca.cert.name, "-days", "2", "-subj", f"/CN=txlog test {name}",
-             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-             "-addext", "subjectKeyIdentifier=hash", cwd=folder)
+        _run(
+            "req",
+            "-x509",
+            *_KEY,
+            "-keyout",
+            ca.key.name,
+            "-out",
+            ca.cert.name,
+            "-days",
+            "2",
+            "-subj",
+            f"/CN=txlog test {name}",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+            "-addext",
+            "subjectKeyIdentifier=hash",
+            cwd=folder,
+        )
         return ca
 
     def issue(self, name: str, subject: str, *, server: bool = False) -> Pair:
@@ -58,13 +75,32 @@ class Authority:
         extensions = self.folder / f"{name}.ext"
         usage = "serverAuth" if server else "clientAuth"
         lines = [
-            "basicConstraints=critical,CA:FALSE", "keyUsage=critical,digitalSignature,keyEncipherment",
-            f"extendedKeyUsage={usage}", "subjectKeyIdentifier=hash", "authorityKeyIdentifier=keyid:always",
+            "basicConstraints=critical,CA:FALSE",
+            "keyUsage=critical,digitalSignature,keyEncipherment",
+            f"extendedKeyUsage={usage}",
+            "subjectKeyIdentifier=hash",
+            "authorityKeyIdentifier=keyid:always",
         ]
         if server:
             lines.append("subjectAltName=DNS:localhost,IP:127.0.0.1")
         extensions.write_text("\n".join(lines) + "\n")
         _run("req", *_KEY, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject, cwd=self.folder)
-        _run("x509", "-req", "-in", f"{name}.csr", "-CA", self.cert.name, "-CAkey", self.key.name, "-CAcreateserial",
-             "-out", f"{name}.pem", "-days", "2", "-extfile", extensions.name, cwd=self.folder)
+        _run(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            self.cert.name,
+            "-CAkey",
+            self.key.name,
+            "-CAcreateserial",
+            "-out",
+            f"{name}.pem",
+            "-days",
+            "2",
+            "-extfile",
+            extensions.name,
+            cwd=self.folder,
+        )
         return Pair(self.folder / f"{name}.pem", self.folder / f"{name}.key")

@@ -23,9 +23,7 @@ def b(db_url: str) -> Iterator[Broker]:
 
 def send(b: Broker, tid: str, principal: str | None, partition: int = 0) -> None:
     ids = transactions.describe(b, tid)
-    req = produce.ProduceRequest(
-        [NewRecord(b"k", b"v")], ids.producer_id, ids.producer_epoch, 0, tid, principal=principal
-    )
+    req = produce.ProduceRequest([NewRecord(b"k", b"v")], ids.producer_id, ids.producer_epoch, 0, tid, principal=principal)
     produce.produce(b, "t", partition, req)
 
 

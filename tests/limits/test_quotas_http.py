@@ -22,10 +22,13 @@ def quota_server(pg_admin_url: str, template_db: str) -> Iterator[httpx.Client]:
     with fresh_database(pg_admin_url, template_db) as url:
         b = make_broker(url)
         try:
-            assert quotas.alter_quotas(b.db, [
-                quotas.QuotaAlteration([("user", "ANONYMOUS")], [quotas.QuotaOp("producer_byte_rate", 20_000)]),
-                quotas.QuotaAlteration([("client-id", None)], [quotas.QuotaOp("consumer_byte_rate", 20_000)]),
-            ]) == [None, None]
+            assert quotas.alter_quotas(
+                b.db,
+                [
+                    quotas.QuotaAlteration([("user", "ANONYMOUS")], [quotas.QuotaOp("producer_byte_rate", 20_000)]),
+                    quotas.QuotaAlteration([("client-id", None)], [quotas.QuotaOp("consumer_byte_rate", 20_000)]),
+                ],
+            ) == [None, None]
         finally:
             b.db.dispose()
         env = {"TXLOG_QUOTA_WINDOW_NUM": "3"}
@@ -70,7 +73,9 @@ def test_a_fetch_spends_the_consumer_byte_rate(quota_server: httpx.Client) -> No
 
 def test_the_openapi_document_declares_the_header(quota_server: httpx.Client) -> None:
     paths = quota_server.get("/openapi.json").json()["paths"]
-    for path, method in (("/v1/topics/{topic}/partitions/{partition}/records", "post"),
-                         ("/v1/topics/{topic}/records", "post"),
-                         ("/v1/topics/{topic}/partitions/{partition}/records", "get")):
+    for path, method in (
+        ("/v1/topics/{topic}/partitions/{partition}/records", "post"),
+        ("/v1/topics/{topic}/records", "post"),
+        ("/v1/topics/{topic}/partitions/{partition}/records", "get"),
+    ):
         assert HEADER in paths[path][method]["responses"]["200"]["headers"]

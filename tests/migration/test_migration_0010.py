@@ -36,5 +36,5 @@ def test_offset_metadata_becomes_bytes_and_back(empty_database):  # noqa: F811
     command.downgrade(migrate.alembic_config(url), "0008")
     with psycopg.connect(libpq_url(url)) as conn:
         assert "deleted_partitions" not in _tables(conn)
-        rows = conn.execute('SELECT partition, metadata FROM txlog.group_offsets ORDER BY partition').fetchall()
+        rows = conn.execute("SELECT partition, metadata FROM txlog.group_offsets ORDER BY partition").fetchall()
         assert rows == [(0, "nul"), (2, "")]

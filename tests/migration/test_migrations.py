@@ -89,8 +89,7 @@ def _catalog(url: str) -> dict[str, list[tuple]]:
             (SCHEMA,),
         ).fetchall()
         sequences = conn.execute(
-            "SELECT sequence_name, start_value FROM information_schema.sequences WHERE sequence_schema = %s ORDER BY 1",
-            (SCHEMA,),
+            "SELECT sequence_name, start_value FROM information_schema.sequences WHERE sequence_schema = %s ORDER BY 1", (SCHEMA,)
         ).fetchall()
         view_defs = conn.execute(
             "SELECT viewname, definition FROM pg_views WHERE schemaname = %s ORDER BY viewname", (SCHEMA,)
@@ -256,8 +255,7 @@ def test_upgrading_a_database_with_data_keeps_every_record_and_transaction(empty
         sizes = [1 + 5 + 2 + 1, 7, 0, 9, 0]  # key + value + header keys and values of each record before
         assert positions == [(o, sum(sizes[:o])) for o in range(6)]
         assert conn.execute("SELECT next_position FROM txlog.partitions").fetchone() == (sum(sizes) + 2 + 4,)
-        assert conn.execute("SELECT producer_id, transactional_id, retired_at IS NOT NULL FROM txlog.producer_ids ORDER BY 1").fetchall() == [
-            (1000, "tx", True),
-            (1001, "tx", False),
-        ]
+        assert conn.execute(
+            "SELECT producer_id, transactional_id, retired_at IS NOT NULL FROM txlog.producer_ids ORDER BY 1"
+        ).fetchall() == [(1000, "tx", True), (1001, "tx", False)]
         assert conn.execute("SELECT partitions, groups FROM txlog.transaction_state").fetchone() == ([["t", 0]], ["g"])

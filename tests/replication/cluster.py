@@ -89,22 +89,42 @@ class Node(EmbeddedPostgres):
 
     def init_primary(self) -> None:
         self._prepare()
-        self._run("initdb", "-D", str(self.pgdata), "-U", "postgres", "--auth=trust", "-E", "UTF8",
-                  "--no-instructions", "--locale=C")
+        self._run(
+            "initdb", "-D", str(self.pgdata), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-instructions", "--locale=C"
+        )
         (self.pgdata / "pg_hba.conf").write_text(PG_HBA)
         self._append("postgresql.conf", PRIMARY_CONF)
 
     def init_standby(self, primary: "Node") -> None:
         """A base backup of ``primary`` (creating the replication slot), set up to stream from it."""
         self._prepare()
-        self._run("pg_basebackup", "-D", str(self.pgdata), "-h", "127.0.0.1", "-p", str(primary.port),
-                  "-U", REPLICATION_USER, "-X", "stream", "-C", "-S", SLOT, "--checkpoint=fast", timeout=120)
-        self._append("postgresql.conf", f"""
+        self._run(
+            "pg_basebackup",
+            "-D",
+            str(self.pgdata),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(primary.port),
+            "-U",
+            REPLICATION_USER,
+            "-X",
+            "stream",
+            "-C",
+            "-S",
+            SLOT,
+            "--checkpoint=fast",
+            timeout=120,
+        )
+        self._append(
+            "postgresql.conf",
+            f"""
 # standby of {primary.name}
 primary_conninfo = 'host=127.0.0.1 port={primary.port} user={REPLICATION_USER} application_name={SYNC_NAME}'
 primary_slot_name = '{SLOT}'
 hot_standby = on
-""")
+""",
+        )
         signal_file = self.pgdata / "standby.signal"
         signal_file.touch()
         if self.system_user:
@@ -112,8 +132,20 @@ hot_standby = on
             os.chown(signal_file, owner.st_uid, owner.st_gid)
 
     def start_server(self) -> None:
-        self._run("pg_ctl", "-D", str(self.pgdata), "-l", str(self.log_path), "-w", "-t", "60",
-                  "-o", f"-h 127.0.0.1 -p {self.port} -k ''", "start", timeout=90)
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.pgdata),
+            "-l",
+            str(self.log_path),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            f"-h 127.0.0.1 -p {self.port} -k ''",
+            "start",
+            timeout=90,
+        )
 
     def connect(self, database: str = DATABASE) -> psycopg.Connection:
         return psycopg.connect(self.admin_url(database), autocommit=True, connect_timeout=5)
@@ -173,8 +205,10 @@ class Pair:
     @property
     def url(self) -> str:
         """txlog's URL: both nodes, libpq picks the one that accepts writes."""
-        return (f"postgresql://postgres@127.0.0.1:{self.primary.port},127.0.0.1:{self.standby.port}/{DATABASE}"
-                "?target_session_attrs=read-write")
+        return (
+            f"postgresql://postgres@127.0.0.1:{self.primary.port},127.0.0.1:{self.standby.port}/{DATABASE}"
+            "?target_session_attrs=read-write"
+        )
 
     def start(self) -> "Pair":
         p, s = self.primary, self.standby
@@ -185,15 +219,27 @@ class Pair:
             conn.execute(f'CREATE DATABASE "{DATABASE}"')
         s.init_standby(p)
         s.start_server()
-        wait_until(lambda: p.query("SELECT state FROM pg_stat_replication WHERE application_name = %s", (SYNC_NAME,))
-                   == [("streaming",)], timeout=30, interval=0.1, message="standby streaming")
+        wait_until(
+            lambda: (
+                p.query("SELECT state FROM pg_stat_replication WHERE application_name = %s", (SYNC_NAME,)) == [("streaming",)]
+            ),
+            timeout=30,
+            interval=0.1,
+            message="standby streaming",
+        )
         if self.synchronous:
             with p.connect("postgres") as conn:
                 conn.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{SYNC_NAME}'")
                 conn.execute("SELECT pg_reload_conf()")
         expected = "sync" if self.synchronous else "async"
-        wait_until(lambda: p.query("SELECT sync_state FROM pg_stat_replication WHERE application_name = %s", (SYNC_NAME,))
-                   == [(expected,)], timeout=30, interval=0.1, message=f"standby {expected}")
+        wait_until(
+            lambda: (
+                p.query("SELECT sync_state FROM pg_stat_replication WHERE application_name = %s", (SYNC_NAME,)) == [(expected,)]
+            ),
+            timeout=30,
+            interval=0.1,
+            message=f"standby {expected}",
+        )
         return self
 
     def stop(self) -> None:
@@ -220,7 +266,7 @@ def _children(parent: int) -> list[int]:
     for pid in _all_pids():
         with contextlib.suppress(OSError, ValueError, IndexError):
             stat = Path(f"/proc/{pid}/stat").read_text()
-            if int(stat[stat.rindex(")") + 2:].split()[1]) == parent:
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == parent:
                 found.append(pid)
     return found
 
@@ -230,7 +276,7 @@ def _alive(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
+    return stat[stat.rindex(")") + 2 :].split()[0] != "Z"
 
 
 def _data_dir_of(pid: int) -> str | None:
@@ -243,4 +289,3 @@ def _data_dir_of(pid: int) -> str | None:
         return None
     i = argv.index(b"-D")
     return argv[i + 1].decode() if i + 1 < len(argv) else None
-

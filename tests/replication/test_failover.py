@@ -127,10 +127,16 @@ class TransactionalLoad(threading.Thread):
             partition = self.rng.randrange(PARTITIONS)
             values = [f"{self.tid}/{txn.number}/{b}/{i}" for i in range(BATCH)]
             txn.sent.update((v, partition) for v in values)
-            r = self.call(f"/v1/topics/{TOPIC}/partitions/{partition}/records", {
-                "transactional_id": self.tid, "producer_id": self.producer_id, "producer_epoch": self.epoch,
-                "base_sequence": self.sequences.get(partition, 0), "records": [{"value": v} for v in values],
-            })
+            r = self.call(
+                f"/v1/topics/{TOPIC}/partitions/{partition}/records",
+                {
+                    "transactional_id": self.tid,
+                    "producer_id": self.producer_id,
+                    "producer_epoch": self.epoch,
+                    "base_sequence": self.sequences.get(partition, 0),
+                    "records": [{"value": v} for v in values],
+                },
+            )
             if r.status_code != 200:
                 txn.outcome, txn.phase = "failed", self.phase.name
                 return self.refused(r)
@@ -138,8 +144,10 @@ class TransactionalLoad(threading.Thread):
             txn.acked.update((v, (partition, base + i)) for i, v in enumerate(values))
             self.sequences[partition] = self.sequences.get(partition, 0) + BATCH
         txn.requested = "abort" if self.rng.random() < 0.25 else "commit"
-        r = self.call(f"/v1/transactions/{self.tid}/end",
-                      {"producer_id": self.producer_id, "producer_epoch": self.epoch, "result": txn.requested})
+        r = self.call(
+            f"/v1/transactions/{self.tid}/end",
+            {"producer_id": self.producer_id, "producer_epoch": self.epoch, "result": txn.requested},
+        )
         if r.status_code != 200:
             txn.outcome, txn.phase = "unknown", self.phase.name
             return self.refused(r)
@@ -166,10 +174,15 @@ class IdempotentLoad(TransactionalLoad):
         partition = self.rng.randrange(PARTITIONS)
         values = [f"{self.tid}/{txn.number}/0/{i}" for i in range(BATCH)]
         txn.sent.update((v, partition) for v in values)
-        r = self.call(f"/v1/topics/{TOPIC}/partitions/{partition}/records", {
-            "producer_id": self.producer_id, "producer_epoch": self.epoch,
-            "base_sequence": self.sequences.get(partition, 0), "records": [{"value": v} for v in values],
-        })
+        r = self.call(
+            f"/v1/topics/{TOPIC}/partitions/{partition}/records",
+            {
+                "producer_id": self.producer_id,
+                "producer_epoch": self.epoch,
+                "base_sequence": self.sequences.get(partition, 0),
+                "records": [{"value": v} for v in values],
+            },
+        )
         if r.status_code != 200:
             txn.outcome, txn.phase = "failed", self.phase.name
             return self.refused(r)
@@ -190,8 +203,10 @@ def read_committed(api: httpx.Client) -> dict[str, tuple[int, int]]:
     for partition in range(PARTITIONS):
         offset = 0
         while True:
-            r = api.get(f"/v1/topics/{TOPIC}/partitions/{partition}/records",
-                        params={"offset": offset, "max_records": 1000, "isolation_level": "read_committed"})
+            r = api.get(
+                f"/v1/topics/{TOPIC}/partitions/{partition}/records",
+                params={"offset": offset, "max_records": 1000, "isolation_level": "read_committed"},
+            )
             assert r.status_code == 200, r.text
             body = r.json()
             for rec in body["records"]:
@@ -207,8 +222,10 @@ def run_failover(pair: Pair, tmp_path) -> dict:  # type: ignore[no-untyped-def]
     """The load, the stall, the primary's death and the promotion; then every check that holds for
     both kinds of standby. Returns what the caller asserts or reports."""
     phase, stop = Phase(), threading.Event()
-    with ServerProcess(pair.url, workers=2, env=SERVER_ENV, log_path=tmp_path / "server.log") as server, \
-            server.client(timeout=60) as api:
+    with (
+        ServerProcess(pair.url, workers=2, env=SERVER_ENV, log_path=tmp_path / "server.log") as server,
+        server.client(timeout=60) as api,
+    ):
         assert api.post("/v1/topics", json={"name": TOPIC, "partitions": PARTITIONS}).status_code == 201
         processes = set(server.processes())
         loads = [TransactionalLoad(server, f"ledger-{i}", phase, stop, seed=i) for i in range(PRODUCERS)]
@@ -224,9 +241,11 @@ def run_failover(pair: Pair, tmp_path) -> dict:  # type: ignore[no-untyped-def]
         if pair.synchronous:  # commits now wait for the standby: see one waiting (a waiting commit
             # keeps its partitions' row locks, so the other producers may queue behind it on those
             # locks rather than in SyncRep: an EndTxn over every partition leaves one waiter alone)
-            wait_until(lambda: pair.primary.query(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")[0][0] >= 1,
-                timeout=30, message="commits waiting for the synchronous standby")
+            wait_until(
+                lambda: pair.primary.query("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")[0][0] >= 1,
+                timeout=30,
+                message="commits waiting for the synchronous standby",
+            )
         else:  # commits go on being acknowledged by the primary alone
             wait_until(lambda: len(commits(loads, "stall")) >= 10, timeout=30, message="commits during the stall")
         primary_lsn = pair.primary.wal_lsn()
@@ -239,8 +258,11 @@ def run_failover(pair: Pair, tmp_path) -> dict:  # type: ignore[no-untyped-def]
         pair.standby.promote()
         promoted_at = time.monotonic()
         phase.name = "after"
-        wait_until(lambda: all(sum(t.outcome == "committed" and t.phase == "after" for t in load.txns) >= 3 for load in loads),
-                   timeout=60, message="every producer committing on the new primary")
+        wait_until(
+            lambda: all(sum(t.outcome == "committed" and t.phase == "after" for t in load.txns) >= 3 for load in loads),
+            timeout=60,
+            message="every producer committing on the new primary",
+        )
         stop.set()
         for load in loads:
             load.join(60)
@@ -265,16 +287,20 @@ def run_failover(pair: Pair, tmp_path) -> dict:  # type: ignore[no-untyped-def]
     # The same through SQL on the new primary; offsets dense, control records included.
     with pair.standby.connect() as conn:
         rows = conn.execute(
-            "SELECT convert_from(value, 'UTF8'), partition, \"offset\" FROM txlog.committed_records WHERE topic = %s",
-            (TOPIC,)).fetchall()
+            "SELECT convert_from(value, 'UTF8'), partition, \"offset\" FROM txlog.committed_records WHERE topic = %s", (TOPIC,)
+        ).fetchall()
         assert {v: (p, o) for v, p, o in rows} == visible and len(rows) == len(visible)
-        in_log = dict(conn.execute(
-            "SELECT convert_from(value, 'UTF8'), partition FROM txlog.records WHERE topic = %s AND control_type IS NULL",
-            (TOPIC,)).fetchall())
+        in_log = dict(
+            conn.execute(
+                "SELECT convert_from(value, 'UTF8'), partition FROM txlog.records WHERE topic = %s AND control_type IS NULL",
+                (TOPIC,),
+            ).fetchall()
+        )
         for partition, count, last, high_watermark in conn.execute(
-                "SELECT r.partition, count(*), max(r.\"offset\"), p.next_offset FROM txlog.records r "
-                "JOIN txlog.partitions p USING (topic, partition) WHERE r.topic = %s GROUP BY r.partition, p.next_offset",
-                (TOPIC,)).fetchall():
+            'SELECT r.partition, count(*), max(r."offset"), p.next_offset FROM txlog.records r '
+            "JOIN txlog.partitions p USING (topic, partition) WHERE r.topic = %s GROUP BY r.partition, p.next_offset",
+            (TOPIC,),
+        ).fetchall():
             assert count == last + 1 == high_watermark, f"partition {partition}: offsets not dense"
 
     txns = [t for load in loads for t in load.txns]
@@ -286,7 +312,9 @@ def run_failover(pair: Pair, tmp_path) -> dict:  # type: ignore[no-untyped-def]
         logged = {v for v in t.sent if v in in_log}
         if t.outcome == "aborted":
             assert not shown, f"{t.tid} #{t.number}: records of an aborted transaction are visible"
-        if shown:  # all of the transaction or nothing: every record of it in the log, each acknowledged one where it was acknowledged
+        if (
+            shown
+        ):  # all of the transaction or nothing: every record of it in the log, each acknowledged one where it was acknowledged
             assert set(shown) == logged, f"{t.tid} #{t.number}: part of a transaction is visible"
             assert set(t.acked) <= set(shown), f"{t.tid} #{t.number}: acknowledged records missing"
             assert all(shown[v] == t.acked[v] for v in t.acked), f"{t.tid} #{t.number}: moved from its acknowledged offset"

@@ -10,8 +10,9 @@ from sqlalchemy.engine import make_url
 from app.storage.db import libpq_url, sqlalchemy_url
 
 LIBPQ = "postgresql://txlog:s%40cret@db1:5432,db2:5433/txlog?target_session_attrs=read-write&sslmode=require"
-SQLALCHEMY = ("postgresql+psycopg://txlog:s%40cret@/txlog?host=db1:5432&host=db2:5433"
-              "&target_session_attrs=read-write&sslmode=require")
+SQLALCHEMY = (
+    "postgresql+psycopg://txlog:s%40cret@/txlog?host=db1:5432&host=db2:5433&target_session_attrs=read-write&sslmode=require"
+)
 
 
 @pytest.mark.parametrize("given", [LIBPQ, SQLALCHEMY, SQLALCHEMY.replace(":5432", "%3A5432").replace(":5433", "%3A5433")])
@@ -24,11 +25,14 @@ def test_both_forms_reach_psycopg_as_libpq_host_and_port_lists(given):
     assert (args["target_session_attrs"], args["sslmode"]) == ("read-write", "require")
 
 
-@pytest.mark.parametrize("url", [
-    "postgresql://postgres@127.0.0.1:5432/txlog",
-    "postgresql://u@/db?host=/var/run/postgresql",
-    "postgresql://h/db?sslmode=require&options=-c%20statement_timeout%3D0",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://postgres@127.0.0.1:5432/txlog",
+        "postgresql://u@/db?host=/var/run/postgresql",
+        "postgresql://h/db?sslmode=require&options=-c%20statement_timeout%3D0",
+    ],
+)
 def test_single_host_urls_pass_through(url):
     assert libpq_url(url) == url
-    assert sqlalchemy_url(url) == "postgresql+psycopg://" + url[len("postgresql://"):]
+    assert sqlalchemy_url(url) == "postgresql+psycopg://" + url[len("postgresql://") :]

@@ -61,11 +61,16 @@ class Principals:
     def create(self, name: str) -> httpx.Client:
         return client(self.server, security.create_principal(self.db, name).token)
 
-    def grant(self, principal: str, rt: ResourceType, name: str, *ops: Operation, deny: bool = False, prefixed: bool = False) -> list[AclBinding]:
+    def grant(
+        self, principal: str, rt: ResourceType, name: str, *ops: Operation, deny: bool = False, prefixed: bool = False
+    ) -> list[AclBinding]:
         bindings = [
             AclBinding(
-                principal, rt, CLUSTER_NAME if rt is ResourceType.CLUSTER else name,
-                PatternType.PREFIXED if prefixed else PatternType.LITERAL, op,
+                principal,
+                rt,
+                CLUSTER_NAME if rt is ResourceType.CLUSTER else name,
+                PatternType.PREFIXED if prefixed else PatternType.LITERAL,
+                op,
                 PermissionType.DENY if deny else PermissionType.ALLOW,
             )
             for op in ops

@@ -18,15 +18,9 @@ from app.domain.acls import (
     produce_api,
     validate_binding,
 )
-from app.domain.acls import (
-    Operation as O,
-)
-from app.domain.acls import (
-    PatternType as P,
-)
-from app.domain.acls import (
-    ResourceType as R,
-)
+from app.domain.acls import Operation as O
+from app.domain.acls import PatternType as P
+from app.domain.acls import ResourceType as R
 
 ALLOW, DENY = PermissionType.ALLOW, PermissionType.DENY
 
@@ -96,7 +90,9 @@ def test_produce_needs_write_on_the_topic_and_more_by_kind() -> None:
     assert denied is not None and denied.check.resource_type is R.TRANSACTIONAL_ID and denied.name == "tx"
     allowed = [write_t, acl(R.TRANSACTIONAL_ID, "tx", O.WRITE)]
     assert check_api(allowed, Api.PRODUCE_TRANSACTIONAL, {"topic": "t", "transactional_id": "tx"}) is None
-    denied = check_api([acl(R.TRANSACTIONAL_ID, "tx", O.WRITE)], Api.PRODUCE_TRANSACTIONAL, {"topic": "t", "transactional_id": "tx"})
+    denied = check_api(
+        [acl(R.TRANSACTIONAL_ID, "tx", O.WRITE)], Api.PRODUCE_TRANSACTIONAL, {"topic": "t", "transactional_id": "tx"}
+    )
     assert denied is not None and denied.check.resource_type is R.TOPIC
 
 

@@ -29,18 +29,50 @@ def test_principals_and_acls_from_the_command_line(db_url: str, capsys: pytest.C
     assert code == 1 and "INVALID_REQUEST" in err  # an active principal's name is taken
 
     code, out, _ = run(
-        capsys, "acls", "add", "--allow-principal", "User:alice", "--operation", "Read", "--operation", "Write",
-        "--topic", "orders", "--resource-pattern-type", "prefixed", "--database-url", db_url,
+        capsys,
+        "acls",
+        "add",
+        "--allow-principal",
+        "User:alice",
+        "--operation",
+        "Read",
+        "--operation",
+        "Write",
+        "--topic",
+        "orders",
+        "--resource-pattern-type",
+        "prefixed",
+        "--database-url",
+        db_url,
     )
     assert code == 0 and out.count("added: ") == 2
-    code, out, _ = run(capsys, "acls", "add", "--deny-principal", "alice", "--operation", "Read", "--topic", "orders-secret", "--database-url", db_url)
+    code, out, _ = run(
+        capsys,
+        "acls",
+        "add",
+        "--deny-principal",
+        "alice",
+        "--operation",
+        "Read",
+        "--topic",
+        "orders-secret",
+        "--database-url",
+        db_url,
+    )
     assert code == 0
     code, out, _ = run(capsys, "acls", "list", "--principal", "alice", "--json", "--database-url", db_url)
     listed = json.loads(out)["acls"]
     assert {(a["operation"], a["resource_name"], a["pattern_type"], a["permission_type"]) for a in listed} == {
-        ("Read", "orders", "prefixed", "allow"), ("Write", "orders", "prefixed", "allow"), ("Read", "orders-secret", "literal", "deny"),
+        ("Read", "orders", "prefixed", "allow"),
+        ("Write", "orders", "prefixed", "allow"),
+        ("Read", "orders-secret", "literal", "deny"),
     }
-    assert run(capsys, "acls", "add", "--allow-principal", "alice", "--operation", "Frob", "--topic", "x", "--database-url", db_url)[0] == 2
+    assert (
+        run(capsys, "acls", "add", "--allow-principal", "alice", "--operation", "Frob", "--topic", "x", "--database-url", db_url)[
+            0
+        ]
+        == 2
+    )
     assert run(capsys, "acls", "add", "--operation", "Read", "--topic", "x", "--database-url", db_url)[0] == 2
 
     db = Database(db_url, pool_size=1)
@@ -54,7 +86,19 @@ def test_principals_and_acls_from_the_command_line(db_url: str, capsys: pytest.C
         assert denied.value.code is ErrorCode.TOPIC_AUTHORIZATION_FAILED
         assert auth.allowed("alice", Operation.DESCRIBE, ResourceType.TOPIC, "orders-secret")  # Write implies Describe
 
-        code, out, _ = run(capsys, "acls", "remove", "--deny-principal", "alice", "--operation", "Read", "--topic", "orders-secret", "--database-url", db_url)
+        code, out, _ = run(
+            capsys,
+            "acls",
+            "remove",
+            "--deny-principal",
+            "alice",
+            "--operation",
+            "Read",
+            "--topic",
+            "orders-secret",
+            "--database-url",
+            db_url,
+        )
         assert code == 0 and "removed: " in out
         assert auth.refresh()
         auth.check("alice", Api.FETCH, {"topic": "orders-secret"})
@@ -92,17 +136,46 @@ def test_scram_passwords_from_the_command_line(
     ScramClient = kafka_python_scram_client()
 
     monkeypatch.setattr("sys.stdin", io.StringIO("s3cret pass\n"))
-    code, _, err = run(capsys, "principals", "scram", "set", "User:scram-cli", "--mechanism", "scram-sha-512", "--iterations", "8192", "--database-url", db_url)
+    code, _, err = run(
+        capsys,
+        "principals",
+        "scram",
+        "set",
+        "User:scram-cli",
+        "--mechanism",
+        "scram-sha-512",
+        "--iterations",
+        "8192",
+        "--database-url",
+        db_url,
+    )
     assert code == 0, err
     monkeypatch.setattr("sys.stdin", io.StringIO("other\n"))
-    assert run(capsys, "principals", "scram", "set", "scram-cli", "--mechanism", "SCRAM-SHA-256", "--database-url", db_url)[0] == 0
+    assert (
+        run(capsys, "principals", "scram", "set", "scram-cli", "--mechanism", "SCRAM-SHA-256", "--database-url", db_url)[0] == 0
+    )
     monkeypatch.setattr("sys.stdin", io.StringIO("x\n"))
-    code, _, err = run(capsys, "principals", "scram", "set", "scram-cli", "--mechanism", "SCRAM-SHA-256", "--iterations", "100", "--database-url", db_url)
+    code, _, err = run(
+        capsys,
+        "principals",
+        "scram",
+        "set",
+        "scram-cli",
+        "--mechanism",
+        "SCRAM-SHA-256",
+        "--iterations",
+        "100",
+        "--database-url",
+        db_url,
+    )
     assert code == 1 and "UNACCEPTABLE_CREDENTIAL" in err
 
     code, out, _ = run(capsys, "principals", "list", "--json", "--database-url", db_url)
     listed = {p["name"]: p["scram"] for p in json.loads(out)["principals"]}
-    assert listed["scram-cli"] == [{"mechanism": "SCRAM-SHA-256", "iterations": 4096}, {"mechanism": "SCRAM-SHA-512", "iterations": 8192}]
+    assert listed["scram-cli"] == [
+        {"mechanism": "SCRAM-SHA-256", "iterations": 4096},
+        {"mechanism": "SCRAM-SHA-512", "iterations": 8192},
+    ]
     code, out, _ = run(capsys, "principals", "list", "--database-url", db_url)
     assert "SCRAM-SHA-512 (8192 iterations)" in out
 
@@ -116,6 +189,11 @@ def test_scram_passwords_from_the_command_line(
     finally:
         db.dispose()
 
-    assert run(capsys, "principals", "scram", "delete", "scram-cli", "--mechanism", "SCRAM-SHA-512", "--database-url", db_url)[0] == 0
-    code, _, err = run(capsys, "principals", "scram", "delete", "scram-cli", "--mechanism", "SCRAM-SHA-512", "--database-url", db_url)
+    assert (
+        run(capsys, "principals", "scram", "delete", "scram-cli", "--mechanism", "SCRAM-SHA-512", "--database-url", db_url)[0]
+        == 0
+    )
+    code, _, err = run(
+        capsys, "principals", "scram", "delete", "scram-cli", "--mechanism", "SCRAM-SHA-512", "--database-url", db_url
+    )
     assert code == 1 and "RESOURCE_NOT_FOUND" in err

@@ -18,7 +18,11 @@ def records(*values: str) -> dict:
 
 
 def test_no_or_a_bad_token_is_refused_and_health_stays_open(server: ServerProcess) -> None:
-    with client(server, None) as anonymous, client(server, "txlog_0123456789abcdef_wrong") as wrong, client(server, "nonsense") as other:
+    with (
+        client(server, None) as anonymous,
+        client(server, "txlog_0123456789abcdef_wrong") as wrong,
+        client(server, "nonsense") as other,
+    ):
         for c in (anonymous, wrong, other):
             r = c.get("/v1/topics")
             assert r.status_code == 401 and code(r) == "SASL_AUTHENTICATION_FAILED", r.text
@@ -53,11 +57,20 @@ def test_a_principal_that_may_write_one_topic_and_read_nothing_else(admin: httpx
             assert r.status_code == 403 and code(r) == "TOPIC_AUTHORIZATION_FAILED", (r.request.url, r.text)
         r = writer.post("/v1/producers", json={})
         assert r.status_code == 403 and code(r) == "CLUSTER_AUTHORIZATION_FAILED"
-        r = writer.post("/v1/topics/w-only/partitions/0/records", json={"producer_id": 1, "producer_epoch": 0, "base_sequence": 0, **records("c")})
+        r = writer.post(
+            "/v1/topics/w-only/partitions/0/records",
+            json={"producer_id": 1, "producer_epoch": 0, "base_sequence": 0, **records("c")},
+        )
         assert r.status_code == 403 and code(r) == "CLUSTER_AUTHORIZATION_FAILED"
         r = writer.get("/v1/groups/g/offsets")
         assert r.status_code == 403 and code(r) == "GROUP_AUTHORIZATION_FAILED"
-        for path in ("/v1/open-transactions", "/v1/topics/w-only/partitions/0/producers", "/v1/acls", "/v1/principals", "/metrics"):
+        for path in (
+            "/v1/open-transactions",
+            "/v1/topics/w-only/partitions/0/producers",
+            "/v1/acls",
+            "/v1/principals",
+            "/metrics",
+        ):
             r = writer.get(path)
             assert r.status_code == 403 and code(r) == "CLUSTER_AUTHORIZATION_FAILED", path
         # Write implies Describe: the topic it may write is the only one it sees.
@@ -109,7 +122,12 @@ def test_transactions_need_write_on_the_transactional_id(admin: httpx.Client, pr
         fetched = app.get("/v1/topics/tx-out/partitions/0/records", params={"isolation_level": "read_committed"}).json()
         assert [r["value"] for r in fetched["records"]] == ["v"]
         assert app.get("/v1/groups/app-group/offsets").json()["offsets"][0]["offset"] == 0
-        assert app.post("/v1/groups/app-group/offsets", json={"offsets": [{"topic": "tx-in", "partition": 0, "offset": 1}]}).status_code == 200
+        assert (
+            app.post(
+                "/v1/groups/app-group/offsets", json={"offsets": [{"topic": "tx-in", "partition": 0, "offset": 1}]}
+            ).status_code
+            == 200
+        )
         r = app.post("/v1/groups/app-group/offsets", json={"offsets": [{"topic": "w-only", "partition": 0, "offset": 1}]})
         assert r.status_code == 403 and code(r) == "TOPIC_AUTHORIZATION_FAILED"
 
@@ -160,7 +178,9 @@ def test_revocation_takes_effect_on_a_running_server(admin: httpx.Client, princi
         assert user.headers["Authorization"] != again.headers["Authorization"]
 
 
-def test_principals_and_acls_over_http_need_alter_on_the_cluster(admin: httpx.Client, principals: Principals, server: ServerProcess) -> None:
+def test_principals_and_acls_over_http_need_alter_on_the_cluster(
+    admin: httpx.Client, principals: Principals, server: ServerProcess
+) -> None:
     created = admin.post("/v1/principals", json={"name": "http-made"})
     assert created.status_code == 201, created.text
     token = created.json()["token"]
@@ -176,7 +196,10 @@ def test_principals_and_acls_over_http_need_alter_on_the_cluster(admin: httpx.Cl
         assert r.status_code == 403 and code(r) == "CLUSTER_AUTHORIZATION_FAILED"
         r = made.delete("/v1/principals/writer")
         assert r.status_code == 403 and code(r) == "CLUSTER_AUTHORIZATION_FAILED"
-        removed = admin.delete("/v1/acls", params={"principal": "http-made", "resource_type": "topic", "resource_name": "w-only", "operation": "Read"})
+        removed = admin.delete(
+            "/v1/acls",
+            params={"principal": "http-made", "resource_type": "topic", "resource_name": "w-only", "operation": "Read"},
+        )
         assert len(removed.json()["acls"]) == 1
         eventually(lambda: made.get("/v1/topics/w-only/partitions/0/records"), 403)
         assert admin.delete("/v1/principals/http-made").json()["revoked_at_ms"] is not None

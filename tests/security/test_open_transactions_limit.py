@@ -21,7 +21,12 @@ from tests.support import ServerProcess
 @pytest.fixture(scope="module")
 def limited(secured_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     log: Path = tmp_path_factory.mktemp("limited") / "server.log"
-    env = {"TXLOG_AUTH": "token", "TXLOG_ADMIN_TOKEN": ADMIN_TOKEN, "TXLOG_MAX_OPEN_TRANSACTIONS_PER_PRINCIPAL": "2", **QUIET_SWEEPER}
+    env = {
+        "TXLOG_AUTH": "token",
+        "TXLOG_ADMIN_TOKEN": ADMIN_TOKEN,
+        "TXLOG_MAX_OPEN_TRANSACTIONS_PER_PRINCIPAL": "2",
+        **QUIET_SWEEPER,
+    }
     with ServerProcess(secured_db, env=env, log_path=log) as s:
         yield s
 
@@ -38,9 +43,14 @@ def test_open_transactions_per_principal(limited: ServerProcess, database: Datab
             body = {**ids, "base_sequence": 0, "transactional_id": tid, "records": [{"value": "v"}]}
             return c.post("/v1/topics/lim-out/partitions/0/records", json=body)
         if how == "partitions":
-            return c.post(f"/v1/transactions/{tid}/partitions", json={**ids, "partitions": [{"topic": "lim-out", "partition": 0}]})
+            return c.post(
+                f"/v1/transactions/{tid}/partitions", json={**ids, "partitions": [{"topic": "lim-out", "partition": 0}]}
+            )
         group = tid.rsplit("-", 1)[0] + "-g"
-        return c.post(f"/v1/transactions/{tid}/offsets", json={**ids, "group_id": group, "offsets": [{"topic": "lim-out", "partition": 0, "offset": 0}]})
+        return c.post(
+            f"/v1/transactions/{tid}/offsets",
+            json={**ids, "group_id": group, "offsets": [{"topic": "lim-out", "partition": 0, "offset": 0}]},
+        )
 
     # Each grant is its own change of the security version, and the server reloads at most once a
     # poll: the transactional id's grant, the one ``begin`` waits to see, is written last, so a

@@ -39,10 +39,29 @@ def _self_signed(directory: Path) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 and its key, made with the openssl command."""
     cert_path, key_path = directory / "cert.pem", directory / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-         "-keyout", str(key_path), "-out", str(cert_path), "-days", "1", "-subj", "/CN=txlog test",
-         "-addext", "subjectAltName=IP:127.0.0.1"],
-        check=True, capture_output=True, timeout=60,
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(key_path),
+            "-out",
+            str(cert_path),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=txlog test",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
     )
     return cert_path, key_path
 
@@ -58,11 +77,16 @@ def test_tls_with_a_self_signed_certificate(db_url: str, tmp_path: Path) -> None
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     proc = subprocess.Popen(
         serve("--port", str(port), "--tls-cert", str(cert), "--tls-key", str(key), "--log-level", "warning"),
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     trusted = ssl.create_default_context(cafile=str(cert))
     url = f"https://127.0.0.1:{port}"
     try:
+
         def ready() -> bool:
             assert proc.poll() is None, f"server exited with {proc.returncode}"
             try:

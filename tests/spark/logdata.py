@@ -70,7 +70,9 @@ def mixed_log(broker: Broker, topic: str, partitions: int = 3) -> Txn:
     return open_txn
 
 
-def consume(broker: Broker, topic: str, isolation_level: str = "read_committed", start: dict[int, int] | None = None) -> list[tuple]:
+def consume(
+    broker: Broker, topic: str, isolation_level: str = "read_committed", start: dict[int, int] | None = None
+) -> list[tuple]:
     """Every record a consumer sees, by fetching from each partition until its end, as
     (partition, offset, key, value, headers) tuples."""
     out = []

@@ -18,8 +18,13 @@ from tests.support import ROOT
 def json_rows(df) -> list[tuple]:  # type: ignore[no-untyped-def]
     """Rows of a JSON export (keys and values as utf8 text) in the shape of ``spark_rows``."""
     return sorted(
-        (r["partition"], r["offset"], r["key"].encode() if r["key"] is not None else None, r["value"].encode(),
-         json.loads(r["headers"]) if r["headers"] else None)
+        (
+            r["partition"],
+            r["offset"],
+            r["key"].encode() if r["key"] is not None else None,
+            r["value"].encode(),
+            json.loads(r["headers"]) if r["headers"] else None,
+        )
         for r in df.collect()
     )
 
@@ -28,21 +33,31 @@ def test_export_parquet_and_json(spark, broker, db_url, topic_name, tmp_path) ->
     mixed_log(broker, topic_name)
     expected = consume(broker, topic_name)
 
-    out = run_spark_cli(db_url, ["export", "--topic", topic_name, "--format", "parquet", "--output", str(tmp_path / "pq")],
-                        tmp_path / "parquet.log")
+    out = run_spark_cli(
+        db_url,
+        ["export", "--topic", topic_name, "--format", "parquet", "--output", str(tmp_path / "pq")],
+        tmp_path / "parquet.log",
+    )
     assert f"exported {len(expected)} records of {topic_name}" in out
     assert "tasks" in out  # progress lines while Spark works
     assert spark_rows(spark.read.parquet(str(tmp_path / "pq"))) == expected
 
-    out = run_spark_cli(db_url, ["export", "--topic", topic_name, "--format", "json", "--output", str(tmp_path / "js"), "--group", "exp"],
-                        tmp_path / "json.log")
+    out = run_spark_cli(
+        db_url,
+        ["export", "--topic", topic_name, "--format", "json", "--output", str(tmp_path / "js"), "--group", "exp"],
+        tmp_path / "json.log",
+    )
     assert f"exported {len(expected)} records of {topic_name}" in out
     assert json_rows(spark.read.json(str(tmp_path / "js"))) == expected
     lso = {(topic_name, s.partition): s.last_stable_offset for s in topics.describe_topic(broker, topic_name)}
     assert group_offsets(broker, "exp") == lso  # committed after the files were written
 
-    out = run_spark_cli(db_url, ["export", "--topic", topic_name, "--format", "json", "--output", str(tmp_path / "js")],
-                        tmp_path / "again.log", expect=1)
+    out = run_spark_cli(
+        db_url,
+        ["export", "--topic", topic_name, "--format", "json", "--output", str(tmp_path / "js")],
+        tmp_path / "again.log",
+        expect=1,
+    )
     assert "already exists" in out  # never overwrites unless told to
 
 
@@ -50,8 +65,20 @@ def test_export_parquet_and_json(spark, broker, db_url, topic_name, tmp_path) ->
 def test_stream_resumes_without_loss_or_duplicates(spark, broker, db_url, topic_name, tmp_path) -> None:  # type: ignore[no-untyped-def]
     open_txn = mixed_log(broker, topic_name, partitions=2)
     out_dir = tmp_path / "stream"
-    args = ["stream", "--topic", topic_name, "--group", "files", "--output", str(out_dir), "--format", "json",
-            "--available-now", "--trigger-seconds", "0"]
+    args = [
+        "stream",
+        "--topic",
+        topic_name,
+        "--group",
+        "files",
+        "--output",
+        str(out_dir),
+        "--format",
+        "json",
+        "--available-now",
+        "--trigger-seconds",
+        "0",
+    ]
 
     def batch_ids() -> list[str]:
         return sorted(p.name for p in out_dir.glob("batch=*"))

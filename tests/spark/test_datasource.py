@@ -14,8 +14,13 @@ def test_batch_read_equals_jdbc_read(spark, broker, db_url, topic_name) -> None:
     rows = spark_rows(df)
     assert rows == spark_rows(read_topic(spark, db_url, topic_name)) == consume(broker, topic_name)
     assert df.schema == read_topic(spark, db_url, topic_name).schema
-    uncommitted = spark.read.format("txlog").option("url", db_url).option("topic", topic_name) \
-        .option("isolationLevel", "read_uncommitted").load()
+    uncommitted = (
+        spark.read.format("txlog")
+        .option("url", db_url)
+        .option("topic", topic_name)
+        .option("isolationLevel", "read_uncommitted")
+        .load()
+    )
     assert spark_rows(uncommitted) == consume(broker, topic_name, "read_uncommitted")
 
 
@@ -24,12 +29,19 @@ def test_stream_reads_committed_records_and_resumes_from_its_checkpoint(spark, b
 
     def run() -> None:
         stream = (
-            spark.readStream.format("txlog").option("url", db_url).option("topic", topic_name)
-            .option("group", "dash").option("maxOffsetsPerTrigger", "25").load()
+            spark.readStream.format("txlog")
+            .option("url", db_url)
+            .option("topic", topic_name)
+            .option("group", "dash")
+            .option("maxOffsetsPerTrigger", "25")
+            .load()
         )
         query = (
-            stream.writeStream.format("parquet").option("path", str(tmp_path / "out"))
-            .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start()
+            stream.writeStream.format("parquet")
+            .option("path", str(tmp_path / "out"))
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
         )
         query.awaitTermination(120)
         assert query.exception() is None

@@ -35,8 +35,18 @@ def test_read_committed_equals_a_read_committed_consumer(spark, broker, db_url, 
             (topic_name,),
         ).fetchall()
     df = read_topic(spark, db_url, topic_name).orderBy("partition", "offset")
-    got = [(r["partition"], r["offset"], bytes(r["key"]) if r["key"] is not None else None, bytes(r["value"]), r["headers"], r["ts"], r["producer_id"])
-           for r in df.selectExpr("*", "unix_micros(timestamp) AS ts").collect()]
+    got = [
+        (
+            r["partition"],
+            r["offset"],
+            bytes(r["key"]) if r["key"] is not None else None,
+            bytes(r["value"]),
+            r["headers"],
+            r["ts"],
+            r["producer_id"],
+        )
+        for r in df.selectExpr("*", "unix_micros(timestamp) AS ts").collect()
+    ]
     assert got == [(p, o, k, v, h, int(ts.timestamp() * 1_000_000), pid) for p, o, k, v, h, ts, pid in view]
     assert all(r["topic"] == topic_name for r in df.collect())
 

@@ -34,7 +34,11 @@ def test_headers_timestamps_and_base64():
         body(
             encoding="base64",
             records=[
-                {"value": b64(b"\x00\xff"), "headers": [{"key": "h", "value": b64(b"1")}, {"key": "h", "value": None}], "timestamp_ms": 5},
+                {
+                    "value": b64(b"\x00\xff"),
+                    "headers": [{"key": "h", "value": b64(b"1")}, {"key": "h", "value": None}],
+                    "timestamp_ms": 5,
+                },
                 {"value": b64(b"x"), "headers": {}},
             ],
         ),
@@ -46,7 +50,9 @@ def test_headers_timestamps_and_base64():
 
 
 def test_what_the_model_accepts_and_the_fast_path_does_not_take_is_read_as_the_model_reads_it():
-    fields, records = codec.produce_body(body(producer_id="7", producer_epoch=0, base_sequence=0.0, records=[{"value": "v", "timestamp_ms": "12"}]), ProduceBody)
+    fields, records = codec.produce_body(
+        body(producer_id="7", producer_epoch=0, base_sequence=0.0, records=[{"value": "v", "timestamp_ms": "12"}]), ProduceBody
+    )
     assert (fields["producer_id"], fields["base_sequence"]) == (7, 0)
     assert records == [NewRecord(None, b"v", (), 12)]
 

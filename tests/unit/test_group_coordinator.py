@@ -102,9 +102,18 @@ class Sim:
     # --- requests ---
 
     def join(
-        self, member_id: str = "", *, instance: str | None = None, protocols: Protocols = RANGE,
-        session: int = SESSION, rebalance: int = REBALANCE, protocol_type: str = "consumer",
-        v4: bool = True, skip: bool = False, client_id: str = "c", group_id: str | None = None,
+        self,
+        member_id: str = "",
+        *,
+        instance: str | None = None,
+        protocols: Protocols = RANGE,
+        session: int = SESSION,
+        rebalance: int = REBALANCE,
+        protocol_type: str = "consumer",
+        v4: bool = True,
+        skip: bool = False,
+        client_id: str = "c",
+        group_id: str | None = None,
     ) -> Any:
         r = JoinRequest(member_id, instance, session, rebalance, protocol_type, protocols, client_id, "10.0.0.1", v4, skip)
         gid = self.group_id if group_id is None else group_id
@@ -117,8 +126,14 @@ class Sim:
         return first.member_id, self.join(first.member_id, **kw)
 
     def sync(
-        self, member_id: str, generation: int | None = None, assignments: tuple[tuple[str, bytes], ...] = (),
-        *, instance: str | None = None, protocol_type: str | None = None, protocol_name: str | None = None,
+        self,
+        member_id: str,
+        generation: int | None = None,
+        assignments: tuple[tuple[str, bytes], ...] = (),
+        *,
+        instance: str | None = None,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
     ) -> Any:
         gen = self.group.generation_id if generation is None and self.group else (generation or 0)
         r = SyncRequest(gen, member_id, instance, protocol_type, protocol_name, assignments)
@@ -208,7 +223,9 @@ class Sim:
         for mid in ids:
             if mid != leader:
                 self.sync(mid, instance=self.g.members[mid].group_instance_id)
-        self.sync(leader, assignments=tuple((m, b"A:" + m.encode()) for m in ids), instance=self.g.members[leader].group_instance_id)
+        self.sync(
+            leader, assignments=tuple((m, b"A:" + m.encode()) for m in ids), instance=self.g.members[leader].group_instance_id
+        )
         for mid in ids:
             if mid != leader:
                 self.take(mid, Waiting.SYNC)
@@ -263,7 +280,12 @@ JOIN_REFUSALS: list[tuple[str, Callable[[Sim], Any], dict[str, Any], ErrorCode]]
     ("no protocol in common", _stable_two, {"protocols": (("rr", b""),)}, E.INCONSISTENT_GROUP_PROTOCOL),
     ("an unknown member id", _stable_two, {"member_id": "c-99"}, E.UNKNOWN_MEMBER_ID),
     ("an unknown instance id with a member id", _static_pair, {"member_id": "i-1-1", "instance": "i-9"}, E.UNKNOWN_MEMBER_ID),
-    ("a known instance id with another member id", _static_pair, {"member_id": "i-1-old", "instance": "i-1"}, E.FENCED_INSTANCE_ID),
+    (
+        "a known instance id with another member id",
+        _static_pair,
+        {"member_id": "i-1-old", "instance": "i-1"},
+        E.FENCED_INSTANCE_ID,
+    ),
 ]
 
 
@@ -600,8 +622,18 @@ def _preparing(sim: Sim) -> list[str]:
 SYNC_REFUSALS: list[tuple[str, Callable[[Sim], Any], Callable[[list[str]], dict[str, Any]], ErrorCode]] = [
     ("unknown member", _stable_two, lambda ids: {"member_id": "nobody"}, E.UNKNOWN_MEMBER_ID),
     ("wrong generation", _stable_two, lambda ids: {"member_id": ids[1], "generation": 0}, E.ILLEGAL_GENERATION),
-    ("another protocol type", _stable_two, lambda ids: {"member_id": ids[1], "protocol_type": "connect"}, E.INCONSISTENT_GROUP_PROTOCOL),
-    ("another protocol name", _stable_two, lambda ids: {"member_id": ids[1], "protocol_name": "rr"}, E.INCONSISTENT_GROUP_PROTOCOL),
+    (
+        "another protocol type",
+        _stable_two,
+        lambda ids: {"member_id": ids[1], "protocol_type": "connect"},
+        E.INCONSISTENT_GROUP_PROTOCOL,
+    ),
+    (
+        "another protocol name",
+        _stable_two,
+        lambda ids: {"member_id": ids[1], "protocol_name": "rr"},
+        E.INCONSISTENT_GROUP_PROTOCOL,
+    ),
     ("during a join phase", _preparing, lambda ids: {"member_id": ids[1]}, E.REBALANCE_IN_PROGRESS),
     ("fenced instance", _static_pair, lambda ids: {"member_id": ids[0], "instance": "i-2"}, E.FENCED_INSTANCE_ID),
     ("unknown instance", _static_pair, lambda ids: {"member_id": ids[0], "instance": "i-9"}, E.UNKNOWN_MEMBER_ID),
@@ -911,7 +943,9 @@ def _unknown(sim: Sim) -> list[str]:
     return []
 
 
-COMMITS: list[tuple[str, Callable[[Sim], list[str]], Callable[[list[str]], tuple[str, int, str | None]], bool, ErrorCode | None]] = [
+COMMITS: list[
+    tuple[str, Callable[[Sim], list[str]], Callable[[list[str]], tuple[str, int, str | None]], bool, ErrorCode | None]
+] = [
     ("unknown group, simple consumer", _unknown, lambda ids: ("", -1, None), False, None),
     ("unknown group, a generation", _unknown, lambda ids: ("m", 3, None), False, E.ILLEGAL_GENERATION),
     ("empty group, simple consumer", _emptied, lambda ids: ("", -1, None), False, None),
@@ -1019,7 +1053,9 @@ def test_listing_filters_by_state_and_type_case_insensitively():
     preparing.new_member()
     all_groups = [stable.g, empty.g, preparing.g]
     assert [(g.group_id, g.state, g.protocol_type) for g in describe.listing(all_groups)] == [
-        ("s", "Stable", "consumer"), ("e", "Empty", "consumer"), ("p", "PreparingRebalance", "consumer"),
+        ("s", "Stable", "consumer"),
+        ("e", "Empty", "consumer"),
+        ("p", "PreparingRebalance", "consumer"),
     ]
     assert [g.group_id for g in describe.listing(all_groups, ["stable", "EMPTY"])] == ["s", "e"]
     assert [g.group_id for g in describe.listing(all_groups, types_filter=["Classic"])] == ["s", "e", "p"]
@@ -1050,8 +1086,12 @@ def run(coro: Any) -> Any:
 FAST = GroupConfig(min_session_timeout_ms=10, max_session_timeout_ms=60_000, initial_rebalance_delay_ms=30)
 
 
-async def _join(coord: GroupCoordinator, member_id: str = "", instance: str | None = None, session: int = 5_000, group: str = "g", **kw: Any) -> JoinResult:
-    result = await coord.join_group(group, member_id, instance, session, 5_000, "consumer", [("range", b"m")], client_id="c", client_host="h", **kw)
+async def _join(
+    coord: GroupCoordinator, member_id: str = "", instance: str | None = None, session: int = 5_000, group: str = "g", **kw: Any
+) -> JoinResult:
+    result = await coord.join_group(
+        group, member_id, instance, session, 5_000, "consumer", [("range", b"m")], client_id="c", client_host="h", **kw
+    )
     if result.error is E.MEMBER_ID_REQUIRED:
         return await _join(coord, result.member_id, instance, session, group, **kw)
     return result
@@ -1148,7 +1188,9 @@ def test_driver_refuses_groups_it_does_not_own():
 def test_driver_resign_unloads_groups_that_moved():
     async def scenario() -> None:
         owned = {"g"}
-        coord = GroupCoordinator(GroupConfig(min_session_timeout_ms=10, initial_rebalance_delay_ms=60_000), owns=lambda g: g in owned)
+        coord = GroupCoordinator(
+            GroupConfig(min_session_timeout_ms=10, initial_rebalance_delay_ms=60_000), owns=lambda g: g in owned
+        )
         waiting = asyncio.ensure_future(_join(coord))
         await asyncio.sleep(0.01)
         owned.clear()
@@ -1162,7 +1204,9 @@ def test_driver_resign_unloads_groups_that_moved():
 
 def test_driver_delete_group_and_from_settings():
     async def scenario() -> None:
-        settings = Settings(kafka_group_initial_rebalance_delay_ms=0, kafka_group_min_session_timeout_ms=10, kafka_group_max_size=5)
+        settings = Settings(
+            kafka_group_initial_rebalance_delay_ms=0, kafka_group_min_session_timeout_ms=10, kafka_group_max_size=5
+        )
         coord = GroupCoordinator.from_settings(settings)
         assert coord.config.initial_rebalance_delay_ms == 0 and coord.config.min_session_timeout_ms == 10
         assert coord.config.max_size == 5 and GroupCoordinator.from_settings(Settings()).config.max_size is None
@@ -1193,8 +1237,14 @@ async def call(coord: GroupCoordinator, handler: Any, api_key: int, version: int
     are dropped), decoded, handled, and the answer encoded and decoded as the client reads it."""
     request = protocol.decode_request(protocol.encode_request(api_key, version, body, correlation_id=7, client_id="cli")[4:])
     ctx = RequestContext(
-        broker=None, node=Node(0, "127.0.0.1", 9092), api_key=api_key, api_version=version,  # type: ignore[arg-type]
-        correlation_id=7, client_id=request.header.client_id, client_host="10.1.2.3", groups=coord,
+        broker=None,
+        node=Node(0, "127.0.0.1", 9092),
+        api_key=api_key,
+        api_version=version,  # type: ignore[arg-type]
+        correlation_id=7,
+        client_id=request.header.client_id,
+        client_host="10.1.2.3",
+        groups=coord,
     )
     answer = await handler(ctx, request.body)
     correlation_id, response = protocol.decode_response(api_key, version, protocol.encode_response(request.header, answer)[4:])
@@ -1204,8 +1254,13 @@ async def call(coord: GroupCoordinator, handler: Any, api_key: int, version: int
 
 async def _wire_join(coord: GroupCoordinator, v: int, member_id: str = "", instance: str | None = None) -> Any:
     body = {
-        "group_id": "g", "session_timeout_ms": 6_000, "rebalance_timeout_ms": 9_000, "member_id": member_id,
-        "group_instance_id": instance, "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b"meta"}],
+        "group_id": "g",
+        "session_timeout_ms": 6_000,
+        "rebalance_timeout_ms": 9_000,
+        "member_id": member_id,
+        "group_instance_id": instance,
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": b"meta"}],
         "reason": "test",
     }
     return await call(coord, h.handle_join_group, JOIN_GROUP, v, body)
@@ -1258,8 +1313,12 @@ def test_handle_sync_group_every_version(v):
         coord = GroupCoordinator(NO_DELAY)
         joined = await _join(coord)
         body = {
-            "group_id": "g", "generation_id": 1, "member_id": joined.member_id, "group_instance_id": None,
-            "protocol_type": "consumer", "protocol_name": "range",
+            "group_id": "g",
+            "generation_id": 1,
+            "member_id": joined.member_id,
+            "group_instance_id": None,
+            "protocol_type": "consumer",
+            "protocol_name": "range",
             "assignments": [{"member_id": joined.member_id, "assignment": b"\x00\x01parts"}],
         }
         response = await call(coord, h.handle_sync_group, SYNC_GROUP, v, body)
@@ -1296,17 +1355,21 @@ def test_handle_leave_group_every_version(v):
         coord = GroupCoordinator(NO_DELAY)
         a = await _join(coord, instance="host-a")
         if v >= 3:
-            body = {"group_id": "g", "members": [
-                {"member_id": "", "group_instance_id": "host-a", "reason": "bye"},
-                {"member_id": "nobody", "group_instance_id": None},
-            ]}
+            body = {
+                "group_id": "g",
+                "members": [
+                    {"member_id": "", "group_instance_id": "host-a", "reason": "bye"},
+                    {"member_id": "nobody", "group_instance_id": None},
+                ],
+            }
         else:
             body = {"group_id": "g", "member_id": a.member_id}
         response = await call(coord, h.handle_leave_group, LEAVE_GROUP, v, body)
         assert response.error_code == 0
         if v >= 3:
             assert [(m.member_id, m.group_instance_id, m.error_code) for m in response.members] == [
-                ("", "host-a", 0), ("nobody", None, E.UNKNOWN_MEMBER_ID.kafka_code),
+                ("", "host-a", 0),
+                ("nobody", None, E.UNKNOWN_MEMBER_ID.kafka_code),
             ]
         assert coord.snapshot()[0]["members"] == []
         if v < 3:
@@ -1320,7 +1383,9 @@ def test_handle_leave_group_every_version(v):
 @pytest.mark.parametrize("v", range(0, 7))
 def test_handle_describe_groups_every_version(v, monkeypatch):
     # "stored" has committed offsets and nothing else: an Empty group, as Kafka keeps it
-    monkeypatch.setattr(groups_service, "list_groups", lambda broker, among=None: [g for g in ("g", "stored") if among is None or g in among])
+    monkeypatch.setattr(
+        groups_service, "list_groups", lambda broker, among=None: [g for g in ("g", "stored") if among is None or g in among]
+    )
 
     async def scenario() -> None:
         coord = GroupCoordinator(NO_DELAY)
@@ -1329,14 +1394,26 @@ def test_handle_describe_groups_every_version(v, monkeypatch):
         body = {"groups": ["g", "unknown", "stored"], "include_authorized_operations": True}
         known, unknown, stored = (await call(coord, h.handle_describe_groups, DESCRIBE_GROUPS, v, body)).groups
         assert (stored.error_code, stored.group_id, stored.group_state, stored.protocol_type, stored.members) == (
-            0, "stored", "Empty", "", [],
+            0,
+            "stored",
+            "Empty",
+            "",
+            [],
         )
         assert (known.error_code, known.group_id, known.group_state, known.protocol_type, known.protocol_data) == (
-            0, "g", "Stable", "consumer", "range",
+            0,
+            "g",
+            "Stable",
+            "consumer",
+            "range",
         )
         (m,) = known.members
         assert (m.member_id, m.client_id, m.client_host, m.member_metadata, m.member_assignment) == (
-            joined.member_id, "c", "h", b"m", b"assigned",
+            joined.member_id,
+            "c",
+            "h",
+            b"m",
+            b"assigned",
         )
         if v >= 4:
             assert m.group_instance_id == "host-1"
@@ -1361,7 +1438,9 @@ def test_handle_list_groups_every_version(v, monkeypatch):
         await _join(coord, group="one")
         r = await _join(coord, group="two")
         coord.leave_group("two", [(r.member_id, None)])
-        response = await call(coord, h.handle_list_groups, LIST_GROUPS, v, {"states_filter": ["empty"], "types_filter": ["classic"]})
+        response = await call(
+            coord, h.handle_list_groups, LIST_GROUPS, v, {"states_filter": ["empty"], "types_filter": ["classic"]}
+        )
         listed = [(g.group_id, g.protocol_type) for g in response.groups]
         assert response.error_code == 0
         if v >= 4:  # the states filter is sent from v4

@@ -144,8 +144,12 @@ class GroupModel(RuleBasedStateMachine):
     # --- rules ---
 
     @rule(
-        static=st.booleans(), protocols=st.sampled_from(PROTOCOL_CHOICES), session=st.sampled_from(SESSIONS),
-        rebalance=st.sampled_from(REBALANCES), v4=st.booleans(), skip=st.booleans(),
+        static=st.booleans(),
+        protocols=st.sampled_from(PROTOCOL_CHOICES),
+        session=st.sampled_from(SESSIONS),
+        rebalance=st.sampled_from(REBALANCES),
+        v4=st.booleans(),
+        skip=st.booleans(),
     )
     def start_client(self, static: bool, protocols: tuple[str, ...], session: int, rebalance: int, v4: bool, skip: bool) -> None:
         if len(self.clients) < 5:
@@ -160,8 +164,14 @@ class GroupModel(RuleBasedStateMachine):
         if change:
             c.version += 1
         result = self.sim.join(
-            c.member_id, instance=c.instance, protocols=c.protocol_list(), session=c.session_ms,
-            rebalance=c.rebalance_ms, v4=c.v4, skip=c.skip, client_id=c.name,
+            c.member_id,
+            instance=c.instance,
+            protocols=c.protocol_list(),
+            session=c.session_ms,
+            rebalance=c.rebalance_ms,
+            v4=c.v4,
+            skip=c.skip,
+            client_id=c.name,
         )
         if isinstance(result, JoinResult) and result.error is None:
             assert result.generation_id == self.sim.g.generation_id
@@ -179,7 +189,11 @@ class GroupModel(RuleBasedStateMachine):
             assigned = [m for k, m in enumerate(c.to_assign) if k != omit or len(c.to_assign) < 2]
             assignments = tuple((m, f"g{c.generation}:{m}".encode()) for m in assigned)
             g = self.sim.group
-            if g is not None and g.state is S.COMPLETING_REBALANCE and (g.generation_id, g.leader_id) == (c.generation, c.member_id):
+            if (
+                g is not None
+                and g.state is S.COMPLETING_REBALANCE
+                and (g.generation_id, g.leader_id) == (c.generation, c.member_id)
+            ):
                 self.given[c.generation] = dict(assignments)  # this one takes effect
         result = self.sim.sync(c.member_id, c.generation, assignments, instance=c.instance)
         if isinstance(result, SyncResult) and result.error is None:  # a Stable group answers at once
@@ -284,8 +298,15 @@ class GroupModel(RuleBasedStateMachine):
         self.zombies.append(old)
         new = Client(old.name + "'", old.instance, protocols, old.session_ms, old.rebalance_ms, old.v4, old.skip)
         self.clients.append(new)
-        result = self.sim.join("", instance=new.instance, protocols=new.protocol_list(), session=new.session_ms,
-                               rebalance=new.rebalance_ms, skip=new.skip, client_id=new.name)
+        result = self.sim.join(
+            "",
+            instance=new.instance,
+            protocols=new.protocol_list(),
+            session=new.session_ms,
+            rebalance=new.rebalance_ms,
+            skip=new.skip,
+            client_id=new.name,
+        )
         self._reply(new, result, self._on_join)
 
     @precondition(lambda self: self.zombies)
@@ -333,7 +354,7 @@ class GroupModel(RuleBasedStateMachine):
 
     @invariant()
     def every_step_keeps_the_rules(self) -> None:
-        for outcome in self.sim.outcomes[self.checked:]:
+        for outcome in self.sim.outcomes[self.checked :]:
             self._check_step(self.before, outcome)
             self.before = outcome.group
         self.checked = len(self.sim.outcomes)

@@ -44,7 +44,9 @@ def test_every_served_api_key_reads_the_table() -> None:
     served = {ApiKey(api.api_key).name for api in versions.APIS}
     assert served <= set(KAFKA_APIS), served - set(KAFKA_APIS)
     # the keys other parts of the gateway add: SCRAM credentials and client quotas
-    assert {"DescribeUserScramCredentials", "AlterUserScramCredentials", "DescribeClientQuotas", "AlterClientQuotas"} <= set(KAFKA_APIS)
+    assert {"DescribeUserScramCredentials", "AlterUserScramCredentials", "DescribeClientQuotas", "AlterClientQuotas"} <= set(
+        KAFKA_APIS
+    )
 
 
 def test_describe_configs_is_implied_by_alter_configs_only() -> None:
@@ -136,26 +138,54 @@ def test_acl_binding_filters_as_kafka_matches_them() -> None:
 
 
 def _creation(**fields: object) -> SimpleNamespace:
-    base = {"resource_type": 2, "resource_name": "t", "resource_pattern_type": 3, "principal": "User:alice", "host": "*",
-            "operation": 3, "permission_type": 3}
+    base = {
+        "resource_type": 2,
+        "resource_name": "t",
+        "resource_pattern_type": 3,
+        "principal": "User:alice",
+        "host": "*",
+        "operation": 3,
+        "permission_type": 3,
+    }
     return SimpleNamespace(**{**base, **fields})
 
 
 def _filter(**fields: object) -> SimpleNamespace:
-    base = {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1, "principal_filter": None,
-            "host_filter": None, "operation": 1, "permission_type": 1}
+    base = {
+        "resource_type_filter": 1,
+        "resource_name_filter": None,
+        "pattern_type_filter": 1,
+        "principal_filter": None,
+        "host_filter": None,
+        "operation": 1,
+        "permission_type": 1,
+    }
     return SimpleNamespace(**{**base, **fields})
 
 
 def test_wire_creations_become_the_models_acls() -> None:
     assert wire.binding(_creation(), 3) == acl(R.TOPIC, "t", O.READ)
-    assert wire.binding(_creation(resource_type=4, resource_name="kafka-cluster", operation=9), 3) == acl(R.CLUSTER, CLUSTER_NAME, O.CLUSTER_ACTION)
-    assert wire.binding(_creation(principal="User:*", resource_pattern_type=4, permission_type=2), 3) == acl(R.TOPIC, "t", O.READ, DENY, P.PREFIXED, "*")
+    assert wire.binding(_creation(resource_type=4, resource_name="kafka-cluster", operation=9), 3) == acl(
+        R.CLUSTER, CLUSTER_NAME, O.CLUSTER_ACTION
+    )
+    assert wire.binding(_creation(principal="User:*", resource_pattern_type=4, permission_type=2), 3) == acl(
+        R.TOPIC, "t", O.READ, DENY, P.PREFIXED, "*"
+    )
     assert wire.binding(_creation(resource_pattern_type=4), 0).pattern_type is P.LITERAL  # v0: literal only
     for bad in (
-        {"resource_type": 7}, {"resource_type": 6}, {"resource_type": 1}, {"resource_type": 0}, {"resource_pattern_type": 2},
-        {"operation": 1}, {"operation": 13}, {"permission_type": 1}, {"host": "10.0.0.1"}, {"resource_name": ""},
-        {"resource_type": 4, "resource_name": "other"}, {"principal": "Group:x"}, {"principal": "User:bad name"},
+        {"resource_type": 7},
+        {"resource_type": 6},
+        {"resource_type": 1},
+        {"resource_type": 0},
+        {"resource_pattern_type": 2},
+        {"operation": 1},
+        {"operation": 13},
+        {"permission_type": 1},
+        {"host": "10.0.0.1"},
+        {"resource_name": ""},
+        {"resource_type": 4, "resource_name": "other"},
+        {"principal": "Group:x"},
+        {"principal": "User:bad name"},
     ):
         with pytest.raises(TxlogError) as refused:
             wire.binding(_creation(**bad), 3)
@@ -164,8 +194,17 @@ def test_wire_creations_become_the_models_acls() -> None:
 
 def test_wire_filters_become_the_models_filters() -> None:
     assert wire.acl_filter(_filter(), 3) == AclFilter()
-    f = wire.acl_filter(_filter(resource_type_filter=4, resource_name_filter="kafka-cluster", pattern_type_filter=2,
-                                principal_filter="User:bob", operation=7, permission_type=3), 3)
+    f = wire.acl_filter(
+        _filter(
+            resource_type_filter=4,
+            resource_name_filter="kafka-cluster",
+            pattern_type_filter=2,
+            principal_filter="User:bob",
+            operation=7,
+            permission_type=3,
+        ),
+        3,
+    )
     assert f == AclFilter(R.CLUSTER, CLUSTER_NAME, PatternFilter.MATCH, "bob", O.ALTER, ALLOW)
     assert wire.acl_filter(_filter(pattern_type_filter=4), 0).pattern is PatternFilter.LITERAL
     for nothing in ({"resource_type_filter": 7}, {"operation": 14}, {"principal_filter": "Group:x"}):

@@ -19,28 +19,31 @@ AWAY = DatabaseUnavailable("Database unavailable: connection refused")
 SLOW = TxlogError(ErrorCode.REQUEST_TIMED_OUT, "The database did not answer in time")
 
 
-@pytest.mark.parametrize(("api", "away", "slow"), [
-    (ApiKey.Produce, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.REQUEST_TIMED_OUT),  # a timed-out append may be in
-    (ApiKey.Fetch, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.KAFKA_STORAGE_ERROR),
-    (ApiKey.ListOffsets, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.KAFKA_STORAGE_ERROR),
-    (ApiKey.DeleteRecords, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.KAFKA_STORAGE_ERROR),
-    (ApiKey.DescribeLogDirs, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.KAFKA_STORAGE_ERROR),
-    (ApiKey.OffsetForLeaderEpoch, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.KAFKA_STORAGE_ERROR),
-    (ApiKey.OffsetFetch, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
-    (ApiKey.DescribeGroups, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
-    (ApiKey.ListGroups, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
-    (ApiKey.OffsetCommit, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_NOT_AVAILABLE),
-    (ApiKey.InitProducerId, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_NOT_AVAILABLE),
-    (ApiKey.AddPartitionsToTxn, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_NOT_AVAILABLE),
-    (ApiKey.AddOffsetsToTxn, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_NOT_AVAILABLE),
-    (ApiKey.TxnOffsetCommit, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_NOT_AVAILABLE),
-    (ApiKey.EndTxn, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_NOT_AVAILABLE),
-    (ApiKey.CreateTopics, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.REQUEST_TIMED_OUT),
-    (ApiKey.ListTransactions, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
-    (ApiKey.DescribeTransactions, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
-    (ApiKey.DescribeProducers, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.KAFKA_STORAGE_ERROR),
-    (ApiKey.WriteTxnMarkers, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.KAFKA_STORAGE_ERROR),
-])
+@pytest.mark.parametrize(
+    ("api", "away", "slow"),
+    [
+        (ApiKey.Produce, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.REQUEST_TIMED_OUT),  # a timed-out append may be in
+        (ApiKey.Fetch, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.KAFKA_STORAGE_ERROR),
+        (ApiKey.ListOffsets, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.KAFKA_STORAGE_ERROR),
+        (ApiKey.DeleteRecords, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.KAFKA_STORAGE_ERROR),
+        (ApiKey.DescribeLogDirs, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.KAFKA_STORAGE_ERROR),
+        (ApiKey.OffsetForLeaderEpoch, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.KAFKA_STORAGE_ERROR),
+        (ApiKey.OffsetFetch, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+        (ApiKey.DescribeGroups, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+        (ApiKey.ListGroups, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+        (ApiKey.OffsetCommit, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_NOT_AVAILABLE),
+        (ApiKey.InitProducerId, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_NOT_AVAILABLE),
+        (ApiKey.AddPartitionsToTxn, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_NOT_AVAILABLE),
+        (ApiKey.AddOffsetsToTxn, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_NOT_AVAILABLE),
+        (ApiKey.TxnOffsetCommit, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_NOT_AVAILABLE),
+        (ApiKey.EndTxn, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_NOT_AVAILABLE),
+        (ApiKey.CreateTopics, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.REQUEST_TIMED_OUT),
+        (ApiKey.ListTransactions, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+        (ApiKey.DescribeTransactions, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+        (ApiKey.DescribeProducers, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.KAFKA_STORAGE_ERROR),
+        (ApiKey.WriteTxnMarkers, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.KAFKA_STORAGE_ERROR),
+    ],
+)
 def test_each_api_names_the_database_away_or_too_slow_as_a_broker_does(api: int, away: ErrorCode, slow: ErrorCode) -> None:
     assert (error_code(api, AWAY), error_code(api, SLOW)) == (away, slow)
     assert away.retriable and slow.retriable

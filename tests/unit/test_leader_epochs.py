@@ -29,10 +29,13 @@ def test_an_epoch_below_the_first_known_ends_where_the_first_begins_keeping_its_
     assert epoch_end_offset(5, 5, 3, 17, leader_epoch=5) == EpochEndOffset(5, 17)
 
 
-@pytest.mark.parametrize(("current", "code"), [
-    (LEADER_EPOCH + 1, ErrorCode.UNKNOWN_LEADER_EPOCH),  # the client knows a newer leader than this one
-    (-2, ErrorCode.FENCED_LEADER_EPOCH),  # older than the leader's (below -1: not "none")
-])
+@pytest.mark.parametrize(
+    ("current", "code"),
+    [
+        (LEADER_EPOCH + 1, ErrorCode.UNKNOWN_LEADER_EPOCH),  # the client knows a newer leader than this one
+        (-2, ErrorCode.FENCED_LEADER_EPOCH),  # older than the leader's (below -1: not "none")
+    ],
+)
 def test_the_clients_current_leader_epoch_is_fenced_before_anything(current: int, code: ErrorCode) -> None:
     for requested in (NO_EPOCH, LEADER_EPOCH, LEADER_EPOCH + 1):
         with pytest.raises(TxlogError) as info:

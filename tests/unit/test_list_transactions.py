@@ -20,8 +20,16 @@ NOW = 1_700_000_100_000
 
 def meta(tid: str = "orders-1", state: TxnState = S.ONGOING, pid: int = 7, started: int | None = NOW - 5_000) -> TxnMetadata:
     return TxnMetadata(
-        transactional_id=tid, producer_id=pid, producer_epoch=0, state=state, timeout_ms=60_000, version=2,
-        updated_at_ms=NOW, epoch_changed_at_ms=NOW, started_at_ms=started, partitions=(("t", 0), ("t", 1)),
+        transactional_id=tid,
+        producer_id=pid,
+        producer_epoch=0,
+        state=state,
+        timeout_ms=60_000,
+        version=2,
+        updated_at_ms=NOW,
+        epoch_changed_at_ms=NOW,
+        started_at_ms=started,
+        partitions=(("t", 0), ("t", 1)),
     )
 
 
@@ -42,7 +50,15 @@ def test_state_names_are_kafkas_and_unknown_ones_are_answered_back() -> None:
     assert not listed(meta(state=S.EMPTY), state_names=["Ongoing"])
     only_unknown = txn.list_filter(["PrepareEpochFence"])
     assert only_unknown.matches_nothing and not txn.is_listed(only_unknown, meta(), NOW)
-    assert [s.value for s in TxnState] == ["Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "Dead"]
+    assert [s.value for s in TxnState] == [
+        "Empty",
+        "Ongoing",
+        "PrepareCommit",
+        "PrepareAbort",
+        "CompleteCommit",
+        "CompleteAbort",
+        "Dead",
+    ]
 
 
 def test_producer_ids() -> None:
@@ -50,13 +66,16 @@ def test_producer_ids() -> None:
     assert not listed(meta(pid=7), producer_ids=[3])
 
 
-@pytest.mark.parametrize(("started", "duration", "expected"), [
-    (NOW - 5_000, -1, True),  # negative: no filter
-    (NOW - 5_000, 4_999, True),
-    (NOW - 5_000, 5_000, False),  # running longer than, strictly
-    (NOW - 5_000, 0, True),
-    (None, 10**12, True),  # no transaction started: Kafka's -1 passes any duration
-])
+@pytest.mark.parametrize(
+    ("started", "duration", "expected"),
+    [
+        (NOW - 5_000, -1, True),  # negative: no filter
+        (NOW - 5_000, 4_999, True),
+        (NOW - 5_000, 5_000, False),  # running longer than, strictly
+        (NOW - 5_000, 0, True),
+        (None, 10**12, True),  # no transaction started: Kafka's -1 passes any duration
+    ],
+)
 def test_duration_is_kafkas_rule_over_the_start_time(started: int | None, duration: int, expected: bool) -> None:
     assert listed(meta(started=started), duration_ms=duration) is expected
 

@@ -4,15 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.domain.listeners import (
-    Listener,
-    ListenerConfigError,
-    advertise,
-    parse_listeners,
-    parse_protocol_map,
-    refusals,
-    single,
-)
+from app.domain.listeners import Listener, ListenerConfigError, advertise, parse_listeners, parse_protocol_map, refusals, single
 
 PROTOCOLS = parse_protocol_map(None)
 
@@ -36,21 +28,25 @@ def test_named_listeners_through_the_protocol_map() -> None:
     protocols = parse_protocol_map("INTERNAL:SASL_PLAINTEXT, external:sasl_ssl")
     found = parse_listeners("INTERNAL://:9092,EXTERNAL://0.0.0.0:9094", protocols)
     assert [(x.name, x.host, x.security_protocol) for x in found] == [
-        ("INTERNAL", "", "SASL_PLAINTEXT"), ("EXTERNAL", "0.0.0.0", "SASL_SSL"),
+        ("INTERNAL", "", "SASL_PLAINTEXT"),
+        ("EXTERNAL", "0.0.0.0", "SASL_SSL"),
     ]
     with pytest.raises(ListenerConfigError, match="No security protocol defined for listener PLAINTEXT"):
         parse_listeners("PLAINTEXT://:9092", protocols)  # a map replaces the default names
 
 
-@pytest.mark.parametrize("text, message", [
-    ("PLAINTEXT://127.0.0.1", "Unable to parse"),
-    ("127.0.0.1:9092", "Unable to parse"),
-    ("PLAINTEXT://127.0.0.1:99999", "Unable to parse"),
-    ("HTTP://127.0.0.1:80", "No security protocol defined for listener HTTP"),
-    ("PLAINTEXT://a:9092,PLAINTEXT://b:9093", "different name"),
-    ("PLAINTEXT://a:9092,SSL://b:9092", "different port"),
-    ("", "at least one"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("PLAINTEXT://127.0.0.1", "Unable to parse"),
+        ("127.0.0.1:9092", "Unable to parse"),
+        ("PLAINTEXT://127.0.0.1:99999", "Unable to parse"),
+        ("HTTP://127.0.0.1:80", "No security protocol defined for listener HTTP"),
+        ("PLAINTEXT://a:9092,PLAINTEXT://b:9093", "different name"),
+        ("PLAINTEXT://a:9092,SSL://b:9092", "different port"),
+        ("", "at least one"),
+    ],
+)
 def test_listeners_kafka_refuses(text: str, message: str) -> None:
     with pytest.raises(ListenerConfigError, match=message):
         parse_listeners(text, PROTOCOLS)
@@ -74,7 +70,8 @@ def test_advertised_listeners_default_to_each_listener_with_every_address_resolv
 
     assert advertise(found, None, PROTOCOLS, resolve) == {"PLAINTEXT": ("127.0.0.1", 9092), "SASL_SSL": ("gw1.example", 9094)}
     assert advertise(found, "SASL_SSL://kafka.example:19094", PROTOCOLS, resolve) == {
-        "PLAINTEXT": ("127.0.0.1", 9092), "SASL_SSL": ("kafka.example", 19094),
+        "PLAINTEXT": ("127.0.0.1", 9092),
+        "SASL_SSL": ("kafka.example", 19094),
     }
     with pytest.raises(ListenerConfigError, match="subset"):
         advertise(found, "SSL://kafka.example:9093", PROTOCOLS, resolve)
@@ -87,7 +84,9 @@ def test_the_one_listener_of_listen_signs_in_when_authenticating() -> None:
     assert single("0.0.0.0", 9092, True) == Listener("SASL_PLAINTEXT", "0.0.0.0", 9092, "SASL_PLAINTEXT")
 
 
-def _refusals(text: str, authenticated: bool, client_auth: str = "none", cert: bool = True, ca: bool = True) -> tuple[list[str], list[str]]:
+def _refusals(
+    text: str, authenticated: bool, client_auth: str = "none", cert: bool = True, ca: bool = True
+) -> tuple[list[str], list[str]]:
     return refusals(parse_listeners(text, PROTOCOLS), authenticated, client_auth, cert, ca, _loopback)  # type: ignore[arg-type]
 
 
@@ -99,9 +98,10 @@ def test_what_is_refused() -> None:
     assert "CERTFILE" in _refusals("SSL://127.0.0.1:9093", True, "required", cert=False)[0][0]
     assert "CAFILE" in _refusals("SSL://127.0.0.1:9093", True, "required", ca=False)[0][0]
     # With TXLOG_AUTH=token: PLAINTEXT and SSL without required certificates let anyone in.
-    assert _refusals("PLAINTEXT://127.0.0.1:9092", True) == ([], [
-        "listener PLAINTEXT://127.0.0.1:9092 authenticates no one: anyone who can reach it is ANONYMOUS",
-    ])
+    assert _refusals("PLAINTEXT://127.0.0.1:9092", True) == (
+        [],
+        ["listener PLAINTEXT://127.0.0.1:9092 authenticates no one: anyone who can reach it is ANONYMOUS"],
+    )
     assert _refusals("SSL://127.0.0.1:9093", True, "requested")[1]
     assert _refusals("SSL://0.0.0.0:9093,SASL_SSL://0.0.0.0:9094,SASL_PLAINTEXT://0.0.0.0:9095", True, "required") == ([], [])
     # Without authentication: loopback only.

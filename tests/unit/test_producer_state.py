@@ -49,6 +49,7 @@ def history(batches: int, epoch: int = 0, size: int = 1) -> ProducerStateEntry:
 
 # --- sequence arithmetic ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("seq", "inc", "expected"),
     [(0, 1, 1), (5, 0, 5), (MAX_SEQUENCE, 1, 0), (MAX_SEQUENCE - 1, 3, 1), (MAX_SEQUENCE, 0, MAX_SEQUENCE)],
@@ -58,6 +59,7 @@ def test_increment_sequence_wraps_after_max(seq, inc, expected):
 
 
 # --- first batch -----------------------------------------------------------------------------------
+
 
 def test_first_batch_of_an_unknown_producer_starts_at_zero():
     assert check_append(None, PID, 0, 0, 3) == Append(0, 2)
@@ -80,6 +82,7 @@ def test_empty_batch_is_invalid_record(count):
 
 
 # --- next batch, duplicates, gaps and rewinds ----------------------------------------------------
+
 
 def test_next_batch_follows_the_last_sequence():
     entry = history(1, size=3)  # sequences 0..2
@@ -131,6 +134,7 @@ def test_same_epoch_without_batches_expects_sequence_zero():
 
 # --- epochs --------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("seq", [0, 1, 3])
 def test_a_lower_epoch_is_fenced_whatever_the_sequence(seq):
     entry = history(1, epoch=5, size=3)
@@ -170,6 +174,7 @@ def test_a_new_epoch_clears_the_remembered_batches():
 
 # --- sequence wrap -----------------------------------------------------------------------------------
 
+
 def test_a_batch_may_straddle_the_wrap():
     entry = ProducerStateEntry(PID, 0, (BatchMetadata(MAX_SEQUENCE - 5, MAX_SEQUENCE - 2, 10, 13, 0),))
     assert check_append(entry, PID, 0, MAX_SEQUENCE - 1, 4) == Append(MAX_SEQUENCE - 1, 1)
@@ -193,6 +198,7 @@ def test_a_wrapped_batch_is_recognised_as_a_duplicate():
 
 
 # --- after_append ---------------------------------------------------------------------------------
+
 
 def test_after_append_of_a_new_producer():
     entry = appended(None, 7, 0, 3, 40, ts=123)
@@ -231,6 +237,7 @@ def test_last_seq_of_an_entry_without_batches_is_none():
 
 
 # --- after_marker -----------------------------------------------------------------------------------
+
 
 def test_a_marker_closes_the_open_transaction_and_keeps_the_batches_of_its_epoch():
     entry = appended(None, 3, 0, 2, 10, transactional=True)

@@ -32,7 +32,10 @@ def test_entities_are_validated_with_kafkas_messages() -> None:
         ((USER, "a"), (USER, "b")): "Invalid client quota entity, duplicate entity entry user",
         (("group", "g"),): "Unhandled client quota entity type: group",
         ((CLIENT_ID, ""),): "Empty client-id not supported",
-        ((IP, "1.2.3.4"), (USER, "a")): "Invalid quota entity combination, IP entity should not be combined with User or ClientId",
+        (
+            (IP, "1.2.3.4"),
+            (USER, "a"),
+        ): "Invalid quota entity combination, IP entity should not be combined with User or ClientId",
     }
     for parts, message in cases.items():
         with pytest.raises(QuotaError) as err:
@@ -62,9 +65,14 @@ def test_values_are_validated_with_kafkas_messages() -> None:
 def test_precedence_is_kafkas_eight_levels() -> None:
     paths = [entity_path(e) for e in precedence("alice", "app")]
     assert paths == [
-        "/users/alice/clients/app", "/users/alice/clients/<default>", "/users/alice",
-        "/users/<default>/clients/app", "/users/<default>/clients/<default>", "/users/<default>",
-        "/clients/app", "/clients/<default>",
+        "/users/alice/clients/app",
+        "/users/alice/clients/<default>",
+        "/users/alice",
+        "/users/<default>/clients/app",
+        "/users/<default>/clients/<default>",
+        "/users/<default>",
+        "/clients/app",
+        "/clients/<default>",
     ]
 
 
@@ -136,7 +144,9 @@ def test_throttle_time_is_kafkas() -> None:
     now_ms=st.floats(20_000, 31_000),
     limit=st.floats(1, 1e6),
 )
-def test_waiting_the_throttle_time_brings_the_rate_back_to_the_quota(samples: dict[int, float], now_ms: float, limit: float) -> None:
+def test_waiting_the_throttle_time_brings_the_rate_back_to_the_quota(
+    samples: dict[int, float], now_ms: float, limit: float
+) -> None:
     """The throttle time is the wait after which, nothing more recorded, the average over the same
     samples is at the quota (Kafka's formula: the measured span grows by the throttle time)."""
     w = QuotaWindow()

@@ -1,10 +1,10 @@
 """Retention rules (app.domain.retention): where retention moves a partition's log start. The
 retention configs themselves are checked with every topic config (test_topic_configs.py)."""
 
-
 from app.domain.retention import log_start_for_retention
 
 # --- log_start_for_retention ---------------------------------------------------------------------
+
 
 def test_no_limit_does_not_move_the_log_start():
     assert log_start_for_retention(0, 100, None, None) is None

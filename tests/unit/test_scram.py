@@ -158,7 +158,13 @@ def test_client_final_refusals(gs2: bytes, nonce: str, why: str) -> None:
 
 @pytest.mark.parametrize(
     "message",
-    [b"c=biws,r=clisrv", b"r=clisrv,c=biws,p=AAAA", b"c=b!ws,r=clisrv,p=AAAA", b"c=biws,r=clisrv,p=AAAA", b"c=biws,r=clisrv,p=%%%"],
+    [
+        b"c=biws,r=clisrv",
+        b"r=clisrv,c=biws,p=AAAA",
+        b"c=b!ws,r=clisrv,p=AAAA",
+        b"c=biws,r=clisrv,p=AAAA",
+        b"c=biws,r=clisrv,p=%%%",
+    ],
 )
 def test_malformed_client_final(message: bytes) -> None:
     server = ScramServer(scram.SCRAM_SHA_256, "srv")
@@ -226,8 +232,12 @@ def test_alteration_refusals_are_kafkas() -> None:
     refused = scram.alteration_refusals(
         [Deletion("twice", 1), Deletion("bad-mech", 0), Deletion("", 1)],
         [
-            ok, Upsertion("twice", 2, 4096, b"s", b"p"), Upsertion("few", 1, 4095, b"s", b"p"),
-            Upsertion("many", 2, 16385, b"s", b"p"), Upsertion("edge", 2, 16384, b"s", b"p"), Upsertion("mech", 3, 4096, b"s", b"p"),
+            ok,
+            Upsertion("twice", 2, 4096, b"s", b"p"),
+            Upsertion("few", 1, 4095, b"s", b"p"),
+            Upsertion("many", 2, 16385, b"s", b"p"),
+            Upsertion("edge", 2, 16384, b"s", b"p"),
+            Upsertion("mech", 3, 4096, b"s", b"p"),
         ],
     )
     assert {u: (r.code, r.message) for u, r in refused.items()} == {

@@ -115,9 +115,11 @@ def test_the_heartbeat_request_is_laid_out_as_kafkas() -> None:
     """Kafka's ShareGroupHeartbeatRequest v1, field by field: compact strings and arrays (length + 1),
     the nullable rack (0: null), the body's tagged fields; after request header v2."""
     frame = protocol.encode_request(
-        ApiKey.ShareGroupHeartbeat, 1,
+        ApiKey.ShareGroupHeartbeat,
+        1,
         {"group_id": "g", "member_id": "m1", "member_epoch": 0, "rack_id": None, "subscribed_topic_names": ["t"]},
-        correlation_id=3, client_id="c",
+        correlation_id=3,
+        client_id="c",
     )
     header = struct.pack(">hhih", 76, 1, 3, 1) + b"c" + b"\x00"
     body = b"\x02g" + b"\x03m1" + struct.pack(">i", 0) + b"\x00" + b"\x02\x02t" + b"\x00"
@@ -129,15 +131,26 @@ def test_the_heartbeat_response_is_laid_out_as_kafkas() -> None:
     nullable struct (1: present, -1: null) of topic ids and partitions."""
     topic = uuid.UUID(int=0x0123456789ABCDEF0123456789ABCDEF)
     body = {
-        "member_id": "m1", "member_epoch": 4, "heartbeat_interval_ms": 5000,
+        "member_id": "m1",
+        "member_epoch": 4,
+        "heartbeat_interval_ms": 5000,
         "assignment": {"topic_partitions": [{"topic_id": topic, "partitions": [0, 2]}]},
     }
     framed = bytes(protocol.encode_response(RequestHeader(ApiKey.ShareGroupHeartbeat, 1, 3, "c"), body))
     expected = (
-        struct.pack(">i", 3) + b"\x00"  # correlation id, header tagged fields
-        + struct.pack(">ih", 0, 0) + b"\x00"  # throttle, error code, null message
-        + b"\x03m1" + struct.pack(">ii", 4, 5000)
-        + b"\x01" + b"\x02" + topic.bytes + b"\x03" + struct.pack(">ii", 0, 2) + b"\x00" + b"\x00"  # assignment
+        struct.pack(">i", 3)
+        + b"\x00"  # correlation id, header tagged fields
+        + struct.pack(">ih", 0, 0)
+        + b"\x00"  # throttle, error code, null message
+        + b"\x03m1"
+        + struct.pack(">ii", 4, 5000)
+        + b"\x01"
+        + b"\x02"
+        + topic.bytes
+        + b"\x03"
+        + struct.pack(">ii", 0, 2)
+        + b"\x00"
+        + b"\x00"  # assignment
         + b"\x00"
     )
     assert framed == struct.pack(">i", len(expected)) + expected
@@ -150,11 +163,21 @@ def test_error_bodies_name_every_item_asked_for() -> None:
     describe = protocol.decode_request(protocol.encode_request(ApiKey.ShareGroupDescribe, 1, {"group_ids": ["a", "b"]})[4:])
     body = protocol.error_body(ApiKey.ShareGroupDescribe, 1, 16, "not the coordinator", describe.body)
     assert [(g["group_id"], g["error_code"], g["error_message"]) for g in body["groups"]] == [
-        ("a", 16, "not the coordinator"), ("b", 16, "not the coordinator"),
+        ("a", 16, "not the coordinator"),
+        ("b", 16, "not the coordinator"),
     ]
-    offsets = protocol.decode_request(protocol.encode_request(ApiKey.DescribeShareGroupOffsets, 0, {
-        "groups": [{"group_id": "a", "topics": [{"topic_name": "t", "partitions": [0, 3]}]}, {"group_id": "b", "topics": None}],
-    })[4:])
+    offsets = protocol.decode_request(
+        protocol.encode_request(
+            ApiKey.DescribeShareGroupOffsets,
+            0,
+            {
+                "groups": [
+                    {"group_id": "a", "topics": [{"topic_name": "t", "partitions": [0, 3]}]},
+                    {"group_id": "b", "topics": None},
+                ]
+            },
+        )[4:]
+    )
     body = protocol.error_body(ApiKey.DescribeShareGroupOffsets, 0, 16, None, offsets.body)
     assert body["groups"][0]["error_code"] == body["groups"][1]["error_code"] == 16
     assert [(p["partition_index"], p["error_code"]) for p in body["groups"][0]["topics"][0]["partitions"]] == [(0, 16), (3, 16)]
@@ -232,12 +255,16 @@ class _ShareBroker:
             if not protocol.has_codec(ApiKey.ApiVersions, header.api_version):
                 return None
             served = [(ApiKey.ApiVersions, 0, 3), (ApiKey.Metadata, 0, 12), (ApiKey.FindCoordinator, 0, 6)]
-            served += [(key, *SHARE_KEYS[key]) for key in (ApiKey.ShareGroupHeartbeat, ApiKey.ShareFetch, ApiKey.ShareAcknowledge)]
+            served += [
+                (key, *SHARE_KEYS[key]) for key in (ApiKey.ShareGroupHeartbeat, ApiKey.ShareFetch, ApiKey.ShareAcknowledge)
+            ]
             return {"api_keys": [{"api_key": k, "min_version": lo, "max_version": hi} for k, lo, hi in served]}
         if header.api_key == ApiKey.Metadata:
             partition = {"partition_index": 0, "leader_id": 0, "replica_nodes": [0], "isr_nodes": [0]}
             return {
-                "brokers": [me], "cluster_id": "c", "controller_id": 0,
+                "brokers": [me],
+                "cluster_id": "c",
+                "controller_id": 0,
                 "topics": [{"name": self.topic, "topic_id": self.topic_id, "partitions": [partition]}],
             }
         if header.api_key == ApiKey.FindCoordinator:
@@ -252,9 +279,9 @@ class _ShareBroker:
 def test_a_share_consumers_first_heartbeat_reads_as_kafka_reads_it() -> None:
     confluent_kafka = pytest.importorskip("confluent_kafka")
     broker = _ShareBroker("jobs")
-    consumer = confluent_kafka.ShareConsumer({
-        "bootstrap.servers": f"127.0.0.1:{broker.port}", "group.id": "workers", "socket.timeout.ms": 10000,
-    })
+    consumer = confluent_kafka.ShareConsumer(
+        {"bootstrap.servers": f"127.0.0.1:{broker.port}", "group.id": "workers", "socket.timeout.ms": 10000}
+    )
     try:
         consumer.subscribe(["jobs"])
         for _ in range(20):  # the client's threads do the work; poll only drives it

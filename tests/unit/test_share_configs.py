@@ -17,15 +17,25 @@ def test_defaults_are_kafkas() -> None:
     assert config.delivery == DeliveryConfig(30_000, 5)
     assert config.session_timeout_ms == 45_000
     assert set(DEFAULTS) == {
-        "share.auto.offset.reset", "share.isolation.level", "share.record.lock.duration.ms",
-        "share.delivery.count.limit", "share.session.timeout.ms", "share.heartbeat.interval.ms",
+        "share.auto.offset.reset",
+        "share.isolation.level",
+        "share.record.lock.duration.ms",
+        "share.delivery.count.limit",
+        "share.session.timeout.ms",
+        "share.heartbeat.interval.ms",
     }
     assert config.membership == ShareGroupConfig(45_000, 5_000)
 
 
 def test_set_values_decide() -> None:
-    config = config_of({"share.auto.offset.reset": "by_duration:PT1H", "share.isolation.level": "read_committed",
-                        "share.record.lock.duration.ms": "15000", "share.delivery.count.limit": "2"})
+    config = config_of(
+        {
+            "share.auto.offset.reset": "by_duration:PT1H",
+            "share.isolation.level": "read_committed",
+            "share.record.lock.duration.ms": "15000",
+            "share.delivery.count.limit": "2",
+        }
+    )
     assert config.auto_offset_reset == OffsetReset("by_duration", 3_600_000)
     assert config.isolation_level == "read_committed"
     assert config.delivery == DeliveryConfig(15_000, 2)

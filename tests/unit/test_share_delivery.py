@@ -96,14 +96,20 @@ def refused(state: SharePartitionState, member: str, *batches: AcknowledgementBa
 
 # --- the state and its rows ----------------------------------------------------------------------
 
+
 def test_transitions_follow_kafkas_table() -> None:
     for to in (R.AVAILABLE, R.ACKNOWLEDGED, R.ARCHIVED):
         check_transition(R.ACQUIRED, to)
     check_transition(R.AVAILABLE, R.ACQUIRED)
     check_transition(R.ACQUIRED, R.ACQUIRED)  # a renewed lock
     check_transition(R.AVAILABLE, R.ARCHIVED)  # out of deliveries before being acquired again
-    for bad in ((R.AVAILABLE, R.ACKNOWLEDGED), (R.AVAILABLE, R.AVAILABLE), (R.ACKNOWLEDGED, R.AVAILABLE),
-                (R.ARCHIVED, R.ACQUIRED), (R.ACKNOWLEDGED, R.ARCHIVED)):
+    for bad in (
+        (R.AVAILABLE, R.ACKNOWLEDGED),
+        (R.AVAILABLE, R.AVAILABLE),
+        (R.ACKNOWLEDGED, R.AVAILABLE),
+        (R.ARCHIVED, R.ACQUIRED),
+        (R.ACKNOWLEDGED, R.ARCHIVED),
+    ):
         with pytest.raises(ValueError):
             check_transition(*bad)
     assert [s.value for s in R] == [0, 1, 2, 4]  # Kafka's ids, as persisted
@@ -153,6 +159,7 @@ def test_rows_round_trip_and_changes_touch_only_what_moved() -> None:
 
 # --- starting points -----------------------------------------------------------------------------
 
+
 def test_auto_offset_reset_decides_the_start_only() -> None:
     assert initial_state(OffsetReset("earliest"), log_start_offset=5, log_end_offset=50) == SharePartitionState(5, 5)
     assert initial_state(OffsetReset("latest"), log_start_offset=5, log_end_offset=50) == SharePartitionState(50, 50)
@@ -180,8 +187,21 @@ def test_offset_reset_values(value: str, expected: OffsetReset) -> None:
     assert parse_offset_reset(value) == expected
 
 
-@pytest.mark.parametrize("value", ["none", "", "by_duration:", "by_duration:P", "by_duration:PT", "by_duration:1H",
-                                   "by_duration:-PT1H", "by_duration:PT1H2D", "by_duration:P1W", "by_duration:PT1.5H"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "none",
+        "",
+        "by_duration:",
+        "by_duration:P",
+        "by_duration:PT",
+        "by_duration:1H",
+        "by_duration:-PT1H",
+        "by_duration:PT1H2D",
+        "by_duration:P1W",
+        "by_duration:PT1.5H",
+    ],
+)
 def test_bad_offset_reset_values(value: str) -> None:
     with pytest.raises(TxlogError) as e:
         parse_offset_reset(value)
@@ -214,6 +234,7 @@ def test_log_start_moving_past_the_start_offset_drops_what_is_gone() -> None:
 
 
 # --- acquiring -----------------------------------------------------------------------------------
+
 
 def test_acquire_new_records_locks_them_for_the_member() -> None:
     out = acquire(fresh(), "m1", 0, 9, now_ms=100, config=CFG, max_records=500)
@@ -256,9 +277,11 @@ def test_acquire_stops_when_the_window_is_full() -> None:
 def test_acquire_archives_records_not_to_deliver() -> None:
     out = acquire(fresh(), "m1", 0, 9, now_ms=0, config=CFG, max_records=100, not_deliverable=[(3, 4), (9, 12), (0, 0)])
     assert out.acquired == (AcquiredRecords(1, 2, 1), AcquiredRecords(5, 8, 1))
-    assert out.archived == (ArchivedRecords(0, 0, 0, ArchiveReason.NOT_DELIVERABLE),
-                            ArchivedRecords(3, 4, 0, ArchiveReason.NOT_DELIVERABLE),
-                            ArchivedRecords(9, 9, 0, ArchiveReason.NOT_DELIVERABLE))
+    assert out.archived == (
+        ArchivedRecords(0, 0, 0, ArchiveReason.NOT_DELIVERABLE),
+        ArchivedRecords(3, 4, 0, ArchiveReason.NOT_DELIVERABLE),
+        ArchivedRecords(9, 9, 0, ArchiveReason.NOT_DELIVERABLE),
+    )
     assert out.state.start_offset == 1 and out.state.end_offset == 10
     # a read of nothing but aborted records and markers passes them all
     only = acquire(fresh(), "m1", 0, 4, now_ms=0, config=CFG, max_records=1, not_deliverable=[(0, 4)])
@@ -278,8 +301,12 @@ def test_acquire_takes_available_in_flight_records_then_new_ones() -> None:
     out = acquire(s, "m2", 0, 9, now_ms=10, config=CFG, max_records=100)
     assert out.acquired == (AcquiredRecords(1, 2, 2), AcquiredRecords(4, 4, 2), AcquiredRecords(6, 9, 1))
     assert out.state.in_flight == (
-        acq(0, 0, 1, "m1", 1_000), acq(1, 2, 2, "m2", 1_010), acq(3, 3, 1, "m1", 1_000),
-        acq(4, 4, 2, "m2", 1_010), acq(5, 5, 1, "m1", 1_000), acq(6, 9, 1, "m2", 1_010),
+        acq(0, 0, 1, "m1", 1_000),
+        acq(1, 2, 2, "m2", 1_010),
+        acq(3, 3, 1, "m1", 1_000),
+        acq(4, 4, 2, "m2", 1_010),
+        acq(5, 5, 1, "m1", 1_000),
+        acq(6, 9, 1, "m2", 1_010),
     )
     assert next_fetch_offset(out.state, 10) == 10
 
@@ -374,6 +401,7 @@ def test_acquire_archives_records_out_of_deliveries() -> None:
 
 # --- acknowledging -------------------------------------------------------------------------------
 
+
 def test_accept_acknowledges_and_moves_the_start_offset() -> None:
     s = take(fresh(), "m1", 0, 9)
     out = ack(s, "m1", batch(0, 9, A.ACCEPT))
@@ -407,8 +435,11 @@ def test_release_on_the_last_delivery_archives() -> None:
 def test_reject_and_gap_archive() -> None:
     s = take(fresh(), "m1", 0, 4)
     out = ack(s, "m1", batch(0, 4, A.REJECT, A.GAP, A.GAP, A.ACCEPT, A.REJECT))
-    assert out.archived == (ArchivedRecords(0, 0, 1, ArchiveReason.REJECTED), ArchivedRecords(1, 2, 1, ArchiveReason.GAP),
-                            ArchivedRecords(4, 4, 1, ArchiveReason.REJECTED))
+    assert out.archived == (
+        ArchivedRecords(0, 0, 1, ArchiveReason.REJECTED),
+        ArchivedRecords(1, 2, 1, ArchiveReason.GAP),
+        ArchivedRecords(4, 4, 1, ArchiveReason.REJECTED),
+    )
     assert out.accepted == (OffsetRange(3, 3),)
     assert out.state == SharePartitionState(5, 5)
 
@@ -421,7 +452,8 @@ def test_renew_extends_the_lock_only() -> None:
     out = ack(s, "m1", batch(0, 4, A.RENEW), now=900, lock_duration_ms=5_000)  # ChangeInvisibleDuration
     assert out.state.in_flight == (acq(0, 4, 1, "m1", 5_900),)
     assert acknowledge(s, "m1", [batch(0, 0, A.RENEW)], now_ms=0, config=CFG, lock_duration_ms=0) == Refused(
-        ErrorCode.INVALID_REQUEST, "A lock duration must be at least 1 ms, not 0")
+        ErrorCode.INVALID_REQUEST, "A lock duration must be at least 1 ms, not 0"
+    )
     # expired: too late to renew
     assert refused(s, "m1", batch(0, 0, A.RENEW), now=1_000).code is ErrorCode.INVALID_RECORD_STATE
 
@@ -432,7 +464,12 @@ def test_per_offset_types_in_one_batch() -> None:
     assert out.accepted == (OffsetRange(0, 1), OffsetRange(5, 5))
     assert out.released == (OffsetRange(2, 2), OffsetRange(4, 4))
     assert out.renewed == (OffsetRange(3, 3),)
-    assert out.state.in_flight == (avail(2, 2, 1), acq(3, 3, 1, "m1", 1_010), avail(4, 4, 1), InFlightRange(5, 5, R.ACKNOWLEDGED, 1))
+    assert out.state.in_flight == (
+        avail(2, 2, 1),
+        acq(3, 3, 1, "m1", 1_010),
+        avail(4, 4, 1),
+        InFlightRange(5, 5, R.ACKNOWLEDGED, 1),
+    )
 
 
 def test_acknowledging_below_the_start_offset_is_skipped() -> None:
@@ -479,7 +516,8 @@ def test_acknowledging_what_is_not_acquired_is_invalid_record_state() -> None:
     s = ack(s, "m1", batch(1, 1, A.RELEASE), batch(2, 2, A.ACCEPT), batch(3, 3, A.REJECT)).state
     for offset in (1, 2, 3):  # available, acknowledged, archived
         assert refused(s, "m1", batch(offset, offset, A.ACCEPT)) == Refused(
-            ErrorCode.INVALID_RECORD_STATE, "The offset cannot be acknowledged. The offset is not acquired.")
+            ErrorCode.INVALID_RECORD_STATE, "The offset cannot be acknowledged. The offset is not acquired."
+        )
     assert refused(s, "m2", batch(4, 5, A.ACCEPT)) == Refused(ErrorCode.INVALID_RECORD_STATE, "Member is not the owner of offset")
     # a double acknowledgement is refused as Kafka refuses it
     s = ack(s, "m1", batch(4, 4, A.ACCEPT)).state
@@ -490,7 +528,8 @@ def test_an_expired_lock_refuses_its_former_holder() -> None:
     s = take(fresh(), "m1", 0, 4, now=0)
     assert isinstance(acknowledge(s, "m1", [batch(0, 4, A.ACCEPT)], now_ms=999, config=CFG), Acknowledgement)
     assert refused(s, "m1", batch(0, 4, A.ACCEPT), now=1_000) == Refused(
-        ErrorCode.INVALID_RECORD_STATE, "The offset cannot be acknowledged. The offset is not acquired.")
+        ErrorCode.INVALID_RECORD_STATE, "The offset cannot be acknowledged. The offset is not acquired."
+    )
     # ... and once another member holds them, it is not their owner
     s2 = take(s, "m2", 0, 4, now=1_000)
     assert refused(s2, "m1", batch(0, 4, A.ACCEPT), now=1_000).message == "Member is not the owner of offset"
@@ -505,6 +544,7 @@ def test_an_acknowledgement_gives_back_other_expired_locks() -> None:
 
 
 # --- locks given back ----------------------------------------------------------------------------
+
 
 def test_expire_releases_and_archives_on_the_last_delivery() -> None:
     s = SharePartitionState(0, 6, (acq(0, 1, 3, "m1", 1_000), acq(2, 3, 1, "m2", 1_000), acq(4, 5, 1, "m1", 2_000)))
@@ -553,6 +593,7 @@ def test_a_batch_of_500_stays_one_row_through_its_life() -> None:
 
 # --- the model -----------------------------------------------------------------------------------
 
+
 @dataclass
 class Rec:
     state: RecordState
@@ -592,8 +633,9 @@ class Reference:
             del self.recs[self.start]
             self.start += 1
 
-    def acquire(self, member: str, first: int, last: int, now: int, max_records: int, skip: set[int], dur: int | None
-                ) -> tuple[list[tuple[int, int]], set[int], dict[int, ArchiveReason]]:
+    def acquire(
+        self, member: str, first: int, last: int, now: int, max_records: int, skip: set[int], dur: int | None
+    ) -> tuple[list[tuple[int, int]], set[int], dict[int, ArchiveReason]]:
         released: set[int] = set()
         archived: dict[int, ArchiveReason] = {}
         self.expire(now, released, archived)
@@ -642,8 +684,9 @@ class Reference:
         self.settle()
         return got, released, archived
 
-    def acknowledge(self, member: str, batches: list[AcknowledgementBatch], now: int, dur: int | None
-                    ) -> tuple[ErrorCode, str] | tuple[dict[int, str], set[int], dict[int, ArchiveReason]]:
+    def acknowledge(
+        self, member: str, batches: list[AcknowledgementBatch], now: int, dur: int | None
+    ) -> tuple[ErrorCode, str] | tuple[dict[int, str], set[int], dict[int, ArchiveReason]]:
         for b in batches:
             if any(t not in AcknowledgeType._value2member_map_ for t in b.acknowledge_types):
                 return ErrorCode.INVALID_REQUEST, "type"
@@ -690,7 +733,8 @@ class Reference:
 def per_offset(state: SharePartitionState) -> dict[int, Rec]:
     return {
         o: Rec(r.state, r.delivery_count, r.member_id, r.lock_deadline_ms)
-        for r in state.in_flight for o in range(r.first_offset, r.last_offset + 1)
+        for r in state.in_flight
+        for o in range(r.first_offset, r.last_offset + 1)
     }
 
 
@@ -730,24 +774,43 @@ class ShareDeliveryModel(RuleBasedStateMachine):
             assert o not in self.fate, f"offset {o} finished twice"
             self.fate[o] = f"archived:{reason.value}"
 
-    @rule(member=st.sampled_from(MEMBERS), span=st.integers(0, 15), back=st.integers(0, 4), max_records=st.integers(0, 8),
-          skip=st.sets(st.integers(0, 60), max_size=6), dur=st.sampled_from([None, None, 30, 250]))
+    @rule(
+        member=st.sampled_from(MEMBERS),
+        span=st.integers(0, 15),
+        back=st.integers(0, 4),
+        max_records=st.integers(0, 8),
+        skip=st.sets(st.integers(0, 60), max_size=6),
+        dur=st.sampled_from([None, None, 30, 250]),
+    )
     def do_acquire(self, member: str, span: int, back: int, max_records: int, skip: set[int], dur: int | None) -> None:
         first = max(self.state.start_offset, next_fetch_offset(self.state, self.now) - back)
         last = first + span
         runs = sorted(skip)
         ranges = [(o, o) for o in runs]
-        out = acquire(self.state, member, first, last, now_ms=self.now, config=self.config, max_records=max_records,
-                      not_deliverable=ranges, lock_duration_ms=dur)
+        out = acquire(
+            self.state,
+            member,
+            first,
+            last,
+            now_ms=self.now,
+            config=self.config,
+            max_records=max_records,
+            not_deliverable=ranges,
+            lock_duration_ms=dur,
+        )
         got, released, archived = self.ref.acquire(member, first, last, self.now, max_records, skip, dur)
         assert [(o, a.delivery_count) for a in out.acquired for o in range(a.first_offset, a.last_offset + 1)] == got
         assert offsets(out.released) == released and archived_offsets(out.archived) == archived
         assert out.acquired_count <= max_records
-        event(f"acquire: {'redelivered' if any(a.delivery_count > 1 for a in out.acquired) else 'first' if out.acquired else 'none'}")
+        event(
+            f"acquire: {'redelivered' if any(a.delivery_count > 1 for a in out.acquired) else 'first' if out.acquired else 'none'}"
+        )
         if any(a.delivery_count > throttle_delivery_count(self.config) for a in out.acquired):
             event("acquire: throttled")
         for a, b in zip(out.acquired, out.acquired[1:]):  # runs are maximal
-            assert a.last_offset < b.first_offset and not (a.last_offset + 1 == b.first_offset and a.delivery_count == b.delivery_count)
+            assert a.last_offset < b.first_offset and not (
+                a.last_offset + 1 == b.first_offset and a.delivery_count == b.delivery_count
+            )
         self._record_release(out.released, out.archived)
         for o, count in got:
             held = self.holders.get(o)

@@ -23,12 +23,16 @@ T2 = TopicMetadata("t2", uuid.UUID(int=2), 1)
 TOPICS = {"t1": T1, "t2": T2}
 
 
-def beat(group: ShareGroup | None, member: str, epoch: int, topics: list[str] | None = None, now: int = 0, **kw: Any) -> sg.HeartbeatOutcome:
+def beat(
+    group: ShareGroup | None, member: str, epoch: int, topics: list[str] | None = None, now: int = 0, **kw: Any
+) -> sg.HeartbeatOutcome:
     request = HeartbeatRequest("g", member, epoch, subscribed_topic_names=topics, client_id="c", client_host="/127.0.0.1", **kw)
     return sg.heartbeat(group, request, TOPICS, now)
 
 
-def refused(code: ErrorCode, group: ShareGroup | None, member: str, epoch: int, topics: list[str] | None = None, **kw: Any) -> str:
+def refused(
+    code: ErrorCode, group: ShareGroup | None, member: str, epoch: int, topics: list[str] | None = None, **kw: Any
+) -> str:
     with pytest.raises(TxlogError) as caught:
         beat(group, member, epoch, topics, **kw)
     assert caught.value.code is code
@@ -142,7 +146,9 @@ def test_subscriptions_and_topics_changing() -> None:
     assert out.answer.assignment == {T1.topic_id: frozenset({0, 1}), later.topic_id: frozenset({0, 1, 2})}
     grown = TopicMetadata("t1", T1.topic_id, 4)  # partitions added
     out = sg.heartbeat(out.group, HeartbeatRequest("g", "m1", 2), {"t1": grown, "later": later}, 0)
-    assert out.group.group_epoch == 3 and out.answer.assignment is not None and out.answer.assignment[T1.topic_id] == set(range(4))
+    assert (
+        out.group.group_epoch == 3 and out.answer.assignment is not None and out.answer.assignment[T1.topic_id] == set(range(4))
+    )
     out = sg.heartbeat(out.group, HeartbeatRequest("g", "m1", 3, subscribed_topic_names=["t2"], rack_id="r1"), TOPICS, 0)
     assert out.answer.assignment == {T2.topic_id: frozenset({0})}
     assert out.group.members["m1"].rack_id == "r1"
@@ -161,7 +167,9 @@ def test_the_answer_and_the_description_encode() -> None:
     framed = protocol.encode_response(RequestHeader(ApiKey.ShareGroupDescribe, 1, 1, None), {"groups": [described]})
     _, decoded = protocol.decode_response(ApiKey.ShareGroupDescribe, 1, bytes(framed[4:]))
     m2 = next(m for m in decoded.groups[0].members if m.member_id == "m2")
-    assert [(t.topic_name, t.partitions) for t in m2.assignment.topic_partitions] == [("t1", sorted(group.members["m2"].assignment[T1.topic_id]))]
+    assert [(t.topic_name, t.partitions) for t in m2.assignment.topic_partitions] == [
+        ("t1", sorted(group.members["m2"].assignment[T1.topic_id]))
+    ]
 
 
 # -- the simple assignor -------------------------------------------------------------------------
@@ -226,14 +234,14 @@ def test_a_members_share_is_kafkas_to_the_last_rounding() -> None:
 @st.composite
 def groups(draw: st.DrawFn) -> tuple[dict[str, list[str]], dict[str, TopicMetadata], dict[str, dict[uuid.UUID, frozenset[int]]]]:
     n_topics = draw(st.integers(1, 4))
-    topics = {
-        f"t{i}": TopicMetadata(f"t{i}", uuid.UUID(int=i + 1), draw(st.integers(1, 9))) for i in range(n_topics)
-    }
+    topics = {f"t{i}": TopicMetadata(f"t{i}", uuid.UUID(int=i + 1), draw(st.integers(1, 9))) for i in range(n_topics)}
     names = [*topics, "missing"]
     members = draw(st.lists(st.text("abcdefgh", min_size=1, max_size=3), min_size=1, max_size=12, unique=True))
     homogeneous = draw(st.booleans())
     common = draw(st.lists(st.sampled_from(names), min_size=1, unique=True))
-    subscriptions = {m: common if homogeneous else draw(st.lists(st.sampled_from(names), min_size=1, unique=True)) for m in members}
+    subscriptions = {
+        m: common if homogeneous else draw(st.lists(st.sampled_from(names), min_size=1, unique=True)) for m in members
+    }
     previous: dict[str, dict[uuid.UUID, frozenset[int]]] = {}
     for m in draw(st.lists(st.sampled_from(members), unique=True)):  # some members had partitions, perhaps any
         previous[m] = {
@@ -254,10 +262,14 @@ def test_assignment_properties(case: Any, fresh: bool) -> None:
     # deterministic, whatever the order the caller lists members and topics in
     members = list(subscriptions)
     random.Random(0).shuffle(members)
-    assert sg.assign({m: list(reversed(subscriptions[m])) for m in members}, dict(reversed(list(topics.items()))), previous) == out
+    assert (
+        sg.assign({m: list(reversed(subscriptions[m])) for m in members}, dict(reversed(list(topics.items()))), previous) == out
+    )
     homogeneous = len({frozenset(s) for s in subscriptions.values()}) == 1
     if homogeneous:
-        partitions = [(t.topic_id, p) for name, t in topics.items() if name in subscriptions[members[0]] for p in range(t.partitions)]
+        partitions = [
+            (t.topic_id, p) for name, t in topics.items() if name in subscriptions[members[0]] for p in range(t.partitions)
+        ]
         sharing = -(-len(members) // len(partitions)) if partitions else 0
     for name, topic in topics.items():
         subscribers = [m for m in subscriptions if name in subscriptions[m]]

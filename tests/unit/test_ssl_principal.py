@@ -7,7 +7,9 @@ import pytest
 from app.domain.ssl_principal import MappingRuleError, NoMatchingRule, distinguished_name, map_name, parse_rules
 
 SUBJECT = (
-    (("countryName", "US"),), (("organizationName", "Acme, Inc."),), (("organizationalUnitName", "Eng"),),
+    (("countryName", "US"),),
+    (("organizationName", "Acme, Inc."),),
+    (("organizationalUnitName", "Eng"),),
     (("commonName", "Alice"),),
 )
 DN = "CN=Alice,OU=Eng,O=Acme\\, Inc.,C=US"

@@ -11,14 +11,7 @@ from typing import Any
 
 import pytest
 
-from app.domain.transactions import (
-    ENDED_STATES,
-    OPEN_STATE_NAMES,
-    OPEN_STATES,
-    PREPARED_STATES,
-    STATE_NAMES,
-    TxnState,
-)
+from app.domain.transactions import ENDED_STATES, OPEN_STATE_NAMES, OPEN_STATES, PREPARED_STATES, STATE_NAMES, TxnState
 from app.storage import _sql, tables
 
 

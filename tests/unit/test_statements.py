@@ -19,13 +19,25 @@ from app.storage import (
 )
 
 
-@pytest.mark.parametrize("sql", [
-    append._LOG_APPEND, append._LOG_APPEND_IF_UNCHANGED, append._TXN_APPEND_IF_UNCHANGED, transactions._TXN_RECORD,
-    log._FETCH_LOG_WITH_ABORTED, log._FETCH_COMMITTED,
-], ids=[
-    "_LOG_APPEND", "_LOG_APPEND_IF_UNCHANGED", "_TXN_APPEND_IF_UNCHANGED", "_TXN_RECORD", "_FETCH_LOG_WITH_ABORTED",
-    "_FETCH_COMMITTED",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        append._LOG_APPEND,
+        append._LOG_APPEND_IF_UNCHANGED,
+        append._TXN_APPEND_IF_UNCHANGED,
+        transactions._TXN_RECORD,
+        log._FETCH_LOG_WITH_ABORTED,
+        log._FETCH_COMMITTED,
+    ],
+    ids=[
+        "_LOG_APPEND",
+        "_LOG_APPEND_IF_UNCHANGED",
+        "_TXN_APPEND_IF_UNCHANGED",
+        "_TXN_RECORD",
+        "_FETCH_LOG_WITH_ABORTED",
+        "_FETCH_COMMITTED",
+    ],
+)
 def test_a_hot_statement_is_parsed_once(sql):  # type: ignore[no-untyped-def]
     assert len(sql.encode()) <= psycopg._queries.MAX_CACHED_STATEMENT_LENGTH
     assert len(set(re.findall(r"%\((\w+)\)[sb]", sql))) <= psycopg._queries.MAX_CACHED_STATEMENT_PARAMS

@@ -11,7 +11,22 @@ from app.storage import log as log_store
 
 
 def _row(offset: int, key: bytes | None, value: bytes | None, header_keys=None, header_values=None) -> tuple:  # type: ignore[no-untyped-def]
-    return (offset, key, value, header_keys, header_values, 1_700_000_000_000 + offset, 7, 0, offset, False, None, 10 * offset, None, False)
+    return (
+        offset,
+        key,
+        value,
+        header_keys,
+        header_values,
+        1_700_000_000_000 + offset,
+        7,
+        0,
+        offset,
+        False,
+        None,
+        10 * offset,
+        None,
+        False,
+    )
 
 
 ROWS = [

@@ -27,8 +27,19 @@ def _invalid(config):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("key", ["retention.ms", "retention.bytes"])
 @pytest.mark.parametrize(
     "given, stored",
-    [(-1, -1), (0, 0), (1, 1), (604_800_000, 604_800_000), (MAX_LONG, MAX_LONG),
-     ("-1", -1), ("0", 0), ("1000", 1000), (str(MAX_LONG), MAX_LONG), (" 10", 10), ("10 ", 10)],
+    [
+        (-1, -1),
+        (0, 0),
+        (1, 1),
+        (604_800_000, 604_800_000),
+        (MAX_LONG, MAX_LONG),
+        ("-1", -1),
+        ("0", 0),
+        ("1000", 1000),
+        (str(MAX_LONG), MAX_LONG),
+        (" 10", 10),
+        ("10 ", 10),
+    ],
 )
 def test_retention_values_are_integers_of_at_least_minus_one(key, given, stored):
     assert validated({key: given}) == {key: stored}
@@ -43,8 +54,30 @@ def test_retention_values_below_minus_one_are_invalid_config(key, value):
 @pytest.mark.parametrize("key", ["retention.ms", "retention.bytes"])
 @pytest.mark.parametrize(
     "value",
-    [True, False, 1.5, 1.0, "", " ", "1.5", "1e3", "1_000", "+5", "0x10", "٣", "abc", "7d",
-     [], [1], {}, {"a": 1}, "9" * 5000, MAX_LONG + 1, str(MAX_LONG + 1), "99999999999999999999"],
+    [
+        True,
+        False,
+        1.5,
+        1.0,
+        "",
+        " ",
+        "1.5",
+        "1e3",
+        "1_000",
+        "+5",
+        "0x10",
+        "٣",
+        "abc",
+        "7d",
+        [],
+        [1],
+        {},
+        {"a": 1},
+        "9" * 5000,
+        MAX_LONG + 1,
+        str(MAX_LONG + 1),
+        "99999999999999999999",
+    ],
 )
 def test_retention_values_that_are_not_longs_are_invalid_config(key, value):
     err = _invalid({key: value})
@@ -59,12 +92,22 @@ def test_a_name_kafka_does_not_know_is_invalid_config(name):
 
 def test_every_kafka_value_kind_is_read_as_kafka_reads_it():
     config = {
-        "cleanup.policy": "delete", "segment.bytes": "1048576", "min.cleanable.dirty.ratio": "0.25",
-        "preallocate": "TRUE", "compression.type": "zstd", "max.message.bytes": 2048, "message.timestamp.type": "CreateTime",
+        "cleanup.policy": "delete",
+        "segment.bytes": "1048576",
+        "min.cleanable.dirty.ratio": "0.25",
+        "preallocate": "TRUE",
+        "compression.type": "zstd",
+        "max.message.bytes": 2048,
+        "message.timestamp.type": "CreateTime",
     }
     assert kept(config) == {
-        "cleanup.policy": "delete", "segment.bytes": 1_048_576, "min.cleanable.dirty.ratio": 0.25,
-        "preallocate": "true", "compression.type": "zstd", "max.message.bytes": 2048, "message.timestamp.type": "CreateTime",
+        "cleanup.policy": "delete",
+        "segment.bytes": 1_048_576,
+        "min.cleanable.dirty.ratio": 0.25,
+        "preallocate": "true",
+        "compression.type": "zstd",
+        "max.message.bytes": 2048,
+        "message.timestamp.type": "CreateTime",
     }
 
 
@@ -96,7 +139,11 @@ def test_what_txlog_cannot_do_is_refused_not_kept(config):
 
 def test_alter_sets_the_keys_given_and_removes_those_given_as_null():
     current = {"retention.ms": 1000, "cleanup.policy": "delete"}
-    assert altered(current, {"retention.bytes": "2048"}) == {"retention.ms": 1000, "cleanup.policy": "delete", "retention.bytes": 2048}
+    assert altered(current, {"retention.bytes": "2048"}) == {
+        "retention.ms": 1000,
+        "cleanup.policy": "delete",
+        "retention.bytes": 2048,
+    }
     assert altered(current, {"retention.ms": None}) == {"cleanup.policy": "delete"}
     assert current == {"retention.ms": 1000, "cleanup.policy": "delete"}  # not changed in place
 
@@ -110,7 +157,9 @@ def test_alter_changes_nothing_when_one_change_is_invalid():
 
 def test_incremental_operations():
     current = {"retention.ms": 1000}
-    assert incremental(current, [("retention.ms", Operation.DELETE, None), ("segment.ms", Operation.SET, "5")]) == {"segment.ms": 5}
+    assert incremental(current, [("retention.ms", Operation.DELETE, None), ("segment.ms", Operation.SET, "5")]) == {
+        "segment.ms": 5
+    }
     appended = incremental({}, [("leader.replication.throttled.replicas", Operation.APPEND, "0:1,0:2")])
     assert appended == {"leader.replication.throttled.replicas": "0:1,0:2"}
     subtracted = incremental(appended, [("leader.replication.throttled.replicas", Operation.SUBTRACT, "0:1")])
@@ -162,7 +211,9 @@ def test_a_setting_the_server_was_given_is_a_static_broker_config_and_its_defaul
     from app.config import Settings
     from app.services.topics import described_config
 
-    given = {d.name: (d.value, d.source) for d in described_config(SimpleNamespace(settings=Settings(log_retention_ms=60_000)), {})}  # type: ignore[arg-type]
+    given = {
+        d.name: (d.value, d.source) for d in described_config(SimpleNamespace(settings=Settings(log_retention_ms=60_000)), {})
+    }  # type: ignore[arg-type]
     assert given["retention.ms"] == ("60000", ConfigSource.STATIC_BROKER_CONFIG)
     assert given["retention.bytes"] == ("-1", ConfigSource.DEFAULT_CONFIG)  # the server's default: keep everything
     assert given["max.message.bytes"] == ("1048576", ConfigSource.DEFAULT_CONFIG)

@@ -93,13 +93,19 @@ def test_state_properties():
     assert {s for s in S if s.is_prepared} == {S.PREPARE_COMMIT, S.PREPARE_ABORT}
     assert {s for s in S if s.expiration_allowed} == {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}
     assert [s.value for s in S] == [
-        "Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "Dead",
+        "Empty",
+        "Ongoing",
+        "PrepareCommit",
+        "PrepareAbort",
+        "CompleteCommit",
+        "CompleteAbort",
+        "Dead",
     ]
 
 
-@pytest.mark.parametrize("result, prepared, complete", [
-    ("commit", S.PREPARE_COMMIT, S.COMPLETE_COMMIT), ("abort", S.PREPARE_ABORT, S.COMPLETE_ABORT),
-])
+@pytest.mark.parametrize(
+    "result, prepared, complete", [("commit", S.PREPARE_COMMIT, S.COMPLETE_COMMIT), ("abort", S.PREPARE_ABORT, S.COMPLETE_ABORT)]
+)
 def test_a_result_names_its_prepare_and_complete_states_and_back(result, prepared, complete):
     assert txn.prepare_state(result) is prepared and txn.complete_state(result) is complete
     assert txn.prepared_result(prepared) == result
@@ -107,11 +113,18 @@ def test_a_result_names_its_prepare_and_complete_states_and_back(result, prepare
 
 # --- created / reinitialized -------------------------------------------------------------------------
 
+
 def test_created_is_empty_at_epoch_zero():
     h = History(timeout_ms=5000)
     assert h.meta == TxnMetadata(
-        transactional_id=TID, producer_id=PID, producer_epoch=0, state=S.EMPTY, timeout_ms=5000, version=1,
-        updated_at_ms=T0, epoch_changed_at_ms=T0,
+        transactional_id=TID,
+        producer_id=PID,
+        producer_epoch=0,
+        state=S.EMPTY,
+        timeout_ms=5000,
+        version=1,
+        updated_at_ms=T0,
+        epoch_changed_at_ms=T0,
     )
     assert h.events[0].from_state is None and h.events[0].version == 1
 
@@ -154,6 +167,7 @@ def test_reinitialized_is_refused_while_a_transaction_is_open():
 
 
 # --- partitions_added ------------------------------------------------------------------------------------
+
 
 def test_partitions_added_starts_the_transaction_and_accumulates():
     h = History()
@@ -203,10 +217,11 @@ def test_partitions_added_to_a_dead_id_is_invalid():
 
 # --- prepared / completed -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("result", "prepared", "complete"), [
-    ("commit", S.PREPARE_COMMIT, S.COMPLETE_COMMIT),
-    ("abort", S.PREPARE_ABORT, S.COMPLETE_ABORT),
-])
+
+@pytest.mark.parametrize(
+    ("result", "prepared", "complete"),
+    [("commit", S.PREPARE_COMMIT, S.COMPLETE_COMMIT), ("abort", S.PREPARE_ABORT, S.COMPLETE_ABORT)],
+)
 def test_end_prepares_then_completes_with_the_next_epoch(result, prepared, complete):
     h = History()
     h.add(("a", 0), ("b", 0), groups=("g",))
@@ -274,6 +289,7 @@ def test_prepared_twice_is_invalid(result):
 
 # --- epochs ------------------------------------------------------------------------------------------
 
+
 def test_epoch_exhaustion_needs_a_new_producer_id():
     assert not txn.needs_new_producer_id(MAX_EPOCH - 1)
     assert txn.needs_new_producer_id(MAX_EPOCH)
@@ -311,6 +327,7 @@ def test_reinitialized_at_the_last_epoch_moves_to_a_new_producer_id():
 
 # --- expired -----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("ended_by", ["empty", "commit", "abort"])
 def test_expired_from_an_ended_state_is_dead(ended_by):
     h = History()
@@ -347,6 +364,7 @@ def test_timeouts_and_deadlines():
 
 
 # --- apply / replay ------------------------------------------------------------------------------------
+
 
 def rich_history() -> History:
     h = History(timeout_ms=2000)
@@ -416,6 +434,7 @@ def test_epoch_changed_at_moves_only_with_the_epoch():
 
 # --- check_producer ------------------------------------------------------------------------------------
 
+
 def test_check_producer_accepts_the_current_id_and_epoch():
     h = History()
     txn.check_producer(h.meta, PID, 0)
@@ -479,6 +498,7 @@ def test_check_producer_on_a_dead_id_is_fenced_as_expired():
 
 # --- retried EndTxn -----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("result", ["commit", "abort"])
 def test_a_repeated_end_is_a_retry_with_the_same_outcome(result):
     h = History()
@@ -535,6 +555,7 @@ def test_a_dead_ids_last_end_is_fenced_as_expired():
 
 # --- fenced_error ------------------------------------------------------------------------------------
 
+
 def test_fenced_error_carries_the_reason_the_epoch_and_when():
     h = History()
     h.reinit()
@@ -560,6 +581,7 @@ def test_fenced_error_names_the_producers_own_end_for_the_epoch_it_ended_and_new
 
 
 # --- a batch of a transactional id's producer id, wherever it is appended ------------------------
+
 
 def test_only_the_current_producer_id_and_epoch_of_a_transactional_id_write_batches():
     h = History()

@@ -25,6 +25,7 @@ def reinit_naming(h: History, pid: int, epoch: int, new_pid: int | None = None):
 
 # --- KIP-360 -------------------------------------------------------------------------------------------
 
+
 def test_an_init_naming_the_current_epoch_raises_it_and_remembers_what_it_was_asked():
     h = History()
     meta = reinit_naming(h, PID, 0)
@@ -83,6 +84,7 @@ def test_a_retry_across_a_new_producer_id_is_recognised():
 
 
 # --- partitions and groups added before use ---------------------------------------------------------------
+
 
 def test_a_partition_must_be_in_the_open_transaction():
     h = History()

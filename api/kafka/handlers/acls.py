@@ -81,7 +81,9 @@ def _refusal(ctx: RequestContext, api: Api) -> TxlogError | None:
 
 def _resource_type(code: int) -> ResourceType:
     if code in KAFKA_ONLY_RESOURCE_TYPES:
-        raise _invalid(f"Unsupported resource type {KAFKA_ONLY_RESOURCE_TYPES[code]}: ACLs are kept on topics, groups, transactional ids and the cluster")
+        raise _invalid(
+            f"Unsupported resource type {KAFKA_ONLY_RESOURCE_TYPES[code]}: ACLs are kept on topics, groups, transactional ids and the cluster"
+        )
     if code not in _RESOURCE_TYPES:
         raise _invalid(f"Invalid resourceType {_code_name(code)}")
     return _RESOURCE_TYPES[code]
@@ -99,7 +101,7 @@ def _resource_name(resource_type: ResourceType | None, name: str) -> str:
 def _principal(text: str) -> str:
     if not text.startswith(USER):
         raise _invalid(f"Invalid principal {text!r}: a principal is User:<name>, or User:* for every one")
-    return text[len(USER):]
+    return text[len(USER) :]
 
 
 def binding(creation: Any, version: int) -> AclBinding:
@@ -122,8 +124,12 @@ def binding(creation: Any, version: int) -> AclBinding:
     if rt is ResourceType.CLUSTER and name not in (KAFKA_CLUSTER_NAME, CLUSTER_NAME):
         raise _invalid(f"The only valid name for the CLUSTER resource is {KAFKA_CLUSTER_NAME}")
     acl = AclBinding(
-        _principal(creation.principal or ""), rt, _resource_name(rt, name), _PATTERN_TYPES[pattern_code],
-        _OPERATIONS[creation.operation], _PERMISSIONS[creation.permission_type],
+        _principal(creation.principal or ""),
+        rt,
+        _resource_name(rt, name),
+        _PATTERN_TYPES[pattern_code],
+        _OPERATIONS[creation.operation],
+        _PERMISSIONS[creation.permission_type],
     )
     why = validate_binding(acl)
     if why:
@@ -154,7 +160,7 @@ def acl_filter(f: Any, version: int) -> AclFilter:
         resource_type=rt,
         resource_name=None if f.resource_name_filter is None else _resource_name(rt, f.resource_name_filter),
         pattern=_PATTERN_FILTERS[pattern_code],
-        principal=None if principal is None else principal[len(USER):],
+        principal=None if principal is None else principal[len(USER) :],
         operation=None if f.operation == ANY_CODE else _OPERATIONS[f.operation],
         permission=None if f.permission_type == ANY_CODE else _PERMISSIONS[f.permission_type],
         host=f.host_filter,
@@ -167,8 +173,10 @@ def _wire_name(acl: AclBinding) -> str:
 
 def _entry(acl: AclBinding) -> dict:
     return {
-        "principal": USER + acl.principal, "host": WILDCARD,
-        "operation": OPERATION_CODES[acl.operation], "permission_type": PERMISSION_TYPE_CODES[acl.permission],
+        "principal": USER + acl.principal,
+        "host": WILDCARD,
+        "operation": OPERATION_CODES[acl.operation],
+        "permission_type": PERMISSION_TYPE_CODES[acl.permission],
     }
 
 
@@ -233,9 +241,21 @@ async def handle_delete_acls(ctx: RequestContext, request: Any) -> dict:
             results.append({"error_code": p.code.kafka_code, "error_message": p.message, "matching_acls": []})
             continue
         acls = next(matched) if p is not None else []
-        results.append({"error_code": 0, "error_message": None, "matching_acls": [
-            {"error_code": 0, "error_message": None, "resource_type": RESOURCE_TYPE_CODES[a.resource_type],
-             "resource_name": _wire_name(a), "pattern_type": PATTERN_TYPE_CODES[a.pattern_type], **_entry(a)}
-            for a in acls
-        ]})
+        results.append(
+            {
+                "error_code": 0,
+                "error_message": None,
+                "matching_acls": [
+                    {
+                        "error_code": 0,
+                        "error_message": None,
+                        "resource_type": RESOURCE_TYPE_CODES[a.resource_type],
+                        "resource_name": _wire_name(a),
+                        "pattern_type": PATTERN_TYPE_CODES[a.pattern_type],
+                        **_entry(a),
+                    }
+                    for a in acls
+                ],
+            }
+        )
     return {"throttle_time_ms": 0, "filter_results": results}

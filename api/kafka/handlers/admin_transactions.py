@@ -46,18 +46,28 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> dict:
     pattern = request.transactional_id_pattern if ctx.api_version >= 2 else None
     try:
         found, unknown = await ctx.call(
-            txn_service.list_transaction_states, ctx.broker, list(request.state_filters or ()),
-            list(request.producer_id_filters or ()), duration, pattern,
+            txn_service.list_transaction_states,
+            ctx.broker,
+            list(request.state_filters or ()),
+            list(request.producer_id_filters or ()),
+            duration,
+            pattern,
         )
     except TxlogError as exc:
-        return {"throttle_time_ms": 0, "error_code": _code(ApiKey.ListTransactions, exc), "unknown_state_filters": [], "transaction_states": []}
+        return {
+            "throttle_time_ms": 0,
+            "error_code": _code(ApiKey.ListTransactions, exc),
+            "unknown_state_filters": [],
+            "transaction_states": [],
+        }
     return {
         "throttle_time_ms": 0,
         "error_code": 0,
         "unknown_state_filters": list(unknown),
         "transaction_states": [
             {"transactional_id": m.transactional_id, "producer_id": m.producer_id, "transaction_state": m.state.value}
-            for m in found if access.shows(ctx, Api.LIST_TRANSACTIONS, m.transactional_id)
+            for m in found
+            if access.shows(ctx, Api.LIST_TRANSACTIONS, m.transactional_id)
         ],
     }
 
@@ -78,21 +88,35 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> dic
     states = []
     for tid, answer in zip(asked, answers):
         if isinstance(answer, TxlogError):
-            states.append({
-                "error_code": _code(ApiKey.DescribeTransactions, answer), "transactional_id": tid, "transaction_state": "",
-                "transaction_timeout_ms": 0, "transaction_start_time_ms": -1, "producer_id": -1, "producer_epoch": -1, "topics": [],
-            })
+            states.append(
+                {
+                    "error_code": _code(ApiKey.DescribeTransactions, answer),
+                    "transactional_id": tid,
+                    "transaction_state": "",
+                    "transaction_timeout_ms": 0,
+                    "transaction_start_time_ms": -1,
+                    "producer_id": -1,
+                    "producer_epoch": -1,
+                    "topics": [],
+                }
+            )
             continue
         topics: dict[str, list[int]] = {}
         for topic, partition in txn.described_partitions(answer):
             if access.shows(ctx, Api.DESCRIBE_TRANSACTIONS, topic):
                 topics.setdefault(topic, []).append(partition)
-        states.append({
-            "error_code": 0, "transactional_id": tid, "transaction_state": answer.state.value,
-            "transaction_timeout_ms": answer.timeout_ms, "transaction_start_time_ms": txn.start_time_ms(answer),
-            "producer_id": answer.producer_id, "producer_epoch": answer.producer_epoch,
-            "topics": [{"topic": t, "partitions": parts} for t, parts in topics.items()],
-        })
+        states.append(
+            {
+                "error_code": 0,
+                "transactional_id": tid,
+                "transaction_state": answer.state.value,
+                "transaction_timeout_ms": answer.timeout_ms,
+                "transaction_start_time_ms": txn.start_time_ms(answer),
+                "producer_id": answer.producer_id,
+                "producer_epoch": answer.producer_epoch,
+                "topics": [{"topic": t, "partitions": parts} for t, parts in topics.items()],
+            }
+        )
     return {"throttle_time_ms": 0, "transaction_states": states}
 
 
@@ -112,18 +136,29 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> dict:
     for topic, partition in asked:
         answer = answers[(topic, partition)]
         if isinstance(answer, TxlogError):
-            entry = {"partition_index": partition, "error_code": _code(ApiKey.DescribeProducers, answer), "error_message": answer.message,
-                     "active_producers": []}
+            entry = {
+                "partition_index": partition,
+                "error_code": _code(ApiKey.DescribeProducers, answer),
+                "error_message": answer.message,
+                "active_producers": [],
+            }
         else:
-            entry = {"partition_index": partition, "error_code": 0, "error_message": None, "active_producers": [
-                {
-                    "producer_id": p.producer_id, "producer_epoch": p.producer_epoch,
-                    "last_sequence": NO_SEQUENCE if p.last_seq is None else p.last_seq, "last_timestamp": p.last_timestamp_ms,
-                    "coordinator_epoch": NO_COORDINATOR_EPOCH,
-                    "current_txn_start_offset": NO_OFFSET if p.txn_first_offset is None else p.txn_first_offset,
-                }
-                for p in answer
-            ]}
+            entry = {
+                "partition_index": partition,
+                "error_code": 0,
+                "error_message": None,
+                "active_producers": [
+                    {
+                        "producer_id": p.producer_id,
+                        "producer_epoch": p.producer_epoch,
+                        "last_sequence": NO_SEQUENCE if p.last_seq is None else p.last_seq,
+                        "last_timestamp": p.last_timestamp_ms,
+                        "coordinator_epoch": NO_COORDINATOR_EPOCH,
+                        "current_txn_start_offset": NO_OFFSET if p.txn_first_offset is None else p.txn_first_offset,
+                    }
+                    for p in answer
+                ],
+            }
         topics.setdefault(topic, []).append(entry)
     return {"throttle_time_ms": 0, "topics": [{"name": t, "partitions": parts} for t, parts in topics.items()]}
 

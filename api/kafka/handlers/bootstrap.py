@@ -86,7 +86,9 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict:
         if not exc.code.retriable:
             raise
         return _metadata(ctx, request, _unavailable(ctx, requested, refused))
-    ctx.known_topics.remember(found, None if requested is None else [e.name for e in requested if e.name is not None and e.name not in refused])
+    ctx.known_topics.remember(
+        found, None if requested is None else [e.name for e in requested if e.name is not None and e.name not in refused]
+    )
     existing = {t.name: t for t in found}
     answers: list[dict]
     if requested is None:
@@ -101,7 +103,9 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict:
             if name is None:  # v10+ may ask by topic id
                 by_id = next((t for t in existing.values() if t.topic_id == entry.topic_id), None)
                 if by_id is None:
-                    answers.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID.kafka_code, "name": None, "topic_id": entry.topic_id})
+                    answers.append(
+                        {"error_code": ErrorCode.UNKNOWN_TOPIC_ID.kafka_code, "name": None, "topic_id": entry.topic_id}
+                    )
                 elif access.refused(ctx, Api.DESCRIBE_TOPIC, "topic", [by_id.name]):
                     # A topic id is not secret; the name is (Kafka answers the id without it).
                     answers.append(_refused(None, by_id.topic_id))
@@ -204,14 +208,22 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
     next_cursor = None
     for name in wanted:
         if name not in existing:
-            answers.append({"error_code": missing.kafka_code, "name": name, "topic_id": ZERO_TOPIC_ID, "is_internal": False, "partitions": []})
+            answers.append(
+                {
+                    "error_code": missing.kafka_code,
+                    "name": name,
+                    "topic_id": ZERO_TOPIC_ID,
+                    "is_internal": False,
+                    "partitions": [],
+                }
+            )
             continue
         if budget == 0:
             next_cursor = {"topic_name": name, "partition_index": 0}
             break
         answer = _topic(ctx, existing[name], unavailable)
         first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
-        partitions = answer["partitions"][first:first + budget]
+        partitions = answer["partitions"][first : first + budget]
         budget -= len(partitions)
         if first + len(partitions) < existing[name].partitions:
             next_cursor = {"topic_name": name, "partition_index": first + len(partitions)}
@@ -233,9 +245,18 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> dict:
     MISMATCHED_ENDPOINT_TYPE, as a broker answers it, any other UNSUPPORTED_ENDPOINT_TYPE."""
     endpoint_type = request.endpoint_type if ctx.api_version >= 1 else _BROKER_ENDPOINTS
     if endpoint_type != _BROKER_ENDPOINTS:
-        code = ErrorCode.MISMATCHED_ENDPOINT_TYPE if endpoint_type == _CONTROLLER_ENDPOINTS else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
-        return {"throttle_time_ms": 0, "error_code": code.kafka_code, "error_message": code.value.default_message,
-                "endpoint_type": endpoint_type, "cluster_id": ctx.cluster.cluster_id, "controller_id": -1, "brokers": []}
+        code = (
+            ErrorCode.MISMATCHED_ENDPOINT_TYPE if endpoint_type == _CONTROLLER_ENDPOINTS else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+        )
+        return {
+            "throttle_time_ms": 0,
+            "error_code": code.kafka_code,
+            "error_message": code.value.default_message,
+            "endpoint_type": endpoint_type,
+            "cluster_id": ctx.cluster.cluster_id,
+            "controller_id": -1,
+            "brokers": [],
+        }
     nodes = ctx.cluster.list_nodes()
     return {
         "throttle_time_ms": 0,
@@ -290,10 +311,13 @@ def _unavailable(ctx: RequestContext, requested: list[Any] | None, refused: Mapp
         elif topic is not None:
             answers.append(_topic(ctx, topic, unavailable=True))
         else:
-            answers.append({
-                "error_code": ErrorCode.LEADER_NOT_AVAILABLE.kafka_code, "name": entry.name,
-                "topic_id": entry.topic_id if by_id else ZERO_TOPIC_ID,
-            })
+            answers.append(
+                {
+                    "error_code": ErrorCode.LEADER_NOT_AVAILABLE.kafka_code,
+                    "name": entry.name,
+                    "topic_id": entry.topic_id if by_id else ZERO_TOPIC_ID,
+                }
+            )
     return answers
 
 
@@ -318,15 +342,17 @@ def _topic(ctx: RequestContext, topic: topics.TopicMetadata, unavailable: bool =
     answer = []
     for partition in range(topic.partitions):
         leader = ctx.cluster.leader_of(name, partition).node_id
-        answer.append({
-            "error_code": ErrorCode.LEADER_NOT_AVAILABLE.kafka_code if unavailable else 0,
-            "partition_index": partition,
-            "leader_id": leader,
-            "leader_epoch": LEADER_EPOCH,
-            "replica_nodes": [leader],
-            "isr_nodes": [leader],
-            "offline_replicas": [],
-        })
+        answer.append(
+            {
+                "error_code": ErrorCode.LEADER_NOT_AVAILABLE.kafka_code if unavailable else 0,
+                "partition_index": partition,
+                "leader_id": leader,
+                "leader_epoch": LEADER_EPOCH,
+                "replica_nodes": [leader],
+                "isr_nodes": [leader],
+                "offline_replicas": [],
+            }
+        )
     return {"error_code": 0, "name": name, "topic_id": topic.topic_id, "is_internal": False, "partitions": answer}
 
 
@@ -338,25 +364,41 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> dict:
     coordinates transactions, whose state lives in PostgreSQL under row locks: this one. v4 asks
     for several keys at once."""
     if ctx.api_version >= 4:
-        return {"throttle_time_ms": 0, "coordinators": [_coordinator(ctx, request.key_type, key) for key in request.coordinator_keys]}
+        return {
+            "throttle_time_ms": 0,
+            "coordinators": [_coordinator(ctx, request.key_type, key) for key in request.coordinator_keys],
+        }
     answer = _coordinator(ctx, request.key_type, request.key)
     del answer["key"]
     return {"throttle_time_ms": 0, **answer}
 
 
 def _coordinator(ctx: RequestContext, key_type: int, key: str) -> dict:
-    api = {_COORDINATOR_GROUP: Api.FIND_GROUP_COORDINATOR, _COORDINATOR_TRANSACTION: Api.FIND_TRANSACTION_COORDINATOR}.get(key_type)
+    api = {_COORDINATOR_GROUP: Api.FIND_GROUP_COORDINATOR, _COORDINATOR_TRANSACTION: Api.FIND_TRANSACTION_COORDINATOR}.get(
+        key_type
+    )
     refused = access.refused(ctx, api, "transactional_id" if key_type else "group", [key]) if api is not None else {}
     if refused:
         error = refused[key]
-        return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": error.code.kafka_code, "error_message": error.message}
+        return {
+            "key": key,
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+            "error_code": error.code.kafka_code,
+            "error_message": error.message,
+        }
     if key_type == _COORDINATOR_GROUP:
         node = ctx.cluster.coordinator_of(key)
     elif key_type == _COORDINATOR_TRANSACTION:
         node = ctx.node
     else:
         return {
-            "key": key, "node_id": -1, "host": "", "port": -1,
-            "error_code": ErrorCode.INVALID_REQUEST.kafka_code, "error_message": f"Coordinator type {key_type} is not served",
+            "key": key,
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+            "error_code": ErrorCode.INVALID_REQUEST.kafka_code,
+            "error_message": f"Coordinator type {key_type} is not served",
         }
     return {"key": key, "node_id": node.node_id, "host": node.host, "port": node.port, "error_code": 0, "error_message": None}

@@ -123,8 +123,11 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> dict:
             reading[0] += time.perf_counter() - began
 
     read = await wait_for_records(
-        ctx.notifier if wanted else None, [(w.topic, w.partition) for w in wanted if w.topic not in refused], request.max_wait_ms,
-        settings.max_fetch_wait_ms, settings.max_long_polls,
+        ctx.notifier if wanted else None,
+        [(w.topic, w.partition) for w in wanted if w.topic not in refused],
+        request.max_wait_ms,
+        settings.max_fetch_wait_ms,
+        settings.max_long_polls,
         read_once if quotas else lambda: ctx.call(_read, ctx.broker, wanted, max_bytes, isolation, refused),
         lambda read: read.size >= request.min_bytes or read.failed,
     )
@@ -151,7 +154,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> dict:
 
 
 def _read(
-    broker: Broker, wanted: Sequence[_Wanted], max_bytes: int, isolation: IsolationLevel, refused: Mapping[str, TxlogError],
+    broker: Broker, wanted: Sequence[_Wanted], max_bytes: int, isolation: IsolationLevel, refused: Mapping[str, TxlogError]
 ) -> _Read:
     """Each partition's page and its record batches, in the gateway's thread pool: the byte budget
     passes from one partition to the next, as a Kafka broker reads them. A topic ``refused`` is
@@ -177,19 +180,22 @@ def _read(
         aborted: list | None = page.aborted_transactions
         if aborted is not None:
             aborted = [
-                {"producer_id": pid, "first_offset": first} for pid, first in aborted
+                {"producer_id": pid, "first_offset": first}
+                for pid, first in aborted
                 if last_offset is not None and first <= last_offset
             ]
-        answers.append({
-            "partition_index": w.partition,
-            "error_code": 0,
-            "high_watermark": page.high_watermark,
-            "last_stable_offset": page.last_stable_offset,
-            "log_start_offset": page.log_start_offset,
-            "aborted_transactions": aborted,
-            "preferred_read_replica": _NO_READ_REPLICA,
-            "records": data,
-        })
+        answers.append(
+            {
+                "partition_index": w.partition,
+                "error_code": 0,
+                "high_watermark": page.high_watermark,
+                "last_stable_offset": page.last_stable_offset,
+                "log_start_offset": page.log_start_offset,
+                "aborted_transactions": aborted,
+                "preferred_read_replica": _NO_READ_REPLICA,
+                "records": data,
+            }
+        )
         if data:
             left -= len(data)
             first_whole = False
@@ -206,10 +212,7 @@ def _batches_within(rows: Sequence[Any], limit: int, first_whole: bool) -> tuple
     size = 0
     runs = []
     for run in encode.batch_runs(rows):
-        whole = (
-            HEADER_SIZE + _RECORD_OVERHEAD_MAX * len(run) + _HEADER_OVERHEAD_MAX * header_count(run)
-            + records_size(run)
-        )
+        whole = HEADER_SIZE + _RECORD_OVERHEAD_MAX * len(run) + _HEADER_OVERHEAD_MAX * header_count(run) + records_size(run)
         if size + whole <= limit:
             size += whole
             kept += len(run)
@@ -263,7 +266,9 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> dict:
             if topic.name in refused:
                 answers.append(_listed(part.partition_index, None, refused[topic.name]))
             elif (topic.name, part.partition_index) in repeated:
-                error = TxlogError(ErrorCode.INVALID_REQUEST, f"Partition {topic.name}-{part.partition_index} is asked for more than once")
+                error = TxlogError(
+                    ErrorCode.INVALID_REQUEST, f"Partition {topic.name}-{part.partition_index} is asked for more than once"
+                )
                 answers.append(_listed(part.partition_index, None, error))
             else:
                 result = next(results)
@@ -275,6 +280,18 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> dict:
 def _listed(partition: int, found: Any, error: TxlogError | None) -> dict:
     if error is not None or found is None:
         code = error_code(ApiKey.ListOffsets, error).kafka_code if error is not None else 0
-        return {"partition_index": partition, "error_code": code, "timestamp": _NO_OFFSET, "offset": _NO_OFFSET, "leader_epoch": _NO_LEADER_EPOCH}
+        return {
+            "partition_index": partition,
+            "error_code": code,
+            "timestamp": _NO_OFFSET,
+            "offset": _NO_OFFSET,
+            "leader_epoch": _NO_LEADER_EPOCH,
+        }
     timestamp = _NO_OFFSET if found.timestamp_ms is None else found.timestamp_ms
-    return {"partition_index": partition, "error_code": 0, "timestamp": timestamp, "offset": found.offset, "leader_epoch": LEADER_EPOCH}
+    return {
+        "partition_index": partition,
+        "error_code": 0,
+        "timestamp": timestamp,
+        "offset": found.offset,
+        "leader_epoch": LEADER_EPOCH,
+    }

@@ -59,8 +59,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> dict:
         "skip_assignment": result.skip_assignment,
         "member_id": result.member_id,
         "members": [
-            {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "metadata": m.metadata}
-            for m in result.members
+            {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "metadata": m.metadata} for m in result.members
         ],
     }
 
@@ -89,10 +88,7 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> dict:
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> dict:
     access.check(ctx, Api.HEARTBEAT, group=request.group_id)
     error = ctx.groups.heartbeat(
-        request.group_id,
-        request.generation_id,
-        request.member_id,
-        request.group_instance_id if ctx.api_version >= 3 else None,
+        request.group_id, request.generation_id, request.member_id, request.group_instance_id if ctx.api_version >= 3 else None
     )
     return {"throttle_time_ms": 0, "error_code": _code(error)}
 
@@ -125,9 +121,17 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> dict:
     allowed = [g for g in request.groups if g not in refused]
     with_offsets = set(await ctx.call(groups_service.list_groups, ctx.broker, allowed)) if allowed else set()
     described = [
-        {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED.kafka_code, "error_message": refused[g].message, "group_id": g,
-         "group_state": "", "protocol_type": "", "protocol_data": "", "members": []}
-        for g in request.groups if g in refused
+        {
+            "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED.kafka_code,
+            "error_message": refused[g].message,
+            "group_id": g,
+            "group_state": "",
+            "protocol_type": "",
+            "protocol_data": "",
+            "members": [],
+        }
+        for g in request.groups
+        if g in refused
     ]
     with_operations = v >= 3 and request.include_authorized_operations
     for d in ctx.groups.describe_groups(allowed, with_offsets):
@@ -200,7 +204,8 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> dict:
     )
     groups = [
         {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state, "group_type": g.group_type}
-        for g in listed if access.shows(ctx, Api.LIST_GROUPS, g.group_id)
+        for g in listed
+        if access.shows(ctx, Api.LIST_GROUPS, g.group_id)
     ]
     # Share groups, each listed by the gateway FindCoordinator names for it (any gateway serves
     # them; clients ask every broker and add the answers up, so each is listed once).
@@ -209,13 +214,21 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> dict:
     if not types or share_groups.GROUP_TYPE in types:
         listed_ids = {g["group_id"] for g in groups}
         for group_id, state in await ctx.call(share_groups.list_groups, ctx.broker):
-            if group_id in listed_ids or (states and state.lower() not in states) or not access.shows(ctx, Api.LIST_GROUPS, group_id):
+            if (
+                group_id in listed_ids
+                or (states and state.lower() not in states)
+                or not access.shows(ctx, Api.LIST_GROUPS, group_id)
+            ):
                 continue
             if _coordinated_here(ctx, group_id):
-                groups.append({
-                    "group_id": group_id, "protocol_type": share_groups.PROTOCOL_TYPE, "group_state": state,
-                    "group_type": share_groups.GROUP_TYPE,
-                })
+                groups.append(
+                    {
+                        "group_id": group_id,
+                        "protocol_type": share_groups.PROTOCOL_TYPE,
+                        "group_state": state,
+                        "group_type": share_groups.GROUP_TYPE,
+                    }
+                )
     return {"throttle_time_ms": 0, "error_code": 0, "groups": groups}
 
 

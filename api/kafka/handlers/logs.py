@@ -60,15 +60,17 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> dict:
     refused = access.refused(ctx, Api.DELETE_RECORDS, "topic", (t for t, _, _ in asked))
     allowed = [a for a in asked if a[0] not in refused]
     done = iter(await ctx.call(_delete_each, ctx.broker, allowed) if allowed else ())
-    answers = iter([
-        {"partition_index": p, "low_watermark": _NO_LOW_WATERMARK, "error_code": refused[t].code.kafka_code} if t in refused else next(done)
-        for t, p, _ in asked
-    ])
+    answers = iter(
+        [
+            {"partition_index": p, "low_watermark": _NO_LOW_WATERMARK, "error_code": refused[t].code.kafka_code}
+            if t in refused
+            else next(done)
+            for t, p, _ in asked
+        ]
+    )
     return {
         "throttle_time_ms": 0,
-        "topics": [
-            {"name": topic.name, "partitions": [next(answers) for _ in topic.partitions]} for topic in request.topics
-        ],
+        "topics": [{"name": topic.name, "partitions": [next(answers) for _ in topic.partitions]} for topic in request.topics],
     }
 
 
@@ -123,8 +125,11 @@ async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> dict:
 
 def _log_dir(code: int, topics: list[dict]) -> dict:
     return {
-        "error_code": code, "log_dir": LOG_DIR, "topics": topics,
-        "total_bytes": _UNKNOWN_BYTES, "usable_bytes": _UNKNOWN_BYTES,
+        "error_code": code,
+        "log_dir": LOG_DIR,
+        "topics": topics,
+        "total_bytes": _UNKNOWN_BYTES,
+        "usable_bytes": _UNKNOWN_BYTES,
     }
 
 
@@ -148,15 +153,17 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> d
     answers = iter([_epoch_end(a[1], None, refused[a[0]]) if a[0] in refused else next(found) for a in asked])
     return {
         "throttle_time_ms": 0,
-        "topics": [
-            {"topic": topic.topic, "partitions": [next(answers) for _ in topic.partitions]} for topic in request.topics
-        ],
+        "topics": [{"topic": topic.topic, "partitions": [next(answers) for _ in topic.partitions]} for topic in request.topics],
     }
 
 
 def _epoch_end(partition: int, end: EpochEndOffset | None, error: TxlogError | None) -> dict:
     """A partition's answer: its epoch's end, or its error with Kafka's undefined epoch and offset."""
     if end is None:
-        code = error_code(ApiKey.OffsetForLeaderEpoch, error).kafka_code if error is not None else ErrorCode.UNKNOWN_SERVER_ERROR.kafka_code
+        code = (
+            error_code(ApiKey.OffsetForLeaderEpoch, error).kafka_code
+            if error is not None
+            else ErrorCode.UNKNOWN_SERVER_ERROR.kafka_code
+        )
         return {"error_code": code, "partition": partition, "leader_epoch": NO_EPOCH, "end_offset": NO_EPOCH_OFFSET}
     return {"error_code": 0, "partition": partition, "leader_epoch": end.leader_epoch, "end_offset": end.end_offset}

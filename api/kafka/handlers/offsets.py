@@ -84,7 +84,10 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> dict:
     refused = access.refused(ctx, Api.OFFSET_COMMIT, "topic", (t.name for t in request.topics))
     offsets = [
         GroupOffset(
-            t.name, p.partition_index, p.committed_offset, offset_metadata(p.committed_metadata),
+            t.name,
+            p.partition_index,
+            p.committed_offset,
+            offset_metadata(p.committed_metadata),
             p.committed_leader_epoch if ctx.api_version >= 6 else NO_LEADER_EPOCH,
         )
         for t in request.topics
@@ -189,7 +192,11 @@ async def _fetch(
     if asked is not None and hidden:
         asked = [(t, p) for t, p in asked if t not in hidden]
     try:
-        fetched = await ctx.call(groups_service.offset_fetch_partitions, ctx.broker, group_id, asked, require_stable) if asked != [] else []
+        fetched = (
+            await ctx.call(groups_service.offset_fetch_partitions, ctx.broker, group_id, asked, require_stable)
+            if asked != []
+            else []
+        )
     except TxlogError as exc:
         return error_code(ApiKey.OffsetFetch, exc), []
     if asked is None and ctx.authorizer is not None:
@@ -197,7 +204,8 @@ async def _fetch(
     answered = [(f.topic, _partition(f, f.error.code if f.error else None)) for f in fetched]
     answered += [
         (t, _partition(FetchedOffset(t, p, None, NO_METADATA), ErrorCode.TOPIC_AUTHORIZATION_FAILED))
-        for t, p in (asked_all or ()) if t in hidden
+        for t, p in (asked_all or ())
+        if t in hidden
     ]
     return None, _by_topic(answered)
 
@@ -255,6 +263,7 @@ async def handle_offset_delete(ctx: RequestContext, request: Any) -> dict:
         "error_code": 0,
         "topics": _by_topic(
             (t.name, {"partition_index": p.partition_index, "error_code": code(t.name, p.partition_index)})
-            for t in request.topics for p in t.partitions
+            for t in request.topics
+            for p in t.partitions
         ),
     }

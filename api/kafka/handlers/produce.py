@@ -100,7 +100,9 @@ def _error(partition: int, exc: TxlogError) -> dict:
     }
 
 
-async def _append(ctx: RequestContext, topic: str, partition: int, data: bytes | None, transactional_id: str | None) -> tuple[str, dict]:
+async def _append(
+    ctx: RequestContext, topic: str, partition: int, data: bytes | None, transactional_id: str | None
+) -> tuple[str, dict]:
     try:
         if data is None or decode.compressed(data):
             req = await ctx.call(_request, ctx, data, transactional_id)  # decompressed in a thread, not on the loop
@@ -127,12 +129,17 @@ def _request(ctx: RequestContext, data: bytes | None, transactional_id: str | No
     if len(batches) != 1:
         # As Kafka from Produce v3: one batch per partition, so one batch is one append, answered
         # with one base offset.
-        raise TxlogError(ErrorCode.INVALID_RECORD, f"A produce request carries exactly one record batch per partition, not {len(batches)}")
+        raise TxlogError(
+            ErrorCode.INVALID_RECORD, f"A produce request carries exactly one record batch per partition, not {len(batches)}"
+        )
     return produce_request(batches[0], transactional_id, require_added=True, batch_bytes=len(data or b""))
 
 
 def produce_request(
-    batch: RecordBatch, transactional_id: str | None = None, principal: str | None = None, require_added: bool = False,
+    batch: RecordBatch,
+    transactional_id: str | None = None,
+    principal: str | None = None,
+    require_added: bool = False,
     batch_bytes: int | None = None,
 ) -> ProduceRequest:
     """What ``app.services.produce.produce`` takes for one partition's batch, once the batch is one

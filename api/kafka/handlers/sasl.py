@@ -72,7 +72,11 @@ def session_lifetime_ms(max_reauth_ms: int, credential_expires_at_ms: int | None
     smaller of connections.max.reauth.ms (0: no bound) and the time left to the credential (none:
     no bound); 0 means it does not end. A credential already past its end gives a session that
     ends at once (1 ms: 0 would say it never ends)."""
-    bounds = [b for b in (max_reauth_ms or None, None if credential_expires_at_ms is None else credential_expires_at_ms - now_ms) if b is not None]
+    bounds = [
+        b
+        for b in (max_reauth_ms or None, None if credential_expires_at_ms is None else credential_expires_at_ms - now_ms)
+        if b is not None
+    ]
     return max(1, min(bounds)) if bounds else 0
 
 
@@ -93,7 +97,10 @@ async def handle_sasl_handshake(ctx: RequestContext, request: Any) -> dict:
     if session.principal is not None and request.mechanism != session.mechanism:
         log.warning(
             "failed re-authentication from %s: SASL mechanism '%s' requested by client is not supported for "
-            "re-authentication of mechanism '%s'", ctx.client_host, request.mechanism, session.mechanism,
+            "re-authentication of mechanism '%s'",
+            ctx.client_host,
+            request.mechanism,
+            session.mechanism,
         )
         session.close_after_answer = True
         return {"error_code": ErrorCode.UNSUPPORTED_SASL_MECHANISM.kafka_code, "mechanisms": _enabled()}
@@ -113,7 +120,9 @@ def _may_reauthenticate(ctx: RequestContext, session: Session) -> bool:
     renewed, with SaslHandshake v1+, and not twice within a second; any other SaslHandshake on a
     signed-in connection is ILLEGAL_SASL_STATE."""
     return (
-        session.expires_at is not None and ctx.api_version >= 1 and session.exchange is None
+        session.expires_at is not None
+        and ctx.api_version >= 1
+        and session.exchange is None
         and time.monotonic() - session.reauth_started >= MIN_REAUTH_INTERVAL_S
     )
 
@@ -149,7 +158,8 @@ async def authenticate(ctx: RequestContext, token: bytes) -> tuple[bytes, int]:
     session.exchange = None
     session.raw_tokens = False
     lifetime = session_lifetime_ms(
-        ctx.broker.settings.kafka_connections_max_reauth_ms, getattr(exchange, "credential_expires_at_ms", None),
+        ctx.broker.settings.kafka_connections_max_reauth_ms,
+        getattr(exchange, "credential_expires_at_ms", None),
         int(time.time() * 1000),
     )
     session.expires_at = time.monotonic() + lifetime / 1000 if lifetime else None

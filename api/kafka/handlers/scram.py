@@ -55,17 +55,26 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any)
     upsertions = [Upsertion(u.name, u.mechanism, u.iterations, u.salt, u.salted_password) for u in request.upsertions]
     users = users_named(deletions, upsertions)
     if _denied(ctx, Api.ALTER_USER_SCRAM_CREDENTIALS):
-        return _every_user(users, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED.value.default_message)
+        return _every_user(
+            users, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED.value.default_message
+        )
     try:
         altered = await ctx.call(scram.alter_credentials, ctx.broker.db, deletions, upsertions)
     except TxlogError as exc:  # the database away or too slow: each user hears it
         return _every_user(users, error_code(ctx.api_key, exc), exc.message)
     results = [
-        {"user": r.user, "error_code": r.error.code.kafka_code if r.error else 0, "error_message": r.error.message if r.error else None}
+        {
+            "user": r.user,
+            "error_code": r.error.code.kafka_code if r.error else 0,
+            "error_message": r.error.message if r.error else None,
+        }
         for r in altered
     ]
     return {"throttle_time_ms": 0, "results": results}
 
 
 def _every_user(users: list[str], code: ErrorCode, message: str) -> dict:
-    return {"throttle_time_ms": 0, "results": [{"user": u, "error_code": code.kafka_code, "error_message": message} for u in users]}
+    return {
+        "throttle_time_ms": 0,
+        "results": [{"user": u, "error_code": code.kafka_code, "error_message": message} for u in users],
+    }

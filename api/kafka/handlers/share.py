@@ -86,7 +86,8 @@ class ShareSessionCache:
                     del self._sessions[stale]
             if len(self._sessions) >= self.limit:
                 raise TxlogError(
-                    ErrorCode.SHARE_SESSION_LIMIT_REACHED, "The limit of share sessions has been reached. Cannot create a new share session."
+                    ErrorCode.SHARE_SESSION_LIMIT_REACHED,
+                    "The limit of share sessions has been reached. Cannot create a new share session.",
                 )
             session = self._sessions[key] = ShareSession(_next_epoch(INITIAL_EPOCH))
             return session
@@ -136,8 +137,13 @@ async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> dic
         share_groups.heartbeat,
         ctx.broker,
         sg.HeartbeatRequest(
-            request.group_id, request.member_id, request.member_epoch, request.rack_id, subscribed,
-            ctx.client_id or "", ctx.client_host,
+            request.group_id,
+            request.member_id,
+            request.member_epoch,
+            request.rack_id,
+            subscribed,
+            ctx.client_id or "",
+            ctx.client_host,
         ),
     )
     return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, **answer.body()}
@@ -168,10 +174,13 @@ async def handle_share_group_describe(ctx: RequestContext, request: Any) -> dict
             continue
         group = found.get(group_id)
         if group is None:
-            groups.append({
-                "group_id": group_id, "error_code": ErrorCode.GROUP_ID_NOT_FOUND.kafka_code,
-                "error_message": f"Group {group_id} not found.",
-            })
+            groups.append(
+                {
+                    "group_id": group_id,
+                    "error_code": ErrorCode.GROUP_ID_NOT_FOUND.kafka_code,
+                    "error_message": f"Group {group_id} not found.",
+                }
+            )
             continue
         entry = sg.describe(group)
         if request.include_authorized_operations:
@@ -200,8 +209,12 @@ def _topic_refusals(ctx: RequestContext, api: Api, names: Iterable[str]) -> dict
 
 
 async def _acknowledge(
-    ctx: RequestContext, group_id: str, member_id: str, acks: dict[tuple[uuid.UUID, int], tuple[AcknowledgementBatch, ...]],
-    names: dict[uuid.UUID, str], api: Api,
+    ctx: RequestContext,
+    group_id: str,
+    member_id: str,
+    acks: dict[tuple[uuid.UUID, int], tuple[AcknowledgementBatch, ...]],
+    names: dict[uuid.UUID, str],
+    api: Api,
 ) -> dict[tuple[uuid.UUID, int], TxlogError | None]:
     """Each partition's acknowledgement error (None: taken)."""
     out: dict[tuple[uuid.UUID, int], TxlogError | None] = {}
@@ -302,8 +315,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
             max_records = request.max_records if request.max_records > 0 else 500
             max_bytes = max(1, min(request.max_bytes, share.DEFAULT_MAX_BYTES))
             got = await share.acquire_waiting(
-                ctx.broker, ctx.notifier, _runner(ctx), group_id, member_id,
-                wanted, request.max_wait_ms, max_records, max_bytes,
+                ctx.broker, ctx.notifier, _runner(ctx), group_id, member_id, wanted, request.max_wait_ms, max_records, max_bytes
             )
             for part in got:
                 entry = entries[(ids[part.topic], part.partition)]
@@ -318,9 +330,12 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
     for entry in entries.values():
         entry.setdefault("records", b"")
     return {
-        "throttle_time_ms": 0, "error_code": 0, "error_message": None,
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "error_message": None,
         "acquisition_lock_timeout_ms": config.delivery.record_lock_duration_ms,
-        "responses": _by_topic(entries), "node_endpoints": [],
+        "responses": _by_topic(entries),
+        "node_endpoints": [],
     }
 
 
@@ -342,10 +357,10 @@ async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> dict:
     sessions, node = SESSIONS, ctx.node.node_id
     if epoch == INITIAL_EPOCH:
         raise TxlogError(ErrorCode.INVALID_SHARE_SESSION_EPOCH, "A share acknowledgement cannot open a share session.")
-    session = sessions.close(node, group_id, member_id) if epoch == FINAL_EPOCH else sessions.use(node, group_id, member_id, epoch)
-    acks = {
-        (t.topic_id, p.partition_index): _batches(p.acknowledgement_batches) for t in request.topics for p in t.partitions
-    }
+    session = (
+        sessions.close(node, group_id, member_id) if epoch == FINAL_EPOCH else sessions.use(node, group_id, member_id, epoch)
+    )
+    acks = {(t.topic_id, p.partition_index): _batches(p.acknowledgement_batches) for t in request.topics for p in t.partitions}
     in_session = [(t, p) for t, ps in session.partitions.items() for p in sorted(ps)]
     names = await _names(ctx, [t for t, _ in acks] + [t for t, _ in in_session])
     results = await _acknowledge(ctx, group_id, member_id, acks, names, Api.SHARE_ACKNOWLEDGE)
@@ -406,10 +421,15 @@ async def handle_describe_share_group_offsets(ctx: RequestContext, request: Any)
             parts = []
             for p in partitions:
                 error = denied.get(name) or (_NO_TOPIC if meta is None or not 0 <= p < meta.partitions else None)
-                parts.append({
-                    "partition_index": p, "start_offset": -1 if error else starts.get((name, p), -1), "leader_epoch": 0 if not error else -1,
-                    "error_code": _code(error), "error_message": None if error is None else error.message,
-                })
+                parts.append(
+                    {
+                        "partition_index": p,
+                        "start_offset": -1 if error else starts.get((name, p), -1),
+                        "leader_epoch": 0 if not error else -1,
+                        "error_code": _code(error),
+                        "error_message": None if error is None else error.message,
+                    }
+                )
             topics_out.append({"topic_name": name, "topic_id": meta.topic_id if meta else _ZERO_ID, "partitions": parts})
         out.append({"group_id": group_id, "topics": topics_out, "error_code": 0, "error_message": None})
     return {"throttle_time_ms": 0, "groups": out}
@@ -425,11 +445,16 @@ async def handle_alter_share_group_offsets(ctx: RequestContext, request: Any) ->
     known = await _topics_by_name(ctx, names)
     denied = _topic_refusals(ctx, Api.ALTER_SHARE_GROUP_OFFSETS, names)
     wanted = [
-        (t.topic_name, p.partition_index, p.start_offset) for t in request.topics for p in t.partitions
+        (t.topic_name, p.partition_index, p.start_offset)
+        for t in request.topics
+        for p in t.partitions
         if t.topic_name in known and t.topic_name not in denied
     ]
     altered = await ctx.call(
-        share_groups.while_empty, ctx.broker, group_id, functools.partial(share.alter_offsets_on, group_id=group_id, offsets=wanted),
+        share_groups.while_empty,
+        ctx.broker,
+        group_id,
+        functools.partial(share.alter_offsets_on, group_id=group_id, offsets=wanted),
     )
     results = {(r.topic, r.partition): r.error for r in altered}
     responses = []
@@ -438,7 +463,13 @@ async def handle_alter_share_group_offsets(ctx: RequestContext, request: Any) ->
         parts = []
         for p in t.partitions:
             error = denied.get(t.topic_name) or (_NO_TOPIC if meta is None else results.get((t.topic_name, p.partition_index)))
-            parts.append({"partition_index": p.partition_index, "error_code": _code(error), "error_message": None if error is None else error.message})
+            parts.append(
+                {
+                    "partition_index": p.partition_index,
+                    "error_code": _code(error),
+                    "error_message": None if error is None else error.message,
+                }
+            )
         responses.append({"topic_name": t.topic_name, "topic_id": meta.topic_id if meta else _ZERO_ID, "partitions": parts})
     return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "responses": responses}
 
@@ -454,24 +485,32 @@ async def handle_delete_share_group_offsets(ctx: RequestContext, request: Any) -
     denied = _topic_refusals(ctx, Api.DELETE_SHARE_GROUP_OFFSETS, names)
     partitions = [(n, p) for n in names if n in known and n not in denied for p in range(known[n].partitions)]
     await ctx.call(
-        share_groups.while_empty, ctx.broker, group_id,
+        share_groups.while_empty,
+        ctx.broker,
+        group_id,
         functools.partial(share.delete_offsets_on, group_id=group_id, partitions=partitions),
     )
     responses = []
     for name in names:
         meta = known.get(name)
         error = denied.get(name) or (_NO_TOPIC if meta is None else None)
-        responses.append({
-            "topic_name": name, "topic_id": meta.topic_id if meta else _ZERO_ID,
-            "error_code": _code(error), "error_message": None if error is None else error.message,
-        })
+        responses.append(
+            {
+                "topic_name": name,
+                "topic_id": meta.topic_id if meta else _ZERO_ID,
+                "error_code": _code(error),
+                "error_message": None if error is None else error.message,
+            }
+        )
     return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "responses": responses}
 
 
 # --- a share group's configs (GROUP config resources, DescribeConfigs and IncrementalAlterConfigs) --
 
 
-async def describe_group_configs(ctx: RequestContext, group_id: str, wanted: set[str] | None, version: int, request: Any) -> list[dict]:
+async def describe_group_configs(
+    ctx: RequestContext, group_id: str, wanted: set[str] | None, version: int, request: Any
+) -> list[dict]:
     """The share.* configs of the group: its own (DYNAMIC_GROUP_CONFIG) and the defaults. Describe
     configs on the group, else GROUP_AUTHORIZATION_FAILED."""
     access.check(ctx, Api.DESCRIBE_GROUP_CONFIGS, group=group_id)
@@ -482,15 +521,27 @@ async def describe_group_configs(ctx: RequestContext, group_id: str, wanted: set
             continue
         value = own.get(name, DEFAULTS[name])
         source = ConfigSource.DYNAMIC_GROUP_CONFIG if name in own else ConfigSource.DEFAULT_CONFIG
-        out.append({
-            "name": name, "value": value, "read_only": False, "is_default": name not in own, "config_source": source,
-            "is_sensitive": False, "config_type": ConfigType.INT if name in BOUNDS else ConfigType.STRING, "documentation": None,
-            "synonyms": [{"name": name, "value": value, "source": source}] if version >= 1 and request.include_synonyms else [],
-        })
+        out.append(
+            {
+                "name": name,
+                "value": value,
+                "read_only": False,
+                "is_default": name not in own,
+                "config_source": source,
+                "is_sensitive": False,
+                "config_type": ConfigType.INT if name in BOUNDS else ConfigType.STRING,
+                "documentation": None,
+                "synonyms": [{"name": name, "value": value, "source": source}]
+                if version >= 1 and request.include_synonyms
+                else [],
+            }
+        )
     return out
 
 
-async def alter_group_configs(ctx: RequestContext, group_id: str, ops: list[tuple[str, int, str | None]], validate_only: bool) -> None:
+async def alter_group_configs(
+    ctx: RequestContext, group_id: str, ops: list[tuple[str, int, str | None]], validate_only: bool
+) -> None:
     """IncrementalAlterConfigs of a GROUP resource: SET and DELETE of its share.* configs (APPEND
     and SUBTRACT are for LIST configs: INVALID_CONFIG), each value checked as Kafka checks it.
     AlterConfigs on the group, else GROUP_AUTHORIZATION_FAILED."""

@@ -63,7 +63,10 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> dict:
             if access.shows(ctx, Api.CREATE_TOPICS, topic.name):
                 results.append(_created(topic.name, partitions, described, topic_id))
             else:
-                results.append(_created(topic.name, partitions, [], topic_id) | {"topic_config_error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED.kafka_code})
+                results.append(
+                    _created(topic.name, partitions, [], topic_id)
+                    | {"topic_config_error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED.kafka_code}
+                )
     return {"throttle_time_ms": 0, "topics": results}
 
 
@@ -71,9 +74,7 @@ def _creatable(ctx: RequestContext, topic: Any) -> tuple[int, dict[str, str]]:
     """The partition count and config a CreateTopics entry asks for."""
     if topic.assignments:
         if topic.num_partitions != -1 or topic.replication_factor != -1:
-            raise TxlogError(
-                ErrorCode.INVALID_REQUEST, "A manual assignment goes with num_partitions and replication_factor -1"
-            )
+            raise TxlogError(ErrorCode.INVALID_REQUEST, "A manual assignment goes with num_partitions and replication_factor -1")
         indexes = sorted(a.partition_index for a in topic.assignments)
         if indexes != list(range(len(indexes))):
             raise TxlogError(ErrorCode.INVALID_REQUEST, "A manual assignment numbers its partitions from 0 without gaps")
@@ -82,7 +83,8 @@ def _creatable(ctx: RequestContext, topic: Any) -> tuple[int, dict[str, str]]:
         partitions = ctx.broker.settings.kafka_num_partitions if topic.num_partitions == -1 else topic.num_partitions
         if topic.replication_factor == 0 or topic.replication_factor < -1:
             raise TxlogError(
-                ErrorCode.INVALID_REPLICATION_FACTOR, f"Replication factor must be -1 or at least 1, not {topic.replication_factor}"
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"Replication factor must be -1 or at least 1, not {topic.replication_factor}",
             )
     config = {c.name: c.value for c in topic.configs if c.value is not None}
     return partitions, config
@@ -102,7 +104,10 @@ def _create_topic(
 
 
 def _created(
-    name: str, partitions: int = -1, described: list[topic_configs.DescribedConfig] | None = None, topic_id: uuid.UUID = ZERO_TOPIC_ID,
+    name: str,
+    partitions: int = -1,
+    described: list[topic_configs.DescribedConfig] | None = None,
+    topic_id: uuid.UUID = ZERO_TOPIC_ID,
     error: tuple[int, str] | None = None,
 ) -> dict:
     code, message = error or (0, None)
@@ -142,7 +147,11 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> dict:
             if topic.assignments is not None:
                 _check_assignments(topic.assignments, live)
             await ctx.call(
-                topics.create_partitions, ctx.broker, topic.name, topic.count, request.validate_only,
+                topics.create_partitions,
+                ctx.broker,
+                topic.name,
+                topic.count,
+                request.validate_only,
                 None if topic.assignments is None else len(topic.assignments),
             )
         except TxlogError as exc:
@@ -156,7 +165,9 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> dict:
 def _check_assignments(assignments: Any, live: set[int]) -> None:
     unknown = sorted({b for a in assignments for b in a.broker_ids} - live)
     if unknown:
-        raise TxlogError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}.")
+        raise TxlogError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}."
+        )
     other = [i for i, a in enumerate(assignments) if len(a.broker_ids) != 1]
     if other:
         raise TxlogError(
@@ -227,7 +238,7 @@ _STATIC, _DEFAULT = topic_configs.ConfigSource.STATIC_BROKER_CONFIG, topic_confi
 
 
 def broker_configs(
-    broker: Broker, node: Node, listeners: list[tuple[str, str, int]],
+    broker: Broker, node: Node, listeners: list[tuple[str, str, int]]
 ) -> list[tuple[str, str | None, topic_configs.ConfigType, topic_configs.ConfigSource]]:
     """A node's broker configs that have a meaning here, in name order: the server's settings under
     Kafka's names (STATIC_BROKER_CONFIG where the server was given one, else DEFAULT_CONFIG), and
@@ -273,8 +284,11 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> dict:
                 described = await ctx.call(topics.describe_topic_config, ctx.broker, resource.resource_name)
                 configs = [_described(d, v, request) for d in described if wanted is None or d.name in wanted]
             elif resource.resource_type == _BROKER:
-                configs = [_broker_config(entry, v, request) for entry in _broker_of(ctx, resource.resource_name)
-                           if wanted is None or entry[0] in wanted]
+                configs = [
+                    _broker_config(entry, v, request)
+                    for entry in _broker_of(ctx, resource.resource_name)
+                    if wanted is None or entry[0] in wanted
+                ]
             elif resource.resource_type == _GROUP:  # a share group's share.* configs
                 configs = await share_handlers.describe_group_configs(ctx, resource.resource_name, wanted, v, request)
             else:
@@ -287,7 +301,9 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> dict:
     return {"throttle_time_ms": 0, "results": results}
 
 
-def _broker_of(ctx: RequestContext, name: str) -> list[tuple[str, str | None, topic_configs.ConfigType, topic_configs.ConfigSource]]:
+def _broker_of(
+    ctx: RequestContext, name: str
+) -> list[tuple[str, str | None, topic_configs.ConfigType, topic_configs.ConfigSource]]:
     """The broker configs of node ``name`` ("" is the node asked: Kafka's default broker resource)."""
     if name == "":
         return broker_configs(ctx.broker, ctx.node, ctx.cluster.listeners_of(ctx.node.node_id))
@@ -299,8 +315,14 @@ def _broker_of(ctx: RequestContext, name: str) -> list[tuple[str, str | None, to
 
 def _described(d: topic_configs.DescribedConfig, version: int, request: Any) -> dict:
     out: dict[str, Any] = {
-        "name": d.name, "value": d.value, "read_only": d.read_only, "is_default": d.source is topic_configs.ConfigSource.DEFAULT_CONFIG,
-        "config_source": d.source, "is_sensitive": False, "synonyms": [], "config_type": d.type,
+        "name": d.name,
+        "value": d.value,
+        "read_only": d.read_only,
+        "is_default": d.source is topic_configs.ConfigSource.DEFAULT_CONFIG,
+        "config_source": d.source,
+        "is_sensitive": False,
+        "synonyms": [],
+        "config_type": d.type,
         "documentation": d.doc if version >= 3 and request.include_documentation else None,
     }
     if version >= 1 and request.include_synonyms:
@@ -313,10 +335,15 @@ def _broker_config(
 ) -> dict:
     name, value, kind, source = entry
     return {
-        "name": name, "value": value, "read_only": True, "is_default": source is _DEFAULT, "config_source": source,
+        "name": name,
+        "value": value,
+        "read_only": True,
+        "is_default": source is _DEFAULT,
+        "config_source": source,
         "is_sensitive": False,
         "synonyms": [{"name": name, "value": value, "source": source}] if version >= 1 and request.include_synonyms else [],
-        "config_type": kind, "documentation": None,
+        "config_type": kind,
+        "documentation": None,
     }
 
 
@@ -326,7 +353,9 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> dict:
     responses = []
     for resource in request.resources:
         config = {c.name: c.value for c in resource.configs}
-        responses.append(await _alter(ctx, ApiKey.AlterConfigs, resource, topics.replace_topic_config, config, request.validate_only))
+        responses.append(
+            await _alter(ctx, ApiKey.AlterConfigs, resource, topics.replace_topic_config, config, request.validate_only)
+        )
     return {"throttle_time_ms": 0, "responses": responses}
 
 
@@ -350,7 +379,9 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
             responses.append(_alter_result(resource, ErrorCode.INVALID_REQUEST.kafka_code, "Unknown config operation"))
             continue
         responses.append(
-            await _alter(ctx, ApiKey.IncrementalAlterConfigs, resource, topics.incremental_alter_topic_config, ops, request.validate_only)
+            await _alter(
+                ctx, ApiKey.IncrementalAlterConfigs, resource, topics.incremental_alter_topic_config, ops, request.validate_only
+            )
         )
     return {"throttle_time_ms": 0, "responses": responses}
 
@@ -380,4 +411,9 @@ async def _alter(ctx: RequestContext, api_key: int, resource: Any, alter: Any, c
 
 
 def _alter_result(resource: Any, code: int, message: str | None) -> dict:
-    return {"error_code": code, "error_message": message, "resource_type": resource.resource_type, "resource_name": resource.resource_name}
+    return {
+        "error_code": code,
+        "error_message": message,
+        "resource_type": resource.resource_type,
+        "resource_name": resource.resource_name,
+    }

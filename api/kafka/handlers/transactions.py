@@ -69,8 +69,12 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> dict:
             epoch if given else None,
         )
     except TxlogError as exc:
-        return {"throttle_time_ms": 0, "error_code": _code(exc, "InitProducerId", ctx.api_version),
-                "producer_id": NO_PRODUCER_ID, "producer_epoch": -1}
+        return {
+            "throttle_time_ms": 0,
+            "error_code": _code(exc, "InitProducerId", ctx.api_version),
+            "producer_id": NO_PRODUCER_ID,
+            "producer_epoch": -1,
+        }
     return {"throttle_time_ms": 0, "error_code": 0, "producer_id": got.producer_id, "producer_epoch": got.producer_epoch}
 
 
@@ -85,10 +89,7 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> dic
     if refused:
         not_attempted = ErrorCode.OPERATION_NOT_ATTEMPTED.kafka_code
         return _added({tp: refused[tp[0]].code.kafka_code if tp[0] in refused else not_attempted for tp in asked})
-    args = (
-        request.v3_and_below_transactional_id, request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
-        asked,
-    )
+    args = (request.v3_and_below_transactional_id, request.v3_and_below_producer_id, request.v3_and_below_producer_epoch, asked)
     try:
         await ctx.loop_executor.run(functools.partial(txn_service.add_partitions_to_txn_steps, ctx.broker, *args, None))
         codes = {tp: 0 for tp in asked}
@@ -141,7 +142,10 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
     refused = access.refused(ctx, Api.TXN_OFFSET_COMMIT, "topic", (t.name for t in request.topics))
     every = [
         GroupOffset(
-            t.name, p.partition_index, p.committed_offset, offset_metadata(p.committed_metadata),
+            t.name,
+            p.partition_index,
+            p.committed_offset,
+            offset_metadata(p.committed_metadata),
             p.committed_leader_epoch if ctx.api_version >= 2 else NO_LEADER_EPOCH,
         )
         for t in request.topics
@@ -186,7 +190,12 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> dict:
     if refused is not None:
         return {"throttle_time_ms": 0, "error_code": refused.code.kafka_code}
     steps = functools.partial(
-        txn_service.end_txn_steps, ctx.broker, request.transactional_id, request.producer_id, request.producer_epoch, result,
+        txn_service.end_txn_steps,
+        ctx.broker,
+        request.transactional_id,
+        request.producer_id,
+        request.producer_epoch,
+        result,
         TRANSACTION_VERSION,
     )
     try:

@@ -45,7 +45,9 @@ from app.domain.groups.state import (
 from app.errors import ErrorCode
 
 
-def _finish(before: Group | None, after: Group | None, fx: list[Effect], reply: object = None, fired: Timer | None = None) -> Outcome:
+def _finish(
+    before: Group | None, after: Group | None, fx: list[Effect], reply: object = None, fired: Timer | None = None
+) -> Outcome:
     """The outcome with the timer changes from ``before`` to ``after`` appended (a timer that just
     fired is re-armed if it is still wanted)."""
     old, new = timers(before), timers(after)
@@ -92,8 +94,14 @@ def _current_join_result(group: Group, member_id: str) -> JoinResult:
         JoinedMember(m.member_id, m.group_instance_id, m.metadata(group.protocol_name)) for m in group.members.values()
     )
     return JoinResult(
-        None, member_id, group.generation_id, group.protocol_type, group.protocol_name,
-        group.leader_id or "", False, members if leader else (),
+        None,
+        member_id,
+        group.generation_id,
+        group.protocol_type,
+        group.protocol_name,
+        group.leader_id or "",
+        False,
+        members if leader else (),
     )
 
 
@@ -129,9 +137,12 @@ def _remove(group: Group, member_id: str, fx: list[Effect]) -> Group:
     leader = group.leader_id if group.leader_id != member_id else next(iter(members), None)
     pending_sync = group.pending_sync - {member_id}
     return dataclasses.replace(
-        group, members=members, leader_id=leader,
+        group,
+        members=members,
+        leader_id=leader,
         pending_members={mid: d for mid, d in group.pending_members.items() if mid != member_id},
-        pending_sync=pending_sync, sync_deadline_ms=group.sync_deadline_ms if pending_sync else None,
+        pending_sync=pending_sync,
+        sync_deadline_ms=group.sync_deadline_ms if pending_sync else None,
     )
 
 
@@ -186,8 +197,12 @@ def _prepare_rebalance(group: Group, now: int, config: GroupConfig, fx: list[Eff
     rebalance_timeout = group.rebalance_timeout_ms
     delayed = group.state is S.EMPTY and config.initial_rebalance_delay_ms > 0
     group = _transition(
-        group, S.PREPARING_REBALANCE, now,
-        pending_sync=frozenset(), sync_deadline_ms=None, new_member_added=False,
+        group,
+        S.PREPARING_REBALANCE,
+        now,
+        pending_sync=frozenset(),
+        sync_deadline_ms=None,
+        new_member_added=False,
         join_deadline_ms=now + (config.initial_rebalance_delay_ms if delayed else rebalance_timeout),
         initial_delay_remaining_ms=max(rebalance_timeout - config.initial_rebalance_delay_ms, 0) if delayed else None,
     )
@@ -219,9 +234,14 @@ def _complete_join(group: Group, now: int, config: GroupConfig, fx: list[Effect]
     if not group.members:
         return _transition(group, S.EMPTY, now, generation_id=group.generation_id + 1, protocol_name=None, **phase_end)
     group = _transition(
-        group, S.COMPLETING_REBALANCE, now,
-        generation_id=group.generation_id + 1, protocol_name=select_protocol(group),
-        pending_sync=frozenset(group.members), sync_deadline_ms=now + group.rebalance_timeout_ms, **phase_end,
+        group,
+        S.COMPLETING_REBALANCE,
+        now,
+        generation_id=group.generation_id + 1,
+        protocol_name=select_protocol(group),
+        pending_sync=frozenset(group.members),
+        sync_deadline_ms=now + group.rebalance_timeout_ms,
+        **phase_end,
     )
     for mid in list(group.members):
         group = _answer(group, mid, _current_join_result(group, mid), None, now, fx)
@@ -271,10 +291,20 @@ def _remove_and_update(group: Group, member_id: str, now: int, config: GroupConf
     return _try_complete_join(group, now, config, fx)
 
 
-def _add_member_and_rebalance(group: Group, member_id: str, r: JoinRequest, now: int, config: GroupConfig, fx: list[Effect]) -> Group:
+def _add_member_and_rebalance(
+    group: Group, member_id: str, r: JoinRequest, now: int, config: GroupConfig, fx: list[Effect]
+) -> Group:
     member = Member(
-        member_id, r.group_instance_id, r.client_id, r.client_host, r.session_timeout_ms, r.rebalance_timeout_ms,
-        r.protocols, session_deadline_ms=now + config.new_member_join_timeout_ms, waiting=Waiting.JOIN, is_new=True,
+        member_id,
+        r.group_instance_id,
+        r.client_id,
+        r.client_host,
+        r.session_timeout_ms,
+        r.rebalance_timeout_ms,
+        r.protocols,
+        session_deadline_ms=now + config.new_member_join_timeout_ms,
+        waiting=Waiting.JOIN,
+        is_new=True,
     )
     group = dataclasses.replace(
         group,
@@ -291,14 +321,20 @@ def _add_member_and_rebalance(group: Group, member_id: str, r: JoinRequest, now:
 
 def _update_member_and_rebalance(group: Group, r: JoinRequest, now: int, config: GroupConfig, fx: list[Effect]) -> Group:
     member = dataclasses.replace(
-        group.members[r.member_id], protocols=r.protocols, client_id=r.client_id, client_host=r.client_host,
-        session_timeout_ms=r.session_timeout_ms, rebalance_timeout_ms=r.rebalance_timeout_ms,
+        group.members[r.member_id],
+        protocols=r.protocols,
+        client_id=r.client_id,
+        client_host=r.client_host,
+        session_timeout_ms=r.session_timeout_ms,
+        rebalance_timeout_ms=r.rebalance_timeout_ms,
     )
     group = _park(_put(group, member), r.member_id, Waiting.JOIN, now, fx)
     return _maybe_prepare_rebalance(group, now, config, fx)
 
 
-def _replace_static_member(group: Group, old_id: str, new_id: str, r: JoinRequest, now: int, config: GroupConfig, fx: list[Effect]) -> Group:
+def _replace_static_member(
+    group: Group, old_id: str, new_id: str, r: JoinRequest, now: int, config: GroupConfig, fx: list[Effect]
+) -> Group:
     """A known group.instance.id joins without a member id (the instance restarted): it takes over the
     member under a new member id, and the old id is fenced — its parked request is answered
     FENCED_INSTANCE_ID, and so is anything it sends later with its instance id. A Stable group whose
@@ -312,9 +348,15 @@ def _replace_static_member(group: Group, old_id: str, new_id: str, r: JoinReques
     elif old.waiting is Waiting.SYNC:
         fx.append(AnswerSync(old_id, sync_error(ErrorCode.FENCED_INSTANCE_ID)))
     member = dataclasses.replace(
-        old, member_id=new_id, client_id=r.client_id, client_host=r.client_host, protocols=r.protocols,
-        session_timeout_ms=r.session_timeout_ms, rebalance_timeout_ms=r.rebalance_timeout_ms,
-        session_deadline_ms=now + r.session_timeout_ms, waiting=Waiting.JOIN,
+        old,
+        member_id=new_id,
+        client_id=r.client_id,
+        client_host=r.client_host,
+        protocols=r.protocols,
+        session_timeout_ms=r.session_timeout_ms,
+        rebalance_timeout_ms=r.rebalance_timeout_ms,
+        session_deadline_ms=now + r.session_timeout_ms,
+        waiting=Waiting.JOIN,
     )
     previous_leader = group.leader_id
     group = dataclasses.replace(
@@ -339,7 +381,9 @@ def _replace_static_member(group: Group, old_id: str, new_id: str, r: JoinReques
     return group  # PreparingRebalance: it waits with the others
 
 
-def _join_new_member(group: Group, r: JoinRequest, member_id: str, now: int, config: GroupConfig, fx: list[Effect]) -> tuple[Group, JoinResult | None]:
+def _join_new_member(
+    group: Group, r: JoinRequest, member_id: str, now: int, config: GroupConfig, fx: list[Effect]
+) -> tuple[Group, JoinResult | None]:
     previous = group.static_member_id(r.group_instance_id)
     if not supports_protocols(group, r.protocol_type, r.protocols, excluding=previous):
         return group, join_error("", ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
@@ -352,7 +396,9 @@ def _join_new_member(group: Group, r: JoinRequest, member_id: str, now: int, con
     return _add_member_and_rebalance(group, member_id, r, now, config, fx), None
 
 
-def _join_known_member(group: Group, r: JoinRequest, now: int, config: GroupConfig, fx: list[Effect]) -> tuple[Group, JoinResult | None]:
+def _join_known_member(
+    group: Group, r: JoinRequest, now: int, config: GroupConfig, fx: list[Effect]
+) -> tuple[Group, JoinResult | None]:
     if not supports_protocols(group, r.protocol_type, r.protocols, excluding=r.member_id):
         return group, join_error(r.member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
     if r.member_id in group.pending_members and r.group_instance_id is None:
@@ -518,11 +564,18 @@ def on_timer(group: Group | None, timer: Timer, now: int, config: GroupConfig) -
             if remaining and g.new_member_added:
                 # Members are still arriving at a new group: wait once more, within the rebalance timeout.
                 delay = min(config.initial_rebalance_delay_ms, remaining)
-                g = dataclasses.replace(g, join_deadline_ms=now + delay, initial_delay_remaining_ms=remaining - delay, new_member_added=False)
+                g = dataclasses.replace(
+                    g, join_deadline_ms=now + delay, initial_delay_remaining_ms=remaining - delay, new_member_added=False
+                )
             else:
                 g = _complete_join(g, now, config, fx)
     elif timer.kind is TimerKind.SYNC:
-        if g.state in (S.COMPLETING_REBALANCE, S.STABLE) and g.pending_sync and g.sync_deadline_ms is not None and g.sync_deadline_ms <= now:
+        if (
+            g.state in (S.COMPLETING_REBALANCE, S.STABLE)
+            and g.pending_sync
+            and g.sync_deadline_ms is not None
+            and g.sync_deadline_ms <= now
+        ):
             for mid in [mid for mid in g.members if mid in g.pending_sync]:
                 g = _remove(g, mid, fx)
             g = _prepare_rebalance(g, now, config, fx)

@@ -47,12 +47,18 @@ def describe(group_id: str, group: Group | None) -> GroupDescription:
     stable = group.state is S.STABLE
     members = tuple(
         MemberDescription(
-            m.member_id, m.group_instance_id, m.client_id, m.client_host,
-            m.metadata(group.protocol_name) if stable else b"", m.assignment if stable else b"",
+            m.member_id,
+            m.group_instance_id,
+            m.client_id,
+            m.client_host,
+            m.metadata(group.protocol_name) if stable else b"",
+            m.assignment if stable else b"",
         )
         for m in group.members.values()
     )
-    return GroupDescription(group.group_id, None, group.state.value, group.protocol_type or "", group.protocol_name or "" if stable else "", members)
+    return GroupDescription(
+        group.group_id, None, group.state.value, group.protocol_type or "", group.protocol_name or "" if stable else "", members
+    )
 
 
 def listing(groups: Iterable[Group], states_filter: Iterable[str] = (), types_filter: Iterable[str] = ()) -> list[GroupListing]:

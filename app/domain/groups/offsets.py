@@ -50,8 +50,7 @@ def check_committable(offsets: Sequence[CommittedOffset], max_metadata: int) -> 
     if invalid:
         raise TxlogError(
             ErrorCode.INVALID_REQUEST,
-            "Offsets must not be negative: "
-            + ", ".join(f"{t}-{p}" for t, p in invalid),
+            "Offsets must not be negative: " + ", ".join(f"{t}-{p}" for t, p in invalid),
             partitions=invalid,
         )
     too_large = [(o.topic, o.partition) for o in offsets if _java_length(o.metadata) > max_metadata]
@@ -69,7 +68,6 @@ def _java_length(text: str) -> int:
     if text.isascii():
         return len(text)
     return len(text) + sum(1 for c in text if ord(c) > 0xFFFF)
-
 
 
 @dataclass(frozen=True)

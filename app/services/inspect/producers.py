@@ -63,8 +63,11 @@ def producers_page(
     expiration = broker.settings.producer_id_expiration_ms
     with broker.db.read() as conn:
         if producer_id is not None:
-            rows = [r for r in admin_reads.producer_states_by_id(conn, producer_id)
-                    if (topic is None or r["topic"] == topic) and (not open_only or r["txn_first_offset"] is not None)]
+            rows = [
+                r
+                for r in admin_reads.producer_states_by_id(conn, producer_id)
+                if (topic is None or r["topic"] == topic) and (not open_only or r["txn_first_offset"] is not None)
+            ]
             return ProducerPage([_producer_entry(r, expiration) for r in rows], None)
         rows = admin_reads.producer_states_page(conn, after, limit + 1, topic, open_only)
     more = len(rows) > limit

@@ -71,6 +71,7 @@ def topic_detail(broker: Broker, topic: str) -> TopicDetail:
 
 # --- the log --------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class RecordPage:
     status: PartitionStatus
@@ -108,7 +109,9 @@ def browse_partition(
             records = admin_reads.records_page(conn, topic, partition, start, upper, limit, **common)
         else:
             end = upper if before is None else min(max(before, status.log_start_offset), upper)
-            records = admin_reads.records_page(conn, topic, partition, status.log_start_offset, end, limit, backwards=True, **common)
+            records = admin_reads.records_page(
+                conn, topic, partition, status.log_start_offset, end, limit, backwards=True, **common
+            )
         rate = _record_rate(conn, now, topic, partition)
     first = records[0].offset if records else None
     last = records[-1].offset if records else None

@@ -26,7 +26,6 @@ LSO_HOLD_ALERT_MS = 60_000
 PREPARED_ALERT_MS = 60_000
 
 
-
 # --- hanging transactions -------------------------------------------------------------------------
 
 AlertReason = Literal["timed_out", "stuck_prepared", "holding_lso"]
@@ -72,8 +71,14 @@ def _alerts(conn, now_ms: int) -> list[Alert]:
         reason: AlertReason = "timed_out" if meta.state is TxnState.ONGOING else "stuck_prepared"
         since = meta.started_at_ms if reason == "timed_out" and meta.started_at_ms is not None else meta.updated_at_ms
         by_key[meta.transactional_id] = dict(
-            transactional_id=meta.transactional_id, producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
-            state=meta.state.value, reasons=[reason], since_ms=since, timeout_ms=meta.timeout_ms, held=[],
+            transactional_id=meta.transactional_id,
+            producer_id=meta.producer_id,
+            producer_epoch=meta.producer_epoch,
+            state=meta.state.value,
+            reasons=[reason],
+            since_ms=since,
+            timeout_ms=meta.timeout_ms,
+            held=[],
         )
     for h in holders:
         since = h.started_at_ms if h.started_at_ms is not None else h.last_append_ms
@@ -83,8 +88,14 @@ def _alerts(conn, now_ms: int) -> list[Alert]:
         entry = by_key.setdefault(
             key,
             dict(
-                transactional_id=h.transactional_id, producer_id=h.producer_id, producer_epoch=h.producer_epoch,
-                state=h.state, reasons=[], since_ms=since, timeout_ms=None, held=[],
+                transactional_id=h.transactional_id,
+                producer_id=h.producer_id,
+                producer_epoch=h.producer_epoch,
+                state=h.state,
+                reasons=[],
+                since_ms=since,
+                timeout_ms=None,
+                held=[],
             ),
         )
         if "holding_lso" not in entry["reasons"]:
@@ -100,6 +111,7 @@ def hanging_transactions(broker: Broker) -> list[Alert]:
 
 
 # --- transactions ---------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class TxnPage:
@@ -197,7 +209,11 @@ def transaction_detail(broker: Broker, transactional_id: str, events_limit: int 
             raise TxlogError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"Transactional id {transactional_id!r} not found")
         events = transactions_store.txn_events(conn, transactional_id, events_limit)
         pending = groups_store.pending_offsets_of_txn(conn, transactional_id)
-        states = {(s["topic"], s["partition"]): s for s in admin_reads.producer_states_by_id(conn, meta.producer_id)} if meta.partitions else {}
+        states = (
+            {(s["topic"], s["partition"]): s for s in admin_reads.producer_states_by_id(conn, meta.producer_id)}
+            if meta.partitions
+            else {}
+        )
         statuses: dict[tuple[str, int], PartitionStatus | None] = {}  # None: the partition is gone
         for topic, partition in meta.partitions:
             try:
@@ -208,9 +224,15 @@ def transaction_detail(broker: Broker, transactional_id: str, events_limit: int 
     parts = []
     for tp in meta.partitions:
         entry = states.get(tp)
-        first = entry["txn_first_offset"] if entry and meta.state.is_open and entry["producer_epoch"] == meta.producer_epoch else None
+        first = (
+            entry["txn_first_offset"] if entry and meta.state.is_open and entry["producer_epoch"] == meta.producer_epoch else None
+        )
         status = statuses[tp]
-        parts.append(TxnPartition(status, tp[0], tp[1], first, first is not None and status is not None and status.last_stable_offset == first))
+        parts.append(
+            TxnPartition(
+                status, tp[0], tp[1], first, first is not None and status is not None and status.last_stable_offset == first
+            )
+        )
     return TxnDetail(now, meta, events, meta.version, parts, pending, epoch_history(events), alerts[0] if alerts else None)
 
 
@@ -304,9 +326,16 @@ def open_transactions(
             reasons += ("open_too_long",)
         found.append(
             OpenTransaction(
-                topic=r["topic"], partition=r["partition"], producer_id=r["producer_id"], producer_epoch=r["producer_epoch"],
-                start_offset=r["txn_first_offset"], last_timestamp_ms=r["last_timestamp_ms"], transactional_id=r["transactional_id"],
-                coordinator_state=meta.state.value if meta is not None else None, started_at_ms=started, duration_ms=duration,
+                topic=r["topic"],
+                partition=r["partition"],
+                producer_id=r["producer_id"],
+                producer_epoch=r["producer_epoch"],
+                start_offset=r["txn_first_offset"],
+                last_timestamp_ms=r["last_timestamp_ms"],
+                transactional_id=r["transactional_id"],
+                coordinator_state=meta.state.value if meta is not None else None,
+                started_at_ms=started,
+                duration_ms=duration,
                 hanging=reasons,
             )
         )

@@ -140,7 +140,9 @@ class AdminConnection:
         except Exception as exc:  # anything the generated decoder raises: the answer is unreadable
             raise GatewayUnreachable(self.address, f"{name}: an unreadable answer ({type(exc).__name__})") from None
         if correlation_id != self._correlation_id:
-            raise GatewayUnreachable(self.address, f"{name}: answered correlation id {correlation_id}, not {self._correlation_id}")
+            raise GatewayUnreachable(
+                self.address, f"{name}: answered correlation id {correlation_id}, not {self._correlation_id}"
+            )
         return response
 
     def _read(self, n: int) -> bytes:
@@ -199,15 +201,18 @@ class AdminConnection:
                 protocol=g.protocol_data,
                 members=tuple(
                     DescribedMember(
-                        m.member_id, m.group_instance_id if version >= 4 else None, m.client_id, m.client_host,
-                        bytes(m.member_metadata or b""), bytes(m.member_assignment or b""),
+                        m.member_id,
+                        m.group_instance_id if version >= 4 else None,
+                        m.client_id,
+                        m.client_host,
+                        bytes(m.member_metadata or b""),
+                        bytes(m.member_assignment or b""),
                     )
                     for m in g.members
                 ),
             )
             for g in answer.groups
         ]
-
 
     def delete_groups(self, group_ids: Iterable[str]) -> dict[str, str | None]:
         """DeleteGroups: each group's error name, None where it was deleted."""

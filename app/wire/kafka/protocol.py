@@ -55,8 +55,13 @@ with warnings.catch_warnings():
 # the four share APIs (v0 was Kafka 4.0's early access, removed in 4.1), v0 of the offsets APIs.
 _SCHEMAS = "app.wire.kafka.schemas"
 _SHARE_MESSAGES = (
-    "ShareGroupHeartbeat", "ShareGroupDescribe", "ShareFetch", "ShareAcknowledge",
-    "DescribeShareGroupOffsets", "AlterShareGroupOffsets", "DeleteShareGroupOffsets",
+    "ShareGroupHeartbeat",
+    "ShareGroupDescribe",
+    "ShareFetch",
+    "ShareAcknowledge",
+    "DescribeShareGroupOffsets",
+    "AlterShareGroupOffsets",
+    "DeleteShareGroupOffsets",
 )
 
 
@@ -77,9 +82,24 @@ with warnings.catch_warnings():  # kafka-python's read_text again
 _OWN_SCHEMAS = frozenset(cls.API_KEY for cls in _SHARE_CLASSES.values())
 
 __all__ = [
-    "ApiKey", "FrameError", "HEADER_MIN_BYTES", "Request", "RequestHeader",
-    "api_versions_fallback", "build", "codec_versions", "decode_request", "decode_response", "encode_request",
-    "encode_response", "error_body", "error_response", "generic_response", "has_codec", "read_header", "uvarint",
+    "ApiKey",
+    "FrameError",
+    "HEADER_MIN_BYTES",
+    "Request",
+    "RequestHeader",
+    "api_versions_fallback",
+    "build",
+    "codec_versions",
+    "decode_request",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+    "error_body",
+    "error_response",
+    "generic_response",
+    "has_codec",
+    "read_header",
+    "uvarint",
 ]
 
 # api_key int16, api_version int16, correlation_id int32, client_id length int16 (-1: null)
@@ -89,9 +109,7 @@ _INT32 = struct.Struct(">i")
 
 # kafka-python renames a few fields of Kafka's schemas (and types them as sets of bits): the
 # names Kafka's schemas use are accepted for them.
-_ALIASES = {
-    "authorized_operations": ("topic_authorized_operations", "cluster_authorized_operations"),
-}
+_ALIASES = {"authorized_operations": ("topic_authorized_operations", "cluster_authorized_operations")}
 # Fields that name the item an error is about, copied from the request into an error answer.
 _IDENTITY = {
     "name": ("name", "topic"),
@@ -197,7 +215,7 @@ def _read_header(frame: bytes | memoryview) -> tuple[RequestHeader, int]:
         if pos + length > len(frame):
             raise FrameError("the client id runs past the end of the request")
         try:
-            client_id = bytes(frame[pos:pos + length]).decode("utf-8")
+            client_id = bytes(frame[pos : pos + length]).decode("utf-8")
         except UnicodeDecodeError:
             raise FrameError("the client id is not UTF-8") from None
         pos += length
@@ -317,7 +335,9 @@ def _build(schema: Any, data_class: type, version: int, data: Any, path: str) ->
             if value is _MISSING:
                 value = field.default
             elif value is not None:
-                value = [_build(field.array_of, field.data_class, version, item, f"{path}.{name}[{i}]") for i, item in enumerate(value)]
+                value = [
+                    _build(field.array_of, field.data_class, version, item, f"{path}.{name}[{i}]") for i, item in enumerate(value)
+                ]
         elif field.is_struct():
             if value is _MISSING:
                 # an absent tagged or nullable struct stays absent; a required one takes its defaults
@@ -388,10 +408,18 @@ def generic_response(api_key: int, api_version: int, correlation_id: int, body: 
 # kafka-python's codec.
 
 _PRODUCE_PARTITION = frozenset(("index", "error_code", "base_offset", "log_append_time_ms", "log_start_offset", "error_message"))
-_FETCH_PARTITION = frozenset((
-    "partition_index", "error_code", "high_watermark", "last_stable_offset", "log_start_offset", "aborted_transactions",
-    "preferred_read_replica", "records",
-))
+_FETCH_PARTITION = frozenset(
+    (
+        "partition_index",
+        "error_code",
+        "high_watermark",
+        "last_stable_offset",
+        "log_start_offset",
+        "aborted_transactions",
+        "preferred_read_replica",
+        "records",
+    )
+)
 _I16_I64_I64, _I64, _I16_I32 = struct.Struct(">hqq"), struct.Struct(">q"), struct.Struct(">hi")
 _I32_I16_I64_I64, _I64_I64 = struct.Struct(">ihqq"), struct.Struct(">qq")
 
@@ -450,9 +478,14 @@ def _fetch_body(out: bytearray, version: int, flexible: bool, body: Mapping[str,
     def partition(part: Mapping[str, Any]) -> bool:
         if part.keys() - _FETCH_PARTITION:
             return False
-        out.extend(_I32_I16_I64_I64.pack(
-            part.get("partition_index", 0), part.get("error_code", 0), part.get("high_watermark", 0), part.get("last_stable_offset", -1)
-        ))
+        out.extend(
+            _I32_I16_I64_I64.pack(
+                part.get("partition_index", 0),
+                part.get("error_code", 0),
+                part.get("high_watermark", 0),
+                part.get("last_stable_offset", -1),
+            )
+        )
         if version >= 5:
             out.extend(_I64.pack(part.get("log_start_offset", -1)))
         aborted = part.get("aborted_transactions", ())
@@ -484,7 +517,11 @@ def _fetch_body(out: bytearray, version: int, flexible: bool, body: Mapping[str,
 
 
 def _topics(
-    out: bytearray, topics: Sequence[Mapping[str, Any]], name: str, partitions: str, flexible: bool,
+    out: bytearray,
+    topics: Sequence[Mapping[str, Any]],
+    name: str,
+    partitions: str,
+    flexible: bool,
     partition: Callable[[Mapping[str, Any]], bool],
 ) -> bool:
     """A response's array of topics, each its name and its array of partition answers, each of
@@ -507,10 +544,7 @@ def _topics(
 
 
 # api key: (first version, last version, first flexible version, writer of the body)
-_DIRECT = {
-    ApiKey.Produce: (3, 10, 9, _produce_body),
-    ApiKey.Fetch: (4, 12, 12, _fetch_body),
-}
+_DIRECT = {ApiKey.Produce: (3, 10, 9, _produce_body), ApiKey.Fetch: (4, 12, 12, _fetch_body)}
 
 
 def _array_length(out: bytearray, n: int, flexible: bool) -> None:

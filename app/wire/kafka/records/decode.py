@@ -102,8 +102,7 @@ def decode_batches(
             raise _corrupt(f"{where}: negative record count {count}")
         if count > max_records:
             raise TxlogError(
-                ErrorCode.RECORD_LIST_TOO_LARGE,
-                f"{where} has {count} records; at most {max_records} are accepted in one batch",
+                ErrorCode.RECORD_LIST_TOO_LARGE, f"{where} has {count} records; at most {max_records} are accepted in one batch"
             )
         codec = attributes & ATTR_COMPRESSION_MASK
         if codec not in COMPRESSION_NAMES:
@@ -121,8 +120,18 @@ def decode_batches(
             records = _read_records(covered, start, count, base_ts, log_append_ts, where)
         batches.append(
             RecordBatch(
-                base_offset, leader_epoch, magic, crc, attributes, last_delta, base_ts, max_ts,
-                producer_id, epoch, base_seq, records,
+                base_offset,
+                leader_epoch,
+                magic,
+                crc,
+                attributes,
+                last_delta,
+                base_ts,
+                max_ts,
+                producer_id,
+                epoch,
+                base_seq,
+                records,
             )
         )
         pos = batch_end
@@ -156,9 +165,7 @@ def _read_varint(buf: bytes, p: int, bits: int = 32) -> tuple[int, int]:
     return (z >> 1) ^ -(z & 1), p
 
 
-def _read_records(
-    buf: bytes, p: int, count: int, base_ts: int, log_append_ts: int | None, where: str
-) -> tuple[Record, ...]:
+def _read_records(buf: bytes, p: int, count: int, base_ts: int, log_append_ts: int | None, where: str) -> tuple[Record, ...]:
     """``count`` records from ``buf[p:]``, which they must fill exactly (the definition that
     ``native.read_records`` accelerates)."""
     end = len(buf)
@@ -256,7 +263,9 @@ def _read_records(
             if p != record_end:
                 raise _corrupt(f"the record's fields take {p - record_end + length} bytes, its length says {length}")
             # tuple.__new__: a NamedTuple's own constructor costs twice as much
-            append(new(Record, (offset_delta, base_ts + ts_delta if log_append_ts is None else log_append_ts, key, value, headers)))
+            append(
+                new(Record, (offset_delta, base_ts + ts_delta if log_append_ts is None else log_append_ts, key, value, headers))
+            )
     except TxlogError as exc:
         raise _corrupt(f"{where}, record {i}: {exc.message}") from None
     except IndexError:

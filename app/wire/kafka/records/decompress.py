@@ -12,12 +12,7 @@ import zlib
 import cramjam
 
 from app.errors import ErrorCode, TxlogError
-from app.wire.kafka.records.batch import (
-    COMPRESSION_GZIP,
-    COMPRESSION_LZ4,
-    COMPRESSION_SNAPPY,
-    _corrupt,
-)
+from app.wire.kafka.records.batch import COMPRESSION_GZIP, COMPRESSION_LZ4, COMPRESSION_SNAPPY, _corrupt
 
 _BLOCK_LENGTH = struct.Struct(">i")
 

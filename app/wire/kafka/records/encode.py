@@ -70,8 +70,17 @@ def _encode_headers(keys: Sequence[str], values: Sequence[bytes | None]) -> byte
 
 
 def _finish(
-    base_offset: int, attributes: int, last_delta: int, base_ts: int, max_ts: int,
-    producer_id: int, producer_epoch: int, base_sequence: int, count: int, parts: list[bytes], size: int,
+    base_offset: int,
+    attributes: int,
+    last_delta: int,
+    base_ts: int,
+    max_ts: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    count: int,
+    parts: list[bytes],
+    size: int,
 ) -> bytes:
     """The batch: header, then ``parts`` (the records section, ``parts[2:]``, about ``size`` bytes;
     ``parts[0:2]`` are the header's places). A large section is checksummed part by part and
@@ -116,7 +125,16 @@ def encode_batch(base_offset: int, records: Sequence[StoredRecord]) -> bytes:
     if encoded is not None:
         section, max_ts = encoded
         return _finish(
-            base_offset, attributes, last_delta, base_ts, max_ts, pid, epoch, sequence, len(records), [b"", b"", section],
+            base_offset,
+            attributes,
+            last_delta,
+            base_ts,
+            max_ts,
+            pid,
+            epoch,
+            sequence,
+            len(records),
+            [b"", b"", section],
             len(section),
         )
     uv = _UV
@@ -163,24 +181,37 @@ def encode_control_batch(
         raise ValueError(f"unknown control type {control_type}")
     record = _control_record(0, 0, control_type, coordinator_epoch)
     return _finish(
-        offset, ATTR_CONTROL | ATTR_TRANSACTIONAL, 0, timestamp_ms, timestamp_ms, producer_id, producer_epoch,
-        NO_SEQUENCE, 1, [b"", b"", record], len(record),
+        offset,
+        ATTR_CONTROL | ATTR_TRANSACTIONAL,
+        0,
+        timestamp_ms,
+        timestamp_ms,
+        producer_id,
+        producer_epoch,
+        NO_SEQUENCE,
+        1,
+        [b"", b"", record],
+        len(record),
     )
 
 
 def _control_record(ts_delta: int, offset_delta: int, control_type: int, coordinator_epoch: int) -> bytes:
-    body = b"".join((
-        b"\x00", _varint(ts_delta), _varint(offset_delta),
-        _varint(_CONTROL_KEY.size), _CONTROL_KEY.pack(0, control_type),
-        _varint(_CONTROL_VALUE.size), _CONTROL_VALUE.pack(0, coordinator_epoch),
-        _NO_HEADERS,
-    ))
+    body = b"".join(
+        (
+            b"\x00",
+            _varint(ts_delta),
+            _varint(offset_delta),
+            _varint(_CONTROL_KEY.size),
+            _CONTROL_KEY.pack(0, control_type),
+            _varint(_CONTROL_VALUE.size),
+            _CONTROL_VALUE.pack(0, coordinator_epoch),
+            _NO_HEADERS,
+        )
+    )
     return _varint(len(body)) + body
 
 
-def _encode_control(
-    base_offset: int, records: Sequence[StoredRecord], pid: int, epoch: int, coordinator_epoch: int
-) -> bytes:
+def _encode_control(base_offset: int, records: Sequence[StoredRecord], pid: int, epoch: int, coordinator_epoch: int) -> bytes:
     base_ts = records[0].timestamp_ms
     parts = [b"", b""]
     parts.extend(
@@ -188,8 +219,17 @@ def _encode_control(
         for r in records
     )
     return _finish(
-        base_offset, ATTR_CONTROL | ATTR_TRANSACTIONAL, records[-1].offset - base_offset, base_ts,
-        max(r.timestamp_ms for r in records), pid, epoch, NO_SEQUENCE, len(records), parts, 0,
+        base_offset,
+        ATTR_CONTROL | ATTR_TRANSACTIONAL,
+        records[-1].offset - base_offset,
+        base_ts,
+        max(r.timestamp_ms for r in records),
+        pid,
+        epoch,
+        NO_SEQUENCE,
+        len(records),
+        parts,
+        0,
     )
 
 
