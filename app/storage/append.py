@@ -145,14 +145,23 @@ _BATCHES = """unnest(
                                was_epoch, was_state, was_txn_first, i)"""
 
 # The conditional forms' batches: each kept only if its partition (locked here) and its producer
-# are as it was planned against, and ``{in_txn}`` holds of a transactional batch.
-_BATCHES_IF_UNCHANGED = """(SELECT * FROM {batches} LIMIT %(n)s) b
+# are as it was planned against, and a transactional batch's transaction is in ``t`` (below) with
+# the batch's producer id and epoch — and, unless ``t`` is the transaction as planned (whose
+# version pins its members), with the batch's partition among its members.
+_BATCHES_IF_UNCHANGED = (
+    "(SELECT * FROM "
+    + _BATCHES
+    + """ LIMIT %(n)s) b
         JOIN txlog.partitions p ON p.topic = b.topic AND p.partition = b.partition
                                 AND p.next_offset = b.base AND p.next_position = b.base_position
         WHERE b.pid IS NULL OR (
             CASE WHEN (CAST(%(b_tid)b AS text[]))[b.i] IS NULL
                 THEN NOT EXISTS (SELECT 1 FROM txlog.producer_ids pi WHERE pi.producer_id = b.pid AND pi.transactional_id IS NOT NULL)
-                ELSE {in_txn}
+                ELSE EXISTS (SELECT 1 FROM t WHERE t.transactional_id = (CAST(%(b_tid)b AS text[]))[b.i]
+                                AND t.producer_id = b.pid AND t.producer_epoch = b.epoch
+                                AND (t.planned OR EXISTS (SELECT 1 FROM txlog.transaction_partitions m
+                                                          WHERE m.transactional_id = t.transactional_id
+                                                            AND m.topic = b.topic AND m.partition = b.partition)))
                 END
             AND CASE WHEN b.was_epoch IS NULL
                 THEN NOT EXISTS (SELECT 1 FROM txlog.producer_partitions pp
@@ -163,14 +172,7 @@ _BATCHES_IF_UNCHANGED = """(SELECT * FROM {batches} LIMIT %(n)s) b
                                AND pp.txn_first_offset IS NOT DISTINCT FROM b.was_txn_first)
                 END)
         FOR UPDATE OF p SKIP LOCKED"""
-
-# A transactional batch's transaction: Ongoing with the batch's partition in it; or, when the
-# statement records the transaction's transitions too, the transaction as they were planned
-# against (its version pins its members).
-_IN_ONGOING_TXN = """EXISTS (SELECT 1 FROM t JOIN txlog.transaction_partitions m ON m.transactional_id = t.transactional_id
-                             WHERE t.transactional_id = (CAST(%(b_tid)b AS text[]))[b.i] AND t.producer_id = b.pid
-                               AND t.producer_epoch = b.epoch AND m.topic = b.topic AND m.partition = b.partition)"""
-_IN_PLANNED_TXN = "EXISTS (SELECT 1 FROM t WHERE t.producer_id = b.pid AND t.producer_epoch = b.epoch)"
+)
 
 # The transactions of transactional batches, locked (shared) before any partition, as
 # everywhere; evaluated once, by the first batch that asks. Recording transitions, the
@@ -181,23 +183,24 @@ _IN_PLANNED_TXN = "EXISTS (SELECT 1 FROM t WHERE t.producer_id = b.pid AND t.pro
 # those it adds again, which stay. Ending a transaction (``end_offsets``), its pending group
 # offsets are applied or dropped.
 _ONGOING_TXNS = f"""t AS MATERIALIZED (
-            SELECT t.transactional_id, t.producer_id, t.producer_epoch FROM txlog.transactions t
+            SELECT t.transactional_id, t.producer_id, t.producer_epoch, false AS planned FROM txlog.transactions t
             WHERE t.transactional_id = ANY(CAST(%(b_tid)b AS text[])) AND t.state = {ONGOING_SQL}
             FOR SHARE SKIP LOCKED
         ), """
 _PLANNED_TXN = """t AS MATERIALIZED (
-            SELECT t.transactional_id, t.producer_id, t.producer_epoch FROM txlog.transactions t
+            SELECT t.transactional_id, t.producer_id, t.producer_epoch, true AS planned FROM txlog.transactions t
             WHERE t.transactional_id = %(tid)s AND t.version = %(was_version)s AND t.state = %(was_state)s
               AND t.producer_id = %(was_pid)s AND t.producer_epoch = %(was_epoch)s
             FOR UPDATE SKIP LOCKED
         ), """
-_KEPT_WITH_TXN = """kept AS MATERIALIZED (SELECT b.* FROM {batches}
-        ), b AS MATERIALIZED (SELECT * FROM kept WHERE (SELECT count(*) FROM kept) = %(n)s
+_KEPT_WITH_TXN = """b AS MATERIALIZED (SELECT * FROM kept WHERE (SELECT count(*) FROM kept) = %(n)s
         ), ok AS MATERIALIZED (
             SELECT EXISTS (SELECT 1 FROM t) AND (SELECT count(*) FROM b) = %(n)s AND NOT EXISTS (
                 SELECT 1 FROM unnest(CAST(%(added_topics)s AS text[]), CAST(%(added_parts)s AS int[])) AS u(topic, partition)
                 WHERE NOT EXISTS (SELECT 1 FROM txlog.partitions p WHERE p.topic = u.topic AND p.partition = u.partition)
             ) AS go
+        ), txn_gate AS (SELECT go FROM ok
+        ), offsets_gate AS (SELECT CAST(%(end_offsets)s AS boolean) AND go AS go FROM ok
         ), members_reset AS (
             DELETE FROM txlog.transaction_partitions m
             WHERE m.transactional_id = %(tid)s AND CAST(%(resets)s AS boolean) AND (SELECT go FROM ok)
@@ -256,24 +259,21 @@ _APPENDED_ANSWER = """
 _LOG_APPEND = _compact("WITH b AS MATERIALIZED (SELECT b.* FROM " + _BATCHES + ")" + _APPENDED + _APPENDED_ANSWER)
 
 _LOG_APPEND_IF_UNCHANGED = _compact(
-    "WITH "
-    + _ONGOING_TXNS
-    + "b AS MATERIALIZED (SELECT b.* FROM "
-    + _BATCHES_IF_UNCHANGED.format(batches=_BATCHES, in_txn=_IN_ONGOING_TXN)
-    + ")"
-    + _APPENDED
-    + _APPENDED_ANSWER
+    "WITH " + _ONGOING_TXNS + "b AS MATERIALIZED (SELECT b.* FROM " + _BATCHES_IF_UNCHANGED + ")" + _APPENDED + _APPENDED_ANSWER
 )
 
 # Batches and the transitions of their transaction, in one statement (``txn_append_if_unchanged``).
 _TXN_APPEND_IF_UNCHANGED = _compact(
     "WITH "
     + _PLANNED_TXN
-    + _KEPT_WITH_TXN.format(batches=_BATCHES_IF_UNCHANGED.format(batches=_BATCHES, in_txn=_IN_PLANNED_TXN))
-    + PENDING_OFFSETS_CTES.format(gate="CAST(%(end_offsets)s AS boolean) AND (SELECT go FROM ok)")
+    + "kept AS MATERIALIZED (SELECT b.* FROM "
+    + _BATCHES_IF_UNCHANGED
+    + "), "
+    + _KEPT_WITH_TXN
+    + PENDING_OFFSETS_CTES
     + _APPENDED
     + ", "
-    + TXN_RECORD_CTES.format(gate="(SELECT go FROM ok)")
+    + TXN_RECORD_CTES
     + _APPENDED_ANSWER
     + ", (SELECT count(*) FROM recorded)"
 )

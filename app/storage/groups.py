@@ -166,11 +166,12 @@ def pending_offsets_upsert(
     )
 
 
-# The CTEs that end a transaction's pending offsets, if ``{gate}`` holds: removed, and when
+# The CTEs that end a transaction's pending offsets, if the statement's ``offsets_gate`` holds (true
+# alone, or the condition a statement ending the transaction puts on itself): removed, and when
 # ``%(commit_offsets)s`` made its groups' offsets (group offset rows written in (group, topic,
 # partition) order).
 PENDING_OFFSETS_CTES = """offsets_taken AS (
-        DELETE FROM txlog.pending_group_offsets WHERE transactional_id = %(tid)s AND {gate}
+        DELETE FROM txlog.pending_group_offsets WHERE transactional_id = %(tid)s AND (SELECT go FROM offsets_gate)
         RETURNING group_id, topic, partition, "offset", metadata, leader_epoch
     ), offsets_applied AS (
         INSERT INTO txlog.group_offsets (group_id, topic, partition, "offset", metadata, leader_epoch, committed_at)
@@ -183,7 +184,7 @@ PENDING_OFFSETS_CTES = """offsets_taken AS (
     )"""
 
 
-_PENDING_OFFSETS_APPLY = _compact("WITH " + PENDING_OFFSETS_CTES.format(gate="true") + " SELECT 1")
+_PENDING_OFFSETS_APPLY = _compact("WITH offsets_gate AS (SELECT true AS go), " + PENDING_OFFSETS_CTES + " SELECT 1")
 
 
 def pending_offsets_apply(conn: Connection, transactional_id: str, commit: bool) -> None:

@@ -123,9 +123,9 @@ def txn_get(
 
 # The CTEs that record transitions (``txn_record``): the events, the partitions and groups they
 # add, and the current-state row (``recorded``, which returns the new version), each written only
-# if ``{gate}`` holds — the condition that transitions planned ahead put on themselves and their
-# batches (``append.txn_append_if_unchanged``). Psycopg placeholders: ``txn_record`` runs on the
-# driver.
+# if the statement's ``txn_gate`` holds: true alone (``txn_record``), or the condition that
+# transitions planned ahead put on themselves and their batches (``append.txn_append_if_unchanged``).
+# Psycopg placeholders: ``txn_record`` runs on the driver.
 TXN_RECORD_CTES = f"""events AS (
         INSERT INTO txlog.transaction_events (transactional_id, version, from_state, to_state, producer_id,
             producer_epoch, timeout_ms, at, partitions_added, groups_added, last_producer_id,
@@ -137,17 +137,17 @@ TXN_RECORD_CTES = f"""events AS (
             version int, from_state text, to_state text, producer_id bigint, producer_epoch smallint, timeout_ms int,
             at_ms bigint, partitions_added jsonb, groups_added jsonb, last_producer_id bigint,
             last_producer_epoch smallint, result text, reason text, transaction_version smallint)
-        WHERE {{gate}}
+        WHERE (SELECT go FROM txn_gate)
     ), members_added AS (
         INSERT INTO txlog.transaction_partitions (transactional_id, topic, partition)
         SELECT %(tid)s, u.topic, u.partition
         FROM unnest(CAST(%(added_topics)s AS text[]), CAST(%(added_parts)s AS int[])) AS u(topic, partition)
-        WHERE {{gate}}
+        WHERE (SELECT go FROM txn_gate)
         ON CONFLICT DO NOTHING
     ), groups_added AS (
         INSERT INTO txlog.transaction_groups (transactional_id, group_id)
         SELECT %(tid)s, u.group_id FROM unnest(CAST(%(added_groups)s AS text[])) AS u(group_id)
-        WHERE {{gate}}
+        WHERE (SELECT go FROM txn_gate)
         ON CONFLICT DO NOTHING
     ), recorded AS (
         INSERT INTO txlog.transactions (transactional_id, producer_id, producer_epoch, state, timeout_ms, version,
@@ -157,7 +157,7 @@ TXN_RECORD_CTES = f"""events AS (
             to_timestamp(%(updated)s / 1000.0), to_timestamp(%(epoch_changed)s / 1000.0),
             to_timestamp(%(deadline)s / 1000.0), %(last_pid)s, %(last_epoch)s, %(last_result)s, %(reason)s,
             %(coordinator)s, %(txn_version)s, CAST(%(principal)s AS text)
-        WHERE {{gate}}
+        WHERE (SELECT go FROM txn_gate)
         ON CONFLICT (transactional_id) DO UPDATE SET
             producer_id = EXCLUDED.producer_id, producer_epoch = EXCLUDED.producer_epoch, state = EXCLUDED.state,
             timeout_ms = EXCLUDED.timeout_ms, version = EXCLUDED.version, started_at = EXCLUDED.started_at,
@@ -180,7 +180,7 @@ TXN_RECORD_CTES = f"""events AS (
         RETURNING version
     )"""
 
-_TXN_RECORD = _compact("WITH " + TXN_RECORD_CTES.format(gate="true") + " SELECT version FROM recorded")
+_TXN_RECORD = _compact("WITH txn_gate AS (SELECT true AS go), " + TXN_RECORD_CTES + " SELECT version FROM recorded")
 
 
 def txn_members_clear(conn: Connection, transactional_id: str) -> None:
