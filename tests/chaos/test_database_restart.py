@@ -516,5 +516,7 @@ def test_kafka_clients_ride_through_postgresql_restarts_and_an_outage(
     for a in load.producers.values():
         assert a.acked, f"{a.name} never delivered"
         lost = [v for v, place in a.acked.items() if at.get(v) != place]
-        assert not lost, f"{a.name}: acknowledged but not in the log where acknowledged: {lost[:10]}"
+        assert not lost, f"{a.name}: acknowledged but not in the log where acknowledged: " + ", ".join(
+            f"{v} acknowledged at (partition, offset) {a.acked[v]}, in the log at {at.get(v, 'nowhere')}" for v in lost[:10]
+        )
         assert not a.failed, f"{a.name}: {len(a.failed)} sends failed: {dict(a.errors)}"
