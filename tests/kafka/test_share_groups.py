@@ -344,6 +344,12 @@ def _acknowledge(
     )
 
 
+def _enter(raw: RawConnection, group: str, member: str, topic: str) -> None:
+    """``member`` joins the share group (a ShareFetch or ShareAcknowledge needs a member)."""
+    joined = _heartbeat(raw, group, member, 0, [topic])
+    assert joined.error_code == 0, joined
+
+
 def _topic_id(raw: RawConnection, topic: str) -> uuid.UUID:
     return raw.request(ApiKey.Metadata, 12, {"topics": [{"name": topic}]}).topics[0].topic_id
 
@@ -382,6 +388,8 @@ def test_share_sessions_and_acknowledgements(gateway: GatewayProcess, raw: RawCo
     topic = _topic(raw, partitions=1)
     topic_id, group, member = _topic_id(raw, topic), _group(store), "m-" + uuid.uuid4().hex
     _produce(gateway.bootstrap, topic, [b"x", b"y"], partitions=1)
+    for m in (member, "m-other", "m-next"):
+        _enter(raw, group, m, topic)
     assert _fetch(raw, group, member, 1, [(topic_id, 0, [])]).error_code == E.SHARE_SESSION_NOT_FOUND.kafka_code
     assert _fetch(raw, group, member, 0, [(topic_id, 0, [(0, 0, 1)])]).error_code == E.INVALID_REQUEST.kafka_code
     opened = _fetch(raw, group, member, 0, [(topic_id, 0, [])])
@@ -414,6 +422,7 @@ def test_share_sessions_and_acknowledgements(gateway: GatewayProcess, raw: RawCo
 def test_an_idle_share_fetch_waits_for_records(gateway: GatewayProcess, raw: RawConnection, store: Broker) -> None:
     topic = _topic(raw, partitions=1)
     topic_id, group = _topic_id(raw, topic), _group(store)
+    _enter(raw, group, "idle", topic)
     started = time.monotonic()
     empty = _fetch(raw, group, "idle", 0, [(topic_id, 0, [])], wait_ms=600)
     assert empty.responses[0].partitions[0].acquired_records == []
@@ -468,6 +477,7 @@ def test_share_group_offsets_described_altered_and_deleted(gateway: GatewayProce
     topic = _topic(raw, partitions=1)
     topic_id, group = _topic_id(raw, topic), _group(store)
     _produce(gateway.bootstrap, topic, [b"a", b"b", b"c"], partitions=1)
+    _enter(raw, group, "m1", topic)
     opened = _fetch(raw, group, "m1", 0, [(topic_id, 0, [])])
     assert [(a.first_offset, a.last_offset) for a in opened.responses[0].partitions[0].acquired_records] == [(0, 2)]
     assert _acknowledge(raw, group, "m1", 1, topic_id, 0, 0, 1).responses[0].partitions[0].error_code == 0
@@ -486,7 +496,6 @@ def test_share_group_offsets_described_altered_and_deleted(gateway: GatewayProce
         [(0, -1, E.UNKNOWN_TOPIC_OR_PARTITION.kafka_code)],
     ]
     # with a member in the group, neither alter nor delete
-    assert _heartbeat(raw, group, "m1", 0, [topic]).error_code == 0
     alter = {"group_id": group, "topics": [{"topic_name": topic, "partitions": [{"partition_index": 0, "start_offset": 0}]}]}
     assert raw.request(ApiKey.AlterShareGroupOffsets, 0, alter).error_code == E.NON_EMPTY_GROUP.kafka_code
     delete = {"group_id": group, "topics": [{"topic_name": topic}, {"topic_name": "no-such-topic"}]}
@@ -495,11 +504,13 @@ def test_share_group_offsets_described_altered_and_deleted(gateway: GatewayProce
     altered = raw.request(ApiKey.AlterShareGroupOffsets, 0, alter)
     assert (altered.error_code, [[p.error_code for p in t.partitions] for t in altered.responses]) == (0, [[0]])
     assert [p.start_offset for t in described(None).topics for p in t.partitions] == [0]
+    _enter(raw, group, "m2", topic)
     again = _fetch(raw, group, "m2", 0, [(topic_id, 0, [])])
     assert [(a.first_offset, a.last_offset, a.delivery_count) for a in again.responses[0].partitions[0].acquired_records] == [
         (0, 2, 1)
     ]
     assert _acknowledge(raw, group, "m2", -1, topic_id, 0, 2, 1).error_code == 0
+    assert _heartbeat(raw, group, "m2", -1, None).error_code == 0
     deleted = raw.request(ApiKey.DeleteShareGroupOffsets, 0, delete)
     assert [(r.topic_name, r.error_code) for r in deleted.responses] == [
         (topic, 0),
