@@ -17,9 +17,13 @@ back what the member still holds acquired on its partitions, as Kafka does. At m
 closing its session leaves it behind until room is needed and it has been idle past any session
 timeout.
 
-A ShareFetch first takes its piggy-backed acknowledgements, then acquires, long-polled: while it
-acquired nothing it waits (at most MaxWaitMs) for an append to its partitions or records given back
-there, through ``share.acquire_waiting``; an idle consumer waits, it does not spin.
+A ShareFetch or ShareAcknowledge is served only to a member of the share group (else
+SHARE_SESSION_NOT_FOUND: a share session ends with its member). A ShareFetch first takes its
+piggy-backed acknowledgements, then acquires (MaxRecords over the request, MaxBytes split evenly
+over its partitions, AcquiredRecords cut at BatchSize), long-polled: until it has acquired MinBytes
+it waits (at most MaxWaitMs) for an append to its partitions, records given back there, or the
+earliest lock deadline held on them, through ``share.acquire_waiting``; an idle consumer waits, it
+does not spin.
 
 ACLs, as Kafka: ShareGroupHeartbeat Read on the group and Describe on each subscribed topic
 (TOPIC_AUTHORIZATION_FAILED); ShareFetch and ShareAcknowledge Read on the group, and Read on each
