@@ -775,7 +775,9 @@ def test_share_apis_need_kafkas_acls(doors: Doors) -> None:  # noqa: F811
     doors.grant(who, R.TOPIC, topic, O.READ)
     doors.grant(who, R.TOPIC, other, O.DESCRIBE)
     with doors.signed_in(who, token) as conn:
-        topic_id, other_id = _topic_id(conn, topic), _topic_id(conn, other)
+        # the topics' grants reach the gateway with its next ACL snapshot: Metadata shows their ids then
+        topic_id = wait_until(lambda: _topic_id(conn, topic), 10, 0.1, "Read on the topic to apply")
+        other_id = wait_until(lambda: _topic_id(conn, other), 10, 0.1, "Describe on the other topic to apply")
         assert _heartbeat(conn, group, "m1", 0, [topic]).error_code == E.GROUP_AUTHORIZATION_FAILED.kafka_code
         assert _fetch(conn, group, "m1", 0, [(topic_id, 0, [])]).error_code == E.GROUP_AUTHORIZATION_FAILED.kafka_code
         assert _acknowledge(conn, group, "m1", 1, topic_id, 0, 0, 1).error_code == E.GROUP_AUTHORIZATION_FAILED.kafka_code
