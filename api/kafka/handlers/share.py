@@ -47,6 +47,7 @@ from app.domain.share_partition import AcknowledgementBatch
 from app.domain.topic_configs import ConfigSource, ConfigType
 from app.errors import ErrorCode, TxlogError
 from app.services import share, share_groups, topics
+from app.wire.kafka import protocol
 from app.wire.kafka.records import encode
 
 INITIAL_EPOCH = 0
@@ -155,9 +156,10 @@ async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> dic
     if _classic_group_here(ctx, request.group_id):
         raise TxlogError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a share group.")
     subscribed = None if request.subscribed_topic_names is None else list(request.subscribed_topic_names)
-    refused = access.refused(ctx, Api.SHARE_GROUP_HEARTBEAT, "topics", subscribed or [])
-    if refused:
-        raise next(iter(refused.values()))
+    if access.refused(ctx, Api.SHARE_GROUP_HEARTBEAT, "topics", subscribed or []):
+        # As Kafka's broker answers it: the code alone, naming no topic (a client may not learn
+        # which topics exist that it may not describe).
+        return protocol.error_body(ctx.api_key, ctx.api_version, ErrorCode.TOPIC_AUTHORIZATION_FAILED.kafka_code)
     answer = await ctx.call(
         share_groups.heartbeat,
         ctx.broker,
