@@ -258,7 +258,7 @@ class Api(Enum):
     DELETE_SHARE_GROUP_OFFSETS = "DeleteShareGroupOffsets"
     SHARE_ACKNOWLEDGE = "ShareAcknowledge"
     DESCRIBE_SHARE_GROUP = "ShareGroupDescribe"  # and its share partitions' in-flight records
-    ALTER_GROUP_CONFIGS = "AlterGroupConfigs"  # IncrementalAlterConfigs of a GROUP resource (share.* configs)
+    ALTER_GROUP_CONFIGS = "AlterGroupConfigs"  # (Incremental)AlterConfigs of a GROUP resource (share.* configs)
     DESCRIBE_GROUP_CONFIGS = "DescribeGroupConfigs"  # DescribeConfigs of a GROUP resource
     UNCHECKED = "Unchecked"  # ApiVersions, SaslHandshake, SaslAuthenticate, the wire's DescribeCluster
 
@@ -416,7 +416,7 @@ KAFKA_APIS: Mapping[str, tuple[Api, ...]] = {
     "CreateAcls": (Api.ALTER_ACLS,),
     "DeleteAcls": (Api.ALTER_ACLS,),
     "DescribeConfigs": (Api.DESCRIBE_TOPIC_CONFIGS, Api.DESCRIBE_BROKER_CONFIGS, Api.DESCRIBE_GROUP_CONFIGS),
-    "AlterConfigs": (Api.ALTER_TOPIC_CONFIGS, Api.ALTER_BROKER_CONFIGS),
+    "AlterConfigs": (Api.ALTER_TOPIC_CONFIGS, Api.ALTER_BROKER_CONFIGS, Api.ALTER_GROUP_CONFIGS),
     "DescribeLogDirs": (Api.DESCRIBE_LOG_DIRS,),
     "SaslAuthenticate": (Api.UNCHECKED,),
     "CreatePartitions": (Api.CREATE_PARTITIONS,),

@@ -307,9 +307,22 @@ def fence(group: ShareGroup, member_id: str, topics: Mapping[str, TopicMetadata]
     )
 
 
+def session_expired(session_deadline_ms: int, now_ms: int) -> bool:
+    """Whether a member's session has ended at ``now_ms``: it is out of the group from then on,
+    whether or not it has been fenced yet."""
+    return session_deadline_ms <= now_ms
+
+
 def expired_members(group: ShareGroup, now_ms: int) -> list[str]:
     """The members whose session has expired at ``now_ms`` (each to ``fence``), ordered by id."""
-    return sorted(m.member_id for m in group.members.values() if m.session_deadline_ms <= now_ms)
+    return sorted(m.member_id for m in group.members.values() if session_expired(m.session_deadline_ms, now_ms))
+
+
+def in_group(session_deadline_ms: int | None, now_ms: int) -> bool:
+    """Whether a member (its session deadline, None if the group has no such member) may use the
+    group's share partitions: it joined and its session has not ended. A member fenced, expired or
+    unknown has to join again (epoch 0) first."""
+    return session_deadline_ms is not None and not session_expired(session_deadline_ms, now_ms)
 
 
 def subscription_metadata(members: Iterable[ShareMember], topics: Mapping[str, TopicMetadata]) -> dict[str, TopicMetadata]:

@@ -509,6 +509,19 @@ def next_lock_deadline(state: SharePartitionState) -> int | None:
     return min(deadlines) if deadlines else None
 
 
+def in_batches(acquired: Sequence[AcquiredRecords], batch_size: int | None) -> tuple[AcquiredRecords, ...]:
+    """The acquired runs cut into runs of at most ``batch_size`` records: a ShareFetch's BatchSize,
+    the consumer's preferred unit of acquisition and acknowledgement, which Kafka's AcquiredRecords
+    follow (None or less than 1: as they are). Offsets and delivery counts are unchanged."""
+    if batch_size is None or batch_size < 1:
+        return tuple(acquired)
+    out: list[AcquiredRecords] = []
+    for a in acquired:
+        for first in range(a.first_offset, a.last_offset + 1, batch_size):
+            out.append(AcquiredRecords(first, min(a.last_offset, first + batch_size - 1), a.delivery_count))
+    return tuple(out)
+
+
 def acquire(
     state: SharePartitionState,
     member_id: str,

@@ -124,6 +124,10 @@ class AppendNotifier:
                 backoff = min(backoff * 2, 5.0)
 
 
+# The least a wait sleeps before reading again at a reading's due time (``wait_for_records``).
+MIN_DUE_S = 0.01
+
+
 async def wait_for_records(
     notifier: AppendNotifier | None,
     partitions: Sequence[tuple[str, int]],
@@ -132,13 +136,18 @@ async def wait_for_records(
     max_waiting: int,
     read: Callable[[], Awaitable[T]],
     enough: Callable[[T], bool],
+    due_in: Callable[[T], float | None] | None = None,
 ) -> T:
     """A fetch's long poll, for every way in: ``read()`` once, and while what it read is not
     ``enough``, wait for an append to one of ``partitions`` and read again, for at most ``wait_ms``
     from now (bounded by ``max_wait_ms``, and not at all when ``max_waiting`` fetches already wait
     in this process: ``limits.long_poll_wait_ms``). Subscribed before the second reading, so an
     append between the first reading and the subscription still wakes it. Answers the last reading.
-    Without a notifier (no database to listen to) it does not wait."""
+    Without a notifier (no database to listen to) it does not wait.
+
+    ``due_in(reading)``: in how many seconds that reading will be out of date with no notification
+    (a share fetch's next lock deadline: the records come back by the clock, and nobody appends or
+    notifies). The wait then also ends at that time, to read again: one timer per wait, not a poll."""
     deadline = time.monotonic() + wait_ms / 1000
     reading = await read()
     if enough(reading) or notifier is None:
@@ -151,7 +160,12 @@ async def wait_for_records(
         subscriptions = [await stack.enter_async_context(notifier.subscribe(t, p)) for t, p in dict.fromkeys(partitions)]
         reading = await read()
         while not enough(reading) and (left := deadline - time.monotonic()) > 0:
-            if not await _woken(subscriptions, left):
+            due = due_in(reading) if due_in is not None else None
+            if due is not None and due < left:
+                # Read again when it is due (at least a moment on: a deadline just passed is
+                # taken by that reading, never met again by the next).
+                await _woken(subscriptions, max(due, MIN_DUE_S))
+            elif not await _woken(subscriptions, left):
                 break
             reading = await read()
     return reading

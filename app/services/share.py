@@ -11,6 +11,7 @@ hosts.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -62,6 +63,22 @@ def alter_group_configs(broker: Broker, group_id: str, changes: Mapping[str, str
         return share_store.share_group_configs(conn, group_id)
 
 
+def replace_group_configs(
+    broker: Broker, group_id: str, configs: Mapping[str, str], validate_only: bool = False
+) -> dict[str, str]:
+    """AlterConfigs (the whole-set call) of a GROUP resource: the group's share.* configs become
+    exactly ``configs`` (each validated as Kafka validates it: INVALID_CONFIG, nothing changed),
+    every one not given back to its default. The configs set afterwards (with ``validate_only``,
+    those it would set)."""
+    checked = {name: validated(name, value) for name, value in configs.items()}
+    if validate_only:
+        return checked
+    with broker.db.transaction() as conn:
+        dropped = {name: None for name in share_store.share_group_configs(conn, group_id) if name not in checked}
+        share_store.share_group_configs_alter(conn, group_id, {**checked, **dropped})
+        return share_store.share_group_configs(conn, group_id)
+
+
 # --- acquiring ------------------------------------------------------------------------------------
 
 
@@ -81,10 +98,16 @@ class ShareFetchPartition:
     start_offset: int | None = None  # the SPSO after this fetch
     high_watermark: int | None = None
     log_start_offset: int | None = None
+    next_lock_deadline_ms: int | None = None  # the earliest lock still held on the partition after this fetch
+    read_at_ms: int | None = None  # the database's clock when it acquired
 
     @property
     def count(self) -> int:
         return len(self.records)
+
+    @property
+    def bytes(self) -> int:
+        return sum(r.size for r in self.records)
 
 
 def _not_deliverable(rows: Sequence[StoredRecord], committed: bool) -> list[tuple[int, int]]:
@@ -189,6 +212,8 @@ def _acquire_partition(
         outcome.state.start_offset,
         status.high_watermark,
         status.log_start_offset,
+        sp.next_lock_deadline(outcome.state),
+        now,
     )
 
 
@@ -249,21 +274,78 @@ async def acquire_waiting(
     max_records: int = 500,
     max_bytes: int = DEFAULT_MAX_BYTES,
     isolation_level: IsolationLevel | None = None,
+    min_bytes: int = 1,
+    batch_size: int | None = None,
 ) -> list[ShareFetchPartition]:
-    """A long-polled ShareFetch, for every way in: ``acquire``, and while it acquired nothing,
-    wait (at most ``wait_ms``, bounded as a fetch's long poll is) for an append to one of
-    ``partitions`` or records given back there (released, expired, a member gone: those
-    transactions notify as an append does), then try again — one wait, no polling. ``run_blocking``
-    runs ``acquire`` off the event loop."""
-    once = functools.partial(acquire, broker, group_id, member_id, partitions, max_records, max_bytes, isolation_level)
-    return await wait_for_records(
+    """A long-polled ShareFetch, for every way in: ``acquire``, and until it acquired records of
+    at least ``min_bytes`` (or ``max_records`` or ``max_bytes`` are used up), wait — at most
+    ``wait_ms``, bounded as a fetch's long poll is — and acquire again, adding to what it has.
+
+    The wait ends at an append to one of ``partitions`` or records given back there (released, a
+    member gone, expired by the sweeper: those transactions notify as an append does), and at the
+    earliest lock deadline held on them (records another member holds come back by the clock, and
+    nobody notifies that: the next acquisition takes them) — one wait, one timer, no polling.
+    Records acquired while it waits for ``min_bytes`` stay locked to the member, their lock
+    running. ``batch_size``: acquired runs cut to at most that many records (``in_batches``).
+    ``max_bytes`` bounds each partition's records (KIP-74: a first record larger is still
+    given), less what earlier acquisitions of the same request took. ``run_blocking`` runs
+    ``acquire`` off the event loop."""
+    got: dict[tuple[str, int], ShareFetchPartition] = {}
+    left = [max_records, max_bytes]
+
+    def once() -> list[ShareFetchPartition]:
+        if left[0] > 0 and left[1] > 0:
+            read = acquire(broker, group_id, member_id, partitions, left[0], left[1], isolation_level)
+            for part in read:
+                got[(part.topic, part.partition)] = _merged(got.get((part.topic, part.partition)), part)
+                left[0] -= sum(a.last_offset - a.first_offset + 1 for a in part.acquired)
+                left[1] -= part.bytes
+        return [got[(t, p)] for t, p in dict.fromkeys(partitions) if (t, p) in got]
+
+    def enough(parts: list[ShareFetchPartition]) -> bool:
+        if not any(p.acquired for p in parts):
+            return False
+        return left[0] <= 0 or left[1] <= 0 or sum(p.bytes for p in parts) >= min_bytes
+
+    def due_in(parts: list[ShareFetchPartition]) -> float | None:
+        waits = [
+            (p.next_lock_deadline_ms - p.read_at_ms) / 1000
+            for p in parts
+            if p.next_lock_deadline_ms is not None and p.read_at_ms is not None
+        ]
+        return max(0.0, min(waits)) if waits else None
+
+    parts = await wait_for_records(
         notifier,
         partitions,
         wait_ms,
         broker.settings.max_fetch_wait_ms,
         broker.settings.max_long_polls,
         lambda: run_blocking(once),
-        lambda parts: any(p.acquired for p in parts),
+        enough,
+        due_in,
+    )
+    if batch_size is None:
+        return parts
+    return [dataclasses.replace(p, acquired=sp.in_batches(p.acquired, batch_size)) for p in parts]
+
+
+def _merged(before: ShareFetchPartition | None, now: ShareFetchPartition) -> ShareFetchPartition:
+    """One partition's answer over several acquisitions of one long-polled fetch: everything
+    acquired, in offset order, with the latest reading's offsets and lock deadline (an error only
+    where nothing was acquired)."""
+    if before is None or not before.acquired:
+        return now
+    if now.error is not None or not now.acquired:
+        return dataclasses.replace(
+            before, next_lock_deadline_ms=now.next_lock_deadline_ms or before.next_lock_deadline_ms, read_at_ms=now.read_at_ms
+        )
+    pairs = sorted(zip(before.records + now.records, before.delivery_counts + now.delivery_counts), key=lambda rc: rc[0].offset)
+    return dataclasses.replace(
+        now,
+        acquired=tuple(sorted(before.acquired + now.acquired, key=lambda a: a.first_offset)),
+        records=tuple(r for r, _ in pairs),
+        delivery_counts=tuple(c for _, c in pairs),
     )
 
 

@@ -146,6 +146,14 @@ def while_empty(broker: Broker, group_id: str, change: Callable[[Connection], T]
         return change(conn)
 
 
+def is_member(broker: Broker, group_id: str, member_id: str) -> bool:
+    """Whether ``member_id`` is in the share group now (joined, its session not ended): what a
+    Kafka client's ShareFetch and ShareAcknowledge need (``sg.in_group``). One key lookup."""
+    with broker.db.read() as conn:
+        deadline = store.share_member_session_deadline(conn, group_id, member_id)
+    return sg.in_group(deadline, broker.now())
+
+
 def is_share_group(broker: Broker, group_id: str) -> bool:
     """Whether the group is a share group: it has a membership row, share-partition state or
     share configs."""

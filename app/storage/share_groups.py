@@ -183,6 +183,14 @@ def groups_with_expired_sessions(conn: Connection, now_ms: int, limit: int) -> l
     return [r[0] for r in rows]
 
 
+def share_member_session_deadline(conn: Connection, group_id: str, member_id: str) -> int | None:
+    """The member's session deadline (one key lookup), None if the group has no such member."""
+    return conn.execute(
+        text("SELECT session_deadline_ms FROM txlog.share_group_member_metadata WHERE group_id = :g AND member_id = :m"),
+        {"g": group_id, "m": member_id},
+    ).scalar()
+
+
 def share_group_exists(conn: Connection, group_id: str) -> bool:
     """A membership row, share-partition state or share configs of the group (three key lookups)."""
     return bool(

@@ -41,6 +41,7 @@ from app.domain.share_partition import (
     altered,
     check_transition,
     expire,
+    in_batches,
     initial_state,
     new_records_room,
     next_fetch_offset,
@@ -250,6 +251,22 @@ def test_acquire_stops_at_max_records() -> None:
     assert out.acquired == (AcquiredRecords(0, 3, 1),)
     assert out.state.end_offset == 4
     assert acquire(fresh(), "m1", 0, 9, now_ms=0, config=CFG, max_records=0).acquired == ()
+
+
+def test_acquired_runs_in_batches_of_the_fetchs_batch_size() -> None:
+    runs = (AcquiredRecords(0, 4, 1), AcquiredRecords(5, 5, 3), AcquiredRecords(8, 11, 2))
+    assert in_batches(runs, 2) == (
+        AcquiredRecords(0, 1, 1),
+        AcquiredRecords(2, 3, 1),
+        AcquiredRecords(4, 4, 1),
+        AcquiredRecords(5, 5, 3),
+        AcquiredRecords(8, 9, 2),
+        AcquiredRecords(10, 11, 2),
+    )
+    assert in_batches(runs, 4) == (AcquiredRecords(0, 3, 1), AcquiredRecords(4, 4, 1), runs[1], runs[2])
+    assert in_batches(runs, 500) == runs
+    assert in_batches(runs, None) == in_batches(runs, 0) == runs
+    assert in_batches((), 3) == ()
 
 
 def test_acquire_with_its_own_lock_duration() -> None:

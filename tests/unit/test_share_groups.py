@@ -294,3 +294,10 @@ def test_assignment_properties(case: Any, fresh: bool) -> None:
             if subscribers:
                 held = [len(out[m].get(topic.topic_id, ())) for m in subscribers]
                 assert max(held) - min(held) <= 1
+
+
+def test_a_member_is_in_the_group_until_its_session_ends() -> None:
+    assert sg.in_group(1_000, 999)
+    assert not sg.in_group(1_000, 1_000)  # the deadline itself ends it, as the sweeper fences it then
+    assert not sg.in_group(None, 0)  # never joined, left, or fenced and gone
+    assert sg.session_expired(1_000, 1_000) and not sg.session_expired(1_001, 1_000)

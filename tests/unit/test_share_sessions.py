@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from api.kafka.handlers.share import ShareSessionCache
+from api.kafka.handlers.share import ShareSessionCache, _partition_max_bytes
 from app.errors import ErrorCode, TxlogError
+from app.services.share import DEFAULT_MAX_BYTES
 
 
 def _code(fn, *args) -> ErrorCode:  # type: ignore[no-untyped-def]
@@ -39,3 +40,19 @@ def test_past_the_limit_a_new_session_is_refused() -> None:
     cache.open(0, "g", "m1")
     assert _code(cache.open, 0, "g", "m2") is ErrorCode.SHARE_SESSION_LIMIT_REACHED
     cache.open(0, "g", "m1")  # the member's own session is replaced, not added
+
+
+def test_a_dropped_session_is_not_found() -> None:
+    cache = ShareSessionCache()
+    cache.open(0, "g", "m")
+    cache.drop(0, "g", "m")
+    cache.drop(0, "g", "never")  # nothing to drop: no error
+    assert _code(cache.use, 0, "g", "m", 1) is ErrorCode.SHARE_SESSION_NOT_FOUND
+
+
+def test_max_bytes_split_evenly_over_the_partitions() -> None:
+    assert _partition_max_bytes(4_500, 2) == 2_250
+    assert _partition_max_bytes(10, 3) == 3
+    assert _partition_max_bytes(1, 4) == 1  # a first record is still given (KIP-74)
+    assert _partition_max_bytes(2**31 - 1, 1) == DEFAULT_MAX_BYTES
+    assert _partition_max_bytes(1000, 0) == 1000

@@ -17,9 +17,13 @@ back what the member still holds acquired on its partitions, as Kafka does. At m
 closing its session leaves it behind until room is needed and it has been idle past any session
 timeout.
 
-A ShareFetch first takes its piggy-backed acknowledgements, then acquires, long-polled: while it
-acquired nothing it waits (at most MaxWaitMs) for an append to its partitions or records given back
-there, through ``share.acquire_waiting``; an idle consumer waits, it does not spin.
+A ShareFetch or ShareAcknowledge is served only to a member of the share group (else
+SHARE_SESSION_NOT_FOUND: a share session ends with its member). A ShareFetch first takes its
+piggy-backed acknowledgements, then acquires (MaxRecords over the request, MaxBytes split evenly
+over its partitions, AcquiredRecords cut at BatchSize), long-polled: until it has acquired MinBytes
+it waits (at most MaxWaitMs) for an append to its partitions, records given back there, or the
+earliest lock deadline held on them, through ``share.acquire_waiting``; an idle consumer waits, it
+does not spin.
 
 ACLs, as Kafka: ShareGroupHeartbeat Read on the group and Describe on each subscribed topic
 (TOPIC_AUTHORIZATION_FAILED); ShareFetch and ShareAcknowledge Read on the group, and Read on each
@@ -43,6 +47,7 @@ from app.domain.share_partition import AcknowledgementBatch
 from app.domain.topic_configs import ConfigSource, ConfigType
 from app.errors import ErrorCode, TxlogError
 from app.services import share, share_groups, topics
+from app.wire.kafka import protocol
 from app.wire.kafka.records import encode
 
 INITIAL_EPOCH = 0
@@ -107,6 +112,11 @@ class ShareSessionCache:
             session.used = time.monotonic()
             return session
 
+    def drop(self, node_id: int, group_id: str, member_id: str) -> None:
+        """The member's session, if any, gone (its member is no longer in the group)."""
+        with self._lock:
+            self._sessions.pop((node_id, group_id, member_id), None)
+
     def close(self, node_id: int, group_id: str, member_id: str) -> ShareSession:
         with self._lock:
             session = self._sessions.pop((node_id, group_id, member_id), None)
@@ -116,6 +126,22 @@ class ShareSessionCache:
 
 
 SESSIONS = ShareSessionCache()
+
+
+async def _check_member(ctx: RequestContext, group_id: str, member_id: str) -> None:
+    """Refuse a ShareFetch or ShareAcknowledge of a member not in the share group (never joined,
+    left, fenced, or its session expired) as Kafka refuses a request whose share session is not
+    held: SHARE_SESSION_NOT_FOUND, at the top, nothing served. Kafka's share sessions end with
+    their member; membership is in PostgreSQL here, so the session is held only while the member
+    is in the group, and the gateway's session of such a member goes. The client opens a new
+    session (epoch 0) once it has joined again."""
+    if await ctx.call(share_groups.is_member, ctx.broker, group_id, member_id):
+        return
+    SESSIONS.drop(ctx.node.node_id, group_id, member_id)
+    raise TxlogError(
+        ErrorCode.SHARE_SESSION_NOT_FOUND,
+        f"Share session for member {member_id} was not found: it is not a member of share group {group_id}.",
+    )
 
 
 def _code(exc: TxlogError | None) -> int:
@@ -130,9 +156,10 @@ async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> dic
     if _classic_group_here(ctx, request.group_id):
         raise TxlogError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a share group.")
     subscribed = None if request.subscribed_topic_names is None else list(request.subscribed_topic_names)
-    refused = access.refused(ctx, Api.SHARE_GROUP_HEARTBEAT, "topics", subscribed or [])
-    if refused:
-        raise next(iter(refused.values()))
+    if access.refused(ctx, Api.SHARE_GROUP_HEARTBEAT, "topics", subscribed or []):
+        # As Kafka's broker answers it: the code alone, naming no topic (a client may not learn
+        # which topics exist that it may not describe).
+        return protocol.error_body(ctx.api_key, ctx.api_version, ErrorCode.TOPIC_AUTHORIZATION_FAILED.kafka_code)
     answer = await ctx.call(
         share_groups.heartbeat,
         ctx.broker,
@@ -254,6 +281,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
     access.check(ctx, Api.SHARE_FETCH, group=group_id)
     if not group_id or not member_id:
         raise TxlogError(ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set")
+    await _check_member(ctx, group_id, member_id)
     acks: dict[tuple[uuid.UUID, int], tuple[AcknowledgementBatch, ...]] = {}
     asked: dict[uuid.UUID, list[int]] = {}
     for topic in request.topics:
@@ -313,9 +341,18 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
         if wanted:
             ids = {name: topic_id for topic_id, name in names.items()}
             max_records = request.max_records if request.max_records > 0 else 500
-            max_bytes = max(1, min(request.max_bytes, share.DEFAULT_MAX_BYTES))
             got = await share.acquire_waiting(
-                ctx.broker, ctx.notifier, _runner(ctx), group_id, member_id, wanted, request.max_wait_ms, max_records, max_bytes
+                ctx.broker,
+                ctx.notifier,
+                _runner(ctx),
+                group_id,
+                member_id,
+                wanted,
+                request.max_wait_ms,
+                max_records,
+                _partition_max_bytes(request.max_bytes, len(wanted)),
+                min_bytes=request.min_bytes,
+                batch_size=request.batch_size if request.batch_size > 0 else None,
             )
             for part in got:
                 entry = entries[(ids[part.topic], part.partition)]
@@ -339,6 +376,13 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
     }
 
 
+def _partition_max_bytes(max_bytes: int, partitions: int) -> int:
+    """Each partition's share of a ShareFetch's MaxBytes, split evenly as Kafka's broker does
+    (its uniform strategy), at most a page of ``share.DEFAULT_MAX_BYTES``; a first record larger
+    than that is still given (KIP-74)."""
+    return max(1, min(max_bytes // max(1, partitions), share.DEFAULT_MAX_BYTES))
+
+
 def _runner(ctx: RequestContext) -> Any:
     async def run(fn: Any) -> Any:
         return await ctx.call(fn)
@@ -354,6 +398,7 @@ async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> dict:
     access.check(ctx, Api.SHARE_ACKNOWLEDGE, group=group_id)
     if not group_id or not member_id:
         raise TxlogError(ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set")
+    await _check_member(ctx, group_id, member_id)
     sessions, node = SESSIONS, ctx.node.node_id
     if epoch == INITIAL_EPOCH:
         raise TxlogError(ErrorCode.INVALID_SHARE_SESSION_EPOCH, "A share acknowledgement cannot open a share session.")
@@ -559,3 +604,18 @@ async def alter_group_configs(
                 validated(name, value or "")
         return
     await ctx.call(share.alter_group_configs, ctx.broker, group_id, changes)
+
+
+async def replace_group_configs(
+    ctx: RequestContext, group_id: str, configs: list[tuple[str, str | None]], validate_only: bool
+) -> None:
+    """AlterConfigs of a GROUP resource, as Kafka 4.x serves it (its controller takes GROUP in the
+    whole-set call too): the share.* configs given replace the group's, every other one back to its
+    default. AlterConfigs on the group, else GROUP_AUTHORIZATION_FAILED."""
+    access.check(ctx, Api.ALTER_GROUP_CONFIGS, group=group_id)
+    wanted: dict[str, str] = {}
+    for name, value in configs:
+        if value is None:
+            raise TxlogError(ErrorCode.INVALID_CONFIG, f"Null value not supported for : {name}")
+        wanted[name] = value
+    await ctx.call(share.replace_group_configs, ctx.broker, group_id, wanted, validate_only)

@@ -349,9 +349,19 @@ def _broker_config(
 
 async def handle_alter_configs(ctx: RequestContext, request: Any) -> dict:
     """The whole config of each TOPIC resource replaced by the one given (or checked, with
-    validate_only): every key not given returns to its default. BROKER configs are read-only."""
+    validate_only): every key not given returns to its default. So too a GROUP resource's share.*
+    configs (a share group's). BROKER configs are read-only."""
     responses = []
     for resource in request.resources:
+        if resource.resource_type == _GROUP:
+            try:
+                given = [(c.name, c.value) for c in resource.configs]
+                await share_handlers.replace_group_configs(ctx, resource.resource_name, given, request.validate_only)
+            except TxlogError as exc:
+                responses.append(_alter_result(resource, *_error(exc, ApiKey.AlterConfigs)))
+            else:
+                responses.append(_alter_result(resource, 0, None))
+            continue
         config = {c.name: c.value for c in resource.configs}
         responses.append(
             await _alter(ctx, ApiKey.AlterConfigs, resource, topics.replace_topic_config, config, request.validate_only)
