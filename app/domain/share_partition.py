@@ -408,8 +408,10 @@ def parse_offset_reset(value: str) -> OffsetReset:
     """``earliest``, ``latest`` or ``by_duration:<ISO-8601 duration>`` (KIP-1106, e.g.
     ``by_duration:PT1H``: the first record at most that old), as Kafka accepts them."""
     text = value.strip().lower()
-    if text in ("earliest", "latest"):
-        return OffsetReset(text)  # type: ignore[arg-type]
+    if text == "earliest":
+        return OffsetReset("earliest")
+    if text == "latest":
+        return OffsetReset("latest")
     if text.startswith("by_duration:"):
         spec = value.strip()[len("by_duration:") :]
         m = _DURATION.fullmatch(spec)
