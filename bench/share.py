@@ -33,7 +33,12 @@ topics by appending plain records to each partition (each workload has a topic a
 its own, so consumed records stay consumed). A share group reads its topic from the earliest
 offset (share.auto.offset.reset) and its records are locked for 30 s (the default).
 
-    python -m bench.share [--quick] [--rounds N] [--window S] [--only share1,share8]
+``--profile share_http/8`` (or any workload) runs one more window of it (at least 3 s, not counted)
+with py-spy sampling the server that serves it (``txlog serve`` and its workers, or the gateway),
+GIL holders only, and prints the functions most often on their stacks and at their tops
+(bench/results/share-profile.txt keeps every sample).
+
+    python -m bench.share [--quick] [--rounds N] [--window S] [--only share1,share8] [--profile KEY]
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ import asyncio
 import contextlib
 import functools
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -79,7 +86,7 @@ from bench.harness import (
     summaries,
 )
 from bench.http import PARTITIONS, RESULTS, Server, install_pgqueuer
-from bench.kafka import Gateway, _client_version
+from bench.kafka import Gateway, _client_version, _short
 
 # A round: each group's baselines right before the windows compared with them.
 GROUPS = {
@@ -193,8 +200,57 @@ class Bench(Harness):
         prime = [k for g in groups for k in GROUPS[g]]
         self.run_rounds([GROUPS[g] for g in groups], prime, shown=4, on_window=self._seen)
 
+    def profile(self, key: str, raw: Path) -> str | None:
+        """One more ``key`` window (at least 3 s, not counted) with py-spy sampling, GIL holders
+        only, the server of ``key`` and its subprocesses; answers the profile as text."""
+        server = self.gateway if key.startswith("share_wire") else self.serve
+        spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        window = max(self.config.window, 3.0)
+        cmd = [spy, "record", "--pid", str(server.pgid), "--subprocesses", "--gil", "--nonblocking", "--rate", "250"]
+        cmd += ["--duration", str(round(self.config.warmup + window + 6)), "--format", "raw", "--output", str(raw)]
+        spy_proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(1.0)  # attached to every process
+        result = self.run_window(self.workloads[key], window=window)
+        _, err = spy_proc.communicate(timeout=120)
+        if spy_proc.returncode != 0 or not raw.exists():
+            print(f"py-spy failed ({spy_proc.returncode}): {err.decode(errors='replace')[-500:]}", file=sys.stderr)
+            return None
+        return profile_text(key, result, raw.read_text())
+
     def _seen(self, key: str, result: Window) -> None:
         self.rates[key] = max(result.rate, self.rates.get(key, 0.0))
+
+
+def profile_text(key: str, window: Window, collapsed: str) -> str:
+    """py-spy's collapsed stacks as the share of samples each function is on (inclusive) and at the
+    top of (self), over every process sampled."""
+    total = 0
+    inclusive: dict[str, int] = {}
+    own: dict[str, int] = {}
+    for line in collapsed.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        n = int(count)
+        frames = [f for f in stack.split(";") if f and not f.startswith(("thread ", "process "))]
+        total += n
+        for f in {_short(f) for f in frames}:
+            inclusive[f] = inclusive.get(f, 0) + n
+        if frames:
+            top = _short(frames[-1])
+            own[top] = own.get(top, 0) + n
+    per_batch = window.server_cpu / (window.rows / BATCH) * 1000 if window.rows else 0.0
+    lines = [
+        f"server profile, one {key} window of {window.seconds:g} s: {window.rate:,.0f} records/s, the server "
+        f"{window.server_cpu / window.seconds:.2f} cores = {per_batch:.2f} ms of CPU per {BATCH} records, PostgreSQL "
+        f"{(window.postgres_cpu or 0.0) / window.seconds:.2f} cores; {total:,} py-spy --gil samples (warm-up included)",
+        "",
+        "functions on a GIL holder's stack (inclusive share):",
+    ]
+    lines += [f"  {n / total:6.1%}  {f}" for f, n in sorted(inclusive.items(), key=lambda x: -x[1])[:40]]
+    lines += ["", "functions at the top of its stack (self share):"]
+    lines += [f"  {n / total:6.1%}  {f}" for f, n in sorted(own.items(), key=lambda x: -x[1])[:25]]
+    return "\n".join(lines)
 
 
 # --- figures --------------------------------------------------------------------------------------
@@ -228,6 +284,7 @@ def parse(argv: list[str] | None) -> tuple[Config, argparse.Namespace]:
     ap = argparse.ArgumentParser(prog="python -m bench.share", description=__doc__.split("\n\n")[0])
     round_arguments(ap, "3 rounds of 0.8 s windows (about two minutes with set-up)", GROUPS)
     ap.add_argument("--output", type=Path, default=RESULTS, help="where share.json and share.png go")
+    ap.add_argument("--profile", metavar="KEY", help="py-spy the server through one more window of KEY (e.g. share_http/8)")
     args = ap.parse_args(argv)
     return Config(**round_settings(ap, args, GROUPS)), args
 
@@ -266,6 +323,16 @@ def run(argv: list[str] | None = None) -> str:
         )
         bench.prepare()
         bench.rounds(args.only)
+        profiled = None
+        if args.profile:
+            args.output.mkdir(parents=True, exist_ok=True)
+            raw = args.output / "share-profile.raw"
+            profiled = bench.profile(args.profile, raw)
+            if profiled:
+                (args.output / "share-profile.txt").write_text(
+                    profiled + "\n\ncollapsed stacks (py-spy --gil, raw):\n" + raw.read_text()
+                )
+            raw.unlink(missing_ok=True)
         rows = figures(bench)
         works = summaries(bench.workloads)
         others = bench.other_load()
@@ -303,6 +370,9 @@ def run(argv: list[str] | None = None) -> str:
     print(report.workload_table(works))
     if others:
         print(describe_other_load(others))
+    if profiled:
+        print()
+        print(profiled)
     print()
     print(report.table(rows))
     print(f"\n{cfg.rounds} rounds, {elapsed:.0f} s; wrote {args.output / 'share.json'} and {args.output / 'share.png'}")
