@@ -365,7 +365,7 @@ def run(argv: list[str] | None = None) -> str:
     )
     args.output.mkdir(parents=True, exist_ok=True)
     report.write_json(args.output / "share.json", report.to_json(rows, works, machine, config, summary))
-    report.chart(args.output / "share.png", rows, title)
+    report.chart(args.output / "share.png", rows, title, who="consumer")
     print()
     print(report.workload_table(works))
     if others:
@@ -374,7 +374,7 @@ def run(argv: list[str] | None = None) -> str:
         print()
         print(profiled)
     print()
-    print(report.table(rows))
+    print(report.table(rows, who="consumer"))
     print(f"\n{cfg.rounds} rounds, {elapsed:.0f} s; wrote {args.output / 'share.json'} and {args.output / 'share.png'}")
     print("summary: " + summary, flush=True)
     return summary
