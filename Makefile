@@ -41,9 +41,9 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(PIP) install -q -e '.[bench]'
 	touch $(BENCH_STAMP)
 
-# make bench QUICK=1: 3 short rounds, a few minutes in all.
+# make bench QUICK=1: 3 short rounds, a few minutes in all; ONLY=share (or http,kafka,spark,outbox) runs those alone.
 bench: $(STAMP) system-deps $(BENCH_STAMP)
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m bench $(if $(QUICK),--quick,)
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m bench $(if $(QUICK),--quick,) $(if $(ONLY),--only $(ONLY),)
 
 # Longer fault runs: the fault suite for CHAOS_SECONDS under a heavier load, 10,000 transactions
 # timing out together, a frozen server a few times over, and a confluent-kafka copier through

@@ -9,6 +9,10 @@
    reads a smaller log once.
 4. bench.outbox — the in-database outbox: an application's commit to read_committed visibility,
    p50/p99 (writes bench/results/outbox.json).
+5. bench.share — share groups (KIP-932's queues) over HTTP and over Kafka's wire protocol against
+   PgQueuer's dequeue + ack and pgmq's read + delete (writes bench/results/share.json and share.png).
+
+``--only share`` (or any of http,kafka,spark,outbox,share, comma-separated) runs those alone.
 """
 
 from __future__ import annotations
@@ -18,25 +22,40 @@ import importlib.util
 import sys
 import time
 
+BENCHMARKS = ("http", "kafka", "share", "spark", "outbox")
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(prog="python -m bench")
     ap.add_argument("--quick", action="store_true", help="fewer and shorter rounds: a few minutes in all")
     ap.add_argument("--skip-spark", action="store_true")
+    ap.add_argument("--only", default=",".join(BENCHMARKS), help=f"the benchmarks to run (of {','.join(BENCHMARKS)})")
     args = ap.parse_args()
+    only = {b.strip() for b in args.only.split(",") if b.strip()}
+    if only - set(BENCHMARKS):
+        ap.error(f"unknown benchmarks {sorted(only - set(BENCHMARKS))}; choose from {','.join(BENCHMARKS)}")
     started = time.perf_counter()
+    summaries: list[str] = []
 
-    from bench import http
+    if "http" in only:
+        from bench import http
 
-    print("== bench.http", flush=True)
-    summary = http.run(["--quick"] if args.quick else [])
+        print("== bench.http", flush=True)
+        summaries.append(http.run(["--quick"] if args.quick else []))
 
-    from bench import kafka
+    if "kafka" in only:
+        from bench import kafka
 
-    print("\n== bench.kafka", flush=True)
-    summary += " " + kafka.run(["--quick"] if args.quick else [])
+        print("\n== bench.kafka", flush=True)
+        summaries.append(kafka.run(["--quick"] if args.quick else []))
 
-    if not args.skip_spark:
+    if "share" in only:
+        from bench import share
+
+        print("\n== bench.share", flush=True)
+        summaries.append(share.run(["--quick"] if args.quick else []))
+
+    if "spark" in only and not args.skip_spark:
         print("\n== bench.spark_read", flush=True)
         if importlib.util.find_spec("pyspark") is None:
             print("skipped: pyspark is not installed (make install)", file=sys.stderr)
@@ -48,12 +67,13 @@ def main() -> int:
                 sys.argv += ["--records", "200000", "--repeat", "1", "--slices", "2"]
             spark_read.main()
 
-    from bench import outbox
+    if "outbox" in only:
+        from bench import outbox
 
-    print("\n== bench.outbox", flush=True)
-    outbox.main(["--quick"] if args.quick else [])
+        print("\n== bench.outbox", flush=True)
+        outbox.main(["--quick"] if args.quick else [])
     print(f"\nall benchmarks: {time.perf_counter() - started:.0f} s")
-    print("summary: " + summary)
+    print("summary: " + " ".join(summaries))
     return 0
 
 

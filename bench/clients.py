@@ -43,6 +43,7 @@ PAGE = 1000  # records per fetch
 PGQ_SCHEMA = "pgqueuer"
 PGQ_ENQUEUE = "bench-enqueue"  # entrypoint of the enqueue workload (deleted after each window)
 PGQ_DEQUEUE = "bench-dequeue"  # entrypoint of the pre-filled queue the dequeue workload drains
+PGMQ_QUEUE = "bench_read"  # the pre-filled pgmq queue the read + delete workload drains
 
 
 def batch_keys() -> list[bytes]:
@@ -65,7 +66,8 @@ class Lane:
     """One producer or reader. ``target`` is ``host:port`` for HTTP lanes, Kafka's bootstrap servers
     for the wire lanes, a database URL otherwise."""
 
-    kind: str  # produce | raw_append | fetch | raw_fetch | pgq_enqueue | pgq_dequeue | kafka_produce | kafka_fetch
+    kind: str  # produce | raw_append | fetch | raw_fetch | pgq_enqueue | pgq_dequeue | pgmq_read | share_acquire
+    # | kafka_produce | kafka_fetch | kafka_share
     target: str
     topic: str = ""
     partition: int = 0
@@ -75,6 +77,7 @@ class Lane:
     offset: int = 0  # fetch: where the walk starts
     end: int = 0  # fetch: where the walk wraps (0: at the high watermark or LSO)
     start: int = 0  # fetch: where it wraps to (or the log start, if later)
+    group: str = ""  # share lanes: the share group
 
 
 @dataclass
@@ -82,7 +85,7 @@ class LaneResult:
     rows: int = 0  # records completed inside the window
     latencies_ms: list[float] = field(default_factory=list)  # EndTxn, inside the window
     offset: int = 0  # fetch: where the walk stopped
-    empty: int = 0  # PgQueuer dequeues that found the queue empty
+    empty: int = 0  # dequeues (PgQueuer, pgmq, share acquisitions) that found nothing to take
     error: str | None = None
 
 
@@ -206,6 +209,48 @@ class FetchRunner:
         self.http.close()
 
 
+class ShareAcquireRunner:
+    """A share group's member over HTTP: acquire up to a batch of records of the lane's topic
+    (``POST /v1/share-groups/{group}/acquire``, the topic's partitions taken from a random one),
+    then accept them (``POST …/acknowledge``, a range per run the answer says was acquired): two
+    requests per batch, as PgQueuer's dequeue and ack are two queries. Counted: records accepted."""
+
+    def __init__(self, lane: Lane) -> None:
+        self.http = Http(lane.target)
+        self.member = str(uuid.uuid4())
+        self.acquire_path = f"/v1/share-groups/{lane.group}/acquire"
+        self.ack_path = f"/v1/share-groups/{lane.group}/acknowledge"
+        self.acquire_body = orjson.dumps(
+            {"member_id": self.member, "topic": lane.topic, "max_records": BATCH, "wait_ms": 0, "encoding": "utf8"}
+        )
+        self.ack_head = b'{"member_id":' + orjson.dumps(self.member) + b',"acknowledgements":'
+        self.latencies: list[tuple[float, float]] = []
+        self.offset = 0
+        self.empty = 0
+
+    def step(self) -> int:
+        doc = orjson.loads(self.http.call("POST", self.acquire_path, self.acquire_body))
+        acks = [
+            {
+                "topic": p["topic"],
+                "partition": p["partition"],
+                "first_offset": a["first_offset"],
+                "last_offset": a["last_offset"],
+                "type": "accept",
+            }
+            for p in doc["partitions"]
+            for a in p["acquired"]
+        ]
+        if not acks:
+            self.empty += 1
+            return 0
+        out = orjson.loads(self.http.call("POST", self.ack_path, self.ack_head + orjson.dumps(acks) + b"}"))
+        return sum(p["accepted"] for p in out["partitions"] if p["error"] is None)
+
+    def close(self) -> None:
+        self.http.close()
+
+
 # --- Kafka's wire protocol (confluent-kafka, librdkafka) -----------------------------------------
 
 # librdkafka's settings for the wire lanes. Batches are cut at 100 records (about 105 KB, below
@@ -231,6 +276,8 @@ KAFKA_CONSUMER: dict[str, Any] = {
     "queued.max.messages.kbytes": 4096,
     "fetch.queue.backoff.ms": 2,
 }
+# A share consumer's poll hands over at most a batch, as PgQueuer's dequeue and pgmq's read take.
+KAFKA_SHARE_CONSUMER: dict[str, Any] = {"share.acknowledgement.mode": "explicit", "max.poll.records": BATCH}
 
 
 class KafkaProduceRunner:
@@ -361,6 +408,48 @@ class KafkaFetchRunner:
             nxt = 0
         self.offset = nxt
         return len(msgs)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class KafkaShareRunner:
+    """A confluent-kafka ``ShareConsumer`` (KIP-932) in the lane's share group, subscribed to the
+    lane's topic, in explicit acknowledgement mode: a step is one ``poll`` (up to a batch of
+    records, ``max.poll.records``), each record acknowledged ACCEPT and ``commit_sync`` (Kafka's
+    ShareAcknowledge, answered before the next poll). Counted: records accepted. The first records
+    arrive before the window (joining the group, the assignment, the first ShareFetch)."""
+
+    def __init__(self, lane: Lane) -> None:
+        from confluent_kafka import AcknowledgeType, ShareConsumer
+
+        self.accept = AcknowledgeType.ACCEPT
+        self.consumer = ShareConsumer({"bootstrap.servers": lane.target, "group.id": lane.group, **KAFKA_SHARE_CONSUMER})
+        self.consumer.subscribe([lane.topic])
+        self.latencies: list[tuple[float, float]] = []
+        self.offset = 0
+        self.empty = 0
+        deadline = time.monotonic() + 60
+        while not self.step():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no records for share group {lane.group} of {lane.topic} in 60 s")
+        self.empty = 0
+
+    def step(self) -> int:
+        msgs = self.consumer.poll(1.0) or []
+        n = 0
+        for m in msgs:
+            if m.error() is not None:
+                raise RuntimeError(f"share consume: {m.error()}")
+            self.consumer.acknowledge(m, self.accept)
+            n += 1
+        if not n:
+            self.empty += 1
+            return 0
+        failed = [f"{tp}: {err}" for tp, err in (self.consumer.commit_sync(30) or {}).items() if err is not None]
+        if failed:
+            raise RuntimeError(f"acknowledgements refused: {failed[:3]}")
+        return n
 
     def close(self) -> None:
         self.consumer.close()
@@ -504,6 +593,41 @@ class PgqRunner:
         self.loop.close()
 
 
+# --- pgmq -----------------------------------------------------------------------------------------
+
+_PGMQ_READ = "SELECT msg_id, read_ct, enqueued_at, vt, message FROM pgmq.read(%s, %s, %s)"
+_PGMQ_DELETE = "SELECT count(*) FROM pgmq.delete(%s, %s::bigint[])"
+PGMQ_VISIBILITY_S = 30  # a message read is invisible this long: share.record.lock.duration.ms's 30 s
+
+
+class PgmqRunner:
+    """pgmq (its SQL functions, installed from the ``pgmq`` package's bundled SQL) over psycopg:
+    ``pgmq.read`` of a batch, invisible to other readers for 30 s, then ``pgmq.delete`` of their
+    ids — two statements, each its own transaction, as a pgmq consumer does."""
+
+    def __init__(self, lane: Lane) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(lane.target, autocommit=True)
+        self.cur = self.conn.cursor(binary=True)
+        self.latencies: list[tuple[float, float]] = []
+        self.offset = 0
+        self.empty = 0
+
+    def step(self) -> int:
+        self.cur.execute(_PGMQ_READ, (PGMQ_QUEUE, PGMQ_VISIBILITY_S, BATCH))
+        ids = [row[0] for row in self.cur.fetchall()]
+        if not ids:
+            self.empty += 1
+            return 0
+        self.cur.execute(_PGMQ_DELETE, (PGMQ_QUEUE, ids))
+        (deleted,) = self.cur.fetchone()  # type: ignore[misc]
+        return int(deleted)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 _RUNNERS: dict[str, Callable[[Lane], Runner]] = {
     "produce": ProduceRunner,
     "fetch": FetchRunner,
@@ -511,6 +635,9 @@ _RUNNERS: dict[str, Callable[[Lane], Runner]] = {
     "raw_fetch": RawFetchRunner,
     "pgq_enqueue": PgqRunner,
     "pgq_dequeue": PgqRunner,
+    "pgmq_read": PgmqRunner,
+    "share_acquire": ShareAcquireRunner,
+    "kafka_share": KafkaShareRunner,
     "kafka_produce": KafkaProduceRunner,
     "kafka_fetch": KafkaFetchRunner,
 }

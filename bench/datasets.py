@@ -23,7 +23,7 @@ import psycopg
 
 from app.config import load_settings
 from app.domain.partitioner import coordinator_partition
-from bench.clients import KEY_BYTES, VALUE_BYTES, batch_values
+from bench.clients import KEY_BYTES, PGMQ_QUEUE, PGQ_SCHEMA, VALUE_BYTES, batch_values
 
 RECORD_SIZE = KEY_BYTES + VALUE_BYTES  # a data record's size as txlog counts it (no headers)
 
@@ -184,3 +184,91 @@ def vacuum(url: str) -> None:
             conn.execute(f"VACUUM ANALYZE txlog.{table}")
         conn.execute("CHECKPOINT")
     os.sync()  # and the operating system's dirty pages, or their writeback slows the first fsyncs measured
+
+
+def window_target(rate: float, seconds: float, lanes: int, batch: int) -> int:
+    """Enough work for a window of ``seconds`` (warm-up and window, and half a second of set-up)
+    at ``rate`` records/s, and half again, and 20 batches per lane: what a queue is filled to
+    before a dequeuing window, so that it never runs dry."""
+    return int(rate * (seconds + 0.5) * 1.5) + 20 * batch * lanes
+
+
+def fill_pgqueuer(url: str, entrypoint: str, target: int) -> None:
+    """PgQueuer's queue of ``entrypoint`` topped up to ``target`` queued jobs (the benchmark's
+    values as payloads), vacuumed."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        (queued,) = conn.execute(
+            f"SELECT count(*) FROM {PGQ_SCHEMA}.pgqueuer WHERE entrypoint = %s AND status = 'queued'", (entrypoint,)
+        ).fetchone()  # type: ignore[misc]
+        if queued < target:
+            conn.execute(
+                f"INSERT INTO {PGQ_SCHEMA}.pgqueuer (priority, entrypoint, payload, status) "
+                "SELECT 0, %s, (%s::bytea[])[1 + mod(g, 100)], 'queued' FROM generate_series(1, %s) AS g",
+                (entrypoint, batch_values(), target - queued),
+            )
+        conn.execute(f"VACUUM ANALYZE {PGQ_SCHEMA}.pgqueuer")
+
+
+def fill_pgmq(url: str, target: int) -> None:
+    """pgmq's queue topped up to ``target`` messages by ``pgmq.send_batch``, each the benchmark's
+    1 KiB value as a JSON string (pgmq's messages are jsonb), vacuumed."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        (queued,) = conn.execute(f"SELECT count(*) FROM pgmq.q_{PGMQ_QUEUE}").fetchone()  # type: ignore[misc]
+        values = [v.decode() for v in batch_values()]
+        left = target - queued
+        while left > 0:
+            n = min(left, 10_000)
+            conn.execute(
+                "SELECT count(*) FROM pgmq.send_batch(%s, ARRAY(SELECT to_jsonb((%s::text[])[1 + mod(g, 100)]) "
+                "FROM generate_series(1, %s) AS g))",
+                (PGMQ_QUEUE, values, n),
+            )
+            left -= n
+        conn.execute(f"VACUUM ANALYZE pgmq.q_{PGMQ_QUEUE}")
+
+
+def fill_share(url: str, topic: str, group: str, partitions: int, target: int) -> None:
+    """Each of ``topic``'s partitions topped up to ``target / partitions`` records that ``group``
+    has not yet passed (past its share partition's start offset, or the log start where the group
+    never read): plain records (no producer id) appended at the partition's end, as the fetch
+    logs are written, with the benchmark's keys and values. The share groups' state is vacuumed."""
+    each = -(-target // partitions)
+    with psycopg.connect(url) as conn:
+        for p in range(partitions):
+            next_offset, next_position = conn.execute(
+                "SELECT next_offset, next_position FROM txlog.partitions WHERE topic = %s AND partition = %s FOR UPDATE",
+                (topic, p),
+            ).fetchone()  # type: ignore[misc]
+            row = conn.execute(
+                "SELECT start_offset FROM txlog.share_partitions WHERE group_id = %s AND topic = %s AND partition = %s",
+                (group, topic, p),
+            ).fetchone()
+            n = each - (next_offset - (row[0] if row else 0))
+            if n <= 0:
+                conn.rollback()
+                continue
+            conn.execute(
+                f"""
+                INSERT INTO txlog.records (topic, partition, "offset", key, value, "timestamp", is_transactional, position)
+                SELECT %(topic)s, %(partition)s, %(base)s + i,
+                       convert_to(lpad(i::text, {KEY_BYTES}, '0'), 'UTF8'), (%(values)s::bytea[])[1 + mod(i, 100)],
+                       now(), false, %(position)s + {RECORD_SIZE} * i
+                FROM generate_series(0, %(n)s - 1) AS i
+                """,
+                {
+                    "topic": topic,
+                    "partition": p,
+                    "base": next_offset,
+                    "values": batch_values(),
+                    "position": next_position,
+                    "n": n,
+                },
+            )
+            conn.execute(
+                "UPDATE txlog.partitions SET next_offset = next_offset + %s, next_position = next_position + %s "
+                "WHERE topic = %s AND partition = %s",
+                (n, RECORD_SIZE * n, topic, p),
+            )
+            conn.commit()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE txlog.share_partitions, txlog.share_in_flight, txlog.partitions")

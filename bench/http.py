@@ -89,7 +89,6 @@ from bench.clients import (
     Http,
     Lane,
     LaneResult,
-    batch_values,
     create_raw_tables,
     pgq_queries,
 )
@@ -196,6 +195,18 @@ def sibling_database(url: str, name: str) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+async def install_pgqueuer(url: str) -> None:
+    """PgQueuer's schema, anew, by its installer."""
+    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    try:
+        q = pgq_queries(conn)
+        if await q.schema_is_installed():
+            await q.uninstall()
+        await q.install()
+    finally:
+        await conn.close()
+
+
 class Bench(Harness):
     def __init__(self, config: Config, main_url: str, big_url: str, main: Server, big: Server, pool: ClientPool) -> None:
         super().__init__(config, pool, libpq_url(main_url), lambda: [main, big])
@@ -244,7 +255,7 @@ class Bench(Harness):
             datasets.fill_log(conn, "scale", 0, big_shape, base)
             datasets.fill_history(conn, "hist-", "scale", 0, big_shape, base)
             datasets.fill_log(conn, "scale", SHORT_LOG, small, datasets.allocate_producer_ids(conn, small.producers))
-        asyncio.run(self._install_pgqueuer())
+        asyncio.run(install_pgqueuer(self.main_url))
         self._settle()
         # What was built is what txlog serves: the watermarks, and a history it can read.
         for server, shapes in ((self.main, [self.config.small]), (self.big, [self.config.big, self.config.small])):
@@ -262,16 +273,6 @@ class Bench(Harness):
             f"{time.perf_counter() - started:.1f} s",
             flush=True,
         )
-
-    async def _install_pgqueuer(self) -> None:
-        conn = await psycopg.AsyncConnection.connect(self.main_url, autocommit=True)
-        try:
-            q = pgq_queries(conn)
-            if await q.schema_is_installed():
-                await q.uninstall()
-            await q.install()
-        finally:
-            await conn.close()
 
     # -- workloads -------------------------------------------------------------------------------
     def _define(self) -> None:
@@ -378,18 +379,9 @@ class Bench(Harness):
     def _fill_queue(self, key: str, lanes: int) -> None:
         """Enough queued jobs for the window at the rate seen so far (and half again), vacuumed."""
         rate = self.dequeue_rate.get(key, 10_000.0 if lanes == 1 else 20_000.0)
-        target = int(rate * (self.config.warmup + self.config.window + 0.5) * 1.5) + 20 * BATCH * lanes
-        with psycopg.connect(self.main_url, autocommit=True) as conn:
-            (queued,) = conn.execute(
-                f"SELECT count(*) FROM {PGQ_SCHEMA}.pgqueuer WHERE entrypoint = %s AND status = 'queued'", (PGQ_DEQUEUE,)
-            ).fetchone()  # type: ignore[misc]
-            if queued < target:
-                conn.execute(
-                    f"INSERT INTO {PGQ_SCHEMA}.pgqueuer (priority, entrypoint, payload, status) "
-                    "SELECT 0, %s, (%s::bytea[])[1 + mod(g, 100)], 'queued' FROM generate_series(1, %s) AS g",
-                    (PGQ_DEQUEUE, batch_values(), target - queued),
-                )
-            conn.execute(f"VACUUM ANALYZE {PGQ_SCHEMA}.pgqueuer")
+        datasets.fill_pgqueuer(
+            self.main_url, PGQ_DEQUEUE, datasets.window_target(rate, self.config.warmup + self.config.window, lanes, BATCH)
+        )
 
     # -- running ---------------------------------------------------------------------------------
     def rounds(self, groups: list[str]) -> None:

@@ -114,9 +114,10 @@ def _goal_text(row: Row) -> str:
     return " / ".join(sorted(goals))
 
 
-def table(rows: list[Row]) -> str:
+def table(rows: list[Row], who: str = "producer") -> str:
+    """``who``: what the columns' 1 and 8 count (producers, or consumers)."""
     width = max(len(r.label) for r in rows) + 2
-    head = f"{'row':<{width}}{'1 producer':<22}{'8 producers':<22}goal"
+    head = f"{'row':<{width}}{'1 ' + who:<22}{'8 ' + who + 's':<22}goal"
     lines = [head, "-" * (len(head) + 16)]
     for r in rows:
         lines.append(f"{r.label:<{width}}{_cell_text(r, '1'):<22}{_cell_text(r, '8'):<22}{_goal_text(r)}")
@@ -194,9 +195,9 @@ def write_json(path: Path, doc: dict[str, Any]) -> None:
     path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
 
 
-def chart(path: Path, rows: list[Row], title: str) -> None:
-    """Bars of each ratio (1 and 8 producers) with its goal drawn across them, and the EndTxn
-    latencies against theirs (when there are any)."""
+def chart(path: Path, rows: list[Row], title: str, who: str = "producer") -> None:
+    """Bars of each ratio (1 and 8 producers, or ``who``) with its goal drawn across them, and the
+    EndTxn latencies against theirs (when there are any)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -218,7 +219,7 @@ def chart(path: Path, rows: list[Row], title: str) -> None:
             cell = r.cells.get(column)
             if cell is None or cell.value is None:
                 continue
-            label = None if column in labelled else f"{column} producer{'s' if column == '8' else ''} (pale: goal missed)"
+            label = None if column in labelled else f"{column} {who}{'s' if column == '8' else ''} (pale: goal missed)"
             labelled.add(column)
             ax.barh(y + dy, cell.value, height=0.34, color=colors[column], alpha=0.45 if cell.met is False else 1.0, label=label)
             ax.text(cell.value + 0.02, y + dy, f"{cell.value:.2f}", va="center", fontsize=8)

@@ -372,21 +372,25 @@ def _acknowledge_partition(
     topic: str,
     partition: int,
     batches: Sequence[sp.AcknowledgementBatch],
-    config: ShareConfigs,
+    config: ShareConfigs | None,
     lock_duration_ms: int | None,
-) -> ShareAcknowledged:
+) -> tuple[ShareAcknowledged, ShareConfigs]:
+    """One share partition's acknowledgements, and the group's configs (read here, in this
+    transaction, when not given)."""
     with broker.db.transaction() as conn:
+        if config is None:
+            config = config_of(share_store.share_group_configs(conn, group_id))
         status = log_store.partition_status(conn, topic, partition)
         stored, state = _locked(conn, broker, group_id, status, None)
         outcome = sp.acknowledge(
             state, member_id, batches, now_ms=broker.now(), config=config.delivery, lock_duration_ms=lock_duration_ms
         )
         if isinstance(outcome, sp.Refused):
-            return ShareAcknowledged(topic, partition, error=outcome.error())
+            return ShareAcknowledged(topic, partition, error=outcome.error()), config
         share_store.share_partition_write(
             conn, group_id, topic, partition, stored, outcome.state, records_available=bool(outcome.released)
         )
-    return ShareAcknowledged(topic, partition, outcome)
+    return ShareAcknowledged(topic, partition, outcome), config
 
 
 def acknowledge(
@@ -401,11 +405,16 @@ def acknowledge(
     under its row lock; answers in the order of ``acks``."""
     if not member_id:
         raise TxlogError(ErrorCode.INVALID_REQUEST, "An acknowledgement needs a member id")
-    config = group_config(broker, group_id)
+    # The configs are read in the first partition's transaction: an acknowledgement (a batch, one
+    # partition, as a consumer sends them) is one database transaction, not two.
+    config: ShareConfigs | None = None
     out: list[ShareAcknowledged] = []
     for (topic, partition), batches in acks.items():
         try:
-            out.append(_acknowledge_partition(broker, group_id, member_id, topic, partition, batches, config, lock_duration_ms))
+            answer, config = _acknowledge_partition(
+                broker, group_id, member_id, topic, partition, batches, config, lock_duration_ms
+            )
+            out.append(answer)
         except TxlogError as exc:
             if exc.code is ErrorCode.UNKNOWN_SERVER_ERROR:
                 raise
