@@ -5,6 +5,10 @@ status codes for an unknown topic and bad input; the settings a client is answer
 
 from __future__ import annotations
 
+import gzip
+import os
+import subprocess
+import sys
 import time
 import uuid
 from typing import Any, Iterator
@@ -17,6 +21,7 @@ from api.rocketmq.messages import KEYS_HEADER, MESSAGE_ID_HEADER, TAG_HEADER
 from app.services import Broker
 from app.services import topics as topic_service
 from tests.rocketmq.conftest import RocketMQGatewayProcess
+from tests.support import ROOT, wait_until
 
 # The client configures its own logging at import (a file under ~/logs) and brings OpenTelemetry.
 rocketmq = pytest.importorskip("rocketmq")
@@ -123,6 +128,20 @@ def test_an_unknown_topic_is_refused_with_topic_not_found(producer: Any, caplog:
     assert any(f"{Code.TOPIC_NOT_FOUND}, Topic '{message.topic}' does not exist" in r.getMessage() for r in caplog.records)
 
 
+def test_the_client_takes_the_gateways_settings_and_refuses_an_oversized_body_itself(
+    producer: Any, store: Broker, topic: str
+) -> None:
+    # The producer sends its Settings on the Telemetry stream at start-up and takes the answer
+    # when it comes (its publishing.max_body_size replaces the client's 4 MiB default).
+    limit = store.settings.max_value_bytes
+    wait_until(lambda: producer._Producer__max_body_size == limit, 30, 0.05, "the producer to take the gateway's settings")
+    message = rocketmq.Message()
+    message.topic = topic
+    message.body = b"x" * (limit + 1)
+    with pytest.raises(Exception, match=f"max size={limit}"):
+        producer.send(message)
+
+
 def test_query_route_names_each_partition_as_a_writable_queue_of_this_gateway(
     stub: Any, rocketmq_gateway: RocketMQGatewayProcess, topic: str
 ) -> None:
@@ -166,6 +185,11 @@ def test_bad_sends_answer_rocketmq_status_codes_and_append_nothing(
     assert raised.value.code() == grpc.StatusCode.UNIMPLEMENTED
     ok = stub.SendMessage(service_pb2.SendMessageRequest(messages=[_message(name, b"fine")]), metadata=CLIENT)
     assert ok.status.code == Code.OK and ok.entries[0].offset == 0
+    # a GZIP body lands inflated; one that does not inflate is MESSAGE_CORRUPTED
+    compressed = _message(name, gzip.compress(b"inflated"), body_encoding=definition_pb2.GZIP)
+    assert send(compressed).code == Code.OK
+    assert send(_message(name, b"not gzip", body_encoding=definition_pb2.GZIP)).code == Code.MESSAGE_CORRUPTED
+    assert [r["value"] for r in _records(store, name)] == [b"fine", b"inflated"]
     assert rocketmq_gateway.alive()
 
 
@@ -199,3 +223,17 @@ def test_every_rpc_of_the_service_is_served_or_named_unserved() -> None:
     assert not served & set(UNSERVED)
     for name in methods:
         assert getattr(MessagingService, name) is not getattr(service_pb2_grpc.MessagingServiceServicer, name), name
+
+
+def test_the_gateway_refuses_to_start_where_it_would_let_clients_in_unchecked(rocketmq_db: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TXLOG_")}
+    for extra_env, args in (({"TXLOG_AUTH": "token"}, ()), ({}, ("--listen", "0.0.0.0:0"))):
+        run = subprocess.run(
+            [sys.executable, "-m", "app.cli", "rocketmq", *args],
+            cwd=ROOT,
+            env={**env, "TXLOG_DATABASE_URL": rocketmq_db, **extra_env},
+            capture_output=True,
+            timeout=60,
+        )
+        assert run.returncode == 2, run.stderr
+        assert b"refusing" in run.stderr
