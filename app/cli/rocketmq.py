@@ -8,10 +8,10 @@ import sys
 
 import click
 
-from app.cli.listeners import refuse_open_listener
+from app.cli.listeners import rocketmq_listener
 from app.cli.server import DATABASE_URL, resolve_database_url
 
-LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
 @click.command()
@@ -31,27 +31,20 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), default="info", show_default=True)
 @click.option("--insecure", is_flag=True, help="Serve beyond loopback although the gateway authenticates no one")
 def rocketmq(listen: str | None, advertised_host: str | None, database_url: str | None, log_level: str, insecure: bool) -> int:
-    """Run the RocketMQ gateway: RocketMQ 5's clients (rocketmq-python-client, the Java and Node
-    clients) route and send over gRPC, as to a RocketMQ proxy, into txlog's topics (docs/rocketmq.md)."""
-    from api.kafka.server import parse_listen
+    """Run the RocketMQ gateway: RocketMQ 5's own clients route and send over gRPC, as to a
+    RocketMQ proxy, into txlog's topics (docs/rocketmq.md)."""
     from app.config import load_settings
     from app.services import Broker
     from app.storage import migrate as migrations
     from app.storage.db import Database
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if log_level == "trace" else log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
     overrides = {"rocketmq_listen": listen, "rocketmq_advertised_host": advertised_host}
     settings = load_settings(**overrides)
-    try:
-        host, port = parse_listen(settings.rocketmq_listen)
-    except ValueError as exc:
-        raise click.UsageError(f"--listen: {exc}") from None
-    if settings.auth != "none":
-        raise click.UsageError(
-            "refusing to start the RocketMQ gateway with TXLOG_AUTH=token: RocketMQ's signatures (MQv2-HMAC-SHA1) "
-            "are not served yet, and its clients would be let in unauthenticated"
-        )
-    refuse_open_listener(host, False, insecure, "Listen on loopback")
+    host, port = rocketmq_listener(settings, insecure)
     from api.rocketmq import server as gateway
 
     url, server = resolve_database_url(database_url)

@@ -13,6 +13,7 @@ import time
 import uuid
 from typing import Any, Iterator
 
+import click
 import grpc
 import pytest
 from sqlalchemy import text
@@ -226,14 +227,32 @@ def test_every_rpc_of_the_service_is_served_or_named_unserved() -> None:
 
 
 def test_the_gateway_refuses_to_start_where_it_would_let_clients_in_unchecked(rocketmq_db: str) -> None:
+    from click.testing import CliRunner
+
+    from app.cli.listeners import rocketmq_listener
+    from app.cli.root import cli
+    from app.config import Settings
+
+    # one process, to see the command's exit code; the rule itself in this one
     env = {k: v for k, v in os.environ.items() if not k.startswith("TXLOG_")}
-    for extra_env, args in (({"TXLOG_AUTH": "token"}, ()), ({}, ("--listen", "0.0.0.0:0"))):
-        run = subprocess.run(
-            [sys.executable, "-m", "app.cli", "rocketmq", *args],
-            cwd=ROOT,
-            env={**env, "TXLOG_DATABASE_URL": rocketmq_db, **extra_env},
-            capture_output=True,
-            timeout=60,
-        )
-        assert run.returncode == 2, run.stderr
-        assert b"refusing" in run.stderr
+    run = subprocess.run(
+        [sys.executable, "-m", "app.cli", "rocketmq"],
+        cwd=ROOT,
+        env={**env, "TXLOG_DATABASE_URL": rocketmq_db, "TXLOG_AUTH": "token"},
+        capture_output=True,
+        timeout=60,
+    )
+    assert run.returncode == 2 and b"MQv2-HMAC-SHA1" in run.stderr, run.stderr
+    assert rocketmq_listener(Settings.model_construct(rocketmq_listen="127.0.0.1:8081", auth="none"), False) == (
+        "127.0.0.1",
+        8081,
+    )
+    assert rocketmq_listener(Settings.model_construct(rocketmq_listen="0.0.0.0:8081", auth="none"), True) == ("0.0.0.0", 8081)
+    for listen, auth in (("0.0.0.0:8081", "none"), ("127.0.0.1:8081", "token"), ("localhost", "none")):
+        with pytest.raises(click.UsageError):
+            rocketmq_listener(Settings.model_construct(rocketmq_listen=listen, auth=auth), False)
+    # serve --rocketmq checks the same before it starts anything
+    refused = CliRunner().invoke(
+        cli, ["serve", "--rocketmq"], env={"TXLOG_ROCKETMQ_LISTEN": "0.0.0.0:18081", "TXLOG_AUTH": "none"}
+    )
+    assert refused.exit_code == 2 and "--insecure" in refused.output, refused.output
