@@ -92,7 +92,7 @@ def _body(message: Any, max_value_bytes: int) -> bytes:
         except zlib.error as exc:
             raise RocketMQError(Code.MESSAGE_CORRUPTED, f"the GZIP body does not inflate: {exc}") from None
     elif encoding not in (Encoding.IDENTITY, Encoding.ENCODING_UNSPECIFIED):
-        raise RocketMQError(Code.UNSUPPORTED, f"body encoding {Encoding.Name(encoding)} is not served (IDENTITY and GZIP are)")
+        raise RocketMQError(Code.UNSUPPORTED, f"body encoding {encoding} is not served (IDENTITY and GZIP are)")
     if not body:
         raise RocketMQError(Code.MESSAGE_BODY_EMPTY, "the message body is empty")
     return body
@@ -126,4 +126,5 @@ def translate(message: Any, max_value_bytes: int) -> Outgoing:
 
 
 def message_type_name(message_type: int) -> str:
-    return str(MessageType.Name(message_type))
+    """``FIFO``, ``DELAY``, …; a number the protocol does not name, as the number."""
+    return str(MessageType.Name(message_type)) if message_type in MessageType.values() else str(message_type)
