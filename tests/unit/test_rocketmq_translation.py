@@ -108,3 +108,21 @@ def test_clients_are_found_by_the_topics_they_publish_and_reached_on_their_strea
 def test_a_message_type_the_protocol_does_not_name_is_named_by_its_number() -> None:
     assert messages.message_type_name(MessageType.FIFO) == "FIFO"
     assert messages.message_type_name(99) == "99"
+
+
+def test_routes_name_the_advertised_host_else_the_access_point_the_client_asked_through() -> None:
+    from typing import Any, cast
+
+    from api.rocketmq.server import Gateway
+    from app.wire.rocketmq.protocol import AddressScheme
+
+    asked = definition.Endpoints(addresses=[definition.Address(host="mq.example.com", port=80)])
+    gateway = Gateway(cast(Any, None))
+    gateway.advertised = ("", 8081)  # listening on every address, no advertised host
+    named = gateway.endpoints(asked)
+    assert (named.scheme, [(a.host, a.port) for a in named.addresses]) == (AddressScheme.DOMAIN_NAME, [("mq.example.com", 8081)])
+    gateway.advertised = ("10.0.0.7", 8081)
+    named = gateway.endpoints(asked)
+    assert (named.scheme, [(a.host, a.port) for a in named.addresses]) == (AddressScheme.IPv4, [("10.0.0.7", 8081)])
+    gateway.advertised = ("::1", 8081)
+    assert gateway.endpoints(None).scheme == AddressScheme.IPv6
