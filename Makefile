@@ -21,9 +21,10 @@ install: $(STAMP)
 system-deps:
 	@bash scripts/system-deps.sh
 
-# The HTTP API and admin pages on :8080 and the Kafka wire gateway on :9092, over one database.
+# The HTTP API and admin pages on :8080, the Kafka wire gateway on :9092 and the RocketMQ gateway
+# on :8081, over one database.
 run: $(STAMP)
-	$(VENV)/bin/txlog serve --kafka
+	$(VENV)/bin/txlog serve --kafka --rocketmq
 
 test: $(STAMP) lint system-deps
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q

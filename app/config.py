@@ -125,6 +125,14 @@ class Settings(BaseSettings):
     kafka_group_max_size: int | None = Field(None, gt=0)
     # How long a gateway's entry in the node registry lives without renewal (renewed at a third).
     kafka_node_lease_ms: int = Field(10_000, gt=0)
+    # The RocketMQ gateway (`txlog rocketmq`, docs/rocketmq.md): RocketMQ 5's gRPC protocol on the
+    # port of RocketMQ's proxy (8081). Clients are routed to the advertised host (default: the
+    # listen host, or the access point the client asked through when listening on every address).
+    rocketmq_listen: str = "127.0.0.1:8081"
+    rocketmq_advertised_host: str | None = None
+    # One gRPC message at most (a SendMessage request whole): a body above max_value_bytes but
+    # within this is answered MESSAGE_BODY_TOO_LARGE; above it gRPC itself refuses the call.
+    rocketmq_max_inbound_message_bytes: int = Field(16_777_216, gt=0)
     # Client quotas' rate measurement, Kafka's quota.window.num and quota.window.size.seconds.
     quota_window_num: int = Field(11, ge=2)
     quota_window_size_seconds: int = Field(1, ge=1)

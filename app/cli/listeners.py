@@ -93,3 +93,22 @@ def refuse_open_gateway(listen: str, auth: str, insecure: bool) -> None:
     from app.config import Settings
 
     gateway_listeners(Settings.model_construct(kafka_listen=listen, auth="none" if auth == "none" else "token"), insecure)
+
+
+def rocketmq_listener(settings: Settings, insecure: bool) -> tuple[str, int]:
+    """The RocketMQ gateway's address (TXLOG_ROCKETMQ_LISTEN), refused as long as the gateway
+    authenticates no one: loopback only unless ``--insecure``, and not at all with
+    TXLOG_AUTH=token, where its clients would be let in unchecked."""
+    from api.kafka.server import parse_listen
+
+    try:
+        host, port = parse_listen(settings.rocketmq_listen)
+    except ValueError as exc:
+        raise click.UsageError(f"--listen: {exc}") from None
+    if settings.auth != "none":
+        raise click.UsageError(
+            "refusing to start the RocketMQ gateway with TXLOG_AUTH=token: RocketMQ's signatures (MQv2-HMAC-SHA1) "
+            "are not served yet, and its clients would be let in unauthenticated"
+        )
+    refuse_open_listener(host, False, insecure, "Listen on loopback (TXLOG_ROCKETMQ_LISTEN)")
+    return host, port

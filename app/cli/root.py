@@ -1,4 +1,4 @@
-"""The ``txlog`` command line (click): ``serve``, ``kafka``, ``migrate`` and ``db-url`` run the
+"""The ``txlog`` command line (click): ``serve``, ``kafka``, ``rocketmq``, ``migrate`` and ``db-url`` run the
 servers or reach their database; ``topics``, ``produce``, ``consume``, ``transactions``,
 ``producers`` and ``groups`` are clients of its HTTP API, as Kafka's own tools are of a broker;
 ``spark`` runs Spark jobs over its tables."""
@@ -17,6 +17,7 @@ from app.cli.kafka import kafka
 from app.cli.produce import produce
 from app.cli.producers import producers
 from app.cli.quotas import quotas
+from app.cli.rocketmq import rocketmq
 from app.cli.security import acls, principals
 from app.cli.server import db_url, migrate, serve
 from app.cli.share_groups import share_groups
@@ -50,6 +51,7 @@ def cli() -> None:
 for command in (
     serve,
     kafka,
+    rocketmq,
     migrate,
     db_url,
     topics,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from app.cli.listeners import gateway_listeners, refuse_open_listener
+from app.cli.listeners import gateway_listeners, refuse_open_listener, rocketmq_listener
 
 if TYPE_CHECKING:
     from app.storage.embedded import EmbeddedPostgres
@@ -75,6 +75,9 @@ def migrate(database_url: str | None) -> int:
 @click.option(
     "--kafka", is_flag=True, help="Also run the Kafka wire gateway (`txlog kafka`) on $TXLOG_KAFKA_LISTEN, same database"
 )
+@click.option(
+    "--rocketmq", is_flag=True, help="Also run the RocketMQ gateway (`txlog rocketmq`) on $TXLOG_ROCKETMQ_LISTEN, same database"
+)
 def serve(
     host: str,
     port: int,
@@ -86,8 +89,10 @@ def serve(
     tls_cert: str | None,
     tls_key: str | None,
     kafka: bool,
+    rocketmq: bool,
 ) -> int:
-    """Run the HTTP API and the admin pages (and, with --kafka, the Kafka wire gateway)."""
+    """Run the HTTP API and the admin pages (and, with --kafka, the Kafka wire gateway; with
+    --rocketmq, the RocketMQ gateway)."""
     import uvicorn
 
     from app.config import load_settings
@@ -105,6 +110,8 @@ def serve(
     )
     if kafka:
         gateway_listeners(settings.model_copy(update={"auth": auth}), insecure)
+    if rocketmq:
+        rocketmq_listener(settings.model_copy(update={"auth": auth}), insecure)
     os.environ["TXLOG_AUTH"] = auth  # workers read their settings from the environment
     url, server = resolve_database_url(database_url)
     migrations.upgrade(url)
@@ -116,14 +123,16 @@ def serve(
         f"txlog serving on {scheme}://{host}:{port} (docs at /docs, admin at /admin), auth {auth}, database {url}",
         file=sys.stderr,
     )
-    if server is not None or kafka:
+    if server is not None or kafka or rocketmq:
         # uvicorn re-raises SIGTERM after its graceful shutdown; with the default handler the process
         # would die there and leave the embedded PostgreSQL (and the gateway) running. Exit through
         # `finally` instead.
         signal.signal(signal.SIGTERM, _exit_on_signal)
-    # The gateway is a process of its own (its consumer groups need one owner, not one per
-    # worker), on this database: it neither starts nor stops the embedded PostgreSQL.
-    gateway = _start_gateway(insecure, log_level) if kafka else None
+    # Each gateway is a process of its own (the Kafka gateway's consumer groups need one owner,
+    # not one per worker), on this database: it neither starts nor stops the embedded PostgreSQL.
+    gateways = [
+        _start_gateway(command, insecure, log_level) for command, wanted in (("kafka", kafka), ("rocketmq", rocketmq)) if wanted
+    ]
     try:
         uvicorn.run(
             "api.app:app_factory",
@@ -137,16 +146,17 @@ def serve(
             ssl_keyfile=tls_key,
         )
     finally:
-        if gateway is not None:
+        for gateway in gateways:
             _stop_gateway(gateway)
         if server is not None:
             server.stop()
     return 0
 
 
-def _start_gateway(insecure: bool, log_level: str) -> subprocess.Popen[bytes]:
-    """``txlog kafka`` as a child process, on the database serve uses (``$TXLOG_DATABASE_URL``)."""
-    argv = [sys.executable, "-m", "app.cli", "kafka", "--log-level", log_level, *(["--insecure"] if insecure else [])]
+def _start_gateway(command: str, insecure: bool, log_level: str) -> subprocess.Popen[bytes]:
+    """``txlog kafka`` or ``txlog rocketmq`` as a child process, on the database serve uses
+    (``$TXLOG_DATABASE_URL``)."""
+    argv = [sys.executable, "-m", "app.cli", command, "--log-level", log_level, *(["--insecure"] if insecure else [])]
     return subprocess.Popen(argv, env=os.environ.copy())
 
 
