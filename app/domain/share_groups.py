@@ -332,6 +332,15 @@ def subscription_metadata(members: Iterable[ShareMember], topics: Mapping[str, T
     return {name: topics[name] for name in sorted(names) if name in topics}
 
 
+def described_topics(group: ShareGroup) -> frozenset[str]:
+    """The topics a description of the group names: its members' subscriptions and assignments.
+    A caller must be allowed to Describe each of them to be shown the group (Kafka 4.1+)."""
+    names = {t.topic_id: t.name for t in group.subscription_metadata.values()}
+    subscribed = (name for m in group.members.values() for name in m.subscribed_topic_names)
+    assigned = (names[topic_id] for m in group.members.values() for topic_id in m.assignment if topic_id in names)
+    return frozenset((*subscribed, *assigned))
+
+
 def describe(group: ShareGroup) -> dict[str, Any]:
     """The group as ShareGroupDescribe v1 describes it (a ``groups`` entry, without
     ``authorized_operations``, which is the caller's)."""

@@ -767,8 +767,8 @@ def test_a_classic_groups_id_is_not_a_share_group(raw: RawConnection) -> None:
 def test_share_apis_need_kafkas_acls(doors: Doors) -> None:  # noqa: F811
     """ShareGroupHeartbeat: Read on the group, Describe on each topic; ShareFetch and
     ShareAcknowledge: Read on the group (the request's error) and Read on each topic (the
-    partition's); ShareGroupDescribe: Describe on the group (the group's error); AlterConfigs of
-    the group: AlterConfigs on it."""
+    partition's); ShareGroupDescribe: Describe on the group and on each topic it names (the group's
+    error); AlterConfigs of the group: AlterConfigs on it."""
     who, token = doors.principal("sharer")
     topic, other = doors.topic("share-acl"), doors.topic("share-acl-other")
     group = _name("share-acl-group")
@@ -804,4 +804,16 @@ def test_share_apis_need_kafkas_acls(doors: Doors) -> None:  # noqa: F811
             .groups[0]
             .error_code
             == 0
+        )
+    # a caller allowed to Describe the group but not one of the topics it names is not shown the group
+    viewer, viewer_token = doors.principal("share-viewer")
+    doors.grant(viewer, R.GROUP, group, O.DESCRIBE)
+    doors.grant(viewer, R.TOPIC, topic, O.DESCRIBE)
+    with doors.signed_in(viewer, viewer_token) as conn:
+        wait_until(lambda: _topic_id(conn, topic), 10, 0.1, "Describe on the topic to apply")
+        hidden = conn.request(ApiKey.ShareGroupDescribe, 1, {"group_ids": [group], "include_authorized_operations": False})
+        assert (hidden.groups[0].error_code, hidden.groups[0].error_message, hidden.groups[0].members) == (
+            E.TOPIC_AUTHORIZATION_FAILED.kafka_code,
+            "The group has described topic(s) that the client is not authorized to describe.",
+            [],
         )

@@ -155,6 +155,12 @@ def test_subscriptions_and_topics_changing() -> None:
     assert sg.topics_needed(out.group, HeartbeatRequest("g", "m1", 4, subscribed_topic_names=["t1"])) == {"t1"}
 
 
+def test_a_description_names_the_topics_of_every_subscription_and_assignment() -> None:
+    assert sg.described_topics(ShareGroup("g")) == frozenset()
+    group = beat(beat(None, "m1", 0, ["t1"]).group, "m2", 0, ["t1", "t2"]).group
+    assert sg.described_topics(group) == frozenset({"t1", "t2"})
+
+
 def test_the_answer_and_the_description_encode() -> None:
     group = beat(beat(None, "m1", 0, ["t1", "t2"]).group, "m2", 0, ["t1"]).group
     answer = beat(group, "m1", 1).answer

@@ -41,7 +41,7 @@ from typing import Any, Iterable
 
 from api.kafka.handlers import RequestContext, access
 from app.domain import share_groups as sg
-from app.domain.acls import Api, ResourceType
+from app.domain.acls import Api, Operation, ResourceType
 from app.domain.share_configs import BOUNDS, DEFAULTS, validated
 from app.domain.share_partition import AcknowledgementBatch
 from app.domain.topic_configs import ConfigSource, ConfigType
@@ -206,6 +206,15 @@ async def handle_share_group_describe(ctx: RequestContext, request: Any) -> dict
                     "group_id": group_id,
                     "error_code": ErrorCode.GROUP_ID_NOT_FOUND.kafka_code,
                     "error_message": f"Group {group_id} not found.",
+                }
+            )
+            continue
+        if not all(access.allows(ctx, Operation.DESCRIBE, ResourceType.TOPIC, t) for t in sg.described_topics(group)):
+            groups.append(
+                {
+                    "group_id": group_id,
+                    "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED.kafka_code,
+                    "error_message": "The group has described topic(s) that the client is not authorized to describe.",
                 }
             )
             continue
