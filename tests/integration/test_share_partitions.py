@@ -317,3 +317,18 @@ def test_a_reset_by_duration_starts_at_the_first_record_that_recent(clocked_brok
     )
     share.alter_group_configs(b, "hourly", {"share.auto.offset.reset": "by_duration:PT1H"})
     assert values_of(share.acquire(b, "hourly", "m", [("timed", 0)])) == ["recent"]
+
+
+def test_the_least_lock_duration_is_the_brokers_setting(db_url):  # type: ignore[no-untyped-def]
+    strict, lenient = make_broker(db_url), make_broker(db_url, share_min_record_lock_duration_ms=2_000)
+    try:
+        with pytest.raises(TxlogError) as err:
+            share.alter_group_configs(strict, "short-locks", {"share.record.lock.duration.ms": "2000"})
+        assert err.value.code is ErrorCode.INVALID_CONFIG
+        assert share.alter_group_configs(lenient, "short-locks", {"share.record.lock.duration.ms": "2000"}) == {
+            "share.record.lock.duration.ms": "2000"
+        }
+        assert share.group_config(strict, "short-locks").delivery.record_lock_duration_ms == 2_000
+    finally:
+        strict.db.dispose()
+        lenient.db.dispose()
