@@ -332,3 +332,20 @@ def test_the_least_lock_duration_is_the_brokers_setting(db_url):  # type: ignore
     finally:
         strict.db.dispose()
         lenient.db.dispose()
+
+
+def test_a_late_acknowledgement_of_a_record_another_member_accepted_is_refused(clocked_broker, clock, topic):  # type: ignore[no-untyped-def]
+    """The slow member's lock expired; the record went to another member, who accepted it, and the
+    start offset passed it. The slow member's acknowledgement must not be answered as taken: its
+    outcome was never its to decide (the share-group fault test found it answered so)."""
+    b = clocked_broker
+    plain(b, topic, "job")
+    assert values_of(share.acquire(b, G, "slow", [(topic, 0)])) == ["job"]
+    clock.advance(LOCK_MS)
+    assert values_of(share.acquire(b, G, "fast", [(topic, 0)])) == ["job"]
+    assert ack(b, "fast", topic, 0, 0, AcknowledgeType.ACCEPT).error is None
+    assert partition_state(b, topic).start_offset == 1
+    for kind in (AcknowledgeType.ACCEPT, AcknowledgeType.REJECT, AcknowledgeType.RELEASE):
+        late = ack(b, "slow", topic, 0, 0, kind)
+        assert late.error is not None and late.error.code is ErrorCode.INVALID_RECORD_STATE, late
+    assert partition_state(b, topic).start_offset == 1
