@@ -29,6 +29,7 @@ import time
 from typing import Any, Callable
 
 ACCEPT, RELEASE, REJECT = "accept", "release", "reject"
+PROCESSING_S = 0.05
 KINDS = ("accept", "release-once", "reject", "poison")
 
 
@@ -90,6 +91,7 @@ def run(
             got.append({"e": "got", **entry})
             intents.append({"e": "ack", **entry, "t": decide(value, m.delivery_count())})
         log.write(got + intents)
+        time.sleep(PROCESSING_S)  # the work the decisions stand for, between the intent and the acknowledgement
         for m, intent in zip(messages, intents):
             ack(m, intent["t"])
         results = commit()

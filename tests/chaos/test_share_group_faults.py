@@ -55,24 +55,27 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import httpx
 import psycopg
 import pytest
 
+from app.storage import migrate
 from app.storage.embedded import EmbeddedPostgres
 from tests.chaos.share_worker import ACCEPT, REJECT, RELEASE, decide, kind_of
 from tests.kafka.conftest import GatewayProcess
-from tests.support import ROOT, ServerProcess, wait_while_progressing
+from tests.support import ROOT, ServerProcess, destroy_embedded, wait_while_progressing
 
 pytestmark = pytest.mark.slow
 
@@ -235,12 +238,38 @@ class Load:
             time.sleep(0.05)
 
 
+def wait_for_intents(w: Worker, timeout: float) -> list[dict]:
+    """Watch ``w``'s log until it ends with acknowledgement intents (a batch decided, its
+    acknowledgements not sent yet: the worker is processing it): those intents, or [] if it never
+    did within ``timeout`` (nothing to consume, or the worker not running)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            with open(w.log_path, "rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - 65_536))
+                lines = f.read().decode(errors="replace").split("\n")
+            if lines and lines[-1] == "":  # complete lines only
+                tail = []
+                for line in reversed(lines[:-1]):
+                    with contextlib.suppress(ValueError):
+                        entry = json.loads(line)
+                        if entry.get("e") == "ack":
+                            tail.append(entry)
+                            continue
+                    break
+                if tail:
+                    return tail[::-1]
+        time.sleep(0.005)
+    return []
+
+
 class Faults:
     def __init__(
         self, workers: list[Worker], gateways: list[GatewayProcess], servers: list[ServerProcess], rng: random.Random
     ) -> None:
         self.workers, self.gateways, self.servers, self.rng = workers, gateways, servers, rng
         self.injected: list[str] = []
+        self.frozen: list[tuple[str, list[dict]]] = []  # each worker frozen, with the intents it had not yet sent
 
     def kill_worker(self) -> None:
         w = self.rng.choice(self.workers)
@@ -250,13 +279,16 @@ class Faults:
         self.injected.append(f"kill -9 {w.name}, restarted")
 
     def freeze_worker(self) -> None:
-        """Frozen past its records' locks: they go to others; what it acknowledges on waking is refused."""
+        """Frozen mid-batch — its decisions logged, its acknowledgements not sent — for longer than
+        the records' lock: they go to others, and what it acknowledges on waking must be refused."""
         w = self.rng.choice(self.workers)
+        pending = wait_for_intents(w, 10)
         w.signal(signal.SIGSTOP)
         pause = LOCK_MS / 1000 + self.rng.uniform(1.0, 2.0)
         time.sleep(pause)
         w.signal(signal.SIGCONT)
-        self.injected.append(f"SIGSTOP {w.name} for {pause:.1f} s")
+        self.frozen.append((w.name, pending))
+        self.injected.append(f"SIGSTOP {w.name} for {pause:.1f} s{' mid-batch' if pending else ''}")
 
     def kill_gateway(self) -> None:
         g = self.rng.choice(self.gateways)
@@ -285,10 +317,25 @@ class Faults:
 # --- the test -------------------------------------------------------------------------------------
 
 
-def test_share_group_settles_every_committed_record_once_under_faults(own_postgres: EmbeddedPostgres, tmp_path: Path) -> None:
+@pytest.fixture
+def postgres() -> Iterator[EmbeddedPostgres]:
+    """A PostgreSQL of the test's own, outside pytest's temporary directory: a pytest started
+    meanwhile on the machine makes that directory its owner's alone again, and the server, running
+    as a user of its own, would lose its data directory."""
+    pg = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="txlog-share-faults-")) / "pg")
+    pg.start()
+    try:
+        migrate.upgrade(pg.url)
+        yield pg
+    finally:
+        destroy_embedded(pg)
+        shutil.rmtree(pg.data_dir.parent, ignore_errors=True)
+
+
+def test_share_group_settles_every_committed_record_once_under_faults(postgres: EmbeddedPostgres, tmp_path: Path) -> None:
     rng = random.Random(SEED)
     print(f"\nshare group faults: seed {SEED}, faults for {SECONDS:.0f} s")
-    pg = own_postgres
+    pg = postgres
     with psycopg.connect(pg.url, autocommit=True) as conn:
         conn.execute(AUDIT)
     gateways = [GatewayProcess(pg.url, env=ENV, log_path=tmp_path / f"gateway-{n}.log", node_id=n) for n in (1, 2)]
@@ -344,7 +391,7 @@ def test_share_group_settles_every_committed_record_once_under_faults(own_postgr
             w.kill()
         with psycopg.connect(pg.url) as conn:
             state = read_state(conn)
-    report = check(state, [w.name for w in workers], [read_log(w.log_path) for w in workers], load.produced)
+    report = check(state, [w.name for w in workers], [read_log(w.log_path) for w in workers], load.produced, faults.frozen)
     print(
         f"load: {len(load.produced.committed)} records committed, {len(load.produced.aborted)} aborted, "
         f"{len(load.produced.unknown)} of transactions whose end the producer was not told ({dict(load.produced.errors)})"
@@ -461,10 +508,13 @@ class Report:
     information: dict[str, Any] = field(default_factory=dict)
 
 
-def check(state: State, names: list[str], logs: list[list[dict]], produced: Produced) -> Report:
+def check(
+    state: State, names: list[str], logs: list[list[dict]], produced: Produced, frozen: list[tuple[str, list[dict]]]
+) -> Report:
     """Every committed record settled once, as the module's docstring defines it; each anomaly
     named, with the record (partition@offset 'value') and what happened to it. ``logs`` are the
-    workers' logs, ``names`` their names (``kafka-…`` or ``http-…``)."""
+    workers' logs, ``names`` their names (``kafka-…`` or ``http-…``), ``frozen`` each worker frozen
+    mid-batch with the acknowledgements it had decided but not sent."""
     report = Report()
     bad = report.anomalies
 
@@ -529,7 +579,7 @@ def check(state: State, names: list[str], logs: list[list[dict]], produced: Prod
     report.invariants.append(f"no aborted or control record acquired; no delivery count above {LIMIT}")
 
     fates: Counter = Counter()
-    redelivered = processed_again = 0
+    redelivered = processed_again = unanswered_count = 0
     for key in sorted(committed):
         value = state.records[key][0]
         assert value is not None
@@ -539,6 +589,7 @@ def check(state: State, names: list[str], logs: list[list[dict]], produced: Prod
         answered = {(e["pid"], e["dc"], e["t"]) for e in entries if e["e"] == "res"}
         unanswered = [e for e in entries if e["e"] == "ack" and (e["pid"], e["dc"], e["t"]) not in answered]
         lost_answers = [e for e in entries if e["e"] == "res" and e["r"] == "unknown"] + unanswered
+        unanswered_count += len(lost_answers)
         redelivered += max(0, len(acquired) - 1)
         processed_again += max(0, sum(1 for e in entries if e["e"] == "got") - 1)
         for e in entries:
@@ -595,6 +646,24 @@ def check(state: State, names: list[str], logs: list[list[dict]], produced: Prod
         "every committed record accepted once or archived with its reason (rejected, delivery limit), never both, "
         "never twice, never lost; refused acknowledgements counted for nothing; poison archived at the limit"
     )
+    # A worker frozen mid-batch past the lock sent its acknowledgements late: each refused (or
+    # unanswered, a server killed meanwhile), never taken.
+    late = Counter()
+    for worker, pending in frozen:
+        entries = logs[names.index(worker)]
+        for intent in pending:
+            same = ("pid", "p", "o", "dc", "t")
+            results = [e for e in entries if e["e"] == "res" and all(e[k] == intent[k] for k in same)]
+            for e in results:
+                late[e["r"]] += 1
+                if e["r"] == "ok":
+                    key = (e["p"], e["o"])
+                    bad.append(
+                        f"LATE ACKNOWLEDGEMENT TAKEN: {worker} decided {e['t']} of {name(key)} at delivery {e['dc']}, was "
+                        f"frozen past its lock before sending it, and the server took it: {history(key)}"
+                    )
+    report.invariants.append("the acknowledgements of a worker frozen past its lock refused")
+
     # Both ways in took part: each kind of worker had acknowledgements taken.
     for way in ("kafka", "http"):
         taken_by = sum(
@@ -608,8 +677,9 @@ def check(state: State, names: list[str], logs: list[list[dict]], produced: Prod
         "records settled": dict(fates),
         "redeliveries (database)": redelivered,
         "records processed again (at least once)": processed_again,
-        "acknowledgements refused (late)": sum(1 for e in every if e["e"] == "res" and e["r"] == "refused"),
-        "acknowledgements unanswered": sum(1 for e in every if e["e"] == "res" and e["r"] == "unknown"),
+        "acknowledgements refused": sum(1 for e in every if e["e"] == "res" and e["r"] == "refused"),
+        "acknowledgements of frozen workers, sent late": dict(late),
+        "acknowledgements unanswered (the answer lost, or the worker killed first)": unanswered_count,
         "releases taken": sum(1 for e in every if e["e"] == "res" and e["r"] == "ok" and e["t"] == RELEASE),
         "worker errors": sum(1 for e in every if e["e"] == "error"),
         "acknowledgements taken per worker": {
