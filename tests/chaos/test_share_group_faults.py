@@ -131,9 +131,19 @@ class Worker:
         self.out_path = log_dir / f"{name}.out"
         self.proc: subprocess.Popen[bytes] | None = None
         self.lives = 0
+        self.killed = False
+        self.crashes: list[str] = []  # each time it ended other than by a kill
+
+    def note_crash(self) -> None:
+        """If its process ended other than by a kill, say so (once)."""
+        if self.proc is not None and not self.killed and self.proc.poll() is not None:
+            self.crashes.append(f"exit {self.proc.returncode}: {self.output()[-1000:]}")
+            self.killed = True
 
     def start(self) -> None:
+        self.note_crash()
         self.lives += 1
+        self.killed = False
         with open(self.out_path, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "tests.chaos.share_worker", self.way, self.address, GROUP, TOPIC, str(self.log_path)],
@@ -155,6 +165,7 @@ class Worker:
 
     def kill(self) -> None:
         if self.proc is not None:
+            self.killed = self.killed or self.proc.poll() is None
             self.signal(signal.SIGCONT)
             self.signal(signal.SIGKILL)
             self.proc.wait(30)
@@ -388,7 +399,9 @@ def test_share_group_settles_every_committed_record_once_under_faults(postgres: 
             raise AssertionError(f"{exc}\n{diagnosis(workers, gateways, servers, faults)}") from None
         drained = time.monotonic() - started
         for w in workers:
+            w.note_crash()
             w.kill()
+        crashes = [f"WORKER ENDED: {w.name}, {crash}" for w in workers for crash in w.crashes]
         with psycopg.connect(pg.url) as conn:
             state = read_state(conn)
     report = check(state, [w.name for w in workers], [read_log(w.log_path) for w in workers], load.produced, faults.frozen)
@@ -399,7 +412,8 @@ def test_share_group_settles_every_committed_record_once_under_faults(postgres: 
     print("faults: " + "; ".join(faults.injected))
     print(f"workers: {', '.join(f'{w.name} ({w.lives} lives)' for w in workers)}; drained {drained:.0f} s after the start")
     print("information: " + "; ".join(f"{k}: {v}" for k, v in report.information.items()))
-    assert not report.anomalies, f"{len(report.anomalies)} anomalies (seed {SEED}):\n" + "\n".join(report.anomalies[:60])
+    anomalies = crashes + report.anomalies
+    assert not anomalies, f"{len(anomalies)} anomalies (seed {SEED}):\n" + "\n".join(anomalies[:60])
     print("invariants held: " + "; ".join(report.invariants))
 
 
@@ -689,3 +703,58 @@ def check(
     if not committed:
         bad.append("NOTHING COMMITTED: the run checked nothing")
     return report
+
+
+def test_the_checker_names_each_record_and_what_happened_to_it() -> None:
+    """The checker over a made-up end state: a record accepted twice, one lost, one of an aborted
+    transaction delivered, a poison record settled short of the limit, a frozen worker's late
+    acknowledgement taken — each reported by name, with the record and its history."""
+
+    def entries(worker_pid: int, p: int, o: int, value: str, dc: int, t: str, result: str) -> list[dict]:
+        base = {"p": p, "o": o, "v": value, "dc": dc, "pid": worker_pid, "ts": 0.0}
+        return [{"e": "got", **base}, {"e": "ack", **base, "t": t}, {"e": "res", **base, "t": t, "r": result, "err": None}]
+
+    state = State(
+        records={
+            (0, 0): ("0:accept", False, False),
+            (0, 1): ("2:accept", False, False),
+            (0, 2): ("4:accept", False, True),
+            (0, 3): (None, True, False),
+            (0, 4): ("7:poison", False, False),
+            (0, 5): ("8:accept", False, False),
+        },
+        partitions={0: (6, 6, 6), 1: (0, 0, 0), 2: (0, 0, 0)},
+        in_flight=[],
+        deliveries={
+            (0, 0): [(0.0, "m1", 1_000, 1), (1.0, "m2", 2_000, 2)],
+            (0, 1): [(0.0, "m1", 1_000, 1)],
+            (0, 2): [(0.0, "m1", 1_000, 1)],
+            (0, 4): [(0.0, "m2", 1_000, 1)],
+            (0, 5): [(0.0, "m1", 1_000, 1)],
+        },
+    )
+    kafka = entries(1, 0, 0, "0:accept", 1, ACCEPT, "ok") + entries(1, 0, 5, "8:accept", 1, ACCEPT, "ok")
+    http = entries(2, 0, 0, "0:accept", 2, ACCEPT, "ok")
+    frozen = [("kafka-0", [e for e in kafka if e["e"] == "ack" and e["o"] == 5])]
+    report = check(state, ["kafka-0", "http-0"], [kafka, http], Produced(committed=["0:accept"]), frozen)
+    found = {a.split(":")[0]: a for a in report.anomalies}
+    assert set(found) == {
+        "ACKNOWLEDGED TWICE",
+        "LOST",
+        "ABORTED DELIVERED",
+        "POISON NOT ARCHIVED BY THE LIMIT",
+        "LATE ACKNOWLEDGEMENT TAKEN",
+    }, report.anomalies
+    assert "jobs-0@0 '0:accept': the server took accept at delivery 1 and accept at delivery 2" in found["ACKNOWLEDGED TWICE"]
+    assert "jobs-0@1 '2:accept' settled after delivery 1 of 3" in found["LOST"]
+    assert "jobs-0@2 '4:accept' is an aborted transaction's record" in found["ABORTED DELIVERED"]
+    assert "kafka-0 decided accept of jobs-0@5 '8:accept'" in found["LATE ACKNOWLEDGEMENT TAKEN"]
+    # the same records settled once each: nothing to report but that the HTTP worker took no part
+    settled = State(
+        {k: state.records[k] for k in ((0, 0), (0, 3), (0, 5))},
+        state.partitions,
+        [],
+        {(0, 0): [(0.0, "m1", 1_000, 1)], (0, 5): [(0.0, "m1", 1_000, 1)]},
+    )
+    report = check(settled, ["kafka-0", "http-0"], [kafka, []], Produced(), [])
+    assert report.anomalies == ["IDLE: no http worker had an acknowledgement taken"], report.anomalies
