@@ -16,7 +16,8 @@ The log is one JSON object a line, appended and fsync'ed at each step:
   answered: ``ok`` it took them, ``refused`` it said they were not this member's to acknowledge
   (INVALID_RECORD_STATE: the lock had expired), ``unknown`` the answer was lost (a gateway or a
   server killed meanwhile, a timeout): they may or may not have taken effect.
-A worker killed between the intent and its result leaves the intent alone: unknown too.
+A worker killed between the intent and its result leaves the intent alone: unknown too. A worker
+killed in the middle of a write leaves a line cut short; the next life starts on a new line.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def decide(value: str, delivery_count: int) -> str:
 class Log:
     def __init__(self, path: str) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # A line the previous life was writing when killed ends here, apart from this life's.
+        os.write(self.fd, b"\n")
 
     def write(self, entries: list[dict]) -> None:
         """Appended and on disk before it returns: what the checker reads survives a kill -9."""
