@@ -14,8 +14,9 @@ The log is one JSON object a line, appended and fsync'ed at each step:
 - ``{"e": "ack", ..., "t": type}`` before the acknowledgements are sent (the intent);
 - ``{"e": "res", ..., "t": type, "r": "ok" | "refused" | "unknown", "err": ...}`` once the server
   answered: ``ok`` it took them, ``refused`` it said they were not this member's to acknowledge
-  (INVALID_RECORD_STATE: the lock had expired), ``unknown`` the answer was lost (a gateway or a
-  server killed meanwhile, a timeout): they may or may not have taken effect.
+  (INVALID_RECORD_STATE: their lock had expired, they went back or to another member), ``unknown``
+  the answer was lost (a gateway or a server killed meanwhile, a timeout): they may or may not have
+  taken effect.
 A worker killed between the intent and its result leaves the intent alone: unknown too. A worker
 killed in the middle of a write leaves a line cut short; the next life starts on a new line.
 """
@@ -31,7 +32,6 @@ from typing import Any, Callable
 
 ACCEPT, RELEASE, REJECT = "accept", "release", "reject"
 PROCESSING_S = 0.05
-KINDS = ("accept", "release-once", "reject", "poison")
 
 
 def kind_of(value: str) -> str:
