@@ -12,6 +12,7 @@ the HTTP API; both in explicit acknowledgement mode. A value ``<n>:<kind>`` is a
 The log is one JSON object a line, appended and fsync'ed at each step:
 - ``{"e": "got", ...}`` for each record of a poll, with its delivery count, before any decision;
 - ``{"e": "ack", ..., "t": type}`` before the acknowledgements are sent (the intent);
+- ``{"e": "send", "ts": ...}`` when they are about to be sent, after the batch's processing;
 - ``{"e": "res", ..., "t": type, "r": "ok" | "refused" | "unknown", "err": ...}`` once the server
   answered: ``ok`` it took them, ``refused`` it said they were not this member's to acknowledge
   (INVALID_RECORD_STATE: their lock had expired, they went back or to another member), ``unknown``
@@ -95,6 +96,7 @@ def run(
             intents.append({"e": "ack", **entry, "t": decide(value, m.delivery_count())})
         log.write(got + intents)
         time.sleep(PROCESSING_S)  # the work the decisions stand for, between the intent and the acknowledgement
+        log.write([{"e": "send", "pid": os.getpid(), "ts": time.time()}])
         for m, intent in zip(messages, intents):
             ack(m, intent["t"])
         results = commit()

@@ -163,6 +163,18 @@ class Worker:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, sig)
 
+    def wait_stopped(self) -> float:
+        """Wait until SIGSTOP has stopped the process (state T); the time then."""
+        assert self.proc is not None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and self.alive():
+            with contextlib.suppress(OSError):
+                stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
+                if stat[stat.rindex(")") + 2] in "Tt":
+                    break
+            time.sleep(0.001)
+        return time.time()
+
     def kill(self) -> None:
         if self.proc is not None:
             self.killed = self.killed or self.proc.poll() is None
@@ -280,7 +292,8 @@ class Faults:
     ) -> None:
         self.workers, self.gateways, self.servers, self.rng = workers, gateways, servers, rng
         self.injected: list[str] = []
-        self.frozen: list[tuple[str, list[dict]]] = []  # each worker frozen, with the intents it had not yet sent
+        # each worker frozen: its name, the intents it had logged and not yet sent, when it was stopped
+        self.frozen: list[tuple[str, list[dict], float]] = []
 
     def kill_worker(self) -> None:
         w = self.rng.choice(self.workers)
@@ -295,10 +308,11 @@ class Faults:
         w = self.rng.choice(self.workers)
         pending = wait_for_intents(w, 10)
         w.signal(signal.SIGSTOP)
+        stopped = w.wait_stopped()  # from here on, whatever it does it does after waking
         pause = LOCK_MS / 1000 + self.rng.uniform(1.0, 2.0)
         time.sleep(pause)
         w.signal(signal.SIGCONT)
-        self.frozen.append((w.name, pending))
+        self.frozen.append((w.name, pending, stopped))
         self.injected.append(f"SIGSTOP {w.name} for {pause:.1f} s{' mid-batch' if pending else ''}")
 
     def kill_gateway(self) -> None:
@@ -520,12 +534,12 @@ class Report:
 
 
 def check(
-    state: State, names: list[str], logs: list[list[dict]], produced: Produced, frozen: list[tuple[str, list[dict]]]
+    state: State, names: list[str], logs: list[list[dict]], produced: Produced, frozen: list[tuple[str, list[dict], float]]
 ) -> Report:
     """Every committed record settled once, as the module's docstring defines it; each anomaly
     named, with the record (partition@offset 'value') and what happened to it. ``logs`` are the
     workers' logs, ``names`` their names (``kafka-…`` or ``http-…``), ``frozen`` each worker frozen
-    mid-batch with the acknowledgements it had decided but not sent."""
+    mid-batch with the acknowledgements it had decided but not sent, and when it was stopped."""
     report = Report()
     bad = report.anomalies
 
@@ -657,13 +671,20 @@ def check(
         "every committed record accepted once or archived with its reason (rejected, delivery limit), never both, "
         "never twice, never lost; refused acknowledgements counted for nothing; poison archived at the limit"
     )
-    # A worker frozen mid-batch past the lock sent its acknowledgements late: each refused (or
-    # unanswered, a server killed meanwhile), never taken.
-    late = Counter()
-    for worker, pending in frozen:
+    # A worker frozen mid-batch past the lock that sent its acknowledgements once it woke (its
+    # "send" written after it was stopped) sent them late: each refused (or unanswered, a server
+    # killed meanwhile), never taken. Sent before the stop, they were in time.
+    late: Counter = Counter()
+    same = ("pid", "p", "o", "dc", "t")
+    for worker, pending, stopped in frozen:
         entries = logs[names.index(worker)]
+        last = pending[-1]
+        at = next((i for i, e in enumerate(entries) if e["e"] == "ack" and all(e[k] == last[k] for k in same)), None)
+        sent = next((e for e in entries[at or 0 :] if e["e"] == "send" and e["pid"] == last["pid"]), None)
+        if at is None or sent is None or sent["ts"] < stopped:
+            late["sent before the stop, or never"] += len(pending)
+            continue
         for intent in pending:
-            same = ("pid", "p", "o", "dc", "t")
             results = [e for e in entries if e["e"] == "res" and all(e[k] == intent[k] for k in same)]
             for e in results:
                 late[e["r"]] += 1
@@ -689,7 +710,7 @@ def check(
         "redeliveries (database)": redelivered,
         "records processed again (at least once)": processed_again,
         "acknowledgements refused": sum(1 for e in every if e["e"] == "res" and e["r"] == "refused"),
-        "acknowledgements of frozen workers, sent late": dict(late),
+        "acknowledgements of workers frozen mid-batch": dict(late),
         "acknowledgements unanswered (the answer lost, or the worker killed first)": unanswered_count,
         "releases taken": sum(1 for e in every if e["e"] == "res" and e["r"] == "ok" and e["t"] == RELEASE),
         "worker errors": sum(1 for e in every if e["e"] == "error"),
@@ -708,8 +729,13 @@ def test_the_checker_names_each_record_and_what_happened_to_it() -> None:
     acknowledgement taken — each reported by name, with the record and its history."""
 
     def entries(worker_pid: int, p: int, o: int, value: str, dc: int, t: str, result: str) -> list[dict]:
-        base = {"p": p, "o": o, "v": value, "dc": dc, "pid": worker_pid, "ts": 0.0}
-        return [{"e": "got", **base}, {"e": "ack", **base, "t": t}, {"e": "res", **base, "t": t, "r": result, "err": None}]
+        base = {"p": p, "o": o, "v": value, "dc": dc, "pid": worker_pid, "ts": float(o)}
+        return [
+            {"e": "got", **base},
+            {"e": "ack", **base, "t": t},
+            {"e": "send", "pid": worker_pid, "ts": 10.0 + o},
+            {"e": "res", **base, "t": t, "r": result, "err": None},
+        ]
 
     state = State(
         records={
@@ -732,7 +758,9 @@ def test_the_checker_names_each_record_and_what_happened_to_it() -> None:
     )
     kafka = entries(1, 0, 0, "0:accept", 1, ACCEPT, "ok") + entries(1, 0, 5, "8:accept", 1, ACCEPT, "ok")
     http = entries(2, 0, 0, "0:accept", 2, ACCEPT, "ok")
-    frozen = [("kafka-0", [e for e in kafka if e["e"] == "ack" and e["o"] == 5])]
+    # frozen after deciding offset 5 (sent at 15 once it woke) and, before that, after sending offset 0's
+    frozen = [("kafka-0", [e for e in kafka if e["e"] == "ack" and e["o"] == 5], 14.0)]
+    frozen.append(("kafka-0", [e for e in kafka if e["e"] == "ack" and e["o"] == 0], 11.0))
     report = check(state, ["kafka-0", "http-0"], [kafka, http], Produced(committed=["0:accept"]), frozen)
     found = {a.split(":")[0]: a for a in report.anomalies}
     assert set(found) == {
