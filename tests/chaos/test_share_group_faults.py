@@ -63,6 +63,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -368,7 +369,8 @@ def test_share_group_settles_every_committed_record_once_under_faults(postgres: 
     with contextlib.ExitStack() as stack:
         for process in (*gateways, *servers):
             stack.callback(lambda p=process: p.kill() if isinstance(p, ServerProcess) else p.stop(signal.SIGKILL))
-            process.start()
+        with ThreadPoolExecutor(4) as starting:  # each waits until it serves: together, not in turn
+            list(starting.map(lambda p: p.start(), (*gateways, *servers)))
         bootstrap = ",".join(g.bootstrap for g in gateways)
         with httpx.Client(base_url=servers[0].url, timeout=30) as api:
             assert api.post("/v1/topics", json={"name": TOPIC, "partitions": PARTITIONS}).status_code == 201
