@@ -46,13 +46,15 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 bench: $(STAMP) system-deps $(BENCH_STAMP)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m bench $(if $(QUICK),--quick,) $(if $(ONLY),--only $(ONLY),)
 
-# Longer fault runs: the fault suite for CHAOS_SECONDS under a heavier load, 10,000 transactions
-# timing out together, a frozen server a few times over, and a confluent-kafka copier through
-# both gateways killed at once (tests/chaos/gateway_restarts.py).
+# Longer fault runs: the fault suite for CHAOS_SECONDS under a heavier load, a share group's
+# workers under faults for CHAOS_SECONDS (tests/chaos/test_share_group_faults.py), 10,000
+# transactions timing out together, a frozen server a few times over, and a confluent-kafka copier
+# through both gateways killed at once (tests/chaos/gateway_restarts.py).
 CHAOS_ROUNDS ?= 3
 CHAOS_SECONDS ?= 300
 chaos: $(STAMP) system-deps
-	TXLOG_CHAOS_SECONDS=$(CHAOS_SECONDS) TXLOG_CHAOS_PRODUCE_PAUSE_S=0.03 $(PY) -m pytest -q -s -p no:cacheprovider tests/chaos
+	TXLOG_CHAOS_SECONDS=$(CHAOS_SECONDS) TXLOG_CHAOS_PRODUCE_PAUSE_S=0.03 $(PY) -m pytest -q -s -p no:cacheprovider tests/chaos --ignore=tests/chaos/test_share_group_faults.py
+	TXLOG_SHARE_CHAOS_SECONDS=$(CHAOS_SECONDS) $(PY) -m pytest -q -s -p no:cacheprovider tests/chaos/test_share_group_faults.py
 	TXLOG_SWEEPER_SCALE_N=10000 $(PY) -m pytest -q -s -p no:cacheprovider tests/integration/test_sweeper_scale.py
 	for i in $$(seq $(CHAOS_ROUNDS)); do \
 	  $(PY) -m pytest -q -s -p no:cacheprovider tests/acceptance/test_frozen_host.py || exit 1; \

@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     max_fetch_wait_ms: int = Field(60_000, ge=0, le=60_000)
     # Long-polling fetches waiting at once in one worker; beyond it a fetch answers at once.
     max_long_polls: int = Field(1_000, ge=0)
+    # The least share.record.lock.duration.ms a share group may set (Kafka's broker config
+    # group.share.min.record.lock.duration.ms: 15 s by default, at least 1 s).
+    share_min_record_lock_duration_ms: int = Field(15_000, ge=1_000, le=60_000)
 
     # The Kafka wire gateway (`txlog kafka`, docs/kafka.md). Several gateways against one database
     # act as the brokers of one cluster, each with its own node id.

@@ -68,8 +68,10 @@ def _invalid(name: str, value: str, why: str) -> TxlogError:
     return TxlogError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {name}: {why}")
 
 
-def validated(name: str, value: str) -> str:
-    """``value`` for ``name`` as stored, or INVALID_CONFIG as Kafka refuses it."""
+def validated(name: str, value: str, *, min_record_lock_duration_ms: int | None = None) -> str:
+    """``value`` for ``name`` as stored, or INVALID_CONFIG as Kafka refuses it.
+    ``min_record_lock_duration_ms`` is the broker's lower bound of share.record.lock.duration.ms
+    when it sets one (Kafka's group.share.min.record.lock.duration.ms), else Kafka's default."""
     if name not in DEFAULTS:
         raise TxlogError(ErrorCode.INVALID_CONFIG, f"Unknown group config name: {name}")
     if name == AUTO_OFFSET_RESET:
@@ -84,6 +86,8 @@ def validated(name: str, value: str) -> str:
     except ValueError:
         raise _invalid(name, value, "Not a number of type INT") from None
     low, high = BOUNDS[name]
+    if name == RECORD_LOCK_DURATION_MS and min_record_lock_duration_ms is not None:
+        low = min_record_lock_duration_ms
     if not low <= number <= high:
         raise _invalid(name, value, f"Value must be at least {low} and at most {high}")
     return str(number)

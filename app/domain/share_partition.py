@@ -469,7 +469,7 @@ def altered(start_offset: int) -> SharePartitionState:
 def advance_log_start(state: SharePartitionState, log_start_offset: int) -> SharePartitionState:
     """The log's start offset moved past the share partition's (retention, DeleteRecords): the
     records below it are gone, so are their in-flight states (an acknowledgement of them later is
-    below the start offset and ignored, as Kafka ignores it)."""
+    below the start offset: refused, or its part there skipped, as ``acknowledge`` says)."""
     if log_start_offset <= state.start_offset:
         return state
     end = max(state.end_offset, log_start_offset)
@@ -704,8 +704,10 @@ def acknowledge(
 ) -> Acknowledgement | Refused:
     """``member_id`` acknowledges records it holds: ACCEPT, RELEASE, REJECT, GAP, or RENEW (its lock
     runs again from ``now_ms`` for the group's lock duration, or ``lock_duration_ms``: RocketMQ's
-    ChangeInvisibleDuration). Offsets below the start offset are skipped (done already). Every
-    other offset must be acquired by this member with its lock not expired at ``now_ms``; if one is
+    ChangeInvisibleDuration). A batch wholly below the start offset is refused with
+    INVALID_RECORD_STATE (its records are done: whoever acknowledges them no longer holds them); the
+    part of a batch below the start offset is skipped, as Kafka skips it. Every other offset must be
+    acquired by this member with its lock not expired at ``now_ms``; if one is
     not, the whole acknowledgement is refused with INVALID_RECORD_STATE (a lock that expired has
     given its records back, as Kafka's timer does: an acknowledgement from their former holder finds
     them not acquired). Offsets never taken in flight are INVALID_REQUEST, as a malformed request."""
@@ -720,7 +722,14 @@ def acknowledge(
     work: list[tuple[int, int, AcknowledgeType]] = []
     for batch in batches:
         if batch.last_offset < start:
-            continue  # done already
+            # Every record of the batch is done: accepted, archived, or gone with the log's start.
+            # Whoever acknowledges them now no longer holds them (its lock expired and another
+            # member settled them, or this is a repeat): refused as Kafka refuses a batch it no
+            # longer caches, so that no one is told that an acknowledgement took effect when the
+            # records' fate was someone else's.
+            return Refused(
+                ErrorCode.INVALID_RECORD_STATE, "Batch record not found. The request batch offsets are not found in the cache."
+            )
         if batch.first_offset >= state.end_offset:
             return Refused(
                 ErrorCode.INVALID_REQUEST, "Batch record not found. The first offset in request is past acquired records."

@@ -55,9 +55,14 @@ def group_configs_set(broker: Broker, group_id: str) -> dict[str, str]:
 
 def alter_group_configs(broker: Broker, group_id: str, changes: Mapping[str, str | None]) -> dict[str, str]:
     """IncrementalAlterConfigs of a GROUP resource's share.* keys: each value set (validated as
-    Kafka validates it: INVALID_CONFIG), each None removed. The configs set afterwards. They take
+    Kafka validates it: INVALID_CONFIG, the lock duration's lower bound the broker's
+    TXLOG_SHARE_MIN_RECORD_LOCK_DURATION_MS), each None removed. The configs set afterwards. They take
     effect at each share partition's next operation."""
-    checked = {name: None if value is None else validated(name, value) for name, value in changes.items()}
+    low = broker.settings.share_min_record_lock_duration_ms
+    checked = {
+        name: None if value is None else validated(name, value, min_record_lock_duration_ms=low)
+        for name, value in changes.items()
+    }
     with broker.db.transaction() as conn:
         share_store.share_group_configs_alter(conn, group_id, checked)
         return share_store.share_group_configs(conn, group_id)

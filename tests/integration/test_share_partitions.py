@@ -317,3 +317,35 @@ def test_a_reset_by_duration_starts_at_the_first_record_that_recent(clocked_brok
     )
     share.alter_group_configs(b, "hourly", {"share.auto.offset.reset": "by_duration:PT1H"})
     assert values_of(share.acquire(b, "hourly", "m", [("timed", 0)])) == ["recent"]
+
+
+def test_the_least_lock_duration_is_the_brokers_setting(db_url):  # type: ignore[no-untyped-def]
+    strict, lenient = make_broker(db_url), make_broker(db_url, share_min_record_lock_duration_ms=2_000)
+    try:
+        with pytest.raises(TxlogError) as err:
+            share.alter_group_configs(strict, "short-locks", {"share.record.lock.duration.ms": "2000"})
+        assert err.value.code is ErrorCode.INVALID_CONFIG
+        assert share.alter_group_configs(lenient, "short-locks", {"share.record.lock.duration.ms": "2000"}) == {
+            "share.record.lock.duration.ms": "2000"
+        }
+        assert share.group_config(strict, "short-locks").delivery.record_lock_duration_ms == 2_000
+    finally:
+        strict.db.dispose()
+        lenient.db.dispose()
+
+
+def test_a_late_acknowledgement_of_a_record_another_member_accepted_is_refused(clocked_broker, clock, topic):  # type: ignore[no-untyped-def]
+    """The slow member's lock expired; the record went to another member, who accepted it, and the
+    start offset passed it. The slow member's acknowledgement must not be answered as taken: its
+    outcome was never its to decide (the share-group fault test found it answered so)."""
+    b = clocked_broker
+    plain(b, topic, "job")
+    assert values_of(share.acquire(b, G, "slow", [(topic, 0)])) == ["job"]
+    clock.advance(LOCK_MS)
+    assert values_of(share.acquire(b, G, "fast", [(topic, 0)])) == ["job"]
+    assert ack(b, "fast", topic, 0, 0, AcknowledgeType.ACCEPT).error is None
+    assert partition_state(b, topic).start_offset == 1
+    for kind in (AcknowledgeType.ACCEPT, AcknowledgeType.REJECT, AcknowledgeType.RELEASE):
+        late = ack(b, "slow", topic, 0, 0, kind)
+        assert late.error is not None and late.error.code is ErrorCode.INVALID_RECORD_STATE, late
+    assert partition_state(b, topic).start_offset == 1

@@ -73,3 +73,13 @@ def test_invalid_values_are_invalid_config(name: str, value: str) -> None:
     with pytest.raises(TxlogError) as err:
         validated(name, value)
     assert err.value.code is ErrorCode.INVALID_CONFIG
+
+
+def test_the_broker_may_lower_the_least_lock_duration() -> None:
+    """Kafka's group.share.min.record.lock.duration.ms: 15 s unless the broker sets less."""
+    name = "share.record.lock.duration.ms"
+    assert validated(name, "2000", min_record_lock_duration_ms=1000) == "2000"
+    for value, low in (("2000", None), ("999", 1000), ("60001", 1000)):
+        with pytest.raises(TxlogError) as err:
+            validated(name, value, min_record_lock_duration_ms=low)
+        assert err.value.code is ErrorCode.INVALID_CONFIG

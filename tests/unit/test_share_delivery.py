@@ -229,9 +229,11 @@ def test_log_start_moving_past_the_start_offset_drops_what_is_gone() -> None:
     # a final record left at the new start is passed at once
     s3 = ack(s, "m1", batch(5, 5, A.ACCEPT)).state
     assert advance_log_start(s3, 5) == SharePartitionState(6, 10, (acq(6, 9, 1, "m1", 1_000),))
-    # acknowledging what the truncation removed is skipped, as below any start offset
+    # acknowledging what the truncation removed is skipped, as below any start offset, or refused
+    # when nothing of the batch is left
     out = ack(s2, "m1", batch(0, 5, A.ACCEPT))
     assert out.accepted == (OffsetRange(4, 5),)
+    assert refused(s2, "m1", batch(0, 3, A.ACCEPT)).code is ErrorCode.INVALID_RECORD_STATE
 
 
 # --- acquiring -----------------------------------------------------------------------------------
@@ -489,13 +491,28 @@ def test_per_offset_types_in_one_batch() -> None:
     )
 
 
-def test_acknowledging_below_the_start_offset_is_skipped() -> None:
+def test_acknowledging_below_the_start_offset_is_skipped_or_refused() -> None:
     s = ack(take(fresh(), "m1", 0, 9), "m1", batch(0, 4, A.ACCEPT)).state
-    out = ack(s, "m1", batch(0, 2, A.REJECT), batch(3, 6, A.ACCEPT))
+    out = ack(s, "m1", batch(3, 6, A.ACCEPT))
     assert out.archived == () and out.accepted == (OffsetRange(5, 6),)
+    # a batch wholly below the start offset: its records are done, refused as Kafka refuses it
+    assert refused(s, "m1", batch(0, 2, A.REJECT), batch(3, 6, A.ACCEPT)) == Refused(
+        ErrorCode.INVALID_RECORD_STATE, "Batch record not found. The request batch offsets are not found in the cache."
+    )
     # per-offset types, partly below the start offset
     out = ack(s, "m1", batch(3, 6, A.REJECT, A.REJECT, A.RELEASE, A.ACCEPT))
     assert out.released == (OffsetRange(5, 5),) and out.accepted == (OffsetRange(6, 6),) and out.archived == ()
+
+
+def test_a_late_acknowledgement_of_records_another_member_settled_is_refused() -> None:
+    """m1's lock expires, m2 acquires the records and accepts them: the start offset passes them.
+    m1's acknowledgement, arriving late, must not be told it took effect."""
+    s = take(fresh(), "m1", 0, 2)  # locked until 1 000
+    s = acquire(s, "m2", 0, 2, now_ms=1_000, config=CFG, max_records=500).state
+    s = ack(s, "m2", batch(0, 2, A.ACCEPT), now=1_100).state
+    assert (s.start_offset, s.in_flight) == (3, ())
+    for kind in (A.ACCEPT, A.REJECT, A.RELEASE):
+        assert refused(s, "m1", batch(0, 2, kind), now=1_200).code is ErrorCode.INVALID_RECORD_STATE
 
 
 def test_an_acknowledgement_is_all_or_nothing() -> None:
@@ -714,8 +731,12 @@ class Reference:
         self.expire(now, released, archived)
         plan: list[tuple[int, AcknowledgeType]] = []
         for b in batches:
-            if b.last_offset < self.start:
-                continue
+            if b.last_offset < self.start:  # every record of it done: not the member's to acknowledge
+                self.recs = saved
+                return (
+                    ErrorCode.INVALID_RECORD_STATE,
+                    "Batch record not found. The request batch offsets are not found in the cache.",
+                )
             if b.last_offset >= self.end:
                 self.recs = saved
                 return ErrorCode.INVALID_REQUEST, "past"

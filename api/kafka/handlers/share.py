@@ -610,7 +610,7 @@ async def alter_group_configs(
     if validate_only:
         for name, value in changes.items():
             if value is not None or name not in DEFAULTS:
-                validated(name, value or "")
+                validated(name, value or "", min_record_lock_duration_ms=ctx.broker.settings.share_min_record_lock_duration_ms)
         return
     await ctx.call(share.alter_group_configs, ctx.broker, group_id, changes)
 
