@@ -31,7 +31,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 import grpc
 
-from api.rocketmq import messages, settings
+from api.rocketmq import messages, settings, transactions
 from api.rocketmq.clients import Clients
 from api.rocketmq.status import RocketMQError, of_error, status
 from app.errors import TxlogError
@@ -44,9 +44,12 @@ DEFAULT_PORT = 8081  # RocketMQ proxy's gRPC port
 BROKER_NAME = "txlog"
 MASTER_BROKER_ID = 0
 SHUTDOWN_GRACE_S = 5.0
-# The message types a topic's queues accept, as QueryRoute answers them.
-ACCEPTED_MESSAGE_TYPES = (MessageType.NORMAL,)
+# The message types a topic's queues accept, as QueryRoute answers them: every topic is served as
+# a RocketMQ 5 topic of the MIXED type (NORMAL, FIFO, DELAY, TRANSACTION), less DELAY until
+# delayed delivery is served (the client refuses to send a type its queue does not list).
+ACCEPTED_MESSAGE_TYPES = (MessageType.NORMAL, MessageType.FIFO, MessageType.TRANSACTION)
 CLIENT_ID = "x-mq-client-id"
+SENT_TYPES = frozenset(ACCEPTED_MESSAGE_TYPES)
 
 T = TypeVar("T")
 
@@ -194,16 +197,50 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         if any(o.topic != topic for o in outgoing):
             raise RocketMQError(Code.BAD_REQUEST, "the messages of one request must share their topic")
         for o in outgoing:
-            if o.message_type != MessageType.NORMAL:
+            if o.message_type not in SENT_TYPES:
                 raise RocketMQError(
-                    Code.UNSUPPORTED, f"{messages.message_type_name(o.message_type)} messages are not served yet (NORMAL are)"
+                    Code.UNSUPPORTED,
+                    f"{messages.message_type_name(o.message_type)} messages are not served yet (NORMAL, FIFO and TRANSACTION are)",
                 )
-        result = await self.gateway.blocking(produce.produce_to_topic, self.broker, topic, [o.record for o in outgoing])
+        if outgoing[0].message_type == MessageType.TRANSACTION:
+            return await self._send_half_messages(request, outgoing)
+        if any(o.message_type == MessageType.TRANSACTION for o in outgoing):
+            raise RocketMQError(Code.BAD_REQUEST, "transactional and other messages cannot share a request")
+        entries = []
+        # A batch goes to one partition: NORMAL messages together, a FIFO message with its group's.
+        batches: list[list[messages.Outgoing]] = []
+        for o in outgoing:
+            if batches and batches[-1][0].record.key == o.record.key:
+                batches[-1].append(o)
+            else:
+                batches.append([o])
+        for batch in batches:
+            result = await self.gateway.blocking(produce.produce_to_topic, self.broker, topic, [o.record for o in batch])
+            entries += [
+                service.SendResultEntry(status=status(), message_id=o.message_id, offset=result.base_offset + i)
+                for i, o in enumerate(batch)
+            ]
+        return service.SendMessageResponse(status=status(), entries=entries)
+
+    async def _send_half_messages(self, request: Any, outgoing: list[messages.Outgoing]) -> Any:
+        """TRANSACTION messages: half messages in the store (``transactions``)."""
+        if any(o.message_type != MessageType.TRANSACTION for o in outgoing):
+            raise RocketMQError(Code.BAD_REQUEST, "transactional and other messages cannot share a request")
         entries = [
-            service.SendResultEntry(status=status(), message_id=o.message_id, offset=result.base_offset + i)
-            for i, o in enumerate(outgoing)
+            await self.gateway.blocking(transactions.send_half_message, self.gateway, o, m)
+            for o, m in zip(outgoing, request.messages)
         ]
         return service.SendMessageResponse(status=status(), entries=entries)
+
+    @_answered(service.EndTransactionResponse)
+    async def EndTransaction(self, request: Any, context: Any) -> Any:
+        client_id = _client_id(context, required=False)
+        if client_id:
+            self.clients.seen(client_id)
+        answered = await self.gateway.blocking(transactions.end_transaction, self.gateway, request)
+        if answered is not None:
+            self.gateway.check_backs.answered(request.transaction_id, answered)
+        return service.EndTransactionResponse(status=status())
 
 
 # The MessagingService's other RPCs: answered UNIMPLEMENTED by name, as the generated servicer
@@ -217,7 +254,6 @@ UNSERVED = (
     "UpdateOffset",
     "GetOffset",
     "QueryOffset",
-    "EndTransaction",
     "ChangeInvisibleDuration",
     "RecallMessage",
     "SyncLiteSubscription",
@@ -243,6 +279,7 @@ class Gateway:
         self.broker = broker
         self.executor = executor
         self.clients = Clients()
+        self.check_backs = transactions.CheckBacks(self)
         self.advertised: tuple[str, int] | None = None
         self._listen_host = ""
         self._server: grpc.aio.Server | None = None
@@ -273,12 +310,14 @@ class Gateway:
             raise ListenError(f"cannot listen on {address}")
         await server.start()
         self._server = server
+        self.check_backs.start()
         self._listen_host = host
         every = host in ("", "0.0.0.0", "::")
         self.advertised = (advertised_host or ("" if every else host), bound)
         return int(bound)
 
     async def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
+        await self.check_backs.stop()
         self.clients.close()  # Telemetry streams end now, not after the grace
         if self._server is not None:
             await self._server.stop(grace_s)
