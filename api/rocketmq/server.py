@@ -1,19 +1,22 @@
 """The gateway's gRPC server: RocketMQ 5's MessagingService (grpc.aio), one translation per RPC.
 
-- Served: QueryRoute, Heartbeat, Telemetry (a client's Settings answered, ``settings``),
-  NotifyClientTermination and SendMessage of NORMAL messages. Every other RPC answers gRPC's
-  UNIMPLEMENTED (``UNSERVED``), which the clients report as such.
+- Served: QueryRoute, Heartbeat, Telemetry (a client's Settings answered, ``settings``; the
+  gateway's check-backs pushed, ``transactions``), NotifyClientTermination, SendMessage of NORMAL,
+  FIFO and TRANSACTION messages, EndTransaction. Every other RPC answers gRPC's UNIMPLEMENTED
+  (``UNSERVED``), which the clients report as such.
 - Every RPC answers a RocketMQ status: a condition of the protocol (``RocketMQError``) with its
   code, a txlog error with its RocketMQ counterpart (``status.of_error``), anything else
   INTERNAL_SERVER_ERROR, logged. No RPC ends the process.
 - Services run in a thread pool the size of the database pool, never on the event loop.
 - Routing: every topic is served by every gateway, its queues the topic's partitions, each
-  readable and writable, accepting NORMAL messages. The queues' broker is one logical broker
+  readable and writable, accepting NORMAL, FIFO and TRANSACTION messages. The queues' broker is one logical broker
   (``BROKER_NAME``, id 0: the master, as clients require) whose endpoints are this gateway's
   advertised address — TXLOG_ROCKETMQ_ADVERTISED_HOST, else the listen host, or, listening on
   every address, the access point the client asked through (as RocketMQ's proxy answers).
-- Sends: a NORMAL message's partition is chosen by the produce path (round-robin over the
-  topic's partitions for a record without a key, as the proxy spreads messages over queues); the
+- Sends: a message's partition is chosen by the produce path (round-robin over the topic's
+  partitions for a record without a key, as the proxy spreads messages over queues; a FIFO
+  message's key, its message group, by Kafka's murmur2 partitioner); a TRANSACTION message is a
+  half message (``transactions``); the
   receipt carries the client's message id and the record's offset. RocketMQ's answer names no
   queue: the receipt's queue is the one the client picked to route the call, as against a proxy.
 - SIGTERM or SIGINT: stop accepting, let calls in progress finish (a few seconds at most).

@@ -441,7 +441,9 @@ def answer_check(broker: Broker, transaction_id: str, answer: LocalTransactionSt
         stored = q.half_message_get(conn, transaction_id, for_update=True)
         if stored is None:
             raise _not_found(transaction_id)
-        if stored.msg.check_count == 0:  # never checked: an answer nobody asked for
+        if stored.msg.check_count == 0 or stored.msg.state.is_decided:
+            # an answer nobody asked for, or one after the decision: the check's record keeps
+            # the answer that counted
             return "ignored"
         group = q.producer_group_get(conn, stored.msg.producer_group) or ProducerGroup(stored.msg.producer_group)
         return _apply_check(conn, broker, stored, group, stored.msg.check_count, answer, None)

@@ -49,7 +49,8 @@ def gateway(rocketmq_db: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 class Checker(rocketmq.TransactionChecker):  # type: ignore[misc]
-    """Answers check-backs in the order given (the last answer again after that), noting each."""
+    """Answers the check-backs of each message in the order given (the last answer again after
+    that), noting each."""
 
     def __init__(self, *answers: Any) -> None:
         self.answers = list(answers) or [UNKNOWN]
@@ -59,7 +60,8 @@ class Checker(rocketmq.TransactionChecker):  # type: ignore[misc]
     def check(self, message: Any) -> Any:
         with self._lock:
             self.calls.append(message.message_id)
-            return self.answers[min(len(self.calls), len(self.answers)) - 1]
+            asked = self.calls.count(message.message_id)
+            return self.answers[min(asked, len(self.answers)) - 1]
 
 
 def _topic(store: Broker, partitions: int = 3, max_checks: int | None = None) -> str:
@@ -114,9 +116,12 @@ def _decided(store: Broker, transaction_id: str) -> half_service.HalfMessageDeta
     return half_service.describe(store, transaction_id)
 
 
-def _sent_checks(gateway: RocketMQGatewayProcess) -> Counter[tuple[str, int]]:
+def _sent_checks(*gateways: RocketMQGatewayProcess) -> Counter[tuple[str, int]]:
+    """How many times each check of each half message was sent, by the gateways given together."""
     return Counter(
-        (tid, int(n)) for n, tid in re.findall(r"check-back (\d+) of half message (\S+) sent to producer", gateway.log())
+        (tid, int(n))
+        for g in gateways
+        for n, tid in re.findall(r"check-back (\d+) of half message (\S+) sent to producer", g.log())
     )
 
 
@@ -281,6 +286,37 @@ def test_each_message_group_keeps_its_order_on_one_partition(store: Broker, gate
         mine = [r for r in records if r["key"] == group.encode()]
         assert len({r["partition"] for r in mine}) == 1
         assert [r["value"] for r in mine] == [f"{group} step {i}".encode() for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def second_gateway(rocketmq_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RocketMQGatewayProcess]:
+    log = tmp_path_factory.mktemp("rocketmq-transactions-2") / "gateway.log"
+    g = RocketMQGatewayProcess(rocketmq_db, env={"TXLOG_HALF_CHECK_POLL_INTERVAL_MS": "100"}, log_path=log).start()
+    yield g
+    assert g.stop() == 0, g.log()
+    assert re.search(r"check-backs: sent \d+, released \d+, answered \d+, unexpected 0, duplicated 0", g.log()), g.log()
+
+
+def test_two_gateways_with_producers_of_one_group_send_each_check_once(
+    store: Broker, gateway: RocketMQGatewayProcess, second_gateway: RocketMQGatewayProcess
+) -> None:
+    topic = _topic(store)
+    checker = Checker(UNKNOWN, UNKNOWN, COMMIT)  # one application: its two producers share their answers
+    first, second = _producer(gateway, topic, checker), _producer(second_gateway, topic, checker)
+    try:
+        receipts = [first.send(_message(topic, f"order {i}".encode(), immunity_s=1), first.begin_transaction()) for i in range(4)]
+        details = [_decided(store, r.transaction_id) for r in receipts]
+    finally:
+        first.shutdown()
+        second.shutdown()
+    sent = _sent_checks(gateway, second_gateway)
+    for receipt, detail in zip(receipts, details):
+        assert detail.stored.msg.state is HalfState.COMMITTED
+        assert [c.answer for c in detail.checks] == ["UNKNOWN", "UNKNOWN", "COMMIT"]
+        assert checker.calls.count(receipt.message_id) == 3
+        assert sorted(n for (tid, n) in sent if tid == receipt.transaction_id) == [1, 2, 3]
+    assert set(sent.values()) == {1}
+    assert sorted(r["value"] for r in _records(store, topic)) == [f"order {i}".encode() for i in range(4)]
 
 
 def test_no_check_back_was_unexpected_or_duplicated(gateway: RocketMQGatewayProcess) -> None:
