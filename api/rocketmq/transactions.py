@@ -18,9 +18,11 @@ is due, how many there are, what happens after the last.
   claim is released (``release_check``: not counted, due again after one poll interval, for any
   gateway that has a producer then).
 - Counters kept as RocketMQ's own TransactionProducer benchmark keeps them, from the server's side:
-  an *unexpected* check is an answer to a check-back for a half message decided already (or never
-  checked), a *duplicated* check a second send of the same check of the same half message. Both
-  are logged as errors and must stay zero.
+  an *unexpected* check is one sent for a half message decided already (told by its answer: the
+  decision is older than the latest check, or the half message was never checked), a *duplicated*
+  check a second send of the same check of the same half message. Both are logged as errors and
+  must stay zero. An answer overtaken by a decision taken after its check was sent (the
+  producer's own, or the answer to a later check) is *late*: nothing to do, counted apart.
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ class CheckCounters:
     sent: int = 0
     released: int = 0
     answered: int = 0
+    late: int = 0  # answers overtaken by a decision taken after their check was sent
     unexpected: int = 0
     duplicated: int = 0
 
@@ -111,10 +114,11 @@ class CheckBacks:
                 pass
         c = self.counters
         log.info(
-            "check-backs: sent %d, released %d, answered %d, unexpected %d, duplicated %d",
+            "check-backs: sent %d, released %d, answered %d (late %d), unexpected %d, duplicated %d",
             c.sent,
             c.released,
             c.answered,
+            c.late,
             c.unexpected,
             c.duplicated,
         )
@@ -188,9 +192,12 @@ class CheckBacks:
 
     def answered(self, transaction_id: str, kind: str) -> None:
         self.counters.answered += 1
-        if kind == "ignored":
+        if kind == "unexpected":
             self.counters.unexpected += 1
-            log.error("unexpected check-back: half message %s was answered after its decision", transaction_id)
+            log.error("unexpected check-back: half message %s was checked when it was decided already", transaction_id)
+        elif kind == "late":
+            self.counters.late += 1
+            log.info("check-back of half message %s answered after its decision (overtaken): nothing to do", transaction_id)
         else:
             log.info("check-back of half message %s answered: %s", transaction_id, kind)
 

@@ -435,16 +435,21 @@ def release_check(broker: Broker, transaction_id: str, check_no: int) -> bool:
 def answer_check(broker: Broker, transaction_id: str, answer: LocalTransactionState) -> str:
     """A producer's answer to the latest check-back of a half message (RocketMQ's EndTransaction
     from SOURCE_SERVER_CHECK), applied as an HTTP check-back's answer is: ``committed``,
-    ``rolled_back``, ``undecided``, or ``ignored`` when the half message was decided already."""
+    ``rolled_back`` or ``undecided``; for a half message decided already, nothing, and ``late``
+    when the decision came after the latest check was sent (an answer overtaken by another
+    check's or by the producer's own), ``unexpected`` when no check was sent while it was
+    undecided (a check nobody should have sent). The check's record keeps the answer that counted."""
     hm.validate_transaction_id(transaction_id)
     with broker.db.transaction() as conn:
         stored = q.half_message_get(conn, transaction_id, for_update=True)
         if stored is None:
             raise _not_found(transaction_id)
-        if stored.msg.check_count == 0 or stored.msg.state.is_decided:
-            # an answer nobody asked for, or one after the decision: the check's record keeps
-            # the answer that counted
-            return "ignored"
+        if stored.msg.check_count == 0:
+            return "unexpected"
+        if stored.msg.state.is_decided:
+            checks = q.half_checks(conn, transaction_id)
+            decided_at = stored.msg.decided_at_ms or 0
+            return "late" if checks and checks[-1].started_at_ms <= decided_at else "unexpected"
         group = q.producer_group_get(conn, stored.msg.producer_group) or ProducerGroup(stored.msg.producer_group)
         return _apply_check(conn, broker, stored, group, stored.msg.check_count, answer, None)
 

@@ -94,15 +94,26 @@ def test_racing_claims_take_each_slot_once(b: Broker) -> None:
 
 def test_a_producers_answer_decides_once_and_a_late_one_is_ignored(b: Broker) -> None:
     tid = send(b)
-    assert hs.answer_check(b, tid, LocalTransactionState.COMMIT) == "ignored"  # never asked
+    assert hs.answer_check(b, tid, LocalTransactionState.COMMIT) == "unexpected"  # never asked
     hs.claim_checks(b, [TOPIC], 10)
     assert hs.answer_check(b, tid, LocalTransactionState.UNKNOWN) == "undecided"
     assert hs.answer_check(b, tid, LocalTransactionState.COMMIT) == "committed"
-    assert hs.answer_check(b, tid, LocalTransactionState.ROLLBACK) == "ignored"
+    # another answer to that check, after the decision it took: late, nothing done
+    assert hs.answer_check(b, tid, LocalTransactionState.ROLLBACK) == "late"
     detail = hs.describe(b, tid)
     assert detail.stored.msg.state is HalfState.COMMITTED
     assert detail.stored.msg.decided_by is not None and detail.stored.msg.decided_by.value == "check_back"
     assert [c.answer for c in detail.checks] == ["COMMIT"]  # the check's record keeps the answer that counted
+
+
+def test_an_answer_for_a_half_message_decided_before_its_check_is_unexpected(b: Broker) -> None:
+    tid = send(b)
+    hs.claim_checks(b, [TOPIC], 10)
+    hs.commit(b, tid)  # the producer's own decision, after the check was sent: the answer is late
+    assert hs.answer_check(b, tid, LocalTransactionState.COMMIT) == "late"
+    other = send(b)
+    hs.commit(b, other)
+    assert hs.answer_check(b, other, LocalTransactionState.COMMIT) == "unexpected"  # decided, never checked
 
 
 def test_the_last_check_without_a_decision_rolls_back(b: Broker) -> None:

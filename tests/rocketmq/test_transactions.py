@@ -45,7 +45,9 @@ def gateway(rocketmq_db: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
     yield g
     assert g.stop() == 0, g.log()
     # the gateway's own count, logged as it stops
-    assert re.search(r"check-backs: sent \d+, released \d+, answered \d+, unexpected 0, duplicated 0", g.log()), g.log()
+    assert re.search(r"check-backs: sent \d+, released \d+, answered \d+ \(late \d+\), unexpected 0, duplicated 0", g.log()), (
+        g.log()
+    )
 
 
 class Checker(rocketmq.TransactionChecker):  # type: ignore[misc]
@@ -294,7 +296,9 @@ def second_gateway(rocketmq_db: str, tmp_path_factory: pytest.TempPathFactory) -
     g = RocketMQGatewayProcess(rocketmq_db, env={"TXLOG_HALF_CHECK_POLL_INTERVAL_MS": "100"}, log_path=log).start()
     yield g
     assert g.stop() == 0, g.log()
-    assert re.search(r"check-backs: sent \d+, released \d+, answered \d+, unexpected 0, duplicated 0", g.log()), g.log()
+    assert re.search(r"check-backs: sent \d+, released \d+, answered \d+ \(late \d+\), unexpected 0, duplicated 0", g.log()), (
+        g.log()
+    )
 
 
 def test_two_gateways_with_producers_of_one_group_send_each_check_once(
