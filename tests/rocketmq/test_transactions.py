@@ -323,6 +323,54 @@ def test_two_gateways_with_producers_of_one_group_send_each_check_once(
     assert sorted(r["value"] for r in _records(store, topic)) == [f"order {i}".encode() for i in range(4)]
 
 
+def test_bad_transactional_calls_answer_rocketmq_status_codes(store: Broker, gateway: RocketMQGatewayProcess) -> None:
+    import grpc
+    from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
+
+    code = definition_pb2.Code
+    topic = _topic(store)
+    metadata = (("x-mq-client-id", "raw-client@1"),)
+
+    def half(**properties: str) -> Any:
+        message = definition_pb2.Message(topic=definition_pb2.Resource(name=topic), body=b"x")
+        message.system_properties.message_id = uuid.uuid4().hex.upper()
+        message.system_properties.message_type = definition_pb2.TRANSACTION
+        message.user_properties.update(properties)
+        return message
+
+    def end(transaction_id: str, resolution: int, name: str = topic) -> Any:
+        request = service_pb2.EndTransactionRequest(
+            topic=definition_pb2.Resource(name=name),
+            transaction_id=transaction_id,
+            resolution=resolution,
+            source=definition_pb2.SOURCE_CLIENT,
+        )
+        return stub.EndTransaction(request, metadata=metadata).status
+
+    with grpc.insecure_channel(gateway.endpoints) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        for bad in ("soon", "3601"):
+            sent = stub.SendMessage(
+                service_pb2.SendMessageRequest(messages=[half(CHECK_IMMUNITY_TIME_IN_SECONDS=bad)]), metadata=metadata
+            )
+            assert sent.status.code == code.BAD_REQUEST
+        sent = stub.SendMessage(service_pb2.SendMessageRequest(messages=[half()]), metadata=metadata)
+        assert sent.status.code == code.OK
+        tid = sent.entries[0].transaction_id
+        assert tid == sent.entries[0].message_id
+        assert end("", definition_pb2.COMMIT).code == code.INVALID_TRANSACTION_ID
+        assert end("NO-SUCH-TRANSACTION", definition_pb2.COMMIT).code == code.INVALID_TRANSACTION_ID
+        assert end(tid, definition_pb2.COMMIT, name="other-topic").code == code.INVALID_TRANSACTION_ID
+        assert end(tid, definition_pb2.TRANSACTION_RESOLUTION_UNSPECIFIED).code == code.OK  # decides nothing
+        assert _state(store, tid) is HalfState.PREPARED
+        assert end(tid, definition_pb2.ROLLBACK).code == code.OK
+        assert end(tid, definition_pb2.ROLLBACK).code == code.OK  # the same decision again
+        contradicted = end(tid, definition_pb2.COMMIT)
+        assert contradicted.code == code.BAD_REQUEST and "RolledBack" in contradicted.message
+    assert _records(store, topic) == []
+    assert gateway.alive()
+
+
 def test_no_check_back_was_unexpected_or_duplicated(gateway: RocketMQGatewayProcess) -> None:
     log = gateway.log()
     assert "unexpected check-back" not in log
