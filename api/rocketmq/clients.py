@@ -115,6 +115,15 @@ class Clients:
         found = [c for c in self._by_id.values() if c.client_type == ClientType.PRODUCER and c.streams and topic in c.topics]
         return sorted(found, key=lambda c: c.seen, reverse=True)
 
+    def published_topics(self) -> set[str]:
+        """The topics live producers with a stream here publish: the producer groups whose
+        check-backs this gateway can send (RocketMQ's proxy names a producer group by its topic)."""
+        topics: set[str] = set()
+        for c in self._by_id.values():
+            if c.client_type == ClientType.PRODUCER and c.streams:
+                topics |= c.topics
+        return topics
+
     def _expire(self) -> None:
         deadline = time.monotonic() - EXPIRY_S
         for client_id in [c.client_id for c in self._by_id.values() if c.seen < deadline and not c.streams]:

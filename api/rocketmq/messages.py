@@ -8,9 +8,16 @@
 - user properties → headers of their own names (UTF-8 values); the names RocketMQ reserves for
   its own properties are refused, ILLEGAL_MESSAGE_PROPERTY_KEY, as a RocketMQ proxy refuses them;
 - born timestamp → the record's timestamp (Kafka's CreateTime: the producer's clock);
-- the record's key stays null: RocketMQ's keys index a message, they do not place it (the
-  gateway spreads NORMAL messages over the queues in turn, as the proxy does). The message
-  group of a FIFO message is what will place one.
+- the record's key is the message group of a FIFO message (UTF-8), so Kafka's murmur2
+  partitioner keeps a group on one partition, in the order sent, as a RocketMQ queue keeps it;
+  null otherwise: RocketMQ's keys index a message, they do not place it (the gateway spreads
+  other messages over the queues in turn, as the proxy does);
+- a transactional message's own wait before its first check-back: the CHECK_IMMUNITY_TIME_IN_SECONDS
+  user property (kept as a header, as the broker keeps the property), or the protocol's
+  orphaned_transaction_recovery_duration (which the proxy turns into that property).
+
+``as_message`` is the way back, for what the gateway sends a client: a record as RocketMQ's
+message (a check-back's half message).
 """
 
 from __future__ import annotations
@@ -21,12 +28,15 @@ from typing import Any
 
 from api.rocketmq.status import RocketMQError
 from app.domain.records import NewRecord
-from app.wire.rocketmq.protocol import Code, Encoding, MessageType
+from app.wire.rocketmq.protocol import Code, Encoding, MessageType, definition
 
 TAG_HEADER = "TAGS"
 KEYS_HEADER = "KEYS"
 MESSAGE_ID_HEADER = "UNIQ_KEY"
 KEY_SEPARATOR = " "  # RocketMQ's MessageConst.KEY_SEPARATOR
+CHECK_IMMUNITY_PROPERTY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+# The proxy's maxTransactionRecoverySecond: the longest a producer may ask a half message to wait.
+MAX_TRANSACTION_RECOVERY_S = 3_600
 
 # Property names RocketMQ keeps for itself (its MessageConst's system properties, those a client
 # could collide with): a user property of one of these names is refused.
@@ -40,7 +50,6 @@ RESERVED_PROPERTIES = frozenset(
         "TRAN_MSG",
         "PGROUP",
         "TRANSACTION_CHECK_TIMES",
-        "CHECK_IMMUNITY_TIME_IN_SECONDS",
         "__SHARDINGKEY",
         "__STARTDELIVERTIME",
         "TIMER_DELIVER_MS",
@@ -120,9 +129,61 @@ def translate(message: Any, max_value_bytes: int) -> Outgoing:
         headers.append((name, value.encode()))
     born = props.born_timestamp
     timestamp_ms = born.seconds * 1000 + born.nanos // 1_000_000 if props.HasField("born_timestamp") else None
-    record = NewRecord(None, _body(message, max_value_bytes), tuple(headers), timestamp_ms or None)
     group = props.message_group if props.HasField("message_group") else None
+    if group is not None and (not group.strip() or not group.isprintable()):
+        raise RocketMQError(Code.ILLEGAL_MESSAGE_GROUP, f"illegal message group {group!r}: blank, or with a control character")
+    key = group.encode() if group is not None else None
+    record = NewRecord(key, _body(message, max_value_bytes), tuple(headers), timestamp_ms or None)
     return Outgoing(topic, props.message_id, props.message_type, record, group)
+
+
+def check_immunity_ms(message: Any) -> int | None:
+    """A transactional message's own wait before its first check-back, in ms (None: its
+    group's). The protocol's orphaned_transaction_recovery_duration, else the
+    CHECK_IMMUNITY_TIME_IN_SECONDS property (whole seconds; -1 means the default, as the broker
+    reads it)."""
+    if message.system_properties.HasField("orphaned_transaction_recovery_duration"):
+        seconds = message.system_properties.orphaned_transaction_recovery_duration.seconds
+    elif CHECK_IMMUNITY_PROPERTY in message.user_properties:
+        text = message.user_properties[CHECK_IMMUNITY_PROPERTY].strip()
+        try:
+            seconds = int(text)
+        except ValueError:
+            raise RocketMQError(Code.BAD_REQUEST, f"{CHECK_IMMUNITY_PROPERTY} must be whole seconds, not {text!r}") from None
+        if seconds == -1:
+            return None
+    else:
+        return None
+    if not 0 <= seconds <= MAX_TRANSACTION_RECOVERY_S:
+        raise RocketMQError(
+            Code.BAD_REQUEST, f"the transaction recovery time must be 0 to {MAX_TRANSACTION_RECOVERY_S} seconds, not {seconds}"
+        )
+    return seconds * 1000
+
+
+def as_message(topic: str, record: NewRecord, message_type: int) -> Any:
+    """A record as RocketMQ's Message: its value the body, the headers this module writes back in
+    their fields (tag, keys, message id), every other header a user property, the record's key
+    the message group of a FIFO message, its timestamp the born timestamp."""
+    message = definition.Message(topic=definition.Resource(name=topic), body=record.value or b"")
+    props = message.system_properties
+    props.message_type = message_type
+    props.body_encoding = Encoding.IDENTITY
+    for name, value in record.headers:
+        text = (value or b"").decode("utf-8", "replace")
+        if name == TAG_HEADER:
+            props.tag = text
+        elif name == KEYS_HEADER:
+            props.keys.extend(k for k in text.split(KEY_SEPARATOR) if k)
+        elif name == MESSAGE_ID_HEADER:
+            props.message_id = text
+        else:
+            message.user_properties[name] = text
+    if message_type == MessageType.FIFO and record.key is not None:
+        props.message_group = record.key.decode("utf-8", "replace")
+    if record.timestamp_ms is not None:
+        props.born_timestamp.FromMilliseconds(record.timestamp_ms)
+    return message
 
 
 def message_type_name(message_type: int) -> str:

@@ -1,19 +1,22 @@
 """The gateway's gRPC server: RocketMQ 5's MessagingService (grpc.aio), one translation per RPC.
 
-- Served: QueryRoute, Heartbeat, Telemetry (a client's Settings answered, ``settings``),
-  NotifyClientTermination and SendMessage of NORMAL messages. Every other RPC answers gRPC's
-  UNIMPLEMENTED (``UNSERVED``), which the clients report as such.
+- Served: QueryRoute, Heartbeat, Telemetry (a client's Settings answered, ``settings``; the
+  gateway's check-backs pushed, ``transactions``), NotifyClientTermination, SendMessage of NORMAL,
+  FIFO and TRANSACTION messages, EndTransaction. Every other RPC answers gRPC's UNIMPLEMENTED
+  (``UNSERVED``), which the clients report as such.
 - Every RPC answers a RocketMQ status: a condition of the protocol (``RocketMQError``) with its
   code, a txlog error with its RocketMQ counterpart (``status.of_error``), anything else
   INTERNAL_SERVER_ERROR, logged. No RPC ends the process.
 - Services run in a thread pool the size of the database pool, never on the event loop.
 - Routing: every topic is served by every gateway, its queues the topic's partitions, each
-  readable and writable, accepting NORMAL messages. The queues' broker is one logical broker
+  readable and writable, accepting NORMAL, FIFO and TRANSACTION messages. The queues' broker is one logical broker
   (``BROKER_NAME``, id 0: the master, as clients require) whose endpoints are this gateway's
   advertised address — TXLOG_ROCKETMQ_ADVERTISED_HOST, else the listen host, or, listening on
   every address, the access point the client asked through (as RocketMQ's proxy answers).
-- Sends: a NORMAL message's partition is chosen by the produce path (round-robin over the
-  topic's partitions for a record without a key, as the proxy spreads messages over queues); the
+- Sends: a message's partition is chosen by the produce path (round-robin over the topic's
+  partitions for a record without a key, as the proxy spreads messages over queues; a FIFO
+  message's key, its message group, by Kafka's murmur2 partitioner); a TRANSACTION message is a
+  half message (``transactions``); the
   receipt carries the client's message id and the record's offset. RocketMQ's answer names no
   queue: the receipt's queue is the one the client picked to route the call, as against a proxy.
 - SIGTERM or SIGINT: stop accepting, let calls in progress finish (a few seconds at most).
@@ -31,7 +34,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 import grpc
 
-from api.rocketmq import messages, settings
+from api.rocketmq import messages, settings, transactions
 from api.rocketmq.clients import Clients
 from api.rocketmq.status import RocketMQError, of_error, status
 from app.errors import TxlogError
@@ -44,9 +47,12 @@ DEFAULT_PORT = 8081  # RocketMQ proxy's gRPC port
 BROKER_NAME = "txlog"
 MASTER_BROKER_ID = 0
 SHUTDOWN_GRACE_S = 5.0
-# The message types a topic's queues accept, as QueryRoute answers them.
-ACCEPTED_MESSAGE_TYPES = (MessageType.NORMAL,)
+# The message types a topic's queues accept, as QueryRoute answers them: every topic is served as
+# a RocketMQ 5 topic of the MIXED type (NORMAL, FIFO, DELAY, TRANSACTION), less DELAY until
+# delayed delivery is served (the client refuses to send a type its queue does not list).
+ACCEPTED_MESSAGE_TYPES = (MessageType.NORMAL, MessageType.FIFO, MessageType.TRANSACTION)
 CLIENT_ID = "x-mq-client-id"
+SENT_TYPES = frozenset(ACCEPTED_MESSAGE_TYPES)
 
 T = TypeVar("T")
 
@@ -194,16 +200,50 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         if any(o.topic != topic for o in outgoing):
             raise RocketMQError(Code.BAD_REQUEST, "the messages of one request must share their topic")
         for o in outgoing:
-            if o.message_type != MessageType.NORMAL:
+            if o.message_type not in SENT_TYPES:
                 raise RocketMQError(
-                    Code.UNSUPPORTED, f"{messages.message_type_name(o.message_type)} messages are not served yet (NORMAL are)"
+                    Code.UNSUPPORTED,
+                    f"{messages.message_type_name(o.message_type)} messages are not served yet (NORMAL, FIFO and TRANSACTION are)",
                 )
-        result = await self.gateway.blocking(produce.produce_to_topic, self.broker, topic, [o.record for o in outgoing])
+        if outgoing[0].message_type == MessageType.TRANSACTION:
+            return await self._send_half_messages(request, outgoing)
+        if any(o.message_type == MessageType.TRANSACTION for o in outgoing):
+            raise RocketMQError(Code.BAD_REQUEST, "transactional and other messages cannot share a request")
+        entries = []
+        # A batch goes to one partition: NORMAL messages together, a FIFO message with its group's.
+        batches: list[list[messages.Outgoing]] = []
+        for o in outgoing:
+            if batches and batches[-1][0].record.key == o.record.key:
+                batches[-1].append(o)
+            else:
+                batches.append([o])
+        for batch in batches:
+            result = await self.gateway.blocking(produce.produce_to_topic, self.broker, topic, [o.record for o in batch])
+            entries += [
+                service.SendResultEntry(status=status(), message_id=o.message_id, offset=result.base_offset + i)
+                for i, o in enumerate(batch)
+            ]
+        return service.SendMessageResponse(status=status(), entries=entries)
+
+    async def _send_half_messages(self, request: Any, outgoing: list[messages.Outgoing]) -> Any:
+        """TRANSACTION messages: half messages in the store (``transactions``)."""
+        if any(o.message_type != MessageType.TRANSACTION for o in outgoing):
+            raise RocketMQError(Code.BAD_REQUEST, "transactional and other messages cannot share a request")
         entries = [
-            service.SendResultEntry(status=status(), message_id=o.message_id, offset=result.base_offset + i)
-            for i, o in enumerate(outgoing)
+            await self.gateway.blocking(transactions.send_half_message, self.gateway, o, m)
+            for o, m in zip(outgoing, request.messages)
         ]
         return service.SendMessageResponse(status=status(), entries=entries)
+
+    @_answered(service.EndTransactionResponse)
+    async def EndTransaction(self, request: Any, context: Any) -> Any:
+        client_id = _client_id(context, required=False)
+        if client_id:
+            self.clients.seen(client_id)
+        answered = await self.gateway.blocking(transactions.end_transaction, self.gateway, request)
+        if answered is not None:
+            self.gateway.check_backs.answered(request.transaction_id, answered)
+        return service.EndTransactionResponse(status=status())
 
 
 # The MessagingService's other RPCs: answered UNIMPLEMENTED by name, as the generated servicer
@@ -217,7 +257,6 @@ UNSERVED = (
     "UpdateOffset",
     "GetOffset",
     "QueryOffset",
-    "EndTransaction",
     "ChangeInvisibleDuration",
     "RecallMessage",
     "SyncLiteSubscription",
@@ -243,6 +282,7 @@ class Gateway:
         self.broker = broker
         self.executor = executor
         self.clients = Clients()
+        self.check_backs = transactions.CheckBacks(self)
         self.advertised: tuple[str, int] | None = None
         self._listen_host = ""
         self._server: grpc.aio.Server | None = None
@@ -273,12 +313,14 @@ class Gateway:
             raise ListenError(f"cannot listen on {address}")
         await server.start()
         self._server = server
+        self.check_backs.start()
         self._listen_host = host
         every = host in ("", "0.0.0.0", "::")
         self.advertised = (advertised_host or ("" if every else host), bound)
         return int(bound)
 
     async def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
+        await self.check_backs.stop()
         self.clients.close()  # Telemetry streams end now, not after the grace
         if self._server is not None:
             await self._server.stop(grace_s)

@@ -21,6 +21,9 @@ _CODES = {
     ErrorCode.CLUSTER_AUTHORIZATION_FAILED: Code.FORBIDDEN,
     ErrorCode.THROTTLING_QUOTA_EXCEEDED: Code.TOO_MANY_REQUESTS,
     ErrorCode.REQUEST_TIMED_OUT: Code.PROXY_TIMEOUT,
+    # EndTransaction: no such half message; one decided the other way already
+    ErrorCode.TRANSACTIONAL_ID_NOT_FOUND: Code.INVALID_TRANSACTION_ID,
+    ErrorCode.INVALID_TXN_STATE: Code.BAD_REQUEST,
 }
 
 

@@ -53,6 +53,16 @@ class DecidedBy(Enum):
     MAX_CHECKS = "max_checks"  # the checker, after max_checks check-backs without a decision
 
 
+class CheckChannel(Enum):
+    """How a half message's check-backs reach its producer group. ``http``: a POST to the group's
+    check-back URL, by the HTTP server's checker. ``rocketmq``: RecoverOrphanedTransactionCommand
+    on the Telemetry stream of a live RocketMQ producer of the group, by a RocketMQ gateway the
+    producer is connected to. Each checker claims only its own channel's half messages."""
+
+    HTTP = "http"
+    ROCKETMQ = "rocketmq"
+
+
 class LocalTransactionState(Enum):
     """A producer group's answer about its local transaction (RocketMQ's LocalTransactionState)."""
 
@@ -125,12 +135,14 @@ class HalfMessage:
     decided_by: DecidedBy | None = None
     reason: str | None = None
     offset: int | None = None  # where it was appended, once committed
+    check_channel: CheckChannel = CheckChannel.HTTP
 
 
-def first_check_at(created_at_ms: int, group: ProducerGroup) -> int:
-    """A fresh half message is left alone for the group's immunity time: its producer is most
-    likely still running its local transaction."""
-    return created_at_ms + group.check_immunity_ms
+def first_check_at(created_at_ms: int, group: ProducerGroup, immunity_ms: int | None = None) -> int:
+    """A fresh half message is left alone for the group's immunity time — or its own, when its
+    producer set one (RocketMQ's CHECK_IMMUNITY_TIME_IN_SECONDS): its producer is most likely
+    still running its local transaction."""
+    return created_at_ms + (group.check_immunity_ms if immunity_ms is None else immunity_ms)
 
 
 # --- decisions ------------------------------------------------------------------------------------

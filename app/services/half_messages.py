@@ -109,10 +109,14 @@ def send_half_message(
     record: NewRecord,
     encoding: Encoding = "utf8",
     transaction_id: str | None = None,
+    check_immunity_ms: int | None = None,
+    check_channel: hm.CheckChannel = hm.CheckChannel.HTTP,
 ) -> HalfMessage:
     """Store a half message, invisible to every reader and outside its partition. Without a
     partition the key picks it as a plain produce does. A ``transaction_id`` chosen by the producer
-    makes the send safe to retry: the same message again answers the half message stored first."""
+    makes the send safe to retry: the same message again answers the half message stored first.
+    ``check_immunity_ms``: this message's own wait before its first check-back (else its group's);
+    ``check_channel``: how its check-backs reach the producer group."""
     hm.validate_names(producer_group, transaction_id)
     if record.size() > broker.settings.max_request_bytes:
         raise TxlogError(ErrorCode.MESSAGE_TOO_LARGE, f"The message is larger than {broker.settings.max_request_bytes} bytes")
@@ -125,7 +129,10 @@ def send_half_message(
     tid = transaction_id or uuid.uuid4().hex.upper()
     with broker.db.transaction() as conn:
         group = q.producer_group_get(conn, producer_group) or ProducerGroup(producer_group)
-        msg = HalfMessage(tid, producer_group, topic, chosen, HalfState.PREPARED, 0, now, hm.first_check_at(now, group))
+        first_check = hm.first_check_at(now, group, check_immunity_ms)
+        msg = HalfMessage(
+            tid, producer_group, topic, chosen, HalfState.PREPARED, 0, now, first_check, check_channel=check_channel
+        )
         stored = StoredHalfMessage(msg, NewRecord(record.key, record.value, record.headers, now), encoding)
         if q.half_message_insert(conn, stored):
             return msg
@@ -323,13 +330,20 @@ class _Claimed:
     check_no: int
 
 
-def _claim_due(broker: Broker, limit: int, report: CheckReport) -> list[_Claimed]:
-    """One short database transaction: claim the due half messages, count and record their checks
-    (leasing each for one check interval), and roll back those past max_checks."""
+def _claim_due(
+    broker: Broker,
+    limit: int,
+    report: CheckReport,
+    channel: hm.CheckChannel = hm.CheckChannel.HTTP,
+    producer_groups: list[str] | None = None,
+) -> list[_Claimed]:
+    """One short database transaction: claim the due half messages of one check channel (of the
+    producer groups named, if any), count and record their checks (leasing each for one check
+    interval), and roll back those past max_checks."""
     claimed = []
     now = broker.now()
     with broker.db.transaction() as conn:
-        due = q.half_messages_due(conn, now, limit)
+        due = q.half_messages_due(conn, now, limit, channel, producer_groups)
         report.more_due = len(due) >= limit
         for stored, group in due:
             group = group or ProducerGroup(stored.msg.producer_group)
@@ -354,22 +368,90 @@ def _record_check(broker: Broker, c: _Claimed, answer: LocalTransactionState | N
         stored = q.half_message_get(conn, tid, for_update=True)
         if stored is None:  # forgotten meanwhile
             return "ignored"
-        now = broker.now()
-        decision = hm.after_check(stored.msg, c.group, c.check_no, answer, problem, now)
-        if isinstance(decision, Decided):
-            decided = _apply(conn, broker, stored, decision)
-            if decided.state is HalfState.COMMITTED:
-                kind, outcome = "committed", f"Committed at offset {decided.offset}"
-            else:
-                kind = "rolled_back"
-                outcome = "RolledBack" + (f": {decided.reason}" if decision.by is DecidedBy.MAX_CHECKS else "")
-        elif decision is None and not stored.msg.state.is_decided:
-            kind, outcome = "undecided", f"no decision; check {c.check_no} of {c.group.max_checks}"
-        else:
-            kind, outcome = "ignored", f"ignored: already {stored.msg.state.value}"
-        q.half_check_finish(conn, tid, c.check_no, now, answer.value if answer else None, problem, outcome)
+        kind = _apply_check(conn, broker, stored, c.group, c.check_no, answer, problem)
     faults.crash_point(faults.SERVER_CRASH_ENV, "half_message_checked")
     return kind
+
+
+def _apply_check(
+    conn: Connection,
+    broker: Broker,
+    stored: StoredHalfMessage,
+    group: ProducerGroup,
+    check_no: int,
+    answer: LocalTransactionState | None,
+    problem: str | None,
+) -> str:
+    """``_record_check``'s work in the caller's transaction, the half message's row locked."""
+    tid = stored.msg.transaction_id
+    now = broker.now()
+    decision = hm.after_check(stored.msg, group, check_no, answer, problem, now)
+    if isinstance(decision, Decided):
+        decided = _apply(conn, broker, stored, decision)
+        if decided.state is HalfState.COMMITTED:
+            kind, outcome = "committed", f"Committed at offset {decided.offset}"
+        else:
+            kind = "rolled_back"
+            outcome = "RolledBack" + (f": {decided.reason}" if decision.by is DecidedBy.MAX_CHECKS else "")
+    elif decision is None and not stored.msg.state.is_decided:
+        kind, outcome = "undecided", f"no decision; check {check_no} of {group.max_checks}"
+    else:
+        kind, outcome = "ignored", f"ignored: already {stored.msg.state.value}"
+    q.half_check_finish(conn, tid, check_no, now, answer.value if answer else None, problem, outcome)
+    return kind
+
+
+# --- check-backs sent by a RocketMQ gateway ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClaimedCheck:
+    """A check-back a RocketMQ gateway claimed: counted and leased, to be sent to a live producer
+    of ``stored``'s group (or released, ``release_check``, if there is none)."""
+
+    stored: StoredHalfMessage
+    check_no: int
+
+
+def claim_checks(broker: Broker, producer_groups: list[str], limit: int) -> tuple[list[ClaimedCheck], CheckReport]:
+    """Claim the due check-backs of the ``rocketmq`` channel's half messages of the producer groups
+    given (those with a live producer where the caller runs), as the HTTP checker claims its own:
+    one slot, one claim, however many gateways ask at once. Half messages past max_checks are
+    rolled back here, as there."""
+    report = CheckReport()
+    claimed = _claim_due(broker, limit, report, hm.CheckChannel.ROCKETMQ, producer_groups)
+    report.checked = len(claimed)
+    return [ClaimedCheck(c.stored, c.check_no) for c in claimed], report
+
+
+def release_check(broker: Broker, transaction_id: str, check_no: int) -> bool:
+    """A claimed check-back that could not be sent (its producer left meanwhile): not counted, due
+    again after one poll interval, for whichever gateway has a producer of the group then."""
+    retry_at = broker.now() + broker.settings.half_check_poll_interval_ms
+    with broker.db.transaction() as conn:
+        return q.half_check_release(conn, transaction_id, check_no, retry_at)
+
+
+def answer_check(broker: Broker, transaction_id: str, answer: LocalTransactionState) -> str:
+    """A producer's answer to the latest check-back of a half message (RocketMQ's EndTransaction
+    from SOURCE_SERVER_CHECK), applied as an HTTP check-back's answer is: ``committed``,
+    ``rolled_back`` or ``undecided``; for a half message decided already, nothing, and ``late``
+    when the decision came after the latest check was sent (an answer overtaken by another
+    check's or by the producer's own), ``unexpected`` when no check was sent while it was
+    undecided (a check nobody should have sent). The check's record keeps the answer that counted."""
+    hm.validate_transaction_id(transaction_id)
+    with broker.db.transaction() as conn:
+        stored = q.half_message_get(conn, transaction_id, for_update=True)
+        if stored is None:
+            raise _not_found(transaction_id)
+        if stored.msg.check_count == 0:
+            return "unexpected"
+        if stored.msg.state.is_decided:
+            checks = q.half_checks(conn, transaction_id)
+            decided_at = stored.msg.decided_at_ms or 0
+            return "late" if checks and checks[-1].started_at_ms <= decided_at else "unexpected"
+        group = q.producer_group_get(conn, stored.msg.producer_group) or ProducerGroup(stored.msg.producer_group)
+        return _apply_check(conn, broker, stored, group, stored.msg.check_count, answer, None)
 
 
 def check_round(broker: Broker, http: httpx.Client, pool: ThreadPoolExecutor, limit: int | None = None) -> CheckReport:

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from app.domain.half_messages import DecidedBy, HalfMessage, HalfState, ProducerGroup
+from app.domain.half_messages import CheckChannel, DecidedBy, HalfMessage, HalfState, ProducerGroup
 from app.domain.records import Encoding, Headers, NewRecord
 
 
@@ -86,7 +86,7 @@ class StoredHalfMessage:
 _HALF_COLUMNS = f"""
     h.transaction_id, h.producer_group, h.topic, h.partition, h.state, h.check_count, {_ms("h.created_at")},
     {_ms("h.next_check_at")}, {_ms("h.decided_at")}, h.decided_by, h.reason, h."offset",
-    h.key, h.value, h.header_keys, h.header_values, h.encoding
+    h.key, h.value, h.header_keys, h.header_values, h.encoding, h.check_channel
 """
 
 
@@ -104,6 +104,7 @@ def _half(row: Any) -> StoredHalfMessage:
         DecidedBy(row[9]) if row[9] else None,
         row[10],
         row[11],
+        CheckChannel(row[17]),
     )
     headers: Headers = tuple(zip(row[14], row[15])) if row[14] else ()
     return StoredHalfMessage(msg, NewRecord(row[12], row[13], headers, row[6]), row[16])
@@ -116,8 +117,10 @@ def half_message_insert(conn: Connection, stored: StoredHalfMessage) -> bool:
         text(
             f"""
             INSERT INTO txlog.half_messages (transaction_id, producer_group, topic, partition, key, value, header_keys,
-                                             header_values, encoding, created_at, state, check_count, next_check_at)
-            VALUES (:tid, :g, :topic, :partition, :key, :value, :hk, :hv, :encoding, {_ts("created")}, :state, 0, {_ts("next_check")})
+                                             header_values, encoding, created_at, state, check_count, next_check_at,
+                                             check_channel)
+            VALUES (:tid, :g, :topic, :partition, :key, :value, :hk, :hv, :encoding, {_ts("created")}, :state, 0, {_ts("next_check")},
+                    :channel)
             ON CONFLICT (transaction_id) DO NOTHING
             RETURNING 1
             """
@@ -135,6 +138,7 @@ def half_message_insert(conn: Connection, stored: StoredHalfMessage) -> bool:
             "created": m.created_at_ms,
             "state": m.state.value,
             "next_check": m.next_check_at_ms,
+            "channel": m.check_channel.value,
         },
     ).first()
     return row is not None
@@ -172,9 +176,12 @@ def half_message_decide(conn: Connection, msg: HalfMessage) -> None:
     )
 
 
-def half_messages_due(conn: Connection, now_ms: int, limit: int) -> list[tuple[StoredHalfMessage, ProducerGroup | None]]:
-    """Claim up to ``limit`` undecided half messages whose next check is due, oldest due first,
-    skipping those another checker holds right now; each with its producer group's settings."""
+def half_messages_due(
+    conn: Connection, now_ms: int, limit: int, channel: CheckChannel = CheckChannel.HTTP, producer_groups: list[str] | None = None
+) -> list[tuple[StoredHalfMessage, ProducerGroup | None]]:
+    """Claim up to ``limit`` undecided half messages of one check channel whose next check is due
+    (of the producer groups named, when ``producer_groups`` is given), oldest due first, skipping
+    those another checker holds right now; each with its producer group's settings."""
     rows = conn.execute(
         text(
             f"""
@@ -182,15 +189,16 @@ def half_messages_due(conn: Connection, now_ms: int, limit: int) -> list[tuple[S
                    {_ms("g.updated_at")}
             FROM txlog.half_messages h
             LEFT JOIN txlog.producer_groups g ON g.producer_group = h.producer_group
-            WHERE h.state = 'Prepared' AND h.next_check_at <= {_ts("now")}
+            WHERE h.state = 'Prepared' AND h.check_channel = :channel AND h.next_check_at <= {_ts("now")}
+              AND (CAST(:groups AS text[]) IS NULL OR h.producer_group = ANY(CAST(:groups AS text[])))
             ORDER BY h.next_check_at
             LIMIT :n
             FOR UPDATE OF h SKIP LOCKED
             """
         ),
-        {"now": now_ms, "n": limit},
+        {"now": now_ms, "n": limit, "channel": channel.value, "groups": producer_groups},
     )
-    return [(_half(r), _group(r[17:]) if r[17] is not None else None) for r in rows]
+    return [(_half(r), _group(r[18:]) if r[18] is not None else None) for r in rows]
 
 
 def half_check_start(
@@ -212,6 +220,28 @@ def half_check_start(
         ),
         params,
     )
+
+
+def half_check_release(conn: Connection, transaction_id: str, check_no: int, retry_at_ms: int) -> bool:
+    """Take back check ``check_no`` claimed but never sent (no live producer to send it to): not
+    counted, its record gone, the half message due again at ``retry_at_ms``. False when the half
+    message moved on meanwhile (decided, or another check counted)."""
+    params = {"tid": transaction_id, "n": check_no, "retry": retry_at_ms}
+    moved = conn.execute(
+        text(
+            f"""
+            UPDATE txlog.half_messages SET check_count = :n - 1, next_check_at = {_ts("retry")}
+            WHERE transaction_id = :tid AND check_count = :n AND state = 'Prepared'
+            """
+        ),
+        params,
+    ).rowcount
+    if moved:
+        conn.execute(
+            text("DELETE FROM txlog.half_message_checks WHERE transaction_id = :tid AND check_no = :n AND finished_at IS NULL"),
+            params,
+        )
+    return bool(moved)
 
 
 def half_check_finish(

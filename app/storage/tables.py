@@ -335,8 +335,12 @@ half_messages = Table(
     Column("decided_by", Text),  # producer, check_back, max_checks
     Column("reason", Text),
     Column("offset", BigInteger),
+    # who checks it: the HTTP checker (its group's check-back URL) or a RocketMQ gateway (a live
+    # producer's Telemetry stream); each claims only its own
+    Column("check_channel", Text, nullable=False, server_default=text("'http'")),
     CheckConstraint("state IN ('Prepared', 'Committed', 'RolledBack')", name="half_messages_state"),
-    Index("half_messages_due", "next_check_at", postgresql_where=text("state = 'Prepared'")),
+    CheckConstraint("check_channel IN ('http', 'rocketmq')", name="half_messages_check_channel"),
+    Index("half_messages_due", "check_channel", "next_check_at", postgresql_where=text("state = 'Prepared'")),
     Index("half_messages_decided", "decided_at", postgresql_where=text("state <> 'Prepared'")),
     Index("half_messages_group", "producer_group", "created_at"),
 )
