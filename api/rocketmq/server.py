@@ -374,6 +374,10 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
             ):
                 raise RocketMQError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle is expired: {answer.error.message}")
             raise answer.error
+        if kind is AcknowledgeType.RENEW and answer.outcome is not None and not answer.outcome.renewed:
+            # Below the share partition's start offset: acknowledged or archived already, nothing
+            # left to hold (an ACCEPT or REJECT of it is answered OK: done is done).
+            raise RocketMQError(Code.INVALID_RECEIPT_HANDLE, "receipt handle is expired: the message is done")
         return handle
 
     @_answered(service.AckMessageResponse)
