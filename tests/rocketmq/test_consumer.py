@@ -6,6 +6,7 @@ transactions never received; tag filters; the dead-letter topic; malformed recei
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from typing import Any, Callable, Iterator
@@ -20,6 +21,7 @@ from app.services import Broker, fetch, produce, share
 from app.services import topics as topic_service
 from tests.kafka.conftest import GatewayProcess
 from tests.rocketmq.conftest import RocketMQGatewayProcess
+from tests.support import wait_until
 
 rocketmq = pytest.importorskip("rocketmq")
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -342,3 +344,29 @@ def test_a_consumers_settings_carry_the_groups_delivery_count_limit(stub: Any, s
     assert answer.status.code == Code.OK
     assert answer.settings.backoff_policy.max_attempts == 3
     assert answer.settings.subscription.receive_batch_size == 32
+
+
+def test_a_push_consumer_is_assigned_the_topic_and_its_messages_are_acknowledged(
+    producer: Any, rocketmq_gateway: RocketMQGatewayProcess, store: Broker, make_topic: Any, make_group: Any
+) -> None:
+    topic, group = make_topic(2), make_group()
+    sent = {_send(producer, topic, f"push {i}".encode()) for i in range(4)}
+    received: list[str] = []
+    done = threading.Event()
+
+    class Listener(rocketmq.MessageListener):  # type: ignore[misc]
+        def consume(self, message: Any) -> Any:
+            received.append(message.message_id)
+            if set(received) >= sent:
+                done.set()
+            return rocketmq.ConsumeResult.SUCCESS
+
+    config = rocketmq.ClientConfiguration(rocketmq_gateway.endpoints, rocketmq.Credentials(), request_timeout=10)
+    consumer = rocketmq.PushConsumer(config, group, Listener(), {topic: rocketmq.FilterExpression()})
+    consumer.startup()
+    try:
+        assert done.wait(60), received
+        wait_until(lambda: _all_done(store, group, topic), 30, 0.1, "the push consumer's acknowledgements")
+    finally:
+        consumer.shutdown()
+    assert sorted(received) == sorted(sent)
