@@ -166,6 +166,24 @@ def test_a_message_not_acknowledged_comes_again_after_its_invisible_time(
     assert _all_done(store, group, topic)
 
 
+def test_a_message_delivered_the_groups_maximum_attempts_is_archived(
+    producer: Any, store: Broker, make_topic: Any, make_group: Any, consumers: Any
+) -> None:
+    topic, group = make_topic(1), make_group()
+    share.alter_group_configs(store, group, {"share.delivery.count.limit": "2"})
+    message_id = _send(producer, topic, b"never acknowledged")
+    consumer = consumers(group, topic)
+    attempts = [m.delivery_attempt for m in _receive_all(consumer, 1, invisible_s=1) + _receive_all(consumer, 1, invisible_s=1)]
+    assert attempts == [1, 2]
+    # The second lock ends on the last delivery: archived (by the next acquisition after its end),
+    # never received again.
+    deadline = time.monotonic() + 60
+    while not _all_done(store, group, topic) and time.monotonic() < deadline:
+        assert consumer.receive(16, 1) == []
+    assert _all_done(store, group, topic), message_id
+    assert consumer.receive(16, 1) == []
+
+
 def test_change_invisible_duration_renews_the_lock_and_answers_a_handle_that_acknowledges(
     producer: Any, store: Broker, make_topic: Any, make_group: Any, consumers: Any
 ) -> None:
