@@ -32,6 +32,7 @@ import asyncio
 import functools
 import ipaddress
 import logging
+import random
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -298,7 +299,9 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         invisible_ms = _invisible_ms(request)
         wait_ms = _polling_ms(request, context)
         count = await self.gateway.blocking(topics.partition_count, self.broker, topic)
-        first = request.message_queue.id if 0 <= request.message_queue.id < count else 0
+        # From the queue asked (a simple consumer turns over the queues), else (the push
+        # consumer's queue -1) from a random one: every partition is reached first in turn.
+        first = request.message_queue.id if 0 <= request.message_queue.id < count else random.randrange(count)
         wanted = [(topic, (first + i) % count) for i in range(count)]
         member = receiving.acquisition_member(client_id)
         host, port = self.gateway.advertised or ("", 0)
