@@ -163,8 +163,9 @@ def check_immunity_ms(message: Any) -> int | None:
 
 def as_message(topic: str, record: NewRecord, message_type: int) -> Any:
     """A record as RocketMQ's Message: its value the body, the headers this module writes back in
-    their fields (tag, keys, message id), every other header a user property, the record's key
-    the message group of a FIFO message, its timestamp the born timestamp."""
+    their fields (tag, keys, message id), every other header but RocketMQ's reserved names a user
+    property, the record's key the message group of a FIFO message, its timestamp the born
+    timestamp."""
     message = definition.Message(topic=definition.Resource(name=topic), body=record.value or b"")
     props = message.system_properties
     props.message_type = message_type
@@ -177,7 +178,7 @@ def as_message(topic: str, record: NewRecord, message_type: int) -> Any:
             props.keys.extend(k for k in text.split(KEY_SEPARATOR) if k)
         elif name == MESSAGE_ID_HEADER:
             props.message_id = text
-        else:
+        elif name not in RESERVED_PROPERTIES:
             message.user_properties[name] = text
     if message_type == MessageType.FIFO and record.key is not None:
         props.message_group = record.key.decode("utf-8", "replace")

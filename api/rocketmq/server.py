@@ -19,6 +19,13 @@
   half message (``transactions``); the
   receipt carries the client's message id and the record's offset. RocketMQ's answer names no
   queue: the receipt's queue is the one the client picked to route the call, as against a proxy.
+- Consumers (the simple consumer's RPCs, and the push consumer's QueryAssignment): a consumer
+  group is the share group of the same name, a message queue a partition, and every delivery is
+  the share groups' state machine (``app.services.share``), read_committed: ReceiveMessage is a
+  long-polled acquisition locked for the invisible duration, AckMessage an ACCEPT,
+  ChangeInvisibleDuration a RENEW for the new duration, ForwardMessageToDeadLetterQueue a copy to
+  the group's dead-letter topic (``DLQ_PREFIX`` + group) and a REJECT (``receiving`` holds the
+  receipt handles and tag filters).
 - SIGTERM or SIGINT: stop accepting, let calls in progress finish (a few seconds at most).
 """
 
@@ -28,17 +35,22 @@ import asyncio
 import functools
 import ipaddress
 import logging
+import random
 import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 import grpc
 
-from api.rocketmq import messages, settings, transactions
+from api.rocketmq import messages, receiving, settings, transactions
 from api.rocketmq.clients import Clients
 from api.rocketmq.status import RocketMQError, of_error, status
-from app.errors import TxlogError
-from app.services import Broker, produce, topics
+from app.domain.records import NewRecord
+from app.domain.share_partition import AcknowledgementBatch, AcknowledgeType
+from app.errors import ErrorCode, TxlogError
+from app.services import Broker, fetch, produce, share, topics
+from app.services.notify import AppendNotifier
 from app.wire.rocketmq.protocol import AddressScheme, Code, MessageType, Permission, definition, service, service_grpc
 
 log = logging.getLogger("txlog.rocketmq")
@@ -53,6 +65,20 @@ SHUTDOWN_GRACE_S = 5.0
 ACCEPTED_MESSAGE_TYPES = (MessageType.NORMAL, MessageType.FIFO, MessageType.TRANSACTION)
 CLIENT_ID = "x-mq-client-id"
 SENT_TYPES = frozenset(ACCEPTED_MESSAGE_TYPES)
+# Consumers, as a RocketMQ 5 proxy has them: the invisible duration of a receive that names none
+# (auto_renew: the push consumer's), the longest invisible duration and long-polling timeout.
+DEFAULT_INVISIBLE_MS = 60_000
+MAX_INVISIBLE_MS = 12 * 3_600_000
+MAX_LONG_POLLING_MS = 20_000
+LONG_POLLING_RESERVE_MS = 200  # of the call's deadline, left to answer in
+ALL_QUEUES = -1  # QueryAssignment's queue: every queue of the broker, as a proxy assigns them
+# A consumer group's dead-letter topic: RocketMQ names it %DLQ%<group>, which a txlog (Kafka) topic
+# name cannot hold; it has one partition, as RocketMQ's has one queue.
+DLQ_PREFIX = "DLQ."
+DLQ_PARTITIONS = 1
+DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+DLQ_HOLD_MS = 30_000  # the lock held while the copy is written
 
 T = TypeVar("T")
 
@@ -174,7 +200,8 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
             async for command in commands:
                 if command.HasField("settings"):
                     self.clients.settings(client_id, command.settings)
-                    answer = settings.answer(command.settings, self.broker.settings.max_value_bytes)
+                    attempts = await self._max_delivery_attempts(command.settings)
+                    answer = settings.answer(command.settings, self.broker.settings.max_value_bytes, attempts)
                     await outgoing.put(service.TelemetryCommand(status=status(), settings=answer))
                 else:
                     self.clients.seen(client_id)
@@ -245,22 +272,216 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
             self.gateway.check_backs.answered(request.transaction_id, answered)
         return service.EndTransactionResponse(status=status())
 
+    # -- consumers -----------------------------------------------------------------------------
+
+    async def _max_delivery_attempts(self, sent: Any) -> int | None:
+        """A consumer group's share.delivery.count.limit, told as its maximum delivery attempts
+        (None for a producer, or with the database away: the answer goes without it)."""
+        if not sent.HasField("subscription") or not sent.subscription.group.name:
+            return None
+        try:
+            config = await self.gateway.blocking(share.group_config, self.broker, sent.subscription.group.name)
+        except TxlogError as exc:
+            log.debug("settings of group %r without its delivery limit: %s", sent.subscription.group.name, exc)
+            return None
+        return config.delivery.delivery_count_limit
+
+    @_answered(service.QueryAssignmentResponse)
+    async def QueryAssignment(self, request: Any, context: Any) -> Any:
+        """One assignment, every queue of the topic (queue id -1), as a proxy assigns a non-FIFO
+        group's consumers: the share group spreads the messages over them, not the assignment."""
+        topic = messages.topic_of(request.topic)
+        group = _group_of(request.group)
+        self.clients.seen(_client_id(context), group=group)
+        await self.gateway.blocking(topics.partition_count, self.broker, topic)
+        broker = definition.Broker(name=BROKER_NAME, id=MASTER_BROKER_ID, endpoints=self.gateway.endpoints(request.endpoints))
+        queue = definition.MessageQueue(
+            topic=definition.Resource(name=topic),
+            id=ALL_QUEUES,
+            permission=Permission.READ_WRITE,
+            broker=broker,
+            accept_message_types=ACCEPTED_MESSAGE_TYPES,
+        )
+        return service.QueryAssignmentResponse(status=status(), assignments=[definition.Assignment(message_queue=queue)])
+
+    async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        """As a proxy streams it: a status (OK, or MESSAGE_NOT_FOUND when the long poll found
+        nothing), the messages, then the delivery timestamp."""
+        try:
+            found = await self._received(request, context)
+            yield service.ReceiveMessageResponse(status=status() if found else status(Code.MESSAGE_NOT_FOUND, "no new message"))
+            for message in found:
+                yield service.ReceiveMessageResponse(message=message)
+        except RocketMQError as exc:
+            yield service.ReceiveMessageResponse(status=status(exc.code, exc.message))
+        except TxlogError as exc:
+            yield service.ReceiveMessageResponse(status=of_error(exc))
+        except Exception:
+            log.exception("ReceiveMessage failed")
+            yield service.ReceiveMessageResponse(
+                status=status(Code.INTERNAL_SERVER_ERROR, "internal error (logged by the gateway)")
+            )
+        stamp = service.ReceiveMessageResponse()
+        stamp.delivery_timestamp.GetCurrentTime()
+        yield stamp
+
+    async def _received(self, request: Any, context: Any) -> list[Any]:
+        """Acquire up to the batch size of the topic's records for an acquisition of this client,
+        locked for the invisible duration, long-polled; the records the tag filter leaves out (and
+        offsets with no record) acknowledged for the group at once, as a broker skips them."""
+        client_id = _client_id(context)
+        group = _group_of(request.group)
+        topic = messages.topic_of(request.message_queue.topic)
+        self.clients.seen(client_id, group=group)
+        tags = receiving.TagFilter.of(request.filter_expression)
+        if request.batch_size < 1:
+            raise RocketMQError(Code.BAD_REQUEST, f"batch size {request.batch_size} is not positive")
+        invisible_ms = _invisible_ms(request)
+        wait_ms = _polling_ms(request, context)
+        count = await self.gateway.blocking(topics.partition_count, self.broker, topic)
+        # From the queue asked (a simple consumer turns over the queues), else (the push
+        # consumer's queue -1) from a random one: every partition is reached first in turn.
+        first = request.message_queue.id if 0 <= request.message_queue.id < count else random.randrange(count)
+        wanted = [(topic, (first + i) % count) for i in range(count)]
+        member = receiving.acquisition_member(client_id)
+        host, port = self.gateway.advertised or ("", 0)
+        store_host = f"{host or self.gateway.listen_host}:{port}"
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            got = await share.acquire_waiting(
+                self.broker,
+                self.gateway.notifier,
+                self.gateway.blocking,
+                group,
+                member,
+                wanted,
+                left_ms,
+                max_records=request.batch_size,
+                isolation_level="read_committed",
+                lock_duration_ms=invisible_ms,
+            )
+            failed = [p.error for p in got if p.error is not None]
+            if failed and len(failed) == len(got):
+                raise failed[0]
+            found: list[Any] = []
+            skipped: dict[tuple[str, int], list[AcknowledgementBatch]] = {}
+            for part in got:
+                records = {r.offset: (r, c) for r, c in zip(part.records, part.delivery_counts)}
+                for run in part.acquired:
+                    for offset in range(run.first_offset, run.last_offset + 1):
+                        held = records.get(offset)
+                        if held is not None and tags.matches(held[0]):
+                            record, delivery_count = held
+                            handle = receiving.ReceiptHandle(topic, part.partition, offset, delivery_count, member)
+                            found.append(
+                                receiving.message_of(
+                                    topic, part.partition, record, delivery_count, handle.encode(), invisible_ms, store_host
+                                )
+                            )
+                        else:
+                            kind = AcknowledgeType.GAP if held is None else AcknowledgeType.ACCEPT
+                            skipped.setdefault((topic, part.partition), []).append(
+                                AcknowledgementBatch(offset, offset, (int(kind),))
+                            )
+            if skipped:
+                for answer in await self.gateway.blocking(share.acknowledge, self.broker, group, member, skipped):
+                    if answer.error is not None:
+                        log.warning(
+                            "records of %s-%s filtered out for %r not acknowledged: %s",
+                            topic,
+                            answer.partition,
+                            group,
+                            answer.error,
+                        )
+            if found or left_ms == 0:
+                return found
+
+    async def _settle(
+        self, group: str, topic: str, text: str, kind: AcknowledgeType, lock_ms: int | None = None
+    ) -> receiving.ReceiptHandle:
+        """Acknowledge the record a receipt handle names, as the acquisition that received it. A
+        handle whose lock is gone (expired, acknowledged, delivered again since) is refused
+        INVALID_RECEIPT_HANDLE, as a proxy refuses an expired one."""
+        handle = receiving.ReceiptHandle.decode(text)
+        if handle.topic != topic:
+            raise RocketMQError(Code.INVALID_RECEIPT_HANDLE, f"the receipt handle is of topic {handle.topic!r}, not {topic!r}")
+        batch = AcknowledgementBatch(handle.offset, handle.offset, (int(kind),))
+        acks = {(topic, handle.partition): [batch]}
+        [answer] = await self.gateway.blocking(share.acknowledge, self.broker, group, handle.member_id, acks, lock_ms)
+        if answer.error is not None:
+            if answer.error.code in (
+                ErrorCode.INVALID_RECORD_STATE,
+                ErrorCode.INVALID_REQUEST,
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            ):
+                raise RocketMQError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle is expired: {answer.error.message}")
+            raise answer.error
+        if kind is AcknowledgeType.RENEW and answer.outcome is not None and not answer.outcome.renewed:
+            # Below the share partition's start offset: acknowledged or archived already, nothing
+            # left to hold (an ACCEPT or REJECT of it is answered OK: done is done).
+            raise RocketMQError(Code.INVALID_RECEIPT_HANDLE, "receipt handle is expired: the message is done")
+        return handle
+
+    @_answered(service.AckMessageResponse)
+    async def AckMessage(self, request: Any, context: Any) -> Any:
+        """Each entry ACCEPTed on its own; the answer's status is the entries' one code, or
+        MULTIPLE_RESULTS, as a proxy answers."""
+        group = _group_of(request.group)
+        topic = messages.topic_of(request.topic)
+        self.clients.seen(_client_id(context), group=group)
+        if not request.entries:
+            raise RocketMQError(Code.BAD_REQUEST, "the request carries no entry")
+        entries = []
+        for entry in request.entries:
+            try:
+                await self._settle(group, topic, entry.receipt_handle, AcknowledgeType.ACCEPT)
+                result = status()
+            except RocketMQError as exc:
+                result = status(exc.code, exc.message)
+            except TxlogError as exc:
+                result = of_error(exc)
+            entries.append(
+                service.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=result)
+            )
+        codes = {e.status.code for e in entries}
+        code = codes.pop() if len(codes) == 1 else Code.MULTIPLE_RESULTS
+        return service.AckMessageResponse(status=status(code, Code.Name(code)), entries=entries)
+
+    @_answered(service.ChangeInvisibleDurationResponse)
+    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
+        """The lock renewed for the new duration from now (RENEW): the message comes again when
+        it ends, unless acknowledged. The handle answered names the same acquisition."""
+        group = _group_of(request.group)
+        topic = messages.topic_of(request.topic)
+        self.clients.seen(_client_id(context), group=group)
+        ms = _checked_invisible_ms(request.invisible_duration.ToMilliseconds())
+        handle = await self._settle(group, topic, request.receipt_handle, AcknowledgeType.RENEW, ms)
+        return service.ChangeInvisibleDurationResponse(status=status(), receipt_handle=handle.encode())
+
+    @_answered(service.ForwardMessageToDeadLetterQueueResponse)
+    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
+        """The message copied to the group's dead-letter topic (made with one partition when
+        missing), then REJECTed (archived, never delivered again). The lock is renewed first, so
+        a handle that no longer holds the message writes no copy. A group whose name no topic
+        name can hold (RocketMQ allows ``%`` and ``|``) has its message archived without a copy."""
+        group = _group_of(request.group)
+        topic = messages.topic_of(request.topic)
+        self.clients.seen(_client_id(context), group=group)
+        handle = await self._settle(group, topic, request.receipt_handle, AcknowledgeType.RENEW, DLQ_HOLD_MS)
+        page = await self.gateway.blocking(
+            fetch.fetch, self.broker, topic, handle.partition, handle.offset, 1, 1_048_576, "read_committed"
+        )
+        record = next((r for r in page.records if r.offset == handle.offset), None)
+        if record is not None:
+            await self.gateway.blocking(_to_dead_letter_topic, self.broker, group, topic, handle.partition, record)
+        await self._settle(group, topic, request.receipt_handle, AcknowledgeType.REJECT)
+        return service.ForwardMessageToDeadLetterQueueResponse(status=status())
+
 
 # The MessagingService's other RPCs: answered UNIMPLEMENTED by name, as the generated servicer
 # would, without the traceback it logs for each.
-UNSERVED = (
-    "QueryAssignment",
-    "ReceiveMessage",
-    "AckMessage",
-    "ForwardMessageToDeadLetterQueue",
-    "PullMessage",
-    "UpdateOffset",
-    "GetOffset",
-    "QueryOffset",
-    "ChangeInvisibleDuration",
-    "RecallMessage",
-    "SyncLiteSubscription",
-)
+UNSERVED = ("PullMessage", "UpdateOffset", "GetOffset", "QueryOffset", "RecallMessage", "SyncLiteSubscription")
 
 
 def _unserved(name: str) -> Callable[..., Awaitable[None]]:
@@ -269,6 +490,74 @@ def _unserved(name: str) -> Callable[..., Awaitable[None]]:
 
     rpc.__name__ = rpc.__qualname__ = name
     return rpc
+
+
+def _group_of(resource: Any) -> str:
+    """A consumer group's name: the share group of the same name."""
+    if resource.resource_namespace:
+        raise RocketMQError(Code.BAD_REQUEST, f"namespaces are not served (namespace {resource.resource_namespace!r})")
+    if not resource.name:
+        raise RocketMQError(Code.ILLEGAL_CONSUMER_GROUP, "the consumer group is blank")
+    return str(resource.name)
+
+
+def _checked_invisible_ms(ms: int) -> int:
+    if not 0 < ms <= MAX_INVISIBLE_MS:
+        raise RocketMQError(Code.ILLEGAL_INVISIBLE_TIME, f"the invisible duration must be above 0 and at most 12 h, not {ms} ms")
+    return ms
+
+
+def _invisible_ms(request: Any) -> int:
+    """A receive's invisible duration: the request's, else (auto_renew, the push consumer) the
+    proxy's default."""
+    if not request.HasField("invisible_duration") and request.auto_renew:
+        return DEFAULT_INVISIBLE_MS
+    return _checked_invisible_ms(request.invisible_duration.ToMilliseconds())
+
+
+def _polling_ms(request: Any, context: Any) -> int:
+    """How long a receive waits for messages: the request's long-polling timeout (else the
+    proxy's longest), at most the proxy's longest and what the call's deadline leaves."""
+    wanted = request.long_polling_timeout.ToMilliseconds() if request.HasField("long_polling_timeout") else MAX_LONG_POLLING_MS
+    if wanted < 0:
+        raise RocketMQError(Code.ILLEGAL_POLLING_TIME, f"the long-polling timeout {wanted} ms is negative")
+    wanted = min(wanted, MAX_LONG_POLLING_MS)
+    remaining = context.time_remaining()
+    if remaining is not None:
+        wanted = min(wanted, max(0, int(remaining * 1000) - LONG_POLLING_RESERVE_MS))
+    return wanted
+
+
+def _to_dead_letter_topic(broker: Broker, group: str, topic: str, partition: int, record: Any) -> None:
+    """``record`` appended to the group's dead-letter topic (made first if missing), with where it
+    came from as RocketMQ's DLQ properties."""
+    dlq = DLQ_PREFIX + group
+    try:
+        topics.partition_count(broker, dlq)
+    except TxlogError as exc:
+        if exc.code is not ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            raise
+        try:
+            topics.create_topic(broker, dlq, DLQ_PARTITIONS)
+        except TxlogError as made:
+            if made.code is ErrorCode.INVALID_TOPIC_EXCEPTION:
+                log.warning(
+                    "group %r has no dead-letter topic (%s): %s-%s@%s archived without a copy",
+                    group,
+                    made.message,
+                    topic,
+                    partition,
+                    record.offset,
+                )
+                return
+            if made.code is not ErrorCode.TOPIC_ALREADY_EXISTS:
+                raise
+    origin = (
+        (DLQ_ORIGIN_TOPIC, topic.encode()),
+        (DLQ_ORIGIN_MESSAGE_ID, receiving.message_id_of(topic, partition, record).encode()),
+    )
+    headers = tuple((k, v) for k, v in record.headers if k not in (DLQ_ORIGIN_TOPIC, DLQ_ORIGIN_MESSAGE_ID)) + origin
+    produce.produce_to_topic(broker, dlq, [NewRecord(record.key, record.value, headers, record.timestamp_ms)])
 
 
 for _name in UNSERVED:
@@ -284,6 +573,7 @@ class Gateway:
         self.clients = Clients()
         self.check_backs = transactions.CheckBacks(self)
         self.advertised: tuple[str, int] | None = None
+        self.notifier: AppendNotifier | None = None  # wakes receives waiting for records
         self._listen_host = ""
         self._server: grpc.aio.Server | None = None
 
@@ -317,13 +607,29 @@ class Gateway:
         self._listen_host = host
         every = host in ("", "0.0.0.0", "::")
         self.advertised = (advertised_host or ("" if every else host), bound)
+        self._start_notifier()
         return int(bound)
+
+    @property
+    def listen_host(self) -> str:
+        return self._listen_host
+
+    def _start_notifier(self) -> None:
+        """The process's listener for appends, as the HTTP API's and the Kafka gateway's: one
+        long-poll wait for every way in."""
+        if self.broker.settings.database_url:
+            self.notifier = AppendNotifier(
+                self.broker.settings.database_url, functools.partial(fetch.listen, self.broker), self.blocking
+            )
+            self.notifier.start()
 
     async def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         await self.check_backs.stop()
         self.clients.close()  # Telemetry streams end now, not after the grace
         if self._server is not None:
             await self._server.stop(grace_s)
+        if self.notifier is not None:
+            await self.notifier.stop()
 
 
 async def serve(broker: Broker, host: str, port: int, advertised_host: str | None = None) -> None:

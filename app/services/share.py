@@ -281,6 +281,7 @@ async def acquire_waiting(
     isolation_level: IsolationLevel | None = None,
     min_bytes: int = 1,
     batch_size: int | None = None,
+    lock_duration_ms: int | None = None,
 ) -> list[ShareFetchPartition]:
     """A long-polled ShareFetch, for every way in: ``acquire``, and until it acquired records of
     at least ``min_bytes`` (or ``max_records`` or ``max_bytes`` are used up), wait — at most
@@ -293,14 +294,15 @@ async def acquire_waiting(
     Records acquired while it waits for ``min_bytes`` stay locked to the member, their lock
     running. ``batch_size``: acquired runs cut to at most that many records (``in_batches``).
     ``max_bytes`` bounds each partition's records (KIP-74: a first record larger is still
-    given), less what earlier acquisitions of the same request took. ``run_blocking`` runs
-    ``acquire`` off the event loop."""
+    given), less what earlier acquisitions of the same request took. ``lock_duration_ms``: as
+    ``acquire``'s (RocketMQ's invisible duration). ``run_blocking`` runs ``acquire`` off the event
+    loop."""
     got: dict[tuple[str, int], ShareFetchPartition] = {}
     left = [max_records, max_bytes]
 
     def once() -> list[ShareFetchPartition]:
         if left[0] > 0 and left[1] > 0:
-            read = acquire(broker, group_id, member_id, partitions, left[0], left[1], isolation_level)
+            read = acquire(broker, group_id, member_id, partitions, left[0], left[1], isolation_level, lock_duration_ms)
             for part in read:
                 got[(part.topic, part.partition)] = _merged(got.get((part.topic, part.partition)), part)
                 left[0] -= sum(a.last_offset - a.first_offset + 1 for a in part.acquired)

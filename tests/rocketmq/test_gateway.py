@@ -184,7 +184,7 @@ def test_bad_sends_answer_rocketmq_status_codes_and_append_nothing(
     assert _records(store, name) == []
     # RPCs not served yet are gRPC's UNIMPLEMENTED, and the gateway lives on
     with pytest.raises(grpc.RpcError) as raised:
-        stub.ReceiveMessage(service_pb2.ReceiveMessageRequest(), metadata=CLIENT).next()
+        stub.PullMessage(service_pb2.PullMessageRequest(), metadata=CLIENT).next()
     assert raised.value.code() == grpc.StatusCode.UNIMPLEMENTED
     ok = stub.SendMessage(service_pb2.SendMessageRequest(messages=[_message(name, b"fine")]), metadata=CLIENT)
     assert ok.status.code == Code.OK and ok.entries[0].offset == 0
@@ -221,6 +221,7 @@ def test_every_rpc_of_the_service_is_served_or_named_unserved() -> None:
     from api.rocketmq.server import UNSERVED, MessagingService
 
     served = {"QueryRoute", "Heartbeat", "Telemetry", "NotifyClientTermination", "SendMessage", "EndTransaction"}
+    served |= {"QueryAssignment", "ReceiveMessage", "AckMessage", "ChangeInvisibleDuration", "ForwardMessageToDeadLetterQueue"}
     methods = {m.name for m in service_pb2.DESCRIPTOR.services_by_name["MessagingService"].methods}
     assert methods == served | set(UNSERVED)
     assert not served & set(UNSERVED)
