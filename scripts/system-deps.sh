@@ -4,7 +4,8 @@
 #     without them txlog installs and runs on the Python definitions alone, slower).
 #   system-deps.sh: also Java and the PostgreSQL JDBC driver (for Spark), Chromium (for page
 #     tests), libfaketime (runs a server with its clock set apart from the database's, for clock
-#     tests) and kcat (a librdkafka command-line client, for the Kafka gateway's smoke test).
+#     tests), kcat (a librdkafka command-line client, for the Kafka gateway's smoke test) and
+#     Node.js with npm (RocketMQ's Node.js client, installed by its test under .cache/node).
 # Skips what is present; says what is missing when it cannot install (no root, no apt).
 set -euo pipefail
 python=${PYTHON:-python3}
@@ -18,6 +19,8 @@ if [[ ${1:-} != build ]]; then
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
   command -v faketime >/dev/null 2>&1 || need+=(faketime)
   command -v kcat >/dev/null 2>&1 || need+=(kcat)
+  command -v node >/dev/null 2>&1 || need+=(nodejs)
+  command -v npm >/dev/null 2>&1 || need+=(npm)
 fi
 ((${#need[@]})) || exit 0
 if [[ ${1:-} == build ]] && [[ $(id -u) -ne 0 ]] && ! sudo -n true 2>/dev/null; then

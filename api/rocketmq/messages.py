@@ -165,11 +165,15 @@ def as_message(topic: str, record: NewRecord, message_type: int) -> Any:
     """A record as RocketMQ's Message: its value the body, the headers this module writes back in
     their fields (tag, keys, message id), every other header but RocketMQ's reserved names a user
     property, the record's key the message group of a FIFO message, its timestamp the born
-    timestamp."""
+    timestamp, its value's CRC32 the body digest."""
     message = definition.Message(topic=definition.Resource(name=topic), body=record.value or b"")
     props = message.system_properties
     props.message_type = message_type
     props.body_encoding = Encoding.IDENTITY
+    # A proxy gives every message its body's digest, and clients read it unguarded (the Node.js
+    # client cannot decode a message without one, not even a check-back's).
+    props.body_digest.type = definition.DigestType.CRC32
+    props.body_digest.checksum = format(zlib.crc32(message.body) & 0xFFFFFFFF, "08X")
     for name, value in record.headers:
         text = (value or b"").decode("utf-8", "replace")
         if name == TAG_HEADER:

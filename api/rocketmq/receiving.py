@@ -20,7 +20,6 @@ import base64
 import binascii
 import json
 import uuid
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,16 +125,14 @@ def message_of(
     topic: str, partition: int, record: StoredRecord, delivery_count: int, handle: str, invisible_ms: int, host: str
 ) -> Any:
     """A record as the Message a proxy streams: ``messages.as_message`` (the body, tag, keys,
-    message id and user properties from the record), its id made from its place when a producer
-    gave none, the body's digest; the queue its partition, the queue offset its offset, the
-    delivery attempt its delivery count."""
+    message id, user properties and body digest from the record), its id made from its place when a
+    producer gave none; the queue its partition, the queue offset its offset, the delivery attempt
+    its delivery count."""
     headers = tuple(zip(record.header_keys or (), record.header_values or ()))
     body = record.value or b""
     message = as_message(topic, NewRecord(record.key, body, headers, record.timestamp_ms), MessageType.NORMAL)
     props = message.system_properties
     props.message_id = message_id_of(topic, partition, record)
-    props.body_digest.type = definition.DigestType.CRC32
-    props.body_digest.checksum = format(zlib.crc32(body) & 0xFFFFFFFF, "08X")
     props.store_timestamp.FromMilliseconds(record.timestamp_ms)
     props.born_host = host
     props.store_host = host
