@@ -43,7 +43,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 import grpc
 
-from api.rocketmq import messages, receiving, settings, transactions
+from api.rocketmq import identity, messages, receiving, settings, transactions
 from api.rocketmq.clients import Clients
 from api.rocketmq.status import RocketMQError, of_error, status
 from app.domain.records import NewRecord
@@ -51,6 +51,7 @@ from app.domain.share_partition import AcknowledgementBatch, AcknowledgeType
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, fetch, produce, share, topics
 from app.services.notify import AppendNotifier
+from app.services.security import Authorizer
 from app.wire.rocketmq.protocol import AddressScheme, Code, MessageType, Permission, definition, service, service_grpc
 
 log = logging.getLogger("txlog.rocketmq")
@@ -139,11 +140,21 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         self.broker = gateway.broker
         self.clients = gateway.clients
 
+    # -- identity ------------------------------------------------------------------------------
+
+    async def _authorize(self, context: Any, rpc: str, topic: str | None = None, group: str | None = None) -> None:
+        """With TXLOG_AUTH=token: the call's signer, allowed ``rpc`` on ``topic`` for ``group``
+        (``identity``); without, nothing is checked."""
+        authorizer = self.gateway.authorizer
+        if authorizer is not None:
+            await self.gateway.blocking(identity.authorize, authorizer, _metadata(context), rpc, topic, group)
+
     # -- routing -------------------------------------------------------------------------------
 
     @_answered(service.QueryRouteResponse)
     async def QueryRoute(self, request: Any, context: Any) -> Any:
         topic = messages.topic_of(request.topic)
+        await self._authorize(context, "QueryRoute", topic)
         client_id = _client_id(context, required=False)
         if client_id:
             self.clients.seen(client_id)
@@ -165,12 +176,14 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
 
     @_answered(service.HeartbeatResponse)
     async def Heartbeat(self, request: Any, context: Any) -> Any:
+        await self._authorize(context, "Heartbeat")
         group = request.group.name if request.HasField("group") else None
         self.clients.seen(_client_id(context), request.client_type, group)
         return service.HeartbeatResponse(status=status())
 
     @_answered(service.NotifyClientTerminationResponse)
     async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
+        await self._authorize(context, "NotifyClientTermination")
         self.clients.terminated(_client_id(context))
         return service.NotifyClientTerminationResponse(status=status())
 
@@ -180,8 +193,12 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         ``Clients.push``. The stream lasts until either side ends it."""
         try:
             client_id = _client_id(context)
+            await self._authorize(context, "Telemetry")
         except RocketMQError as exc:
             yield service.TelemetryCommand(status=status(exc.code, exc.message))
+            return
+        except TxlogError as exc:
+            yield service.TelemetryCommand(status=of_error(exc))
             return
         outgoing = self.clients.open_stream(client_id)
         reader = asyncio.create_task(self._read_telemetry(client_id, request_iterator, outgoing))
@@ -226,6 +243,8 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         topic = outgoing[0].topic
         if any(o.topic != topic for o in outgoing):
             raise RocketMQError(Code.BAD_REQUEST, "the messages of one request must share their topic")
+        transactional = outgoing[0].message_type == MessageType.TRANSACTION
+        await self._authorize(context, "SendHalfMessage" if transactional else "SendMessage", topic)
         for o in outgoing:
             if o.message_type not in SENT_TYPES:
                 raise RocketMQError(
@@ -264,6 +283,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
 
     @_answered(service.EndTransactionResponse)
     async def EndTransaction(self, request: Any, context: Any) -> Any:
+        await self._authorize(context, "EndTransaction", messages.topic_of(request.topic))
         client_id = _client_id(context, required=False)
         if client_id:
             self.clients.seen(client_id)
@@ -292,6 +312,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         group's consumers: the share group spreads the messages over them, not the assignment."""
         topic = messages.topic_of(request.topic)
         group = _group_of(request.group)
+        await self._authorize(context, "QueryAssignment", topic, group)
         self.clients.seen(_client_id(context), group=group)
         await self.gateway.blocking(topics.partition_count, self.broker, topic)
         broker = definition.Broker(name=BROKER_NAME, id=MASTER_BROKER_ID, endpoints=self.gateway.endpoints(request.endpoints))
@@ -332,6 +353,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         client_id = _client_id(context)
         group = _group_of(request.group)
         topic = messages.topic_of(request.message_queue.topic)
+        await self._authorize(context, "ReceiveMessage", topic, group)
         self.clients.seen(client_id, group=group)
         tags = receiving.TagFilter.of(request.filter_expression)
         if request.batch_size < 1:
@@ -429,6 +451,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         MULTIPLE_RESULTS, as a proxy answers."""
         group = _group_of(request.group)
         topic = messages.topic_of(request.topic)
+        await self._authorize(context, "AckMessage", topic, group)
         self.clients.seen(_client_id(context), group=group)
         if not request.entries:
             raise RocketMQError(Code.BAD_REQUEST, "the request carries no entry")
@@ -454,6 +477,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         it ends, unless acknowledged. The handle answered names the same acquisition."""
         group = _group_of(request.group)
         topic = messages.topic_of(request.topic)
+        await self._authorize(context, "ChangeInvisibleDuration", topic, group)
         self.clients.seen(_client_id(context), group=group)
         ms = _checked_invisible_ms(request.invisible_duration.ToMilliseconds())
         handle = await self._settle(group, topic, request.receipt_handle, AcknowledgeType.RENEW, ms)
@@ -467,6 +491,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         name can hold (RocketMQ allows ``%`` and ``|``) has its message archived without a copy."""
         group = _group_of(request.group)
         topic = messages.topic_of(request.topic)
+        await self._authorize(context, "ForwardMessageToDeadLetterQueue", topic, group)
         self.clients.seen(_client_id(context), group=group)
         handle = await self._settle(group, topic, request.receipt_handle, AcknowledgeType.RENEW, DLQ_HOLD_MS)
         page = await self.gateway.blocking(
@@ -574,6 +599,8 @@ class Gateway:
         self.check_backs = transactions.CheckBacks(self)
         self.advertised: tuple[str, int] | None = None
         self.notifier: AppendNotifier | None = None  # wakes receives waiting for records
+        # Principals and ACLs (TXLOG_AUTH=token); None: no one is authenticated, all is allowed.
+        self.authorizer = Authorizer(broker.db) if broker.settings.auth == "token" else None
         self._listen_host = ""
         self._server: grpc.aio.Server | None = None
 
@@ -601,6 +628,9 @@ class Gateway:
             raise ListenError(f"cannot listen on {address}: {exc}") from exc
         if not bound:
             raise ListenError(f"cannot listen on {address}")
+        if self.authorizer is not None:
+            await self.blocking(self.authorizer.refresh)
+            self.authorizer.start()
         await server.start()
         self._server = server
         self.check_backs.start()
@@ -630,6 +660,8 @@ class Gateway:
             await self._server.stop(grace_s)
         if self.notifier is not None:
             await self.notifier.stop()
+        if self.authorizer is not None:
+            self.authorizer.stop()
 
 
 async def serve(broker: Broker, host: str, port: int, advertised_host: str | None = None) -> None:
