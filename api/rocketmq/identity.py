@@ -19,7 +19,7 @@ import time
 from typing import Mapping, Sequence
 
 from app.domain import rocketmq_signature as signature
-from app.domain.acls import Api, StoredPrincipal
+from app.domain.acls import Api, StoredPrincipal, denied
 from app.errors import ErrorCode, TxlogError
 from app.services.security import Authorizer
 
@@ -57,16 +57,25 @@ def signer(authorizer: Authorizer, metadata: Mapping[str, str], now_s: float | N
     return authorizer.authenticate_signed(signed.access_key, lambda key: signature.signature_matches(signed, date_time, key))
 
 
-def authorize(
-    authorizer: Authorizer, metadata: Mapping[str, str], rpc: str, topic: str | None = None, group: str | None = None
-) -> StoredPrincipal:
-    """The call's signer, allowed ``rpc`` on ``topic`` for ``group``; else the error to answer."""
-    principal = signer(authorizer, metadata)
+def _names(topic: str | None, group: str | None) -> dict[str, str | Sequence[str] | None]:
     names: dict[str, str | Sequence[str] | None] = {}
     if topic is not None:
         names["topic"] = topic
         names["topics"] = (topic,)
     if group is not None:
         names["group"] = group
-    authorizer.check(principal.name, RPC_API[rpc], names)
+    return names
+
+
+def authorize(
+    authorizer: Authorizer, metadata: Mapping[str, str], rpc: str, topic: str | None = None, group: str | None = None
+) -> StoredPrincipal:
+    """The call's signer, allowed ``rpc`` on ``topic`` for ``group``; else the error to answer."""
+    principal = signer(authorizer, metadata)
+    authorizer.check(principal.name, RPC_API[rpc], _names(topic, group))
     return principal
+
+
+def allowed(authorizer: Authorizer, principal: str, rpc: str, topic: str | None = None, group: str | None = None) -> bool:
+    """May ``principal`` call ``rpc`` on ``topic`` for ``group``? (From the authorizer's snapshot.)"""
+    return denied(authorizer.decisions(principal), RPC_API[rpc], _names(topic, group)) is None

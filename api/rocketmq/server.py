@@ -44,8 +44,9 @@ from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 import grpc
 
 from api.rocketmq import identity, messages, receiving, settings, transactions
-from api.rocketmq.clients import Clients
+from api.rocketmq.clients import Client, Clients
 from api.rocketmq.status import RocketMQError, of_error, status
+from app.domain.acls import StoredPrincipal
 from app.domain.records import NewRecord
 from app.domain.share_partition import AcknowledgementBatch, AcknowledgeType
 from app.errors import ErrorCode, TxlogError
@@ -142,12 +143,15 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
 
     # -- identity ------------------------------------------------------------------------------
 
-    async def _authorize(self, context: Any, rpc: str, topic: str | None = None, group: str | None = None) -> None:
+    async def _authorize(
+        self, context: Any, rpc: str, topic: str | None = None, group: str | None = None
+    ) -> StoredPrincipal | None:
         """With TXLOG_AUTH=token: the call's signer, allowed ``rpc`` on ``topic`` for ``group``
-        (``identity``); without, nothing is checked."""
+        (``identity``); without, nothing is checked (None)."""
         authorizer = self.gateway.authorizer
-        if authorizer is not None:
-            await self.gateway.blocking(identity.authorize, authorizer, _metadata(context), rpc, topic, group)
+        if authorizer is None:
+            return None
+        return await self.gateway.blocking(identity.authorize, authorizer, _metadata(context), rpc, topic, group)
 
     # -- routing -------------------------------------------------------------------------------
 
@@ -193,7 +197,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         ``Clients.push``. The stream lasts until either side ends it."""
         try:
             client_id = _client_id(context)
-            await self._authorize(context, "Telemetry")
+            principal = await self._authorize(context, "Telemetry")
         except RocketMQError as exc:
             yield service.TelemetryCommand(status=status(exc.code, exc.message))
             return
@@ -201,6 +205,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
             yield service.TelemetryCommand(status=of_error(exc))
             return
         outgoing = self.clients.open_stream(client_id)
+        self.clients.seen(client_id).principal = principal.name if principal is not None else None
         reader = asyncio.create_task(self._read_telemetry(client_id, request_iterator, outgoing))
         try:
             while True:
@@ -603,6 +608,13 @@ class Gateway:
         self.authorizer = Authorizer(broker.db) if broker.settings.auth == "token" else None
         self._listen_host = ""
         self._server: grpc.aio.Server | None = None
+
+    def may_answer_check_back(self, client: Client, topic: str) -> bool:
+        """A check-back carries the half message: with TXLOG_AUTH=token it goes only to a producer
+        whose signer may answer it (EndTransaction's rule on the topic)."""
+        if self.authorizer is None:
+            return True
+        return client.principal is not None and identity.allowed(self.authorizer, client.principal, "EndTransaction", topic)
 
     async def blocking(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, functools.partial(fn, *args))

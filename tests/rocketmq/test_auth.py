@@ -14,8 +14,10 @@ import pytest
 
 from app.domain.acls import CLUSTER_NAME, AclBinding, Operation, PatternType, PermissionType, ResourceType
 from app.services import Broker, security, share
+from app.services import half_messages as half_service
 from app.services import topics as topic_service
 from tests.rocketmq.conftest import RocketMQGatewayProcess
+from tests.support import wait_until
 
 rocketmq = pytest.importorskip("rocketmq")
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc  # noqa: E402
@@ -30,6 +32,7 @@ O, R = Operation, ResourceType
 class World(SimpleNamespace):
     gateway: RocketMQGatewayProcess
     topic: str
+    tx_topic: str  # its producer group (the topic's name) checks back soon
     group: str
     writer: tuple[str, str]  # name, RocketMQ secret key
     reader: tuple[str, str]
@@ -56,6 +59,9 @@ def world(rocketmq_db: str, store: Broker, tmp_path_factory: pytest.TempPathFact
     """Principals and ACLs made before the gateway starts: its first snapshot holds them."""
     topic = f"secured-{uuid.uuid4().hex[:8]}"
     topic_service.create_topic(store, topic, 2)
+    tx_topic = f"secured-tx-{uuid.uuid4().hex[:8]}"
+    topic_service.create_topic(store, tx_topic, 1)
+    half_service.register_producer_group(store, tx_topic, None, check_interval_ms=300)
     group = f"GID_{uuid.uuid4().hex[:8]}"
     share.alter_group_configs(store, group, {"share.auto.offset.reset": "earliest"})
     writer, reader, describer = _principal(store, "writer"), _principal(store, "reader"), _principal(store, "describer")
@@ -63,11 +69,15 @@ def world(rocketmq_db: str, store: Broker, tmp_path_factory: pytest.TempPathFact
     _grant(store, reader[0], R.TOPIC, topic, O.READ)
     _grant(store, reader[0], R.GROUP, group, O.READ)
     _grant(store, describer[0], R.TOPIC, topic, O.DESCRIBE)
+    _grant(store, writer[0], R.TOPIC, tx_topic, O.WRITE)
+    _grant(store, describer[0], R.TOPIC, tx_topic, O.DESCRIBE)
     log = tmp_path_factory.mktemp("rocketmq-auth") / "gateway.log"
-    env = {"TXLOG_AUTH": "token", "TXLOG_ADMIN_TOKEN": ADMIN_TOKEN}
+    env = {"TXLOG_AUTH": "token", "TXLOG_ADMIN_TOKEN": ADMIN_TOKEN, "TXLOG_HALF_CHECK_POLL_INTERVAL_MS": "100"}
     gateway = RocketMQGatewayProcess(rocketmq_db, env=env, log_path=log).start()
     try:
-        yield World(gateway=gateway, topic=topic, group=group, writer=writer, reader=reader, describer=describer)
+        yield World(
+            gateway=gateway, topic=topic, tx_topic=tx_topic, group=group, writer=writer, reader=reader, describer=describer
+        )
     finally:
         assert gateway.stop() == 0, gateway.log()
 
@@ -178,3 +188,41 @@ def test_the_cli_tells_a_tokens_rocketmq_secret_key(world: World) -> None:
     assert key == security.rocketmq_secret_key(ADMIN_TOKEN) and ADMIN_TOKEN not in key
     # TXLOG_ADMIN_TOKEN's principal, admin, signs with it
     assert _route(world, _signed(security.ADMIN_PRINCIPAL, key)).status.code == Code.OK
+
+
+class Checker(rocketmq.TransactionChecker):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def check(self, message: Any) -> Any:
+        self.calls.append(message.message_id)
+        return rocketmq.TransactionResolution.COMMIT
+
+
+def test_a_check_back_goes_only_to_a_producer_that_may_answer_it(world: World, store: Broker) -> None:
+    """A check-back carries the half message: a producer that names the topic but may not Write it
+    (answer EndTransaction) is never sent one."""
+    writes, snoops = Checker(), Checker()
+    writer = rocketmq.Producer(_config(world, *world.writer), (world.tx_topic,), writes)
+    writer.startup()
+    snooper = None
+    try:
+        transaction = writer.begin_transaction()
+        message = _message(world.tx_topic, b"half")
+        message.add_property("CHECK_IMMUNITY_TIME_IN_SECONDS", "1")
+        receipt = writer.send(message, transaction)
+        # the newest producer of the topic: first in line for the check, were it not refused
+        snooper = rocketmq.Producer(_config(world, *world.describer), (world.tx_topic,), snoops)
+        snooper.startup()
+        wait_until(
+            lambda: half_service.describe(store, receipt.transaction_id).stored.msg.state.is_decided,
+            20,
+            0.05,
+            "the half message decided by a check-back",
+        )
+    finally:
+        writer.shutdown()
+        if snooper is not None:
+            snooper.shutdown()
+    assert writes.calls and set(writes.calls) == {receipt.message_id}
+    assert snoops.calls == []
