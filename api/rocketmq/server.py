@@ -597,7 +597,7 @@ for _name in UNSERVED:
 class Gateway:
     """The gRPC server of one gateway process and what its RPCs share."""
 
-    def __init__(self, broker: Broker, executor: ThreadPoolExecutor | None = None) -> None:
+    def __init__(self, broker: Broker, executor: ThreadPoolExecutor | None = None, authorizer: Authorizer | None = None) -> None:
         self.broker = broker
         self.executor = executor
         self.clients = Clients()
@@ -605,7 +605,7 @@ class Gateway:
         self.advertised: tuple[str, int] | None = None
         self.notifier: AppendNotifier | None = None  # wakes receives waiting for records
         # Principals and ACLs (TXLOG_AUTH=token); None: no one is authenticated, all is allowed.
-        self.authorizer = Authorizer(broker.db) if broker.settings.auth == "token" else None
+        self.authorizer = authorizer
         self._listen_host = ""
         self._server: grpc.aio.Server | None = None
 
@@ -683,7 +683,8 @@ async def serve(broker: Broker, host: str, port: int, advertised_host: str | Non
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     with ThreadPoolExecutor(max_workers=broker.settings.db_pool_size, thread_name_prefix="txlog-rocketmq") as executor:
-        gateway = Gateway(broker, executor)
+        authorizer = Authorizer(broker.db) if broker.settings.auth == "token" else None
+        gateway = Gateway(broker, executor, authorizer)
         bound = await gateway.start(host, port, advertised_host)
         log.info("RocketMQ gateway listening on %s:%d (MessagingService over gRPC)", host, bound)
         try:
