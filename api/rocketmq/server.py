@@ -7,6 +7,9 @@
 - Every RPC answers a RocketMQ status: a condition of the protocol (``RocketMQError``) with its
   code, a txlog error with its RocketMQ counterpart (``status.of_error``), anything else
   INTERNAL_SERVER_ERROR, logged. No RPC ends the process.
+- Identity (TXLOG_AUTH=token): every RPC's call is signed by a principal and checked by the ACL
+  rule of its Kafka counterpart before it does anything else with the store (``identity``);
+  check-backs go only to producers whose signer may answer them. Without it nothing is checked.
 - Services run in a thread pool the size of the database pool, never on the event loop.
 - Routing: every topic is served by every gateway, its queues the topic's partitions, each
   readable and writable, accepting NORMAL, FIFO and TRANSACTION messages. The queues' broker is one logical broker
