@@ -31,6 +31,7 @@ class Client:
     settings: Any = None  # the Settings it last sent
     groups: set[str] = field(default_factory=set)  # consumer groups named in its heartbeats
     streams: list[asyncio.Queue[Any]] = field(default_factory=list)
+    principal: str | None = None  # who signed its Telemetry stream (TXLOG_AUTH=token)
     seen: float = field(default_factory=time.monotonic)
 
     @property

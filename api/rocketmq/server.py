@@ -7,6 +7,9 @@
 - Every RPC answers a RocketMQ status: a condition of the protocol (``RocketMQError``) with its
   code, a txlog error with its RocketMQ counterpart (``status.of_error``), anything else
   INTERNAL_SERVER_ERROR, logged. No RPC ends the process.
+- Identity (TXLOG_AUTH=token): every RPC's call is signed by a principal and checked by the ACL
+  rule of its Kafka counterpart before it does anything else with the store (``identity``);
+  check-backs go only to producers whose signer may answer them. Without it nothing is checked.
 - Services run in a thread pool the size of the database pool, never on the event loop.
 - Routing: every topic is served by every gateway, its queues the topic's partitions, each
   readable and writable, accepting NORMAL, FIFO and TRANSACTION messages. The queues' broker is one logical broker
@@ -43,14 +46,16 @@ from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 import grpc
 
-from api.rocketmq import messages, receiving, settings, transactions
-from api.rocketmq.clients import Clients
+from api.rocketmq import identity, messages, receiving, settings, transactions
+from api.rocketmq.clients import Client, Clients
 from api.rocketmq.status import RocketMQError, of_error, status
+from app.domain.acls import StoredPrincipal
 from app.domain.records import NewRecord
 from app.domain.share_partition import AcknowledgementBatch, AcknowledgeType
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, fetch, produce, share, topics
 from app.services.notify import AppendNotifier
+from app.services.security import Authorizer
 from app.wire.rocketmq.protocol import AddressScheme, Code, MessageType, Permission, definition, service, service_grpc
 
 log = logging.getLogger("txlog.rocketmq")
@@ -139,11 +144,24 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         self.broker = gateway.broker
         self.clients = gateway.clients
 
+    # -- identity ------------------------------------------------------------------------------
+
+    async def _authorize(
+        self, context: Any, rpc: str, topic: str | None = None, group: str | None = None
+    ) -> StoredPrincipal | None:
+        """With TXLOG_AUTH=token: the call's signer, allowed ``rpc`` on ``topic`` for ``group``
+        (``identity``); without, nothing is checked (None)."""
+        authorizer = self.gateway.authorizer
+        if authorizer is None:
+            return None
+        return await self.gateway.blocking(identity.authorize, authorizer, _metadata(context), rpc, topic, group)
+
     # -- routing -------------------------------------------------------------------------------
 
     @_answered(service.QueryRouteResponse)
     async def QueryRoute(self, request: Any, context: Any) -> Any:
         topic = messages.topic_of(request.topic)
+        await self._authorize(context, "QueryRoute", topic)
         client_id = _client_id(context, required=False)
         if client_id:
             self.clients.seen(client_id)
@@ -165,12 +183,14 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
 
     @_answered(service.HeartbeatResponse)
     async def Heartbeat(self, request: Any, context: Any) -> Any:
+        await self._authorize(context, "Heartbeat")
         group = request.group.name if request.HasField("group") else None
         self.clients.seen(_client_id(context), request.client_type, group)
         return service.HeartbeatResponse(status=status())
 
     @_answered(service.NotifyClientTerminationResponse)
     async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
+        await self._authorize(context, "NotifyClientTermination")
         self.clients.terminated(_client_id(context))
         return service.NotifyClientTerminationResponse(status=status())
 
@@ -180,10 +200,15 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         ``Clients.push``. The stream lasts until either side ends it."""
         try:
             client_id = _client_id(context)
+            principal = await self._authorize(context, "Telemetry")
         except RocketMQError as exc:
             yield service.TelemetryCommand(status=status(exc.code, exc.message))
             return
+        except TxlogError as exc:
+            yield service.TelemetryCommand(status=of_error(exc))
+            return
         outgoing = self.clients.open_stream(client_id)
+        self.clients.seen(client_id).principal = principal.name if principal is not None else None
         reader = asyncio.create_task(self._read_telemetry(client_id, request_iterator, outgoing))
         try:
             while True:
@@ -226,6 +251,8 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         topic = outgoing[0].topic
         if any(o.topic != topic for o in outgoing):
             raise RocketMQError(Code.BAD_REQUEST, "the messages of one request must share their topic")
+        transactional = outgoing[0].message_type == MessageType.TRANSACTION
+        await self._authorize(context, "SendHalfMessage" if transactional else "SendMessage", topic)
         for o in outgoing:
             if o.message_type not in SENT_TYPES:
                 raise RocketMQError(
@@ -264,6 +291,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
 
     @_answered(service.EndTransactionResponse)
     async def EndTransaction(self, request: Any, context: Any) -> Any:
+        await self._authorize(context, "EndTransaction", messages.topic_of(request.topic))
         client_id = _client_id(context, required=False)
         if client_id:
             self.clients.seen(client_id)
@@ -292,6 +320,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         group's consumers: the share group spreads the messages over them, not the assignment."""
         topic = messages.topic_of(request.topic)
         group = _group_of(request.group)
+        await self._authorize(context, "QueryAssignment", topic, group)
         self.clients.seen(_client_id(context), group=group)
         await self.gateway.blocking(topics.partition_count, self.broker, topic)
         broker = definition.Broker(name=BROKER_NAME, id=MASTER_BROKER_ID, endpoints=self.gateway.endpoints(request.endpoints))
@@ -332,6 +361,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         client_id = _client_id(context)
         group = _group_of(request.group)
         topic = messages.topic_of(request.message_queue.topic)
+        await self._authorize(context, "ReceiveMessage", topic, group)
         self.clients.seen(client_id, group=group)
         tags = receiving.TagFilter.of(request.filter_expression)
         if request.batch_size < 1:
@@ -429,6 +459,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         MULTIPLE_RESULTS, as a proxy answers."""
         group = _group_of(request.group)
         topic = messages.topic_of(request.topic)
+        await self._authorize(context, "AckMessage", topic, group)
         self.clients.seen(_client_id(context), group=group)
         if not request.entries:
             raise RocketMQError(Code.BAD_REQUEST, "the request carries no entry")
@@ -454,6 +485,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         it ends, unless acknowledged. The handle answered names the same acquisition."""
         group = _group_of(request.group)
         topic = messages.topic_of(request.topic)
+        await self._authorize(context, "ChangeInvisibleDuration", topic, group)
         self.clients.seen(_client_id(context), group=group)
         ms = _checked_invisible_ms(request.invisible_duration.ToMilliseconds())
         handle = await self._settle(group, topic, request.receipt_handle, AcknowledgeType.RENEW, ms)
@@ -467,6 +499,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         name can hold (RocketMQ allows ``%`` and ``|``) has its message archived without a copy."""
         group = _group_of(request.group)
         topic = messages.topic_of(request.topic)
+        await self._authorize(context, "ForwardMessageToDeadLetterQueue", topic, group)
         self.clients.seen(_client_id(context), group=group)
         handle = await self._settle(group, topic, request.receipt_handle, AcknowledgeType.RENEW, DLQ_HOLD_MS)
         page = await self.gateway.blocking(
@@ -567,15 +600,24 @@ for _name in UNSERVED:
 class Gateway:
     """The gRPC server of one gateway process and what its RPCs share."""
 
-    def __init__(self, broker: Broker, executor: ThreadPoolExecutor | None = None) -> None:
+    def __init__(self, broker: Broker, executor: ThreadPoolExecutor | None = None, authorizer: Authorizer | None = None) -> None:
         self.broker = broker
         self.executor = executor
         self.clients = Clients()
         self.check_backs = transactions.CheckBacks(self)
         self.advertised: tuple[str, int] | None = None
         self.notifier: AppendNotifier | None = None  # wakes receives waiting for records
+        # Principals and ACLs (TXLOG_AUTH=token); None: no one is authenticated, all is allowed.
+        self.authorizer = authorizer
         self._listen_host = ""
         self._server: grpc.aio.Server | None = None
+
+    def may_answer_check_back(self, client: Client, topic: str) -> bool:
+        """A check-back carries the half message: with TXLOG_AUTH=token it goes only to a producer
+        whose signer may answer it (EndTransaction's rule on the topic)."""
+        if self.authorizer is None:
+            return True
+        return client.principal is not None and identity.allowed(self.authorizer, client.principal, "EndTransaction", topic)
 
     async def blocking(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, functools.partial(fn, *args))
@@ -601,6 +643,9 @@ class Gateway:
             raise ListenError(f"cannot listen on {address}: {exc}") from exc
         if not bound:
             raise ListenError(f"cannot listen on {address}")
+        if self.authorizer is not None:
+            await self.blocking(self.authorizer.refresh)
+            self.authorizer.start()
         await server.start()
         self._server = server
         self.check_backs.start()
@@ -630,6 +675,8 @@ class Gateway:
             await self._server.stop(grace_s)
         if self.notifier is not None:
             await self.notifier.stop()
+        if self.authorizer is not None:
+            self.authorizer.stop()
 
 
 async def serve(broker: Broker, host: str, port: int, advertised_host: str | None = None) -> None:
@@ -639,7 +686,8 @@ async def serve(broker: Broker, host: str, port: int, advertised_host: str | Non
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     with ThreadPoolExecutor(max_workers=broker.settings.db_pool_size, thread_name_prefix="txlog-rocketmq") as executor:
-        gateway = Gateway(broker, executor)
+        authorizer = Authorizer(broker.db) if broker.settings.auth == "token" else None
+        gateway = Gateway(broker, executor, authorizer)
         bound = await gateway.start(host, port, advertised_host)
         log.info("RocketMQ gateway listening on %s:%d (MessagingService over gRPC)", host, bound)
         try:

@@ -19,6 +19,10 @@ _CODES = {
     ErrorCode.INVALID_REQUEST: Code.BAD_REQUEST,
     ErrorCode.TOPIC_AUTHORIZATION_FAILED: Code.FORBIDDEN,
     ErrorCode.CLUSTER_AUTHORIZATION_FAILED: Code.FORBIDDEN,
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: Code.FORBIDDEN,
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Code.FORBIDDEN,
+    # a call unsigned, or signed by no one's key (``identity``)
+    ErrorCode.SASL_AUTHENTICATION_FAILED: Code.UNAUTHORIZED,
     ErrorCode.THROTTLING_QUOTA_EXCEEDED: Code.TOO_MANY_REQUESTS,
     ErrorCode.REQUEST_TIMED_OUT: Code.PROXY_TIMEOUT,
     # EndTransaction: no such half message; one decided the other way already

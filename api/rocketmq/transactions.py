@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol, TypeVar
 
 from api.rocketmq import messages
-from api.rocketmq.clients import Clients
+from api.rocketmq.clients import Client, Clients
 from api.rocketmq.status import RocketMQError
 from app.domain.half_messages import CheckChannel, HalfState, LocalTransactionState
 from app.services import Broker, half_messages
@@ -50,6 +50,8 @@ class Gateway(Protocol):
     clients: Clients
 
     def blocking(self, fn: Callable[..., T], *args: Any) -> Awaitable[T]: ...
+
+    def may_answer_check_back(self, client: Client, topic: str) -> bool: ...
 
 
 log = logging.getLogger("txlog.rocketmq.transactions")
@@ -125,7 +127,10 @@ class CheckBacks:
 
     def groups(self) -> list[str]:
         """The producer groups (topics) with a live producer here."""
-        return sorted(self.gateway.clients.published_topics())
+        return sorted(t for t in self.gateway.clients.published_topics() if self._answerable(t))
+
+    def _answerable(self, topic: str) -> bool:
+        return any(self.gateway.may_answer_check_back(c, topic) for c in self.gateway.clients.publishers_of(topic))
 
     async def _run(self) -> None:
         interval = self.gateway.broker.settings.half_check_poll_interval_ms / 1000
@@ -167,6 +172,8 @@ class CheckBacks:
             )
         )
         for client in self.gateway.clients.publishers_of(m.topic):
+            if not self.gateway.may_answer_check_back(client, m.topic):
+                continue
             if self.gateway.clients.push(client.client_id, command):
                 self._remember(slot)
                 self.counters.sent += 1

@@ -96,19 +96,15 @@ def refuse_open_gateway(listen: str, auth: str, insecure: bool) -> None:
 
 
 def rocketmq_listener(settings: Settings, insecure: bool) -> tuple[str, int]:
-    """The RocketMQ gateway's address (TXLOG_ROCKETMQ_LISTEN), refused as long as the gateway
-    authenticates no one: loopback only unless ``--insecure``, and not at all with
-    TXLOG_AUTH=token, where its clients would be let in unchecked."""
+    """The RocketMQ gateway's address (TXLOG_ROCKETMQ_LISTEN): with TXLOG_AUTH=token every call is
+    signed by a principal (``api.rocketmq.identity``); without, loopback only unless ``--insecure``."""
     from api.kafka.server import parse_listen
 
     try:
         host, port = parse_listen(settings.rocketmq_listen)
     except ValueError as exc:
         raise click.UsageError(f"--listen: {exc}") from None
-    if settings.auth != "none":
-        raise click.UsageError(
-            "refusing to start the RocketMQ gateway with TXLOG_AUTH=token: RocketMQ's signatures (MQv2-HMAC-SHA1) "
-            "are not served yet, and its clients would be let in unauthenticated"
-        )
-    refuse_open_listener(host, False, insecure, "Listen on loopback (TXLOG_ROCKETMQ_LISTEN)")
+    refuse_open_listener(
+        host, settings.auth != "none", insecure, "Listen on loopback (TXLOG_ROCKETMQ_LISTEN), or set TXLOG_AUTH=token"
+    )
     return host, port

@@ -29,7 +29,7 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 )
 @DATABASE_URL
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), default="info", show_default=True)
-@click.option("--insecure", is_flag=True, help="Serve beyond loopback although the gateway authenticates no one")
+@click.option("--insecure", is_flag=True, help="Serve beyond loopback without TXLOG_AUTH=token (no call authenticated)")
 def rocketmq(listen: str | None, advertised_host: str | None, database_url: str | None, log_level: str, insecure: bool) -> int:
     """Run the RocketMQ gateway: RocketMQ 5's own clients route and send over gRPC, as to a
     RocketMQ proxy, into txlog's topics (docs/rocketmq.md)."""
@@ -52,6 +52,10 @@ def rocketmq(listen: str | None, advertised_host: str | None, database_url: str 
         migrations.upgrade(url)
         settings = load_settings(database_url=url, **overrides)
         broker = Broker(Database.from_settings(settings), settings)
+        if settings.auth == "token" and settings.admin_token:
+            from app.services import security
+
+            security.ensure_admin_principal(broker.db, settings.admin_token)
         print(f"txlog rocketmq: database {url}", file=sys.stderr)
         try:
             gateway.run(broker, host, port, settings.rocketmq_advertised_host)

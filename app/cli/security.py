@@ -77,6 +77,24 @@ def principals_create(name: str, database_url: str | None, as_json: bool) -> int
     return 0
 
 
+@principals.command("rocketmq-key")
+def principals_rocketmq_key() -> int:
+    """Print the RocketMQ secret key of the principal whose token is typed (a prompt on a terminal,
+    else the first line of stdin): a RocketMQ client's Credentials are the principal's name and
+    this key (MQv2-HMAC-SHA1 signs with the key itself, which the server derives from the token's
+    stored hash). Computed here, from the token alone; a new token has a new key."""
+    from app.services import security
+
+    if sys.stdin.isatty():
+        token = str(click.prompt("Token", hide_input=True))
+    else:
+        token = sys.stdin.readline().strip()
+    if not token:
+        raise click.UsageError("no token given")
+    click.echo(security.rocketmq_secret_key(token))
+    return 0
+
+
 @principals.command("list")
 @DATABASE_URL
 @JSON

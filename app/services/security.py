@@ -21,7 +21,7 @@ import logging
 import secrets
 import threading
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from app.domain.acls import (
     CLUSTER_NAME,
@@ -85,6 +85,28 @@ def token_hash(token_id: str, secret: str) -> bytes:
         p=SCRYPT_P,
         dklen=32,
     )
+
+
+# RocketMQ's signature (MQv2-HMAC-SHA1) is an HMAC keyed with the secret itself, which the server
+# must hold to check it; txlog keeps only a token's scrypt hash. The RocketMQ secret key of a
+# principal is therefore derived from that hash: its holder derives it from the token
+# (``rocketmq_secret_key``), the gateway from the stored hash. A new token makes a new key; a
+# revoked principal's key opens nothing.
+ROCKETMQ_KEY_LABEL = b"txlog rocketmq secret key"
+
+
+def rocketmq_key_of_hash(stored_hash: bytes) -> str:
+    return hmac.new(stored_hash, ROCKETMQ_KEY_LABEL, hashlib.sha256).hexdigest()
+
+
+def rocketmq_secret_key(token: str) -> str:
+    """The RocketMQ secret key (``Credentials``' secret) of the principal whose token this is."""
+    return rocketmq_key_of_hash(token_hash(*token_parts(token)))
+
+
+# The key checked for an access key that is no active principal's: the same work as for a known
+# one, so the answer tells nothing of who exists.
+_UNKNOWN_KEY_SECRET = secrets.token_bytes(32)
 
 
 def new_token() -> tuple[str, str, bytes]:
@@ -237,6 +259,7 @@ class Snapshot:
     wildcard: tuple[AclBinding, ...]
     # SCRAM credentials by (principal, mechanism), active principals only.
     scram: Mapping[tuple[str, str], tuple[StoredPrincipal, ScramCredential]] = field(default_factory=dict)
+    by_name: Mapping[str, StoredPrincipal] = field(default_factory=dict)  # active principals only
 
     @classmethod
     def load(
@@ -255,7 +278,7 @@ class Snapshot:
             if a.principal != WILDCARD:
                 own.setdefault(a.principal, []).append(a)
         merged = {p.name: tuple(own.get(p.name, ())) + everyone for p in active.values()}
-        return cls(version, active, merged, everyone, credentials)
+        return cls(version, active, merged, everyone, credentials, by_name)
 
     def acls_of(self, principal: str) -> tuple[AclBinding, ...]:
         return self.acls.get(principal, self.wildcard)
@@ -347,6 +370,18 @@ class Authorizer:
     def scram_credential(self, name: str, mechanism: str) -> tuple[StoredPrincipal, ScramCredential] | None:
         """The active principal ``name`` and its credential for the SCRAM ``mechanism``, if it has one."""
         return self.snapshot().scram.get((name, mechanism))
+
+    def authenticate_signed(self, name: str, check: Callable[[str], bool]) -> StoredPrincipal:
+        """The active principal ``name`` if ``check`` accepts its RocketMQ secret key (a signature
+        checked with it), else ``SASL_AUTHENTICATION_FAILED``."""
+        stored = self.snapshot().by_name.get(name)
+        if stored is not None:
+            key = rocketmq_key_of_hash(stored.token_hash)
+        else:
+            key = hmac.new(_UNKNOWN_KEY_SECRET, name.encode("utf-8", "surrogateescape"), hashlib.sha256).hexdigest()
+        if not check(key) or stored is None:
+            raise TxlogError(ErrorCode.SASL_AUTHENTICATION_FAILED, f"Authentication failed: invalid signature for {name!r}")
+        return stored
 
     # authorization
 
