@@ -96,16 +96,25 @@ async def acquire(group: str, body: s.AcquireBody, request: Request) -> Response
     wanted = await run_in_threadpool(_partitions, b, body)
     member_id = body.member_id or str(uuid.uuid4())
     acknowledged = None
-    if acks is not None:
-        # Applied before acquiring, as a ShareFetch's acknowledgements are; their errors are per
-        # partition in the answer and do not fail the acquisition.
-        if body.member_id is None:
-            raise TxlogError(ErrorCode.INVALID_REQUEST, "Acknowledgements need the member_id that acquired the records")
-        acknowledged = _acknowledged(await run_in_threadpool(share.acknowledge, b, group, member_id, acks))
-
-    got = await share.acquire_waiting(
-        b, request.app.state.notifier, run_in_threadpool, group, member_id, wanted, body.wait_ms, body.max_records, body.max_bytes
+    if acks is not None and body.member_id is None:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, "Acknowledgements need the member_id that acquired the records")
+    # The acknowledgements are applied before acquiring, as a ShareFetch's are — a partition both
+    # acknowledged and read in one database transaction; their errors are per partition in the
+    # answer and do not fail the acquisition.
+    answers, got = await share.fetch_waiting(
+        b,
+        request.app.state.notifier,
+        run_in_threadpool,
+        group,
+        member_id,
+        wanted,
+        body.wait_ms,
+        body.max_records,
+        body.max_bytes,
+        acknowledgements=acks,
     )
+    if acks is not None:
+        acknowledged = _acknowledged(answers)
     failed = [p.error for p in got if p.error is not None]
     if failed and len(failed) == len(got):
         raise failed[0]
