@@ -44,9 +44,10 @@ def _partitions(b: Broker, body: s.AcquireBody) -> list[tuple[str, int]]:
     if body.partitions is not None:
         return list(dict.fromkeys((p.topic, p.partition) for p in body.partitions))
     assert body.topic is not None
-    numbers = [p.partition for p in topics.describe_topic(b, body.topic)]
-    first = random.randrange(len(numbers))
-    return [(body.topic, n) for n in numbers[first:] + numbers[:first]]
+    # The topic's row alone (its partitions are numbered from 0): no partition's status is read.
+    count = topics.partition_count(b, body.topic)
+    first = random.randrange(count)
+    return [(body.topic, n) for n in [*range(first, count), *range(first)]]
 
 
 def _error(err: TxlogError | None) -> dict | None:
