@@ -90,11 +90,17 @@ async def acquire(group: str, body: s.AcquireBody, request: Request) -> Response
     TXLOG_MAX_FETCH_WAIT_MS, not waited while TXLOG_MAX_LONG_POLLS fetches wait in this process).
     Errors are per partition in ``partitions``; when every partition failed, the request fails
     with the first error (404 UNKNOWN_TOPIC_OR_PARTITION for a topic that does not exist)."""
+    return await acquire_records(request, group, body, run_in_threadpool)
+
+
+async def acquire_records(request: Request, group: str, body: s.AcquireBody, run: Any) -> Response:
+    """The acquire route's answer, blocking work run by ``run`` (the route's thread pool, or the
+    hot routes' executor: ``api.v1.hot``)."""
     b: Broker = request.app.state.broker
     named = [body.topic] if body.topic is not None else sorted({p.topic for p in body.partitions or ()})
     acks = _batches(body.acknowledgements) if body.acknowledgements else None
     authorize(request, Api.SHARE_FETCH, {"group": group, "topics": sorted({*named, *(t for t, _ in acks or ())})})
-    wanted = await run_in_threadpool(_partitions, b, body)
+    wanted = await run(_partitions, b, body)
     member_id = body.member_id or str(uuid.uuid4())
     acknowledged = None
     if acks is not None and body.member_id is None:
@@ -105,7 +111,7 @@ async def acquire(group: str, body: s.AcquireBody, request: Request) -> Response
     answers, got = await share.fetch_waiting(
         b,
         request.app.state.notifier,
-        run_in_threadpool,
+        run,
         group,
         member_id,
         wanted,
