@@ -100,26 +100,25 @@ async def acquire_records(request: Request, group: str, body: s.AcquireBody, run
     named = [body.topic] if body.topic is not None else sorted({p.topic for p in body.partitions or ()})
     acks = _batches(body.acknowledgements) if body.acknowledgements else None
     authorize(request, Api.SHARE_FETCH, {"group": group, "topics": sorted({*named, *(t for t, _ in acks or ())})})
-    wanted = await run(_partitions, b, body)
     member_id = body.member_id or str(uuid.uuid4())
     acknowledged = None
     if acks is not None and body.member_id is None:
         raise TxlogError(ErrorCode.INVALID_REQUEST, "Acknowledgements need the member_id that acquired the records")
-    # The acknowledgements are applied before acquiring, as a ShareFetch's are — a partition both
-    # acknowledged and read in one database transaction; their errors are per partition in the
-    # answer and do not fail the acquisition.
-    answers, got = await share.fetch_waiting(
-        b,
-        request.app.state.notifier,
-        run,
-        group,
-        member_id,
-        wanted,
-        body.wait_ms,
-        body.max_records,
-        body.max_bytes,
-        acknowledgements=acks,
-    )
+
+    def first() -> tuple[list[tuple[str, int]], list[share.ShareAcknowledged], list[share.ShareFetchPartition]]:
+        # The partitions read and the first acquisition in one hand-off to a thread. The
+        # acknowledgements are applied before acquiring, as a ShareFetch's are — a partition both
+        # acknowledged and read in one database transaction; their errors are per partition in
+        # the answer and do not fail the acquisition.
+        wanted = _partitions(b, body)
+        return (wanted, *share.fetch(b, group, member_id, wanted, acks, body.max_records, body.max_bytes))
+
+    wanted, answers, got = await run(first)
+    if body.wait_ms > 0 and not any(p.acquired for p in got):
+        # Nothing to take now: the long poll (``acquire_waiting`` reads once more, then waits).
+        got = await share.acquire_waiting(
+            b, request.app.state.notifier, run, group, member_id, wanted, body.wait_ms, body.max_records, body.max_bytes
+        )
     if acks is not None:
         acknowledged = _acknowledged(answers)
     failed = [p.error for p in got if p.error is not None]
