@@ -445,6 +445,10 @@ def test_a_topic_made_again_is_unknown_by_the_id_the_gateway_resolved_before(
         t.topic_id: [(a.first_offset, a.last_offset) for p in t.partitions for a in p.acquired_records] for t in fresh.responses
     }
     assert got[new_id] == [(0, 0)]
+    # An id never known: the partition's error and its acknowledgement's are both UNKNOWN_TOPIC_ID.
+    unknown = _fetch(raw, group, member, 4, [(uuid.uuid4(), 0, [(0, 0, 1)])])
+    [entry] = [p for t in unknown.responses if t.topic_id not in (old_id, new_id) for p in t.partitions]
+    assert (entry.error_code, entry.acknowledge_error_code) == (E.UNKNOWN_TOPIC_ID.kafka_code, E.UNKNOWN_TOPIC_ID.kafka_code)
 
 
 def test_an_idle_share_fetch_waits_for_records(gateway: GatewayProcess, raw: RawConnection, store: Broker) -> None:

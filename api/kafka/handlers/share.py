@@ -423,7 +423,9 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
             acked[(ids[answer.topic], answer.partition)] = answer.error
         _forget_refused(ids, [*answers, *got])
         for key, error in acked.items():
-            entries[key].update(_ack_entry(key[1], error))
+            entries[key].update(
+                acknowledge_error_code=_code(error), acknowledge_error_message=None if error is None else error.message
+            )
         for part in got:
             entry = entries[(ids[part.topic], part.partition)]
             if part.error is not None:
