@@ -3,9 +3,9 @@ by one member at a time until it acknowledges it or its lock expires; ShareFetch
 members leaving, the lock timer, and the admin's describe, alter and delete of share-partition state.
 
 Each share partition is changed in a database transaction of its own, under its row lock
-(``storage.share.share_partition_lock``): any process serves any share partition, and the rules
-are the domain's (``app.domain.share_partition``), decided on the state as locked and persisted as
-the rows that changed. Time is the database's clock (``Broker.now``): lock deadlines agree across
+(``storage.share.share_partition_open``, ``share_partition_lock``): any process serves any share
+partition, and the rules are the domain's (``app.domain.share_partition``), decided on the state
+as locked and persisted as the rows that changed. Time is the database's clock (``Broker.now``): lock deadlines agree across
 hosts.
 """
 
