@@ -60,8 +60,11 @@ class Settings(BaseSettings):
     half_check_poll_interval_ms: int = Field(1_000, gt=0)  # how often the checker looks for due half messages
     half_check_concurrency: int = Field(8, gt=0)  # check-back calls in flight per process
     half_message_retention_ms: int = Field(604_800_000, gt=0)  # decided half messages are kept this long
-    # The outbox drainer: how often it looks for committed rows, and rows per append at most.
+    # The outbox drainer: how often it looks for committed rows, and rows per append at most. A
+    # pass finding none doubles the wait, up to the idle interval (an idle outbox costs each
+    # worker a statement a second, not twenty); a pass that moved rows brings it back down.
     outbox_poll_interval_ms: int = Field(50, gt=0)
+    outbox_idle_poll_interval_ms: int = Field(1_000, gt=0)
     outbox_batch_records: int = Field(500, gt=0)
 
     # Limits (app/domain/limits.py), each refused with a Kafka-named error.

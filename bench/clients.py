@@ -67,7 +67,7 @@ class Lane:
     for the wire lanes, a database URL otherwise."""
 
     kind: str  # produce | raw_append | fetch | raw_fetch | pgq_enqueue | pgq_dequeue | pgmq_read | share_acquire
-    # | kafka_produce | kafka_fetch | kafka_share
+    # | kafka_produce | kafka_fetch | kafka_share | kafka_share_explicit
     target: str
     topic: str = ""
     partition: int = 0
@@ -210,27 +210,33 @@ class FetchRunner:
 
 
 class ShareAcquireRunner:
-    """A share group's member over HTTP: acquire up to a batch of records of the lane's topic
-    (``POST /v1/share-groups/{group}/acquire``, the topic's partitions taken from a random one),
-    then accept them (``POST …/acknowledge``, a range per run the answer says was acquired): two
-    requests per batch, as PgQueuer's dequeue and ack are two queries. Counted: records accepted."""
+    """A share group's member over HTTP, consuming as a share consumer does: each acquisition
+    (``POST /v1/share-groups/{group}/acquire``, up to a batch of the lane's topic, its partitions
+    taken from a random one) carries the acceptance of the batch before it (a range per run
+    acquired), as Kafka's ShareFetch carries acknowledgements: one request per batch, a
+    partition both accepted and read in one database transaction. Counted: records accepted
+    (the answer's ``acknowledgements``); the last batch is accepted when the runner closes."""
 
     def __init__(self, lane: Lane) -> None:
         self.http = Http(lane.target)
         self.member = str(uuid.uuid4())
         self.acquire_path = f"/v1/share-groups/{lane.group}/acquire"
         self.ack_path = f"/v1/share-groups/{lane.group}/acknowledge"
-        self.acquire_body = orjson.dumps(
+        self.acquire_head = orjson.dumps(
             {"member_id": self.member, "topic": lane.topic, "max_records": BATCH, "wait_ms": 0, "encoding": "utf8"}
-        )
-        self.ack_head = b'{"member_id":' + orjson.dumps(self.member) + b',"acknowledgements":'
+        )[:-1]
+        self.pending: list[dict] = []  # the acceptance of the last batch, sent with the next acquisition
         self.latencies: list[tuple[float, float]] = []
         self.offset = 0
         self.empty = 0
 
     def step(self) -> int:
-        doc = orjson.loads(self.http.call("POST", self.acquire_path, self.acquire_body))
-        acks = [
+        body = self.acquire_head
+        if self.pending:
+            body += b',"acknowledgements":' + orjson.dumps(self.pending)
+        doc = orjson.loads(self.http.call("POST", self.acquire_path, body + b"}"))
+        accepted = sum(p["accepted"] for p in doc.get("acknowledgements") or () if p["error"] is None)
+        self.pending = [
             {
                 "topic": p["topic"],
                 "partition": p["partition"],
@@ -241,13 +247,14 @@ class ShareAcquireRunner:
             for p in doc["partitions"]
             for a in p["acquired"]
         ]
-        if not acks:
+        if not accepted and not self.pending:
             self.empty += 1
-            return 0
-        out = orjson.loads(self.http.call("POST", self.ack_path, self.ack_head + orjson.dumps(acks) + b"}"))
-        return sum(p["accepted"] for p in out["partitions"] if p["error"] is None)
+        return accepted
 
     def close(self) -> None:
+        if self.pending:
+            body = orjson.dumps({"member_id": self.member, "acknowledgements": self.pending})
+            self.http.call("POST", self.ack_path, body)
         self.http.close()
 
 
@@ -277,7 +284,9 @@ KAFKA_CONSUMER: dict[str, Any] = {
     "fetch.queue.backoff.ms": 2,
 }
 # A share consumer's poll hands over at most a batch, as PgQueuer's dequeue and pgmq's read take.
-KAFKA_SHARE_CONSUMER: dict[str, Any] = {"share.acknowledgement.mode": "explicit", "max.poll.records": BATCH}
+# Implicit acknowledgement (librdkafka's default): each poll accepts the records of the one before,
+# and the acceptances ride on the next ShareFetch.
+KAFKA_SHARE_CONSUMER: dict[str, Any] = {"share.acknowledgement.mode": "implicit", "max.poll.records": BATCH}
 
 
 class KafkaProduceRunner:
@@ -415,16 +424,20 @@ class KafkaFetchRunner:
 
 class KafkaShareRunner:
     """A confluent-kafka ``ShareConsumer`` (KIP-932) in the lane's share group, subscribed to the
-    lane's topic, in explicit acknowledgement mode: a step is one ``poll`` (up to a batch of
-    records, ``max.poll.records``), each record acknowledged ACCEPT and ``commit_sync`` (Kafka's
-    ShareAcknowledge, answered before the next poll). Counted: records accepted. The first records
-    arrive before the window (joining the group, the assignment, the first ShareFetch)."""
+    lane's topic, in implicit acknowledgement mode (librdkafka's default): a step is one ``poll``
+    (up to a batch of records, ``max.poll.records``), which accepts the batch polled before — the
+    acceptances ride on the ShareFetch asking for more. Counted: records polled (each accepted by
+    the next poll; the last batch by ``close``). The first records arrive before the window
+    (joining the group, the assignment, the first ShareFetch)."""
+
+    mode = "implicit"
 
     def __init__(self, lane: Lane) -> None:
         from confluent_kafka import AcknowledgeType, ShareConsumer
 
         self.accept = AcknowledgeType.ACCEPT
-        self.consumer = ShareConsumer({"bootstrap.servers": lane.target, "group.id": lane.group, **KAFKA_SHARE_CONSUMER})
+        conf = {**KAFKA_SHARE_CONSUMER, "share.acknowledgement.mode": self.mode}
+        self.consumer = ShareConsumer({"bootstrap.servers": lane.target, "group.id": lane.group, **conf})
         self.consumer.subscribe([lane.topic])
         self.latencies: list[tuple[float, float]] = []
         self.offset = 0
@@ -435,24 +448,41 @@ class KafkaShareRunner:
                 raise RuntimeError(f"no records for share group {lane.group} of {lane.topic} in 60 s")
         self.empty = 0
 
-    def step(self) -> int:
+    def _polled(self) -> list[Any]:
         msgs = self.consumer.poll(1.0) or []
-        n = 0
         for m in msgs:
             if m.error() is not None:
                 raise RuntimeError(f"share consume: {m.error()}")
-            self.consumer.acknowledge(m, self.accept)
-            n += 1
+        return msgs
+
+    def step(self) -> int:
+        n = len(self._polled())
         if not n:
+            self.empty += 1
+        return n
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class KafkaShareExplicitRunner(KafkaShareRunner):
+    """``KafkaShareRunner`` in explicit acknowledgement mode: each record polled acknowledged
+    ACCEPT, then ``commit_sync`` (Kafka's ShareAcknowledge, answered before the next poll): two
+    round trips per batch. Counted: records accepted."""
+
+    mode = "explicit"
+
+    def step(self) -> int:
+        msgs = self._polled()
+        for m in msgs:
+            self.consumer.acknowledge(m, self.accept)
+        if not msgs:
             self.empty += 1
             return 0
         failed = [f"{tp}: {err}" for tp, err in (self.consumer.commit_sync(30) or {}).items() if err is not None]
         if failed:
             raise RuntimeError(f"acknowledgements refused: {failed[:3]}")
-        return n
-
-    def close(self) -> None:
-        self.consumer.close()
+        return len(msgs)
 
 
 # --- PostgreSQL directly --------------------------------------------------------------------------
@@ -638,6 +668,7 @@ _RUNNERS: dict[str, Callable[[Lane], Runner]] = {
     "pgmq_read": PgmqRunner,
     "share_acquire": ShareAcquireRunner,
     "kafka_share": KafkaShareRunner,
+    "kafka_share_explicit": KafkaShareExplicitRunner,
     "kafka_produce": KafkaProduceRunner,
     "kafka_fetch": KafkaFetchRunner,
 }

@@ -10,14 +10,18 @@ held for this consumer alone, and mark them done. Values are bench.http's 1 KiB 
 (txlog's records have their 16-byte keys too); "1" is one consumer, "8" eight, each a thread of a
 client process with a connection of its own, all draining one queue.
 
-- *share consume+ack over HTTP*: a member of a share group acquires up to 100 records of a
-  topic of 8 partitions (``POST /v1/share-groups/{group}/acquire``, max_records 100, the
-  partitions taken from a random one on), then accepts them (``POST …/acknowledge``, a range per
-  run acquired), through ``txlog serve --workers 2``.
+- *share consume+ack over HTTP*: a member of a share group consuming as a share consumer does,
+  one request per batch: each acquisition (``POST /v1/share-groups/{group}/acquire``, max_records
+  100, a topic of 8 partitions taken from a random one on) carries the acceptance of the batch
+  before it (a range per run acquired), as Kafka's ShareFetch carries acknowledgements — a
+  partition both accepted and read is one database transaction — through
+  ``txlog serve --workers 2``. Counted: records accepted.
 - *share consume+ack over the wire*: confluent-kafka's ``ShareConsumer`` (a preview API of
-  confluent-kafka 2.16) in explicit acknowledgement mode, ``max.poll.records`` 100: a ``poll``,
-  each record acknowledged ACCEPT, ``commit_sync`` (ShareFetch, then ShareAcknowledge answered),
-  through one ``txlog kafka`` gateway. Its consumers join the group before the window.
+  confluent-kafka 2.16) in implicit acknowledgement mode (librdkafka's default),
+  ``max.poll.records`` 100: each ``poll`` accepts the records of the one before, the acceptances
+  riding on the next ShareFetch, through one ``txlog kafka`` gateway. Its consumers join the group
+  before the window. A second row, *explicit acks*: each record acknowledged ACCEPT, then
+  ``commit_sync`` (ShareAcknowledge, answered before the next poll) — two round trips per batch.
 - *PgQueuer dequeue+ack*: bench.http's PgQueuer lane (PyPI ``pgqueuer``, in-process, its schema
   by its installer): ``dequeue`` of 100, then their ack (``log_jobs``, successful).
 - *pgmq read+delete*: pgmq's SQL API over psycopg (binary results): ``pgmq.read`` of 100 with a
@@ -90,8 +94,8 @@ from bench.kafka import Gateway, _client_version, _short
 
 # A round: each group's baselines right before the windows compared with them.
 GROUPS = {
-    "share1": ["pgq_dequeue/1", "pgmq_read/1", "share_http/1", "share_wire/1"],
-    "share8": ["pgq_dequeue/8", "pgmq_read/8", "share_http/8", "share_wire/8"],
+    "share1": ["pgq_dequeue/1", "pgmq_read/1", "share_http/1", "share_wire/1", "share_wire_explicit/1"],
+    "share8": ["pgq_dequeue/8", "pgmq_read/8", "share_http/8", "share_wire/8", "share_wire_explicit/8"],
 }
 # What a queue holds before its first window: a generous guess at the rate (a queue run dry
 # measures nothing), raised by any window that ran faster.
@@ -152,7 +156,7 @@ class Bench(Harness):
         datasets.vacuum(self.url)
         print(
             f"set-up: PgQueuer, pgmq {self.pgmq_version} (SQL-only install from the pgmq package), and "
-            f"{len(GROUPS) * 2} topics of {PARTITIONS} partitions with a share group each, in "
+            f"{sum(k.startswith('share_') for g in GROUPS.values() for k in g)} topics of {PARTITIONS} partitions with a share group each, in "
             f"{time.perf_counter() - started:.1f} s",
             flush=True,
         )
@@ -173,6 +177,7 @@ class Bench(Harness):
             for key, kind, target in (
                 (f"share_http/{n}", "share_acquire", lambda: self.serve.target),
                 (f"share_wire/{n}", "kafka_share", lambda: self.gateway.target),
+                (f"share_wire_explicit/{n}", "kafka_share_explicit", lambda: self.gateway.target),
             ):
                 name = topic_of(key)
                 self.add(
@@ -273,6 +278,13 @@ def figures(bench: Bench) -> list[report.Row]:
         row("share_http_pgmq", "share consume+ack (HTTP) ÷ pgmq read+delete", "share_http/{n}", "pgmq_read/{n}", keep_pace),
         row("share_wire_pgq", "wire: share consume+ack ÷ PgQueuer dequeue+ack", "share_wire/{n}", "pgq_dequeue/{n}", keep_pace),
         row("share_wire_pgmq", "wire: share consume+ack ÷ pgmq read+delete", "share_wire/{n}", "pgmq_read/{n}", keep_pace),
+        row(
+            "share_wire_explicit_pgmq",
+            "wire, explicit acks (ShareAcknowledge) ÷ pgmq read+delete",
+            "share_wire_explicit/{n}",
+            "pgmq_read/{n}",
+            keep_pace,
+        ),
     ]
     return [r for r in rows if r.cells]
 

@@ -1,8 +1,9 @@
 """The hottest routes of the v1 API served straight from ASGI: produce to a partition, produce to a
-topic, EndTxn and fetch.
+topic, EndTxn, fetch, and a share group's acquisition.
 
 Each is answered by the very functions its FastAPI route calls (``routes.produce_batch``,
-``routes.produce_plain``, ``routes.end_transaction``, ``routes.fetch_page``), which run the
+``routes.produce_plain``, ``routes.end_transaction``, ``routes.fetch_page``,
+``share.acquire_records``), which run the
 operation through the worker's executor (``app.services.executor``), after the route's own ACL
 dependency, with errors answered by ``errors.response_for`` as the
 application's exception handlers answer them. What is left out is FastAPI's per-request machinery: matching the request
@@ -10,7 +11,7 @@ against every route, solving the dependencies, and anyio's thread hand-off. Meas
 that machinery was about a fifth of the server's CPU per produced batch (docs/benchmarks.md).
 
 A request these routes cannot answer exactly as FastAPI would goes on to FastAPI, its body
-replayed: an EndTxn body that is not JSON of the route's model or a fetch parameter that is not a
+replayed: an EndTxn or acquisition body that is not JSON of the route's model or a fetch parameter that is not a
 plain decimal within its bounds or one of its words (FastAPI words the 422), EndTxn sent with
 another content type, a fetch parameter given twice, a partition not in plain decimal. The routes
 stay declared in FastAPI for the OpenAPI document, and answer any request that reaches them.
@@ -37,7 +38,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from api import errors
 from api.auth import requires
 from api.limits import replaying
-from api.v1 import routes
+from api.v1 import routes, share, share_schemas
 from api.v1 import schemas as s
 from app.config import Settings
 
@@ -64,6 +65,16 @@ async def _end_transaction(request: Request, raw: bytes, run: Run) -> Response |
     except ValueError:  # not JSON, or not the model's: FastAPI's validation words the answer
         return None
     return await routes.end_transaction(request, request.path_params["tid"], body)
+
+
+async def _share_acquire(request: Request, raw: bytes, run: Run) -> Response | None:
+    if request.headers.get("content-type") != "application/json":
+        return None
+    try:
+        body = share_schemas.AcquireBody.model_validate(orjson.loads(raw))
+    except ValueError:  # not JSON, or not the model's: FastAPI's validation words the answer
+        return None
+    return await share.acquire_records(request, request.path_params["group"], body, run)
 
 
 # A route's query parameters as ``_fetch_query`` checks them: (name, default, bounds of an integer
@@ -131,6 +142,7 @@ HOT: tuple[tuple[str, str, Handler], ...] = (
     ("POST", "/v1/topics/{topic}/partitions/{partition}/records", _produce_batch),
     ("POST", "/v1/topics/{topic}/records", _produce_plain),
     ("POST", "/v1/transactions/{tid}/end", _end_transaction),
+    ("POST", "/v1/share-groups/{group}/acquire", _share_acquire),
 )
 
 # A partition as the route's ``int`` parameter reads it, and only so: anything else goes to FastAPI.
@@ -147,7 +159,8 @@ class _Hot:
 
 
 def _hot_routes() -> list[_Hot]:
-    by_key = {(m, r.path): r for r in routes.router.routes if isinstance(r, APIRoute) for m in r.methods or ()}
+    declared = [*routes.router.routes, *share.router.routes]
+    by_key = {(m, r.path): r for r in declared if isinstance(r, APIRoute) for m in r.methods or ()}
     found = []
     for method, path, handler in HOT:
         route = by_key[(method, path)]

@@ -44,9 +44,10 @@ def _partitions(b: Broker, body: s.AcquireBody) -> list[tuple[str, int]]:
     if body.partitions is not None:
         return list(dict.fromkeys((p.topic, p.partition) for p in body.partitions))
     assert body.topic is not None
-    numbers = [p.partition for p in topics.describe_topic(b, body.topic)]
-    first = random.randrange(len(numbers))
-    return [(body.topic, n) for n in numbers[first:] + numbers[:first]]
+    # The topic's row alone (its partitions are numbered from 0): no partition's status is read.
+    count = topics.partition_count(b, body.topic)
+    first = random.randrange(count)
+    return [(body.topic, n) for n in [*range(first, count), *range(first)]]
 
 
 def _error(err: TxlogError | None) -> dict | None:
@@ -89,23 +90,37 @@ async def acquire(group: str, body: s.AcquireBody, request: Request) -> Response
     TXLOG_MAX_FETCH_WAIT_MS, not waited while TXLOG_MAX_LONG_POLLS fetches wait in this process).
     Errors are per partition in ``partitions``; when every partition failed, the request fails
     with the first error (404 UNKNOWN_TOPIC_OR_PARTITION for a topic that does not exist)."""
+    return await acquire_records(request, group, body, run_in_threadpool)
+
+
+async def acquire_records(request: Request, group: str, body: s.AcquireBody, run: Any) -> Response:
+    """The acquire route's answer, blocking work run by ``run`` (the route's thread pool, or the
+    hot routes' executor: ``api.v1.hot``)."""
     b: Broker = request.app.state.broker
     named = [body.topic] if body.topic is not None else sorted({p.topic for p in body.partitions or ()})
     acks = _batches(body.acknowledgements) if body.acknowledgements else None
     authorize(request, Api.SHARE_FETCH, {"group": group, "topics": sorted({*named, *(t for t, _ in acks or ())})})
-    wanted = await run_in_threadpool(_partitions, b, body)
     member_id = body.member_id or str(uuid.uuid4())
     acknowledged = None
-    if acks is not None:
-        # Applied before acquiring, as a ShareFetch's acknowledgements are; their errors are per
-        # partition in the answer and do not fail the acquisition.
-        if body.member_id is None:
-            raise TxlogError(ErrorCode.INVALID_REQUEST, "Acknowledgements need the member_id that acquired the records")
-        acknowledged = _acknowledged(await run_in_threadpool(share.acknowledge, b, group, member_id, acks))
+    if acks is not None and body.member_id is None:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, "Acknowledgements need the member_id that acquired the records")
 
-    got = await share.acquire_waiting(
-        b, request.app.state.notifier, run_in_threadpool, group, member_id, wanted, body.wait_ms, body.max_records, body.max_bytes
-    )
+    def first() -> tuple[list[tuple[str, int]], list[share.ShareAcknowledged], list[share.ShareFetchPartition]]:
+        # The partitions read and the first acquisition in one hand-off to a thread. The
+        # acknowledgements are applied before acquiring, as a ShareFetch's are — a partition both
+        # acknowledged and read in one database transaction; their errors are per partition in
+        # the answer and do not fail the acquisition.
+        wanted = _partitions(b, body)
+        return (wanted, *share.fetch(b, group, member_id, wanted, acks, body.max_records, body.max_bytes))
+
+    wanted, answers, got = await run(first)
+    if body.wait_ms > 0 and not any(p.acquired for p in got):
+        # Nothing to take now: the long poll (``acquire_waiting`` reads once more, then waits).
+        got = await share.acquire_waiting(
+            b, request.app.state.notifier, run, group, member_id, wanted, body.wait_ms, body.max_records, body.max_bytes
+        )
+    if acks is not None:
+        acknowledged = _acknowledged(answers)
     failed = [p.error for p in got if p.error is not None]
     if failed and len(failed) == len(got):
         raise failed[0]

@@ -92,7 +92,10 @@ def backlog(broker: Broker) -> list[Backlog]:
 
 class DrainerThread(threading.Thread):
     """Drains the outbox every ``TXLOG_OUTBOX_POLL_INTERVAL_MS``, and again at once after a pass that
-    appended something. ``appended`` counts the rows it moved."""
+    appended something; each pass finding nothing doubles the wait, up to
+    ``TXLOG_OUTBOX_IDLE_POLL_INTERVAL_MS`` (every worker of every host polls: an idle outbox must
+    cost next to nothing, and a busy one is drained back to back). ``appended`` counts the rows it
+    moved."""
 
     def __init__(self, broker: Broker) -> None:
         super().__init__(name="txlog-outbox-drainer", daemon=True)
@@ -101,7 +104,10 @@ class DrainerThread(threading.Thread):
         self._stop_event = threading.Event()
 
     def run(self) -> None:
-        interval = self.broker.settings.outbox_poll_interval_ms / 1000
+        settings = self.broker.settings
+        busy = settings.outbox_poll_interval_ms / 1000
+        idle = max(busy, settings.outbox_idle_poll_interval_ms / 1000)
+        interval = busy
         while not self._stop_event.is_set():
             moved = 0
             try:
@@ -110,8 +116,11 @@ class DrainerThread(threading.Thread):
                 self.appended += moved
             except Exception as exc:  # the database is away, say: try again after the interval
                 log.warning("outbox drain failed: %s", exc)
-            if not moved:
-                self._stop_event.wait(interval)
+            if moved:
+                interval = busy
+                continue
+            self._stop_event.wait(interval)
+            interval = min(idle, interval * 2)
 
     def stop(self) -> None:
         self._stop_event.set()

@@ -3,9 +3,9 @@ by one member at a time until it acknowledges it or its lock expires; ShareFetch
 members leaving, the lock timer, and the admin's describe, alter and delete of share-partition state.
 
 Each share partition is changed in a database transaction of its own, under its row lock
-(``storage.share.share_partition_lock``): any process serves any share partition, and the rules
-are the domain's (``app.domain.share_partition``), decided on the state as locked and persisted as
-the rows that changed. Time is the database's clock (``Broker.now``): lock deadlines agree across
+(``storage.share.share_partition_open``, ``share_partition_lock``): any process serves any share
+partition, and the rules are the domain's (``app.domain.share_partition``), decided on the state
+as locked and persisted as the rows that changed. Time is the database's clock (``Broker.now``): lock deadlines agree across
 hosts.
 """
 
@@ -15,13 +15,14 @@ import dataclasses
 import functools
 import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from sqlalchemy.engine import Connection
 
 from app.domain import share_partition as sp
-from app.domain.log import PartitionStatus, StoredRecord
+from app.domain.log import PartitionStatus, StoredRecord, unknown_partition
 from app.domain.records import IsolationLevel
 from app.domain.share_configs import ShareConfigs, config_of, validated
 from app.errors import ErrorCode, TxlogError
@@ -30,6 +31,7 @@ from app.services.fetch import list_offsets, log_rows
 from app.services.notify import AppendNotifier, RunBlocking, wait_for_records
 from app.storage import log as log_store
 from app.storage import share as share_store
+from app.storage import topics as topics_store
 
 log = logging.getLogger("txlog.share")
 
@@ -105,6 +107,7 @@ class ShareFetchPartition:
     log_start_offset: int | None = None
     next_lock_deadline_ms: int | None = None  # the earliest lock still held on the partition after this fetch
     read_at_ms: int | None = None  # the database's clock when it acquired
+    record_lock_duration_ms: int | None = None  # the group's share.record.lock.duration.ms, as it acquired
 
     @property
     def count(self) -> int:
@@ -142,59 +145,90 @@ def _start_offset(broker: Broker, config: ShareConfigs, status: PartitionStatus)
     ).start_offset
 
 
-def _locked(
-    conn: Connection, broker: Broker, group_id: str, status: PartitionStatus, config: ShareConfigs | None
-) -> tuple[sp.SharePartitionState, sp.SharePartitionState]:
-    """The share partition locked (made first if the group never read it, when ``config`` is
-    given): its state as stored, and that state with the log start's moves applied."""
-    topic, partition = status.topic, status.partition
-    found = share_store.share_partition_lock(conn, group_id, topic, partition)
-    if found is None:
-        if config is None:
-            raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Share group {group_id} has no state of {topic}-{partition}")
-        share_store.share_partition_create(conn, group_id, topic, partition, _start_offset(broker, config, status))
-        found = share_store.share_partition_lock(conn, group_id, topic, partition)
-        assert found is not None
-    stored = found[0]
-    return stored, sp.advance_log_start(stored, status.log_start_offset)
+@dataclass(frozen=True)
+class _Opened:
+    status: PartitionStatus
+    stored: sp.SharePartitionState  # as locked
+    state: sp.SharePartitionState  # with the log start's moves applied
+    config: ShareConfigs
 
 
-def _acquire_partition(
+def _unknown_topic_id() -> TxlogError:
+    return TxlogError(ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.UNKNOWN_TOPIC_ID.value.default_message)
+
+
+def _open(
+    conn: Connection,
     broker: Broker,
     group_id: str,
-    member_id: str,
     topic: str,
     partition: int,
-    max_records: int,
-    max_bytes: int,
-    config: ShareConfigs,
-    isolation_level: IsolationLevel,
-    lock_duration_ms: int | None,
-) -> ShareFetchPartition:
-    with broker.db.transaction() as conn:
-        status = log_store.partition_status(conn, topic, partition)
-        stored, state = _locked(conn, broker, group_id, status, config)
-        now = broker.now()
-        start = sp.next_fetch_offset(state, now)
-        # Read the in-flight records from the first acquirable one, and as many new ones past the
-        # end offset as may be acquired: bounded by the window and the request, never the log.
-        span_end = max(state.end_offset, start) + min(max_records, sp.new_records_room(state, config.delivery))
-        rows = log_rows(conn, status, start, max_bytes, isolation_level, max(1, span_end - start)) if start < span_end else []
-        last = rows[-1].offset if rows else start - 1
-        outcome = sp.acquire(
-            state,
-            member_id,
-            start,
-            last,
-            now_ms=now,
-            config=config.delivery,
-            max_records=max_records,
-            not_deliverable=_not_deliverable(rows, isolation_level == "read_committed"),
-            lock_duration_ms=lock_duration_ms,
-        )
-        share_store.share_partition_write(
-            conn, group_id, topic, partition, stored, outcome.state, records_available=bool(outcome.released)
-        )
+    config: ShareConfigs | None,
+    create: bool,
+    topic_id: uuid.UUID | None = None,
+) -> _Opened:
+    """The share partition locked, with the log's status read once the lock is held and the
+    group's configs (read in the same statement, when ``config`` is not given): two statements.
+    Made first if the group never read it, when ``create``. ``topic_id``: the id the caller knows
+    the topic by — UNKNOWN_TOPIC_ID unless the topic of that name still has it (deleted and made
+    again, a topic has a new id), checked in the same statement."""
+    opened = share_store.share_partition_open(conn, group_id, topic, partition, with_configs=config is None)
+    if opened is None:
+        if topic_id is not None:
+            found = topics_store.topics_metadata(conn, [topic], None)
+            if not found or found[0].topic_id != topic_id:
+                raise _unknown_topic_id()
+        status = log_store.partition_status(conn, topic, partition)  # UNKNOWN_TOPIC_OR_PARTITION first
+        if not create:
+            raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Share group {group_id} has no state of {topic}-{partition}")
+        if config is None:
+            config = config_of(share_store.share_group_configs(conn, group_id))
+        share_store.share_partition_create(conn, group_id, topic, partition, _start_offset(broker, config, status))
+        opened = share_store.share_partition_open(conn, group_id, topic, partition)
+        assert opened is not None
+    if topic_id is not None and opened.topic_id != topic_id:
+        raise _unknown_topic_id()
+    if opened.status is None:
+        raise unknown_partition(topic, partition)
+    if config is None:
+        assert opened.configs is not None
+        config = config_of(opened.configs)
+    return _Opened(opened.status, opened.state, sp.advance_log_start(opened.state, opened.status.log_start_offset), config)
+
+
+@dataclass(frozen=True)
+class _Acquisition:
+    max_records: int
+    max_bytes: int
+    isolation_level: IsolationLevel | None
+    lock_duration_ms: int | None
+
+
+def _acquire_locked(
+    conn: Connection, broker: Broker, member_id: str, opened: _Opened, state: sp.SharePartitionState, ask: _Acquisition
+) -> tuple[ShareFetchPartition, sp.SharePartitionState, bool]:
+    """The acquiring half on the locked share partition in ``state``: the answer, the state after
+    it, and whether it gave records back (expired locks)."""
+    status, config = opened.status, opened.config
+    isolation: IsolationLevel = ask.isolation_level or config.isolation_level
+    now = broker.now()
+    start = sp.next_fetch_offset(state, now)
+    # Read the in-flight records from the first acquirable one, and as many new ones past the
+    # end offset as may be acquired: bounded by the window and the request, never the log.
+    span_end = max(state.end_offset, start) + min(ask.max_records, sp.new_records_room(state, config.delivery))
+    rows = log_rows(conn, status, start, ask.max_bytes, isolation, max(1, span_end - start)) if start < span_end else []
+    last = rows[-1].offset if rows else start - 1
+    outcome = sp.acquire(
+        state,
+        member_id,
+        start,
+        last,
+        now_ms=now,
+        config=config.delivery,
+        max_records=ask.max_records,
+        not_deliverable=_not_deliverable(rows, isolation == "read_committed"),
+        lock_duration_ms=ask.lock_duration_ms,
+    )
     counts: list[int] = []
     records: list[StoredRecord] = []
     runs = iter(outcome.acquired)
@@ -207,9 +241,9 @@ def _acquire_partition(
         if run.first_offset <= r.offset and r.control_type is None:
             records.append(r)
             counts.append(run.delivery_count)
-    return ShareFetchPartition(
-        topic,
-        partition,
+    answer = ShareFetchPartition(
+        status.topic,
+        status.partition,
         outcome.acquired,
         tuple(records),
         tuple(counts),
@@ -219,7 +253,117 @@ def _acquire_partition(
         status.log_start_offset,
         sp.next_lock_deadline(outcome.state),
         now,
+        config.delivery.record_lock_duration_ms,
     )
+    return answer, outcome.state, bool(outcome.released)
+
+
+def _serve_partition(
+    broker: Broker,
+    group_id: str,
+    member_id: str,
+    topic: str,
+    partition: int,
+    config: ShareConfigs | None,
+    batches: Sequence[sp.AcknowledgementBatch] | None,
+    ask: _Acquisition | None,
+    lock_duration_ms: int | None,
+    topic_id: uuid.UUID | None = None,
+) -> tuple[ShareAcknowledged | None, ShareFetchPartition | None, ShareConfigs]:
+    """One share partition in one database transaction under its row lock: its acknowledgements
+    (``batches``) applied first, then the acquisition (``ask``) from the state they left; written
+    once. The group's configs are read in the same statement as the partition's state when not
+    given. An acknowledgement refused changes nothing and does not stop the acquisition; an error
+    of the transaction fails both (nothing of either was committed)."""
+    acked: ShareAcknowledged | None = None
+    got: ShareFetchPartition | None = None
+    with broker.db.transaction() as conn:
+        opened = _open(conn, broker, group_id, topic, partition, config, ask is not None, topic_id)
+        state, released, changed = opened.state, False, ask is not None
+        if batches is not None:
+            outcome = sp.acknowledge(
+                state, member_id, batches, now_ms=broker.now(), config=opened.config.delivery, lock_duration_ms=lock_duration_ms
+            )
+            if isinstance(outcome, sp.Refused):
+                acked = ShareAcknowledged(topic, partition, error=outcome.error())
+            else:
+                acked = ShareAcknowledged(topic, partition, outcome)
+                state, released, changed = outcome.state, bool(outcome.released), True
+        if ask is not None:
+            got, state, expired = _acquire_locked(conn, broker, member_id, opened, state, ask)
+            released = released or expired
+        if changed:
+            share_store.share_partition_write(conn, group_id, topic, partition, opened.stored, state, records_available=released)
+    return acked, got, opened.config
+
+
+def fetch(
+    broker: Broker,
+    group_id: str,
+    member_id: str,
+    partitions: Sequence[tuple[str, int]],
+    acknowledgements: Mapping[tuple[str, int], Sequence[sp.AcknowledgementBatch]] | None = None,
+    max_records: int = 500,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    isolation_level: IsolationLevel | None = None,
+    lock_duration_ms: int | None = None,
+    topic_ids: Mapping[str, uuid.UUID] | None = None,
+) -> tuple[list[ShareAcknowledged], list[ShareFetchPartition]]:
+    """Kafka's ShareFetch whole: the ``acknowledgements`` (as ``acknowledge`` takes them) applied
+    before acquiring, as ``acquire`` acquires — a partition both acknowledged and read is one
+    database transaction, the acknowledgement first. The acknowledgements' answers in the order
+    of ``acknowledgements``, and the acquisitions' in the order of ``partitions``. ``topic_ids``:
+    the ids the caller knows topics by (a Kafka client's), each partition of a topic whose name
+    no longer has that id refused UNKNOWN_TOPIC_ID, checked under its lock."""
+    if not member_id:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, "A share fetch needs a member id")
+    if max_records < 1 or max_bytes < 1:
+        raise TxlogError(ErrorCode.INVALID_REQUEST, "max_records and max_bytes must be positive")
+    acks = dict(acknowledgements or {})
+    ids = topic_ids or {}
+    read = set(partitions)
+    # The configs are read in the first partition's transaction, and kept for the rest.
+    config: ShareConfigs | None = None
+    acked: dict[tuple[str, int], ShareAcknowledged] = {}
+
+    def serve(
+        topic: str, partition: int, batches: Sequence[sp.AcknowledgementBatch] | None, ask: _Acquisition | None
+    ) -> ShareFetchPartition | None:
+        nonlocal config
+        try:
+            answer, got, config = _serve_partition(
+                broker, group_id, member_id, topic, partition, config, batches, ask, lock_duration_ms, ids.get(topic)
+            )
+        except TxlogError as exc:
+            if exc.code is ErrorCode.UNKNOWN_SERVER_ERROR:
+                raise
+            if batches is not None:
+                acked[(topic, partition)] = ShareAcknowledged(topic, partition, error=exc)
+            return ShareFetchPartition(topic, partition, error=exc)
+        if answer is not None:
+            acked[(topic, partition)] = answer
+        return got
+
+    # Acknowledgements of partitions not read now go first, each alone.
+    for (topic, partition), alone in acks.items():
+        if (topic, partition) not in read:
+            serve(topic, partition, alone, None)
+    left = max_records
+    out: list[ShareFetchPartition] = []
+    for topic, partition in partitions:
+        batches = acks.get((topic, partition))
+        if left <= 0:
+            if batches is not None:
+                serve(topic, partition, batches, None)
+            out.append(ShareFetchPartition(topic, partition))
+            continue
+        ask = _Acquisition(left, max_bytes, isolation_level, lock_duration_ms)
+        got = serve(topic, partition, batches, ask)
+        assert got is not None
+        if got.error is None:
+            left -= sum(a.last_offset - a.first_offset + 1 for a in got.acquired)
+        out.append(got)
+    return [acked[key] for key in acks if key in acked], out
 
 
 def acquire(
@@ -242,30 +386,7 @@ def acquire(
     partition (UNKNOWN_TOPIC_OR_PARTITION, a database conflict); one partition each in its own
     database transaction, its row lock held only for it. Never waits for records: see
     ``acquire_waiting`` for that."""
-    if not member_id:
-        raise TxlogError(ErrorCode.INVALID_REQUEST, "A share fetch needs a member id")
-    if max_records < 1 or max_bytes < 1:
-        raise TxlogError(ErrorCode.INVALID_REQUEST, "max_records and max_bytes must be positive")
-    config = group_config(broker, group_id)
-    isolation: IsolationLevel = isolation_level or config.isolation_level
-    left = max_records
-    out: list[ShareFetchPartition] = []
-    for topic, partition in partitions:
-        if left <= 0:
-            out.append(ShareFetchPartition(topic, partition))
-            continue
-        try:
-            got = _acquire_partition(
-                broker, group_id, member_id, topic, partition, left, max_bytes, config, isolation, lock_duration_ms
-            )
-        except TxlogError as exc:
-            if exc.code is ErrorCode.UNKNOWN_SERVER_ERROR:
-                raise
-            out.append(ShareFetchPartition(topic, partition, error=exc))
-            continue
-        left -= sum(a.last_offset - a.first_offset + 1 for a in got.acquired)
-        out.append(got)
-    return out
+    return fetch(broker, group_id, member_id, partitions, None, max_records, max_bytes, isolation_level, lock_duration_ms)[1]
 
 
 async def acquire_waiting(
@@ -282,6 +403,7 @@ async def acquire_waiting(
     min_bytes: int = 1,
     batch_size: int | None = None,
     lock_duration_ms: int | None = None,
+    acknowledgements: Mapping[tuple[str, int], Sequence[sp.AcknowledgementBatch]] | None = None,
 ) -> list[ShareFetchPartition]:
     """A long-polled ShareFetch, for every way in: ``acquire``, and until it acquired records of
     at least ``min_bytes`` (or ``max_records`` or ``max_bytes`` are used up), wait — at most
@@ -296,13 +418,68 @@ async def acquire_waiting(
     ``max_bytes`` bounds each partition's records (KIP-74: a first record larger is still
     given), less what earlier acquisitions of the same request took. ``lock_duration_ms``: as
     ``acquire``'s (RocketMQ's invisible duration). ``run_blocking`` runs ``acquire`` off the event
-    loop."""
+    loop. ``acknowledgements``: see ``fetch_waiting``, which answers them too."""
+    return (
+        await fetch_waiting(
+            broker,
+            notifier,
+            run_blocking,
+            group_id,
+            member_id,
+            partitions,
+            wait_ms,
+            max_records,
+            max_bytes,
+            isolation_level,
+            min_bytes,
+            batch_size,
+            acknowledgements,
+            lock_duration_ms=lock_duration_ms,
+        )
+    )[1]
+
+
+async def fetch_waiting(
+    broker: Broker,
+    notifier: AppendNotifier | None,
+    run_blocking: RunBlocking,
+    group_id: str,
+    member_id: str,
+    partitions: Sequence[tuple[str, int]],
+    wait_ms: int,
+    max_records: int = 500,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    isolation_level: IsolationLevel | None = None,
+    min_bytes: int = 1,
+    batch_size: int | None = None,
+    acknowledgements: Mapping[tuple[str, int], Sequence[sp.AcknowledgementBatch]] | None = None,
+    topic_ids: Mapping[str, uuid.UUID] | None = None,
+    lock_duration_ms: int | None = None,
+) -> tuple[list[ShareAcknowledged], list[ShareFetchPartition]]:
+    """``acquire_waiting`` carrying a ShareFetch's ``acknowledgements``, applied by its first
+    acquisition (``fetch``: a partition both acknowledged and read is one database transaction)
+    before any wait. Their answers, and the acquisitions'. ``topic_ids``: as ``fetch`` takes them."""
+    acked: list[ShareAcknowledged] = []
+
     got: dict[tuple[str, int], ShareFetchPartition] = {}
     left = [max_records, max_bytes]
+    pending = [acknowledgements] if acknowledgements else []
 
     def once() -> list[ShareFetchPartition]:
         if left[0] > 0 and left[1] > 0:
-            read = acquire(broker, group_id, member_id, partitions, left[0], left[1], isolation_level, lock_duration_ms)
+            answers, read = fetch(
+                broker,
+                group_id,
+                member_id,
+                partitions,
+                pending.pop() if pending else None,
+                left[0],
+                left[1],
+                isolation_level,
+                lock_duration_ms,
+                topic_ids=topic_ids,
+            )
+            acked.extend(answers)
             for part in read:
                 got[(part.topic, part.partition)] = _merged(got.get((part.topic, part.partition)), part)
                 left[0] -= sum(a.last_offset - a.first_offset + 1 for a in part.acquired)
@@ -332,9 +509,13 @@ async def acquire_waiting(
         enough,
         due_in,
     )
+    if pending:  # nothing was acquired (nothing may be): the acknowledgements still count
+        acked.extend(
+            await run_blocking(functools.partial(acknowledge, broker, group_id, member_id, pending.pop(), topic_ids=topic_ids))
+        )
     if batch_size is None:
-        return parts
-    return [dataclasses.replace(p, acquired=sp.in_batches(p.acquired, batch_size)) for p in parts]
+        return acked, parts
+    return acked, [dataclasses.replace(p, acquired=sp.in_batches(p.acquired, batch_size)) for p in parts]
 
 
 def _merged(before: ShareFetchPartition | None, now: ShareFetchPartition) -> ShareFetchPartition:
@@ -372,55 +553,39 @@ class ShareAcknowledged:
     error: TxlogError | None = None
 
 
-def _acknowledge_partition(
-    broker: Broker,
-    group_id: str,
-    member_id: str,
-    topic: str,
-    partition: int,
-    batches: Sequence[sp.AcknowledgementBatch],
-    config: ShareConfigs | None,
-    lock_duration_ms: int | None,
-) -> tuple[ShareAcknowledged, ShareConfigs]:
-    """One share partition's acknowledgements, and the group's configs (read here, in this
-    transaction, when not given)."""
-    with broker.db.transaction() as conn:
-        if config is None:
-            config = config_of(share_store.share_group_configs(conn, group_id))
-        status = log_store.partition_status(conn, topic, partition)
-        stored, state = _locked(conn, broker, group_id, status, None)
-        outcome = sp.acknowledge(
-            state, member_id, batches, now_ms=broker.now(), config=config.delivery, lock_duration_ms=lock_duration_ms
-        )
-        if isinstance(outcome, sp.Refused):
-            return ShareAcknowledged(topic, partition, error=outcome.error()), config
-        share_store.share_partition_write(
-            conn, group_id, topic, partition, stored, outcome.state, records_available=bool(outcome.released)
-        )
-    return ShareAcknowledged(topic, partition, outcome), config
-
-
 def acknowledge(
     broker: Broker,
     group_id: str,
     member_id: str,
     acks: Mapping[tuple[str, int], Sequence[sp.AcknowledgementBatch]],
     lock_duration_ms: int | None = None,
+    topic_ids: Mapping[str, uuid.UUID] | None = None,
 ) -> list[ShareAcknowledged]:
     """Kafka's ShareAcknowledge (and a ShareFetch's acknowledgements): per share partition, its
     batches (ACCEPT, RELEASE, REJECT, GAP, RENEW by Kafka's type ids) taken whole or refused whole,
-    under its row lock; answers in the order of ``acks``."""
+    under its row lock; answers in the order of ``acks``. ``topic_ids``: as ``fetch`` takes them."""
     if not member_id:
         raise TxlogError(ErrorCode.INVALID_REQUEST, "An acknowledgement needs a member id")
-    # The configs are read in the first partition's transaction: an acknowledgement (a batch, one
-    # partition, as a consumer sends them) is one database transaction, not two.
+    # The configs are read in the first partition's transaction, in the statement reading its
+    # state: an acknowledgement (a batch, one partition, as a consumer sends them) is one database
+    # transaction of three statements.
     config: ShareConfigs | None = None
     out: list[ShareAcknowledged] = []
     for (topic, partition), batches in acks.items():
         try:
-            answer, config = _acknowledge_partition(
-                broker, group_id, member_id, topic, partition, batches, config, lock_duration_ms
+            answer, _, config = _serve_partition(
+                broker,
+                group_id,
+                member_id,
+                topic,
+                partition,
+                config,
+                batches,
+                None,
+                lock_duration_ms,
+                (topic_ids or {}).get(topic),
             )
+            assert answer is not None
             out.append(answer)
         except TxlogError as exc:
             if exc.code is ErrorCode.UNKNOWN_SERVER_ERROR:

@@ -148,8 +148,10 @@ def while_empty(broker: Broker, group_id: str, change: Callable[[Connection], T]
 
 def is_member(broker: Broker, group_id: str, member_id: str) -> bool:
     """Whether ``member_id`` is in the share group now (joined, its session not ended): what a
-    Kafka client's ShareFetch and ShareAcknowledge need (``sg.in_group``). One key lookup."""
-    with broker.db.read() as conn:
+    Kafka client's ShareFetch and ShareAcknowledge need (``sg.in_group``). One key lookup, one
+    statement in autocommit (its own snapshot; no BEGIN or COMMIT round trips: every ShareFetch
+    asks)."""
+    with broker.db.autocommit() as conn:
         deadline = store.share_member_session_deadline(conn, group_id, member_id)
     return sg.in_group(deadline, broker.now())
 

@@ -98,7 +98,9 @@ def describe_topic(broker: Broker, name: str) -> list[PartitionStatus]:
 
 
 def partition_count(broker: Broker, name: str) -> int:
-    with broker.db.read() as conn:
+    """The topic's partition count: one key lookup, one statement in autocommit (its own
+    snapshot; no BEGIN or COMMIT round trips: every HTTP share acquisition of a topic asks)."""
+    with broker.db.autocommit() as conn:
         n = topics_store.topic_partitions(conn, name)
     if n is None:
         raise TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name!r} does not exist")

@@ -9,6 +9,7 @@ partial index over the acquired runs alone.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -16,9 +17,10 @@ from psycopg.types.numeric import Int4, Int8
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
+from app.domain.log import PartitionStatus
 from app.domain.share_partition import InFlightRange, RecordState, SharePartitionState, row_changes
 from app.storage.db import driver
-from app.storage.log import NOTIFY_CHANNEL
+from app.storage.log import _STATUS_SELECT, NOTIFY_CHANNEL
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,73 @@ def share_partition_lock(
     return SharePartitionState.from_rows(start, end, ranges), epoch
 
 
+# Read once the share partition's row lock is held, so in one snapshot taken after it: the
+# in-flight runs (which the lock's last holder may have just changed: a statement that waited for
+# the lock re-reads only the locked row, so they are never read in the locking statement), the
+# log's status, the topic's id, and the group's configs when asked for.
+_OPENED = f"""
+SELECT st.log_start_offset, st.high_watermark, st.last_stable_offset, st.open_transactions,
+       f.firsts, f.lasts, f.states, f.counts, f.members, f.deadlines, c.names, c.vals,
+       (SELECT topic_id FROM txlog.topics WHERE name = %(t)s) AS topic_id
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL ({_STATUS_SELECT} WHERE topic = %(t)s AND partition = %(p)s) AS st ON true
+CROSS JOIN LATERAL (
+    SELECT array_agg(first_offset ORDER BY first_offset) AS firsts, array_agg(last_offset ORDER BY first_offset) AS lasts,
+           array_agg(state ORDER BY first_offset) AS states, array_agg(delivery_count ORDER BY first_offset) AS counts,
+           array_agg(member_id ORDER BY first_offset) AS members, array_agg(lock_deadline_ms ORDER BY first_offset) AS deadlines
+    FROM txlog.share_in_flight
+    WHERE group_id = %(g)s AND topic = %(t)s AND partition = %(p)s AND first_offset >= %(start)s
+) AS f
+CROSS JOIN LATERAL (
+    SELECT array_agg(name) AS names, array_agg(value) AS vals FROM txlog.share_group_configs
+    WHERE group_id = %(g)s AND %(configs)s
+) AS c
+"""
+
+
+@dataclass(frozen=True)
+class OpenedSharePartition:
+    """A share partition as locked for an operation: its state, the log's status (None: the
+    partition does not exist), the group's configs set (None: not asked for), and the id of the
+    topic of that name now (None: there is none)."""
+
+    state: SharePartitionState
+    status: PartitionStatus | None
+    configs: dict[str, str] | None
+    topic_id: uuid.UUID | None
+
+
+def share_partition_open(
+    conn: Connection, group_id: str, topic: str, partition: int, with_configs: bool = False
+) -> OpenedSharePartition | None:
+    """``share_partition_lock`` for a share fetch or acknowledgement, in two statements: the row
+    lock, then (in a snapshot taken once it is held) the in-flight runs with the partition's
+    status, the topic's id and, ``with_configs``, the group's configs. None: the group never read
+    the partition."""
+    if not -(2**31) <= partition < 2**31:
+        return None
+    key = _key(group_id, topic, partition)
+    pg = driver(conn)
+    row = pg.execute(_LOCK, key).fetchone()
+    if row is None:
+        return None
+    start, end, _epoch = row
+    got = pg.execute(_OPENED, {**key, "start": Int8(start), "configs": with_configs}, binary=True).fetchone()
+    assert got is not None
+    lso, hw, last_stable, open_txns, firsts, lasts, states, counts, members, deadlines, names, vals, topic_id = got
+    ranges = (
+        [
+            InFlightRange(f, last, RecordState(st), dc, m, d)
+            for f, last, st, dc, m, d in zip(firsts, lasts, states, counts, members, deadlines)
+        ]
+        if firsts
+        else []
+    )
+    status = None if lso is None else PartitionStatus(topic, partition, lso, hw, last_stable, open_txns)
+    configs = (dict(zip(names, vals)) if names else {}) if with_configs else None
+    return OpenedSharePartition(SharePartitionState.from_rows(start, end, ranges), status, configs, topic_id)
+
+
 def share_partition_create(conn: Connection, group_id: str, topic: str, partition: int, start_offset: int) -> None:
     """A share partition starting at ``start_offset`` with nothing in flight, unless one exists (a
     concurrent first reader made it: the caller locks it next and reads that one)."""
@@ -84,7 +153,7 @@ WHERE group_id = %(g)s AND topic = %(t)s AND partition = %(p)s
 """
 _DELETE_RANGES = """
 DELETE FROM txlog.share_in_flight
-WHERE group_id = %(g)s AND topic = %(t)s AND partition = %(p)s AND first_offset = ANY(%(firsts)s)
+WHERE group_id = %(g)s AND topic = %(t)s AND partition = %(p)s AND first_offset = ANY(%(firsts_deleted)s)
 """
 _UPSERT_RANGES = """
 INSERT INTO txlog.share_in_flight
@@ -97,7 +166,6 @@ ON CONFLICT (group_id, topic, partition, first_offset) DO UPDATE
 SET last_offset = EXCLUDED.last_offset, state = EXCLUDED.state, member_id = EXCLUDED.member_id,
     lock_deadline_ms = EXCLUDED.lock_deadline_ms, delivery_count = EXCLUDED.delivery_count
 """
-_NOTIFY = "SELECT pg_notify(%(channel)s, %(payload)s)"
 
 
 def share_partition_write(
@@ -113,28 +181,36 @@ def share_partition_write(
     rows that changed (``row_changes``). ``records_available``: records became available again
     (released, or their lock expired), so share fetches waiting on the partition are woken, as
     an append wakes them (the notification arrives once this commits)."""
-    key = _key(group_id, topic, partition)
-    pg = driver(conn)
+    key: dict = _key(group_id, topic, partition)
     deleted, upserted = row_changes(old, new)
+    parts: list[str] = []
     if (old.start_offset, old.end_offset) != (new.start_offset, new.end_offset):
-        pg.execute(_UPDATE, {**key, "start": Int8(new.start_offset), "end": Int8(new.end_offset)})
+        parts.append(_UPDATE)
+        key.update(start=Int8(new.start_offset), end=Int8(new.end_offset))
     if deleted:
-        pg.execute(_DELETE_RANGES, {**key, "firsts": list(deleted)})
+        parts.append(_DELETE_RANGES)
+        key["firsts_deleted"] = list(deleted)
     if upserted:
-        pg.execute(
-            _UPSERT_RANGES,
-            {
-                **key,
-                "firsts": [r.first_offset for r in upserted],
-                "lasts": [r.last_offset for r in upserted],
-                "states": [r.state.value for r in upserted],
-                "members": [r.member_id for r in upserted],
-                "deadlines": [r.lock_deadline_ms for r in upserted],
-                "counts": [r.delivery_count for r in upserted],
-            },
+        parts.append(_UPSERT_RANGES)
+        key.update(
+            firsts=[r.first_offset for r in upserted],
+            lasts=[r.last_offset for r in upserted],
+            states=[r.state.value for r in upserted],
+            members=[r.member_id for r in upserted],
+            deadlines=[r.lock_deadline_ms for r in upserted],
+            counts=[r.delivery_count for r in upserted],
         )
+    if not parts and not records_available:
+        return
+    # One statement: each change a data-modifying WITH query (the rows deleted and those written
+    # are distinct first offsets, so no row is changed twice), the notification its SELECT.
+    sql = "WITH " + ", ".join(f"w{i} AS ({part})" for i, part in enumerate(parts)) + " " if parts else ""
     if records_available:
-        pg.execute(_NOTIFY, {"channel": NOTIFY_CHANNEL, "payload": f"{topic}:{partition}"})
+        key.update(channel=NOTIFY_CHANNEL, payload=f"{topic}:{partition}")
+        sql += "SELECT pg_notify(%(channel)s, %(payload)s)"
+    else:
+        sql += "SELECT 1"
+    driver(conn).execute(sql, key)
 
 
 _RESET = """

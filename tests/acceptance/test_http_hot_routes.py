@@ -1,4 +1,4 @@
-"""The hot routes (``api.v1.hot``): produce, EndTxn and fetch answered straight from ASGI must
+"""The hot routes (``api.v1.hot``): produce, EndTxn, fetch and a share group's acquisition answered straight from ASGI must
 answer every request exactly as their FastAPI routes do, be what answers them, and count in the
 metrics under the route's name. Two applications over one database: one with the hot routes, one without."""
 
@@ -97,6 +97,17 @@ SAME_ANSWER = [
         {"content-type": "text/plain"},
     ),
     ("/v1/transactions/unknown-tid/end", b'{"producer_id": 1, "producer_epoch": 0, "result": "commit"}', {}),
+    ("/v1/share-groups/g/acquire", {"topic": "nope", "member_id": "m"}, JSON),
+    ("/v1/share-groups/g/acquire", {"partitions": [{"topic": "hot", "partition": 9}], "member_id": "m"}, JSON),
+    ("/v1/share-groups/g/acquire", {"topic": "hot", "max_records": 0}, JSON),
+    ("/v1/share-groups/g/acquire", {"member_id": "m"}, JSON),
+    ("/v1/share-groups/g/acquire", b"{not json", JSON),
+    (
+        "/v1/share-groups/g/acquire",
+        {"topic": "hot", "acknowledgements": [{"topic": "hot", "partition": 0, "offset": 0, "type": "accept"}]},
+        JSON,
+    ),
+    ("/v1/share-groups/g/acquire", b'{"topic": "hot", "member_id": "m"}', {"content-type": "text/plain"}),
 ]
 
 
@@ -266,6 +277,7 @@ def test_the_hot_routes_answer_without_fastapi(db_url: str) -> None:
         assert call("/v1/topics/hot/records", b'{"records": [{"value": "a"}]}') == 200
         assert call("/v1/topics/hot/partitions/0/records", b"{}") == 422
         assert call("/v1/transactions/nobody/end", end) == 409
+        assert call("/v1/share-groups/g/acquire", b'{"topic": "hot", "member_id": "m"}') == 200
         assert reached == []
         assert call("/v1/transactions/nobody/end", end, b"text/plain") == 599
         assert call("/v1/topics/hot/partitions/00/records", b"{}") == 599
@@ -279,3 +291,28 @@ def test_the_hot_routes_answer_without_fastapi(db_url: str) -> None:
         ]
     finally:
         client.close()
+
+
+def test_a_share_acquisition_is_answered_as_fastapi_answers_it(clients) -> None:  # type: ignore[no-untyped-def]
+    """Acquisitions carrying the acknowledgements of the one before, alternately through each."""
+    h, f = clients
+    assert (
+        h.request(
+            "PATCH", "/v1/share-groups/hot-share/configs", json={"configs": {"share.auto.offset.reset": "earliest"}}
+        ).status_code
+        == 200
+    )
+    assert h.post("/v1/topics/hot/partitions/0/records", json=_batch(4)).status_code == 200
+    answers = []
+    acks: list[dict] = []
+    for client in (h, f, h, f):
+        body: dict[str, Any] = {"partitions": [{"topic": "hot", "partition": 0}], "member_id": "m", "max_records": 1}
+        if acks:
+            body["acknowledgements"] = acks
+        r = client.post("/v1/share-groups/hot-share/acquire", json=body)
+        assert r.status_code == 200 and r.headers["content-type"] == "application/json", r.text
+        doc = r.json()
+        answers.append(([x["offset"] for x in doc["records"]], doc.get("acknowledgements")))
+        acks = [{"topic": "hot", "partition": 0, "offset": x["offset"], "type": "accept"} for x in doc["records"]]
+    accepted = {"topic": "hot", "partition": 0, "accepted": 1, "released": 0, "archived": 0, "renewed": 0, "error": None}
+    assert answers == [([0], None), ([1], [accepted]), ([2], [accepted]), ([3], [accepted])]

@@ -349,3 +349,82 @@ def test_a_late_acknowledgement_of_a_record_another_member_accepted_is_refused(c
         late = ack(b, "slow", topic, 0, 0, kind)
         assert late.error is not None and late.error.code is ErrorCode.INVALID_RECORD_STATE, late
     assert partition_state(b, topic).start_offset == 1
+
+
+def batch(first: int, last: int, kind: AcknowledgeType) -> list[AcknowledgementBatch]:
+    return [AcknowledgementBatch(first, last, (int(kind),))]
+
+
+def test_a_fetch_applies_its_acknowledgements_then_acquires_from_the_state_they_left(clocked_broker, topic):
+    b = clocked_broker
+    plain(b, topic, "a", "b", "c", "d")
+    assert offsets_of(share.acquire(b, G, "m1", [(topic, 0)], max_records=2)) == [0, 1]
+    acked, got = share.fetch(
+        b, G, "m1", [(topic, 0)], {(topic, 0): batch(0, 0, AcknowledgeType.ACCEPT) + batch(1, 1, AcknowledgeType.RELEASE)}
+    )
+    assert [(a.topic, a.partition, a.error) for a in acked] == [(topic, 0, None)]
+    assert acked[0].outcome is not None
+    # The record released is acquired again by the same fetch, its delivery counted.
+    assert offsets_of(got) == [1, 2, 3] and got[0].delivery_counts == (2, 1, 1)
+    assert got[0].record_lock_duration_ms == LOCK_MS
+    state = partition_state(b, topic)
+    assert state.start_offset == 1 and state.counts["ACQUIRED"] == 3
+
+
+def test_a_refused_acknowledgement_changes_nothing_and_the_fetch_still_acquires(clocked_broker, clock, topic):
+    b = clocked_broker
+    plain(b, topic, "a")
+    share.acquire(b, G, "m1", [(topic, 0)])
+    clock.advance(LOCK_MS)
+    # m1's lock expired: its late acceptance is refused, and m2's fetch, carrying it in m1's
+    # stead, is refused too — while the acquisition in the same transaction takes the record.
+    acked, got = share.fetch(b, G, "m2", [(topic, 0)], {(topic, 0): batch(0, 0, AcknowledgeType.ACCEPT)})
+    assert acked[0].error is not None and acked[0].error.code is ErrorCode.INVALID_RECORD_STATE
+    assert offsets_of(got) == [0] and got[0].delivery_counts == (2,)
+    late = ack(b, "m1", topic, 0, 0, AcknowledgeType.ACCEPT)
+    assert late.error is not None and late.error.code is ErrorCode.INVALID_RECORD_STATE
+    [held] = partition_state(b, topic).in_flight
+    assert held.member_id == "m2" and held.state is RecordState.ACQUIRED
+
+
+def test_acknowledgements_of_partitions_not_read_are_answered_in_their_order(clocked_broker, topic):
+    b = clocked_broker
+    topics.create_topic(b, "other", 1)
+    plain(b, topic, "a")
+    plain(b, "other", "x")
+    share.acquire(b, G, "m1", [(topic, 0), ("other", 0)])
+    acked, got = share.fetch(
+        b,
+        G,
+        "m1",
+        [(topic, 0)],
+        {
+            ("other", 0): batch(0, 0, AcknowledgeType.ACCEPT),
+            (topic, 0): batch(0, 0, AcknowledgeType.ACCEPT),
+            ("nope", 0): batch(0, 0, AcknowledgeType.ACCEPT),
+        },
+    )
+    assert [(a.topic, a.error is None) for a in acked] == [("other", True), (topic, True), ("nope", False)]
+    assert acked[2].error is not None and acked[2].error.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert offsets_of(got) == []
+
+
+def test_a_topic_made_again_is_unknown_by_its_old_id(clocked_broker, topic):
+    b = clocked_broker
+    plain(b, topic, "a")
+    [old] = topics.topics_metadata(b, [topic])
+    share.acquire(b, G, "m1", [(topic, 0)], max_records=1)
+    topics.delete_topic(b, topic)
+    topics.create_topic(b, topic, 1)
+    plain(b, topic, "b")
+    [new] = topics.topics_metadata(b, [topic])
+    assert new.topic_id != old.topic_id
+    acked, got = share.fetch(
+        b, G, "m1", [(topic, 0)], {(topic, 0): batch(0, 0, AcknowledgeType.ACCEPT)}, topic_ids={topic: old.topic_id}
+    )
+    assert acked[0].error is not None and acked[0].error.code is ErrorCode.UNKNOWN_TOPIC_ID
+    assert got[0].error is not None and got[0].error.code is ErrorCode.UNKNOWN_TOPIC_ID
+    [refused] = share.acknowledge(b, G, "m1", {(topic, 0): batch(0, 0, AcknowledgeType.ACCEPT)}, topic_ids={topic: old.topic_id})
+    assert refused.error is not None and refused.error.code is ErrorCode.UNKNOWN_TOPIC_ID
+    _, got = share.fetch(b, G, "m1", [(topic, 0)], topic_ids={topic: new.topic_id})
+    assert got[0].error is None and values_of(got) == ["b"]

@@ -419,6 +419,38 @@ def test_share_sessions_and_acknowledgements(gateway: GatewayProcess, raw: RawCo
     ]
 
 
+def test_a_topic_made_again_is_unknown_by_the_id_the_gateway_resolved_before(
+    gateway: GatewayProcess, raw: RawConnection, store: Broker
+) -> None:
+    """The gateway keeps the names of the topic ids it resolved; a topic deleted and made again
+    has a new id, and its old one is UNKNOWN_TOPIC_ID at once, acquiring and acknowledging."""
+    topic = _topic(raw, partitions=1)
+    old_id, group, member = _topic_id(raw, topic), _group(store), "m-" + uuid.uuid4().hex
+    _produce(gateway.bootstrap, topic, [b"x"], partitions=1)
+    _enter(raw, group, member, topic)
+    opened = _fetch(raw, group, member, 0, [(old_id, 0, [])])
+    assert [(a.first_offset, a.last_offset) for a in opened.responses[0].partitions[0].acquired_records] == [(0, 0)]
+    topics_service.delete_topic(store, topic)
+    topics_service.create_topic(store, topic, 1)
+    _produce(gateway.bootstrap, topic, [b"y"], partitions=1)
+    new_id = _topic_id(raw, topic)
+    assert new_id != old_id
+    stale = _fetch(raw, group, member, 1, [(old_id, 0, [(0, 0, 1)])])
+    [part] = stale.responses[0].partitions
+    assert (part.error_code, part.acknowledge_error_code) == (E.UNKNOWN_TOPIC_ID.kafka_code, E.UNKNOWN_TOPIC_ID.kafka_code)
+    refused = _acknowledge(raw, group, member, 2, old_id, 0, 0, 1)
+    assert refused.responses[0].partitions[0].error_code == E.UNKNOWN_TOPIC_ID.kafka_code
+    fresh = _fetch(raw, group, member, 3, [(new_id, 0, [])])
+    got = {
+        t.topic_id: [(a.first_offset, a.last_offset) for p in t.partitions for a in p.acquired_records] for t in fresh.responses
+    }
+    assert got[new_id] == [(0, 0)]
+    # An id never known: the partition's error and its acknowledgement's are both UNKNOWN_TOPIC_ID.
+    unknown = _fetch(raw, group, member, 4, [(uuid.uuid4(), 0, [(0, 0, 1)])])
+    [entry] = [p for t in unknown.responses if t.topic_id not in (old_id, new_id) for p in t.partitions]
+    assert (entry.error_code, entry.acknowledge_error_code) == (E.UNKNOWN_TOPIC_ID.kafka_code, E.UNKNOWN_TOPIC_ID.kafka_code)
+
+
 def test_an_idle_share_fetch_waits_for_records(gateway: GatewayProcess, raw: RawConnection, store: Broker) -> None:
     topic = _topic(raw, partitions=1)
     topic_id, group = _topic_id(raw, topic), _group(store)

@@ -228,12 +228,48 @@ async def handle_share_group_describe(ctx: RequestContext, request: Any) -> dict
 # --- topic ids ------------------------------------------------------------------------------------
 
 
-async def _names(ctx: RequestContext, topic_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, str]:
+# The names of the topic ids this gateway resolved. A topic's id names it for good (deleted and made
+# again, a topic has a new id), so a name found here is that id's for as long as the topic lives;
+# every share operation checks the id against the name under the share partition's lock
+# (``share.fetch``'s ``topic_ids``: UNKNOWN_TOPIC_ID otherwise), and an id refused is forgotten. A
+# ShareFetch resolves its ids without a database transaction of its own.
+_TOPIC_NAMES: dict[uuid.UUID, str] = {}
+_TOPIC_NAMES_MAX = 10_000
+
+
+async def _names(ctx: RequestContext, topic_ids: Iterable[uuid.UUID], fresh: bool = False) -> dict[uuid.UUID, str]:
+    """The names of ``topic_ids`` that exist (``fresh``: read now; else those resolved before are
+    taken as known, for a share operation to check)."""
     wanted = sorted(set(topic_ids))
-    if not wanted:
-        return {}
-    found = await ctx.call(topics.topics_metadata, ctx.broker, [], wanted)
-    return {t.topic_id: t.name for t in found}
+    out = {} if fresh else {t: _TOPIC_NAMES[t] for t in wanted if t in _TOPIC_NAMES}
+    missing = [t for t in wanted if t not in out]
+    if missing:
+        found = await ctx.call(topics.topics_metadata, ctx.broker, [], missing)
+        if len(_TOPIC_NAMES) + len(found) > _TOPIC_NAMES_MAX:
+            _TOPIC_NAMES.clear()
+        for meta in found:
+            out[meta.topic_id] = _TOPIC_NAMES[meta.topic_id] = meta.name
+        for topic_id in missing:
+            if topic_id not in out:
+                _TOPIC_NAMES.pop(topic_id, None)
+    return out
+
+
+def _forget_refused(ids: dict[str, uuid.UUID], results: Iterable[Any]) -> None:
+    """A topic id a share operation refused (its topic deleted, or made again) is resolved anew
+    next time."""
+    for r in results:
+        if r.error is not None and r.error.code is ErrorCode.UNKNOWN_TOPIC_ID:
+            _TOPIC_NAMES.pop(ids[r.topic], None)
+
+
+async def _names_checked(ctx: RequestContext, topic_ids: list[uuid.UUID], api: Api) -> dict[uuid.UUID, str]:
+    """``_names``, read anew when a name known before would be refused by the ACLs (the topic of
+    an id that is gone is UNKNOWN_TOPIC_ID, whatever the ACLs say of its old name)."""
+    names = await _names(ctx, topic_ids)
+    if _topic_refusals(ctx, api, names.values()):
+        names = await _names(ctx, topic_ids, fresh=True)
+    return names
 
 
 def _batches(entries: Iterable[Any]) -> tuple[AcknowledgementBatch, ...]:
@@ -242,6 +278,29 @@ def _batches(entries: Iterable[Any]) -> tuple[AcknowledgementBatch, ...]:
 
 def _topic_refusals(ctx: RequestContext, api: Api, names: Iterable[str]) -> dict[str, TxlogError]:
     return access.refused(ctx, api, "topics", list(names))
+
+
+def _acknowledgements(
+    ctx: RequestContext,
+    acks: dict[tuple[uuid.UUID, int], tuple[AcknowledgementBatch, ...]],
+    names: dict[uuid.UUID, str],
+    api: Api,
+) -> tuple[dict[tuple[uuid.UUID, int], TxlogError | None], dict[tuple[str, int], tuple[AcknowledgementBatch, ...]]]:
+    """Each partition's acknowledgement refused here (an unknown topic id, the ACLs), and the
+    rest by topic name, for the services."""
+    out: dict[tuple[uuid.UUID, int], TxlogError | None] = {}
+    refused = _topic_refusals(ctx, api, [names[t] for t, _ in acks if t in names])
+    wanted: dict[tuple[str, int], tuple[AcknowledgementBatch, ...]] = {}
+    for (topic_id, partition), batches in acks.items():
+        name = names.get(topic_id)
+        if name is None:
+            out[(topic_id, partition)] = TxlogError(ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.UNKNOWN_TOPIC_ID.value.default_message)
+        elif name in refused:
+            out[(topic_id, partition)] = refused[name]
+        else:
+            out[(topic_id, partition)] = None
+            wanted[(name, partition)] = batches
+    return out, wanted
 
 
 async def _acknowledge(
@@ -253,21 +312,13 @@ async def _acknowledge(
     api: Api,
 ) -> dict[tuple[uuid.UUID, int], TxlogError | None]:
     """Each partition's acknowledgement error (None: taken)."""
-    out: dict[tuple[uuid.UUID, int], TxlogError | None] = {}
-    refused = _topic_refusals(ctx, api, [names[t] for t, _ in acks if t in names])
-    wanted: dict[tuple[str, int], tuple[AcknowledgementBatch, ...]] = {}
-    for (topic_id, partition), batches in acks.items():
-        name = names.get(topic_id)
-        if name is None:
-            out[(topic_id, partition)] = TxlogError(ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.UNKNOWN_TOPIC_ID.value.default_message)
-        elif name in refused:
-            out[(topic_id, partition)] = refused[name]
-        else:
-            wanted[(name, partition)] = batches
+    out, wanted = _acknowledgements(ctx, acks, names, api)
     if wanted:
         ids = {name: topic_id for topic_id, name in names.items()}
-        for result in await ctx.call(share.acknowledge, ctx.broker, group_id, member_id, wanted):
+        results = await ctx.call(share.acknowledge, ctx.broker, group_id, member_id, wanted, None, ids)
+        for result in results:
             out[(ids[result.topic], result.partition)] = result.error
+        _forget_refused(ids, results)
     return out
 
 
@@ -320,19 +371,24 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
             session.partitions.setdefault(topic_id, set()).update(partitions)
 
     in_session = [(t, p) for t, ps in session.partitions.items() for p in sorted(ps)]
-    names = await _names(ctx, [t for t, _ in in_session] + [t for t, _ in acks])
-    config = await ctx.call(share.group_config, ctx.broker, group_id)
+    topic_ids = [t for t, _ in in_session] + [t for t, _ in acks]
+    # The final fetch releases what the member holds by name: its names are read anew.
+    names = await (
+        _names(ctx, topic_ids, fresh=True) if epoch == FINAL_EPOCH else _names_checked(ctx, topic_ids, Api.SHARE_FETCH)
+    )
     entries: dict[tuple[uuid.UUID, int], dict] = {}
-    if acks:
-        for key, error in (await _acknowledge(ctx, group_id, member_id, acks, names, Api.SHARE_FETCH)).items():
-            entries[key] = _partition_entry(
-                key[1], acknowledge_error_code=_code(error), acknowledge_error_message=None if error is None else error.message
-            )
+    lock_duration_ms: int | None = None
     if epoch == FINAL_EPOCH:
+        if acks:
+            for key, error in (await _acknowledge(ctx, group_id, member_id, acks, names, Api.SHARE_FETCH)).items():
+                entries[key] = _ack_entry(key[1], error)
         held = [(names[t], p) for t, p in in_session if t in names]
         if held:
             await ctx.call(share.release_member, ctx.broker, group_id, member_id, held)
     else:
+        acked, acks_wanted = _acknowledgements(ctx, acks, names, Api.SHARE_FETCH)
+        for key in acked:
+            entries[key] = _partition_entry(key[1])
         refused = _topic_refusals(ctx, Api.SHARE_FETCH, [names[t] for t, _ in in_session if t in names])
         wanted: list[tuple[str, int]] = []
         for topic_id, partition in in_session:
@@ -347,10 +403,13 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
             entry = entries.setdefault((topic_id, partition), _partition_entry(partition))
             if error is not None:
                 entry.update(error_code=_code(error), error_message=error.message)
+        ids = {name: topic_id for topic_id, name in names.items()}
+        got: list[share.ShareFetchPartition] = []
         if wanted:
-            ids = {name: topic_id for topic_id, name in names.items()}
+            # The acknowledgements ride on the acquisition: a partition both acknowledged and read
+            # is one database transaction, the acknowledgements applied first.
             max_records = request.max_records if request.max_records > 0 else 500
-            got = await share.acquire_waiting(
+            answers, got = await share.fetch_waiting(
                 ctx.broker,
                 ctx.notifier,
                 _runner(ctx),
@@ -362,27 +421,49 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
                 _partition_max_bytes(request.max_bytes, len(wanted)),
                 min_bytes=request.min_bytes,
                 batch_size=request.batch_size if request.batch_size > 0 else None,
+                acknowledgements=acks_wanted,
+                topic_ids=ids,
             )
-            for part in got:
-                entry = entries[(ids[part.topic], part.partition)]
-                if part.error is not None:
-                    entry.update(error_code=_code(part.error), error_message=part.error.message)
-                    continue
-                entry["acquired_records"] = [
-                    {"first_offset": a.first_offset, "last_offset": a.last_offset, "delivery_count": a.delivery_count}
-                    for a in part.acquired
-                ]
-                entry["records"] = encode.encode_runs(encode.batch_runs(part.records)) if part.records else b""
+        elif acks_wanted:
+            answers = await ctx.call(share.acknowledge, ctx.broker, group_id, member_id, acks_wanted, None, ids)
+        else:
+            answers = []
+        for answer in answers:
+            acked[(ids[answer.topic], answer.partition)] = answer.error
+        _forget_refused(ids, [*answers, *got])
+        for key, error in acked.items():
+            entries[key].update(
+                acknowledge_error_code=_code(error), acknowledge_error_message=None if error is None else error.message
+            )
+        for part in got:
+            entry = entries[(ids[part.topic], part.partition)]
+            if part.error is not None:
+                entry.update(error_code=_code(part.error), error_message=part.error.message)
+                continue
+            lock_duration_ms = lock_duration_ms or part.record_lock_duration_ms
+            entry["acquired_records"] = [
+                {"first_offset": a.first_offset, "last_offset": a.last_offset, "delivery_count": a.delivery_count}
+                for a in part.acquired
+            ]
+            entry["records"] = encode.encode_runs(encode.batch_runs(part.records)) if part.records else b""
     for entry in entries.values():
         entry.setdefault("records", b"")
+    if lock_duration_ms is None:  # nothing acquired told it
+        lock_duration_ms = (await ctx.call(share.group_config, ctx.broker, group_id)).delivery.record_lock_duration_ms
     return {
         "throttle_time_ms": 0,
         "error_code": 0,
         "error_message": None,
-        "acquisition_lock_timeout_ms": config.delivery.record_lock_duration_ms,
+        "acquisition_lock_timeout_ms": lock_duration_ms,
         "responses": _by_topic(entries),
         "node_endpoints": [],
     }
+
+
+def _ack_entry(partition: int, error: TxlogError | None) -> dict:
+    return _partition_entry(
+        partition, acknowledge_error_code=_code(error), acknowledge_error_message=None if error is None else error.message
+    )
 
 
 def _partition_max_bytes(max_bytes: int, partitions: int) -> int:
@@ -416,7 +497,10 @@ async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> dict:
     )
     acks = {(t.topic_id, p.partition_index): _batches(p.acknowledgement_batches) for t in request.topics for p in t.partitions}
     in_session = [(t, p) for t, ps in session.partitions.items() for p in sorted(ps)]
-    names = await _names(ctx, [t for t, _ in acks] + [t for t, _ in in_session])
+    topic_ids = [t for t, _ in acks] + [t for t, _ in in_session]
+    names = await (
+        _names(ctx, topic_ids, fresh=True) if epoch == FINAL_EPOCH else _names_checked(ctx, topic_ids, Api.SHARE_ACKNOWLEDGE)
+    )
     results = await _acknowledge(ctx, group_id, member_id, acks, names, Api.SHARE_ACKNOWLEDGE)
     if epoch == FINAL_EPOCH:
         held = [(names[t], p) for t, p in in_session if t in names]
