@@ -2,7 +2,7 @@
 
 - Served: QueryRoute, Heartbeat, Telemetry (a client's Settings answered, ``settings``; the
   gateway's check-backs pushed, ``transactions``), NotifyClientTermination, SendMessage of NORMAL,
-  FIFO and TRANSACTION messages, EndTransaction. Every other RPC answers gRPC's UNIMPLEMENTED
+  FIFO, DELAY and TRANSACTION messages, EndTransaction. Every other RPC answers gRPC's UNIMPLEMENTED
   (``UNSERVED``), which the clients report as such.
 - Every RPC answers a RocketMQ status: a condition of the protocol (``RocketMQError``) with its
   code, a txlog error with its RocketMQ counterpart (``status.of_error``), anything else
@@ -12,14 +12,14 @@
   check-backs go only to producers whose signer may answer them. Without it nothing is checked.
 - Services run in a thread pool the size of the database pool, never on the event loop.
 - Routing: every topic is served by every gateway, its queues the topic's partitions, each
-  readable and writable, accepting NORMAL, FIFO and TRANSACTION messages. The queues' broker is one logical broker
+  readable and writable, accepting NORMAL, FIFO, DELAY and TRANSACTION messages. The queues' broker is one logical broker
   (``BROKER_NAME``, id 0: the master, as clients require) whose endpoints are this gateway's
   advertised address — TXLOG_ROCKETMQ_ADVERTISED_HOST, else the listen host, or, listening on
   every address, the access point the client asked through (as RocketMQ's proxy answers).
 - Sends: a message's partition is chosen by the produce path (round-robin over the topic's
   partitions for a record without a key, as the proxy spreads messages over queues; a FIFO
   message's key, its message group, by Kafka's murmur2 partitioner); a TRANSACTION message is a
-  half message (``transactions``); the
+  half message (``transactions``), and so is a DELAY message until its delivery time; the
   receipt carries the client's message id and the record's offset. RocketMQ's answer names no
   queue: the receipt's queue is the one the client picked to route the call, as against a proxy.
 - Consumers (the simple consumer's RPCs, and the push consumer's QueryAssignment): a consumer
@@ -65,9 +65,8 @@ BROKER_NAME = "txlog"
 MASTER_BROKER_ID = 0
 SHUTDOWN_GRACE_S = 5.0
 # The message types a topic's queues accept, as QueryRoute answers them: every topic is served as
-# a RocketMQ 5 topic of the MIXED type (NORMAL, FIFO, DELAY, TRANSACTION), less DELAY until
-# delayed delivery is served (the client refuses to send a type its queue does not list).
-ACCEPTED_MESSAGE_TYPES = (MessageType.NORMAL, MessageType.FIFO, MessageType.TRANSACTION)
+# a RocketMQ 5 topic of the MIXED type (the client refuses to send a type its queue does not list).
+ACCEPTED_MESSAGE_TYPES = (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION)
 CLIENT_ID = "x-mq-client-id"
 SENT_TYPES = frozenset(ACCEPTED_MESSAGE_TYPES)
 # Consumers, as a RocketMQ 5 proxy has them: the invisible duration of a receive that names none
@@ -257,12 +256,14 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
             if o.message_type not in SENT_TYPES:
                 raise RocketMQError(
                     Code.UNSUPPORTED,
-                    f"{messages.message_type_name(o.message_type)} messages are not served yet (NORMAL, FIFO and TRANSACTION are)",
+                    f"{messages.message_type_name(o.message_type)} messages are not served (NORMAL, FIFO, DELAY and TRANSACTION are)",
                 )
         if outgoing[0].message_type == MessageType.TRANSACTION:
             return await self._send_half_messages(request, outgoing)
         if any(o.message_type == MessageType.TRANSACTION for o in outgoing):
             raise RocketMQError(Code.BAD_REQUEST, "transactional and other messages cannot share a request")
+        if any(o.message_type == MessageType.DELAY for o in outgoing):
+            return await self._send_delayed_messages(outgoing)
         entries = []
         # A batch goes to one partition: NORMAL messages together, a FIFO message with its group's.
         batches: list[list[messages.Outgoing]] = []
@@ -287,6 +288,13 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
             await self.gateway.blocking(transactions.send_half_message, self.gateway, o, m)
             for o, m in zip(outgoing, request.messages)
         ]
+        return service.SendMessageResponse(status=status(), entries=entries)
+
+    async def _send_delayed_messages(self, outgoing: list[messages.Outgoing]) -> Any:
+        """DELAY messages: held in the half-message store until their delivery time (``transactions``)."""
+        if any(o.message_type != MessageType.DELAY for o in outgoing):
+            raise RocketMQError(Code.BAD_REQUEST, "delayed and other messages cannot share a request")
+        entries = [await self.gateway.blocking(transactions.send_delayed_message, self.gateway, o) for o in outgoing]
         return service.SendMessageResponse(status=status(), entries=entries)
 
     @_answered(service.EndTransactionResponse)

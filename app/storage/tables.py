@@ -332,14 +332,15 @@ half_messages = Table(
     Column("check_count", Integer, nullable=False, server_default=text("0")),
     Column("next_check_at", TS),  # while Prepared: when the checker asks the producer group next
     Column("decided_at", TS),
-    Column("decided_by", Text),  # producer, check_back, max_checks
+    Column("decided_by", Text),  # producer, check_back, max_checks, delivery_time
     Column("reason", Text),
     Column("offset", BigInteger),
     # who checks it: the HTTP checker (its group's check-back URL) or a RocketMQ gateway (a live
-    # producer's Telemetry stream); each claims only its own
+    # producer's Telemetry stream); each claims only its own. ``delay``: a delayed message, checked
+    # by nobody, committed by any of them at its delivery time (its next_check_at)
     Column("check_channel", Text, nullable=False, server_default=text("'http'")),
     CheckConstraint("state IN ('Prepared', 'Committed', 'RolledBack')", name="half_messages_state"),
-    CheckConstraint("check_channel IN ('http', 'rocketmq')", name="half_messages_check_channel"),
+    CheckConstraint("check_channel IN ('http', 'rocketmq', 'delay')", name="half_messages_check_channel"),
     Index("half_messages_due", "check_channel", "next_check_at", postgresql_where=text("state = 'Prepared'")),
     Index("half_messages_decided", "decided_at", postgresql_where=text("state <> 'Prepared'")),
     Index("half_messages_group", "producer_group", "created_at"),
