@@ -46,7 +46,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 import grpc
 
-from api.rocketmq import identity, messages, receiving, settings, transactions
+from api.rocketmq import identity, messages, peers, receiving, settings, transactions
 from api.rocketmq.clients import Client, Clients
 from api.rocketmq.status import RocketMQError, of_error, status
 from app.domain.acls import StoredPrincipal
@@ -110,8 +110,16 @@ def _address_scheme(host: str) -> int:
     return AddressScheme.IPv4 if ip.version == 4 else AddressScheme.IPv6
 
 
-def endpoints(host: str, port: int) -> Any:
-    return definition.Endpoints(scheme=_address_scheme(host), addresses=[definition.Address(host=host.strip("[]"), port=port)])
+def endpoints(host: str, port: int, others: list[tuple[str, int]] | None = None) -> Any:
+    """``host``:``port`` first, then each of ``others`` of the same address scheme: one Endpoints
+    names addresses of one scheme, and a domain name alone (the clients refuse several)."""
+    scheme = _address_scheme(host)
+    addresses = [(host.strip("[]"), port)]
+    if scheme != AddressScheme.DOMAIN_NAME:
+        addresses += [
+            (h.strip("[]"), p) for h, p in others or () if _address_scheme(h) == scheme and (h.strip("[]"), p) not in addresses
+        ]
+    return definition.Endpoints(scheme=scheme, addresses=[definition.Address(host=h, port=p) for h, p in addresses])
 
 
 def _answered(response: Callable[..., Any]) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
@@ -613,6 +621,7 @@ class Gateway:
         self.executor = executor
         self.clients = Clients()
         self.check_backs = transactions.CheckBacks(self)
+        self.peers = peers.Peers(self)
         self.advertised: tuple[str, int] | None = None
         self.notifier: AppendNotifier | None = None  # wakes receives waiting for records
         # Principals and ACLs (TXLOG_AUTH=token); None: no one is authenticated, all is allowed.
@@ -631,13 +640,14 @@ class Gateway:
         return await asyncio.get_running_loop().run_in_executor(self.executor, functools.partial(fn, *args))
 
     def endpoints(self, asked: Any = None) -> Any:
-        """Where clients are routed: the advertised address, else (listening on every address)
-        the access point the client asked through, on this gateway's port."""
+        """Where clients are routed: this gateway — its advertised address, else (listening on
+        every address) the access point the client asked through, on its port — then every other
+        live gateway of the registry (``peers``)."""
         assert self.advertised is not None
         host, port = self.advertised
-        if host or asked is None or not asked.addresses:
-            return endpoints(host or self._listen_host, port)
-        return endpoints(asked.addresses[0].host, port)
+        if not host:
+            host = self._listen_host if asked is None or not asked.addresses else asked.addresses[0].host
+        return endpoints(host, port, self.peers.others)
 
     async def start(self, host: str, port: int, advertised_host: str | None = None) -> int:
         """Listen on ``host:port``; answer the bound port (the one chosen when ``port`` is 0)."""
@@ -660,6 +670,7 @@ class Gateway:
         self._listen_host = host
         every = host in ("", "0.0.0.0", "::")
         self.advertised = (advertised_host or ("" if every else host), bound)
+        await self.peers.start((self.advertised[0], bound) if self.advertised[0] else None)
         self._start_notifier()
         return int(bound)
 
@@ -677,6 +688,7 @@ class Gateway:
             self.notifier.start()
 
     async def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
+        await self.peers.stop()
         await self.check_backs.stop()
         self.clients.close()  # Telemetry streams end now, not after the grace
         if self._server is not None:

@@ -469,6 +469,19 @@ kafka_nodes = Table(
     CheckConstraint("port BETWEEN 1 AND 65535", name="kafka_nodes_port"),
 )
 
+# The live RocketMQ gateways (``txlog rocketmq``), each by a lease its process renews: QueryRoute
+# routes clients to every one whose lease runs. Apart from kafka_nodes: they are no Kafka brokers.
+rocketmq_gateways = Table(
+    "rocketmq_gateways",
+    metadata,
+    Column("process_token", Text, primary_key=True),
+    Column("host", Text, nullable=False),
+    Column("port", Integer, nullable=False),
+    Column("registered_at", TS, nullable=False),
+    Column("expires_at", TS, nullable=False),
+    CheckConstraint("port BETWEEN 1 AND 65535", name="rocketmq_gateways_port"),
+)
+
 # One row: raised in the same database transaction as every change of principals or ACLs, so each
 # server process, polling it, reloads them when (and only when) they changed. ``session_key`` signs
 # the admin pages' session cookies (set at the first start).
