@@ -157,3 +157,15 @@ def test_a_delivery_time_not_in_the_future_appends_at_once(b: Broker) -> None:
     assert isinstance(sent, ProduceResult)
     with pytest.raises(TxlogError):
         hs.describe(b, "DELAYED-2")  # never held
+
+
+def test_the_http_servers_checker_delivers_delayed_messages_too(b: Broker) -> None:
+    checker = hs.CheckerThread(b)
+    checker.start()
+    try:
+        hs.send_delayed_message(b, TOPIC, NewRecord(None, b"soon", ()), b.now() + 200, "DELAYED-3")
+        wait_until(lambda: hs.describe(b, "DELAYED-3").stored.msg.state is HalfState.COMMITTED, 10, 0.02, "the delivery")
+    finally:
+        checker.stop()
+        checker.join(10)
+    assert checker.totals.committed == 1 and checker.totals.checked == 0
