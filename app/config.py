@@ -136,6 +136,9 @@ class Settings(BaseSettings):
     # listen host, or the access point the client asked through when listening on every address).
     rocketmq_listen: str = "127.0.0.1:8081"
     rocketmq_advertised_host: str | None = None
+    # How long a RocketMQ gateway's entry in its registry lives without renewal (renewed at a third):
+    # a gateway that dies is routed to no more once it ends.
+    rocketmq_gateway_lease_ms: int = Field(10_000, gt=0)
     # One gRPC message at most (a SendMessage request whole): a body above max_value_bytes but
     # within this is answered MESSAGE_BODY_TOO_LARGE; above it gRPC itself refuses the call.
     rocketmq_max_inbound_message_bytes: int = Field(16_777_216, gt=0)

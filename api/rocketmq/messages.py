@@ -37,6 +37,8 @@ KEY_SEPARATOR = " "  # RocketMQ's MessageConst.KEY_SEPARATOR
 CHECK_IMMUNITY_PROPERTY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 # The proxy's maxTransactionRecoverySecond: the longest a producer may ask a half message to wait.
 MAX_TRANSACTION_RECOVERY_S = 3_600
+# The proxy's maxDelayTimeMills (one day): the furthest a DELAY message's delivery time may be.
+MAX_DELAY_MS = 86_400_000
 
 # Property names RocketMQ keeps for itself (its MessageConst's system properties, those a client
 # could collide with): a user property of one of these names is refused.
@@ -79,6 +81,7 @@ class Outgoing:
     message_type: int
     record: NewRecord
     message_group: str | None = None
+    deliver_at_ms: int | None = None  # a DELAY message's delivery timestamp
 
 
 def topic_of(resource: Any) -> str:
@@ -134,7 +137,19 @@ def translate(message: Any, max_value_bytes: int) -> Outgoing:
         raise RocketMQError(Code.ILLEGAL_MESSAGE_GROUP, f"illegal message group {group!r}: blank, or with a control character")
     key = group.encode() if group is not None else None
     record = NewRecord(key, _body(message, max_value_bytes), tuple(headers), timestamp_ms or None)
-    return Outgoing(topic, props.message_id, props.message_type, record, group)
+    deliver_at_ms = None
+    if props.message_type == MessageType.DELAY and props.HasField("delivery_timestamp"):
+        deliver_at_ms = props.delivery_timestamp.seconds * 1000 + props.delivery_timestamp.nanos // 1_000_000
+    return Outgoing(topic, props.message_id, props.message_type, record, group, deliver_at_ms)
+
+
+def check_delivery_time(deliver_at_ms: int, now_ms: int) -> None:
+    """A DELAY message may wait at most ``MAX_DELAY_MS``, as the proxy's validateDelayTime has it."""
+    if deliver_at_ms - now_ms > MAX_DELAY_MS:
+        raise RocketMQError(
+            Code.ILLEGAL_DELIVERY_TIME,
+            f"the delivery time is {deliver_at_ms - now_ms} ms away; a message may be delayed {MAX_DELAY_MS} ms at most",
+        )
 
 
 def check_immunity_ms(message: Any) -> int | None:

@@ -2,7 +2,7 @@
 
 - Served: QueryRoute, Heartbeat, Telemetry (a client's Settings answered, ``settings``; the
   gateway's check-backs pushed, ``transactions``), NotifyClientTermination, SendMessage of NORMAL,
-  FIFO and TRANSACTION messages, EndTransaction. Every other RPC answers gRPC's UNIMPLEMENTED
+  FIFO, DELAY and TRANSACTION messages, EndTransaction. Every other RPC answers gRPC's UNIMPLEMENTED
   (``UNSERVED``), which the clients report as such.
 - Every RPC answers a RocketMQ status: a condition of the protocol (``RocketMQError``) with its
   code, a txlog error with its RocketMQ counterpart (``status.of_error``), anything else
@@ -12,14 +12,14 @@
   check-backs go only to producers whose signer may answer them. Without it nothing is checked.
 - Services run in a thread pool the size of the database pool, never on the event loop.
 - Routing: every topic is served by every gateway, its queues the topic's partitions, each
-  readable and writable, accepting NORMAL, FIFO and TRANSACTION messages. The queues' broker is one logical broker
+  readable and writable, accepting NORMAL, FIFO, DELAY and TRANSACTION messages. The queues' broker is one logical broker
   (``BROKER_NAME``, id 0: the master, as clients require) whose endpoints are this gateway's
   advertised address — TXLOG_ROCKETMQ_ADVERTISED_HOST, else the listen host, or, listening on
   every address, the access point the client asked through (as RocketMQ's proxy answers).
 - Sends: a message's partition is chosen by the produce path (round-robin over the topic's
   partitions for a record without a key, as the proxy spreads messages over queues; a FIFO
   message's key, its message group, by Kafka's murmur2 partitioner); a TRANSACTION message is a
-  half message (``transactions``); the
+  half message (``transactions``), and so is a DELAY message until its delivery time; the
   receipt carries the client's message id and the record's offset. RocketMQ's answer names no
   queue: the receipt's queue is the one the client picked to route the call, as against a proxy.
 - Consumers (the simple consumer's RPCs, and the push consumer's QueryAssignment): a consumer
@@ -46,7 +46,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 import grpc
 
-from api.rocketmq import identity, messages, receiving, settings, transactions
+from api.rocketmq import identity, messages, peers, receiving, settings, transactions
 from api.rocketmq.clients import Client, Clients
 from api.rocketmq.status import RocketMQError, of_error, status
 from app.domain.acls import StoredPrincipal
@@ -65,9 +65,8 @@ BROKER_NAME = "txlog"
 MASTER_BROKER_ID = 0
 SHUTDOWN_GRACE_S = 5.0
 # The message types a topic's queues accept, as QueryRoute answers them: every topic is served as
-# a RocketMQ 5 topic of the MIXED type (NORMAL, FIFO, DELAY, TRANSACTION), less DELAY until
-# delayed delivery is served (the client refuses to send a type its queue does not list).
-ACCEPTED_MESSAGE_TYPES = (MessageType.NORMAL, MessageType.FIFO, MessageType.TRANSACTION)
+# a RocketMQ 5 topic of the MIXED type (the client refuses to send a type its queue does not list).
+ACCEPTED_MESSAGE_TYPES = (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION)
 CLIENT_ID = "x-mq-client-id"
 SENT_TYPES = frozenset(ACCEPTED_MESSAGE_TYPES)
 # Consumers, as a RocketMQ 5 proxy has them: the invisible duration of a receive that names none
@@ -111,8 +110,16 @@ def _address_scheme(host: str) -> int:
     return AddressScheme.IPv4 if ip.version == 4 else AddressScheme.IPv6
 
 
-def endpoints(host: str, port: int) -> Any:
-    return definition.Endpoints(scheme=_address_scheme(host), addresses=[definition.Address(host=host.strip("[]"), port=port)])
+def endpoints(host: str, port: int, others: list[tuple[str, int]] | None = None) -> Any:
+    """``host``:``port`` first, then each of ``others`` of the same address scheme: one Endpoints
+    names addresses of one scheme, and a domain name alone (the clients refuse several)."""
+    scheme = _address_scheme(host)
+    addresses = [(host.strip("[]"), port)]
+    if scheme != AddressScheme.DOMAIN_NAME:
+        addresses += [
+            (h.strip("[]"), p) for h, p in others or () if _address_scheme(h) == scheme and (h.strip("[]"), p) not in addresses
+        ]
+    return definition.Endpoints(scheme=scheme, addresses=[definition.Address(host=h, port=p) for h, p in addresses])
 
 
 def _answered(response: Callable[..., Any]) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
@@ -257,12 +264,14 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
             if o.message_type not in SENT_TYPES:
                 raise RocketMQError(
                     Code.UNSUPPORTED,
-                    f"{messages.message_type_name(o.message_type)} messages are not served yet (NORMAL, FIFO and TRANSACTION are)",
+                    f"{messages.message_type_name(o.message_type)} messages are not served (NORMAL, FIFO, DELAY and TRANSACTION are)",
                 )
         if outgoing[0].message_type == MessageType.TRANSACTION:
             return await self._send_half_messages(request, outgoing)
         if any(o.message_type == MessageType.TRANSACTION for o in outgoing):
             raise RocketMQError(Code.BAD_REQUEST, "transactional and other messages cannot share a request")
+        if any(o.message_type == MessageType.DELAY for o in outgoing):
+            return await self._send_delayed_messages(outgoing)
         entries = []
         # A batch goes to one partition: NORMAL messages together, a FIFO message with its group's.
         batches: list[list[messages.Outgoing]] = []
@@ -287,6 +296,13 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
             await self.gateway.blocking(transactions.send_half_message, self.gateway, o, m)
             for o, m in zip(outgoing, request.messages)
         ]
+        return service.SendMessageResponse(status=status(), entries=entries)
+
+    async def _send_delayed_messages(self, outgoing: list[messages.Outgoing]) -> Any:
+        """DELAY messages: held in the half-message store until their delivery time (``transactions``)."""
+        if any(o.message_type != MessageType.DELAY for o in outgoing):
+            raise RocketMQError(Code.BAD_REQUEST, "delayed and other messages cannot share a request")
+        entries = [await self.gateway.blocking(transactions.send_delayed_message, self.gateway, o) for o in outgoing]
         return service.SendMessageResponse(status=status(), entries=entries)
 
     @_answered(service.EndTransactionResponse)
@@ -605,6 +621,7 @@ class Gateway:
         self.executor = executor
         self.clients = Clients()
         self.check_backs = transactions.CheckBacks(self)
+        self.peers = peers.Peers(self)
         self.advertised: tuple[str, int] | None = None
         self.notifier: AppendNotifier | None = None  # wakes receives waiting for records
         # Principals and ACLs (TXLOG_AUTH=token); None: no one is authenticated, all is allowed.
@@ -623,13 +640,14 @@ class Gateway:
         return await asyncio.get_running_loop().run_in_executor(self.executor, functools.partial(fn, *args))
 
     def endpoints(self, asked: Any = None) -> Any:
-        """Where clients are routed: the advertised address, else (listening on every address)
-        the access point the client asked through, on this gateway's port."""
+        """Where clients are routed: this gateway — its advertised address, else (listening on
+        every address) the access point the client asked through, on its port — then every other
+        live gateway of the registry (``peers``)."""
         assert self.advertised is not None
         host, port = self.advertised
-        if host or asked is None or not asked.addresses:
-            return endpoints(host or self._listen_host, port)
-        return endpoints(asked.addresses[0].host, port)
+        if not host:
+            host = self._listen_host if asked is None or not asked.addresses else asked.addresses[0].host
+        return endpoints(host, port, self.peers.others)
 
     async def start(self, host: str, port: int, advertised_host: str | None = None) -> int:
         """Listen on ``host:port``; answer the bound port (the one chosen when ``port`` is 0)."""
@@ -652,6 +670,7 @@ class Gateway:
         self._listen_host = host
         every = host in ("", "0.0.0.0", "::")
         self.advertised = (advertised_host or ("" if every else host), bound)
+        await self.peers.start((self.advertised[0], bound) if self.advertised[0] else None)
         self._start_notifier()
         return int(bound)
 
@@ -669,6 +688,7 @@ class Gateway:
             self.notifier.start()
 
     async def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
+        await self.peers.stop()
         await self.check_backs.stop()
         self.clients.close()  # Telemetry streams end now, not after the grace
         if self._server is not None:

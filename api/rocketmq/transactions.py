@@ -37,7 +37,7 @@ from api.rocketmq import messages
 from api.rocketmq.clients import Client, Clients
 from api.rocketmq.status import RocketMQError
 from app.domain.half_messages import CheckChannel, HalfState, LocalTransactionState
-from app.services import Broker, half_messages
+from app.services import Broker, half_messages, produce
 from app.wire.rocketmq.protocol import Code, MessageType, definition, service
 
 T = TypeVar("T")
@@ -82,6 +82,19 @@ def send_half_message(gateway: Gateway, outgoing: messages.Outgoing, message: An
     return service.SendResultEntry(
         status=definition.Status(code=Code.OK, message="OK"), message_id=outgoing.message_id, transaction_id=half.transaction_id
     )
+
+
+def send_delayed_message(gateway: Gateway, outgoing: messages.Outgoing) -> Any:
+    """Store one DELAY message until its delivery time (``half_messages.send_delayed_message``);
+    its SendResultEntry, with an offset only when it was appended at once. Runs in a worker thread."""
+    broker = gateway.broker
+    deliver_at_ms = outgoing.deliver_at_ms if outgoing.deliver_at_ms is not None else broker.now()
+    messages.check_delivery_time(deliver_at_ms, broker.now())
+    sent = half_messages.send_delayed_message(broker, outgoing.topic, outgoing.record, deliver_at_ms, outgoing.message_id)
+    entry = service.SendResultEntry(status=definition.Status(code=Code.OK, message="OK"), message_id=outgoing.message_id)
+    if isinstance(sent, produce.ProduceResult):
+        entry.offset = sent.base_offset
+    return entry
 
 
 @dataclass
@@ -146,17 +159,18 @@ class CheckBacks:
                 await asyncio.sleep(interval)
 
     async def round(self) -> bool:
-        """Claim and send the due check-backs of the groups with a live producer here; True when
-        more were due than claimed."""
+        """Deliver the delayed messages whose time came, claim and send the due check-backs of the
+        groups with a live producer here; True when more were due than taken."""
+        delivered = await self.gateway.blocking(half_messages.deliver_due, self.gateway.broker, CLAIM_BATCH)
         groups = self.groups()
         if not groups:
-            return False
+            return delivered.more_due
         claimed, report = await self.gateway.blocking(half_messages.claim_checks, self.gateway.broker, groups, CLAIM_BATCH)
         if report.rolled_back:
             log.info("rolled back %d half messages after their last check-back", report.rolled_back)
         for check in claimed:
             await self._send(check)
-        return report.more_due
+        return report.more_due or delivered.more_due
 
     async def _send(self, check: half_messages.ClaimedCheck) -> None:
         m = check.stored.msg

@@ -32,7 +32,7 @@ class HalfMessageOut(Model):
     created_at_ms: int
     next_check_at_ms: int | None
     decided_at_ms: int | None
-    decided_by: Literal["producer", "check_back", "max_checks"] | None
+    decided_by: Literal["producer", "check_back", "max_checks", "delivery_time"] | None
     reason: str | None
     offset: int | None  # where it was appended, once committed
 

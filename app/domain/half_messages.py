@@ -51,6 +51,7 @@ class DecidedBy(Enum):
     PRODUCER = "producer"  # its producer's commit or rollback
     CHECK_BACK = "check_back"  # the producer group's answer to a check-back
     MAX_CHECKS = "max_checks"  # the checker, after max_checks check-backs without a decision
+    DELIVERY_TIME = "delivery_time"  # a delayed message's delivery time came (CheckChannel.DELAY)
 
 
 class CheckChannel(Enum):
@@ -61,6 +62,9 @@ class CheckChannel(Enum):
 
     HTTP = "http"
     ROCKETMQ = "rocketmq"
+    # A delayed message (RocketMQ's DELAY): nobody is asked; its next check is its delivery time,
+    # when the claim commits it (``Deliver``). Its own claim loop (``deliver_due``) takes it.
+    DELAY = "delay"
 
 
 class LocalTransactionState(Enum):
@@ -233,10 +237,17 @@ class GiveUp:
     reason: str
 
 
-def claim(msg: HalfMessage, group: ProducerGroup, now_ms: int) -> Check | GiveUp | None:
+@dataclass(frozen=True)
+class Deliver:
+    """A delayed message's delivery time came: commit it now (no check-back, no limit of checks)."""
+
+
+def claim(msg: HalfMessage, group: ProducerGroup, now_ms: int) -> Check | GiveUp | Deliver | None:
     """What the checker does with a half message it found due (None: it is not due, or decided)."""
     if msg.state.is_decided or msg.next_check_at_ms is None or msg.next_check_at_ms > now_ms:
         return None
+    if msg.check_channel is CheckChannel.DELAY:
+        return Deliver()
     if msg.check_count >= group.max_checks:
         # The last check-back gave no decision and never recorded one (its checker died).
         return GiveUp(f"no decision after {msg.check_count} check-backs (max_checks {group.max_checks})")

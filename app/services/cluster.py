@@ -109,3 +109,27 @@ def live_node_listeners(broker: Broker) -> list[tuple[int, str, int, dict[str, t
             (n.node_id, n.host, n.port, {name: (str(e["host"]), int(e["port"])) for name, e in n.listeners.items()})
             for n in cluster_store.kafka_nodes_live(conn)
         ]
+
+
+# --- RocketMQ gateways -----------------------------------------------------------------------------
+
+
+def register_rocketmq_gateway(broker: Broker, token: str, host: str, port: int, lease_ms: int) -> None:
+    """Enter (or renew) the RocketMQ gateway process ``token``, advertised at ``host``:``port``, for
+    ``lease_ms``; renew well within the lease. Its own registry (not the Kafka nodes'): a RocketMQ
+    gateway is routed to by QueryRoute and never listed by Kafka's Metadata."""
+    _check_node(0, host, port, lease_ms)
+    with broker.db.transaction() as conn:
+        cluster_store.rocketmq_gateway_claim(conn, token, host, port, lease_ms)
+
+
+def deregister_rocketmq_gateway(broker: Broker, token: str) -> None:
+    """Leave the registry at once (a clean stop)."""
+    with broker.db.transaction() as conn:
+        cluster_store.rocketmq_gateway_release(conn, token)
+
+
+def live_rocketmq_gateways(broker: Broker) -> list[tuple[str, str, int]]:
+    """(process token, host, port) of every RocketMQ gateway whose lease runs."""
+    with broker.db.transaction() as conn:
+        return cluster_store.rocketmq_gateways_live(conn)

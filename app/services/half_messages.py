@@ -149,6 +149,28 @@ def send_half_message(
     return existing.msg
 
 
+def send_delayed_message(
+    broker: Broker, topic: str, record: NewRecord, deliver_at_ms: int, message_id: str | None = None
+) -> HalfMessage | produce.ProduceResult:
+    """A message to be appended at ``deliver_at_ms``, not before (RocketMQ's DELAY message). Until
+    then it is a half message of the ``delay`` check channel, invisible to every reader, whose next
+    check is its delivery time: ``deliver_due`` commits it then, through the produce path, once,
+    whichever server claims it. A delivery time not in the future appends at once."""
+    delay_ms = deliver_at_ms - broker.now()
+    if delay_ms <= 0:
+        return produce.produce_to_topic(broker, topic, [record])
+    return send_half_message(
+        broker,
+        topic,
+        topic,
+        None,
+        record,
+        transaction_id=message_id,
+        check_immunity_ms=delay_ms,
+        check_channel=hm.CheckChannel.DELAY,
+    )
+
+
 def _not_found(transaction_id: str) -> TxlogError:
     return TxlogError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"No half message has transaction id {transaction_id!r}")
 
@@ -354,6 +376,11 @@ def _claim_due(
                 _apply(conn, broker, stored, decision)
                 report.rolled_back += 1
                 log.info("rolled back half message %s: %s", stored.msg.transaction_id, action.reason)
+            elif isinstance(action, hm.Deliver):
+                decision = hm.decide(stored.msg, HalfState.COMMITTED, DecidedBy.DELIVERY_TIME, now, "its delivery time came")
+                assert isinstance(decision, Decided)
+                _apply(conn, broker, stored, decision)
+                report.committed += 1
             elif isinstance(action, hm.Check):
                 q.half_check_start(conn, stored.msg.transaction_id, action.check_no, action.lease_until_ms, now, group.check_url)
                 claimed.append(_Claimed(stored, group, action.check_no))
@@ -422,6 +449,15 @@ def claim_checks(broker: Broker, producer_groups: list[str], limit: int) -> tupl
     claimed = _claim_due(broker, limit, report, hm.CheckChannel.ROCKETMQ, producer_groups)
     report.checked = len(claimed)
     return [ClaimedCheck(c.stored, c.check_no) for c in claimed], report
+
+
+def deliver_due(broker: Broker, limit: int) -> CheckReport:
+    """Commit the delayed messages whose delivery time came (up to ``limit``, the earliest first),
+    claimed as check-backs are: a message is delivered once, by one server, however many run this
+    at once. ``committed`` counts them; ``more_due``: more were due than taken."""
+    report = CheckReport()
+    _claim_due(broker, limit, report, hm.CheckChannel.DELAY)
+    return report
 
 
 def release_check(broker: Broker, transaction_id: str, check_no: int) -> bool:
@@ -525,6 +561,9 @@ class CheckerThread(threading.Thread):
                 report = None
                 try:
                     report = check_round(self.broker, http, pool)
+                    delivered = deliver_due(self.broker, self.broker.settings.half_check_concurrency * 4)
+                    report.more_due = report.more_due or delivered.more_due
+                    report.add(delivered)
                     self.totals.add(report)
                     if time.monotonic() >= next_forget:
                         self.totals.forgotten += forget_decided(self.broker)

@@ -88,3 +88,40 @@ def kafka_nodes_live(conn: Connection) -> list[KafkaNode]:
         )
     )
     return [KafkaNode(*r) for r in rows]
+
+
+# --- RocketMQ gateways -----------------------------------------------------------------------------
+
+
+def rocketmq_gateway_claim(conn: Connection, token: str, host: str, port: int, lease_ms: int) -> None:
+    """Enter or renew the RocketMQ gateway process ``token``, at ``host``:``port``, until
+    ``lease_ms`` from now (the database's clock)."""
+    conn.execute(
+        text(
+            """
+            INSERT INTO txlog.rocketmq_gateways (process_token, host, port, registered_at, expires_at)
+            VALUES (:token, :host, :port, clock_timestamp(), clock_timestamp() + make_interval(secs => :lease_ms / 1000.0))
+            ON CONFLICT (process_token) DO UPDATE
+            SET host = EXCLUDED.host, port = EXCLUDED.port, expires_at = EXCLUDED.expires_at
+            """
+        ),
+        {"token": token, "host": host, "port": port, "lease_ms": lease_ms},
+    )
+
+
+def rocketmq_gateway_release(conn: Connection, token: str) -> None:
+    conn.execute(text("DELETE FROM txlog.rocketmq_gateways WHERE process_token = :token"), {"token": token})
+
+
+def rocketmq_gateways_live(conn: Connection) -> list[tuple[str, str, int]]:
+    """(token, host, port) of the gateways whose lease runs, the longest registered first. Entries
+    whose lease ended long ago (an hour) are deleted on the way: the table stays the size of the
+    live set."""
+    conn.execute(text("DELETE FROM txlog.rocketmq_gateways WHERE expires_at < clock_timestamp() - interval '1 hour'"))
+    rows = conn.execute(
+        text(
+            "SELECT process_token, host, port FROM txlog.rocketmq_gateways "
+            "WHERE expires_at > clock_timestamp() ORDER BY registered_at, process_token"
+        )
+    )
+    return [(str(r[0]), str(r[1]), int(r[2])) for r in rows]

@@ -332,14 +332,15 @@ half_messages = Table(
     Column("check_count", Integer, nullable=False, server_default=text("0")),
     Column("next_check_at", TS),  # while Prepared: when the checker asks the producer group next
     Column("decided_at", TS),
-    Column("decided_by", Text),  # producer, check_back, max_checks
+    Column("decided_by", Text),  # producer, check_back, max_checks, delivery_time
     Column("reason", Text),
     Column("offset", BigInteger),
     # who checks it: the HTTP checker (its group's check-back URL) or a RocketMQ gateway (a live
-    # producer's Telemetry stream); each claims only its own
+    # producer's Telemetry stream); each claims only its own. ``delay``: a delayed message, checked
+    # by nobody, committed by any of them at its delivery time (its next_check_at)
     Column("check_channel", Text, nullable=False, server_default=text("'http'")),
     CheckConstraint("state IN ('Prepared', 'Committed', 'RolledBack')", name="half_messages_state"),
-    CheckConstraint("check_channel IN ('http', 'rocketmq')", name="half_messages_check_channel"),
+    CheckConstraint("check_channel IN ('http', 'rocketmq', 'delay')", name="half_messages_check_channel"),
     Index("half_messages_due", "check_channel", "next_check_at", postgresql_where=text("state = 'Prepared'")),
     Index("half_messages_decided", "decided_at", postgresql_where=text("state <> 'Prepared'")),
     Index("half_messages_group", "producer_group", "created_at"),
@@ -466,6 +467,19 @@ kafka_nodes = Table(
     Column("expires_at", TS, nullable=False),
     CheckConstraint("node_id >= 0", name="kafka_nodes_node_id"),
     CheckConstraint("port BETWEEN 1 AND 65535", name="kafka_nodes_port"),
+)
+
+# The live RocketMQ gateways (``txlog rocketmq``), each by a lease its process renews: QueryRoute
+# routes clients to every one whose lease runs. Apart from kafka_nodes: they are no Kafka brokers.
+rocketmq_gateways = Table(
+    "rocketmq_gateways",
+    metadata,
+    Column("process_token", Text, primary_key=True),
+    Column("host", Text, nullable=False),
+    Column("port", Integer, nullable=False),
+    Column("registered_at", TS, nullable=False),
+    Column("expires_at", TS, nullable=False),
+    CheckConstraint("port BETWEEN 1 AND 65535", name="rocketmq_gateways_port"),
 )
 
 # One row: raised in the same database transaction as every change of principals or ACLs, so each

@@ -12,10 +12,12 @@ from typing import Iterator
 
 import pytest
 
-from app.domain.half_messages import CheckChannel, HalfState, LocalTransactionState
+from app.domain.half_messages import CheckChannel, DecidedBy, HalfMessage, HalfState, LocalTransactionState
 from app.domain.records import NewRecord
+from app.errors import TxlogError
 from app.services import Broker, topics
 from app.services import half_messages as hs
+from app.services.produce import ProduceResult
 from tests.conftest import make_broker
 from tests.support import wait_until
 
@@ -125,3 +127,45 @@ def test_the_last_check_without_a_decision_rolls_back(b: Broker) -> None:
     detail = hs.describe(b, tid)
     assert detail.stored.msg.state is HalfState.ROLLED_BACK
     assert detail.stored.msg.decided_by is not None and detail.stored.msg.decided_by.value == "max_checks"
+
+
+def test_a_delayed_message_is_held_then_delivered_once_however_many_claim(b: Broker) -> None:
+    record = NewRecord(None, b"later", (("UNIQ_KEY", b"02"),))
+    sent = hs.send_delayed_message(b, TOPIC, record, b.now() + 300, "DELAYED-1")
+    assert isinstance(sent, HalfMessage) and sent.check_channel is CheckChannel.DELAY
+    assert hs.deliver_due(b, 10).committed == 0  # not yet
+    with hs.new_http_client() as http, ThreadPoolExecutor(2) as pool:
+        assert hs.check_round(b, http, pool).checked == 0  # the HTTP checker asks nobody about it
+    assert hs.claim_checks(b, [TOPIC], 10)[0] == []  # nor do the gateways' check-backs
+    wait_until(lambda: b.now() >= sent.next_check_at_ms, 10, 0.02, "the delivery time")
+    start = threading.Barrier(4)
+
+    def deliver() -> int:
+        start.wait()
+        return hs.deliver_due(b, 10).committed
+
+    with ThreadPoolExecutor(4) as pool:
+        delivered = list(pool.map(lambda _: deliver(), range(4)))
+    assert sum(delivered) == 1
+    msg = hs.describe(b, "DELAYED-1").stored.msg
+    assert msg.state is HalfState.COMMITTED and msg.decided_by is DecidedBy.DELIVERY_TIME and msg.offset is not None
+    assert msg.check_count == 0
+
+
+def test_a_delivery_time_not_in_the_future_appends_at_once(b: Broker) -> None:
+    sent = hs.send_delayed_message(b, TOPIC, NewRecord(None, b"now", ()), b.now() - 1000, "DELAYED-2")
+    assert isinstance(sent, ProduceResult)
+    with pytest.raises(TxlogError):
+        hs.describe(b, "DELAYED-2")  # never held
+
+
+def test_the_http_servers_checker_delivers_delayed_messages_too(b: Broker) -> None:
+    checker = hs.CheckerThread(b)
+    checker.start()
+    try:
+        hs.send_delayed_message(b, TOPIC, NewRecord(None, b"soon", ()), b.now() + 200, "DELAYED-3")
+        wait_until(lambda: hs.describe(b, "DELAYED-3").stored.msg.state is HalfState.COMMITTED, 10, 0.02, "the delivery")
+    finally:
+        checker.stop()
+        checker.join(10)
+    assert checker.totals.committed == 1 and checker.totals.checked == 0

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from app.domain import half_messages as hm
 from app.domain.half_messages import (
     BadAnswer,
     Check,
+    CheckChannel,
     Contradicted,
     Decided,
     DecidedBy,
+    Deliver,
     GiveUp,
     HalfMessage,
     HalfState,
@@ -87,6 +91,13 @@ def test_immunity_then_checks_every_interval_and_give_up_after_max_checks():
     give_up = hm.claim(prepared(check_count=3, next_check=T0 + 3600), GROUP, T0 + 3600)
     assert isinstance(give_up, GiveUp) and "3 check-backs" in give_up.reason
     assert hm.claim(decided(HalfState.COMMITTED), GROUP, T0 + 10_000) is None
+
+
+def test_a_delayed_message_is_delivered_when_due_never_checked_nor_given_up():
+    delayed = replace(prepared(check_count=3, next_check=T0 + 2000), check_channel=CheckChannel.DELAY)
+    assert hm.claim(delayed, GROUP, T0 + 1999) is None  # not before its delivery time
+    assert hm.claim(delayed, GROUP, T0 + 2000) == Deliver()  # past max_checks: still delivered
+    assert hm.claim(replace(delayed, state=HalfState.COMMITTED, next_check_at_ms=None), GROUP, T0 + 9000) is None
 
 
 def test_a_check_back_answer_decides_or_waits_and_the_last_one_rolls_back():

@@ -148,8 +148,13 @@ def test_query_route_names_each_partition_as_a_writable_queue_of_this_gateway(
     assert [q.id for q in answer.message_queues] == [0, 1, 2]
     for queue in answer.message_queues:
         assert queue.permission == definition_pb2.READ_WRITE
-        # a topic of RocketMQ 5's MIXED type, less DELAY (not served yet)
-        assert list(queue.accept_message_types) == [definition_pb2.NORMAL, definition_pb2.FIFO, definition_pb2.TRANSACTION]
+        # a topic of RocketMQ 5's MIXED type
+        assert list(queue.accept_message_types) == [
+            definition_pb2.NORMAL,
+            definition_pb2.FIFO,
+            definition_pb2.DELAY,
+            definition_pb2.TRANSACTION,
+        ]
         assert queue.broker.id == 0
         assert [(a.host, a.port) for a in queue.broker.endpoints.addresses] == [("127.0.0.1", rocketmq_gateway.port)]
     missing = stub.QueryRoute(service_pb2.QueryRouteRequest(topic=definition_pb2.Resource(name="no-such-topic")), metadata=CLIENT)
@@ -175,7 +180,7 @@ def test_bad_sends_answer_rocketmq_status_codes_and_append_nothing(
     reserved = _message(name)
     reserved.user_properties["UNIQ_KEY"] = "mine"
     assert send(reserved).code == Code.ILLEGAL_MESSAGE_PROPERTY_KEY
-    assert send(_message(name, message_type=definition_pb2.DELAY)).code == Code.UNSUPPORTED
+    assert send(_message(name, message_type=definition_pb2.LITE)).code == Code.UNSUPPORTED
     assert send(_message(name, message_type=definition_pb2.FIFO, message_group=" ")).code == Code.ILLEGAL_MESSAGE_GROUP
     assert send(_message("no-such-topic")).code == Code.TOPIC_NOT_FOUND
     assert _records(store, name) == []
