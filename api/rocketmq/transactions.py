@@ -16,7 +16,10 @@ is due, how many there are, what happens after the last.
   Several gateways share the work that way: a slot is claimed once, by one gateway, and that
   gateway has a producer to send it to. If the producer left between the claim and the push, the
   claim is released (``release_check``: not counted, due again after one poll interval, for any
-  gateway that has a producer then).
+  gateway that has a producer then). A check-back no gateway with a live producer claimed within
+  one gateway lease (``TXLOG_ROCKETMQ_GATEWAY_LEASE_MS``) of falling due is counted by whichever
+  gateway finds it, sent to nobody (``count_orphaned_checks``), as a broker counts a check it found
+  no producer for: a half message whose producers are all gone is rolled back after max_checks.
 - Counters kept as RocketMQ's own TransactionProducer benchmark keeps them, from the server's side:
   an *unexpected* check is one sent for a half message decided already (told by its answer: the
   decision is older than the latest check, or the half message was never checked), a *duplicated*
@@ -105,6 +108,7 @@ class CheckCounters:
     late: int = 0  # answers overtaken by a decision taken after their check was sent
     unexpected: int = 0
     duplicated: int = 0
+    unsent: int = 0  # counted with no live producer of the group on any gateway (count_orphaned_checks)
 
 
 class CheckBacks:
@@ -129,13 +133,14 @@ class CheckBacks:
                 pass
         c = self.counters
         log.info(
-            "check-backs: sent %d, released %d, answered %d (late %d), unexpected %d, duplicated %d",
+            "check-backs: sent %d, released %d, answered %d (late %d), unexpected %d, duplicated %d, counted unsent %d",
             c.sent,
             c.released,
             c.answered,
             c.late,
             c.unexpected,
             c.duplicated,
+            c.unsent,
         )
 
     def groups(self) -> list[str]:
@@ -161,16 +166,26 @@ class CheckBacks:
     async def round(self) -> bool:
         """Deliver the delayed messages whose time came, claim and send the due check-backs of the
         groups with a live producer here; True when more were due than taken."""
-        delivered = await self.gateway.blocking(half_messages.deliver_due, self.gateway.broker, CLAIM_BATCH)
+        broker = self.gateway.broker
+        delivered = await self.gateway.blocking(half_messages.deliver_due, broker, CLAIM_BATCH)
+        grace = broker.settings.rocketmq_gateway_lease_ms
+        orphaned = await self.gateway.blocking(half_messages.count_orphaned_checks, broker, grace, CLAIM_BATCH)
+        if orphaned.checked or orphaned.rolled_back:
+            self.counters.unsent += orphaned.checked
+            log.info(
+                "%d check-backs counted with no live producer of their group on any gateway, %d half messages rolled back",
+                orphaned.checked,
+                orphaned.rolled_back,
+            )
         groups = self.groups()
         if not groups:
-            return delivered.more_due
-        claimed, report = await self.gateway.blocking(half_messages.claim_checks, self.gateway.broker, groups, CLAIM_BATCH)
+            return delivered.more_due or orphaned.more_due
+        claimed, report = await self.gateway.blocking(half_messages.claim_checks, broker, groups, CLAIM_BATCH)
         if report.rolled_back:
             log.info("rolled back %d half messages after their last check-back", report.rolled_back)
         for check in claimed:
             await self._send(check)
-        return report.more_due or delivered.more_due
+        return report.more_due or delivered.more_due or orphaned.more_due
 
     async def _send(self, check: half_messages.ClaimedCheck) -> None:
         m = check.stored.msg

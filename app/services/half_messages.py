@@ -358,14 +358,15 @@ def _claim_due(
     report: CheckReport,
     channel: hm.CheckChannel = hm.CheckChannel.HTTP,
     producer_groups: list[str] | None = None,
+    due_for_ms: int = 0,
 ) -> list[_Claimed]:
-    """One short database transaction: claim the due half messages of one check channel (of the
-    producer groups named, if any), count and record their checks (leasing each for one check
-    interval), and roll back those past max_checks."""
+    """One short database transaction: claim the half messages of one check channel (of the
+    producer groups named, if any) due for at least ``due_for_ms``, count and record their checks
+    (leasing each for one check interval), and roll back those past max_checks."""
     claimed = []
     now = broker.now()
     with broker.db.transaction() as conn:
-        due = q.half_messages_due(conn, now, limit, channel, producer_groups)
+        due = q.half_messages_due(conn, now - due_for_ms, limit, channel, producer_groups)
         report.more_due = len(due) >= limit
         for stored, group in due:
             group = group or ProducerGroup(stored.msg.producer_group)
@@ -449,6 +450,17 @@ def claim_checks(broker: Broker, producer_groups: list[str], limit: int) -> tupl
     claimed = _claim_due(broker, limit, report, hm.CheckChannel.ROCKETMQ, producer_groups)
     report.checked = len(claimed)
     return [ClaimedCheck(c.stored, c.check_no) for c in claimed], report
+
+
+def count_orphaned_checks(broker: Broker, grace_ms: int, limit: int) -> CheckReport:
+    """The ``rocketmq`` channel's check-backs that no gateway with a live producer of their group
+    claimed within ``grace_ms`` of falling due: counted as checks sent to nobody, as a RocketMQ
+    broker counts a check it found no producer channel for, so that a half message whose
+    producers are all gone is rolled back after max_checks like any other (``rolled_back``), not
+    left undecided. ``checked``: the checks counted so."""
+    report = CheckReport()
+    report.checked = len(_claim_due(broker, limit, report, hm.CheckChannel.ROCKETMQ, due_for_ms=grace_ms))
+    return report
 
 
 def deliver_due(broker: Broker, limit: int) -> CheckReport:

@@ -169,3 +169,16 @@ def test_the_http_servers_checker_delivers_delayed_messages_too(b: Broker) -> No
         checker.stop()
         checker.join(10)
     assert checker.totals.committed == 1 and checker.totals.checked == 0
+
+
+def test_a_check_no_gateway_could_send_is_counted_once_the_grace_has_passed(b: Broker) -> None:
+    tid = send(b)
+    http_tid = send(b, CheckChannel.HTTP)
+    report = hs.count_orphaned_checks(b, 60_000, 10)
+    assert (report.checked, hs.describe(b, tid).stored.msg.check_count) == (0, 0)  # due for less than the grace
+    report = hs.count_orphaned_checks(b, 0, 10)
+    assert (report.checked, hs.describe(b, tid).stored.msg.check_count) == (1, 1)
+    assert hs.describe(b, http_tid).stored.msg.check_count == 0  # the HTTP checker's own
+    # counted and leased for one check interval, as a check sent is: not counted again meanwhile
+    assert hs.count_orphaned_checks(b, 0, 10).checked == 0
+    assert hs.claim_checks(b, [TOPIC], 10)[0] == []

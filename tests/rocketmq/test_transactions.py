@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import text
 
 from api.rocketmq.messages import KEYS_HEADER, MESSAGE_ID_HEADER, TAG_HEADER
-from app.domain.half_messages import HalfState
+from app.domain.half_messages import DecidedBy, HalfState
 from app.services import Broker
 from app.services import half_messages as half_service
 from app.services import topics as topic_service
@@ -265,6 +265,41 @@ def test_a_producer_killed_after_its_half_message_is_succeeded_by_the_next_one(
     assert detail.checks[-1].answer == "COMMIT"
     _assert_landed_once(store, topic, message_id, b"paid by a producer that died")
     assert set(_sent_checks(gateway).values()) <= {1}
+
+
+def test_a_half_message_whose_producers_are_all_gone_is_rolled_back_after_its_last_check(
+    rocketmq_db: str, store: Broker, tmp_path: Path
+) -> None:
+    """No producer of the group on any gateway: each check-back no gateway could send is counted
+    once a gateway lease has passed since it fell due, as a broker counts a check it found no
+    producer for, and after max_checks the half message is rolled back, not left undecided."""
+    topic = _topic(store, max_checks=2)
+    env = {"TXLOG_HALF_CHECK_POLL_INTERVAL_MS": "100", "TXLOG_ROCKETMQ_GATEWAY_LEASE_MS": "1000"}
+    g = RocketMQGatewayProcess(rocketmq_db, env=env, log_path=tmp_path / "gateway.log").start()
+    try:
+        orphan = subprocess.Popen(
+            [sys.executable, "-c", ORPHAN, g.endpoints, topic],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            assert orphan.stdout is not None
+            transaction_id, _ = orphan.stdout.readline().decode().split()
+        finally:
+            os.kill(orphan.pid, signal.SIGKILL)
+            orphan.wait(timeout=30)
+        detail = _decided(store, transaction_id)
+    finally:
+        assert g.stop() == 0, g.log()
+    log = g.log()
+    assert (detail.stored.msg.state, detail.stored.msg.decided_by) == (HalfState.ROLLED_BACK, DecidedBy.MAX_CHECKS)
+    assert len(detail.checks) == 2 and all(c.answer is None for c in detail.checks)
+    assert _records(store, topic) == []
+    assert "counted with no live producer of their group on any gateway" in log
+    assert not _sent_checks(g)
 
 
 def test_each_message_group_keeps_its_order_on_one_partition(store: Broker, gateway: RocketMQGatewayProcess) -> None:
