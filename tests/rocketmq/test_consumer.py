@@ -21,7 +21,7 @@ from app.services import Broker, fetch, produce, share
 from app.services import topics as topic_service
 from tests.kafka.conftest import GatewayProcess
 from tests.rocketmq.conftest import RocketMQGatewayProcess
-from tests.support import wait_until
+from tests.support import ServerProcess, wait_until
 
 rocketmq = pytest.importorskip("rocketmq")
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -146,6 +146,51 @@ def test_messages_from_every_door_are_received_and_acknowledged(
         consumer.ack(m)
     assert _all_done(store, group, topic)
     assert consumer.receive(16, 30) == []  # nothing left, nothing delivered again
+
+
+def test_a_rocketmq_message_is_read_by_a_kafka_consumer_and_over_http_with_its_tag_keys_and_properties(
+    producer: Any, kafka_gateway: GatewayProcess, rocketmq_db: str, make_topic: Any, tmp_path: Any
+) -> None:
+    """One log, every door: what a RocketMQ producer sends, a Kafka consumer (read_committed) and
+    the HTTP API read as the same record, the tag, keys and properties as headers."""
+    topic = make_topic(1)
+    message = rocketmq.Message()
+    message.topic = topic
+    message.body = b"order 7"
+    message.tag = "created"
+    message.keys = "order-7"
+    message.add_property("region", "eu-west")
+    message_id = str(producer.send(message).message_id)
+    expected = {"TAGS": b"created", "KEYS": b"order-7", "UNIQ_KEY": message_id.encode(), "region": b"eu-west"}
+
+    kafka = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": kafka_gateway.bootstrap,
+            "group.id": f"g-{topic}",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        kafka.subscribe([topic])
+        got = None
+        deadline = time.monotonic() + 60
+        while got is None and time.monotonic() < deadline:
+            m = kafka.poll(1)
+            if m is not None and m.error() is None:
+                got = m
+    finally:
+        kafka.close()
+    assert got is not None, "the Kafka consumer read nothing"
+    assert (got.value(), got.key(), got.offset()) == (b"order 7", None, 0)
+    assert dict(got.headers() or []) == expected
+
+    with ServerProcess(rocketmq_db, log_path=tmp_path / "server.log") as server, server.client() as api:
+        answer = api.get(f"/v1/topics/{topic}/partitions/0/records", params={"isolation_level": "read_committed"})
+    assert answer.status_code == 200, answer.text
+    [record] = answer.json()["records"]
+    assert (record["offset"], record["value"]) == (0, "order 7")
+    assert {k: v.encode() for k, v in record["headers"].items()} == expected
 
 
 def test_a_message_not_acknowledged_comes_again_after_its_invisible_time(
