@@ -4,7 +4,8 @@ members leaving, the lock timer, and the admin's describe, alter and delete of s
 
 Each share partition is changed in a database transaction of its own, under its row lock
 (``storage.share.share_partition_open``, ``share_partition_lock``): any process serves any share
-partition, and the rules are the domain's (``app.domain.share_partition``), decided on the state
+partition, and the rules are the domain's (``app.domain.share_partition``, ``share_acquisition``,
+``share_acknowledgement``), decided on the state
 as locked and persisted as the rows that changed. Time is the database's clock (``Broker.now``): lock deadlines agree across
 hosts.
 """
@@ -21,6 +22,7 @@ from typing import Callable, Mapping, Sequence
 
 from sqlalchemy.engine import Connection
 
+from app.domain import share_acknowledgement, share_acquisition
 from app.domain import share_partition as sp
 from app.domain.log import PartitionStatus, StoredRecord, unknown_partition
 from app.domain.records import IsolationLevel
@@ -212,13 +214,13 @@ def _acquire_locked(
     status, config = opened.status, opened.config
     isolation: IsolationLevel = ask.isolation_level or config.isolation_level
     now = broker.now()
-    start = sp.next_fetch_offset(state, now)
+    start = share_acquisition.next_fetch_offset(state, now)
     # Read the in-flight records from the first acquirable one, and as many new ones past the
     # end offset as may be acquired: bounded by the window and the request, never the log.
-    span_end = max(state.end_offset, start) + min(ask.max_records, sp.new_records_room(state, config.delivery))
+    span_end = max(state.end_offset, start) + min(ask.max_records, share_acquisition.new_records_room(state, config.delivery))
     rows = log_rows(conn, status, start, ask.max_bytes, isolation, max(1, span_end - start)) if start < span_end else []
     last = rows[-1].offset if rows else start - 1
-    outcome = sp.acquire(
+    outcome = share_acquisition.acquire(
         state,
         member_id,
         start,
@@ -251,7 +253,7 @@ def _acquire_locked(
         outcome.state.start_offset,
         status.high_watermark,
         status.log_start_offset,
-        sp.next_lock_deadline(outcome.state),
+        share_acquisition.next_lock_deadline(outcome.state),
         now,
         config.delivery.record_lock_duration_ms,
     )
@@ -281,7 +283,7 @@ def _serve_partition(
         opened = _open(conn, broker, group_id, topic, partition, config, ask is not None, topic_id)
         state, released, changed = opened.state, False, ask is not None
         if batches is not None:
-            outcome = sp.acknowledge(
+            outcome = share_acknowledgement.acknowledge(
                 state, member_id, batches, now_ms=broker.now(), config=opened.config.delivery, lock_duration_ms=lock_duration_ms
             )
             if isinstance(outcome, sp.Refused):
@@ -515,7 +517,7 @@ async def fetch_waiting(
         )
     if batch_size is None:
         return acked, parts
-    return acked, [dataclasses.replace(p, acquired=sp.in_batches(p.acquired, batch_size)) for p in parts]
+    return acked, [dataclasses.replace(p, acquired=share_acquisition.in_batches(p.acquired, batch_size)) for p in parts]
 
 
 def _merged(before: ShareFetchPartition | None, now: ShareFetchPartition) -> ShareFetchPartition:
