@@ -1,6 +1,7 @@
 """Share groups over HTTP (KIP-932's queues on the log, for users who run no Kafka client): acquire
 a batch of records for a share group, acknowledge them, list and describe share groups, set their
-configs. Routes parse and shape; ``app.services.share`` decides."""
+configs. Routes parse and shape; ``app.services.share`` (with ``share_admin`` and ``share_configs``)
+decides."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from app.domain.acls import Api
 from app.domain.share_configs import DEFAULTS
 from app.domain.share_partition import AcknowledgementBatch, AcknowledgeType
 from app.errors import ErrorCode, TxlogError
-from app.services import Broker, share, topics
+from app.services import Broker, share, share_admin, share_configs, topics
 
 router = APIRouter(prefix="/v1", tags=["share groups"])
 
@@ -196,7 +197,7 @@ def _acknowledged(answers: list[share.ShareAcknowledged]) -> list[dict]:
 def list_share_groups(request: Request, b: Broker = Depends(broker)) -> dict:
     """The share groups with state (a share partition read) or configs, those the principal may
     describe."""
-    return {"groups": visible(request, Api.LIST_GROUPS, share.list_share_groups(b), lambda g: g)}
+    return {"groups": visible(request, Api.LIST_GROUPS, share_admin.list_share_groups(b), lambda g: g)}
 
 
 @router.get(
@@ -209,7 +210,7 @@ def describe_share_group(group: str, b: Broker = Depends(broker)) -> dict:
     """A share group's partitions: start offset (SPSO), end offset, the in-flight records by state,
     and each in-flight run with its lock holder, lock deadline and delivery count. 404
     GROUP_ID_NOT_FOUND for a group with neither state nor configs."""
-    d = share.describe(b, group)
+    d = share_admin.describe(b, group)
     if not d.partitions and not d.configs:
         raise TxlogError(ErrorCode.GROUP_ID_NOT_FOUND, f"Share group {group} does not exist")
     return {
@@ -251,5 +252,5 @@ def alter_share_group_configs(group: str, body: s.ShareGroupConfigsBody, b: Brok
     share.isolation.level, share.record.lock.duration.ms, share.delivery.count.limit,
     share.session.timeout.ms, share.heartbeat.interval.ms; null sets a key back to its default. 400 INVALID_CONFIG for an
     unknown key or a value out of Kafka's bounds. Answers every key's value."""
-    share.alter_group_configs(b, group, body.configs)
-    return {"group_id": group, "configs": {**DEFAULTS, **share.group_configs_set(b, group)}}
+    share_configs.alter_group_configs(b, group, body.configs)
+    return {"group_id": group, "configs": {**DEFAULTS, **share_configs.group_configs_set(b, group)}}

@@ -46,7 +46,7 @@ from app.domain.share_configs import BOUNDS, DEFAULTS, validated
 from app.domain.share_partition import AcknowledgementBatch
 from app.domain.topic_configs import ConfigSource, ConfigType
 from app.errors import ErrorCode, TxlogError
-from app.services import share, share_groups, topics
+from app.services import share, share_admin, share_configs, share_groups, share_locks, topics
 from app.wire.kafka import protocol
 from app.wire.kafka.records import encode
 
@@ -384,7 +384,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
                 entries[key] = _ack_entry(key[1], error)
         held = [(names[t], p) for t, p in in_session if t in names]
         if held:
-            await ctx.call(share.release_member, ctx.broker, group_id, member_id, held)
+            await ctx.call(share_locks.release_member, ctx.broker, group_id, member_id, held)
     else:
         acked, acks_wanted = _acknowledgements(ctx, acks, names, Api.SHARE_FETCH)
         for key in acked:
@@ -449,7 +449,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
     for entry in entries.values():
         entry.setdefault("records", b"")
     if lock_duration_ms is None:  # nothing acquired told it
-        lock_duration_ms = (await ctx.call(share.group_config, ctx.broker, group_id)).delivery.record_lock_duration_ms
+        lock_duration_ms = (await ctx.call(share_configs.group_config, ctx.broker, group_id)).delivery.record_lock_duration_ms
     return {
         "throttle_time_ms": 0,
         "error_code": 0,
@@ -505,7 +505,7 @@ async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> dict:
     if epoch == FINAL_EPOCH:
         held = [(names[t], p) for t, p in in_session if t in names]
         if held:
-            await ctx.call(share.release_member, ctx.broker, group_id, member_id, held)
+            await ctx.call(share_locks.release_member, ctx.broker, group_id, member_id, held)
     entries = {
         key: {"partition_index": key[1], "error_code": _code(error), "error_message": None if error is None else error.message}
         for key, error in results.items()
@@ -542,7 +542,7 @@ async def handle_describe_share_group_offsets(ctx: RequestContext, request: Any)
         if refused:
             out.append({"group_id": group_id, "topics": [], **_group_error(refused[group_id])})
             continue
-        described = await ctx.call(share.describe, ctx.broker, group_id)
+        described = await ctx.call(share_admin.describe, ctx.broker, group_id)
         starts = {(p.topic, p.partition): p.start_offset for p in described.partitions}
         asked: dict[str, list[int]] = {}
         if entry.topics is None:
@@ -592,7 +592,7 @@ async def handle_alter_share_group_offsets(ctx: RequestContext, request: Any) ->
         share_groups.while_empty,
         ctx.broker,
         group_id,
-        functools.partial(share.alter_offsets_on, group_id=group_id, offsets=wanted),
+        functools.partial(share_admin.alter_offsets_on, group_id=group_id, offsets=wanted),
     )
     results = {(r.topic, r.partition): r.error for r in altered}
     responses = []
@@ -626,7 +626,7 @@ async def handle_delete_share_group_offsets(ctx: RequestContext, request: Any) -
         share_groups.while_empty,
         ctx.broker,
         group_id,
-        functools.partial(share.delete_offsets_on, group_id=group_id, partitions=partitions),
+        functools.partial(share_admin.delete_offsets_on, group_id=group_id, partitions=partitions),
     )
     responses = []
     for name in names:
@@ -652,7 +652,7 @@ async def describe_group_configs(
     """The share.* configs of the group: its own (DYNAMIC_GROUP_CONFIG) and the defaults. Describe
     configs on the group, else GROUP_AUTHORIZATION_FAILED."""
     access.check(ctx, Api.DESCRIBE_GROUP_CONFIGS, group=group_id)
-    own = await ctx.call(share.group_configs_set, ctx.broker, group_id)
+    own = await ctx.call(share_configs.group_configs_set, ctx.broker, group_id)
     out = []
     for name in sorted(DEFAULTS):
         if wanted is not None and name not in wanted:
@@ -696,7 +696,7 @@ async def alter_group_configs(
             if value is not None or name not in DEFAULTS:
                 validated(name, value or "", min_record_lock_duration_ms=ctx.broker.settings.share_min_record_lock_duration_ms)
         return
-    await ctx.call(share.alter_group_configs, ctx.broker, group_id, changes)
+    await ctx.call(share_configs.alter_group_configs, ctx.broker, group_id, changes)
 
 
 async def replace_group_configs(
@@ -711,4 +711,4 @@ async def replace_group_configs(
         if value is None:
             raise TxlogError(ErrorCode.INVALID_CONFIG, f"Null value not supported for : {name}")
         wanted[name] = value
-    await ctx.call(share.replace_group_configs, ctx.broker, group_id, wanted, validate_only)
+    await ctx.call(share_configs.replace_group_configs, ctx.broker, group_id, wanted, validate_only)
