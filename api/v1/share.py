@@ -20,7 +20,7 @@ from api.v1 import share_schemas as s
 from api.v1.responses import errors
 from app.domain.acls import Api
 from app.domain.share_configs import DEFAULTS
-from app.domain.share_partition import AcknowledgementBatch, AcknowledgeType
+from app.domain.share_partition import AcknowledgementBatch, AcknowledgeType, record_count
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, share, share_admin, share_configs, topics
 
@@ -146,10 +146,6 @@ def _batches(items: list[s.AcknowledgementIn]) -> dict[tuple[str, int], list[Ack
     return {k: sorted(v, key=lambda batch: batch.first_offset) for k, v in out.items()}
 
 
-def _span(runs: Any) -> int:
-    return sum(r.last_offset - r.first_offset + 1 for r in runs)
-
-
 @router.post(
     "/share-groups/{group}/acknowledge",
     dependencies=[Depends(requires(Api.SHARE_ACKNOWLEDGE, names_in_body=True))],
@@ -182,10 +178,10 @@ def _acknowledged(answers: list[share.ShareAcknowledged]) -> list[dict]:
                 "topic": a.topic,
                 "partition": a.partition,
                 "error": _error(a.error),
-                "accepted": _span(o.accepted) if o else 0,
-                "released": _span(o.released) if o else 0,
-                "archived": _span(o.archived) if o else 0,
-                "renewed": _span(o.renewed) if o else 0,
+                "accepted": record_count(o.accepted) if o else 0,
+                "released": record_count(o.released) if o else 0,
+                "archived": record_count(o.archived) if o else 0,
+                "renewed": record_count(o.renewed) if o else 0,
             }
         )
     return parts

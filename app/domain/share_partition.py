@@ -37,7 +37,7 @@ import re
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from enum import Enum, IntEnum
-from typing import Iterable, Literal
+from typing import Iterable, Literal, Protocol
 
 from app.errors import ErrorCode, TxlogError
 
@@ -224,6 +224,18 @@ class OffsetRange:
     last_offset: int
 
 
+class _Run(Protocol):
+    @property
+    def first_offset(self) -> int: ...
+    @property
+    def last_offset(self) -> int: ...
+
+
+def record_count(runs: Iterable[_Run]) -> int:
+    """How many offsets ``runs`` hold (each from its first offset to its last, both included)."""
+    return sum(r.last_offset - r.first_offset + 1 for r in runs)
+
+
 @dataclass(frozen=True)
 class AcquiredRecords:
     """Kafka's AcquiredRecords: a run of offsets acquired now, all at the same delivery count."""
@@ -254,7 +266,7 @@ class Acquisition:
 
     @property
     def acquired_count(self) -> int:
-        return sum(a.last_offset - a.first_offset + 1 for a in self.acquired)
+        return record_count(self.acquired)
 
 
 @dataclass(frozen=True)

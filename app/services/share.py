@@ -314,7 +314,7 @@ def fetch(
         got = serve(topic, partition, batches, ask)
         assert got is not None
         if got.error is None:
-            left -= sum(a.last_offset - a.first_offset + 1 for a in got.acquired)
+            left -= sp.record_count(got.acquired)
         out.append(got)
     return [acked[key] for key in acks if key in acked], out
 
@@ -435,7 +435,7 @@ async def fetch_waiting(
             acked.extend(answers)
             for part in read:
                 got[(part.topic, part.partition)] = _merged(got.get((part.topic, part.partition)), part)
-                left[0] -= sum(a.last_offset - a.first_offset + 1 for a in part.acquired)
+                left[0] -= sp.record_count(part.acquired)
                 left[1] -= part.bytes
         return [got[(t, p)] for t, p in dict.fromkeys(partitions) if (t, p) in got]
 

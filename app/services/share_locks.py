@@ -62,14 +62,8 @@ def release_member(broker: Broker, group_id: str, member_id: str, partitions: Se
             change = functools.partial(sp.release_member, member_id=member_id, now_ms=broker.now(), config=config.delivery)
             released = _release(conn, group_id, topic, partition, change)
         if released is not None:
-            given_back += _count(released)
+            given_back += sp.record_count(released.released) + sp.record_count(released.archived)
     return given_back
-
-
-def _count(released: sp.Release) -> int:
-    return sum(r.last_offset - r.first_offset + 1 for r in released.released) + sum(
-        a.last_offset - a.first_offset + 1 for a in released.archived
-    )
 
 
 @dataclass
@@ -109,8 +103,8 @@ def expire_due(broker: Broker, limit: int = 100, budget_s: float = 60.0) -> Expi
             continue
         if released is not None and released.changed:
             report.partitions += 1
-            report.released += sum(r.last_offset - r.first_offset + 1 for r in released.released)
-            report.archived += sum(a.last_offset - a.first_offset + 1 for a in released.archived)
+            report.released += sp.record_count(released.released)
+            report.archived += sp.record_count(released.archived)
     if len(due) >= limit:
         report.more_due = True
     return report
