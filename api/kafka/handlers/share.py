@@ -67,6 +67,10 @@ class ShareSession:
     partitions: dict[uuid.UUID, set[int]] = field(default_factory=dict)  # topic id -> partitions, in the order added
     used: float = field(default_factory=time.monotonic)
 
+    def topic_partitions(self) -> list[tuple[uuid.UUID, int]]:
+        """The session's share partitions as (topic id, partition), each topic's in order."""
+        return [(t, p) for t, ps in self.partitions.items() for p in sorted(ps)]
+
 
 class ShareSessionCache:
     """The share sessions of one gateway (Kafka's ShareSessionCache), by (node, group, member)."""
@@ -138,6 +142,16 @@ async def _check_member(ctx: RequestContext, group_id: str, member_id: str) -> N
         ErrorCode.SHARE_SESSION_NOT_FOUND,
         f"Share session for member {member_id} was not found: it is not a member of share group {group_id}.",
     )
+
+
+async def _give_back(
+    ctx: RequestContext, group_id: str, member_id: str, in_session: list[tuple[uuid.UUID, int]], names: dict[uuid.UUID, str]
+) -> None:
+    """A closed share session gives back what the member still holds acquired on its partitions,
+    as Kafka does, by name (``names`` read anew)."""
+    held = [(names[t], p) for t, p in in_session if t in names]
+    if held:
+        await ctx.call(share_locks.release_member, ctx.broker, group_id, member_id, held)
 
 
 def _code(exc: TxlogError | None) -> int:
@@ -289,7 +303,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
         for topic_id, partitions in asked.items():
             session.partitions.setdefault(topic_id, set()).update(partitions)
 
-    in_session = [(t, p) for t, ps in session.partitions.items() for p in sorted(ps)]
+    in_session = session.topic_partitions()
     topic_ids = [t for t, _ in in_session] + [t for t, _ in acks]
     # The final fetch releases what the member holds by name: its names are read anew.
     names = await (
@@ -301,9 +315,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
         if acks:
             for key, error in (await _acknowledge(ctx, group_id, member_id, acks, names, Api.SHARE_FETCH)).items():
                 entries[key] = _ack_entry(key[1], error)
-        held = [(names[t], p) for t, p in in_session if t in names]
-        if held:
-            await ctx.call(share_locks.release_member, ctx.broker, group_id, member_id, held)
+        await _give_back(ctx, group_id, member_id, in_session, names)
     else:
         acked, acks_wanted = _acknowledgements(ctx, acks, names, Api.SHARE_FETCH)
         for key in acked:
@@ -351,9 +363,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
             acked[(ids[answer.topic], answer.partition)] = answer.error
         _forget_refused(ids, [*answers, *got])
         for key, error in acked.items():
-            entries[key].update(
-                acknowledge_error_code=_code(error), acknowledge_error_message=None if error is None else error.message
-            )
+            entries[key].update(_ack_error(error))
         for part in got:
             entry = entries[(ids[part.topic], part.partition)]
             if part.error is not None:
@@ -379,10 +389,13 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
     }
 
 
+def _ack_error(error: TxlogError | None) -> dict:
+    """A ShareFetch partition's acknowledgement error fields."""
+    return {"acknowledge_error_code": _code(error), "acknowledge_error_message": None if error is None else error.message}
+
+
 def _ack_entry(partition: int, error: TxlogError | None) -> dict:
-    return _partition_entry(
-        partition, acknowledge_error_code=_code(error), acknowledge_error_message=None if error is None else error.message
-    )
+    return _partition_entry(partition, **_ack_error(error))
 
 
 def _partition_max_bytes(max_bytes: int, partitions: int) -> int:
@@ -415,16 +428,14 @@ async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> dict:
         sessions.close(node, group_id, member_id) if epoch == FINAL_EPOCH else sessions.use(node, group_id, member_id, epoch)
     )
     acks = {(t.topic_id, p.partition_index): _batches(p.acknowledgement_batches) for t in request.topics for p in t.partitions}
-    in_session = [(t, p) for t, ps in session.partitions.items() for p in sorted(ps)]
+    in_session = session.topic_partitions()
     topic_ids = [t for t, _ in acks] + [t for t, _ in in_session]
     names = await (
         _names(ctx, topic_ids, fresh=True) if epoch == FINAL_EPOCH else _names_checked(ctx, topic_ids, Api.SHARE_ACKNOWLEDGE)
     )
     results = await _acknowledge(ctx, group_id, member_id, acks, names, Api.SHARE_ACKNOWLEDGE)
     if epoch == FINAL_EPOCH:
-        held = [(names[t], p) for t, p in in_session if t in names]
-        if held:
-            await ctx.call(share_locks.release_member, ctx.broker, group_id, member_id, held)
+        await _give_back(ctx, group_id, member_id, in_session, names)
     entries = {
         key: {"partition_index": key[1], "error_code": _code(error), "error_message": None if error is None else error.message}
         for key, error in results.items()
