@@ -1,6 +1,6 @@
 """Share groups (KIP-932's queues on the log): each group's share partitions with their start and
 end offsets and records by state, and the records in flight with their lock holders (member ids),
-the time left on each lock and delivery counts — as ``app.services.share`` describes them."""
+the time left on each lock and delivery counts — as ``app.services.share_admin`` describes them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from fastapi.responses import HTMLResponse
 from api.admin.deps import broker, viewer
 from api.admin.render import render
 from app.domain.share_configs import DEFAULTS
-from app.services import Broker, share
+from app.services import Broker, share_admin
 
 router = APIRouter(dependencies=[Depends(viewer)])
 
@@ -29,7 +29,7 @@ class GroupSummary:
     max_delivery_count: int
 
 
-def _summary(d: share.ShareGroupDescription) -> GroupSummary:
+def _summary(d: share_admin.ShareGroupDescription) -> GroupSummary:
     counts = {"AVAILABLE": 0, "ACQUIRED": 0, "ACKNOWLEDGED": 0, "ARCHIVED": 0}
     holders: set[str] = set()
     top = 0
@@ -45,14 +45,14 @@ def _summary(d: share.ShareGroupDescription) -> GroupSummary:
 
 @router.get("/share-groups", response_class=HTMLResponse, name="share:groups")
 def share_groups_page(request: Request, b: Broker = Depends(broker)) -> HTMLResponse:
-    names = share.list_share_groups(b)
-    groups = [_summary(share.describe(b, g)) for g in names[:LISTED]]
+    names = share_admin.list_share_groups(b)
+    groups = [_summary(share_admin.describe(b, g)) for g in names[:LISTED]]
     return render(request, "share_groups.html", nav="share", groups=groups, total=len(names), listed=LISTED)
 
 
 @router.get("/share-groups/{group_id:path}", response_class=HTMLResponse, name="share:group")
 def share_group_page(request: Request, group_id: str, b: Broker = Depends(broker)) -> HTMLResponse:
-    d = share.describe(b, group_id)
+    d = share_admin.describe(b, group_id)
     return render(
         request,
         "share_group.html",

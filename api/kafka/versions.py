@@ -101,15 +101,17 @@ APIS: tuple[Api, ...] = (
     ),  # v1+ pattern types; SECURITY_DISABLED without ACLs
     Api(ApiKey.CreateAcls, 0, 3, "api.kafka.handlers.acls:handle_create_acls"),
     Api(ApiKey.DeleteAcls, 0, 3, "api.kafka.handlers.acls:handle_delete_acls"),
-    Api(ApiKey.ShareGroupHeartbeat, 1, 1, "api.kafka.handlers.share:handle_share_group_heartbeat"),  # v0 was Kafka 4.0's preview
-    Api(ApiKey.ShareGroupDescribe, 1, 1, "api.kafka.handlers.share:handle_share_group_describe"),
+    Api(
+        ApiKey.ShareGroupHeartbeat, 1, 1, "api.kafka.handlers.share_groups:handle_share_group_heartbeat"
+    ),  # v0 was Kafka 4.0's preview
+    Api(ApiKey.ShareGroupDescribe, 1, 1, "api.kafka.handlers.share_groups:handle_share_group_describe"),
     Api(ApiKey.ShareFetch, 1, 1, "api.kafka.handlers.share:handle_share_fetch"),  # long-polled; share sessions per gateway
     Api(ApiKey.ShareAcknowledge, 1, 1, "api.kafka.handlers.share:handle_share_acknowledge"),
-    Api(ApiKey.DescribeShareGroupOffsets, 0, 0, "api.kafka.handlers.share:handle_describe_share_group_offsets"),
+    Api(ApiKey.DescribeShareGroupOffsets, 0, 0, "api.kafka.handlers.share_admin:handle_describe_share_group_offsets"),
     Api(
-        ApiKey.AlterShareGroupOffsets, 0, 0, "api.kafka.handlers.share:handle_alter_share_group_offsets"
+        ApiKey.AlterShareGroupOffsets, 0, 0, "api.kafka.handlers.share_admin:handle_alter_share_group_offsets"
     ),  # NON_EMPTY_GROUP with members
-    Api(ApiKey.DeleteShareGroupOffsets, 0, 0, "api.kafka.handlers.share:handle_delete_share_group_offsets"),
+    Api(ApiKey.DeleteShareGroupOffsets, 0, 0, "api.kafka.handlers.share_admin:handle_delete_share_group_offsets"),
 )
 
 BY_KEY: dict[int, Api] = {api.api_key: api for api in APIS}

@@ -53,7 +53,7 @@ from app.domain.acls import StoredPrincipal
 from app.domain.records import NewRecord
 from app.domain.share_partition import AcknowledgementBatch, AcknowledgeType
 from app.errors import ErrorCode, TxlogError
-from app.services import Broker, fetch, produce, share, topics
+from app.services import Broker, fetch, produce, share, share_configs, topics
 from app.services.notify import AppendNotifier
 from app.services.security import Authorizer
 from app.wire.rocketmq.protocol import AddressScheme, Code, MessageType, Permission, definition, service, service_grpc
@@ -324,7 +324,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         if not sent.HasField("subscription") or not sent.subscription.group.name:
             return None
         try:
-            config = await self.gateway.blocking(share.group_config, self.broker, sent.subscription.group.name)
+            config = await self.gateway.blocking(share_configs.group_config, self.broker, sent.subscription.group.name)
         except TxlogError as exc:
             log.debug("settings of group %r without its delivery limit: %s", sent.subscription.group.name, exc)
             return None

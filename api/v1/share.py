@@ -1,6 +1,7 @@
 """Share groups over HTTP (KIP-932's queues on the log, for users who run no Kafka client): acquire
 a batch of records for a share group, acknowledge them, list and describe share groups, set their
-configs. Routes parse and shape; ``app.services.share`` decides."""
+configs. Routes parse and shape; ``app.services.share`` (with ``share_admin`` and ``share_configs``)
+decides."""
 
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ from api.v1 import share_schemas as s
 from api.v1.responses import errors
 from app.domain.acls import Api
 from app.domain.share_configs import DEFAULTS
-from app.domain.share_partition import AcknowledgementBatch, AcknowledgeType
+from app.domain.share_partition import AcknowledgementBatch, AcknowledgeType, record_count
 from app.errors import ErrorCode, TxlogError
-from app.services import Broker, share, topics
+from app.services import Broker, share, share_admin, share_configs, topics
 
 router = APIRouter(prefix="/v1", tags=["share groups"])
 
@@ -145,10 +146,6 @@ def _batches(items: list[s.AcknowledgementIn]) -> dict[tuple[str, int], list[Ack
     return {k: sorted(v, key=lambda batch: batch.first_offset) for k, v in out.items()}
 
 
-def _span(runs: Any) -> int:
-    return sum(r.last_offset - r.first_offset + 1 for r in runs)
-
-
 @router.post(
     "/share-groups/{group}/acknowledge",
     dependencies=[Depends(requires(Api.SHARE_ACKNOWLEDGE, names_in_body=True))],
@@ -181,10 +178,10 @@ def _acknowledged(answers: list[share.ShareAcknowledged]) -> list[dict]:
                 "topic": a.topic,
                 "partition": a.partition,
                 "error": _error(a.error),
-                "accepted": _span(o.accepted) if o else 0,
-                "released": _span(o.released) if o else 0,
-                "archived": _span(o.archived) if o else 0,
-                "renewed": _span(o.renewed) if o else 0,
+                "accepted": record_count(o.accepted) if o else 0,
+                "released": record_count(o.released) if o else 0,
+                "archived": record_count(o.archived) if o else 0,
+                "renewed": record_count(o.renewed) if o else 0,
             }
         )
     return parts
@@ -196,7 +193,7 @@ def _acknowledged(answers: list[share.ShareAcknowledged]) -> list[dict]:
 def list_share_groups(request: Request, b: Broker = Depends(broker)) -> dict:
     """The share groups with state (a share partition read) or configs, those the principal may
     describe."""
-    return {"groups": visible(request, Api.LIST_GROUPS, share.list_share_groups(b), lambda g: g)}
+    return {"groups": visible(request, Api.LIST_GROUPS, share_admin.list_share_groups(b), lambda g: g)}
 
 
 @router.get(
@@ -209,7 +206,7 @@ def describe_share_group(group: str, b: Broker = Depends(broker)) -> dict:
     """A share group's partitions: start offset (SPSO), end offset, the in-flight records by state,
     and each in-flight run with its lock holder, lock deadline and delivery count. 404
     GROUP_ID_NOT_FOUND for a group with neither state nor configs."""
-    d = share.describe(b, group)
+    d = share_admin.describe(b, group)
     if not d.partitions and not d.configs:
         raise TxlogError(ErrorCode.GROUP_ID_NOT_FOUND, f"Share group {group} does not exist")
     return {
@@ -251,5 +248,5 @@ def alter_share_group_configs(group: str, body: s.ShareGroupConfigsBody, b: Brok
     share.isolation.level, share.record.lock.duration.ms, share.delivery.count.limit,
     share.session.timeout.ms, share.heartbeat.interval.ms; null sets a key back to its default. 400 INVALID_CONFIG for an
     unknown key or a value out of Kafka's bounds. Answers every key's value."""
-    share.alter_group_configs(b, group, body.configs)
-    return {"group_id": group, "configs": {**DEFAULTS, **share.group_configs_set(b, group)}}
+    share_configs.alter_group_configs(b, group, body.configs)
+    return {"group_id": group, "configs": {**DEFAULTS, **share_configs.group_configs_set(b, group)}}

@@ -20,6 +20,11 @@ touches part of a range and merged again when neighbours agree. Records acquired
 together stay one range (one row), however many they are; the number of ranges is bounded by the
 window, never by the log.
 
+Here are the state, its value types and what operations answer, where a share partition starts,
+and the giving back of locks (``expire``, ``release_member``); the two operations a member drives
+have modules of their own: ``app.domain.share_acquisition`` (``acquire``) and
+``app.domain.share_acknowledgement`` (``acknowledge``).
+
 Nothing here is Kafka-only: RocketMQ's simple consumer (ReceiveMessage with an invisible duration,
 AckMessage, ChangeInvisibleDuration) is ``acquire`` with ``lock_duration_ms``, ``ACCEPT``, and
 ``RENEW`` with ``lock_duration_ms``; its maximum reconsume times is the delivery count limit, and
@@ -32,7 +37,7 @@ import re
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from enum import Enum, IntEnum
-from typing import Callable, Iterable, Literal, Sequence
+from typing import Iterable, Literal, Protocol
 
 from app.errors import ErrorCode, TxlogError
 
@@ -219,6 +224,18 @@ class OffsetRange:
     last_offset: int
 
 
+class _Run(Protocol):
+    @property
+    def first_offset(self) -> int: ...
+    @property
+    def last_offset(self) -> int: ...
+
+
+def record_count(runs: Iterable[_Run]) -> int:
+    """How many offsets ``runs`` hold (each from its first offset to its last, both included)."""
+    return sum(r.last_offset - r.first_offset + 1 for r in runs)
+
+
 @dataclass(frozen=True)
 class AcquiredRecords:
     """Kafka's AcquiredRecords: a run of offsets acquired now, all at the same delivery count."""
@@ -249,7 +266,7 @@ class Acquisition:
 
     @property
     def acquired_count(self) -> int:
-        return sum(a.last_offset - a.first_offset + 1 for a in self.acquired)
+        return record_count(self.acquired)
 
 
 @dataclass(frozen=True)
@@ -321,24 +338,6 @@ def _merged(ranges: Iterable[InFlightRange]) -> list[InFlightRange]:
         else:
             merged.append(r)
     return merged
-
-
-def _map_span(
-    ranges: Sequence[InFlightRange], first: int, last: int, change: Callable[[InFlightRange], InFlightRange]
-) -> list[InFlightRange]:
-    """``ranges`` with ``change`` applied to the parts of them within [first, last] (split there)."""
-    out: list[InFlightRange] = []
-    for r in ranges:
-        if r.last_offset < first or r.first_offset > last:
-            out.append(r)
-            continue
-        a, b = max(r.first_offset, first), min(r.last_offset, last)
-        if r.first_offset < a:
-            out.append(r._part(r.first_offset, a - 1))
-        out.append(change(r._part(a, b)))
-        if b < r.last_offset:
-            out.append(r._part(b + 1, r.last_offset))
-    return out
 
 
 class _Outcomes:
@@ -469,7 +468,8 @@ def altered(start_offset: int) -> SharePartitionState:
 def advance_log_start(state: SharePartitionState, log_start_offset: int) -> SharePartitionState:
     """The log's start offset moved past the share partition's (retention, DeleteRecords): the
     records below it are gone, so are their in-flight states (an acknowledgement of them later is
-    below the start offset: refused, or its part there skipped, as ``acknowledge`` says)."""
+    below the start offset: refused, or its part there skipped, as
+    ``share_acknowledgement.acknowledge`` says)."""
     if log_start_offset <= state.start_offset:
         return state
     end = max(state.end_offset, log_start_offset)
@@ -479,289 +479,6 @@ def advance_log_start(state: SharePartitionState, log_start_offset: int) -> Shar
         if r.last_offset >= log_start_offset
     ]
     return _normalised(log_start_offset, end, kept)
-
-
-# --- fetching -------------------------------------------------------------------------------------
-
-
-def next_fetch_offset(state: SharePartitionState, now_ms: int) -> int:
-    """Where the caller reads the log from for the next acquisition: the first in-flight record
-    that can be acquired (available, or its lock expired), else the end offset."""
-    for r in state.in_flight:
-        if r.state is RecordState.AVAILABLE or r.lock_expired(now_ms):
-            return r.first_offset
-    return state.end_offset
-
-
-def new_records_room(state: SharePartitionState, config: DeliveryConfig) -> int:
-    """How many records past the end offset may be taken in flight now
-    (group.share.partition.max.record.locks bounds the window from the start offset)."""
-    return max(0, state.start_offset + config.max_record_locks - state.end_offset)
-
-
-def throttle_delivery_count(config: DeliveryConfig) -> int:
-    """From this delivery count on, records are redelivered in smaller and smaller responses of
-    their own (Kafka's: half the delivery count limit, rounded up, at least 2)."""
-    return max(2, -(-config.delivery_count_limit // 2))
-
-
-def next_lock_deadline(state: SharePartitionState) -> int | None:
-    """When the earliest lock expires (the timer that calls ``expire``), None if none is held."""
-    deadlines = [r.lock_deadline_ms for r in state.in_flight if r.lock_deadline_ms is not None]
-    return min(deadlines) if deadlines else None
-
-
-def in_batches(acquired: Sequence[AcquiredRecords], batch_size: int | None) -> tuple[AcquiredRecords, ...]:
-    """The acquired runs cut into runs of at most ``batch_size`` records: a ShareFetch's BatchSize,
-    the consumer's preferred unit of acquisition and acknowledgement, which Kafka's AcquiredRecords
-    follow (None or less than 1: as they are). Offsets and delivery counts are unchanged."""
-    if batch_size is None or batch_size < 1:
-        return tuple(acquired)
-    out: list[AcquiredRecords] = []
-    for a in acquired:
-        for first in range(a.first_offset, a.last_offset + 1, batch_size):
-            out.append(AcquiredRecords(first, min(a.last_offset, first + batch_size - 1), a.delivery_count))
-    return tuple(out)
-
-
-def acquire(
-    state: SharePartitionState,
-    member_id: str,
-    first_offset: int,
-    last_offset: int,
-    *,
-    now_ms: int,
-    config: DeliveryConfig,
-    max_records: int,
-    not_deliverable: Sequence[tuple[int, int]] = (),
-    lock_duration_ms: int | None = None,
-) -> Acquisition:
-    """``member_id`` acquires up to ``max_records`` records of the log range the caller read,
-    [``first_offset``, ``last_offset``] (it read from ``next_fetch_offset``, at most to the high
-    watermark, or the last stable offset for read_committed). Offsets with no record in the range
-    (compacted away) are acquired with the rest: the member acknowledges them as GAP, as Kafka's
-    clients do.
-
-    The caller reads from ``next_fetch_offset`` (after ``advance_log_start`` if the log's start
-    moved past the end offset: reading past the end offset is a bug, refused with ``ValueError``).
-    In-flight records in the range are acquired if available (or their lock expired); offsets past
-    the end offset are taken in flight, within ``new_records_room``. ``not_deliverable`` lists
-    (first, last) offset runs that must never be delivered — records of aborted transactions and
-    control records for read_committed — they are archived when first met, without a delivery.
-    Each acquisition counts one more delivery and locks the records until ``now_ms`` plus the lock
-    duration (``lock_duration_ms`` overrides the group's: RocketMQ's invisible duration). An
-    available record that already had its last delivery (the limit was lowered) is archived.
-
-    As Kafka 4.2 does, records delivered ``throttle_delivery_count`` times or more are redelivered
-    apart, so that one record that keeps failing does not take a whole batch to the delivery limit
-    with it: such a run ends the acquisition, starts it only if nothing was acquired before it, and
-    is cut to half its length for each delivery from that count on (at least one record) — to one
-    record on its last delivery.
-    """
-    if lock_duration_ms is not None and lock_duration_ms < 1:
-        raise ValueError(f"a lock duration must be at least 1 ms, not {lock_duration_ms}")
-    if first_offset > state.end_offset and first_offset <= last_offset:
-        raise ValueError(f"read from {first_offset}, past the end offset {state.end_offset}: nothing there was taken in flight")
-    outcomes = _Outcomes()
-    ranges = _expired(state, now_ms, config, outcomes)
-    deadline = now_ms + (config.record_lock_duration_ms if lock_duration_ms is None else lock_duration_ms)
-    limit = config.delivery_count_limit
-    remaining = max(0, max_records)
-    low = max(first_offset, state.start_offset)
-
-    throttle = throttle_delivery_count(config)
-    stopped = False
-    out: list[InFlightRange] = []
-    for r in _merged(ranges):
-        if stopped or r.state is not RecordState.AVAILABLE or r.last_offset < low or r.first_offset > last_offset:
-            out.append(r)
-            continue
-        a = max(r.first_offset, low)
-        d = r.delivery_count
-        if d >= limit:
-            b = min(r.last_offset, last_offset)
-        elif remaining == 0:
-            out.append(r)
-            continue
-        else:
-            n = remaining
-            if d >= throttle:
-                # Records delivered this often may be what keeps failing: they go in a response of
-                # their own, fewer at each further delivery, and alone on their last one.
-                stopped = True
-                if outcomes.acquired:
-                    out.append(r)
-                    continue
-                run = min(r.last_offset, last_offset) - a + 1
-                n = min(n, 1 if limit > 2 and d == limit - 1 else max(1, run >> (d - throttle + 1)))
-            b = min(r.last_offset, last_offset, a + n - 1)
-        if r.first_offset < a:
-            out.append(r._part(r.first_offset, a - 1))
-        part = r._part(a, b)
-        if r.delivery_count >= limit:
-            outcomes.archive(part, ArchiveReason.DELIVERY_COUNT_LIMIT)
-            out.append(part._to(RecordState.ARCHIVED))
-        else:
-            taken = part._to(
-                RecordState.ACQUIRED, delivery_count=r.delivery_count + 1, member_id=member_id, lock_deadline_ms=deadline
-            )
-            outcomes.acquire(taken)
-            out.append(taken)
-            remaining -= b - a + 1
-        if b < r.last_offset:
-            out.append(r._part(b + 1, r.last_offset))
-
-    # Records past the end offset: new in flight, up to the window's bound.
-    offset = state.end_offset
-    high = (
-        min(last_offset, state.start_offset + config.max_record_locks - 1)
-        if first_offset <= offset and not stopped
-        else offset - 1
-    )
-    skips = sorted((max(a, offset), b) for a, b in not_deliverable if b >= offset and a <= b)
-    while offset <= high and remaining > 0:
-        while skips and skips[0][1] < offset:
-            skips.pop(0)
-        if skips and skips[0][0] <= offset:
-            b = min(skips[0][1], high)
-            part = InFlightRange(offset, b, RecordState.ARCHIVED, 0)
-            outcomes.archive(part, ArchiveReason.NOT_DELIVERABLE)
-        else:
-            b = min(high, offset + remaining - 1, skips[0][0] - 1 if skips else high)
-            part = InFlightRange(offset, b, RecordState.ACQUIRED, 1, member_id, deadline)
-            outcomes.acquire(part)
-            remaining -= b - offset + 1
-        out.append(part)
-        offset = b + 1
-    return Acquisition(
-        _normalised(state.start_offset, max(state.end_offset, offset), out),
-        tuple(outcomes.acquired),
-        tuple(outcomes.released),
-        tuple(outcomes.archived),
-    )
-
-
-# --- acknowledging --------------------------------------------------------------------------------
-
-
-def _segments(batch: AcknowledgementBatch) -> list[tuple[int, int, AcknowledgeType]]:
-    """A batch as runs of one acknowledgement type."""
-    types = [AcknowledgeType(t) for t in batch.acknowledge_types]
-    if len(types) == 1:
-        return [(batch.first_offset, batch.last_offset, types[0])]
-    runs: list[tuple[int, int, AcknowledgeType]] = []
-    for i, t in enumerate(types):
-        o = batch.first_offset + i
-        if runs and runs[-1][2] is t:
-            runs[-1] = (runs[-1][0], o, t)
-        else:
-            runs.append((o, o, t))
-    return runs
-
-
-def _request_problem(batches: Sequence[AcknowledgementBatch]) -> str | None:
-    previous_last = -1
-    for b in batches:
-        if b.first_offset < 0 or b.last_offset < b.first_offset:
-            return f"Invalid acknowledgement batch offsets: first {b.first_offset}, last {b.last_offset}"
-        if b.first_offset <= previous_last:
-            return "Acknowledgement batches must be in increasing order of offsets and must not overlap"
-        n = b.last_offset - b.first_offset + 1
-        if len(b.acknowledge_types) not in (1, n):
-            return f"Acknowledgement batch {b.first_offset}-{b.last_offset} has {len(b.acknowledge_types)} acknowledge types"
-        if any(t not in AcknowledgeType._value2member_map_ for t in b.acknowledge_types):
-            return f"Invalid acknowledge type: {[int(t) for t in b.acknowledge_types]}"
-        previous_last = b.last_offset
-    return None
-
-
-class _Acknowledge:
-    def __init__(self, kind: AcknowledgeType, outcomes: _Outcomes, limit: int, renewed_deadline: int) -> None:
-        self.kind, self.outcomes, self.limit, self.renewed_deadline = kind, outcomes, limit, renewed_deadline
-
-    def __call__(self, r: InFlightRange) -> InFlightRange:
-        o, kind = self.outcomes, self.kind
-        if kind is AcknowledgeType.ACCEPT:
-            o._add(o.accepted, r)
-            return r._to(RecordState.ACKNOWLEDGED)
-        if kind is AcknowledgeType.RELEASE:
-            return o.give_back(r, self.limit)
-        if kind is AcknowledgeType.RENEW:
-            o._add(o.renewed, r)
-            return r._to(RecordState.ACQUIRED, member_id=r.member_id, lock_deadline_ms=self.renewed_deadline)
-        o.archive(r, ArchiveReason.REJECTED if kind is AcknowledgeType.REJECT else ArchiveReason.GAP)
-        return r._to(RecordState.ARCHIVED)
-
-
-def acknowledge(
-    state: SharePartitionState,
-    member_id: str,
-    batches: Sequence[AcknowledgementBatch],
-    *,
-    now_ms: int,
-    config: DeliveryConfig,
-    lock_duration_ms: int | None = None,
-) -> Acknowledgement | Refused:
-    """``member_id`` acknowledges records it holds: ACCEPT, RELEASE, REJECT, GAP, or RENEW (its lock
-    runs again from ``now_ms`` for the group's lock duration, or ``lock_duration_ms``: RocketMQ's
-    ChangeInvisibleDuration). A batch wholly below the start offset is refused with
-    INVALID_RECORD_STATE (its records are done: whoever acknowledges them no longer holds them); the
-    part of a batch below the start offset is skipped, as Kafka skips it. Every other offset must be
-    acquired by this member with its lock not expired at ``now_ms``; if one is
-    not, the whole acknowledgement is refused with INVALID_RECORD_STATE (a lock that expired has
-    given its records back, as Kafka's timer does: an acknowledgement from their former holder finds
-    them not acquired). Offsets never taken in flight are INVALID_REQUEST, as a malformed request."""
-    problem = _request_problem(batches)
-    if problem:
-        return Refused(ErrorCode.INVALID_REQUEST, problem)
-    if lock_duration_ms is not None and lock_duration_ms < 1:
-        return Refused(ErrorCode.INVALID_REQUEST, f"A lock duration must be at least 1 ms, not {lock_duration_ms}")
-    outcomes = _Outcomes()
-    ranges = _expired(state, now_ms, config, outcomes)
-    start = state.start_offset
-    work: list[tuple[int, int, AcknowledgeType]] = []
-    for batch in batches:
-        if batch.last_offset < start:
-            # Every record of the batch is done: accepted, archived, or gone with the log's start.
-            # Whoever acknowledges them now no longer holds them (its lock expired and another
-            # member settled them, or this is a repeat): refused as Kafka refuses a batch it no
-            # longer caches, so that no one is told that an acknowledgement took effect when the
-            # records' fate was someone else's.
-            return Refused(
-                ErrorCode.INVALID_RECORD_STATE, "Batch record not found. The request batch offsets are not found in the cache."
-            )
-        if batch.first_offset >= state.end_offset:
-            return Refused(
-                ErrorCode.INVALID_REQUEST, "Batch record not found. The first offset in request is past acquired records."
-            )
-        if batch.last_offset >= state.end_offset:
-            return Refused(
-                ErrorCode.INVALID_REQUEST, "Batch record not found. The last offset in request is past acquired records."
-            )
-        for a, b, kind in _segments(batch):
-            if b < start:
-                continue
-            a = max(a, start)
-            for r in ranges:
-                if r.last_offset < a or r.first_offset > b:
-                    continue
-                if r.state is not RecordState.ACQUIRED:
-                    return Refused(
-                        ErrorCode.INVALID_RECORD_STATE, "The offset cannot be acknowledged. The offset is not acquired."
-                    )
-                if r.member_id != member_id:
-                    return Refused(ErrorCode.INVALID_RECORD_STATE, "Member is not the owner of offset")
-            work.append((a, b, kind))
-    renewed_deadline = now_ms + (config.record_lock_duration_ms if lock_duration_ms is None else lock_duration_ms)
-    for a, b, kind in work:
-        ranges = _map_span(ranges, a, b, _Acknowledge(kind, outcomes, config.delivery_count_limit, renewed_deadline))
-    return Acknowledgement(
-        _normalised(start, state.end_offset, ranges),
-        tuple(outcomes.accepted),
-        tuple(outcomes.released),
-        tuple(outcomes.archived),
-        tuple(outcomes.renewed),
-    )
 
 
 # --- giving locks back ----------------------------------------------------------------------------

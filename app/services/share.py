@@ -1,30 +1,31 @@
 """Share groups' delivery (KIP-932): members acquire records of a topic partition, each record held
-by one member at a time until it acknowledges it or its lock expires; ShareFetch, ShareAcknowledge,
-members leaving, the lock timer, and the admin's describe, alter and delete of share-partition state.
+by one member at a time until it acknowledges it or its lock expires; ShareFetch and
+ShareAcknowledge, which a ShareFetch carries. Locks given back (a member leaving, the lock timer)
+are ``app.services.share_locks``', a group's configs ``share_configs``', the admin's describe,
+alter and delete of share-partition state ``share_admin``'s.
 
 Each share partition is changed in a database transaction of its own, under its row lock
 (``storage.share.share_partition_open``, ``share_partition_lock``): any process serves any share
-partition, and the rules are the domain's (``app.domain.share_partition``), decided on the state
-as locked and persisted as the rows that changed. Time is the database's clock (``Broker.now``): lock deadlines agree across
-hosts.
+partition, and the rules are the domain's (``app.domain.share_partition``, ``share_acquisition``,
+``share_acknowledgement``), decided on the state as locked and persisted as the rows that changed.
+Time is the database's clock (``Broker.now``): lock deadlines agree across hosts.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
-import time
 import uuid
-from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Mapping, Sequence
 
 from sqlalchemy.engine import Connection
 
+from app.domain import share_acknowledgement, share_acquisition
 from app.domain import share_partition as sp
 from app.domain.log import PartitionStatus, StoredRecord, unknown_partition
 from app.domain.records import IsolationLevel
-from app.domain.share_configs import ShareConfigs, config_of, validated
+from app.domain.share_configs import ShareConfigs, config_of
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.services.fetch import list_offsets, log_rows
@@ -33,57 +34,9 @@ from app.storage import log as log_store
 from app.storage import share as share_store
 from app.storage import topics as topics_store
 
-log = logging.getLogger("txlog.share")
-
 # A share fetch's byte budget per partition when the caller gives none (Kafka's
 # fetch.max.bytes default for a share consumer: 50 MiB over a request; one partition's page here).
 DEFAULT_MAX_BYTES = 1_048_576
-
-
-# --- configs --------------------------------------------------------------------------------------
-
-
-def group_config(broker: Broker, group_id: str) -> ShareConfigs:
-    """The share group's configs, defaults where none is set."""
-    with broker.db.read() as conn:
-        return config_of(share_store.share_group_configs(conn, group_id))
-
-
-def group_configs_set(broker: Broker, group_id: str) -> dict[str, str]:
-    """The configs the group has set (DescribeConfigs shows the rest as defaults)."""
-    with broker.db.read() as conn:
-        return share_store.share_group_configs(conn, group_id)
-
-
-def alter_group_configs(broker: Broker, group_id: str, changes: Mapping[str, str | None]) -> dict[str, str]:
-    """IncrementalAlterConfigs of a GROUP resource's share.* keys: each value set (validated as
-    Kafka validates it: INVALID_CONFIG, the lock duration's lower bound the broker's
-    TXLOG_SHARE_MIN_RECORD_LOCK_DURATION_MS), each None removed. The configs set afterwards. They take
-    effect at each share partition's next operation."""
-    low = broker.settings.share_min_record_lock_duration_ms
-    checked = {
-        name: None if value is None else validated(name, value, min_record_lock_duration_ms=low)
-        for name, value in changes.items()
-    }
-    with broker.db.transaction() as conn:
-        share_store.share_group_configs_alter(conn, group_id, checked)
-        return share_store.share_group_configs(conn, group_id)
-
-
-def replace_group_configs(
-    broker: Broker, group_id: str, configs: Mapping[str, str], validate_only: bool = False
-) -> dict[str, str]:
-    """AlterConfigs (the whole-set call) of a GROUP resource: the group's share.* configs become
-    exactly ``configs`` (each validated as Kafka validates it: INVALID_CONFIG, nothing changed),
-    every one not given back to its default. The configs set afterwards (with ``validate_only``,
-    those it would set)."""
-    checked = {name: validated(name, value) for name, value in configs.items()}
-    if validate_only:
-        return checked
-    with broker.db.transaction() as conn:
-        dropped = {name: None for name in share_store.share_group_configs(conn, group_id) if name not in checked}
-        share_store.share_group_configs_alter(conn, group_id, {**checked, **dropped})
-        return share_store.share_group_configs(conn, group_id)
 
 
 # --- acquiring ------------------------------------------------------------------------------------
@@ -212,13 +165,13 @@ def _acquire_locked(
     status, config = opened.status, opened.config
     isolation: IsolationLevel = ask.isolation_level or config.isolation_level
     now = broker.now()
-    start = sp.next_fetch_offset(state, now)
+    start = share_acquisition.next_fetch_offset(state, now)
     # Read the in-flight records from the first acquirable one, and as many new ones past the
     # end offset as may be acquired: bounded by the window and the request, never the log.
-    span_end = max(state.end_offset, start) + min(ask.max_records, sp.new_records_room(state, config.delivery))
+    span_end = max(state.end_offset, start) + min(ask.max_records, share_acquisition.new_records_room(state, config.delivery))
     rows = log_rows(conn, status, start, ask.max_bytes, isolation, max(1, span_end - start)) if start < span_end else []
     last = rows[-1].offset if rows else start - 1
-    outcome = sp.acquire(
+    outcome = share_acquisition.acquire(
         state,
         member_id,
         start,
@@ -251,7 +204,7 @@ def _acquire_locked(
         outcome.state.start_offset,
         status.high_watermark,
         status.log_start_offset,
-        sp.next_lock_deadline(outcome.state),
+        share_acquisition.next_lock_deadline(outcome.state),
         now,
         config.delivery.record_lock_duration_ms,
     )
@@ -281,7 +234,7 @@ def _serve_partition(
         opened = _open(conn, broker, group_id, topic, partition, config, ask is not None, topic_id)
         state, released, changed = opened.state, False, ask is not None
         if batches is not None:
-            outcome = sp.acknowledge(
+            outcome = share_acknowledgement.acknowledge(
                 state, member_id, batches, now_ms=broker.now(), config=opened.config.delivery, lock_duration_ms=lock_duration_ms
             )
             if isinstance(outcome, sp.Refused):
@@ -361,7 +314,7 @@ def fetch(
         got = serve(topic, partition, batches, ask)
         assert got is not None
         if got.error is None:
-            left -= sum(a.last_offset - a.first_offset + 1 for a in got.acquired)
+            left -= sp.record_count(got.acquired)
         out.append(got)
     return [acked[key] for key in acks if key in acked], out
 
@@ -482,7 +435,7 @@ async def fetch_waiting(
             acked.extend(answers)
             for part in read:
                 got[(part.topic, part.partition)] = _merged(got.get((part.topic, part.partition)), part)
-                left[0] -= sum(a.last_offset - a.first_offset + 1 for a in part.acquired)
+                left[0] -= sp.record_count(part.acquired)
                 left[1] -= part.bytes
         return [got[(t, p)] for t, p in dict.fromkeys(partitions) if (t, p) in got]
 
@@ -515,7 +468,7 @@ async def fetch_waiting(
         )
     if batch_size is None:
         return acked, parts
-    return acked, [dataclasses.replace(p, acquired=sp.in_batches(p.acquired, batch_size)) for p in parts]
+    return acked, [dataclasses.replace(p, acquired=share_acquisition.in_batches(p.acquired, batch_size)) for p in parts]
 
 
 def _merged(before: ShareFetchPartition | None, now: ShareFetchPartition) -> ShareFetchPartition:
@@ -592,197 +545,3 @@ def acknowledge(
                 raise
             out.append(ShareAcknowledged(topic, partition, error=exc))
     return out
-
-
-# --- giving locks back ----------------------------------------------------------------------------
-
-
-def _release(
-    conn: Connection,
-    group_id: str,
-    topic: str,
-    partition: int,
-    change: Callable[[sp.SharePartitionState], sp.Release],
-    skip_locked: bool = False,
-) -> sp.Release | None:
-    """``change`` (the lock timer, a member leaving) applied to the share partition under its row
-    lock, persisted if it gave records back; None if there is no such share partition (or, with
-    ``skip_locked``, another transaction holds it)."""
-    found = share_store.share_partition_lock(conn, group_id, topic, partition, skip_locked=skip_locked)
-    if found is None:
-        return None
-    stored = found[0]
-    released: sp.Release = change(stored)
-    if released.changed:
-        share_store.share_partition_write(
-            conn, group_id, topic, partition, stored, released.state, records_available=bool(released.released)
-        )
-    return released
-
-
-def release_member(broker: Broker, group_id: str, member_id: str, partitions: Sequence[tuple[str, int]] | None = None) -> int:
-    """A member left the share group or its session ended: every record it holds (on
-    ``partitions``, or wherever it holds one) is available again now, or archived if that was its
-    last delivery. How many records were given back."""
-    config = group_config(broker, group_id)
-    if partitions is None:
-        with broker.db.read() as conn:
-            partitions = share_store.share_partitions_held_by(conn, group_id, member_id)
-    given_back = 0
-    for topic, partition in partitions:
-        with broker.db.transaction() as conn:
-            change = functools.partial(sp.release_member, member_id=member_id, now_ms=broker.now(), config=config.delivery)
-            released = _release(conn, group_id, topic, partition, change)
-        if released is not None:
-            given_back += _count(released)
-    return given_back
-
-
-def _count(released: sp.Release) -> int:
-    return sum(r.last_offset - r.first_offset + 1 for r in released.released) + sum(
-        a.last_offset - a.first_offset + 1 for a in released.archived
-    )
-
-
-@dataclass
-class ExpiryReport:
-    partitions: int = 0  # share partitions whose expired locks were given back
-    released: int = 0  # records available again
-    archived: int = 0  # records archived at the delivery-count limit
-    failed: int = 0
-    more_due: bool = False
-
-
-def expire_due(broker: Broker, limit: int = 100, budget_s: float = 60.0) -> ExpiryReport:
-    """The lock timer, for the sweeper: share partitions holding locks expired by now (the
-    database's clock), earliest first, at most ``limit`` a round; each in its own database
-    transaction, its row lock taken with SKIP LOCKED (one being served is expired by the operation
-    serving it, which gives expired locks back first). Expired records go back to Available, or
-    are archived at the delivery-count limit; fetches waiting on the partition are woken."""
-    report = ExpiryReport()
-    deadline = time.monotonic() + budget_s
-    with broker.db.read() as conn:
-        due = share_store.share_partitions_with_expired_locks(conn, broker.now(), limit)
-    configs: dict[str, ShareConfigs] = {}
-    for group_id, topic, partition in due:
-        if time.monotonic() >= deadline:
-            report.more_due = True
-            break
-        try:
-            config = configs.get(group_id) or configs.setdefault(group_id, group_config(broker, group_id))
-            with broker.db.transaction() as conn:
-                change = functools.partial(sp.expire, now_ms=broker.now(), config=config.delivery)
-                released = _release(conn, group_id, topic, partition, change, skip_locked=True)
-        except TxlogError as exc:
-            if exc.code is ErrorCode.UNKNOWN_SERVER_ERROR:
-                raise
-            report.failed += 1
-            log.warning("could not expire the locks of share group %r on %s-%s: %s", group_id, topic, partition, exc)
-            continue
-        if released is not None and released.changed:
-            report.partitions += 1
-            report.released += sum(r.last_offset - r.first_offset + 1 for r in released.released)
-            report.archived += sum(a.last_offset - a.first_offset + 1 for a in released.archived)
-    if len(due) >= limit:
-        report.more_due = True
-    return report
-
-
-# --- describing, altering, deleting ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SharePartitionDescription:
-    topic: str
-    partition: int
-    start_offset: int  # SPSO
-    end_offset: int  # exclusive (SPEO + 1)
-    state_epoch: int
-    in_flight: tuple[sp.InFlightRange, ...]
-    counts: Mapping[str, int] = field(default_factory=dict)  # records per state name, in flight
-
-
-@dataclass(frozen=True)
-class ShareGroupDescription:
-    group_id: str
-    partitions: tuple[SharePartitionDescription, ...]
-    configs: Mapping[str, str]  # those set
-
-
-def list_share_groups(broker: Broker) -> list[str]:
-    """Groups with share-partition state or share configs."""
-    with broker.db.read() as conn:
-        return share_store.share_group_ids(conn)
-
-
-def describe(broker: Broker, group_id: str) -> ShareGroupDescription:
-    """Every share partition of the group: SPSO, end offset, state epoch, in-flight runs (member,
-    lock deadline, delivery count) and the records in each state. One snapshot."""
-    with broker.db.read() as conn:
-        state = share_store.share_group_state(conn, group_id)
-        configs = share_store.share_group_configs(conn, group_id)
-    parts = []
-    for row, ranges in state:
-        counts = {s.name: 0 for s in sp.RecordState}
-        for r in ranges:
-            counts[r.state.name] += r.count
-        parts.append(
-            SharePartitionDescription(
-                row.topic, row.partition, row.start_offset, row.end_offset, row.state_epoch, tuple(ranges), counts
-            )
-        )
-    return ShareGroupDescription(group_id, tuple(parts), configs)
-
-
-@dataclass(frozen=True)
-class ShareOffsetResult:
-    topic: str
-    partition: int
-    error: TxlogError | None = None
-
-
-def alter_offsets(broker: Broker, group_id: str, offsets: Sequence[tuple[str, int, int]]) -> list[ShareOffsetResult]:
-    """Kafka's AlterShareGroupOffsets in one database transaction (``alter_offsets_on``)."""
-    with broker.db.transaction() as conn:
-        return alter_offsets_on(conn, group_id, offsets)
-
-
-def alter_offsets_on(conn: Connection, group_id: str, offsets: Sequence[tuple[str, int, int]]) -> list[ShareOffsetResult]:
-    """Kafka's AlterShareGroupOffsets: each (topic, partition, start offset) starts over there with
-    nothing in flight, its state epoch raised. Kafka allows it only while the group has no member
-    (``share_groups.while_empty`` holds that). Errors per partition."""
-    out: list[ShareOffsetResult] = []
-    for topic, partition, start in offsets:
-        try:
-            state = sp.altered(start)
-            log_store.partition_status(conn, topic, partition)  # UNKNOWN_TOPIC_OR_PARTITION, before any write
-            share_store.share_partition_reset(conn, group_id, topic, partition, state.start_offset)
-        except TxlogError as exc:
-            if exc.code is ErrorCode.UNKNOWN_SERVER_ERROR:
-                raise
-            out.append(ShareOffsetResult(topic, partition, exc))
-        else:
-            out.append(ShareOffsetResult(topic, partition))
-    return out
-
-
-def delete_offsets(broker: Broker, group_id: str, partitions: Sequence[tuple[str, int]] | None = None) -> list[tuple[str, int]]:
-    """Kafka's DeleteShareGroupOffsets in one database transaction (``delete_offsets_on``)."""
-    with broker.db.transaction() as conn:
-        return delete_offsets_on(conn, group_id, partitions)
-
-
-def delete_offsets_on(
-    conn: Connection, group_id: str, partitions: Sequence[tuple[str, int]] | None = None
-) -> list[tuple[str, int]]:
-    """Kafka's DeleteShareGroupOffsets (None: every partition, as DeleteGroups of a share group):
-    the group's state of those partitions is gone, in-flight records with it; read again, a
-    partition starts per share.auto.offset.reset. The partitions that had state."""
-    return share_store.share_partitions_delete(conn, group_id, partitions)
-
-
-def delete_group(broker: Broker, group_id: str) -> None:
-    """A share group deleted: its share partitions' state and its configs."""
-    with broker.db.transaction() as conn:
-        share_store.share_partitions_delete(conn, group_id)
-        share_store.share_group_configs_delete(conn, group_id)

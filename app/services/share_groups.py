@@ -4,7 +4,7 @@ A heartbeat is one database transaction under the group row's lock: load the gro
 ``app.domain.share_groups.heartbeat`` (the members whose session ended first fenced: lazily, as
 the group is touched), write back what changed. Any gateway serves any share group; a gateway
 killed loses nothing, its members' sessions end (by the database's clock) and their records are
-given back (``share.release_member``), by the next heartbeat of the group or by the sweeper.
+given back (``share_locks.release_member``), by the next heartbeat of the group or by the sweeper.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 from app.domain import share_groups as sg
 from app.domain.share_configs import config_of
 from app.errors import ErrorCode, TxlogError
-from app.services import Broker, share
+from app.services import Broker, share_admin, share_locks
 from app.storage import share as share_store
 from app.storage import share_groups as store
 from app.storage import topics as topics_store
@@ -45,7 +45,7 @@ def _fence_expired(conn: Connection, group: sg.ShareGroup, now_ms: int) -> tuple
 
 def _release(broker: Broker, group_id: str, members: Sequence[str]) -> None:
     for member_id in members:
-        share.release_member(broker, group_id, member_id)
+        share_locks.release_member(broker, group_id, member_id)
 
 
 def heartbeat(broker: Broker, request: sg.HeartbeatRequest) -> sg.HeartbeatAnswer:
@@ -173,4 +173,4 @@ def delete_group(broker: Broker, group_id: str) -> None:
             if group.members:
                 raise TxlogError(ErrorCode.NON_EMPTY_GROUP, "The group is not empty.")
             store.share_group_delete(conn, group_id)
-    share.delete_group(broker, group_id)
+    share_admin.delete_group(broker, group_id)

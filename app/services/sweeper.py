@@ -25,7 +25,7 @@ from sqlalchemy.engine import Connection
 from app.domain import transactions as txn
 from app.domain.transactions import TxnMetadata, TxnState
 from app.errors import DatabaseUnavailable, TxlogError
-from app.services import Broker, coordinator, retention, share, share_groups
+from app.services import Broker, coordinator, retention, share_groups, share_locks
 from app.storage import producers as producers_store
 from app.storage import transactions as transactions_store
 
@@ -204,7 +204,7 @@ def sweep(broker: Broker, budget_s: float | None = None) -> SweepReport:
         ("producer_ids_forgotten", lambda: setattr(report, "producer_ids_forgotten", forget_producer_ids(broker, budget))),
         ("retention", lambda: _set_retention(report, retention.apply(broker, budget))),
         ("share_sessions", lambda: setattr(report, "share_members_fenced", share_groups.expire_sessions(broker))),
-        ("share_locks", lambda: _set_share_locks(report, share.expire_due(broker, budget_s=budget))),
+        ("share_locks", lambda: _set_share_locks(report, share_locks.expire_due(broker, budget_s=budget))),
     ]
     for name, job in jobs:
         try:
@@ -231,7 +231,7 @@ def _set_retention(report: SweepReport, result: "retention.RetentionReport") -> 
     report.failed += result.failed
 
 
-def _set_share_locks(report: SweepReport, result: "share.ExpiryReport") -> None:
+def _set_share_locks(report: SweepReport, result: "share_locks.ExpiryReport") -> None:
     report.share_records_released, report.share_records_archived = result.released, result.archived
     report.failed += result.failed
     report.more_due = report.more_due or result.more_due

@@ -12,7 +12,7 @@ from app.domain import share_groups as sg
 from app.domain.records import NewRecord
 from app.errors import ErrorCode, TxlogError
 from app.services import produce as produce_service
-from app.services import share, share_groups, sweeper, topics
+from app.services import share, share_admin, share_configs, share_groups, sweeper, topics
 from app.services.produce import ProduceRequest
 from tests.conftest import make_broker
 
@@ -30,7 +30,7 @@ def _beat(broker, member: str, epoch: int) -> sg.HeartbeatAnswer:  # type: ignor
 @pytest.fixture
 def topic(clocked_broker) -> str:  # type: ignore[no-untyped-def]
     topics.create_topic(clocked_broker, "jobs", 2)
-    share.alter_group_configs(clocked_broker, G, {"share.auto.offset.reset": "earliest"})
+    share_configs.alter_group_configs(clocked_broker, G, {"share.auto.offset.reset": "earliest"})
     return "jobs"
 
 
@@ -75,7 +75,7 @@ def test_an_expired_member_is_fenced_and_its_records_given_back(clocked_broker, 
     assert report.share_members_fenced == 1
     [described] = share_groups.describe(b, [G])
     assert described.group is not None and described.group.members == {}
-    [state] = [p for p in share.describe(b, G).partitions if p.partition == 0]
+    [state] = [p for p in share_admin.describe(b, G).partitions if p.partition == 0]
     assert state.counts["AVAILABLE"] == 3 and state.counts["ACQUIRED"] == 0
     with pytest.raises(TxlogError) as err:
         _beat(b, "m1", 1)
@@ -94,6 +94,6 @@ def test_the_next_heartbeat_fences_an_expired_member(clocked_broker, clock, topi
     assert answer.member_epoch == 3  # m1 fenced: the group epoch moved
     [described] = share_groups.describe(b, [G])
     assert described.group is not None and sorted(described.group.members) == ["m2"]
-    [state] = [p for p in share.describe(b, G).partitions if p.partition == 1]
+    [state] = [p for p in share_admin.describe(b, G).partitions if p.partition == 1]
     assert state.counts["AVAILABLE"] == 1
     assert share_groups.list_groups(b) == [(G, sg.STABLE)]

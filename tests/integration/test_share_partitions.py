@@ -15,7 +15,7 @@ from app.domain.records import NewRecord
 from app.domain.share_partition import AcknowledgementBatch, AcknowledgeType, RecordState
 from app.errors import ErrorCode, TxlogError
 from app.services import produce as produce_service
-from app.services import share, sweeper, topics
+from app.services import share, share_admin, share_configs, share_locks, sweeper, topics
 from app.services.produce import ProduceRequest
 from tests.conftest import make_broker
 from tests.integration.test_transactions import Producer
@@ -41,15 +41,15 @@ def ack(broker, member: str, topic: str, first: int, last: int, kind: Acknowledg
     return answer
 
 
-def partition_state(broker, topic: str, partition: int = 0) -> share.SharePartitionDescription:  # type: ignore[no-untyped-def]
-    [found] = [p for p in share.describe(broker, G).partitions if (p.topic, p.partition) == (topic, partition)]
+def partition_state(broker, topic: str, partition: int = 0) -> share_admin.SharePartitionDescription:  # type: ignore[no-untyped-def]
+    [found] = [p for p in share_admin.describe(broker, G).partitions if (p.topic, p.partition) == (topic, partition)]
     return found
 
 
 @pytest.fixture
 def topic(clocked_broker) -> str:  # type: ignore[no-untyped-def]
     topics.create_topic(clocked_broker, "q", 1)
-    share.alter_group_configs(clocked_broker, G, {"share.auto.offset.reset": "earliest"})
+    share_configs.alter_group_configs(clocked_broker, G, {"share.auto.offset.reset": "earliest"})
     return "q"
 
 
@@ -131,7 +131,7 @@ def test_reject_archives(clocked_broker, topic):
 
 def test_the_delivery_count_limit_archives(clocked_broker, clock, topic):
     b = clocked_broker
-    share.alter_group_configs(b, G, {"share.delivery.count.limit": "2"})
+    share_configs.alter_group_configs(b, G, {"share.delivery.count.limit": "2"})
     plain(b, topic, "cursed")
     share.acquire(b, G, "m", [(topic, 0)])
     ack(b, "m", topic, 0, 0, AcknowledgeType.RELEASE)
@@ -148,7 +148,7 @@ def test_an_expired_lock_returns_the_record_through_the_sweeper(clocked_broker, 
     plain(b, topic, "a", "b")
     share.acquire(b, G, "gone", [(topic, 0)])
     clock.advance(LOCK_MS - 1)
-    assert share.expire_due(b).released == 0
+    assert share_locks.expire_due(b).released == 0
     clock.advance(1)
     report = sweeper.sweep(b, budget_s=5)
     assert report.share_records_released == 2
@@ -164,13 +164,13 @@ def test_a_member_leaving_gives_its_records_back(clocked_broker, topic):
     plain(b, topic, "a", "b", "c")
     share.acquire(b, G, "leaver", [(topic, 0)], max_records=2)
     share.acquire(b, G, "stayer", [(topic, 0)])
-    assert share.release_member(b, G, "leaver") == 2
+    assert share_locks.release_member(b, G, "leaver") == 2
     assert offsets_of(share.acquire(b, G, "stayer", [(topic, 0)])) == [0, 1]
 
 
 def test_read_committed_never_delivers_aborted_or_open_transactions_nor_control_records(clocked_broker, topic):
     b = clocked_broker
-    share.alter_group_configs(b, G, {"share.isolation.level": "read_committed"})
+    share_configs.alter_group_configs(b, G, {"share.isolation.level": "read_committed"})
     plain(b, topic, "a")  # 0
     aborted = Producer(b, "tx-a")
     aborted.send(topic, 0, "x1", "x2")  # 1, 2
@@ -197,7 +197,7 @@ def test_read_committed_never_delivers_aborted_or_open_transactions_nor_control_
     # read_uncommitted delivers the aborted transaction's records (as Kafka's), never a marker.
     uncommitted = share.acquire(b, "dirty", "m", [(topic, 0)], isolation_level="read_uncommitted")
     assert values_of(uncommitted) == []  # latest by default for a group without configs
-    share.alter_offsets(b, "dirty", [(topic, 0, 0)])
+    share_admin.alter_offsets(b, "dirty", [(topic, 0, 0)])
     uncommitted = share.acquire(b, "dirty", "m", [(topic, 0)], isolation_level="read_uncommitted")
     assert values_of(uncommitted) == ["a", "x1", "x2", "b", "y", "c"]
 
@@ -218,26 +218,26 @@ def test_alter_and_delete_offsets_start_over(clocked_broker, topic):
     b = clocked_broker
     plain(b, topic, "a", "b", "c")
     share.acquire(b, G, "m", [(topic, 0)])
-    [result] = share.alter_offsets(b, G, [(topic, 0, 2)])
+    [result] = share_admin.alter_offsets(b, G, [(topic, 0, 2)])
     assert result.error is None
     state = partition_state(b, topic)
     assert (state.start_offset, state.end_offset, state.state_epoch, state.in_flight) == (2, 2, 1, ())
     assert values_of(share.acquire(b, G, "m", [(topic, 0)])) == ["c"]
-    assert share.delete_offsets(b, G, [(topic, 0)]) == [(topic, 0)]
-    assert share.describe(b, G).partitions == ()
+    assert share_admin.delete_offsets(b, G, [(topic, 0)]) == [(topic, 0)]
+    assert share_admin.describe(b, G).partitions == ()
     assert values_of(share.acquire(b, G, "m", [(topic, 0)])) == ["a", "b", "c"]  # earliest again
 
 
 def test_configs_are_validated_as_kafka_validates_them(clocked_broker):
     with pytest.raises(TxlogError) as err:
-        share.alter_group_configs(clocked_broker, G, {"share.delivery.count.limit": "1"})
+        share_configs.alter_group_configs(clocked_broker, G, {"share.delivery.count.limit": "1"})
     assert err.value.code is ErrorCode.INVALID_CONFIG
     with pytest.raises(TxlogError):
-        share.alter_group_configs(clocked_broker, G, {"share.isolation.level": "dirty"})
-    assert share.alter_group_configs(clocked_broker, G, {"share.isolation.level": "READ_COMMITTED"}) == {
+        share_configs.alter_group_configs(clocked_broker, G, {"share.isolation.level": "dirty"})
+    assert share_configs.alter_group_configs(clocked_broker, G, {"share.isolation.level": "READ_COMMITTED"}) == {
         "share.isolation.level": "read_committed"
     }
-    assert share.alter_group_configs(clocked_broker, G, {"share.isolation.level": None}) == {}
+    assert share_configs.alter_group_configs(clocked_broker, G, {"share.isolation.level": None}) == {}
 
 
 def test_reading_a_share_partition_is_a_range_scan_of_its_window(clocked_broker, topic):
@@ -300,7 +300,7 @@ def test_renew_extends_the_lock_from_now(clocked_broker, clock, topic):
     clock.advance(LOCK_MS - 1)
     assert ack(b, "m", topic, 0, 0, AcknowledgeType.RENEW).error is None
     clock.advance(LOCK_MS - 1)  # past the first deadline, before the renewed one
-    assert share.expire_due(b).released == 0
+    assert share_locks.expire_due(b).released == 0
     assert share.acquire(b, G, "other", [(topic, 0)])[0].records == ()
     assert ack(b, "m", topic, 0, 0, AcknowledgeType.ACCEPT).error is None
 
@@ -315,7 +315,7 @@ def test_a_reset_by_duration_starts_at_the_first_record_that_recent(clocked_brok
         0,
         ProduceRequest([NewRecord(None, b"old", (), now - 7_200_000), NewRecord(None, b"recent", (), now - 60_000)]),
     )
-    share.alter_group_configs(b, "hourly", {"share.auto.offset.reset": "by_duration:PT1H"})
+    share_configs.alter_group_configs(b, "hourly", {"share.auto.offset.reset": "by_duration:PT1H"})
     assert values_of(share.acquire(b, "hourly", "m", [("timed", 0)])) == ["recent"]
 
 
@@ -323,12 +323,12 @@ def test_the_least_lock_duration_is_the_brokers_setting(db_url):  # type: ignore
     strict, lenient = make_broker(db_url), make_broker(db_url, share_min_record_lock_duration_ms=2_000)
     try:
         with pytest.raises(TxlogError) as err:
-            share.alter_group_configs(strict, "short-locks", {"share.record.lock.duration.ms": "2000"})
+            share_configs.alter_group_configs(strict, "short-locks", {"share.record.lock.duration.ms": "2000"})
         assert err.value.code is ErrorCode.INVALID_CONFIG
-        assert share.alter_group_configs(lenient, "short-locks", {"share.record.lock.duration.ms": "2000"}) == {
+        assert share_configs.alter_group_configs(lenient, "short-locks", {"share.record.lock.duration.ms": "2000"}) == {
             "share.record.lock.duration.ms": "2000"
         }
-        assert share.group_config(strict, "short-locks").delivery.record_lock_duration_ms == 2_000
+        assert share_configs.group_config(strict, "short-locks").delivery.record_lock_duration_ms == 2_000
     finally:
         strict.db.dispose()
         lenient.db.dispose()

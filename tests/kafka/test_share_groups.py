@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 
 from app.errors import ErrorCode as E
-from app.services import Broker
+from app.services import Broker, share_admin, share_configs
 from app.services import share as share_service
 from app.services import topics as topics_service
 from app.wire.kafka import protocol
@@ -55,7 +55,7 @@ def _topic(raw: RawConnection, partitions: int = 2) -> str:
 
 def _group(store: Broker, **configs: str) -> str:
     group = _name("share-group")
-    share_service.alter_group_configs(store, group, {"share.auto.offset.reset": "earliest", **configs})
+    share_configs.alter_group_configs(store, group, {"share.auto.offset.reset": "earliest", **configs})
     return group
 
 
@@ -110,7 +110,7 @@ def _done(store: Broker, group: str, topic: str, partitions: int = 2) -> bool:
     """Every record of ``topic`` is done for the share group: each share partition's start offset
     is at the log's end."""
     ends = {s.partition: s.high_watermark for s in topics_service.describe_topic(store, topic)}
-    described = share_service.describe(store, group).partitions
+    described = share_admin.describe(store, group).partitions
     found = {(p.topic, p.partition): p.start_offset for p in described}
     return all(found.get((topic, p)) == ends[p] for p in range(partitions))
 
@@ -598,7 +598,7 @@ def test_group_configs_through_describe_and_incremental_alter_configs(
     assert got["share.isolation.level"] == ("read_committed", 8)
     assert got["share.delivery.count.limit"] == ("5", 5)
     assert set(got) >= {"share.session.timeout.ms", "share.heartbeat.interval.ms", "share.auto.offset.reset"}
-    assert share_service.group_config(store, group).delivery.record_lock_duration_ms == 15_000
+    assert share_configs.group_config(store, group).delivery.record_lock_duration_ms == 15_000
     assert alter(("share.record.lock.duration.ms", 1, None)) == (0, None)
     assert described()["share.record.lock.duration.ms"] == ("30000", 5)
 
@@ -607,7 +607,7 @@ def test_alter_configs_replaces_a_share_groups_configs(raw: RawConnection, store
     """AlterConfigs (the whole-set call) of a GROUP resource, as Kafka 4.x's controller serves it:
     the configs given are the group's, every other back to its default; a bad one changes nothing."""
     group = _name("share-group")
-    share_service.alter_group_configs(
+    share_configs.alter_group_configs(
         store, group, {"share.record.lock.duration.ms": "20000", "share.isolation.level": "read_committed"}
     )
 
@@ -631,21 +631,21 @@ def test_alter_configs_replaces_a_share_groups_configs(raw: RawConnection, store
 
     before = {"share.record.lock.duration.ms": "20000", "share.isolation.level": "read_committed"}
     assert replace({"share.delivery.count.limit": "3"}, validate_only=True) == (0, None)
-    assert share_service.group_configs_set(store, group) == before
+    assert share_configs.group_configs_set(store, group) == before
     code, message = replace({"share.delivery.count.limit": "1", "share.isolation.level": "read_uncommitted"})
     assert code == E.INVALID_CONFIG.kafka_code and message and "share.delivery.count.limit" in message
     assert replace({"share.no.such.config": "1"})[0] == E.INVALID_CONFIG.kafka_code
     assert replace({"share.delivery.count.limit": None})[0] == E.INVALID_CONFIG.kafka_code
-    assert share_service.group_configs_set(store, group) == before  # nothing changed by a refused call
+    assert share_configs.group_configs_set(store, group) == before  # nothing changed by a refused call
     assert replace({"share.delivery.count.limit": "3", "share.auto.offset.reset": "earliest"}) == (0, None)
-    assert share_service.group_configs_set(store, group) == {
+    assert share_configs.group_configs_set(store, group) == {
         "share.delivery.count.limit": "3",
         "share.auto.offset.reset": "earliest",
     }
-    config = share_service.group_config(store, group)
+    config = share_configs.group_config(store, group)
     assert (config.delivery.record_lock_duration_ms, config.isolation_level) == (30_000, "read_uncommitted")
     assert replace({}) == (0, None)
-    assert share_service.group_configs_set(store, group) == {}
+    assert share_configs.group_configs_set(store, group) == {}
 
 
 def _fetch_body(group: str, member: str, epoch: int, parts: list[tuple[uuid.UUID, int]], **fields: int) -> dict:
@@ -726,7 +726,7 @@ def test_share_fetch_and_acknowledge_of_a_member_not_in_the_group_are_refused(
     not_found = E.SHARE_SESSION_NOT_FOUND.kafka_code
     assert _fetch(raw, group, "stranger", 0, [(topic_id, 0, [])]).error_code == not_found
     assert _acknowledge(raw, group, "stranger", 1, topic_id, 0, 0, 1).error_code == not_found
-    assert all(p.in_flight == () for p in share_service.describe(store, group).partitions)
+    assert all(p.in_flight == () for p in share_admin.describe(store, group).partitions)
     _enter(raw, group, "m1", topic)
     opened = _fetch(raw, group, "m1", 0, [(topic_id, 0, [])])
     assert opened.error_code == 0 and _acquired(opened) == {0: [(0, 1, 1)]}

@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from app.domain.acls import CLUSTER_NAME, AclBinding, Operation, PatternType, PermissionType, ResourceType
-from app.services import Broker, security, share
+from app.services import Broker, security, share_configs
 from app.services import half_messages as half_service
 from app.services import topics as topic_service
 from tests.rocketmq.conftest import RocketMQGatewayProcess
@@ -63,7 +63,7 @@ def world(rocketmq_db: str, store: Broker, tmp_path_factory: pytest.TempPathFact
     topic_service.create_topic(store, tx_topic, 1)
     half_service.register_producer_group(store, tx_topic, None, check_interval_ms=300)
     group = f"GID_{uuid.uuid4().hex[:8]}"
-    share.alter_group_configs(store, group, {"share.auto.offset.reset": "earliest"})
+    share_configs.alter_group_configs(store, group, {"share.auto.offset.reset": "earliest"})
     writer, reader, describer = _principal(store, "writer"), _principal(store, "reader"), _principal(store, "describer")
     _grant(store, writer[0], R.TOPIC, topic, O.WRITE)
     _grant(store, reader[0], R.TOPIC, topic, O.READ)

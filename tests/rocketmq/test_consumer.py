@@ -17,7 +17,7 @@ import pytest
 from api.rocketmq.server import DLQ_ORIGIN_TOPIC, DLQ_PREFIX
 from app.domain.records import NewRecord
 from app.domain.share_partition import RecordState
-from app.services import Broker, fetch, produce, share
+from app.services import Broker, fetch, produce, share_admin, share_configs
 from app.services import topics as topic_service
 from tests.kafka.conftest import GatewayProcess
 from tests.rocketmq.conftest import RocketMQGatewayProcess
@@ -64,7 +64,7 @@ def make_group(store: Broker) -> Callable[[], str]:
 
     def make() -> str:
         name = f"GID_{uuid.uuid4().hex[:8]}"
-        share.alter_group_configs(store, name, {"share.auto.offset.reset": "earliest"})
+        share_configs.alter_group_configs(store, name, {"share.auto.offset.reset": "earliest"})
         return name
 
     return make
@@ -114,13 +114,13 @@ def _receive_all(consumer: Any, expected: int, invisible_s: int = 30, batch: int
 
 
 def _in_flight(store: Broker, group: str, topic: str) -> list[Any]:
-    parts = [p for p in share.describe(store, group).partitions if p.topic == topic]
+    parts = [p for p in share_admin.describe(store, group).partitions if p.topic == topic]
     return [r for p in parts for r in p.in_flight]
 
 
 def _all_done(store: Broker, group: str, topic: str) -> bool:
     """Every record the group took in flight on ``topic`` is done (the start offsets moved past)."""
-    parts = [p for p in share.describe(store, group).partitions if p.topic == topic]
+    parts = [p for p in share_admin.describe(store, group).partitions if p.topic == topic]
     return all(p.start_offset == p.end_offset for p in parts)
 
 
@@ -215,7 +215,7 @@ def test_a_message_delivered_the_groups_maximum_attempts_is_archived(
     producer: Any, store: Broker, make_topic: Any, make_group: Any, consumers: Any
 ) -> None:
     topic, group = make_topic(1), make_group()
-    share.alter_group_configs(store, group, {"share.delivery.count.limit": "2"})
+    share_configs.alter_group_configs(store, group, {"share.delivery.count.limit": "2"})
     message_id = _send(producer, topic, b"never acknowledged")
     consumer = consumers(group, topic)
     attempts = [m.delivery_attempt for m in _receive_all(consumer, 1, invisible_s=1) + _receive_all(consumer, 1, invisible_s=1)]
@@ -329,7 +329,7 @@ def test_forward_to_dead_letter_queue_copies_the_message_and_archives_it(
     assert (
         headers[DLQ_ORIGIN_TOPIC] == topic.encode() and headers["TAGS"] == b"bad" and headers["UNIQ_KEY"] == message_id.encode()
     )
-    [archived] = [p for p in share.describe(store, group).partitions if p.topic == topic]
+    [archived] = [p for p in share_admin.describe(store, group).partitions if p.topic == topic]
     assert archived.start_offset == archived.end_offset  # archived: never delivered again
     again = stub.ForwardMessageToDeadLetterQueue(request, metadata=CLIENT, timeout=10)
     assert again.status.code == Code.INVALID_RECEIPT_HANDLE  # done already: no second copy
@@ -397,7 +397,7 @@ def test_query_assignment_assigns_every_queue_of_the_topic_to_each_consumer(stub
 
 def test_a_consumers_settings_carry_the_groups_delivery_count_limit(stub: Any, store: Broker) -> None:
     group = f"GID_{uuid.uuid4().hex[:8]}"
-    share.alter_group_configs(store, group, {"share.delivery.count.limit": "3"})
+    share_configs.alter_group_configs(store, group, {"share.delivery.count.limit": "3"})
     command = service_pb2.TelemetryCommand()
     command.settings.client_type = definition_pb2.SIMPLE_CONSUMER
     command.settings.subscription.group.name = group

@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import text
 
 from app.domain.half_messages import HalfState
-from app.services import Broker, share
+from app.services import Broker, share_configs
 from app.services import half_messages as half_service
 from app.services import topics as topic_service
 from tests.rocketmq.conftest import RocketMQGatewayProcess
@@ -66,7 +66,7 @@ def test_the_node_client_sends_transacts_answers_a_check_back_and_consumes(
     topic, group = f"node-{uuid.uuid4().hex[:8]}", f"GID_node_{uuid.uuid4().hex[:8]}"
     topic_service.create_topic(store, topic, 2)
     half_service.register_producer_group(store, topic, None, check_interval_ms=300)  # the proxy's group: the topic
-    share.alter_group_configs(store, group, {"share.auto.offset.reset": "earliest"})
+    share_configs.alter_group_configs(store, group, {"share.auto.offset.reset": "earliest"})
 
     env = {**os.environ, "NODE_PATH": str(node_modules), "HOME": str(node_modules.parent)}  # its logs stay there
     done = subprocess.run(

@@ -21,6 +21,15 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from app.domain.share_acknowledgement import acknowledge
+from app.domain.share_acquisition import (
+    acquire,
+    in_batches,
+    new_records_room,
+    next_fetch_offset,
+    next_lock_deadline,
+    throttle_delivery_count,
+)
 from app.domain.share_partition import (
     Acknowledgement,
     AcknowledgementBatch,
@@ -35,22 +44,15 @@ from app.domain.share_partition import (
     RecordState,
     Refused,
     SharePartitionState,
-    acknowledge,
-    acquire,
     advance_log_start,
     altered,
     check_transition,
     expire,
-    in_batches,
     initial_state,
-    new_records_room,
-    next_fetch_offset,
-    next_lock_deadline,
     parse_offset_reset,
     release_member,
     reset_timestamp,
     row_changes,
-    throttle_delivery_count,
 )
 from app.errors import ErrorCode, TxlogError
 

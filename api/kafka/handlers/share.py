@@ -1,7 +1,8 @@
-"""Share groups (KIP-932) on the wire: ShareGroupHeartbeat v1, ShareGroupDescribe v1, ShareFetch v1
-and ShareAcknowledge v1, to the services (``app.services.share_groups`` for the membership,
-``app.services.share`` for the delivery). Every rule is theirs; here are the wire's shapes, topic
-ids, and the share sessions.
+"""Share groups' delivery (KIP-932) on the wire: ShareFetch v1 and ShareAcknowledge v1, to the
+services (``app.services.share`` for the delivery, ``share_locks`` for what a closed session gives
+back, ``share_groups`` for who is a member). Every rule is theirs; here are the wire's shapes, topic
+ids, and the share sessions. The membership's APIs (ShareGroupHeartbeat, ShareGroupDescribe) are
+``api.kafka.handlers.share_groups``', the admin APIs and a group's configs ``share_admin``'s.
 
 Membership and delivery state live in PostgreSQL, so any gateway answers any share group and any
 share partition: FindCoordinator's answer for the group (key type 0) is simply where the client
@@ -25,14 +26,12 @@ it waits (at most MaxWaitMs) for an append to its partitions, records given back
 earliest lock deadline held on them, through ``share.acquire_waiting``; an idle consumer waits, it
 does not spin.
 
-ACLs, as Kafka: ShareGroupHeartbeat Read on the group and Describe on each subscribed topic
-(TOPIC_AUTHORIZATION_FAILED); ShareFetch and ShareAcknowledge Read on the group, and Read on each
-topic, answered per partition; ShareGroupDescribe Describe on each group, answered per group.
+ACLs, as Kafka: ShareFetch and ShareAcknowledge Read on the group, and Read on each topic, answered
+per partition.
 """
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 import uuid
@@ -41,13 +40,10 @@ from typing import Any, Iterable
 
 from api.kafka.handlers import RequestContext, access
 from app.domain import share_groups as sg
-from app.domain.acls import Api, Operation, ResourceType
-from app.domain.share_configs import BOUNDS, DEFAULTS, validated
+from app.domain.acls import Api
 from app.domain.share_partition import AcknowledgementBatch
-from app.domain.topic_configs import ConfigSource, ConfigType
 from app.errors import ErrorCode, TxlogError
-from app.services import share, share_groups, topics
-from app.wire.kafka import protocol
+from app.services import share, share_configs, share_groups, share_locks, topics
 from app.wire.kafka.records import encode
 
 INITIAL_EPOCH = 0
@@ -70,6 +66,10 @@ class ShareSession:
     epoch: int  # the epoch the member's next request must send
     partitions: dict[uuid.UUID, set[int]] = field(default_factory=dict)  # topic id -> partitions, in the order added
     used: float = field(default_factory=time.monotonic)
+
+    def topic_partitions(self) -> list[tuple[uuid.UUID, int]]:
+        """The session's share partitions as (topic id, partition), each topic's in order."""
+        return [(t, p) for t, ps in self.partitions.items() for p in sorted(ps)]
 
 
 class ShareSessionCache:
@@ -144,85 +144,18 @@ async def _check_member(ctx: RequestContext, group_id: str, member_id: str) -> N
     )
 
 
+async def _give_back(
+    ctx: RequestContext, group_id: str, member_id: str, in_session: list[tuple[uuid.UUID, int]], names: dict[uuid.UUID, str]
+) -> None:
+    """A closed share session gives back what the member still holds acquired on its partitions,
+    as Kafka does, by name (``names`` read anew)."""
+    held = [(names[t], p) for t, p in in_session if t in names]
+    if held:
+        await ctx.call(share_locks.release_member, ctx.broker, group_id, member_id, held)
+
+
 def _code(exc: TxlogError | None) -> int:
     return 0 if exc is None else exc.code.kafka_code
-
-
-# --- ShareGroupHeartbeat ------------------------------------------------------------------------
-
-
-async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> dict:
-    access.check(ctx, Api.SHARE_GROUP_HEARTBEAT, group=request.group_id)
-    if _classic_group_here(ctx, request.group_id):
-        raise TxlogError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a share group.")
-    subscribed = None if request.subscribed_topic_names is None else list(request.subscribed_topic_names)
-    if access.refused(ctx, Api.SHARE_GROUP_HEARTBEAT, "topics", subscribed or []):
-        # As Kafka's broker answers it: the code alone, naming no topic (a client may not learn
-        # which topics exist that it may not describe).
-        return protocol.error_body(ctx.api_key, ctx.api_version, ErrorCode.TOPIC_AUTHORIZATION_FAILED.kafka_code)
-    answer = await ctx.call(
-        share_groups.heartbeat,
-        ctx.broker,
-        sg.HeartbeatRequest(
-            request.group_id,
-            request.member_id,
-            request.member_epoch,
-            request.rack_id,
-            subscribed,
-            ctx.client_id or "",
-            ctx.client_host,
-        ),
-    )
-    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, **answer.body()}
-
-
-def _classic_group_here(ctx: RequestContext, group_id: str) -> bool:
-    """Whether this gateway coordinates a classic group of that id (with members or a state other
-    than Empty or Dead): a group id is of one type, as Kafka keeps it."""
-    if ctx.groups is None:
-        return False
-    [described] = ctx.groups.describe_groups([group_id])
-    return described.error is None and described.state not in ("Empty", "Dead", "")
-
-
-# --- ShareGroupDescribe -------------------------------------------------------------------------
-
-
-async def handle_share_group_describe(ctx: RequestContext, request: Any) -> dict:
-    group_ids = list(request.group_ids)
-    refused = access.refused(ctx, Api.DESCRIBE_SHARE_GROUP, "group", group_ids)
-    allowed = [g for g in group_ids if g not in refused]
-    found = {d.group_id: d.group for d in await ctx.call(share_groups.describe, ctx.broker, allowed)} if allowed else {}
-    groups = []
-    for group_id in group_ids:
-        if group_id in refused:
-            error = refused[group_id]
-            groups.append({"group_id": group_id, "error_code": _code(error), "error_message": error.message})
-            continue
-        group = found.get(group_id)
-        if group is None:
-            groups.append(
-                {
-                    "group_id": group_id,
-                    "error_code": ErrorCode.GROUP_ID_NOT_FOUND.kafka_code,
-                    "error_message": f"Group {group_id} not found.",
-                }
-            )
-            continue
-        if not all(access.allows(ctx, Operation.DESCRIBE, ResourceType.TOPIC, t) for t in sg.described_topics(group)):
-            groups.append(
-                {
-                    "group_id": group_id,
-                    "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED.kafka_code,
-                    "error_message": "The group has described topic(s) that the client is not authorized to describe.",
-                }
-            )
-            continue
-        entry = sg.describe(group)
-        if request.include_authorized_operations:
-            entry["authorized_operations"] = access.operations(ctx, ResourceType.GROUP, group_id)
-        groups.append({"error_code": 0, "error_message": None, **entry})
-    return {"throttle_time_ms": 0, "groups": groups}
 
 
 # --- topic ids ------------------------------------------------------------------------------------
@@ -370,7 +303,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
         for topic_id, partitions in asked.items():
             session.partitions.setdefault(topic_id, set()).update(partitions)
 
-    in_session = [(t, p) for t, ps in session.partitions.items() for p in sorted(ps)]
+    in_session = session.topic_partitions()
     topic_ids = [t for t, _ in in_session] + [t for t, _ in acks]
     # The final fetch releases what the member holds by name: its names are read anew.
     names = await (
@@ -382,9 +315,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
         if acks:
             for key, error in (await _acknowledge(ctx, group_id, member_id, acks, names, Api.SHARE_FETCH)).items():
                 entries[key] = _ack_entry(key[1], error)
-        held = [(names[t], p) for t, p in in_session if t in names]
-        if held:
-            await ctx.call(share.release_member, ctx.broker, group_id, member_id, held)
+        await _give_back(ctx, group_id, member_id, in_session, names)
     else:
         acked, acks_wanted = _acknowledgements(ctx, acks, names, Api.SHARE_FETCH)
         for key in acked:
@@ -432,9 +363,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
             acked[(ids[answer.topic], answer.partition)] = answer.error
         _forget_refused(ids, [*answers, *got])
         for key, error in acked.items():
-            entries[key].update(
-                acknowledge_error_code=_code(error), acknowledge_error_message=None if error is None else error.message
-            )
+            entries[key].update(_ack_error(error))
         for part in got:
             entry = entries[(ids[part.topic], part.partition)]
             if part.error is not None:
@@ -449,7 +378,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
     for entry in entries.values():
         entry.setdefault("records", b"")
     if lock_duration_ms is None:  # nothing acquired told it
-        lock_duration_ms = (await ctx.call(share.group_config, ctx.broker, group_id)).delivery.record_lock_duration_ms
+        lock_duration_ms = (await ctx.call(share_configs.group_config, ctx.broker, group_id)).delivery.record_lock_duration_ms
     return {
         "throttle_time_ms": 0,
         "error_code": 0,
@@ -460,10 +389,13 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
     }
 
 
+def _ack_error(error: TxlogError | None) -> dict:
+    """A ShareFetch partition's acknowledgement error fields."""
+    return {"acknowledge_error_code": _code(error), "acknowledge_error_message": None if error is None else error.message}
+
+
 def _ack_entry(partition: int, error: TxlogError | None) -> dict:
-    return _partition_entry(
-        partition, acknowledge_error_code=_code(error), acknowledge_error_message=None if error is None else error.message
-    )
+    return _partition_entry(partition, **_ack_error(error))
 
 
 def _partition_max_bytes(max_bytes: int, partitions: int) -> int:
@@ -496,219 +428,16 @@ async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> dict:
         sessions.close(node, group_id, member_id) if epoch == FINAL_EPOCH else sessions.use(node, group_id, member_id, epoch)
     )
     acks = {(t.topic_id, p.partition_index): _batches(p.acknowledgement_batches) for t in request.topics for p in t.partitions}
-    in_session = [(t, p) for t, ps in session.partitions.items() for p in sorted(ps)]
+    in_session = session.topic_partitions()
     topic_ids = [t for t, _ in acks] + [t for t, _ in in_session]
     names = await (
         _names(ctx, topic_ids, fresh=True) if epoch == FINAL_EPOCH else _names_checked(ctx, topic_ids, Api.SHARE_ACKNOWLEDGE)
     )
     results = await _acknowledge(ctx, group_id, member_id, acks, names, Api.SHARE_ACKNOWLEDGE)
     if epoch == FINAL_EPOCH:
-        held = [(names[t], p) for t, p in in_session if t in names]
-        if held:
-            await ctx.call(share.release_member, ctx.broker, group_id, member_id, held)
+        await _give_back(ctx, group_id, member_id, in_session, names)
     entries = {
         key: {"partition_index": key[1], "error_code": _code(error), "error_message": None if error is None else error.message}
         for key, error in results.items()
     }
     return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "responses": _by_topic(entries), "node_endpoints": []}
-
-
-# --- the share groups' offsets (KIP-932's admin APIs, v0) -----------------------------------------
-
-
-def _group_error(exc: TxlogError) -> dict:
-    return {"error_code": _code(exc), "error_message": exc.message}
-
-
-async def _topics_by_name(ctx: RequestContext, names: Iterable[str]) -> dict[str, Any]:
-    wanted = sorted(set(names))
-    if not wanted:
-        return {}
-    return {t.name: t for t in await ctx.call(topics.topics_metadata, ctx.broker, wanted)}
-
-
-_NO_TOPIC = TxlogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.value.default_message)
-_ZERO_ID = uuid.UUID(int=0)
-
-
-async def handle_describe_share_group_offsets(ctx: RequestContext, request: Any) -> dict:
-    """Each group's share-partition start offsets (SPSO): of the partitions asked, or (topics null)
-    of every partition the group has state on; -1 for a partition it never read. Describe on the
-    group (else the group's GROUP_AUTHORIZATION_FAILED) and on each topic (else the partitions')."""
-    out = []
-    for entry in request.groups:
-        group_id = entry.group_id
-        refused = access.refused(ctx, Api.DESCRIBE_SHARE_GROUP_OFFSETS, "group", [group_id])
-        if refused:
-            out.append({"group_id": group_id, "topics": [], **_group_error(refused[group_id])})
-            continue
-        described = await ctx.call(share.describe, ctx.broker, group_id)
-        starts = {(p.topic, p.partition): p.start_offset for p in described.partitions}
-        asked: dict[str, list[int]] = {}
-        if entry.topics is None:
-            for topic, partition in sorted(starts):
-                asked.setdefault(topic, []).append(partition)
-        else:
-            for t in entry.topics:
-                asked.setdefault(t.topic_name, []).extend(t.partitions)
-        known = await _topics_by_name(ctx, asked)
-        denied = _topic_refusals(ctx, Api.DESCRIBE_SHARE_GROUP_OFFSETS, asked)
-        topics_out = []
-        for name, partitions in asked.items():
-            meta = known.get(name)
-            parts = []
-            for p in partitions:
-                error = denied.get(name) or (_NO_TOPIC if meta is None or not 0 <= p < meta.partitions else None)
-                parts.append(
-                    {
-                        "partition_index": p,
-                        "start_offset": -1 if error else starts.get((name, p), -1),
-                        "leader_epoch": 0 if not error else -1,
-                        "error_code": _code(error),
-                        "error_message": None if error is None else error.message,
-                    }
-                )
-            topics_out.append({"topic_name": name, "topic_id": meta.topic_id if meta else _ZERO_ID, "partitions": parts})
-        out.append({"group_id": group_id, "topics": topics_out, "error_code": 0, "error_message": None})
-    return {"throttle_time_ms": 0, "groups": out}
-
-
-async def handle_alter_share_group_offsets(ctx: RequestContext, request: Any) -> dict:
-    """Each partition's share-partition state starts over at the given offset, as Kafka: only while
-    the group has no member (NON_EMPTY_GROUP for the whole request). Read on the group and on each
-    topic."""
-    group_id = request.group_id
-    access.check(ctx, Api.ALTER_SHARE_GROUP_OFFSETS, group=group_id)
-    names = [t.topic_name for t in request.topics]
-    known = await _topics_by_name(ctx, names)
-    denied = _topic_refusals(ctx, Api.ALTER_SHARE_GROUP_OFFSETS, names)
-    wanted = [
-        (t.topic_name, p.partition_index, p.start_offset)
-        for t in request.topics
-        for p in t.partitions
-        if t.topic_name in known and t.topic_name not in denied
-    ]
-    altered = await ctx.call(
-        share_groups.while_empty,
-        ctx.broker,
-        group_id,
-        functools.partial(share.alter_offsets_on, group_id=group_id, offsets=wanted),
-    )
-    results = {(r.topic, r.partition): r.error for r in altered}
-    responses = []
-    for t in request.topics:
-        meta = known.get(t.topic_name)
-        parts = []
-        for p in t.partitions:
-            error = denied.get(t.topic_name) or (_NO_TOPIC if meta is None else results.get((t.topic_name, p.partition_index)))
-            parts.append(
-                {
-                    "partition_index": p.partition_index,
-                    "error_code": _code(error),
-                    "error_message": None if error is None else error.message,
-                }
-            )
-        responses.append({"topic_name": t.topic_name, "topic_id": meta.topic_id if meta else _ZERO_ID, "partitions": parts})
-    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "responses": responses}
-
-
-async def handle_delete_share_group_offsets(ctx: RequestContext, request: Any) -> dict:
-    """The group's state of each topic's partitions goes (read again, a partition starts per
-    share.auto.offset.reset), only while the group has no member (NON_EMPTY_GROUP). Delete on the
-    group, Read on each topic."""
-    group_id = request.group_id
-    access.check(ctx, Api.DELETE_SHARE_GROUP_OFFSETS, group=group_id)
-    names = [t.topic_name for t in request.topics]
-    known = await _topics_by_name(ctx, names)
-    denied = _topic_refusals(ctx, Api.DELETE_SHARE_GROUP_OFFSETS, names)
-    partitions = [(n, p) for n in names if n in known and n not in denied for p in range(known[n].partitions)]
-    await ctx.call(
-        share_groups.while_empty,
-        ctx.broker,
-        group_id,
-        functools.partial(share.delete_offsets_on, group_id=group_id, partitions=partitions),
-    )
-    responses = []
-    for name in names:
-        meta = known.get(name)
-        error = denied.get(name) or (_NO_TOPIC if meta is None else None)
-        responses.append(
-            {
-                "topic_name": name,
-                "topic_id": meta.topic_id if meta else _ZERO_ID,
-                "error_code": _code(error),
-                "error_message": None if error is None else error.message,
-            }
-        )
-    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "responses": responses}
-
-
-# --- a share group's configs (GROUP config resources, DescribeConfigs and IncrementalAlterConfigs) --
-
-
-async def describe_group_configs(
-    ctx: RequestContext, group_id: str, wanted: set[str] | None, version: int, request: Any
-) -> list[dict]:
-    """The share.* configs of the group: its own (DYNAMIC_GROUP_CONFIG) and the defaults. Describe
-    configs on the group, else GROUP_AUTHORIZATION_FAILED."""
-    access.check(ctx, Api.DESCRIBE_GROUP_CONFIGS, group=group_id)
-    own = await ctx.call(share.group_configs_set, ctx.broker, group_id)
-    out = []
-    for name in sorted(DEFAULTS):
-        if wanted is not None and name not in wanted:
-            continue
-        value = own.get(name, DEFAULTS[name])
-        source = ConfigSource.DYNAMIC_GROUP_CONFIG if name in own else ConfigSource.DEFAULT_CONFIG
-        out.append(
-            {
-                "name": name,
-                "value": value,
-                "read_only": False,
-                "is_default": name not in own,
-                "config_source": source,
-                "is_sensitive": False,
-                "config_type": ConfigType.INT if name in BOUNDS else ConfigType.STRING,
-                "documentation": None,
-                "synonyms": [{"name": name, "value": value, "source": source}]
-                if version >= 1 and request.include_synonyms
-                else [],
-            }
-        )
-    return out
-
-
-async def alter_group_configs(
-    ctx: RequestContext, group_id: str, ops: list[tuple[str, int, str | None]], validate_only: bool
-) -> None:
-    """IncrementalAlterConfigs of a GROUP resource: SET and DELETE of its share.* configs (APPEND
-    and SUBTRACT are for LIST configs: INVALID_CONFIG), each value checked as Kafka checks it.
-    AlterConfigs on the group, else GROUP_AUTHORIZATION_FAILED."""
-    access.check(ctx, Api.ALTER_GROUP_CONFIGS, group=group_id)
-    changes: dict[str, str | None] = {}
-    for name, operation, value in ops:
-        if operation not in (0, 1):
-            raise TxlogError(ErrorCode.INVALID_CONFIG, f"Config {name} is not a list: only SET and DELETE apply to it")
-        if operation == 0 and value is None:
-            raise TxlogError(ErrorCode.INVALID_CONFIG, f"Null value not supported for : {name}")
-        changes[name] = value if operation == 0 else None
-    if validate_only:
-        for name, value in changes.items():
-            if value is not None or name not in DEFAULTS:
-                validated(name, value or "", min_record_lock_duration_ms=ctx.broker.settings.share_min_record_lock_duration_ms)
-        return
-    await ctx.call(share.alter_group_configs, ctx.broker, group_id, changes)
-
-
-async def replace_group_configs(
-    ctx: RequestContext, group_id: str, configs: list[tuple[str, str | None]], validate_only: bool
-) -> None:
-    """AlterConfigs of a GROUP resource, as Kafka 4.x serves it (its controller takes GROUP in the
-    whole-set call too): the share.* configs given replace the group's, every other one back to its
-    default. AlterConfigs on the group, else GROUP_AUTHORIZATION_FAILED."""
-    access.check(ctx, Api.ALTER_GROUP_CONFIGS, group=group_id)
-    wanted: dict[str, str] = {}
-    for name, value in configs:
-        if value is None:
-            raise TxlogError(ErrorCode.INVALID_CONFIG, f"Null value not supported for : {name}")
-        wanted[name] = value
-    await ctx.call(share.replace_group_configs, ctx.broker, group_id, wanted, validate_only)

@@ -18,7 +18,7 @@ import uuid
 from typing import Any
 
 from api.kafka.handlers import Node, RequestContext, access, error_code
-from api.kafka.handlers import share as share_handlers
+from api.kafka.handlers import share_admin as share_admin_handlers
 from api.kafka.handlers.bootstrap import ZERO_TOPIC_ID
 from app.domain import topic_configs
 from app.domain.acls import Api
@@ -290,7 +290,7 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> dict:
                     if wanted is None or entry[0] in wanted
                 ]
             elif resource.resource_type == _GROUP:  # a share group's share.* configs
-                configs = await share_handlers.describe_group_configs(ctx, resource.resource_name, wanted, v, request)
+                configs = await share_admin_handlers.describe_group_configs(ctx, resource.resource_name, wanted, v, request)
             else:
                 raise TxlogError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type}")
         except TxlogError as exc:
@@ -356,7 +356,7 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> dict:
         if resource.resource_type == _GROUP:
             try:
                 given = [(c.name, c.value) for c in resource.configs]
-                await share_handlers.replace_group_configs(ctx, resource.resource_name, given, request.validate_only)
+                await share_admin_handlers.replace_group_configs(ctx, resource.resource_name, given, request.validate_only)
             except TxlogError as exc:
                 responses.append(_alter_result(resource, *_error(exc, ApiKey.AlterConfigs)))
             else:
@@ -377,7 +377,7 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
         if resource.resource_type == _GROUP:  # a share group's share.* configs
             try:
                 ops = [(c.name, c.config_operation, c.value) for c in resource.configs]
-                await share_handlers.alter_group_configs(ctx, resource.resource_name, ops, request.validate_only)
+                await share_admin_handlers.alter_group_configs(ctx, resource.resource_name, ops, request.validate_only)
             except TxlogError as exc:
                 responses.append(_alter_result(resource, *_error(exc, ApiKey.IncrementalAlterConfigs)))
             else:

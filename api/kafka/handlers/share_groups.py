@@ -1,0 +1,94 @@
+"""Share groups' membership on the wire (KIP-932): ShareGroupHeartbeat v1 and ShareGroupDescribe v1,
+to ``app.services.share_groups``. Every rule is theirs; here are the wire's shapes and the ACLs.
+
+ACLs, as Kafka: ShareGroupHeartbeat Read on the group and Describe on each subscribed topic
+(TOPIC_AUTHORIZATION_FAILED); ShareGroupDescribe Describe on each group, answered per group.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api.kafka.handlers import RequestContext, access
+from api.kafka.handlers.share import _code
+from app.domain import share_groups as sg
+from app.domain.acls import Api, Operation, ResourceType
+from app.errors import ErrorCode, TxlogError
+from app.services import share_groups
+from app.wire.kafka import protocol
+
+# --- ShareGroupHeartbeat ------------------------------------------------------------------------
+
+
+async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> dict:
+    access.check(ctx, Api.SHARE_GROUP_HEARTBEAT, group=request.group_id)
+    if _classic_group_here(ctx, request.group_id):
+        raise TxlogError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a share group.")
+    subscribed = None if request.subscribed_topic_names is None else list(request.subscribed_topic_names)
+    if access.refused(ctx, Api.SHARE_GROUP_HEARTBEAT, "topics", subscribed or []):
+        # As Kafka's broker answers it: the code alone, naming no topic (a client may not learn
+        # which topics exist that it may not describe).
+        return protocol.error_body(ctx.api_key, ctx.api_version, ErrorCode.TOPIC_AUTHORIZATION_FAILED.kafka_code)
+    answer = await ctx.call(
+        share_groups.heartbeat,
+        ctx.broker,
+        sg.HeartbeatRequest(
+            request.group_id,
+            request.member_id,
+            request.member_epoch,
+            request.rack_id,
+            subscribed,
+            ctx.client_id or "",
+            ctx.client_host,
+        ),
+    )
+    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, **answer.body()}
+
+
+def _classic_group_here(ctx: RequestContext, group_id: str) -> bool:
+    """Whether this gateway coordinates a classic group of that id (with members or a state other
+    than Empty or Dead): a group id is of one type, as Kafka keeps it."""
+    if ctx.groups is None:
+        return False
+    [described] = ctx.groups.describe_groups([group_id])
+    return described.error is None and described.state not in ("Empty", "Dead", "")
+
+
+# --- ShareGroupDescribe -------------------------------------------------------------------------
+
+
+async def handle_share_group_describe(ctx: RequestContext, request: Any) -> dict:
+    group_ids = list(request.group_ids)
+    refused = access.refused(ctx, Api.DESCRIBE_SHARE_GROUP, "group", group_ids)
+    allowed = [g for g in group_ids if g not in refused]
+    found = {d.group_id: d.group for d in await ctx.call(share_groups.describe, ctx.broker, allowed)} if allowed else {}
+    groups = []
+    for group_id in group_ids:
+        if group_id in refused:
+            error = refused[group_id]
+            groups.append({"group_id": group_id, "error_code": _code(error), "error_message": error.message})
+            continue
+        group = found.get(group_id)
+        if group is None:
+            groups.append(
+                {
+                    "group_id": group_id,
+                    "error_code": ErrorCode.GROUP_ID_NOT_FOUND.kafka_code,
+                    "error_message": f"Group {group_id} not found.",
+                }
+            )
+            continue
+        if not all(access.allows(ctx, Operation.DESCRIBE, ResourceType.TOPIC, t) for t in sg.described_topics(group)):
+            groups.append(
+                {
+                    "group_id": group_id,
+                    "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED.kafka_code,
+                    "error_message": "The group has described topic(s) that the client is not authorized to describe.",
+                }
+            )
+            continue
+        entry = sg.describe(group)
+        if request.include_authorized_operations:
+            entry["authorized_operations"] = access.operations(ctx, ResourceType.GROUP, group_id)
+        groups.append({"error_code": 0, "error_message": None, **entry})
+    return {"throttle_time_ms": 0, "groups": groups}
