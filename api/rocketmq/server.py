@@ -28,7 +28,9 @@
   long-polled acquisition locked for the invisible duration, AckMessage an ACCEPT,
   ChangeInvisibleDuration a RENEW for the new duration, ForwardMessageToDeadLetterQueue a copy to
   the group's dead-letter topic (``DLQ_PREFIX`` + group) and a REJECT (``receiving`` holds the
-  receipt handles and tag filters).
+  receipt handles and tag filters). A message a receive acquires for a delivery beyond the
+  group's maximum attempts is not streamed but copied to the dead-letter topic and REJECTed, as
+  a proxy pops it to the DLQ.
 - SIGTERM or SIGINT: stop accepting, let calls in progress finish (a few seconds at most).
 """
 
@@ -319,8 +321,9 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
     # -- consumers -----------------------------------------------------------------------------
 
     async def _max_delivery_attempts(self, sent: Any) -> int | None:
-        """A consumer group's share.delivery.count.limit, told as its maximum delivery attempts
-        (None for a producer, or with the database away: the answer goes without it)."""
+        """A consumer group's maximum delivery attempts (``receiving.max_attempts`` of its
+        share.delivery.count.limit; None for a producer, or with the database away: the answer
+        goes without it)."""
         if not sent.HasField("subscription") or not sent.subscription.group.name:
             return None
         try:
@@ -328,7 +331,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         except TxlogError as exc:
             log.debug("settings of group %r without its delivery limit: %s", sent.subscription.group.name, exc)
             return None
-        return config.delivery.delivery_count_limit
+        return receiving.max_attempts(config.delivery.delivery_count_limit)
 
     @_answered(service.QueryAssignmentResponse)
     async def QueryAssignment(self, request: Any, context: Any) -> Any:
@@ -373,7 +376,10 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
     async def _received(self, request: Any, context: Any) -> list[Any]:
         """Acquire up to the batch size of the topic's records for an acquisition of this client,
         locked for the invisible duration, long-polled; the records the tag filter leaves out (and
-        offsets with no record) acknowledged for the group at once, as a broker skips them."""
+        offsets with no record) acknowledged for the group at once, as a broker skips them. A
+        record acquired for a delivery beyond the group's maximum attempts
+        (``receiving.dead_lettered``) is not streamed: copied to the group's dead-letter topic, then
+        REJECTed (archived), as a proxy sends a message popped beyond its maximum to the DLQ."""
         client_id = _client_id(context)
         group = _group_of(request.group)
         topic = messages.topic_of(request.message_queue.topic)
@@ -392,6 +398,8 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         member = receiving.acquisition_member(client_id)
         host, port = self.gateway.advertised or ("", 0)
         store_host = f"{host or self.gateway.listen_host}:{port}"
+        config = await self.gateway.blocking(share.group_config, self.broker, group)
+        limit = config.delivery.delivery_count_limit
         deadline = time.monotonic() + wait_ms / 1000
         while True:
             left_ms = max(0, int((deadline - time.monotonic()) * 1000))
@@ -412,12 +420,18 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
                 raise failed[0]
             found: list[Any] = []
             skipped: dict[tuple[str, int], list[AcknowledgementBatch]] = {}
+            dead: dict[tuple[str, int], list[AcknowledgementBatch]] = {}
             for part in got:
                 records = {r.offset: (r, c) for r, c in zip(part.records, part.delivery_counts)}
                 for run in part.acquired:
                     for offset in range(run.first_offset, run.last_offset + 1):
                         held = records.get(offset)
-                        if held is not None and tags.matches(held[0]):
+                        if held is not None and tags.matches(held[0]) and receiving.dead_lettered(held[1], limit):
+                            await self.gateway.blocking(_to_dead_letter_topic, self.broker, group, topic, part.partition, held[0])
+                            dead.setdefault((topic, part.partition), []).append(
+                                AcknowledgementBatch(offset, offset, (int(AcknowledgeType.REJECT),))
+                            )
+                        elif held is not None and tags.matches(held[0]):
                             record, delivery_count = held
                             handle = receiving.ReceiptHandle(topic, part.partition, offset, delivery_count, member)
                             found.append(
@@ -430,15 +444,13 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
                             skipped.setdefault((topic, part.partition), []).append(
                                 AcknowledgementBatch(offset, offset, (int(kind),))
                             )
-            if skipped:
-                for answer in await self.gateway.blocking(share.acknowledge, self.broker, group, member, skipped):
+            for settled, why in ((skipped, "filtered out"), (dead, "dead-lettered")):
+                if not settled:
+                    continue
+                for answer in await self.gateway.blocking(share.acknowledge, self.broker, group, member, settled):
                     if answer.error is not None:
                         log.warning(
-                            "records of %s-%s filtered out for %r not acknowledged: %s",
-                            topic,
-                            answer.partition,
-                            group,
-                            answer.error,
+                            "records of %s-%s %s for %r not acknowledged: %s", topic, answer.partition, why, group, answer.error
                         )
             if found or left_ms == 0:
                 return found

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 import grpc
 import pytest
 
-from api.rocketmq.server import DLQ_ORIGIN_TOPIC, DLQ_PREFIX
+from api.rocketmq.server import DLQ_ORIGIN_MESSAGE_ID, DLQ_ORIGIN_TOPIC, DLQ_PREFIX
 from app.domain.records import NewRecord
 from app.domain.share_partition import RecordState
 from app.services import Broker, fetch, produce, share
@@ -211,22 +211,31 @@ def test_a_message_not_acknowledged_comes_again_after_its_invisible_time(
     assert _all_done(store, group, topic)
 
 
-def test_a_message_delivered_the_groups_maximum_attempts_is_archived(
+def test_a_message_delivered_the_groups_maximum_attempts_goes_to_the_dead_letter_topic(
     producer: Any, store: Broker, make_topic: Any, make_group: Any, consumers: Any
 ) -> None:
     topic, group = make_topic(1), make_group()
-    share.alter_group_configs(store, group, {"share.delivery.count.limit": "2"})
-    message_id = _send(producer, topic, b"never acknowledged")
+    # share.delivery.count.limit 3: two attempts told to clients, the third acquisition dead-letters.
+    share.alter_group_configs(store, group, {"share.delivery.count.limit": "3"})
+    message_id = _send(producer, topic, b"never acknowledged", tag="poison")
     consumer = consumers(group, topic)
     attempts = [m.delivery_attempt for m in _receive_all(consumer, 1, invisible_s=1) + _receive_all(consumer, 1, invisible_s=1)]
     assert attempts == [1, 2]
-    # The second lock ends on the last delivery: archived (by the next acquisition after its end),
-    # never received again.
+    # The second lock ends on the last attempt: the next acquisition copies the message to the
+    # dead-letter topic and archives it, never streaming it again.
     deadline = time.monotonic() + 60
     while not _all_done(store, group, topic) and time.monotonic() < deadline:
         assert consumer.receive(16, 1) == []
     assert _all_done(store, group, topic), message_id
     assert consumer.receive(16, 1) == []
+    [copy] = store_records(store, DLQ_PREFIX + group)
+    assert copy.value == b"never acknowledged"
+    headers = dict(copy.headers)
+    assert headers[DLQ_ORIGIN_TOPIC] == topic.encode()
+    assert headers[DLQ_ORIGIN_MESSAGE_ID] == message_id.encode()
+    assert headers["TAGS"] == b"poison" and headers["UNIQ_KEY"] == message_id.encode()
+    [archived] = [p for p in share.describe(store, group).partitions if p.topic == topic]
+    assert archived.start_offset == archived.end_offset  # archived: never delivered again
 
 
 def test_change_invisible_duration_renews_the_lock_and_answers_a_handle_that_acknowledges(
@@ -405,7 +414,7 @@ def test_a_consumers_settings_carry_the_groups_delivery_count_limit(stub: Any, s
     answer = next(iter(call))
     call.cancel()
     assert answer.status.code == Code.OK
-    assert answer.settings.backoff_policy.max_attempts == 3
+    assert answer.settings.backoff_policy.max_attempts == 2  # the limit's last acquisition dead-letters
     assert answer.settings.subscription.receive_batch_size == 32
 
 
