@@ -32,6 +32,7 @@ from api.rocketmq.messages import MESSAGE_ID_HEADER, TAG_HEADER, as_message
 from api.rocketmq.status import RocketMQError
 from app.domain.log import StoredRecord
 from app.domain.records import NewRecord
+from app.errors import ErrorCode
 from app.wire.rocketmq.protocol import Code, MessageType, definition
 
 HANDLE_PREFIX = "txlog1."
@@ -41,6 +42,9 @@ TAG_SEPARATOR = "||"
 # The namespace of message ids made for records that carry none (a Kafka client's, HTTP's):
 # the same record has the same id at every delivery.
 _RECORD_IDS = uuid.UUID("6f1c2a52-8d1e-4a33-9f3e-5b0a7c1d2e4f")
+# The share groups' refusals of an acknowledgement that mean its receipt handle no longer holds the
+# lock (expired, acknowledged, delivered again since): a proxy's expired handle.
+EXPIRED_HANDLE_ERRORS = (ErrorCode.INVALID_RECORD_STATE, ErrorCode.INVALID_REQUEST, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
 
 @dataclass(frozen=True)

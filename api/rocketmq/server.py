@@ -30,7 +30,9 @@
   the group's dead-letter topic (``DLQ_PREFIX`` + group) and a REJECT (``receiving`` holds the
   receipt handles and tag filters). A message a receive acquires for a delivery beyond the
   group's maximum attempts is not streamed but copied to the dead-letter topic and REJECTed, as
-  a proxy pops it to the DLQ.
+  a proxy pops it to the DLQ. A receive with auto_renew (the push consumer's) locks for
+  TXLOG_ROCKETMQ_DEFAULT_INVISIBLE_MS, and its messages' locks are renewed in the background while
+  the client holds them (``renewer``), returned promptly when it goes offline.
 - SIGTERM or SIGINT: stop accepting, let calls in progress finish (a few seconds at most).
 """
 
@@ -48,7 +50,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 import grpc
 
-from api.rocketmq import identity, messages, peers, receiving, settings, transactions
+from api.rocketmq import identity, messages, peers, receiving, renewer, settings, transactions
 from api.rocketmq.clients import Client, Clients
 from api.rocketmq.status import RocketMQError, of_error, status
 from app.domain.acls import StoredPrincipal
@@ -71,9 +73,9 @@ SHUTDOWN_GRACE_S = 5.0
 ACCEPTED_MESSAGE_TYPES = (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION)
 CLIENT_ID = "x-mq-client-id"
 SENT_TYPES = frozenset(ACCEPTED_MESSAGE_TYPES)
-# Consumers, as a RocketMQ 5 proxy has them: the invisible duration of a receive that names none
-# (auto_renew: the push consumer's), the longest invisible duration and long-polling timeout.
-DEFAULT_INVISIBLE_MS = 60_000
+# Consumers, as a RocketMQ 5 proxy has them: the longest invisible duration and long-polling
+# timeout (a receive that names no invisible duration, auto_renew's, takes
+# TXLOG_ROCKETMQ_DEFAULT_INVISIBLE_MS).
 MAX_INVISIBLE_MS = 12 * 3_600_000
 MAX_LONG_POLLING_MS = 20_000
 LONG_POLLING_RESERVE_MS = 200  # of the call's deadline, left to answer in
@@ -358,8 +360,16 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         try:
             found = await self._received(request, context)
             yield service.ReceiveMessageResponse(status=status() if found else status(Code.MESSAGE_NOT_FOUND, "no new message"))
-            for message in found:
-                yield service.ReceiveMessageResponse(message=message)
+            held = self._hold(request, context, found)
+            streamed = 0
+            try:
+                for message in found:
+                    yield service.ReceiveMessageResponse(message=message)
+                    streamed += 1
+            finally:
+                if held is not None and streamed < len(found):  # the caller went away: not its to renew
+                    client_id, group = held
+                    self.gateway.renewer.forget(client_id, group, [m.system_properties.receipt_handle for m in found[streamed:]])
         except RocketMQError as exc:
             yield service.ReceiveMessageResponse(status=status(exc.code, exc.message))
         except TxlogError as exc:
@@ -372,6 +382,18 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         stamp = service.ReceiveMessageResponse()
         stamp.delivery_timestamp.GetCurrentTime()
         yield stamp
+
+    def _hold(self, request: Any, context: Any, found: list[Any]) -> tuple[str, str] | None:
+        """A receive with auto_renew (the push consumer's): its messages held for renewal
+        (``renewer``) under its client and group, which it answers; None for any other."""
+        if not request.auto_renew or not found:
+            return None
+        client_id, group = _client_id(context), _group_of(request.group)
+        for message in found:
+            props = message.system_properties
+            handle = receiving.ReceiptHandle.decode(props.receipt_handle)
+            self.gateway.renewer.hold(client_id, group, handle, props.receipt_handle, props.invisible_duration.ToMilliseconds())
+        return client_id, group
 
     async def _received(self, request: Any, context: Any) -> list[Any]:
         """Acquire up to the batch size of the topic's records for an acquisition of this client,
@@ -388,7 +410,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         tags = receiving.TagFilter.of(request.filter_expression)
         if request.batch_size < 1:
             raise RocketMQError(Code.BAD_REQUEST, f"batch size {request.batch_size} is not positive")
-        invisible_ms = _invisible_ms(request)
+        invisible_ms = _invisible_ms(request, self.broker.settings.rocketmq_default_invisible_ms)
         wait_ms = _polling_ms(request, context)
         count = await self.gateway.blocking(topics.partition_count, self.broker, topic)
         # From the queue asked (a simple consumer turns over the queues), else (the push
@@ -456,23 +478,21 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
                 return found
 
     async def _settle(
-        self, group: str, topic: str, text: str, kind: AcknowledgeType, lock_ms: int | None = None
+        self, client_id: str, group: str, topic: str, text: str, kind: AcknowledgeType, lock_ms: int | None = None
     ) -> receiving.ReceiptHandle:
         """Acknowledge the record a receipt handle names, as the acquisition that received it. A
         handle whose lock is gone (expired, acknowledged, delivered again since) is refused
-        INVALID_RECEIPT_HANDLE, as a proxy refuses an expired one."""
+        INVALID_RECEIPT_HANDLE, as a proxy refuses an expired one. The client settles the handle
+        itself: it is renewed in the background no more (``renewer``)."""
         handle = receiving.ReceiptHandle.decode(text)
         if handle.topic != topic:
             raise RocketMQError(Code.INVALID_RECEIPT_HANDLE, f"the receipt handle is of topic {handle.topic!r}, not {topic!r}")
+        await self.gateway.renewer.settled(client_id, group, text)
         batch = AcknowledgementBatch(handle.offset, handle.offset, (int(kind),))
         acks = {(topic, handle.partition): [batch]}
         [answer] = await self.gateway.blocking(share.acknowledge, self.broker, group, handle.member_id, acks, lock_ms)
         if answer.error is not None:
-            if answer.error.code in (
-                ErrorCode.INVALID_RECORD_STATE,
-                ErrorCode.INVALID_REQUEST,
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-            ):
+            if answer.error.code in receiving.EXPIRED_HANDLE_ERRORS:
                 raise RocketMQError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle is expired: {answer.error.message}")
             raise answer.error
         if kind is AcknowledgeType.RENEW and answer.outcome is not None and not answer.outcome.renewed:
@@ -488,13 +508,14 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         group = _group_of(request.group)
         topic = messages.topic_of(request.topic)
         await self._authorize(context, "AckMessage", topic, group)
-        self.clients.seen(_client_id(context), group=group)
+        client_id = _client_id(context)
+        self.clients.seen(client_id, group=group)
         if not request.entries:
             raise RocketMQError(Code.BAD_REQUEST, "the request carries no entry")
         entries = []
         for entry in request.entries:
             try:
-                await self._settle(group, topic, entry.receipt_handle, AcknowledgeType.ACCEPT)
+                await self._settle(client_id, group, topic, entry.receipt_handle, AcknowledgeType.ACCEPT)
                 result = status()
             except RocketMQError as exc:
                 result = status(exc.code, exc.message)
@@ -514,9 +535,10 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         group = _group_of(request.group)
         topic = messages.topic_of(request.topic)
         await self._authorize(context, "ChangeInvisibleDuration", topic, group)
-        self.clients.seen(_client_id(context), group=group)
+        client_id = _client_id(context)
+        self.clients.seen(client_id, group=group)
         ms = _checked_invisible_ms(request.invisible_duration.ToMilliseconds())
-        handle = await self._settle(group, topic, request.receipt_handle, AcknowledgeType.RENEW, ms)
+        handle = await self._settle(client_id, group, topic, request.receipt_handle, AcknowledgeType.RENEW, ms)
         return service.ChangeInvisibleDurationResponse(status=status(), receipt_handle=handle.encode())
 
     @_answered(service.ForwardMessageToDeadLetterQueueResponse)
@@ -528,15 +550,16 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # generated (unt
         group = _group_of(request.group)
         topic = messages.topic_of(request.topic)
         await self._authorize(context, "ForwardMessageToDeadLetterQueue", topic, group)
-        self.clients.seen(_client_id(context), group=group)
-        handle = await self._settle(group, topic, request.receipt_handle, AcknowledgeType.RENEW, DLQ_HOLD_MS)
+        client_id = _client_id(context)
+        self.clients.seen(client_id, group=group)
+        handle = await self._settle(client_id, group, topic, request.receipt_handle, AcknowledgeType.RENEW, DLQ_HOLD_MS)
         page = await self.gateway.blocking(
             fetch.fetch, self.broker, topic, handle.partition, handle.offset, 1, 1_048_576, "read_committed"
         )
         record = next((r for r in page.records if r.offset == handle.offset), None)
         if record is not None:
             await self.gateway.blocking(_to_dead_letter_topic, self.broker, group, topic, handle.partition, record)
-        await self._settle(group, topic, request.receipt_handle, AcknowledgeType.REJECT)
+        await self._settle(client_id, group, topic, request.receipt_handle, AcknowledgeType.REJECT)
         return service.ForwardMessageToDeadLetterQueueResponse(status=status())
 
 
@@ -568,11 +591,11 @@ def _checked_invisible_ms(ms: int) -> int:
     return ms
 
 
-def _invisible_ms(request: Any) -> int:
-    """A receive's invisible duration: the request's, else (auto_renew, the push consumer) the
-    proxy's default."""
+def _invisible_ms(request: Any, default_ms: int) -> int:
+    """A receive's invisible duration: the request's, else (auto_renew, the push consumer)
+    ``default_ms``, TXLOG_ROCKETMQ_DEFAULT_INVISIBLE_MS (the proxy's default)."""
     if not request.HasField("invisible_duration") and request.auto_renew:
-        return DEFAULT_INVISIBLE_MS
+        return default_ms
     return _checked_invisible_ms(request.invisible_duration.ToMilliseconds())
 
 
@@ -633,6 +656,7 @@ class Gateway:
         self.executor = executor
         self.clients = Clients()
         self.check_backs = transactions.CheckBacks(self)
+        self.renewer = renewer.Renewer(self)  # push consumers' receipt handles
         self.peers = peers.Peers(self)
         self.advertised: tuple[str, int] | None = None
         self.notifier: AppendNotifier | None = None  # wakes receives waiting for records
@@ -679,6 +703,7 @@ class Gateway:
         await server.start()
         self._server = server
         self.check_backs.start()
+        self.renewer.start()
         self._listen_host = host
         every = host in ("", "0.0.0.0", "::")
         self.advertised = (advertised_host or ("" if every else host), bound)
@@ -702,6 +727,7 @@ class Gateway:
     async def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         await self.peers.stop()
         await self.check_backs.stop()
+        await self.renewer.stop()  # before the clients are closed: their locks are left to end
         self.clients.close()  # Telemetry streams end now, not after the grace
         if self._server is not None:
             await self._server.stop(grace_s)
