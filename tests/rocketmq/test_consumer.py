@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 import grpc
 import pytest
 
-from api.rocketmq.server import DLQ_ORIGIN_MESSAGE_ID, DLQ_ORIGIN_TOPIC, DLQ_PREFIX
+from api.rocketmq.consumers import DLQ_ORIGIN_MESSAGE_ID, DLQ_ORIGIN_TOPIC, DLQ_PREFIX
 from app.domain.records import NewRecord
 from app.domain.share_partition import RecordState
 from app.services import Broker, fetch, produce, share
