@@ -142,6 +142,13 @@ class Settings(BaseSettings):
     # One gRPC message at most (a SendMessage request whole): a body above max_value_bytes but
     # within this is answered MESSAGE_BODY_TOO_LARGE; above it gRPC itself refuses the call.
     rocketmq_max_inbound_message_bytes: int = Field(16_777_216, gt=0)
+    # Push consumers (a receive with auto_renew): the invisible duration of their receives (the
+    # proxy's defaultInvisibleTimeMills, at most 12 h), and the renewal of their receipt handles in
+    # the background: a round every schedule period (renewSchedulePeriodMillis) renews the handles
+    # whose lock ends within the renew-ahead time (renewAheadTimeMillis).
+    rocketmq_default_invisible_ms: int = Field(60_000, gt=0, le=43_200_000)
+    rocketmq_renew_schedule_period_ms: int = Field(5_000, gt=0)
+    rocketmq_renew_ahead_ms: int = Field(10_000, gt=0)
     # Client quotas' rate measurement, Kafka's quota.window.num and quota.window.size.seconds.
     quota_window_num: int = Field(11, ge=2)
     quota_window_size_seconds: int = Field(1, ge=1)

@@ -32,6 +32,7 @@ class Client:
     groups: set[str] = field(default_factory=set)  # consumer groups named in its heartbeats
     streams: list[asyncio.Queue[Any]] = field(default_factory=list)
     principal: str | None = None  # who signed its Telemetry stream (TXLOG_AUTH=token)
+    streamed: bool = False  # it opened a Telemetry stream here
     seen: float = field(default_factory=time.monotonic)
 
     @property
@@ -75,7 +76,9 @@ class Clients:
 
     def open_stream(self, client_id: str) -> asyncio.Queue[Any]:
         stream: asyncio.Queue[Any] = asyncio.Queue(STREAM_BACKLOG)
-        self.seen(client_id).streams.append(stream)
+        client = self.seen(client_id)
+        client.streams.append(stream)
+        client.streamed = True
         self._streams.add(stream)
         return stream
 
@@ -101,6 +104,14 @@ class Clients:
         """NotifyClientTermination: forgotten. Its streams are left for it to cancel, as a proxy
         leaves them (the Python client reads a stream the server ends as an error)."""
         self._by_id.pop(client_id, None)
+
+    def online(self, client_id: str) -> bool:
+        """Whether a client still counts as connected here, as a proxy tells a live channel: known
+        (neither terminated nor idle for ``EXPIRY_S``) and, once it opened a Telemetry stream here,
+        holding one still (a client killed ends its stream with its connection)."""
+        self._expire()
+        client = self._by_id.get(client_id)
+        return client is not None and (bool(client.streams) or not client.streamed)
 
     def close(self) -> None:
         """The gateway stops: every client forgotten, every stream ended."""

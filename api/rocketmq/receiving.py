@@ -12,6 +12,11 @@ handles, tag filters and records as RocketMQ messages.
 - Tag filters (``TagFilter``): ``*`` (or blank) every message, ``a || b`` those whose tag (the
   record's ``TAGS`` header) is one of them; a message without a tag matches ``*`` only, as
   RocketMQ's FilterUtils.isTagMatched has it. SQL92 filters are not served.
+- The maximum delivery attempts (``max_attempts``): a proxy sends a message popped for a
+  delivery beyond its group's maximum attempts to the dead-letter queue instead of delivering it.
+  The share group archives a record once its delivery count reaches share.delivery.count.limit,
+  so the attempts told to clients are one fewer: the limit's last acquisition is the one that
+  dead-letters (``dead_lettered``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from api.rocketmq.messages import MESSAGE_ID_HEADER, TAG_HEADER, as_message
 from api.rocketmq.status import RocketMQError
 from app.domain.log import StoredRecord
 from app.domain.records import NewRecord
+from app.errors import ErrorCode
 from app.wire.rocketmq.protocol import Code, MessageType, definition
 
 HANDLE_PREFIX = "txlog1."
@@ -36,6 +42,9 @@ TAG_SEPARATOR = "||"
 # The namespace of message ids made for records that carry none (a Kafka client's, HTTP's):
 # the same record has the same id at every delivery.
 _RECORD_IDS = uuid.UUID("6f1c2a52-8d1e-4a33-9f3e-5b0a7c1d2e4f")
+# The share groups' refusals of an acknowledgement that mean its receipt handle no longer holds the
+# lock (expired, acknowledged, delivered again since): a proxy's expired handle.
+EXPIRED_HANDLE_ERRORS = (ErrorCode.INVALID_RECORD_STATE, ErrorCode.INVALID_REQUEST, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,20 @@ class ReceiptHandle:
         ):
             raise RocketMQError(Code.INVALID_RECEIPT_HANDLE, "the receipt handle is malformed")
         return cls(fields[0], fields[1], fields[2], fields[3], fields[4])
+
+
+def max_attempts(delivery_count_limit: int) -> int:
+    """The maximum delivery attempts of a group whose share.delivery.count.limit is
+    ``delivery_count_limit``: one fewer, leaving the limit's last acquisition to copy the message to
+    the dead-letter topic. At limit 1 the share group allows no acquisition beyond the first: one
+    attempt, and the message is archived at its lock's end without a copy."""
+    return max(1, delivery_count_limit - 1)
+
+
+def dead_lettered(delivery_count: int, delivery_count_limit: int) -> bool:
+    """Whether a record acquired for its ``delivery_count``-th time goes to the dead-letter topic
+    instead of a consumer: a delivery beyond the maximum attempts told to clients."""
+    return delivery_count > max_attempts(delivery_count_limit)
 
 
 def acquisition_member(client_id: str) -> str:

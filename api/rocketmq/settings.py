@@ -14,8 +14,9 @@ A client waits for this answer before it counts as started where it must (the Py
 push consumer; its producer and simple consumer go on without it, and take it when it comes).
 A consumer's subscription is answered as a proxy merges its group's config into it: the receive
 batch size and long-polling timeout the proxy tells clients (32 messages, 20 s), and the group's
-maximum delivery attempts as ``backoff_policy.max_attempts`` — txlog's share group's
-share.delivery.count.limit (``max_delivery_attempts``), where RocketMQ's proxy says the group's
+maximum delivery attempts as ``backoff_policy.max_attempts`` — one fewer than txlog's share
+group's share.delivery.count.limit (``receiving.max_attempts``: the limit's last acquisition
+copies the message to the dead-letter topic), where RocketMQ's proxy says the group's
 retryMaxTimes + 1 — with RocketMQ's default retry back-off (5 s doubling to 2 h), which a push
 consumer waits before a failed message comes again.
 """

@@ -1,5 +1,5 @@
 """Fixtures for the RocketMQ gateway: a real ``txlog rocketmq`` process on a throwaway database,
-topics made through txlog's own services."""
+topics and consumer groups made through txlog's own services."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ import signal
 import socket
 import subprocess
 import sys
+import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
-from app.services import Broker
+from app.services import Broker, share_admin, share_configs
+from app.services import topics as topic_service
 from tests.conftest import fresh_database, make_broker
 from tests.support import ROOT, free_port, wait_until
 
@@ -91,3 +93,44 @@ def rocketmq_gateway(rocketmq_db: str, tmp_path_factory: pytest.TempPathFactory)
     g = RocketMQGatewayProcess(rocketmq_db, log_path=log).start()
     yield g
     assert g.stop() == 0, g.log()
+
+
+@pytest.fixture
+def make_topic(store: Broker) -> Callable[..., str]:
+    def make(partitions: int = 2) -> str:
+        name = f"rq-{uuid.uuid4().hex[:8]}"
+        topic_service.create_topic(store, name, partitions)
+        return name
+
+    return make
+
+
+@pytest.fixture
+def make_group(store: Broker) -> Callable[[], str]:
+    """A consumer group (its share group) reading from the earliest offset: a new RocketMQ group
+    starts at the end of the queues, as a proxy's pop does."""
+
+    def make() -> str:
+        name = f"GID_{uuid.uuid4().hex[:8]}"
+        share_configs.alter_group_configs(store, name, {"share.auto.offset.reset": "earliest"})
+        return name
+
+    return make
+
+
+def send(producer: Any, topic: str, body: bytes, tag: str | None = None) -> str:
+    """``body`` sent by a RocketMQ producer (tagged ``tag``); its message id."""
+    import rocketmq  # the tests that send skip without the client
+
+    message = rocketmq.Message()
+    message.topic = topic
+    message.body = body
+    if tag is not None:
+        message.tag = tag
+    return str(producer.send(message).message_id)
+
+
+def all_done(store: Broker, group: str, topic: str) -> bool:
+    """Every record the group took in flight on ``topic`` is done (the start offsets moved past)."""
+    parts = [p for p in share_admin.describe(store, group).partitions if p.topic == topic]
+    return all(p.start_offset == p.end_offset for p in parts)

@@ -14,13 +14,13 @@ from typing import Any, Callable, Iterator
 import grpc
 import pytest
 
-from api.rocketmq.server import DLQ_ORIGIN_TOPIC, DLQ_PREFIX
+from api.rocketmq.consumers import DLQ_ORIGIN_MESSAGE_ID, DLQ_ORIGIN_TOPIC, DLQ_PREFIX
 from app.domain.records import NewRecord
 from app.domain.share_partition import RecordState
 from app.services import Broker, fetch, produce, share_admin, share_configs
 from app.services import topics as topic_service
 from tests.kafka.conftest import GatewayProcess
-from tests.rocketmq.conftest import RocketMQGatewayProcess
+from tests.rocketmq.conftest import RocketMQGatewayProcess, all_done, send
 from tests.support import ServerProcess, wait_until
 
 rocketmq = pytest.importorskip("rocketmq")
@@ -48,29 +48,6 @@ def stub(rocketmq_gateway: RocketMQGatewayProcess) -> Iterator[Any]:
 
 
 @pytest.fixture
-def make_topic(store: Broker) -> Callable[..., str]:
-    def make(partitions: int = 2) -> str:
-        name = f"rq-{uuid.uuid4().hex[:8]}"
-        topic_service.create_topic(store, name, partitions)
-        return name
-
-    return make
-
-
-@pytest.fixture
-def make_group(store: Broker) -> Callable[[], str]:
-    """A consumer group (its share group) reading from the earliest offset: a new RocketMQ group
-    starts at the end of the queues, as a proxy's pop does."""
-
-    def make() -> str:
-        name = f"GID_{uuid.uuid4().hex[:8]}"
-        share_configs.alter_group_configs(store, name, {"share.auto.offset.reset": "earliest"})
-        return name
-
-    return make
-
-
-@pytest.fixture
 def consumers(rocketmq_gateway: RocketMQGatewayProcess) -> Iterator[Callable[..., Any]]:
     started: list[Any] = []
 
@@ -95,15 +72,6 @@ def producer(rocketmq_gateway: RocketMQGatewayProcess) -> Iterator[Any]:
     p.shutdown()
 
 
-def _send(producer: Any, topic: str, body: bytes, tag: str | None = None) -> str:
-    message = rocketmq.Message()
-    message.topic = topic
-    message.body = body
-    if tag is not None:
-        message.tag = tag
-    return str(producer.send(message).message_id)
-
-
 def _receive_all(consumer: Any, expected: int, invisible_s: int = 30, batch: int = 16) -> list[Any]:
     """Receive until ``expected`` messages came (each receive long-polls: no sleeps)."""
     got: list[Any] = []
@@ -118,17 +86,11 @@ def _in_flight(store: Broker, group: str, topic: str) -> list[Any]:
     return [r for p in parts for r in p.in_flight]
 
 
-def _all_done(store: Broker, group: str, topic: str) -> bool:
-    """Every record the group took in flight on ``topic`` is done (the start offsets moved past)."""
-    parts = [p for p in share_admin.describe(store, group).partitions if p.topic == topic]
-    return all(p.start_offset == p.end_offset for p in parts)
-
-
 def test_messages_from_every_door_are_received_and_acknowledged(
     producer: Any, kafka_gateway: GatewayProcess, store: Broker, make_topic: Any, make_group: Any, consumers: Any
 ) -> None:
     topic, group = make_topic(), make_group()
-    sent = {_send(producer, topic, b"from rocketmq", tag="created")}
+    sent = {send(producer, topic, b"from rocketmq", tag="created")}
     kafka = confluent_kafka.Producer({"bootstrap.servers": kafka_gateway.bootstrap})
     kafka.produce(topic, value=b"from kafka", key=b"k", headers=[("TAGS", b"created"), ("region", b"eu")])
     assert kafka.flush(30) == 0
@@ -144,7 +106,7 @@ def test_messages_from_every_door_are_received_and_acknowledged(
     assert all(m.delivery_attempt == 1 for m in got)
     for m in got:
         consumer.ack(m)
-    assert _all_done(store, group, topic)
+    assert all_done(store, group, topic)
     assert consumer.receive(16, 30) == []  # nothing left, nothing delivered again
 
 
@@ -197,7 +159,7 @@ def test_a_message_not_acknowledged_comes_again_after_its_invisible_time(
     producer: Any, store: Broker, make_topic: Any, make_group: Any, consumers: Any
 ) -> None:
     topic, group = make_topic(1), make_group()
-    message_id = _send(producer, topic, b"retry me")
+    message_id = send(producer, topic, b"retry me")
     consumer = consumers(group, topic)
     [first] = _receive_all(consumer, 1, invisible_s=1)
     assert (first.message_id, first.delivery_attempt) == (message_id, 1)
@@ -208,32 +170,41 @@ def test_a_message_not_acknowledged_comes_again_after_its_invisible_time(
         consumer.ack(first)  # the first delivery's handle no longer holds the message
     assert refused.value.code == Code.INVALID_RECEIPT_HANDLE
     consumer.ack(again)
-    assert _all_done(store, group, topic)
+    assert all_done(store, group, topic)
 
 
-def test_a_message_delivered_the_groups_maximum_attempts_is_archived(
+def test_a_message_delivered_the_groups_maximum_attempts_goes_to_the_dead_letter_topic(
     producer: Any, store: Broker, make_topic: Any, make_group: Any, consumers: Any
 ) -> None:
     topic, group = make_topic(1), make_group()
-    share_configs.alter_group_configs(store, group, {"share.delivery.count.limit": "2"})
-    message_id = _send(producer, topic, b"never acknowledged")
+    # share.delivery.count.limit 3: two attempts told to clients, the third acquisition dead-letters.
+    share_configs.alter_group_configs(store, group, {"share.delivery.count.limit": "3"})
+    message_id = send(producer, topic, b"never acknowledged", tag="poison")
     consumer = consumers(group, topic)
     attempts = [m.delivery_attempt for m in _receive_all(consumer, 1, invisible_s=1) + _receive_all(consumer, 1, invisible_s=1)]
     assert attempts == [1, 2]
-    # The second lock ends on the last delivery: archived (by the next acquisition after its end),
-    # never received again.
+    # The second lock ends on the last attempt: the next acquisition copies the message to the
+    # dead-letter topic and archives it, never streaming it again.
     deadline = time.monotonic() + 60
-    while not _all_done(store, group, topic) and time.monotonic() < deadline:
+    while not all_done(store, group, topic) and time.monotonic() < deadline:
         assert consumer.receive(16, 1) == []
-    assert _all_done(store, group, topic), message_id
+    assert all_done(store, group, topic), message_id
     assert consumer.receive(16, 1) == []
+    [copy] = store_records(store, DLQ_PREFIX + group)
+    assert copy.value == b"never acknowledged"
+    headers = dict(copy.headers)
+    assert headers[DLQ_ORIGIN_TOPIC] == topic.encode()
+    assert headers[DLQ_ORIGIN_MESSAGE_ID] == message_id.encode()
+    assert headers["TAGS"] == b"poison" and headers["UNIQ_KEY"] == message_id.encode()
+    [archived] = [p for p in share_admin.describe(store, group).partitions if p.topic == topic]
+    assert archived.start_offset == archived.end_offset  # archived: never delivered again
 
 
 def test_change_invisible_duration_renews_the_lock_and_answers_a_handle_that_acknowledges(
     producer: Any, store: Broker, make_topic: Any, make_group: Any, consumers: Any
 ) -> None:
     topic, group = make_topic(1), make_group()
-    _send(producer, topic, b"slow work")
+    send(producer, topic, b"slow work")
     consumer = consumers(group, topic)
     [message] = _receive_all(consumer, 1, invisible_s=2)
     [held] = _in_flight(store, group, topic)
@@ -243,14 +214,14 @@ def test_change_invisible_duration_renews_the_lock_and_answers_a_handle_that_ack
     assert renewed.state is RecordState.ACQUIRED and renewed.lock_deadline_ms - store.now() > 50_000
     assert renewed.delivery_count == 1
     consumer.ack(message)  # with the handle ChangeInvisibleDuration answered
-    assert _all_done(store, group, topic)
+    assert all_done(store, group, topic)
 
 
 def test_two_consumers_of_one_group_get_disjoint_messages(
     producer: Any, store: Broker, make_topic: Any, make_group: Any, consumers: Any
 ) -> None:
     topic, group = make_topic(3), make_group()
-    sent = {_send(producer, topic, f"m{i}".encode()) for i in range(12)}
+    sent = {send(producer, topic, f"m{i}".encode()) for i in range(12)}
     a, b = consumers(group, topic), consumers(group, topic)
     got_a: list[Any] = []
     got_b: list[Any] = []
@@ -265,7 +236,7 @@ def test_two_consumers_of_one_group_get_disjoint_messages(
     for consumer, got in ((a, got_a), (b, got_b)):
         for m in got:
             consumer.ack(m)
-    assert _all_done(store, group, topic)
+    assert all_done(store, group, topic)
 
 
 def test_records_of_an_aborted_kafka_transaction_are_never_received(
@@ -286,7 +257,7 @@ def test_records_of_an_aborted_kafka_transaction_are_never_received(
     assert [m.body for m in got] == [b"committed"]
     consumer.ack(got[0])
     assert consumer.receive(16, 30) == []
-    assert _all_done(store, group, topic)  # the aborted record and the markers archived, never delivered
+    assert all_done(store, group, topic)  # the aborted record and the markers archived, never delivered
 
 
 def test_a_tag_filter_delivers_matching_messages_and_skips_the_others_for_the_group(
@@ -294,21 +265,21 @@ def test_a_tag_filter_delivers_matching_messages_and_skips_the_others_for_the_gr
 ) -> None:
     topic, group = make_topic(1), make_group()
     for tag in ("a", "b", "c", None):
-        _send(producer, topic, f"tag {tag}".encode(), tag=tag)
+        send(producer, topic, f"tag {tag}".encode(), tag=tag)
     consumer = consumers(group, topic, "a || c")
     got = _receive_all(consumer, 2)
     assert sorted(m.tag for m in got) == ["a", "c"]
     for m in got:
         consumer.ack(m)
     assert consumer.receive(16, 30) == []
-    assert _all_done(store, group, topic)  # "b" and the untagged message accepted for the group
+    assert all_done(store, group, topic)  # "b" and the untagged message accepted for the group
 
 
 def test_forward_to_dead_letter_queue_copies_the_message_and_archives_it(
     producer: Any, stub: Any, store: Broker, make_topic: Any, make_group: Any, consumers: Any
 ) -> None:
     topic, group = make_topic(1), make_group()
-    message_id = _send(producer, topic, b"poison", tag="bad")
+    message_id = send(producer, topic, b"poison", tag="bad")
     consumer = consumers(group, topic)
     [message] = _receive_all(consumer, 1)
     request = service_pb2.ForwardMessageToDeadLetterQueueRequest(
@@ -405,7 +376,7 @@ def test_a_consumers_settings_carry_the_groups_delivery_count_limit(stub: Any, s
     answer = next(iter(call))
     call.cancel()
     assert answer.status.code == Code.OK
-    assert answer.settings.backoff_policy.max_attempts == 3
+    assert answer.settings.backoff_policy.max_attempts == 2  # the limit's last acquisition dead-letters
     assert answer.settings.subscription.receive_batch_size == 32
 
 
@@ -413,7 +384,7 @@ def test_a_push_consumer_is_assigned_the_topic_and_its_messages_are_acknowledged
     producer: Any, rocketmq_gateway: RocketMQGatewayProcess, store: Broker, make_topic: Any, make_group: Any
 ) -> None:
     topic, group = make_topic(2), make_group()
-    sent = {_send(producer, topic, f"push {i}".encode()) for i in range(4)}
+    sent = {send(producer, topic, f"push {i}".encode()) for i in range(4)}
     received: list[str] = []
     done = threading.Event()
 
@@ -429,7 +400,7 @@ def test_a_push_consumer_is_assigned_the_topic_and_its_messages_are_acknowledged
     consumer.startup()
     try:
         assert done.wait(60), received
-        wait_until(lambda: _all_done(store, group, topic), 30, 0.1, "the push consumer's acknowledgements")
+        wait_until(lambda: all_done(store, group, topic), 30, 0.1, "the push consumer's acknowledgements")
     finally:
         consumer.shutdown()
     assert sorted(received) == sorted(sent)

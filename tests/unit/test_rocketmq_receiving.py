@@ -10,7 +10,15 @@ import zlib
 import pytest
 
 from api.rocketmq import settings
-from api.rocketmq.receiving import ReceiptHandle, TagFilter, acquisition_member, message_id_of, message_of
+from api.rocketmq.receiving import (
+    ReceiptHandle,
+    TagFilter,
+    acquisition_member,
+    dead_lettered,
+    max_attempts,
+    message_id_of,
+    message_of,
+)
 from api.rocketmq.status import RocketMQError
 from app.domain.log import StoredRecord
 from app.wire.rocketmq.protocol import ClientType, Code, definition
@@ -126,3 +134,12 @@ def test_a_consumers_settings_are_answered_with_its_groups_delivery_limit() -> N
     assert not answer.HasField("publishing")
     untouched = settings.answer(sent, 1024)  # the group's limit unknown (the database away)
     assert not untouched.HasField("backoff_policy")
+
+
+def test_the_maximum_attempts_leave_the_share_groups_last_acquisition_to_the_dead_letter_topic() -> None:
+    assert [max_attempts(limit) for limit in (1, 2, 3, 5, 17)] == [1, 1, 2, 4, 16]
+    # Limit 1: the only acquisition is the one attempt (archived at its lock's end, no copy).
+    assert not dead_lettered(1, 1)
+    # Limit 2: one attempt, the second acquisition dead-letters.
+    assert not dead_lettered(1, 2) and dead_lettered(2, 2)
+    assert not dead_lettered(4, 5) and dead_lettered(5, 5)
