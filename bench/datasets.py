@@ -23,7 +23,8 @@ import psycopg
 
 from app.config import load_settings
 from app.domain.partitioner import coordinator_partition
-from bench.clients import KEY_BYTES, PGMQ_QUEUE, PGQ_SCHEMA, VALUE_BYTES, batch_values
+from bench.lanes import KEY_BYTES, VALUE_BYTES, batch_values
+from bench.postgres_lanes import PGMQ_QUEUE, PGQ_SCHEMA
 
 RECORD_SIZE = KEY_BYTES + VALUE_BYTES  # a data record's size as txlog counts it (no headers)
 

@@ -241,7 +241,7 @@ class PrincipalAuthorizer:
         return session.csrf if session else None
 
     def can(self, principal: Principal | None, action: Action, resource: Resource) -> bool:
-        from app.domain.acls import Operation, ResourceType
+        from app.domain.acl_bindings import Operation, ResourceType
 
         if principal is None or not principal.authenticated:
             return False

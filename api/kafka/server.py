@@ -62,7 +62,7 @@ from api.kafka.handlers.sasl import Session
 from app import memory
 from app.config import Settings
 from app.domain import ssl_principal
-from app.domain.acls import ANONYMOUS
+from app.domain.acl_bindings import ANONYMOUS
 from app.domain.listeners import Listener, single
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker

@@ -13,10 +13,9 @@ from pydantic import Field
 from api.auth import requires
 from api.v1.responses import errors
 from api.v1.schemas import Model
-from app.domain.acls import (
+from app.domain.acl_bindings import (
     RESOURCE_NAME_MAX,
     AclBinding,
-    Api,
     Operation,
     PatternType,
     PermissionType,
@@ -24,6 +23,7 @@ from app.domain.acls import (
     StoredPrincipal,
     principal_name,
 )
+from app.domain.acls import Api
 from app.services import Broker, security
 
 router = APIRouter(prefix="/v1", tags=["security"])

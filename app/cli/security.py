@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import click
 
 from app.cli.server import DATABASE_URL, resolve_database_url
-from app.domain.acls import CLUSTER_NAME, AclBinding, Operation, PatternType, PermissionType, ResourceType, principal_name
+from app.domain.acl_bindings import CLUSTER_NAME, AclBinding, Operation, PatternType, PermissionType, ResourceType, principal_name
 from app.errors import TxlogError
 
 if TYPE_CHECKING:

@@ -237,23 +237,6 @@ def join_if_unchanged(
     locked path, when the producer is not the transaction's, the partitions are in it already (as
     remembered), or a limit needs counting under the locks (open transactions of a principal), or
     is exceeded; or when anything moved."""
-    event = _joining(broker, meta, producer_id, producer_epoch, partitions, principal, now)
-    if event is None:
-        return None
-    return (yield from record_if_unchanged(broker, meta, (event,), batches, positions))
-
-
-def _joining(
-    broker: Broker,
-    meta: TxnMetadata,
-    producer_id: int,
-    producer_epoch: int,
-    partitions: Sequence[txn.TopicPartition],
-    principal: str | None,
-    now: int,
-) -> TxnEvent | None:
-    """The event by which the partitions join the remembered transaction, if it can be planned
-    ahead."""
     if meta.state.is_prepared:
         return None
     try:
@@ -265,7 +248,7 @@ def _joining(
         return None
     if len(txn.apply(meta, event).partitions) > broker.settings.max_partitions_per_transaction:
         return None
-    return event
+    return (yield from record_if_unchanged(broker, meta, (event,), batches, positions))
 
 
 def record_if_unchanged(

@@ -46,6 +46,7 @@ from app.domain.limits import RecordLimits, check_record
 from app.domain.records import Encoding, NewRecord, encode_bytes, headers_object
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, produce
+from app.services.rounds import RoundReport
 from app.storage import half_messages as q
 from app.storage.half_messages import CheckRecord, StoredHalfMessage
 
@@ -330,7 +331,7 @@ def ask_producer_group(
 
 
 @dataclass
-class CheckReport:
+class CheckReport(RoundReport):
     checked: int = 0
     committed: int = 0
     rolled_back: int = 0
@@ -338,11 +339,6 @@ class CheckReport:
     failed: int = 0
     forgotten: int = 0
     more_due: bool = False
-
-    def add(self, other: "CheckReport") -> None:
-        for name, value in vars(other).items():
-            if name != "more_due":
-                setattr(self, name, getattr(self, name) + value)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from app.domain.acls import ANONYMOUS
+from app.domain.acl_bindings import ANONYMOUS
 from app.domain.quotas import (
     REQUEST_PERCENTAGE,
     Applied,

@@ -22,7 +22,7 @@ import hmac
 import secrets
 
 from app.domain import scram
-from app.domain.acls import StoredPrincipal
+from app.domain.acl_bindings import StoredPrincipal
 from app.errors import ErrorCode, TxlogError
 from app.services.security import Authorizer
 

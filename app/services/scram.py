@@ -19,7 +19,7 @@ from typing import Sequence
 from sqlalchemy.engine import Connection
 
 from app.domain import scram
-from app.domain.acls import invalid_principal_name
+from app.domain.acl_bindings import invalid_principal_name
 from app.domain.scram import DESCRIBE_DUPLICATE, DESCRIBE_NOT_FOUND, Deletion, Refusal, Upsertion
 from app.errors import ErrorCode, TxlogError
 from app.services.security import new_token

@@ -23,13 +23,11 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
-from app.domain.acls import (
+from app.domain.acl_bindings import (
     CLUSTER_NAME,
     WILDCARD,
     AclBinding,
     AclFilter,
-    Api,
-    Denied,
     Operation,
     PatternType,
     PermissionType,
@@ -37,11 +35,10 @@ from app.domain.acls import (
     StoredPrincipal,
     authorize,
     authorize_any,
-    denied,
     invalid_principal_name,
-    shown,
     validate_binding,
 )
+from app.domain.acls import Api, Denied, denied, shown
 from app.domain.scram import ScramCredential
 from app.errors import ErrorCode, TxlogError
 from app.storage import scram as scram_sql
@@ -409,7 +406,7 @@ class Authorizer:
         self._decisions[key] = decision
 
     def decisions(self, principal: str) -> "PrincipalDecisions":
-        """``principal``'s answers, through this authorizer's cache (``app.domain.acls.Decisions``)."""
+        """``principal``'s answers, through this authorizer's cache (``app.domain.acl_bindings.Decisions``)."""
         return PrincipalDecisions(self, principal)
 
     def check(self, principal: str, api: Api, names: Mapping[str, str | Sequence[str] | None]) -> None:

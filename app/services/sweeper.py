@@ -26,6 +26,7 @@ from app.domain import transactions as txn
 from app.domain.transactions import TxnMetadata, TxnState
 from app.errors import DatabaseUnavailable, TxlogError
 from app.services import Broker, coordinator, retention, share_groups, share_locks
+from app.services.rounds import RoundReport
 from app.storage import producers as producers_store
 from app.storage import transactions as transactions_store
 
@@ -36,7 +37,7 @@ BATCH_ROWS = 1000
 
 
 @dataclass
-class SweepReport:
+class SweepReport(RoundReport):
     timed_out: int = 0
     recovered: int = 0
     expired: int = 0
@@ -50,11 +51,6 @@ class SweepReport:
     share_members_fenced: int = 0  # share groups' members whose session ended (their records given back)
     failed: int = 0
     more_due: bool = False  # a job spent its budget with items still due: the next round should not wait
-
-    def add(self, other: "SweepReport") -> None:
-        for name, value in vars(other).items():
-            if name != "more_due":
-                setattr(self, name, getattr(self, name) + value)
 
 
 def _each_claimed(

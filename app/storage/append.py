@@ -434,29 +434,12 @@ def txn_append_if_unchanged(
     On a connection in autocommit it is the whole database transaction, one round trip. Reads
     each batch's partition's log start offset if written, None if not. No limit is checked: the
     caller checked them against ``was``, which is exact at its version."""
-    params = _txn_append_if_unchanged_params(
-        batches, planned_against, events, was, meta, coordinator, deadline_ms, resets_members, ends
-    )
     n = len(batches)
-    return Statement(_TXN_APPEND_IF_UNCHANGED, params, lambda row: _txn_appended(row, n))
-
-
-def _txn_append_if_unchanged_params(
-    batches: Sequence[AppendBatch],
-    planned_against: Sequence[ProducerStateEntry | None],
-    events: Sequence[TxnEvent],
-    was: TxnMetadata,
-    meta: TxnMetadata,
-    coordinator: int,
-    deadline_ms: int | None,
-    resets_members: bool,
-    ends: str | None,
-) -> dict[str, Any]:
     params = _log_append_params(batches, planned_against)
     params.update(txn_record_params(events, meta, coordinator, deadline_ms))
     params.update(
-        n=Int8(len(batches)),
-        b_tid=text_array([was.transactional_id] * len(batches)),
+        n=Int8(n),
+        b_tid=text_array([was.transactional_id] * n),
         was_version=Int8(was.version),
         was_state=was.state.value,
         was_pid=Int8(was.producer_id),
@@ -465,7 +448,7 @@ def _txn_append_if_unchanged_params(
         end_offsets=ends is not None and bool(was.groups),
         commit_offsets=ends == "commit",
     )
-    return params
+    return Statement(_TXN_APPEND_IF_UNCHANGED, params, lambda row: _txn_appended(row, n))
 
 
 def _txn_appended(row: Any, batches: int) -> list[int] | None:

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from app.domain.acls import AclBinding, Operation, PatternType, PermissionType, ResourceType, StoredPrincipal
+from app.domain.acl_bindings import AclBinding, Operation, PatternType, PermissionType, ResourceType, StoredPrincipal
 
 _PRINCIPAL_COLUMNS = (
     "name, token_id, token_hash, (extract(epoch FROM created_at) * 1000)::bigint, (extract(epoch FROM revoked_at) * 1000)::bigint"

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from app.domain.acls import CLUSTER_NAME, AclBinding, Operation, PatternType, PermissionType, ResourceType
+from app.domain.acl_bindings import CLUSTER_NAME, AclBinding, Operation, PatternType, PermissionType, ResourceType
 from app.errors import ErrorCode as E
 from app.services import Broker, security, topics
 from app.wire.kafka.protocol import ApiKey

@@ -353,7 +353,7 @@ def test_user_quotas_and_who_may_see_and_change_them(pg_admin_url: str, template
     """With TXLOG_AUTH=token the quota's user is the signed-in principal: bob's quota throttles bob,
     not carol on the same client id; quotas are read with DescribeConfigs and changed with
     AlterConfigs on the cluster, which carol lacks."""
-    from app.domain.acls import AclBinding, Operation, PatternType, PermissionType, ResourceType
+    from app.domain.acl_bindings import AclBinding, Operation, PatternType, PermissionType, ResourceType
     from app.services import security
 
     with fresh_database(pg_admin_url, template_db) as url:

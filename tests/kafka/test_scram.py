@@ -36,7 +36,7 @@ import pytest
 from api.kafka.handlers import Node, RequestContext
 from api.kafka.handlers import scram as scram_handlers
 from app.domain import scram as scram_domain
-from app.domain.acls import CLUSTER_NAME, AclBinding, Operation, PatternType, PermissionType, ResourceType
+from app.domain.acl_bindings import CLUSTER_NAME, AclBinding, Operation, PatternType, PermissionType, ResourceType
 from app.errors import ErrorCode
 from app.services import Broker, sasl, security
 from app.services import scram as scram_service

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import grpc
 import pytest
 
-from app.domain.acls import CLUSTER_NAME, AclBinding, Operation, PatternType, PermissionType, ResourceType
+from app.domain.acl_bindings import CLUSTER_NAME, AclBinding, Operation, PatternType, PermissionType, ResourceType
 from app.services import Broker, security, share_configs
 from app.services import half_messages as half_service
 from app.services import topics as topic_service

@@ -9,7 +9,7 @@ from typing import Callable, Iterator
 import httpx
 import pytest
 
-from app.domain.acls import CLUSTER_NAME, AclBinding, Operation, PatternType, PermissionType, ResourceType
+from app.domain.acl_bindings import CLUSTER_NAME, AclBinding, Operation, PatternType, PermissionType, ResourceType
 from app.services import security
 from app.storage.db import Database
 from tests.conftest import fresh_database

@@ -5,22 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from app.domain.acls import (
-    CLUSTER_NAME,
-    REQUIRED,
-    AclBinding,
-    Api,
-    PermissionType,
-    authorize,
-    check_api,
-    init_producer_api,
-    principal_name,
-    produce_api,
-    validate_binding,
-)
-from app.domain.acls import Operation as O
-from app.domain.acls import PatternType as P
-from app.domain.acls import ResourceType as R
+from app.domain.acl_bindings import CLUSTER_NAME, AclBinding, PermissionType, authorize, principal_name, validate_binding
+from app.domain.acl_bindings import Operation as O
+from app.domain.acl_bindings import PatternType as P
+from app.domain.acl_bindings import ResourceType as R
+from app.domain.acls import REQUIRED, Api, check_api, init_producer_api, produce_api
 
 ALLOW, DENY = PermissionType.ALLOW, PermissionType.DENY
 

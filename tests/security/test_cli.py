@@ -8,7 +8,8 @@ import json
 import pytest
 
 from app.cli import main
-from app.domain.acls import Api, Operation, ResourceType
+from app.domain.acl_bindings import Operation, ResourceType
+from app.domain.acls import Api
 from app.errors import ErrorCode, TxlogError
 from app.services.security import Authorizer
 from app.storage.db import Database

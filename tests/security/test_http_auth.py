@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import httpx
 
-from app.domain.acls import Operation as O
-from app.domain.acls import ResourceType as R
+from app.domain.acl_bindings import Operation as O
+from app.domain.acl_bindings import ResourceType as R
 from app.services import security
 from tests.security.conftest import Principals, client, code, eventually, on_new_connections
 from tests.support import ServerProcess, wait_until

@@ -11,8 +11,8 @@ from typing import Iterator
 import httpx
 import pytest
 
-from app.domain.acls import Operation as O
-from app.domain.acls import ResourceType as R
+from app.domain.acl_bindings import Operation as O
+from app.domain.acl_bindings import ResourceType as R
 from app.storage.db import Database
 from tests.security.conftest import ADMIN_TOKEN, QUIET_SWEEPER, Principals, client, code, eventually
 from tests.support import ServerProcess

@@ -10,26 +10,22 @@ import pytest
 
 from api.kafka import versions
 from api.kafka.handlers import acls as wire
-from app.domain.acls import (
+from app.domain.acl_bindings import (
     CLUSTER_NAME,
-    KAFKA_APIS,
     OPERATION_CODES,
     AclBinding,
     AclFilter,
     AclSet,
-    Api,
     PatternFilter,
     PermissionType,
     authorize,
     authorize_any,
     authorized_operations,
-    item_denied,
-    request_denied,
-    shown,
 )
-from app.domain.acls import Operation as O
-from app.domain.acls import PatternType as P
-from app.domain.acls import ResourceType as R
+from app.domain.acl_bindings import Operation as O
+from app.domain.acl_bindings import PatternType as P
+from app.domain.acl_bindings import ResourceType as R
+from app.domain.acls import KAFKA_APIS, Api, item_denied, request_denied, shown
 from app.errors import ErrorCode, TxlogError
 from app.wire.kafka.protocol import ApiKey
 

@@ -13,17 +13,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from api.kafka.handlers import RequestContext
-from app.domain.acls import (
-    ANONYMOUS,
-    CLUSTER_NAME,
-    Api,
-    Operation,
-    ResourceType,
-    authorized_operations,
-    item_denied,
-    request_denied,
-    shown,
-)
+from app.domain.acl_bindings import ANONYMOUS, CLUSTER_NAME, Operation, ResourceType, authorized_operations
+from app.domain.acls import Api, item_denied, request_denied, shown
 from app.errors import TxlogError
 from app.services.security import denied_error
 

@@ -1,5 +1,5 @@
 """DescribeAcls, CreateAcls and DeleteAcls (v0 to v3): the ACLs of the one model both doors share
-(``app.domain.acls``), kept by ``app.services.security``, in Kafka's words on the wire.
+(``app.domain.acl_bindings``), kept by ``app.services.security``, in Kafka's words on the wire.
 
 - DescribeAcls needs Describe on the cluster, CreateAcls and DeleteAcls Alter on it (else
   CLUSTER_AUTHORIZATION_FAILED). Without ACLs (TXLOG_AUTH=none) each is answered
@@ -23,7 +23,7 @@ from itertools import groupby
 from typing import Any
 
 from api.kafka.handlers import RequestContext, access
-from app.domain.acls import (
+from app.domain.acl_bindings import (
     ANY_CODE,
     CLUSTER_NAME,
     KAFKA_ONLY_OPERATIONS,
@@ -36,12 +36,12 @@ from app.domain.acls import (
     WILDCARD,
     AclBinding,
     AclFilter,
-    Api,
     PatternFilter,
     PatternType,
     ResourceType,
     validate_binding,
 )
+from app.domain.acls import Api
 from app.errors import ErrorCode, TxlogError
 from app.services import security
 

@@ -19,7 +19,8 @@ from typing import Any, Mapping
 
 from api.kafka import versions
 from api.kafka.handlers import Node, RequestContext, access
-from app.domain.acls import Api, ResourceType
+from app.domain.acl_bindings import ResourceType
+from app.domain.acls import Api
 from app.domain.log import LEADER_EPOCH
 from app.domain.records import validate_topic_name
 from app.errors import ErrorCode, TxlogError

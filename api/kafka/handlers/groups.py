@@ -20,7 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from api.kafka.handlers import RequestContext, access, error_code
-from app.domain.acls import Api, ResourceType
+from app.domain.acl_bindings import ResourceType
+from app.domain.acls import Api
 from app.errors import ErrorCode, TxlogError
 from app.services import groups as groups_service
 from app.services import share_groups

@@ -68,6 +68,22 @@ def offset_metadata(value: str | None) -> str:
     return NO_METADATA if value is None else value
 
 
+def committed_offsets(topics: Iterable[Any], leader_epochs: bool) -> list[GroupOffset]:
+    """The offsets an OffsetCommit or TxnOffsetCommit request's topics carry, in request order; the
+    leader epochs only from the version that has them (``leader_epochs``), else none."""
+    return [
+        GroupOffset(
+            t.name,
+            p.partition_index,
+            p.committed_offset,
+            offset_metadata(p.committed_metadata),
+            p.committed_leader_epoch if leader_epochs else NO_LEADER_EPOCH,
+        )
+        for t in topics
+        for p in t.partitions
+    ]
+
+
 def _by_topic(entries: Iterable[tuple[str, dict]]) -> list[dict]:
     """(topic, partition answer) pairs as the responses' topic array, topics in first-seen order."""
     topics: dict[str, list[dict]] = {}
@@ -82,17 +98,7 @@ def _by_topic(entries: Iterable[tuple[str, dict]]) -> list[dict]:
 async def handle_offset_commit(ctx: RequestContext, request: Any) -> dict:
     access.check(ctx, Api.OFFSET_COMMIT, group=request.group_id)
     refused = access.refused(ctx, Api.OFFSET_COMMIT, "topic", (t.name for t in request.topics))
-    offsets = [
-        GroupOffset(
-            t.name,
-            p.partition_index,
-            p.committed_offset,
-            offset_metadata(p.committed_metadata),
-            p.committed_leader_epoch if ctx.api_version >= 6 else NO_LEADER_EPOCH,
-        )
-        for t in request.topics
-        for p in t.partitions
-    ]
+    offsets = committed_offsets(request.topics, leader_epochs=ctx.api_version >= 6)
     allowed = [o for o in offsets if o.topic not in refused]
     codes = await _commit(ctx, request, allowed) if allowed else {}
     codes.update({(o.topic, o.partition): refused[o.topic].code.kafka_code for o in offsets if o.topic in refused})

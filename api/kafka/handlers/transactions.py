@@ -22,9 +22,8 @@ import functools
 from typing import Any, Iterable
 
 from api.kafka.handlers import RequestContext, access, error_code
-from api.kafka.handlers.offsets import NO_LEADER_EPOCH, offset_metadata
+from api.kafka.handlers.offsets import committed_offsets
 from app.domain.acls import Api
-from app.domain.groups.offsets import GroupOffset
 from app.domain.transactions import Result
 from app.errors import ErrorCode, TxlogError
 from app.services import transactions as txn_service
@@ -140,17 +139,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
     group, KIP-447) is refused by the group coordinator before anything is written."""
     access.check(ctx, Api.TXN_OFFSET_COMMIT, transactional_id=request.transactional_id, group=request.group_id)
     refused = access.refused(ctx, Api.TXN_OFFSET_COMMIT, "topic", (t.name for t in request.topics))
-    every = [
-        GroupOffset(
-            t.name,
-            p.partition_index,
-            p.committed_offset,
-            offset_metadata(p.committed_metadata),
-            p.committed_leader_epoch if ctx.api_version >= 2 else NO_LEADER_EPOCH,
-        )
-        for t in request.topics
-        for p in t.partitions
-    ]
+    every = committed_offsets(request.topics, leader_epochs=ctx.api_version >= 2)
     offsets = [o for o in every if o.topic not in refused]
     code = 0
     attempted = bool(offsets) or not refused
