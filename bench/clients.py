@@ -19,53 +19,10 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Callable
 
-from bench.http_lanes import FetchRunner, Http, ProduceRunner, ShareAcquireRunner
-from bench.kafka_lanes import (
-    KAFKA_CONSUMER,
-    KAFKA_PRODUCER,
-    KAFKA_SHARE_CONSUMER,
-    KafkaFetchRunner,
-    KafkaProduceRunner,
-    KafkaShareExplicitRunner,
-    KafkaShareRunner,
-)
-from bench.lanes import BATCH, KEY_BYTES, PAGE, VALUE_BYTES, Lane, LaneResult, Runner
-from bench.postgres_lanes import (
-    PGMQ_QUEUE,
-    PGMQ_VISIBILITY_S,
-    PGQ_DEQUEUE,
-    PGQ_ENQUEUE,
-    PGQ_SCHEMA,
-    PgmqRunner,
-    PgqRunner,
-    RawAppendRunner,
-    RawFetchRunner,
-    create_raw_tables,
-    pgq_queries,
-)
-
-# The pool, and the lanes' names the benchmarks (bench.http, bench.kafka, bench.share) import from here.
-__all__ = [
-    "BATCH",
-    "KAFKA_CONSUMER",
-    "KAFKA_PRODUCER",
-    "KAFKA_SHARE_CONSUMER",
-    "KEY_BYTES",
-    "PAGE",
-    "PGMQ_QUEUE",
-    "PGMQ_VISIBILITY_S",
-    "PGQ_DEQUEUE",
-    "PGQ_ENQUEUE",
-    "PGQ_SCHEMA",
-    "VALUE_BYTES",
-    "ClientPool",
-    "ClientResult",
-    "Http",
-    "Lane",
-    "LaneResult",
-    "create_raw_tables",
-    "pgq_queries",
-]
+from bench.http_lanes import FetchRunner, ProduceRunner, ShareAcquireRunner
+from bench.kafka_lanes import KafkaFetchRunner, KafkaProduceRunner, KafkaShareExplicitRunner, KafkaShareRunner
+from bench.lanes import Lane, LaneResult, Runner
+from bench.postgres_lanes import PgmqRunner, PgqRunner, RawAppendRunner, RawFetchRunner
 
 
 @dataclass

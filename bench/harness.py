@@ -31,7 +31,8 @@ import psycopg
 
 from app.storage.db import libpq_url
 from bench import procs, report
-from bench.clients import BATCH, KEY_BYTES, VALUE_BYTES, ClientPool, Lane, LaneResult
+from bench.clients import ClientPool
+from bench.lanes import BATCH, KEY_BYTES, VALUE_BYTES, Lane, LaneResult
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -75,19 +75,7 @@ import psycopg
 from app.storage import migrate
 from app.storage.db import libpq_url
 from bench import datasets, procs, report
-from bench.clients import (
-    BATCH,
-    PAGE,
-    PGQ_DEQUEUE,
-    PGQ_ENQUEUE,
-    PGQ_SCHEMA,
-    ClientPool,
-    Http,
-    Lane,
-    LaneResult,
-    create_raw_tables,
-    pgq_queries,
-)
+from bench.clients import ClientPool
 from bench.common import bench_database, reset
 from bench.harness import (
     Harness,
@@ -102,6 +90,9 @@ from bench.harness import (
     run_config,
 )
 from bench.harness import summaries as workload_summaries
+from bench.http_lanes import Http
+from bench.lanes import BATCH, PAGE, Lane, LaneResult
+from bench.postgres_lanes import PGQ_DEQUEUE, PGQ_ENQUEUE, PGQ_SCHEMA, create_raw_tables, pgq_queries
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"

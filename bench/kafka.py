@@ -63,7 +63,7 @@ import psycopg
 
 from app.storage.db import libpq_url
 from bench import datasets, procs, report
-from bench.clients import BATCH, KAFKA_CONSUMER, KAFKA_PRODUCER, PAGE, ClientPool, Lane, LaneResult, create_raw_tables
+from bench.clients import ClientPool
 from bench.common import bench_database, reset
 from bench.harness import (
     Harness,
@@ -78,6 +78,9 @@ from bench.harness import (
     summaries,
 )
 from bench.http import FETCH_LOG, PARTITIONS, RESULTS
+from bench.kafka_lanes import KAFKA_CONSUMER, KAFKA_PRODUCER
+from bench.lanes import BATCH, PAGE, Lane, LaneResult
+from bench.postgres_lanes import create_raw_tables
 
 TOPICS = {"idempotent": "k-idem", "txn10": "k-txn10", "fetch": "k-fetch"}
 COMMIT_EVERY = 10

@@ -64,7 +64,7 @@ import psycopg
 
 from app.storage.db import libpq_url
 from bench import datasets, procs, report
-from bench.clients import BATCH, KAFKA_SHARE_CONSUMER, PGMQ_QUEUE, PGMQ_VISIBILITY_S, PGQ_DEQUEUE, ClientPool, Http, Lane
+from bench.clients import ClientPool
 from bench.common import bench_database, reset
 from bench.harness import (
     Harness,
@@ -79,7 +79,11 @@ from bench.harness import (
     summaries,
 )
 from bench.http import PARTITIONS, RESULTS, Server, install_pgqueuer
+from bench.http_lanes import Http
 from bench.kafka import Gateway, _client_version, _short
+from bench.kafka_lanes import KAFKA_SHARE_CONSUMER
+from bench.lanes import BATCH, Lane
+from bench.postgres_lanes import PGMQ_QUEUE, PGMQ_VISIBILITY_S, PGQ_DEQUEUE
 
 # A round: each group's baselines right before the windows compared with them.
 GROUPS = {

@@ -19,7 +19,8 @@ import time
 from typing import Mapping, Sequence
 
 from app.domain import rocketmq_signature as signature
-from app.domain.acls import Api, StoredPrincipal, denied
+from app.domain.acl_bindings import StoredPrincipal
+from app.domain.acls import Api, denied
 from app.errors import ErrorCode, TxlogError
 from app.services.security import Authorizer
 

@@ -12,7 +12,7 @@ from api.rocketmq import identity
 from api.rocketmq.clients import Clients
 from api.rocketmq.renewer import Renewer
 from api.rocketmq.status import RocketMQError, of_error, status
-from app.domain.acls import StoredPrincipal
+from app.domain.acl_bindings import StoredPrincipal
 from app.errors import TxlogError
 from app.services import Broker
 from app.services.notify import AppendNotifier

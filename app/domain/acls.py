@@ -9,13 +9,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Mapping, Sequence
 
-from app.domain.acl_bindings import CLUSTER_NAME, WILDCARD, AclBinding, AclSet, Decisions
-
-# The share-group handlers (api.kafka.handlers.share) and the RocketMQ gateway (api.rocketmq) import
-# these from here, beside the table's names.
-from app.domain.acl_bindings import Operation as Operation
-from app.domain.acl_bindings import ResourceType as ResourceType
-from app.domain.acl_bindings import StoredPrincipal as StoredPrincipal
+from app.domain.acl_bindings import CLUSTER_NAME, WILDCARD, AclBinding, AclSet, Decisions, Operation, ResourceType
 
 
 class Api(Enum):

@@ -12,7 +12,8 @@ from typing import Any
 from api.kafka.handlers import RequestContext, access
 from api.kafka.handlers.share import _code
 from app.domain import share_groups as sg
-from app.domain.acls import Api, Operation, ResourceType
+from app.domain.acl_bindings import Operation, ResourceType
+from app.domain.acls import Api
 from app.errors import ErrorCode, TxlogError
 from app.services import share_groups
 from app.wire.kafka import protocol
