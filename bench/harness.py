@@ -7,6 +7,9 @@
   rounds of interleaved windows.
 - ``ratio_cell`` and ``summaries``: a figure as the median over rounds of the ratio within each
   round, and each workload's throughput and CPU per 1000 rows.
+- ``postgres_facts``, ``run_config`` and ``publish``: how every run begins and ends — the
+  PostgreSQL settings it measured under, the configuration its JSON keeps, the report and chart
+  written and the tables printed.
 """
 
 from __future__ import annotations
@@ -20,13 +23,15 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 import psycopg
 
+from app.storage.db import libpq_url
 from bench import procs, report
-from bench.clients import ClientPool, Lane, LaneResult
+from bench.clients import BATCH, KEY_BYTES, VALUE_BYTES, ClientPool, Lane, LaneResult
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -306,3 +311,82 @@ def describe_other_load(others: list[float]) -> str:
     typical = report.median(others) or 0.0
     shared = " — the machine was shared: expect noisier figures" if typical > 0.3 else ""
     return f"other processes and the kernel kept {typical:.2f} cores busy during the windows (at most {max(others):.2f}){shared}"
+
+
+# --- a run's beginning and end ------------------------------------------------------------------------
+
+
+def postgres_facts(url: str) -> tuple[dict[str, str], str]:
+    """The settings the figures depend on (fsync, synchronous_commit, shared_buffers) and the server's
+    version; warns when writes are not durable."""
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        settings = {k: conn.execute(f"SHOW {k}").fetchone()[0] for k in ("fsync", "synchronous_commit", "shared_buffers")}  # type: ignore[index]
+        pg_version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+    if settings["fsync"] != "on" or settings["synchronous_commit"] != "on":
+        print(f"warning: PostgreSQL runs with {settings}: figures are not for durable writes", file=sys.stderr)
+    return settings, pg_version
+
+
+def run_config(
+    cfg: Any, groups: list[str], settings: dict[str, str], elapsed: float, others: list[float], **own: Any
+) -> dict[str, Any]:
+    """The configuration a run's JSON keeps: the run's options (``cfg``, a dataclass) and groups, the
+    records' shape, the benchmark's ``own`` facts, then PostgreSQL's settings, the time taken and the
+    load of other processes."""
+    return {
+        **cfg.__dict__,
+        "groups": groups,
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "batch_records": BATCH,
+        "value_bytes": VALUE_BYTES,
+        "key_bytes": KEY_BYTES,
+        **own,
+        "postgres": settings,
+        "elapsed_s": round(elapsed, 1),
+        "other_load_cores_median": report.median(others),
+        "other_load_cores_max": max(others, default=None),
+        "external_database": bool(os.environ.get("TXLOG_DATABASE_URL")),
+    }
+
+
+def publish(
+    output: Path,
+    name: str,
+    what: str,
+    rows: list[report.Row],
+    works: list[report.WorkloadSummary],
+    machine: dict[str, object],
+    config: dict[str, Any],
+    others: list[float],
+    rounds: int,
+    elapsed: float,
+    *,
+    goals_key: str = "goals_met",
+    who: str = "producer",
+    extra: dict[str, Any] | None = None,
+    notes: Sequence[str] = (),
+) -> str:
+    """Writes ``output``/``name``.json (with ``extra`` beside the rest) and ``name``.png, its title
+    ``what`` and the machine; prints the workloads, the other load, ``notes``, the figures and the
+    summary line, which it answers (``goals_key`` names its count of goals met)."""
+    summary = report.summary_line(rows, goals_key=goals_key)
+    title = (
+        f"{what} — {machine['cores']} cores, PostgreSQL {machine['postgresql']}, "
+        f"commit {str(machine['txlog_commit'])[:10]}{'+' if machine['txlog_worktree_modified'] else ''}"
+    )
+    output.mkdir(parents=True, exist_ok=True)
+    doc = report.to_json(rows, works, machine, config, summary)
+    doc.update(extra or {})
+    report.write_json(output / f"{name}.json", doc)
+    report.chart(output / f"{name}.png", rows, title, who=who)
+    print()
+    print(report.workload_table(works))
+    if others:
+        print(describe_other_load(others))
+    for line in notes:
+        print(line)
+    print()
+    print(report.table(rows, who=who))
+    print(f"\n{rounds} rounds, {elapsed:.0f} s; wrote {output / f'{name}.json'} and {output / f'{name}.png'}")
+    print("summary: " + summary, flush=True)
+    return summary

@@ -61,12 +61,10 @@ import argparse
 import asyncio
 import contextlib
 import functools
-import os
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Callable, Iterator
 from urllib.parse import urlsplit, urlunsplit
@@ -79,12 +77,10 @@ from app.storage.db import libpq_url
 from bench import datasets, procs, report
 from bench.clients import (
     BATCH,
-    KEY_BYTES,
     PAGE,
     PGQ_DEQUEUE,
     PGQ_ENQUEUE,
     PGQ_SCHEMA,
-    VALUE_BYTES,
     ClientPool,
     Http,
     Lane,
@@ -97,11 +93,13 @@ from bench.harness import (
     Harness,
     ServerProcess,
     Window,
-    describe_other_load,
     latency_cells,
+    postgres_facts,
+    publish,
     ratio_cell,
     round_arguments,
     round_settings,
+    run_config,
 )
 from bench.harness import summaries as workload_summaries
 
@@ -503,11 +501,7 @@ def run(argv: list[str] | None = None) -> str:
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(bench_database())
         reset(url)
-        with psycopg.connect(libpq_url(url), autocommit=True) as conn:
-            settings = {k: conn.execute(f"SHOW {k}").fetchone()[0] for k in ("fsync", "synchronous_commit", "shared_buffers")}  # type: ignore[index]
-            pg_version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
-        if settings["fsync"] != "on" or settings["synchronous_commit"] != "on":
-            print(f"warning: PostgreSQL runs with {settings}: figures are not for durable writes", file=sys.stderr)
+        settings, pg_version = postgres_facts(url)
         big_url = stack.enter_context(sibling_database(url, "txlog_bench_big"))
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="txlog-bench-logs-")))
         main_server, big_server = Server(url, 2, logs / "main.log"), Server(big_url, 2, logs / "big.log")
@@ -530,38 +524,9 @@ def run(argv: list[str] | None = None) -> str:
         machine = procs.machine(pg_version)
         elapsed = time.perf_counter() - started
 
-    config = {
-        **cfg.__dict__,
-        "groups": args.only,
-        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "batch_records": BATCH,
-        "value_bytes": VALUE_BYTES,
-        "key_bytes": KEY_BYTES,
-        "page_records": PAGE,
-        "server_workers": 2,
-        "postgres": settings,
-        "elapsed_s": round(elapsed, 1),
-        "other_load_cores_median": report.median(others),
-        "other_load_cores_max": max(others, default=None),
-        "external_database": bool(os.environ.get("TXLOG_DATABASE_URL")),
-    }
-    summary = report.summary_line(rows)
-    title = (
-        f"txlog over HTTP vs baselines — {machine['cores']} cores, PostgreSQL {pg_version}, "
-        f"commit {str(machine['txlog_commit'])[:10]}{'+' if machine['txlog_worktree_modified'] else ''}"
-    )
-    args.output.mkdir(parents=True, exist_ok=True)
-    report.write_json(args.output / "latest.json", report.to_json(rows, works, machine, config, summary))
-    report.chart(args.output / "latest.png", rows, title)
-    print()
-    print(report.workload_table(works))
-    if others:
-        print(describe_other_load(others))
-    print()
-    print(report.table(rows))
-    print(f"\n{cfg.rounds} rounds, {elapsed:.0f} s; wrote {args.output / 'latest.json'} and {args.output / 'latest.png'}")
-    print("summary: " + summary, flush=True)
-    return summary
+    config = run_config(cfg, args.only, settings, elapsed, others, page_records=PAGE, server_workers=2)
+    what = "txlog over HTTP vs baselines"
+    return publish(args.output, "latest", what, rows, works, machine, config, others, cfg.rounds, elapsed)
 
 
 if __name__ == "__main__":

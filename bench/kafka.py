@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import shutil
 import socket
 import subprocess
@@ -57,7 +56,6 @@ import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Callable
 
@@ -65,27 +63,18 @@ import psycopg
 
 from app.storage.db import libpq_url
 from bench import datasets, procs, report
-from bench.clients import (
-    BATCH,
-    KAFKA_CONSUMER,
-    KAFKA_PRODUCER,
-    KEY_BYTES,
-    PAGE,
-    VALUE_BYTES,
-    ClientPool,
-    Lane,
-    LaneResult,
-    create_raw_tables,
-)
+from bench.clients import BATCH, KAFKA_CONSUMER, KAFKA_PRODUCER, PAGE, ClientPool, Lane, LaneResult, create_raw_tables
 from bench.common import bench_database, reset
 from bench.harness import (
     Harness,
     ServerProcess,
     Window,
-    describe_other_load,
+    postgres_facts,
+    publish,
     ratio_cell,
     round_arguments,
     round_settings,
+    run_config,
     summaries,
 )
 from bench.http import FETCH_LOG, PARTITIONS, RESULTS
@@ -514,11 +503,7 @@ def run(argv: list[str] | None = None) -> str:
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(bench_database())
         reset(url)
-        with psycopg.connect(libpq_url(url), autocommit=True) as conn:
-            settings = {k: conn.execute(f"SHOW {k}").fetchone()[0] for k in ("fsync", "synchronous_commit", "shared_buffers")}  # type: ignore[index]
-            pg_version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
-        if settings["fsync"] != "on" or settings["synchronous_commit"] != "on":
-            print(f"warning: PostgreSQL runs with {settings}: figures are not for durable writes", file=sys.stderr)
+        settings, pg_version = postgres_facts(url)
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="txlog-bench-kafka-")))
         gateways = [Gateway(url, logs / f"gateway-{i}.log", i) for i in range(cfg.gateways)]
         for g in gateways:
@@ -554,57 +539,49 @@ def run(argv: list[str] | None = None) -> str:
         machine = procs.machine(pg_version)
         elapsed = time.perf_counter() - started
 
-    config = {
-        **cfg.__dict__,
-        "groups": args.only,
-        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "batch_records": BATCH,
-        "value_bytes": VALUE_BYTES,
-        "key_bytes": KEY_BYTES,
-        "page_records": PAGE,
-        "commit_every_batches": COMMIT_EVERY,
-        "gateway_processes": cfg.gateways,
-        "brokers_listed_with_two": listed,
-        "producer": KAFKA_PRODUCER,
-        "consumer": KAFKA_CONSUMER,
-        "client": f"confluent-kafka {_client_version()}",
-        "postgres": settings,
-        "elapsed_s": round(elapsed, 1),
-        "other_load_cores_median": report.median(others),
-        "other_load_cores_max": max(others, default=None),
-        "external_database": bool(os.environ.get("TXLOG_DATABASE_URL")),
-    }
-    summary = report.summary_line(rows, goals_key="wire_goals_met")
-    title = (
-        f"txlog over Kafka's wire protocol vs baselines — {machine['cores']} cores, PostgreSQL {pg_version}, "
-        f"commit {str(machine['txlog_commit'])[:10]}{'+' if machine['txlog_worktree_modified'] else ''}"
+    config = run_config(
+        cfg,
+        args.only,
+        settings,
+        elapsed,
+        others,
+        page_records=PAGE,
+        commit_every_batches=COMMIT_EVERY,
+        gateway_processes=cfg.gateways,
+        brokers_listed_with_two=listed,
+        producer=KAFKA_PRODUCER,
+        consumer=KAFKA_CONSUMER,
+        client=f"confluent-kafka {_client_version()}",
     )
-    args.output.mkdir(parents=True, exist_ok=True)
-    doc = report.to_json(rows, works, machine, config, summary)
-    if profiled:
-        doc["profile"] = profiled.splitlines()
-    report.write_json(args.output / "kafka.json", doc)
-    report.chart(args.output / "kafka.png", rows, title)
-    print()
-    print(report.workload_table(works))
-    if others:
-        print(describe_other_load(others))
+    notes = []
     for key in ("txn10/1", "txn10/8", "txn10/8x2"):
         lat = [ms for x in bench.workloads[key].windows for ms in x.latencies_ms]
         if lat:
-            print(
+            notes.append(
                 f"commit_transaction every {COMMIT_EVERY} batches, {key}: p50 {report.percentile(lat, 50):.1f} ms, "
                 f"p99 {report.percentile(lat, 99):.1f} ms ({len(lat)} commits)"
             )
     if profiled:
-        print()
-        print(profiled.split("\n\nfunctions on")[0])
-        print(f"(the functions and every sample: {args.output / 'kafka-profile.txt'})")
-    print()
-    print(report.table(rows))
-    print(f"\n{cfg.rounds} rounds, {elapsed:.0f} s; wrote {args.output / 'kafka.json'} and {args.output / 'kafka.png'}")
-    print("summary: " + summary, flush=True)
-    return summary
+        notes += [
+            "",
+            profiled.split("\n\nfunctions on")[0],
+            f"(the functions and every sample: {args.output / 'kafka-profile.txt'})",
+        ]
+    return publish(
+        args.output,
+        "kafka",
+        "txlog over Kafka's wire protocol vs baselines",
+        rows,
+        works,
+        machine,
+        config,
+        others,
+        cfg.rounds,
+        elapsed,
+        goals_key="wire_goals_met",
+        extra={"profile": profiled.splitlines()} if profiled else None,
+        notes=notes,
+    )
 
 
 def _client_version() -> str:

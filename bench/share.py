@@ -51,14 +51,12 @@ import argparse
 import asyncio
 import contextlib
 import functools
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
@@ -66,27 +64,18 @@ import psycopg
 
 from app.storage.db import libpq_url
 from bench import datasets, procs, report
-from bench.clients import (
-    BATCH,
-    KAFKA_SHARE_CONSUMER,
-    KEY_BYTES,
-    PGMQ_QUEUE,
-    PGMQ_VISIBILITY_S,
-    PGQ_DEQUEUE,
-    VALUE_BYTES,
-    ClientPool,
-    Http,
-    Lane,
-)
+from bench.clients import BATCH, KAFKA_SHARE_CONSUMER, PGMQ_QUEUE, PGMQ_VISIBILITY_S, PGQ_DEQUEUE, ClientPool, Http, Lane
 from bench.common import bench_database, reset
 from bench.harness import (
     Harness,
     ServerProcess,
     Window,
-    describe_other_load,
+    postgres_facts,
+    publish,
     ratio_cell,
     round_arguments,
     round_settings,
+    run_config,
     summaries,
 )
 from bench.http import PARTITIONS, RESULTS, Server, install_pgqueuer
@@ -313,11 +302,7 @@ def run(argv: list[str] | None = None) -> str:
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(bench_database())
         reset(url)
-        with psycopg.connect(libpq_url(url), autocommit=True) as conn:
-            settings = {k: conn.execute(f"SHOW {k}").fetchone()[0] for k in ("fsync", "synchronous_commit", "shared_buffers")}  # type: ignore[index]
-            pg_version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
-        if settings["fsync"] != "on" or settings["synchronous_commit"] != "on":
-            print(f"warning: PostgreSQL runs with {settings}: figures are not for durable writes", file=sys.stderr)
+        settings, pg_version = postgres_facts(url)
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="txlog-bench-share-")))
         serve, gateway = Server(url, 2, logs / "serve.log"), Gateway(url, logs / "gateway.log", 0)
         servers: list[ServerProcess] = [serve, gateway]
@@ -351,45 +336,34 @@ def run(argv: list[str] | None = None) -> str:
         machine = procs.machine(pg_version)
         elapsed = time.perf_counter() - started
 
-    config = {
-        **cfg.__dict__,
-        "groups": args.only,
-        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "batch_records": BATCH,
-        "value_bytes": VALUE_BYTES,
-        "key_bytes": KEY_BYTES,
-        "partitions": PARTITIONS,
-        "server_workers": 2,
-        "share_consumer": KAFKA_SHARE_CONSUMER,
-        "pgmq": bench.pgmq_version,
-        "pgmq_visibility_s": PGMQ_VISIBILITY_S,
-        "client": f"confluent-kafka {_client_version()}",
-        "postgres": settings,
-        "elapsed_s": round(elapsed, 1),
-        "other_load_cores_median": report.median(others),
-        "other_load_cores_max": max(others, default=None),
-        "external_database": bool(os.environ.get("TXLOG_DATABASE_URL")),
-    }
-    summary = report.summary_line(rows, goals_key="share_goals_met")
-    title = (
-        f"txlog share groups vs PostgreSQL queues — {machine['cores']} cores, PostgreSQL {pg_version}, "
-        f"commit {str(machine['txlog_commit'])[:10]}{'+' if machine['txlog_worktree_modified'] else ''}"
+    config = run_config(
+        cfg,
+        args.only,
+        settings,
+        elapsed,
+        others,
+        partitions=PARTITIONS,
+        server_workers=2,
+        share_consumer=KAFKA_SHARE_CONSUMER,
+        pgmq=bench.pgmq_version,
+        pgmq_visibility_s=PGMQ_VISIBILITY_S,
+        client=f"confluent-kafka {_client_version()}",
     )
-    args.output.mkdir(parents=True, exist_ok=True)
-    report.write_json(args.output / "share.json", report.to_json(rows, works, machine, config, summary))
-    report.chart(args.output / "share.png", rows, title, who="consumer")
-    print()
-    print(report.workload_table(works))
-    if others:
-        print(describe_other_load(others))
-    if profiled:
-        print()
-        print(profiled)
-    print()
-    print(report.table(rows, who="consumer"))
-    print(f"\n{cfg.rounds} rounds, {elapsed:.0f} s; wrote {args.output / 'share.json'} and {args.output / 'share.png'}")
-    print("summary: " + summary, flush=True)
-    return summary
+    return publish(
+        args.output,
+        "share",
+        "txlog share groups vs PostgreSQL queues",
+        rows,
+        works,
+        machine,
+        config,
+        others,
+        cfg.rounds,
+        elapsed,
+        goals_key="share_goals_met",
+        who="consumer",
+        notes=["", profiled] if profiled else (),
+    )
 
 
 if __name__ == "__main__":

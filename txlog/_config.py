@@ -7,6 +7,8 @@ from typing import Any, Callable
 
 from txlog.errors import KafkaError, KafkaException
 
+INT32_MAX = 2**31 - 1  # Kafka's int32: the top of many properties' ranges, and of sequence numbers
+
 # Properties that matter to a Kafka client talking to brokers over TCP and have no meaning over
 # txlog's HTTP API: accepted, so existing configurations carry over, and not used.
 IGNORED = frozenset(

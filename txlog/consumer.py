@@ -1,12 +1,8 @@
 """``Consumer``: confluent-kafka's consumer over txlog's HTTP API.
 
-Each assigned partition is fetched by its own long-poll request (``wait_ms`` at most
-``fetch.wait.max.ms`` and never past ``poll``'s timeout), always from the previous answer's
-``next_offset``, so markers and skipped aborted records are stepped over; one page per partition is
-fetched ahead while the application works through the last. A partition starts at the group's
-committed offset (asked with ``require_stable`` when reading committed records, and asked again
-while a transaction still holds offsets of the group pending) or else where ``auto.offset.reset``
-says. ``subscribe`` assigns every partition of the topics (no group rebalancing).
+``subscribe`` assigns every partition of the topics (no group rebalancing).
+
+Fetching, and where each partition starts, are ``txlog._fetcher``'s: ``Consumer`` is built on it.
 """
 
 from __future__ import annotations
@@ -14,25 +10,15 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any, Callable
 
-from txlog import _config
-from txlog._config import Spec
+from txlog import _config, _timing
+from txlog._config import INT32_MAX, Spec
+from txlog._fetcher import Fetch, Fetcher
 from txlog._http import Transport, segment
 from txlog.errors import KafkaError, KafkaException
-from txlog.message import (
-    OFFSET_BEGINNING,
-    OFFSET_END,
-    OFFSET_INVALID,
-    OFFSET_STORED,
-    TIMESTAMP_CREATE_TIME,
-    Message,
-    TopicPartition,
-    unb64,
-)
-
-INT32_MAX = 2**31 - 1
+from txlog.message import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED, Message, TopicPartition
 
 _SPECS = {
     "url": Spec("str"),
@@ -75,28 +61,7 @@ class ConsumerGroupMetadata:
         return f"ConsumerGroupMetadata(group_id={self.group_id!r})"
 
 
-class _Fetch:
-    """One assigned partition: where the next fetch starts, records fetched and not yet handed out,
-    the fetch on its way."""
-
-    __slots__ = ("fetch_offset", "reset", "buffer", "future", "future_offset", "paused", "stored", "eof_at", "retry_at")
-
-    def __init__(self) -> None:
-        self.fetch_offset: int | None = None  # None: to be found (committed offset or reset)
-        self.reset: int | None = None  # OFFSET_BEGINNING / OFFSET_END when a reset is due
-        self.buffer: deque[Message] = deque()
-        self.future: Future | None = None
-        self.future_offset = -1
-        self.paused = False
-        self.stored: int | None = None  # the offset ``commit()`` commits
-        self.eof_at: int | None = None
-        self.retry_at = 0.0
-
-    def position(self) -> int | None:
-        return self.buffer[0].offset() if self.buffer else self.fetch_offset
-
-
-class Consumer:
+class Consumer(Fetcher):
     """confluent-kafka's ``Consumer``. ``isolation.level`` defaults to ``read_committed`` and
     ``auto.offset.reset`` to ``latest``, as librdkafka's."""
 
@@ -126,7 +91,7 @@ class Consumer:
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="txlog-consumer-fetch")
 
         self._lock = threading.RLock()
-        self._fetches: dict[TopicPartition, _Fetch] = {}
+        self._fetches: dict[TopicPartition, Fetch] = {}
         self._order: list[TopicPartition] = []  # handed out in turn
         self._next = 0
         self._events: deque[Message] = deque()  # errors and end-of-partition events, handed out first
@@ -178,12 +143,12 @@ class Consumer:
     def _add(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             key = _tp(tp)
-            f = _Fetch()
+            f = Fetch()
             self._place(f, tp.offset)
             self._fetches[key] = f
         self._order = list(self._fetches)
 
-    def _place(self, f: _Fetch, offset: int) -> None:
+    def _place(self, f: Fetch, offset: int) -> None:
         f.buffer.clear()
         f.eof_at = None
         if offset >= 0:
@@ -255,7 +220,7 @@ class Consumer:
     def poll(self, timeout: float | None = None) -> Message | None:
         """The next record (or event: a ``Message`` whose ``error()`` is set), waiting up to
         ``timeout`` seconds (``None`` or negative: no limit); ``None`` when none came in time."""
-        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        deadline = _timing.deadline(timeout)
         while True:
             with self._lock:
                 self._check_open()
@@ -268,8 +233,8 @@ class Consumer:
                     self._maybe_auto_commit()
                     return msg
                 self._resolve(deadline)
-                remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-                wait_ms = self._wait_max_ms if remaining is None else int(min(self._wait_max_ms, remaining * 1000))
+                remaining = _timing.remaining(deadline)
+                wait_ms = _timing.wait_ms(self._wait_max_ms, remaining)
                 self._start_fetches(wait_ms)
                 pending = [f.future for f in self._fetches.values() if f.future is not None]
                 self._maybe_auto_commit()
@@ -284,10 +249,10 @@ class Consumer:
         """Up to ``num_messages`` records, waiting up to ``timeout`` seconds for them all."""
         if num_messages < 1:
             raise ValueError("num_messages must be >= 1")
-        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        deadline = _timing.deadline(timeout)
         out: list[Message] = []
         while len(out) < num_messages:
-            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            remaining = _timing.remaining(deadline)
             msg = self.poll(remaining)
             if msg is None:
                 break
@@ -308,178 +273,6 @@ class Consumer:
                     f.stored = msg.offset() + 1  # type: ignore[operator]  # a fetched record has an offset
                 return msg
         return None
-
-    def _start_fetches(self, wait_ms: int) -> None:
-        now = time.monotonic()
-        for tp, f in self._fetches.items():
-            if f.future is not None or f.buffer or f.paused or f.fetch_offset is None or f.retry_at > now:
-                continue
-            f.future_offset = f.fetch_offset
-            f.future = self._pool.submit(self._fetch, tp, f.fetch_offset, wait_ms)
-
-    def _fetch(self, tp: TopicPartition, offset: int, wait_ms: int) -> dict:
-        params = {
-            "offset": offset,
-            "max_records": self._max_records,
-            "max_bytes": self._max_bytes,
-            "isolation_level": "read_committed" if self._read_committed else "read_uncommitted",
-            "encoding": "base64",
-            "wait_ms": wait_ms,
-        }
-        return self._transport.get(
-            f"/v1/topics/{segment(tp.topic)}/partitions/{tp.partition}/records",
-            params,
-            timeout_s=self._request_timeout_s + wait_ms / 1000,
-        )
-
-    def _harvest(self) -> None:
-        """Take in the fetches that came back; an answer for an offset no longer wanted (after a
-        seek or a new assignment) is dropped."""
-        for tp, f in self._fetches.items():
-            fut = f.future
-            if fut is None or not fut.done():
-                continue
-            f.future = None
-            if f.fetch_offset != f.future_offset or f.buffer:
-                continue
-            try:
-                page = fut.result()
-            except KafkaException as exc:
-                self._fetch_failed(tp, f, exc.args[0])
-                continue
-            for r in page["records"]:
-                headers = [(h["key"], unb64(h["value"])) for h in r.get("header_list") or ()]
-                f.buffer.append(
-                    Message(
-                        tp.topic,
-                        tp.partition,
-                        r["offset"],
-                        unb64(r["key"]),
-                        unb64(r["value"]),
-                        headers,
-                        (TIMESTAMP_CREATE_TIME, r["timestamp_ms"]),
-                    )
-                )
-            f.fetch_offset = page["next_offset"]
-            end = page["last_stable_offset"] if self._read_committed else page["high_watermark"]
-            if self._partition_eof and not f.buffer and f.fetch_offset >= end and f.eof_at != f.fetch_offset:
-                f.eof_at = f.fetch_offset
-                self._events.append(
-                    Message(
-                        tp.topic,
-                        tp.partition,
-                        f.fetch_offset,
-                        error=KafkaError(
-                            KafkaError._PARTITION_EOF,
-                            f"Fetch from {tp.topic} [{tp.partition}] reached end at offset {f.fetch_offset}",
-                        ),
-                    )
-                )
-
-    def _fetch_failed(self, tp: TopicPartition, f: _Fetch, err: KafkaError) -> None:
-        if err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
-            if self._reset is None:
-                f.retry_at = time.monotonic() + 1.0
-                self._events.append(
-                    Message(
-                        tp.topic,
-                        tp.partition,
-                        f.fetch_offset,
-                        error=KafkaError(
-                            KafkaError._AUTO_OFFSET_RESET,
-                            f"Fetch from {tp.topic} [{tp.partition}] at offset {f.fetch_offset} "
-                            f"failed: {err.str()}; auto.offset.reset is error",
-                        ),
-                    )
-                )
-                return
-            f.fetch_offset, f.reset = None, self._reset
-            return
-        f.retry_at = time.monotonic() + (self._backoff_s if err.retriable() else 1.0)
-        if not err.retriable():
-            self._events.append(Message(tp.topic, tp.partition, f.fetch_offset, error=err))
-
-    # --- where each partition starts ------------------------------------------------------------
-
-    def _resolve(self, deadline: float | None) -> None:
-        """Find the start of partitions that have none: the committed offset, else a reset."""
-        unknown = [
-            tp for tp, f in self._fetches.items() if f.fetch_offset is None and f.reset is None and f.retry_at <= time.monotonic()
-        ]
-        if unknown:
-            committed: dict[TopicPartition, int] = {}
-            if self._group_id is not None:
-                try:
-                    found = self._committed_offsets(deadline)
-                except KafkaException as exc:
-                    self._events.append(Message(error=exc.args[0]))
-                    for tp in unknown:
-                        self._fetches[tp].retry_at = time.monotonic() + 1.0
-                    return
-                if found is None:  # still unstable: ask again at the next poll
-                    return
-                committed = found
-            for tp in unknown:
-                f = self._fetches[tp]
-                if tp in committed:
-                    f.fetch_offset = committed[tp]
-                elif self._reset is not None:
-                    f.reset = self._reset
-                else:
-                    f.retry_at = time.monotonic() + 1.0
-                    self._events.append(
-                        Message(
-                            tp.topic,
-                            tp.partition,
-                            error=KafkaError(
-                                KafkaError._AUTO_OFFSET_RESET,
-                                f"{tp.topic} [{tp.partition}]: no committed offset and auto.offset.reset is error",
-                            ),
-                        )
-                    )
-        to_reset: dict[str, list[TopicPartition]] = {}
-        for tp, f in self._fetches.items():
-            if f.reset is not None and f.retry_at <= time.monotonic():
-                to_reset.setdefault(tp.topic, []).append(tp)
-        for topic, tps in to_reset.items():
-            try:
-                marks = self._watermarks(topic)
-            except KafkaException as exc:
-                if not exc.args[0].retriable():
-                    self._events.append(Message(topic, None, None, error=exc.args[0]))
-                for tp in tps:
-                    self._fetches[tp].retry_at = time.monotonic() + 1.0
-                continue
-            for tp in tps:
-                f = self._fetches[tp]
-                low, high, stable = marks.get(tp.partition, (0, 0, 0))
-                end = stable if self._read_committed else high
-                f.fetch_offset = low if f.reset == OFFSET_BEGINNING else end
-                f.reset = None
-
-    def _committed_offsets(self, deadline: float | None) -> dict[TopicPartition, int] | None:
-        """The group's committed offsets, asked again while a transaction holds some pending
-        (UNSTABLE_OFFSET_COMMIT) and time remains; ``None`` if time ran out."""
-        params = {"require_stable": "true"} if self._read_committed else None
-        attempt = 0
-        while True:
-            try:
-                answer = self._transport.get(f"/v1/groups/{segment(self._group_id)}/offsets", params)  # type: ignore[arg-type]  # asked only with a group.id
-                return {TopicPartition(o["topic"], o["partition"]): o["offset"] for o in answer["offsets"]}
-            except KafkaException as exc:
-                if not exc.args[0].retriable():
-                    raise
-            attempt += 1
-            delay = min(self._backoff_s * 2 ** (attempt - 1), 1.0)
-            if deadline is not None and time.monotonic() + delay > deadline:
-                return None
-            time.sleep(delay)
-
-    def _watermarks(self, topic: str) -> dict[int, tuple[int, int, int]]:
-        answer = self._transport.get(f"/v1/topics/{segment(topic)}")
-        return {
-            p["partition"]: (p["log_start_offset"], p["high_watermark"], p["last_stable_offset"]) for p in answer["partitions"]
-        }
 
     # --- positions and offsets ------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ import time
 import uuid
 from typing import Any, Callable, Iterator
 
-from txlog import _config
+from txlog import _config, _timing
 from txlog._config import Spec
 from txlog._http import Transport, segment
 from txlog.errors import KafkaError, KafkaException
@@ -194,15 +194,15 @@ class ShareConsumer:
         or negative: until some come); empty when none came in time. The acknowledgements kept go
         with the acquisition (in implicit mode accepting the last poll's records not acknowledged);
         their outcome goes to ``on_acknowledge``."""
-        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        deadline = _timing.deadline(timeout)
         with self._lock:
             self._check_open()
             if not self._topics:
                 raise KafkaException(KafkaError(KafkaError._STATE, "poll(): not subscribed to any topic"))
             self._settle_delivered()
             while True:
-                remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-                wait_ms = self._wait_max_ms if remaining is None else int(min(self._wait_max_ms, remaining * 1000))
+                remaining = _timing.remaining(deadline)
+                wait_ms = _timing.wait_ms(self._wait_max_ms, remaining)
                 acks, self._pending = self._pending, {}
                 try:
                     got = self._acquire(wait_ms, acks)

@@ -40,6 +40,8 @@ from app.domain.groups.state import (
     SyncResult,
     Timer,
     Waiting,
+    join_error,
+    sync_error,
 )
 from app.errors import ErrorCode
 
@@ -105,7 +107,7 @@ class GroupCoordinator:
         """JoinGroup; waits until the join phase ends (or answers at once)."""
         error = self._refusal(group_id)
         if error is not None:
-            return coordinator.join_error(member_id, error)
+            return join_error(member_id, error)
         request = JoinRequest(
             member_id,
             group_instance_id,
@@ -134,7 +136,7 @@ class GroupCoordinator:
         """SyncGroup; a follower waits for the leader's assignment."""
         error = self._refusal(group_id)
         if error is not None:
-            return coordinator.sync_error(error)
+            return sync_error(error)
         request = SyncRequest(
             generation_id,
             member_id,
@@ -304,7 +306,7 @@ class GroupCoordinator:
 
     @staticmethod
     def _error_result(waiting: Waiting, member_id: str, error: ErrorCode) -> JoinResult | SyncResult:
-        return coordinator.join_error(member_id, error) if waiting is Waiting.JOIN else coordinator.sync_error(error)
+        return join_error(member_id, error) if waiting is Waiting.JOIN else sync_error(error)
 
     def _resolve(self, group_id: str, waiting: Waiting, member_id: str, result: JoinResult | SyncResult) -> None:
         future = self._parked.pop((group_id, waiting, member_id), None)

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from app.domain.groups import coordinator
+from app.domain.groups import rebalance
 from app.domain.groups.state import (
     AnswerJoin,
     AnswerSync,
@@ -409,7 +409,7 @@ class GroupModel(RuleBasedStateMachine):
             assert g.join_deadline_ms is not None  # a join phase always ends
         if g.state in (S.COMPLETING_REBALANCE, S.STABLE):
             assert g.protocol_name is not None and g.generation_id > 0
-            assert g.protocol_name in (coordinator.candidate_protocols(g) or [])
+            assert g.protocol_name in (rebalance.candidate_protocols(g) or [])
         if g.state is S.STABLE:
             for mid, m in members.items():
                 self._check_assignment(g, mid, m.assignment)

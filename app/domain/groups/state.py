@@ -187,6 +187,14 @@ class SyncResult:
     assignment: bytes = b""
 
 
+def join_error(member_id: str, error: ErrorCode) -> JoinResult:
+    return JoinResult(error, member_id)
+
+
+def sync_error(error: ErrorCode) -> SyncResult:
+    return SyncResult(error)
+
+
 @dataclass(frozen=True)
 class LeftMember:
     member_id: str
