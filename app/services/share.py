@@ -71,6 +71,19 @@ class ShareFetchPartition:
         return sum(r.size for r in self.records)
 
 
+@dataclass(frozen=True)
+class ShareAcknowledged:
+    """One share partition's answer to an acknowledgement: what it did, or Kafka's error
+    (INVALID_RECORD_STATE: a record not held by the member, its lock expired; INVALID_REQUEST:
+    malformed batches or offsets never acquired; UNKNOWN_TOPIC_OR_PARTITION). A refused
+    acknowledgement changed nothing."""
+
+    topic: str
+    partition: int
+    outcome: sp.Acknowledgement | None = None
+    error: TxlogError | None = None
+
+
 def _not_deliverable(rows: Sequence[StoredRecord], committed: bool) -> list[tuple[int, int]]:
     """Runs of offsets a share group never delivers: control records always, and records of aborted
     transactions under read_committed (Kafka's share fetch archives them)."""
@@ -211,43 +224,113 @@ def _acquire_locked(
     return answer, outcome.state, bool(outcome.released)
 
 
-def _serve_partition(
+@dataclass(frozen=True)
+class _Job:
+    """One share partition's part of a database transaction: its acknowledgements (``batches``),
+    its acquisition (``ask``), or both."""
+
+    topic: str
+    partition: int
+    batches: Sequence[sp.AcknowledgementBatch] | None
+    ask: _Acquisition | None
+
+
+_Served = tuple[ShareAcknowledged | None, ShareFetchPartition | None]
+
+
+def _serve(
     broker: Broker,
     group_id: str,
     member_id: str,
-    topic: str,
-    partition: int,
+    jobs: Sequence[_Job],
     config: ShareConfigs | None,
-    batches: Sequence[sp.AcknowledgementBatch] | None,
-    ask: _Acquisition | None,
     lock_duration_ms: int | None,
-    topic_id: uuid.UUID | None = None,
-) -> tuple[ShareAcknowledged | None, ShareFetchPartition | None, ShareConfigs]:
-    """One share partition in one database transaction under its row lock: its acknowledgements
-    (``batches``) applied first, then the acquisition (``ask``) from the state they left; written
-    once. The group's configs are read in the same statement as the partition's state when not
-    given. An acknowledgement refused changes nothing and does not stop the acquisition; an error
-    of the transaction fails both (nothing of either was committed)."""
-    acked: ShareAcknowledged | None = None
-    got: ShareFetchPartition | None = None
+    topic_ids: Mapping[str, uuid.UUID],
+) -> tuple[list[_Served], ShareConfigs | None]:
+    """Share partitions in one database transaction, each under its row lock, the locks taken in
+    (topic, partition) order so that two such transactions never wait on each other: per
+    partition its acknowledgements first, then its acquisition from the state they left; each
+    written once, the last write committing with it. The group's configs are read with the first
+    partition's state when not given, and answered for the next transaction. A partition refused
+    (unknown, its topic id changed) or an acknowledgement refused changes nothing of it and stops
+    no other; an error of the database transaction fails them all (nothing of any was
+    committed). Answers in the order of ``jobs``."""
+    out: dict[int, _Served] = {}
+    opened: dict[int, _Opened] = {}
     with broker.db.transaction() as conn:
-        opened = _open(conn, broker, group_id, topic, partition, config, ask is not None, topic_id)
-        state, released, changed = opened.state, False, ask is not None
-        if batches is not None:
-            outcome = share_acknowledgement.acknowledge(
-                state, member_id, batches, now_ms=broker.now(), config=opened.config.delivery, lock_duration_ms=lock_duration_ms
+        for i in sorted(range(len(jobs)), key=lambda n: (jobs[n].topic, jobs[n].partition)):
+            job = jobs[i]
+            try:
+                opened[i] = _open(
+                    conn, broker, group_id, job.topic, job.partition, config, job.ask is not None, topic_ids.get(job.topic)
+                )
+            except TxlogError as exc:
+                if exc.code is ErrorCode.UNKNOWN_SERVER_ERROR:
+                    raise
+                out[i] = (
+                    None if job.batches is None else ShareAcknowledged(job.topic, job.partition, error=exc),
+                    None if job.ask is None else ShareFetchPartition(job.topic, job.partition, error=exc),
+                )
+                continue
+            config = opened[i].config
+        writes: list[tuple[_Job, sp.SharePartitionState, sp.SharePartitionState, bool]] = []
+        for i, job in enumerate(jobs):
+            if i not in opened:
+                continue
+            o = opened[i]
+            acked: ShareAcknowledged | None = None
+            got: ShareFetchPartition | None = None
+            state, released, changed = o.state, False, job.ask is not None
+            if job.batches is not None:
+                outcome = share_acknowledgement.acknowledge(
+                    state,
+                    member_id,
+                    job.batches,
+                    now_ms=broker.now(),
+                    config=o.config.delivery,
+                    lock_duration_ms=lock_duration_ms,
+                )
+                if isinstance(outcome, sp.Refused):
+                    acked = ShareAcknowledged(job.topic, job.partition, error=outcome.error())
+                else:
+                    acked = ShareAcknowledged(job.topic, job.partition, outcome)
+                    state, released, changed = outcome.state, bool(outcome.released), True
+            if job.ask is not None:
+                got, state, expired = _acquire_locked(conn, broker, member_id, o, state, job.ask)
+                released = released or expired
+            out[i] = (acked, got)
+            if changed:
+                writes.append((job, o.stored, state, released))
+        for n, (job, stored, state, released) in enumerate(writes):
+            share_store.share_partition_write(
+                conn, group_id, job.topic, job.partition, stored, state, records_available=released, commit=n == len(writes) - 1
             )
-            if isinstance(outcome, sp.Refused):
-                acked = ShareAcknowledged(topic, partition, error=outcome.error())
-            else:
-                acked = ShareAcknowledged(topic, partition, outcome)
-                state, released, changed = outcome.state, bool(outcome.released), True
-        if ask is not None:
-            got, state, expired = _acquire_locked(conn, broker, member_id, opened, state, ask)
-            released = released or expired
-        if changed:
-            share_store.share_partition_write(conn, group_id, topic, partition, opened.stored, state, records_available=released)
-    return acked, got, opened.config
+    return [out[i] for i in range(len(jobs))], config
+
+
+def _serve_or_fail(
+    broker: Broker,
+    group_id: str,
+    member_id: str,
+    jobs: Sequence[_Job],
+    config: ShareConfigs | None,
+    lock_duration_ms: int | None,
+    topic_ids: Mapping[str, uuid.UUID],
+) -> tuple[list[_Served], ShareConfigs | None]:
+    """``_serve``, its database transaction's failure (a conflict, a timeout) answered as each of
+    its partitions' error; a server error raised."""
+    try:
+        return _serve(broker, group_id, member_id, jobs, config, lock_duration_ms, topic_ids)
+    except TxlogError as exc:
+        if exc.code is ErrorCode.UNKNOWN_SERVER_ERROR:
+            raise
+        return [
+            (
+                None if job.batches is None else ShareAcknowledged(job.topic, job.partition, error=exc),
+                None if job.ask is None else ShareFetchPartition(job.topic, job.partition, error=exc),
+            )
+            for job in jobs
+        ], config
 
 
 def fetch(
@@ -275,47 +358,40 @@ def fetch(
     acks = dict(acknowledgements or {})
     ids = topic_ids or {}
     read = set(partitions)
-    # The configs are read in the first partition's transaction, and kept for the rest.
+    # The configs are read in the first transaction, and kept for the rest.
     config: ShareConfigs | None = None
     acked: dict[tuple[str, int], ShareAcknowledged] = {}
 
-    def serve(
-        topic: str, partition: int, batches: Sequence[sp.AcknowledgementBatch] | None, ask: _Acquisition | None
-    ) -> ShareFetchPartition | None:
+    def serve(jobs: list[_Job]) -> list[ShareFetchPartition | None]:
         nonlocal config
-        try:
-            answer, got, config = _serve_partition(
-                broker, group_id, member_id, topic, partition, config, batches, ask, lock_duration_ms, ids.get(topic)
-            )
-        except TxlogError as exc:
-            if exc.code is ErrorCode.UNKNOWN_SERVER_ERROR:
-                raise
-            if batches is not None:
-                acked[(topic, partition)] = ShareAcknowledged(topic, partition, error=exc)
-            return ShareFetchPartition(topic, partition, error=exc)
-        if answer is not None:
-            acked[(topic, partition)] = answer
-        return got
+        served, config = _serve_or_fail(broker, group_id, member_id, jobs, config, lock_duration_ms, ids)
+        for job, (answer, _) in zip(jobs, served):
+            if answer is not None:
+                acked[(job.topic, job.partition)] = answer
+        return [got for _, got in served]
 
-    # Acknowledgements of partitions not read now go first, each alone.
-    for (topic, partition), alone in acks.items():
-        if (topic, partition) not in read:
-            serve(topic, partition, alone, None)
+    # The acknowledgements of partitions not read now ride with the first partition read: one
+    # database transaction (and one commit) for a consumer's acceptances and its next records.
+    first = [_Job(topic, partition, alone, None) for (topic, partition), alone in acks.items() if (topic, partition) not in read]
     left = max_records
     out: list[ShareFetchPartition] = []
     for topic, partition in partitions:
         batches = acks.get((topic, partition))
         if left <= 0:
             if batches is not None:
-                serve(topic, partition, batches, None)
+                serve([_Job(topic, partition, batches, None)])
             out.append(ShareFetchPartition(topic, partition))
             continue
-        ask = _Acquisition(left, max_bytes, isolation_level, lock_duration_ms)
-        got = serve(topic, partition, batches, ask)
+        got = serve([*first, _Job(topic, partition, batches, _Acquisition(left, max_bytes, isolation_level, lock_duration_ms))])[
+            -1
+        ]
+        first = []
         assert got is not None
         if got.error is None:
             left -= sp.record_count(got.acquired)
         out.append(got)
+    if first:
+        serve(first)
     return [acked[key] for key in acks if key in acked], out
 
 
@@ -493,19 +569,6 @@ def _merged(before: ShareFetchPartition | None, now: ShareFetchPartition) -> Sha
 # --- acknowledging --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ShareAcknowledged:
-    """One share partition's answer to an acknowledgement: what it did, or Kafka's error
-    (INVALID_RECORD_STATE: a record not held by the member, its lock expired; INVALID_REQUEST:
-    malformed batches or offsets never acquired; UNKNOWN_TOPIC_OR_PARTITION). A refused
-    acknowledgement changed nothing."""
-
-    topic: str
-    partition: int
-    outcome: sp.Acknowledgement | None = None
-    error: TxlogError | None = None
-
-
 def acknowledge(
     broker: Broker,
     group_id: str,
@@ -519,29 +582,9 @@ def acknowledge(
     under its row lock; answers in the order of ``acks``. ``topic_ids``: as ``fetch`` takes them."""
     if not member_id:
         raise TxlogError(ErrorCode.INVALID_REQUEST, "An acknowledgement needs a member id")
-    # The configs are read in the first partition's transaction, in the statement reading its
-    # state: an acknowledgement (a batch, one partition, as a consumer sends them) is one database
-    # transaction of three statements.
-    config: ShareConfigs | None = None
-    out: list[ShareAcknowledged] = []
-    for (topic, partition), batches in acks.items():
-        try:
-            answer, _, config = _serve_partition(
-                broker,
-                group_id,
-                member_id,
-                topic,
-                partition,
-                config,
-                batches,
-                None,
-                lock_duration_ms,
-                (topic_ids or {}).get(topic),
-            )
-            assert answer is not None
-            out.append(answer)
-        except TxlogError as exc:
-            if exc.code is ErrorCode.UNKNOWN_SERVER_ERROR:
-                raise
-            out.append(ShareAcknowledged(topic, partition, error=exc))
-    return out
+    # One database transaction for them all, the group's configs read in the statement reading
+    # the first partition's state: an acknowledgement of one partition (a batch, as a consumer
+    # sends them) takes two round trips.
+    jobs = [_Job(topic, partition, batches, None) for (topic, partition), batches in acks.items()]
+    served, _ = _serve_or_fail(broker, group_id, member_id, jobs, None, lock_duration_ms, topic_ids or {})
+    return [answer for answer, _ in served if answer is not None]

@@ -89,7 +89,8 @@ CROSS JOIN LATERAL (
            array_agg(state ORDER BY first_offset) AS states, array_agg(delivery_count ORDER BY first_offset) AS counts,
            array_agg(member_id ORDER BY first_offset) AS members, array_agg(lock_deadline_ms ORDER BY first_offset) AS deadlines
     FROM txlog.share_in_flight
-    WHERE group_id = %(g)s AND topic = %(t)s AND partition = %(p)s AND first_offset >= %(start)s
+    WHERE group_id = %(g)s AND topic = %(t)s AND partition = %(p)s
+      AND first_offset >= (SELECT start_offset FROM txlog.share_partitions WHERE group_id = %(g)s AND topic = %(t)s AND partition = %(p)s)
 ) AS f
 CROSS JOIN LATERAL (
     SELECT array_agg(name) AS names, array_agg(value) AS vals FROM txlog.share_group_configs
@@ -121,11 +122,17 @@ def share_partition_open(
         return None
     key = _key(group_id, topic, partition)
     pg = driver(conn)
-    row = pg.execute(_LOCK, key).fetchone()
+    # One round trip for both (and the transaction's BEGIN, when they are its first): pipelined,
+    # the reading statement still starts only once the locking one has finished, so its snapshot
+    # is taken with the lock held.
+    with pg.pipeline():
+        locking = pg.execute(_LOCK, key)
+        reading = pg.execute(_OPENED, {**key, "configs": with_configs}, binary=True)
+    row = locking.fetchone()
     if row is None:
         return None
     start, end, _epoch = row
-    got = pg.execute(_OPENED, {**key, "start": Int8(start), "configs": with_configs}, binary=True).fetchone()
+    got = reading.fetchone()
     assert got is not None
     lso, hw, last_stable, open_txns, firsts, lasts, states, counts, members, deadlines, names, vals, topic_id = got
     ranges = (
@@ -176,11 +183,13 @@ def share_partition_write(
     old: SharePartitionState,
     new: SharePartitionState,
     records_available: bool = False,
+    commit: bool = False,
 ) -> None:
     """Persist the move from ``old`` (as locked) to ``new``: the window, and only the in-flight
     rows that changed (``row_changes``). ``records_available``: records became available again
     (released, or their lock expired), so share fetches waiting on the partition are woken, as
-    an append wakes them (the notification arrives once this commits)."""
+    an append wakes them (the notification arrives once this commits). ``commit``: this is the
+    database transaction's last statement, and it commits with it."""
     key: dict = _key(group_id, topic, partition)
     deleted, upserted = row_changes(old, new)
     parts: list[str] = []
@@ -210,7 +219,15 @@ def share_partition_write(
         sql += "SELECT pg_notify(%(channel)s, %(payload)s)"
     else:
         sql += "SELECT 1"
-    driver(conn).execute(sql, key)
+    pg = driver(conn)
+    if not commit:
+        pg.execute(sql, key)
+        return
+    # The write and the COMMIT in one round trip: the caller's transaction scope then ends with
+    # nothing left to commit (a COMMIT with no transaction open sends nothing).
+    with pg.pipeline():
+        pg.execute(sql, key)
+        pg.commit()
 
 
 _RESET = """
