@@ -108,9 +108,9 @@ async def acquire_records(request: Request, group: str, body: s.AcquireBody, run
 
     def first() -> tuple[list[tuple[str, int]], list[share.ShareAcknowledged], list[share.ShareFetchPartition]]:
         # The partitions read and the first acquisition in one hand-off to a thread. The
-        # acknowledgements are applied before acquiring, as a ShareFetch's are — a partition both
-        # acknowledged and read in one database transaction; their errors are per partition in
-        # the answer and do not fail the acquisition.
+        # acknowledgements are applied before acquiring, as a ShareFetch's are — they and the first
+        # partition read in one database transaction; their errors are per partition in the
+        # answer and do not fail the acquisition.
         wanted = _partitions(b, body)
         return (wanted, *share.fetch(b, group, member_id, wanted, acks, body.max_records, body.max_bytes))
 

@@ -346,8 +346,8 @@ def fetch(
     topic_ids: Mapping[str, uuid.UUID] | None = None,
 ) -> tuple[list[ShareAcknowledged], list[ShareFetchPartition]]:
     """Kafka's ShareFetch whole: the ``acknowledgements`` (as ``acknowledge`` takes them) applied
-    before acquiring, as ``acquire`` acquires — a partition both acknowledged and read is one
-    database transaction, the acknowledgement first. The acknowledgements' answers in the order
+    before acquiring, as ``acquire`` acquires — the acknowledgements and the first partition read
+    are one database transaction (``_serve``), the acknowledgements applied first. The acknowledgements' answers in the order
     of ``acknowledgements``, and the acquisitions' in the order of ``partitions``. ``topic_ids``:
     the ids the caller knows topics by (a Kafka client's), each partition of a topic whose name
     no longer has that id refused UNKNOWN_TOPIC_ID, checked under its lock."""
@@ -413,7 +413,8 @@ def acquire(
     offset and archives the records of aborted transactions; control records are never delivered.
     ``lock_duration_ms`` overrides share.record.lock.duration.ms (an invisible time). Errors per
     partition (UNKNOWN_TOPIC_OR_PARTITION, a database conflict); one partition each in its own
-    database transaction, its row lock held only for it. Never waits for records: see
+    database transaction, its row lock held only for it (the next partition is read only when
+    this one left room). Never waits for records: see
     ``acquire_waiting`` for that."""
     return fetch(broker, group_id, member_id, partitions, None, max_records, max_bytes, isolation_level, lock_duration_ms)[1]
 
@@ -486,7 +487,7 @@ async def fetch_waiting(
     lock_duration_ms: int | None = None,
 ) -> tuple[list[ShareAcknowledged], list[ShareFetchPartition]]:
     """``acquire_waiting`` carrying a ShareFetch's ``acknowledgements``, applied by its first
-    acquisition (``fetch``: a partition both acknowledged and read is one database transaction)
+    acquisition (``fetch``: they and the first partition read are one database transaction)
     before any wait. Their answers, and the acquisitions'. ``topic_ids``: as ``fetch`` takes them."""
     acked: list[ShareAcknowledged] = []
 

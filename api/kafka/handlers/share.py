@@ -337,8 +337,8 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict:
         ids = {name: topic_id for topic_id, name in names.items()}
         got: list[share.ShareFetchPartition] = []
         if wanted:
-            # The acknowledgements ride on the acquisition: a partition both acknowledged and read
-            # is one database transaction, the acknowledgements applied first.
+            # The acknowledgements ride on the acquisition: they and the first partition read are
+            # one database transaction, the acknowledgements applied first.
             max_records = request.max_records if request.max_records > 0 else 500
             answers, got = await share.fetch_waiting(
                 ctx.broker,
