@@ -113,6 +113,10 @@ class Settings(BaseSettings):
     # client must sign in again on the same connection before it ends, else it is closed.
     kafka_connections_max_reauth_ms: int = Field(0, ge=0)
     kafka_node_id: int = Field(0, ge=0)
+    # The transaction.version feature ApiVersions finalizes, as a Kafka operator finalizes it
+    # (kafka-features.sh): 2 lets Java clients from 4.0 use transactions V2 (KIP-890); 1 keeps every
+    # client on the first transaction protocol. Requests are served by their versions either way.
+    kafka_transaction_version: int = Field(2, ge=1, le=2)
     # Metadata for an unknown topic creates it (Kafka's auto.create.topics.enable), with
     # kafka_num_partitions partitions (num.partitions).
     kafka_auto_create_topics: bool = False

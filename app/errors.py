@@ -133,6 +133,12 @@ class ErrorCode(Enum):
     UNKNOWN_TOPIC_ID = _Spec(100, 404, False, "This server does not host this topic ID.")
     MISMATCHED_ENDPOINT_TYPE = _Spec(114, 400, False, "The request was sent to an endpoint of the wrong type.")
     UNSUPPORTED_ENDPOINT_TYPE = _Spec(115, 400, False, "This endpoint type is not supported yet.")
+    TRANSACTION_ABORTABLE = _Spec(
+        120,
+        409,
+        False,
+        "The server encountered an error with the transaction. The client can abort the transaction to continue using this transactional ID.",
+    )
     INVALID_RECORD_STATE = _Spec(
         121, 409, False, "The record state is invalid. The acknowledgement of delivery could not be completed."
     )

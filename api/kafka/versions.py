@@ -44,7 +44,9 @@ _OFFSETS = "api.kafka.handlers.offsets"
 _TOPICS = "api.kafka.handlers.topics"
 
 APIS: tuple[Api, ...] = (
-    Api(ApiKey.Produce, 0, 10, "api.kafka.handlers.produce:handle_produce"),  # min 0: KAFKA-18659; v0-2 refused
+    Api(
+        ApiKey.Produce, 0, 12, "api.kafka.handlers.produce:handle_produce"
+    ),  # min 0: KAFKA-18659; v0-2 refused; v11 TRANSACTION_ABORTABLE; v12 transactions V2; v13+ topic ids
     Api(
         ApiKey.Fetch, 4, 12, f"{_FETCH}:handle_fetch"
     ),  # with Produce >= 3, or librdkafka writes magic 0 batches; v13+ needs topic ids
@@ -79,11 +81,13 @@ APIS: tuple[Api, ...] = (
     ),  # librdkafka validates positions with v2
     Api(ApiKey.DescribeTopicPartitions, 0, 0, f"{_BOOTSTRAP}:handle_describe_topic_partitions"),  # KIP-966: paged Metadata
     Api(ApiKey.DescribeCluster, 0, 2, f"{_BOOTSTRAP}:handle_describe_cluster"),  # v1 endpoint types; v2 fenced brokers
-    Api(ApiKey.InitProducerId, 0, 4, "api.kafka.handlers.transactions:handle_init_producer_id"),  # v3+: KIP-360
+    Api(ApiKey.InitProducerId, 0, 5, "api.kafka.handlers.transactions:handle_init_producer_id"),  # v3+: KIP-360; v6: KIP-939
     Api(ApiKey.AddPartitionsToTxn, 0, 3, "api.kafka.handlers.transactions:handle_add_partitions_to_txn"),  # v4+: brokers only
-    Api(ApiKey.AddOffsetsToTxn, 0, 3, "api.kafka.handlers.transactions:handle_add_offsets_to_txn"),
-    Api(ApiKey.EndTxn, 0, 3, "api.kafka.handlers.transactions:handle_end_txn"),  # v4: TRANSACTION_ABORTABLE; v5: V2
-    Api(ApiKey.TxnOffsetCommit, 0, 3, "api.kafka.handlers.transactions:handle_txn_offset_commit"),  # v3+: KIP-447 fence
+    Api(ApiKey.AddOffsetsToTxn, 0, 4, "api.kafka.handlers.transactions:handle_add_offsets_to_txn"),
+    Api(ApiKey.EndTxn, 0, 5, "api.kafka.handlers.transactions:handle_end_txn"),  # v4: TRANSACTION_ABORTABLE; v5: V2
+    Api(
+        ApiKey.TxnOffsetCommit, 0, 5, "api.kafka.handlers.transactions:handle_txn_offset_commit"
+    ),  # v3+: KIP-447 fence; v5: V2; v6: topic ids
     Api(
         ApiKey.ListTransactions, 0, 2, "api.kafka.handlers.admin_transactions:handle_list_transactions"
     ),  # v1 duration; v2 id pattern

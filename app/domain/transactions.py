@@ -312,6 +312,7 @@ def check_partition_added(meta: TxnMetadata, topic: str, partition: int) -> None
             ErrorCode.INVALID_TXN_STATE,
             f"Partition was not added to the transaction: {topic}-{partition} is not in the open transaction "
             f"of {meta.transactional_id!r} ({meta.state.value}); add it with AddPartitionsToTxn first",
+            not_added=True,
         )
 
 
@@ -323,6 +324,7 @@ def check_group_added(meta: TxnMetadata, group_id: str) -> None:
             ErrorCode.INVALID_TXN_STATE,
             f"Group was not added to the transaction: {group_id!r} is not in the open transaction of "
             f"{meta.transactional_id!r} ({meta.state.value}); add it with AddOffsetsToTxn first",
+            not_added=True,
         )
 
 

@@ -14,10 +14,11 @@ the group or transactional id. ApiVersions and DescribeCluster need nothing.
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from typing import Any, Mapping
 
-from api.kafka import versions
+from api.kafka import transaction_protocol, versions
 from api.kafka.handlers import Node, RequestContext, access
 from app.domain.acl_bindings import ResourceType
 from app.domain.acls import Api
@@ -33,21 +34,33 @@ ZERO_TOPIC_ID = uuid.UUID(int=0)
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 _COORDINATOR_GROUP, _COORDINATOR_TRANSACTION = 0, 1
 _BROKER_ENDPOINTS, _CONTROLLER_ENDPOINTS = 1, 2  # DescribeCluster's endpoint types
+# ApiVersions' FinalizedFeaturesEpoch: the gateway's start, in milliseconds (``handle_api_versions``).
+_FEATURES_EPOCH = time.time_ns() // 1_000_000
 
 
 # -- ApiVersions ---------------------------------------------------------------------------------
 
 
 async def handle_api_versions(ctx: RequestContext, request: Any) -> dict:
-    """The served keys and versions, from the one table. No feature is finalized: without
-    ``transaction.version`` clients keep Kafka's first transaction protocol (one epoch across a
-    producer's transactions), which is the one served. An error is answered as a v0 body."""
+    """The served keys and versions, from the one table, and from v3 the ``transaction.version``
+    feature: supported from 0 to 2, finalized at TXLOG_KAFKA_TRANSACTION_VERSION (2 unless an
+    operator keeps the cluster at 1). Java clients from 4.0 speak transactions V2 when it is
+    finalized at 2; every other client speaks the first protocol whatever it is
+    (``api.kafka.transaction_protocol``). The level changes only with a restart, so its epoch is
+    when this gateway started: a client that hears two levels (gateways set differently) keeps the
+    later-started gateway's, as a Kafka client keeps the features of the highest epoch. An error is
+    answered as a v0 body."""
     api_keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, lo, hi in versions.advertised()]
+    answer: dict[str, Any] = {"error_code": 0, "api_keys": api_keys, "throttle_time_ms": 0}
     if ctx.api_version >= 3:
         name, version = request.client_software_name, request.client_software_version
         if not (name and version and _SOFTWARE.fullmatch(name) and _SOFTWARE.fullmatch(version)):
             return {"error_code": ErrorCode.INVALID_REQUEST.kafka_code, "api_keys": api_keys}
-    return {"error_code": 0, "api_keys": api_keys, "throttle_time_ms": 0}
+        level = ctx.broker.settings.kafka_transaction_version
+        answer["supported_features"] = transaction_protocol.supported_features()
+        answer["finalized_features_epoch"] = _FEATURES_EPOCH
+        answer["finalized_features"] = transaction_protocol.finalized_features(level)
+    return answer
 
 
 # -- Metadata ------------------------------------------------------------------------------------

@@ -7,8 +7,10 @@ Kafka broker appends each partition to its own log; each gets its own error code
 producer's retry of a batch already appended) is answered with the offsets it was given the first
 time.
 
-Transactional batches come from clients of Kafka's first transaction protocol (no client sends
-Produce v12 here): their partitions must have been added with AddPartitionsToTxn.
+A transactional batch below v12 (Kafka's first transaction protocol) goes only to a partition added
+with AddPartitionsToTxn; refused otherwise, TRANSACTION_ABORTABLE from v11 and INVALID_TXN_STATE
+below, as Kafka's transaction verification answers it. From v12 (transactions V2) the batch adds
+its partition to the transaction itself (``api.kafka.transaction_protocol``).
 
 Any gateway appends to any partition, its leader in Metadata or not (no NOT_LEADER_OR_FOLLOWER):
 the log is one, in PostgreSQL, under the partition's row lock (``api.kafka.cluster``).
@@ -27,6 +29,7 @@ import operator
 import time
 from typing import Any
 
+from api.kafka import transaction_protocol
 from api.kafka.handlers import RequestContext, access, error_code
 from api.kafka.handlers.quotas import produce_throttle
 from app.domain.acls import Api
@@ -62,7 +65,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict | None:
     for topic in request.topic_data:
         for part in topic.partition_data:
             if code is not None or topic.name in refused:
-                jobs.append(_failed(topic.name, part.index, code or refused[topic.name]))
+                jobs.append(_failed(topic.name, part.index, code or refused[topic.name], ctx.api_version))
             else:
                 jobs.append(_append(ctx, topic.name, part.index, part.records, transactional_id))
     # One partition, as a producer's request mostly is: awaited as it is, without a task around it.
@@ -81,15 +84,20 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict | None:
     }
 
 
-async def _failed(topic: str, partition: int, exc: TxlogError) -> tuple[str, dict]:
-    return topic, _error(partition, exc)
+async def _failed(topic: str, partition: int, exc: TxlogError, version: int) -> tuple[str, dict]:
+    return topic, _error(partition, exc, version)
 
 
-def _error(partition: int, exc: TxlogError) -> dict:
+def _error(partition: int, exc: TxlogError, version: int) -> dict:
     # A batch of a fenced producer epoch is INVALID_PRODUCER_EPOCH on Produce, as from Kafka 2.7
     # (KIP-588): PRODUCER_FENCED is the coordinator's word, and clients that do not know it
     # (aiokafka) would read an unknown error instead of the fencing.
-    code = ErrorCode.INVALID_PRODUCER_EPOCH if exc.code is ErrorCode.PRODUCER_FENCED else error_code(ApiKey.Produce, exc)
+    if exc.code is ErrorCode.PRODUCER_FENCED:
+        code = ErrorCode.INVALID_PRODUCER_EPOCH
+    elif exc.details.get("not_added"):
+        code = transaction_protocol.not_in_transaction_code(ApiKey.Produce, version, exc)
+    else:
+        code = error_code(ApiKey.Produce, exc)
     return {
         "index": partition,
         "error_code": code.kafka_code,
@@ -111,7 +119,7 @@ async def _append(
         steps = functools.partial(produce_service.produce_steps, ctx.broker, topic, partition, req)
         result = await ctx.loop_executor.run(steps)
     except TxlogError as exc:
-        return topic, _error(partition, exc)
+        return topic, _error(partition, exc, ctx.api_version)
     return topic, {
         "index": partition,
         "error_code": 0,
@@ -132,7 +140,8 @@ def _request(ctx: RequestContext, data: bytes | None, transactional_id: str | No
         raise TxlogError(
             ErrorCode.INVALID_RECORD, f"A produce request carries exactly one record batch per partition, not {len(batches)}"
         )
-    return produce_request(batches[0], transactional_id, require_added=True, batch_bytes=len(data or b""))
+    require_added = not transaction_protocol.adds_to_transaction(ApiKey.Produce, ctx.api_version)
+    return produce_request(batches[0], transactional_id, require_added=require_added, batch_bytes=len(data or b""))
 
 
 def produce_request(
@@ -148,8 +157,8 @@ def produce_request(
     producer id or an idempotent one without a base sequence; INVALID_REQUEST for a transactional
     batch without the request's ``transactional_id``. A non-transactional batch is produced
     without the transactional id even when the request names one. ``require_added``: Produce
-    below v12 (transactions V1), whose transactional batches go only to partitions added with
-    AddPartitionsToTxn. ``batch_bytes``: the batch's size as framed, which Kafka's message.max.bytes
+    below v12 (the first transaction protocol), whose transactional batches go only to partitions
+    added with AddPartitionsToTxn; from v12 (transactions V2) the batch adds its partition. ``batch_bytes``: the batch's size as framed, which Kafka's message.max.bytes
     bounds (``ProduceRequest.batch_bytes``)."""
     if batch.is_control:
         raise TxlogError(ErrorCode.INVALID_RECORD, "Clients are not allowed to write control records")

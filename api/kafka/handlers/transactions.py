@@ -1,12 +1,17 @@
 """The transaction APIs: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit and
 EndTxn, over ``app.services.transactions``.
 
-Kafka clients speak the first transaction protocol here (transactions V2 is not advertised): a
-producer keeps its epoch and its sequences across transactions, adds each partition and group with
-AddPartitionsToTxn / AddOffsetsToTxn before writing to it, and EndTxn (below v5) does not bump the
-epoch. The coordinator runs those transactions in its version-1 mode; the rules (fencing, states,
-timeouts, the refusal of a batch for a partition not added) are the services'. Any gateway can
-coordinate any transaction: its state is in PostgreSQL, under the transaction's row lock.
+Both of Kafka's transaction protocols are served, each transaction in the one its client speaks
+(``api.kafka.transaction_protocol``). In the first, a producer keeps its epoch and its sequences
+across transactions, adds each partition and group with AddPartitionsToTxn / AddOffsetsToTxn
+before writing to it, and EndTxn (below v5) does not bump the epoch: the coordinator's version-1
+mode. In transactions V2 (KIP-890: Java clients from 4.0, when ApiVersions finalizes
+``transaction.version`` 2), Produce v12 and TxnOffsetCommit v5 add their partition or group
+themselves, and EndTxn v5 ends the transaction with a new epoch, answered for the next one (a new
+producer id once the epoch is exhausted): a late EndTxn of an ended transaction is then told apart
+from the next one's. The rules (fencing, states, timeouts, the refusal of a batch for a partition
+not added) are the services'. Any gateway can coordinate any transaction: its state is in
+PostgreSQL, under the transaction's row lock.
 
 ACLs, as Kafka: every request needs Write on its transactional id (else
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent InitProducerId needs IdempotentWrite on the
@@ -21,6 +26,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Iterable
 
+from api.kafka import transaction_protocol
 from api.kafka.handlers import RequestContext, access, error_code
 from api.kafka.handlers.offsets import committed_offsets
 from app.domain.acls import Api
@@ -29,9 +35,8 @@ from app.errors import ErrorCode, TxlogError
 from app.services import transactions as txn_service
 from app.wire.kafka.protocol import ApiKey
 
-# The first transaction protocol (Kafka's transactions V1): the epoch is kept across transactions.
-TRANSACTION_VERSION = 1
 NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
 
 # PRODUCER_FENCED (KIP-588) is sent only from these versions; older clients know the fencing of
 # a producer as INVALID_PRODUCER_EPOCH.
@@ -41,6 +46,8 @@ _PRODUCER_FENCED_SINCE = {"InitProducerId": 4, "AddPartitionsToTxn": 2, "AddOffs
 def _code(exc: TxlogError, api: str, version: int) -> int:
     if exc.code is ErrorCode.PRODUCER_FENCED and version < _PRODUCER_FENCED_SINCE[api]:
         return ErrorCode.INVALID_PRODUCER_EPOCH.kafka_code
+    if exc.details.get("not_added"):
+        return transaction_protocol.not_in_transaction_code(ApiKey[api], version, exc).kafka_code
     return error_code(ApiKey[api], exc).kafka_code
 
 
@@ -136,7 +143,9 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> dict:
 async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
     """The group's offsets, pending in the transaction until it commits. From v3 the request
     carries the consumer's generation and member id, and a zombie (an older generation of the
-    group, KIP-447) is refused by the group coordinator before anything is written."""
+    group, KIP-447) is refused by the group coordinator before anything is written. Below v5 the
+    group must have joined the transaction with AddOffsetsToTxn (else TRANSACTION_ABORTABLE from
+    v4, INVALID_TXN_STATE below); from v5 (transactions V2) the commit adds it."""
     access.check(ctx, Api.TXN_OFFSET_COMMIT, transactional_id=request.transactional_id, group=request.group_id)
     refused = access.refused(ctx, Api.TXN_OFFSET_COMMIT, "topic", (t.name for t in request.topics))
     every = committed_offsets(request.topics, leader_epochs=ctx.api_version >= 2)
@@ -160,7 +169,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
                 request.group_id,
                 offsets,
                 None,
-                True,
+                not transaction_protocol.adds_to_transaction(ApiKey.TxnOffsetCommit, ctx.api_version),
             )
         except TxlogError as exc:
             code = _code(exc, "TxnOffsetCommit", ctx.api_version)
@@ -172,12 +181,16 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
 
 
 async def handle_end_txn(ctx: RequestContext, request: Any) -> dict:
-    """Commit or abort: markers, offsets and the completed state in one database transaction, the
-    producer's epoch kept (the first transaction protocol)."""
+    """Commit or abort: markers, offsets and the completed state in one database transaction. Below
+    v5 the producer's epoch is kept (the first transaction protocol); from v5 (transactions V2) the
+    transaction ends with a new epoch, or a new producer id once the epoch is exhausted, answered
+    for the next transaction. A retry of the EndTxn that ended the producer's last transaction is
+    answered as that one was, with the current producer id and epoch."""
     result: Result = "commit" if request.committed else "abort"
+    version = transaction_protocol.transaction_version(ApiKey.EndTxn, ctx.api_version)
     refused = access.refusal(ctx, Api.END_TXN, transactional_id=request.transactional_id)
     if refused is not None:
-        return {"throttle_time_ms": 0, "error_code": refused.code.kafka_code}
+        return _ended(refused.code.kafka_code)
     steps = functools.partial(
         txn_service.end_txn_steps,
         ctx.broker,
@@ -185,10 +198,15 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> dict:
         request.producer_id,
         request.producer_epoch,
         result,
-        TRANSACTION_VERSION,
+        version,
     )
     try:
-        await ctx.loop_executor.run(steps)
+        outcome = await ctx.loop_executor.run(steps)
     except TxlogError as exc:
-        return {"throttle_time_ms": 0, "error_code": _code(exc, "EndTxn", ctx.api_version)}
-    return {"throttle_time_ms": 0, "error_code": 0}
+        return _ended(_code(exc, "EndTxn", ctx.api_version))
+    return _ended(0, outcome.producer_id, outcome.producer_epoch)
+
+
+def _ended(code: int, producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH) -> dict:
+    """EndTxn's answer; the producer id and epoch are v5's (ignored by older versions)."""
+    return {"throttle_time_ms": 0, "error_code": code, "producer_id": producer_id, "producer_epoch": producer_epoch}
