@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Self
 
 import httpx
 
@@ -51,72 +51,92 @@ def wait_while_progressing(remaining, stall_timeout: float = 60.0, interval: flo
         left = now
 
 
-class ServerProcess:
-    """``txlog serve`` in a subprocess, on a free port, against a given database."""
+def accepting(port: int) -> bool:
+    """Whether something accepts connections on ``127.0.0.1:port``."""
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
-    def __init__(
-        self, database_url: str, workers: int = 1, env: dict[str, str] | None = None, log_path: Path | None = None
-    ) -> None:
+
+class TxlogProcess:
+    """A ``txlog`` command (``argv``) in a subprocess against a given database, in a session of its
+    own so that a signal reaches every process it starts, its output to ``log_path`` (else
+    discarded). ``start`` returns once it is ``ready``, waiting for ``awaited``. Its environment
+    is this one's with the database set and ``env`` over it, without this one's TXLOG_* settings
+    unless ``inherits_settings``."""
+
+    name = "txlog"
+    inherits_settings = False
+
+    def __init__(self, database_url: str, env: dict[str, str] | None, log_path: Path | None, awaited: str) -> None:
         self.database_url = database_url
-        self.workers = workers
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "TXLOG_DATABASE_URL": database_url, **(env or {})}
-        self.env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        inherited = os.environ if self.inherits_settings else {k: v for k, v in os.environ.items() if not k.startswith("TXLOG_")}
+        self.env = {**inherited, "TXLOG_DATABASE_URL": database_url, **(env or {})}
         self.log_path = log_path
+        self.awaited = awaited
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 60) -> "ServerProcess":
+    def argv(self) -> list[str]:
+        """The command and its options, after ``txlog``."""
+        raise NotImplementedError
+
+    def ready(self) -> bool:
+        raise NotImplementedError
+
+    def start(self, timeout: float = 60) -> Self:
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "app.cli",
-                "serve",
-                "--port",
-                str(self.port),
-                "--workers",
-                str(self.workers),
-                "--log-level",
-                "warning",
-            ],
+            [sys.executable, "-m", "app.cli", *self.argv()],
             cwd=ROOT,
             env=self.env,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        wait_until(self._ready, timeout, 0.1, f"server on {self.url} to be ready")
+        wait_until(self._started, timeout, 0.1, self.awaited)
         return self
 
-    def _ready(self) -> bool:
+    def _started(self) -> bool:
         assert self.proc is not None
         if self.proc.poll() is not None:
-            raise AssertionError(f"server exited with {self.proc.returncode}")
-        try:
-            return httpx.get(self.url + "/readyz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
+            raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.log()}")
+        return self.ready()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
-        """Kill the whole process group (uvicorn supervisor and its workers)."""
+        """Kill the whole process group (for ``txlog serve``, uvicorn's supervisor and its workers)."""
         if self.proc and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, sig)
             self.proc.wait(timeout=30)
 
-    def stop(self) -> None:
-        self.kill(signal.SIGTERM)
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int | None:
+        """Signal the process group and wait for it (SIGKILL after ``timeout`` seconds); its exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=30)
+        return self.proc.returncode
 
     def signal_group(self, sig: int) -> None:
-        """Send ``sig`` to every process of the server and return at once (SIGSTOP freezes it as a
+        """Send ``sig`` to every process of the command and return at once (SIGSTOP freezes it as a
         stalled host, SIGCONT resumes it)."""
         assert self.proc is not None
         os.killpg(self.proc.pid, sig)
 
     def processes(self) -> dict[int, str]:
-        """The server's processes (its process group) and the state of each: ``T`` is stopped."""
+        """The command's processes (its process group) and the state of each: ``T`` is stopped."""
         assert self.proc is not None
         found = {}
         for entry in Path("/proc").iterdir():
@@ -131,11 +151,39 @@ class ServerProcess:
                 found[int(entry.name)] = fields[0]
         return found
 
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class ServerProcess(TxlogProcess):
+    """``txlog serve`` in a subprocess, on a free port, against a given database."""
+
+    name = "server"
+    inherits_settings = True
+
+    def __init__(
+        self, database_url: str, workers: int = 1, env: dict[str, str] | None = None, log_path: Path | None = None
+    ) -> None:
+        self.workers = workers
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__(database_url, env, log_path, f"server on {self.url} to be ready")
+        self.env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+
+    def argv(self) -> list[str]:
+        return ["serve", "--port", str(self.port), "--workers", str(self.workers), "--log-level", "warning"]
+
+    def ready(self) -> bool:
+        try:
+            return httpx.get(self.url + "/readyz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     def client(self, timeout: float = 30) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=timeout)
-
-    def __enter__(self) -> "ServerProcess":
-        return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.kill()

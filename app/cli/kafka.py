@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import logging
-import sys
-
 import click
 
+from app.cli.gateway import LOG_LEVEL, configure_logging, gateway_broker
 from app.cli.listeners import gateway_listeners
-from app.cli.server import DATABASE_URL, resolve_database_url
-
-LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+from app.cli.server import DATABASE_URL
 
 
 @click.command()
@@ -53,7 +49,7 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
     "--node-id", type=click.IntRange(min=0), default=None, help="This gateway's broker id (default: $TXLOG_KAFKA_NODE_ID, else 0)"
 )
 @DATABASE_URL
-@click.option("--log-level", type=click.Choice(LOG_LEVELS), default="info", show_default=True)
+@LOG_LEVEL
 @click.option(
     "--insecure",
     is_flag=True,
@@ -78,15 +74,9 @@ def kafka(
     and consume over Kafka's protocol, with the same guarantees as the HTTP API."""
     from api.kafka import server as gateway
     from app.config import load_settings
-    from app.services import Broker, security
     from app.services.sweeper import SweeperThread
-    from app.storage import migrate as migrations
-    from app.storage.db import Database
 
-    logging.basicConfig(
-        level=logging.DEBUG if log_level == "trace" else log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    configure_logging(log_level)
     overrides = {
         "kafka_listen": listen,
         "kafka_advertised_host": advertised_host,
@@ -98,16 +88,8 @@ def kafka(
         "kafka_ssl_cafile": ssl_cafile,
         "kafka_ssl_client_auth": ssl_client_auth,
     }
-    settings = load_settings(**overrides)
-    found, advertised = gateway_listeners(settings, insecure)
-    url, server = resolve_database_url(database_url)
-    try:
-        migrations.upgrade(url)
-        settings = load_settings(database_url=url, **overrides)
-        broker = Broker(Database.from_settings(settings), settings)
-        if settings.auth == "token" and settings.admin_token:
-            security.ensure_admin_principal(broker.db, settings.admin_token)
-        print(f"txlog kafka: database {url}", file=sys.stderr)
+    found, advertised = gateway_listeners(load_settings(**overrides), insecure)
+    with gateway_broker("kafka", database_url, overrides) as (broker, settings):
         # Transactions begun over the wire time out as those begun over HTTP: the sweeper aborts them.
         sweeper = SweeperThread(broker)
         sweeper.start()
@@ -117,8 +99,4 @@ def kafka(
             raise click.ClickException(str(exc)) from None
         finally:
             sweeper.stop()
-            broker.db.dispose()
-    finally:
-        if server is not None:
-            server.stop()
     return 0

@@ -4,12 +4,8 @@ connection that speaks frames for the tests that need bytes no client sends."""
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import socket
 import struct
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -18,13 +14,15 @@ import pytest
 from app.services import Broker
 from app.wire.kafka import protocol
 from tests.conftest import fresh_database, make_broker
-from tests.support import ROOT, free_port, wait_until
+from tests.support import TxlogProcess, accepting, free_port
 
 
-class GatewayProcess:
+class GatewayProcess(TxlogProcess):
     """``txlog kafka`` in a subprocess, on a free port, against a given database. ``listeners``
     ({name: security protocol}, each on a free loopback port: ``ports[name]``) replace ``--listen``;
     ``bootstrap`` is then the first one's."""
+
+    name = "the gateway"
 
     def __init__(
         self,
@@ -35,73 +33,25 @@ class GatewayProcess:
         listeners: dict[str, str] | None = None,
         args: tuple[str, ...] = (),
     ) -> None:
-        self.database_url = database_url
         self.ports = {name: free_port() for name in listeners or {}}
         self.port = next(iter(self.ports.values())) if self.ports else free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.node_id = node_id
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("TXLOG_")}
-        self.env.update({"TXLOG_DATABASE_URL": database_url, **(env or {})})
+        super().__init__(database_url, env, log_path, f"the gateway on {self.bootstrap} to accept connections")
         if listeners:
             self.env["TXLOG_KAFKA_LISTENERS"] = ",".join(f"{name}://127.0.0.1:{self.ports[name]}" for name in listeners)
             if any(name != protocol for name, protocol in listeners.items()):
                 self.env["TXLOG_KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"] = ",".join(f"{n}:{p}" for n, p in listeners.items())
         self.args = (*(() if listeners else ("--listen", self.bootstrap)), *args)
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 60) -> "GatewayProcess":
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "kafka", *self.args, "--node-id", str(self.node_id), "--log-level", "info"],
-            cwd=ROOT,
-            env=self.env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        wait_until(self._accepting, timeout, 0.1, f"the gateway on {self.bootstrap} to accept connections")
-        return self
+    def argv(self) -> list[str]:
+        return ["kafka", *self.args, "--node-id", str(self.node_id), "--log-level", "info"]
 
-    def _accepting(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise AssertionError(f"the gateway exited with {self.proc.returncode}:\n{self.log()}")
-        for port in self.ports.values() or (self.port,):
-            with socket.socket() as s:
-                s.settimeout(0.5)
-                if s.connect_ex(("127.0.0.1", port)) != 0:
-                    return False
-        return True
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int | None:
-        """Signal the gateway and wait for it; its exit code."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=30)
-        return self.proc.returncode
+    def ready(self) -> bool:
+        return all(accepting(port) for port in self.ports.values() or (self.port,))
 
     def connect(self, timeout: float = 10) -> "RawConnection":
         return RawConnection(socket.create_connection(("127.0.0.1", self.port), timeout=timeout))
-
-    def __enter__(self) -> "GatewayProcess":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 class RawConnection:

@@ -3,12 +3,6 @@ topics and consumer groups made through txlog's own services."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import socket
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -18,59 +12,24 @@ import pytest
 from app.services import Broker, share_admin, share_configs
 from app.services import topics as topic_service
 from tests.conftest import fresh_database, make_broker
-from tests.support import ROOT, free_port, wait_until
+from tests.support import TxlogProcess, accepting, free_port
 
 
-class RocketMQGatewayProcess:
+class RocketMQGatewayProcess(TxlogProcess):
     """``txlog rocketmq`` in a subprocess, on a free loopback port, against a given database."""
+
+    name = "the gateway"
 
     def __init__(self, database_url: str, env: dict[str, str] | None = None, log_path: Path | None = None) -> None:
         self.port = free_port()
         self.endpoints = f"127.0.0.1:{self.port}"
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("TXLOG_")}
-        self.env.update({"TXLOG_DATABASE_URL": database_url, **(env or {})})
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(database_url, env, log_path, f"the RocketMQ gateway on {self.endpoints} to accept connections")
 
-    def start(self, timeout: float = 60) -> "RocketMQGatewayProcess":
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "rocketmq", "--listen", self.endpoints, "--log-level", "info"],
-            cwd=ROOT,
-            env=self.env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        wait_until(self._accepting, timeout, 0.1, f"the RocketMQ gateway on {self.endpoints} to accept connections")
-        return self
+    def argv(self) -> list[str]:
+        return ["rocketmq", "--listen", self.endpoints, "--log-level", "info"]
 
-    def _accepting(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise AssertionError(f"the gateway exited with {self.proc.returncode}:\n{self.log()}")
-        with socket.socket() as s:
-            s.settimeout(0.5)
-            return s.connect_ex(("127.0.0.1", self.port)) == 0
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
-
-    def stop(self, timeout: float = 30) -> int | None:
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=30)
-        return self.proc.returncode
+    def ready(self) -> bool:
+        return accepting(self.port)
 
 
 @pytest.fixture(scope="module")

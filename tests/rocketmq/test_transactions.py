@@ -16,7 +16,7 @@ import threading
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 from sqlalchemy import text
@@ -235,24 +235,36 @@ sys.stdin.read()
 """
 
 
+@pytest.fixture
+def orphan(tmp_path: Path) -> Callable[[str, str], tuple[str, str]]:
+    """Sends a half message to ``topic`` through the gateway at ``endpoints`` from a producer (the
+    ORPHAN script) killed with SIGKILL before it could decide it; its transaction id and message id."""
+
+    def send(endpoints: str, topic: str) -> tuple[str, str]:
+        producer = subprocess.Popen(
+            [sys.executable, "-c", ORPHAN, endpoints, topic],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            assert producer.stdout is not None
+            transaction_id, message_id = producer.stdout.readline().decode().split()
+        finally:
+            os.kill(producer.pid, signal.SIGKILL)
+            producer.wait(timeout=30)
+        return transaction_id, message_id
+
+    return send
+
+
 def test_a_producer_killed_after_its_half_message_is_succeeded_by_the_next_one(
-    store: Broker, gateway: RocketMQGatewayProcess, tmp_path: Path
+    store: Broker, gateway: RocketMQGatewayProcess, orphan: Callable[[str, str], tuple[str, str]]
 ) -> None:
     topic = _topic(store)
-    orphan = subprocess.Popen(
-        [sys.executable, "-c", ORPHAN, gateway.endpoints, topic],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        assert orphan.stdout is not None
-        transaction_id, message_id = orphan.stdout.readline().decode().split()
-    finally:
-        os.kill(orphan.pid, signal.SIGKILL)
-        orphan.wait(timeout=30)
+    transaction_id, message_id = orphan(gateway.endpoints, topic)
     assert _state(store, transaction_id) is HalfState.PREPARED
     checker = Checker(COMMIT)
     successor = _producer(gateway, topic, checker)
@@ -268,7 +280,7 @@ def test_a_producer_killed_after_its_half_message_is_succeeded_by_the_next_one(
 
 
 def test_a_half_message_whose_producers_are_all_gone_is_rolled_back_after_its_last_check(
-    rocketmq_db: str, store: Broker, tmp_path: Path
+    rocketmq_db: str, store: Broker, tmp_path: Path, orphan: Callable[[str, str], tuple[str, str]]
 ) -> None:
     """No producer of the group on any gateway: each check-back no gateway could send is counted
     once a gateway lease has passed since it fell due, as a broker counts a check it found no
@@ -277,20 +289,7 @@ def test_a_half_message_whose_producers_are_all_gone_is_rolled_back_after_its_la
     env = {"TXLOG_HALF_CHECK_POLL_INTERVAL_MS": "100", "TXLOG_ROCKETMQ_GATEWAY_LEASE_MS": "1000"}
     g = RocketMQGatewayProcess(rocketmq_db, env=env, log_path=tmp_path / "gateway.log").start()
     try:
-        orphan = subprocess.Popen(
-            [sys.executable, "-c", ORPHAN, g.endpoints, topic],
-            cwd=tmp_path,
-            env={**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            start_new_session=True,
-        )
-        try:
-            assert orphan.stdout is not None
-            transaction_id, _ = orphan.stdout.readline().decode().split()
-        finally:
-            os.kill(orphan.pid, signal.SIGKILL)
-            orphan.wait(timeout=30)
+        transaction_id, _ = orphan(g.endpoints, topic)
         detail = _decided(store, transaction_id)
     finally:
         assert g.stop() == 0, g.log()
