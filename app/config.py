@@ -133,6 +133,12 @@ class Settings(BaseSettings):
     kafka_group_min_session_timeout_ms: int = Field(6_000, gt=0)
     kafka_group_max_session_timeout_ms: int = Field(1_800_000, gt=0)
     kafka_group_max_size: int | None = Field(None, gt=0)
+    # Consumer groups of the next-generation protocol (KIP-848): group.consumer.session.timeout.ms
+    # (a member silent that long is fenced), group.consumer.heartbeat.interval.ms (how often members
+    # are told to heartbeat) and group.consumer.max.size (None: no limit).
+    kafka_consumer_group_session_timeout_ms: int = Field(45_000, gt=0)
+    kafka_consumer_group_heartbeat_interval_ms: int = Field(5_000, gt=0)
+    kafka_consumer_group_max_size: int | None = Field(None, gt=0)
     # How long a gateway's entry in the node registry lives without renewal (renewed at a third).
     kafka_node_lease_ms: int = Field(10_000, gt=0)
     # The RocketMQ gateway (`txlog rocketmq`, docs/rocketmq.md): RocketMQ 5's gRPC protocol on the

@@ -153,6 +153,16 @@ class ErrorCode(Enum):
         False,
         "The member epoch is fenced by the group coordinator. The member must abandon all its partitions and rejoin.",
     )
+    UNRELEASED_INSTANCE_ID = _Spec(
+        111, 409, False, "The instance ID is still used by another member in the consumer group. That member must leave first."
+    )
+    UNSUPPORTED_ASSIGNOR = _Spec(112, 400, False, "The assignor or its version range is not supported by the consumer group.")
+    STALE_MEMBER_EPOCH = _Spec(
+        113,
+        409,
+        False,
+        "The member epoch is stale. The member must retry after receiving its updated member epoch via the ConsumerGroupHeartbeat API.",
+    )
 
     @property
     def kafka_code(self) -> int:

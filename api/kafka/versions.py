@@ -52,7 +52,9 @@ APIS: tuple[Api, ...] = (
     ),  # with Produce >= 3, or librdkafka writes magic 0 batches; v13+ needs topic ids
     Api(ApiKey.ListOffsets, 1, 7, f"{_FETCH}:handle_list_offsets"),  # v8+: tiered storage
     Api(ApiKey.Metadata, 0, 12, f"{_BOOTSTRAP}:handle_metadata"),  # v10+ topic ids: the zero UUID
-    Api(ApiKey.OffsetCommit, 2, 9, f"{_OFFSETS}:handle_offset_commit"),  # v9: generation (classic groups); v10+ topic ids
+    Api(
+        ApiKey.OffsetCommit, 2, 9, f"{_OFFSETS}:handle_offset_commit"
+    ),  # v9: generation or member epoch (KIP-848); v10+ topic ids
     Api(ApiKey.OffsetFetch, 1, 9, f"{_OFFSETS}:handle_offset_fetch"),  # v7 require_stable; v8 several groups; v10+ topic ids
     Api(ApiKey.FindCoordinator, 0, 4, f"{_BOOTSTRAP}:handle_find_coordinator"),  # v4: batched keys
     Api(ApiKey.JoinGroup, 0, 9, f"{_GROUPS}:handle_join_group"),  # v4 MEMBER_ID_REQUIRED; v5 static members; v9 skip_assignment
@@ -116,6 +118,10 @@ APIS: tuple[Api, ...] = (
         ApiKey.AlterShareGroupOffsets, 0, 0, "api.kafka.handlers.share_admin:handle_alter_share_group_offsets"
     ),  # NON_EMPTY_GROUP with members
     Api(ApiKey.DeleteShareGroupOffsets, 0, 0, "api.kafka.handlers.share_admin:handle_delete_share_group_offsets"),
+    Api(
+        ApiKey.ConsumerGroupHeartbeat, 0, 1, "api.kafka.handlers.consumer_groups:handle_consumer_group_heartbeat"
+    ),  # KIP-848; v1: regex subscriptions, the client's member ids
+    Api(ApiKey.ConsumerGroupDescribe, 0, 1, "api.kafka.handlers.consumer_groups:handle_consumer_group_describe"),
 )
 
 BY_KEY: dict[int, Api] = {api.api_key: api for api in APIS}

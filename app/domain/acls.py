@@ -77,6 +77,8 @@ class Api(Enum):
     DELETE_SHARE_GROUP_OFFSETS = "DeleteShareGroupOffsets"
     SHARE_ACKNOWLEDGE = "ShareAcknowledge"
     DESCRIBE_SHARE_GROUP = "ShareGroupDescribe"  # and its share partitions' in-flight records
+    CONSUMER_GROUP_HEARTBEAT = "ConsumerGroupHeartbeat"
+    DESCRIBE_CONSUMER_GROUP = "ConsumerGroupDescribe"
     ALTER_GROUP_CONFIGS = "AlterGroupConfigs"  # (Incremental)AlterConfigs of a GROUP resource (share.* configs)
     DESCRIBE_GROUP_CONFIGS = "DescribeGroupConfigs"  # DescribeConfigs of a GROUP resource
     UNCHECKED = "Unchecked"  # ApiVersions, SaslHandshake, SaslAuthenticate, the wire's DescribeCluster
@@ -176,6 +178,9 @@ REQUIRED: Mapping[Api, tuple[tuple[Check, ...], ...]] = {
     Api.DELETE_SHARE_GROUP_OFFSETS: (_on(G, O.DELETE, "group"), _on(T, O.READ, "topics")),
     Api.SHARE_ACKNOWLEDGE: (_on(G, O.READ, "group"), _on(T, O.READ, "topics")),
     Api.DESCRIBE_SHARE_GROUP: (_on(G, O.DESCRIBE, "group"),),
+    # Kafka's ConsumerGroupHeartbeat: Read on the group, Describe on each subscribed topic name.
+    Api.CONSUMER_GROUP_HEARTBEAT: (_on(G, O.READ, "group"), _on(T, O.DESCRIBE, "topics")),
+    Api.DESCRIBE_CONSUMER_GROUP: (_on(G, O.DESCRIBE, "group"),),
     Api.ALTER_GROUP_CONFIGS: (_on(G, O.ALTER_CONFIGS, "group"),),
     Api.DESCRIBE_GROUP_CONFIGS: (_on(G, O.DESCRIBE_CONFIGS, "group"),),
     Api.UNCHECKED: (),
@@ -257,6 +262,8 @@ KAFKA_APIS: Mapping[str, tuple[Api, ...]] = {
     "DescribeShareGroupOffsets": (Api.DESCRIBE_SHARE_GROUP_OFFSETS,),
     "AlterShareGroupOffsets": (Api.ALTER_SHARE_GROUP_OFFSETS,),
     "DeleteShareGroupOffsets": (Api.DELETE_SHARE_GROUP_OFFSETS,),
+    "ConsumerGroupHeartbeat": (Api.CONSUMER_GROUP_HEARTBEAT,),
+    "ConsumerGroupDescribe": (Api.DESCRIBE_CONSUMER_GROUP,),
     "DescribeTransactions": (Api.DESCRIBE_TRANSACTIONS,),
     "ListTransactions": (Api.LIST_TRANSACTIONS,),
     "DescribeTopicPartitions": (Api.DESCRIBE_TOPIC, Api.LIST_TOPICS),

@@ -217,7 +217,7 @@ def heartbeat(
                 ErrorCode.UNKNOWN_MEMBER_ID, f"Member {request.member_id} is not a member of group {group.group_id}."
             )
         member = ShareMember(request.member_id, JOIN_EPOCH, JOIN_EPOCH, frozenset(), NO_PARTITIONS, now_ms)
-    _check_member_epoch(member, request.member_epoch)
+    check_member_epoch("share", member.member_epoch, member.previous_member_epoch, request.member_epoch)
 
     updated = replace(
         member,
@@ -269,19 +269,25 @@ def heartbeat(
     return HeartbeatOutcome(new_group, answer)
 
 
-def _check_member_epoch(member: ShareMember, received: int) -> None:
-    """Kafka's fencing: an epoch ahead of the member's, or behind it and not its previous one."""
-    if received > member.member_epoch:
+def check_member_epoch(
+    kind: str, member_epoch: int, previous_member_epoch: int, received: int, retry_allowed: bool = True
+) -> None:
+    """Kafka's fencing of a heartbeat's epoch, for share and consumer groups alike (``kind`` names
+    the group's type in the message): an epoch ahead of the member's, or behind it and not its
+    previous one (the answer that bumped it may have been lost: the member retries), is fenced.
+    ``retry_allowed`` False fences the previous epoch too (a consumer group accepts it only from a
+    member that owns no more than its current assignment)."""
+    if received > member_epoch:
         raise TxlogError(
             ErrorCode.FENCED_MEMBER_EPOCH,
-            f"The share group member has a greater member epoch ({received}) than the one known by the group coordinator "
-            f"({member.member_epoch}). The member must abandon all its partitions and rejoin.",
+            f"The {kind} group member has a greater member epoch ({received}) than the one known by the group coordinator "
+            f"({member_epoch}). The member must abandon all its partitions and rejoin.",
         )
-    if received < member.member_epoch and received != member.previous_member_epoch:
+    if received < member_epoch and (received != previous_member_epoch or not retry_allowed):
         raise TxlogError(
             ErrorCode.FENCED_MEMBER_EPOCH,
-            f"The share group member has a smaller member epoch ({received}) than the one known by the group coordinator "
-            f"({member.member_epoch}). The member must abandon all its partitions and rejoin.",
+            f"The {kind} group member has a smaller member epoch ({received}) than the one known by the group coordinator "
+            f"({member_epoch}). The member must abandon all its partitions and rejoin.",
         )
 
 

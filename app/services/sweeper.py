@@ -1,6 +1,7 @@
 """The background sweeper: aborts timed-out transactions (fencing their producers), completes
 prepared transactions left behind by a crash, expires idle transactional ids and producer state,
-applies retention, fences share groups' members whose session ended, and gives back share groups'
+applies retention, fences share groups' members whose session ended and consumer groups' members
+past their session or rebalance timeout, and gives back share groups'
 records whose acquisition lock expired.
 
 Every worker on every host runs one, and they share the work: each due item is claimed with
@@ -25,7 +26,7 @@ from sqlalchemy.engine import Connection
 from app.domain import transactions as txn
 from app.domain.transactions import TxnMetadata, TxnState
 from app.errors import DatabaseUnavailable, TxlogError
-from app.services import Broker, coordinator, retention, share_groups, share_locks
+from app.services import Broker, consumer_groups, coordinator, retention, share_groups, share_locks
 from app.services.rounds import RoundReport
 from app.storage import producers as producers_store
 from app.storage import transactions as transactions_store
@@ -49,6 +50,7 @@ class SweepReport(RoundReport):
     share_records_released: int = 0  # share groups' records whose lock expired: available again
     share_records_archived: int = 0  # ... or archived at the delivery-count limit
     share_members_fenced: int = 0  # share groups' members whose session ended (their records given back)
+    consumer_members_fenced: int = 0  # consumer groups' (KIP-848) members past their session or rebalance timeout
     failed: int = 0
     more_due: bool = False  # a job spent its budget with items still due: the next round should not wait
 
@@ -200,6 +202,7 @@ def sweep(broker: Broker, budget_s: float | None = None) -> SweepReport:
         ("producer_ids_forgotten", lambda: setattr(report, "producer_ids_forgotten", forget_producer_ids(broker, budget))),
         ("retention", lambda: _set_retention(report, retention.apply(broker, budget))),
         ("share_sessions", lambda: setattr(report, "share_members_fenced", share_groups.expire_sessions(broker))),
+        ("consumer_group_members", lambda: setattr(report, "consumer_members_fenced", consumer_groups.expire_members(broker))),
         ("share_locks", lambda: _set_share_locks(report, share_locks.expire_due(broker, budget_s=budget))),
     ]
     for name, job in jobs:

@@ -19,16 +19,20 @@ from sqlalchemy.engine import Connection
 from app.domain.share_groups import Assignment, ShareGroup, ShareMember, TopicMetadata
 
 
-def _assignment_json(assignment: Assignment) -> str:
+def assignment_json(assignment: Assignment) -> str:
     return json.dumps({str(t): sorted(ps) for t, ps in sorted(assignment.items())})
 
 
-def _assignment(value: Mapping[str, Any]) -> Assignment:
+def assignment_of(value: Mapping[str, Any]) -> Assignment:
     return {uuid.UUID(t): frozenset(int(p) for p in ps) for t, ps in value.items()}
 
 
-def _metadata_json(metadata: Mapping[str, TopicMetadata]) -> str:
+def metadata_json(metadata: Mapping[str, TopicMetadata]) -> str:
     return json.dumps({n: {"topic_id": str(t.topic_id), "partitions": t.partitions} for n, t in sorted(metadata.items())})
+
+
+def metadata_of(value: Mapping[str, Any]) -> dict[str, TopicMetadata]:
+    return {n: TopicMetadata(n, uuid.UUID(t["topic_id"]), int(t["partitions"])) for n, t in value.items()}
 
 
 _GROUP = "SELECT group_epoch, assignment_epoch, subscription_metadata FROM txlog.share_group_metadata WHERE group_id = :g"
@@ -52,21 +56,14 @@ def _load(conn: Connection, group_id: str, lock: str) -> ShareGroup | None:
             m.member_epoch,
             m.previous_member_epoch,
             frozenset(m.subscribed_topic_names),
-            _assignment(m.assignment),
+            assignment_of(m.assignment),
             m.session_deadline_ms,
             m.rack_id,
             m.client_id,
             m.client_host,
         )
-        target[m.member_id] = _assignment(m.target_assignment)
-    return ShareGroup(
-        group_id,
-        group_epoch,
-        assignment_epoch,
-        members,
-        {n: TopicMetadata(n, uuid.UUID(t["topic_id"]), int(t["partitions"])) for n, t in metadata.items()},
-        target,
-    )
+        target[m.member_id] = assignment_of(m.target_assignment)
+    return ShareGroup(group_id, group_epoch, assignment_epoch, members, metadata_of(metadata), target)
 
 
 def share_group_lock(conn: Connection, group_id: str, skip_locked: bool = False) -> ShareGroup | None:
@@ -108,7 +105,7 @@ def share_group_save(conn: Connection, old: ShareGroup | None, new: ShareGroup) 
                 "g": new.group_id,
                 "ge": new.group_epoch,
                 "ae": new.assignment_epoch,
-                "md": _metadata_json(new.subscription_metadata),
+                "md": metadata_json(new.subscription_metadata),
             },
         )
     old_members = {} if old is None else dict(old.members)
@@ -143,8 +140,8 @@ def share_group_save(conn: Connection, old: ShareGroup | None, new: ShareGroup) 
                 "e": member.member_epoch,
                 "pe": member.previous_member_epoch,
                 "subs": sorted(member.subscribed_topic_names),
-                "a": _assignment_json(member.assignment),
-                "ta": _assignment_json(target),
+                "a": assignment_json(member.assignment),
+                "ta": assignment_json(target),
                 "dl": member.session_deadline_ms,
                 "rack": member.rack_id,
                 "cid": member.client_id,

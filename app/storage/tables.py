@@ -640,3 +640,50 @@ share_group_member_metadata = Table(
     ForeignKeyConstraint(["group_id"], ["txlog.share_group_metadata.group_id"], ondelete="CASCADE"),
     Index("share_group_member_metadata_session_deadline", "session_deadline_ms"),
 )
+
+# A consumer group of the next-generation protocol (KIP-848, ``app.domain.groups.consumer_group``):
+# its epochs and the metadata of the subscribed topics its target assignment was computed from.
+# Its row lock serialises every heartbeat of the group, whichever gateway serves it. Named after
+# Kafka's coordinator record (ConsumerGroupMetadata).
+consumer_group_metadata = Table(
+    "consumer_group_metadata",
+    metadata,
+    Column("group_id", Text, primary_key=True),
+    Column("group_epoch", Integer, nullable=False),
+    Column("assignment_epoch", Integer, nullable=False),
+    Column("subscription_metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("created_at", TS, nullable=False, server_default=text("now()")),
+    Column("updated_at", TS, nullable=False, server_default=text("now()")),
+)
+
+# Its members: epochs and reconciliation state, subscriptions (names, regular expression, server
+# assignor), what each owns (topic id -> partition -> the epoch it was given at), what it still
+# has to revoke, its target assignment, and its deadlines (epoch ms of the database's clock): the
+# session's, and while revoking the rebalance timeout's; past either the member is fenced. The
+# indexes find the due members without reading any other row.
+consumer_group_member_metadata = Table(
+    "consumer_group_member_metadata",
+    metadata,
+    Column("group_id", Text, nullable=False),
+    Column("member_id", Text, nullable=False),
+    Column("instance_id", Text),
+    Column("member_epoch", Integer, nullable=False),
+    Column("previous_member_epoch", Integer, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("rebalance_timeout_ms", Integer, nullable=False),
+    Column("subscribed_topic_names", ARRAY(Text), nullable=False),
+    Column("subscribed_topic_regex", Text),
+    Column("server_assignor", Text),
+    Column("assignment", JSONB, nullable=False),
+    Column("pending_revocation", JSONB, nullable=False),
+    Column("target_assignment", JSONB, nullable=False),
+    Column("session_deadline_ms", BigInteger, nullable=False),
+    Column("rebalance_deadline_ms", BigInteger),
+    Column("rack_id", Text),
+    Column("client_id", Text, nullable=False, server_default=text("''")),
+    Column("client_host", Text, nullable=False, server_default=text("''")),
+    PrimaryKeyConstraint("group_id", "member_id"),
+    ForeignKeyConstraint(["group_id"], ["txlog.consumer_group_metadata.group_id"], ondelete="CASCADE"),
+    Index("consumer_group_member_metadata_session_deadline", "session_deadline_ms"),
+    Index("consumer_group_member_metadata_rebalance_deadline", "rebalance_deadline_ms"),
+)

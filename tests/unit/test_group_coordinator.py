@@ -1225,9 +1225,20 @@ def test_driver_delete_group_and_from_settings():
 
 from api.kafka.handlers import Node, RequestContext  # noqa: E402
 from api.kafka.handlers import groups as h  # noqa: E402
+from app.services import consumer_groups as consumer_groups_service  # noqa: E402
 from app.services import groups as groups_service  # noqa: E402
 from app.services import share_groups as share_groups_service  # noqa: E402
 from app.wire.kafka import protocol  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def no_consumer_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database has no consumer group of the next-generation protocol (KIP-848): every group
+    id is free for a classic group."""
+    monkeypatch.setattr(consumer_groups_service, "claim_for_classic", lambda broker, group_id: True)
+    monkeypatch.setattr(consumer_groups_service, "consumer_group_ids", lambda broker: set())
+    monkeypatch.setattr(consumer_groups_service, "list_groups", lambda broker: [])
+
 
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 11, 12, 13, 14, 15, 16
 

@@ -5,9 +5,14 @@ here; every rule is the coordinator's (``app.domain.groups.coordinator``).
 Versions read from the schemas: JoinGroup 0–9, SyncGroup 0–5, Heartbeat 0–4, LeaveGroup 0–5,
 DescribeGroups 0–6, ListGroups 0–5, DeleteGroups 0–2.
 
-Groups live in the coordinator's memory, committed offsets in PostgreSQL: DescribeGroups and
-ListGroups also show, as Empty, a group that only has committed offsets (a simple consumer's, or
-one whose coordinator restarted since), as Kafka keeps such a group.
+Classic groups live in the coordinator's memory, committed offsets in PostgreSQL: DescribeGroups
+and ListGroups also show, as Empty, a group that only has committed offsets (a simple consumer's,
+or one whose coordinator restarted since), as Kafka keeps such a group.
+
+Consumer groups of the next-generation protocol (KIP-848, ``consumer_groups``) live in PostgreSQL:
+ListGroups lists them with their type, DescribeGroups answers them as Kafka 4 does (not a classic
+group: GROUP_ID_NOT_FOUND from v6, Dead before), DeleteGroups deletes an empty one, and a JoinGroup
+for one with members is INCONSISTENT_GROUP_PROTOCOL (an empty one becomes classic).
 
 ACLs, as Kafka: JoinGroup, SyncGroup, Heartbeat and LeaveGroup need Read on the group (else
 GROUP_AUTHORIZATION_FAILED); DescribeGroups and DeleteGroups answer each group refused (Describe,
@@ -20,11 +25,12 @@ from __future__ import annotations
 from typing import Any
 
 from api.kafka.handlers import RequestContext, access, error_code
+from api.kafka.handlers.share_groups import _classic_group_here
 from app.domain.acl_bindings import ResourceType
 from app.domain.acls import Api
 from app.errors import ErrorCode, TxlogError
+from app.services import consumer_groups, share_groups
 from app.services import groups as groups_service
-from app.services import share_groups
 from app.wire.kafka.protocol import ApiKey
 
 
@@ -35,6 +41,24 @@ def _code(error: ErrorCode | None) -> int:
 async def handle_join_group(ctx: RequestContext, request: Any) -> dict:
     v = ctx.api_version
     access.check(ctx, Api.JOIN_GROUP, group=request.group_id)
+    if (
+        request.group_id
+        and ctx.groups.check_offset_fetch(request.group_id) is None
+        and not _classic_group_here(ctx, request.group_id)
+        and not await ctx.call(consumer_groups.claim_for_classic, ctx.broker, request.group_id)
+    ):
+        # A consumer group of the next-generation protocol with members: a group is of one type at
+        # a time, and txlog moves no members from one protocol to the other.
+        return {
+            "throttle_time_ms": 0,
+            "error_code": ErrorCode.INCONSISTENT_GROUP_PROTOCOL.kafka_code,
+            "generation_id": -1,
+            "protocol_type": None,
+            "protocol_name": None if v >= 7 else "",
+            "leader": "",
+            "member_id": request.member_id,
+            "members": [],
+        }
     result = await ctx.groups.join_group(
         request.group_id,
         request.member_id,
@@ -121,6 +145,8 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> dict:
     refused = access.refused(ctx, Api.DESCRIBE_GROUPS, "group", request.groups)
     allowed = [g for g in request.groups if g not in refused]
     with_offsets = set(await ctx.call(groups_service.list_groups, ctx.broker, allowed)) if allowed else set()
+    consumer = await ctx.call(consumer_groups.consumer_group_ids, ctx.broker) if allowed else set()
+    with_offsets -= consumer
     described = [
         {
             "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED.kafka_code,
@@ -139,10 +165,14 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> dict:
         error = d.error
         if error is ErrorCode.GROUP_ID_NOT_FOUND and v < 6:
             error = None  # before v6 an unknown group is described as Dead, without an error
+        message = f"Group {d.group_id} not found." if error is ErrorCode.GROUP_ID_NOT_FOUND else None
+        if d.error is ErrorCode.GROUP_ID_NOT_FOUND and d.group_id in consumer:
+            # As Kafka 4 describes a consumer group of the next-generation protocol: no classic group
+            message = f"Group {d.group_id} is not a classic group." if error is not None else None
         described.append(
             {
                 "error_code": _code(error),
-                "error_message": f"Group {d.group_id} not found." if error is ErrorCode.GROUP_ID_NOT_FOUND else None,
+                "error_message": message,
                 "group_id": d.group_id,
                 "group_state": d.state,
                 "protocol_type": d.protocol_type,
@@ -187,6 +217,12 @@ async def _delete_group(ctx: RequestContext, group_id: str) -> ErrorCode | None:
     except TxlogError as exc:
         return error_code(ApiKey.DeleteGroups, exc)
     error = ctx.groups.delete_group(group_id)
+    if error is ErrorCode.GROUP_ID_NOT_FOUND:
+        try:  # a consumer group of the next-generation protocol: NON_EMPTY_GROUP with members
+            if await ctx.call(consumer_groups.delete_group, ctx.broker, group_id):
+                error = None
+        except TxlogError as exc:
+            return error_code(ApiKey.DeleteGroups, exc)
     if error is not None and error is not ErrorCode.GROUP_ID_NOT_FOUND:
         return error
     try:
@@ -198,10 +234,12 @@ async def _delete_group(ctx: RequestContext, group_id: str) -> ErrorCode | None:
 
 async def handle_list_groups(ctx: RequestContext, request: Any) -> dict:
     v = ctx.api_version
+    consumer = await ctx.call(consumer_groups.list_groups, ctx.broker)
+    consumer_ids = {g for g, _ in consumer}
     listed = ctx.groups.list_groups(
         request.states_filter if v >= 4 else (),
         request.types_filter if v >= 5 else (),
-        await ctx.call(groups_service.list_groups, ctx.broker),
+        [g for g in await ctx.call(groups_service.list_groups, ctx.broker) if g not in consumer_ids],
     )
     groups = [
         {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state, "group_type": g.group_type}
@@ -212,6 +250,26 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> dict:
     # them; clients ask every broker and add the answers up, so each is listed once).
     states = {s.lower() for s in (request.states_filter if v >= 4 else ())}
     types = {t.lower() for t in (request.types_filter if v >= 5 else ())}
+    # Consumer groups of the next-generation protocol, each listed by its coordinator as Kafka lists
+    # them (protocol type and group type "consumer"), unless a classic group here holds the id.
+    if not types or consumer_groups.GROUP_TYPE in types:
+        listed_ids = {g["group_id"] for g in groups}
+        for group_id, state in consumer:
+            if (
+                group_id in listed_ids
+                or (states and state.lower() not in states)
+                or not access.shows(ctx, Api.LIST_GROUPS, group_id)
+            ):
+                continue
+            if _coordinated_here(ctx, group_id):
+                groups.append(
+                    {
+                        "group_id": group_id,
+                        "protocol_type": consumer_groups.PROTOCOL_TYPE,
+                        "group_state": state,
+                        "group_type": consumer_groups.GROUP_TYPE,
+                    }
+                )
     if not types or share_groups.GROUP_TYPE in types:
         listed_ids = {g["group_id"] for g in groups}
         for group_id, state in await ctx.call(share_groups.list_groups, ctx.broker):

@@ -15,7 +15,8 @@ OffsetCommit (v2 to v9):
 - Errors are per partition, as in Kafka: a partition that does not exist is
   UNKNOWN_TOPIC_OR_PARTITION, a negative offset INVALID_REQUEST, and
   the other partitions of the request are committed. v9's ``generation_id_or_member_epoch`` is the
-  generation (classic groups only).
+  generation of a classic group, the member epoch of a consumer group of the next-generation
+  protocol (KIP-848), whose checks are ``offset_commit_refusal``'s.
 - Metadata is stored as sent (null as "", as Kafka: ``offset_metadata``), the leader
   epoch (v6+) as committed; v2–4's retention time is not kept.
 
@@ -47,9 +48,11 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from api.kafka.handlers import RequestContext, access, error_code
+from api.kafka.handlers.share_groups import _classic_group_here
 from app.domain.acls import Api
 from app.domain.groups.offsets import GroupOffset
 from app.errors import ErrorCode, TxlogError
+from app.services import consumer_groups
 from app.services import groups as groups_service
 from app.services.groups import FetchedOffset
 from app.wire.kafka.protocol import ApiKey
@@ -110,15 +113,53 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> dict:
     }
 
 
+async def offset_commit_refusal(
+    ctx: RequestContext,
+    group_id: str,
+    generation_id_or_member_epoch: int,
+    member_id: str,
+    group_instance_id: str | None,
+    partitions: Sequence[tuple[str, int]],
+    transactional: bool,
+) -> ErrorCode | None:
+    """Why an OffsetCommit (``transactional``: a TxnOffsetCommit) may not commit, None if it may:
+    NOT_COORDINATOR at another gateway; in a consumer group of the next-generation protocol
+    (KIP-848) with members, its member-epoch checks (``consumer_groups.check_offset_commit``:
+    UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH, UNSUPPORTED_VERSION below v9); otherwise the classic
+    coordinator's (``GroupCoordinator.check_offset_commit``). A group with classic members here
+    is classic without asking the database."""
+    not_here = ctx.groups.check_offset_fetch(group_id)
+    if not_here is not None:
+        return not_here
+    if not _classic_group_here(ctx, group_id):
+        consumer, refusal = await ctx.call(
+            consumer_groups.check_offset_commit,
+            ctx.broker,
+            group_id,
+            member_id,
+            generation_id_or_member_epoch,
+            partitions,
+            transactional,
+            ctx.api_version,
+        )
+        if consumer:
+            return refusal
+    return ctx.groups.check_offset_commit(
+        group_id, generation_id_or_member_epoch, member_id, group_instance_id, transactional=transactional
+    )
+
+
 async def _commit(ctx: RequestContext, request: Any, offsets: Sequence[GroupOffset]) -> dict[TopicPartition, int]:
     """Each partition's error code (0: committed)."""
     if not request.group_id:
         return {(o.topic, o.partition): ErrorCode.INVALID_GROUP_ID.kafka_code for o in offsets}
-    fenced = ctx.groups.check_offset_commit(
+    fenced = await offset_commit_refusal(
+        ctx,
         request.group_id,
         request.generation_id_or_member_epoch,
         request.member_id,
         request.group_instance_id if ctx.api_version >= 7 else None,
+        [(o.topic, o.partition) for o in offsets],
         transactional=False,
     )
     if fenced is not None:
@@ -155,7 +196,8 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> dict:
         answers = []
         for g in request.groups:
             asked = _asked(g.topics)
-            error, topics = await _fetch(ctx, g.group_id, asked, require_stable)
+            member = (g.member_id, g.member_epoch) if v >= 9 else None
+            error, topics = await _fetch(ctx, g.group_id, asked, require_stable, member)
             answers.append({"group_id": g.group_id, "error_code": _code(error), "topics": _with_error(v, topics, asked, error)})
         return {"throttle_time_ms": 0, "groups": answers}
     asked = _asked(request.topics)
@@ -183,9 +225,13 @@ def _asked(topics: Any) -> list[TopicPartition] | None:
 
 
 async def _fetch(
-    ctx: RequestContext, group_id: str, asked_all: list[TopicPartition] | None, require_stable: bool
+    ctx: RequestContext,
+    group_id: str,
+    asked_all: list[TopicPartition] | None,
+    require_stable: bool,
+    member: tuple[str | None, int] | None = None,
 ) -> tuple[ErrorCode | None, list[dict]]:
-    """One group's answer: its error, or its topics."""
+    """One group's answer: its error, or its topics. ``member``: v9's member id and epoch."""
     if access.refusal(ctx, Api.OFFSET_FETCH, group=group_id) is not None:
         return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
     if not group_id:
@@ -193,6 +239,12 @@ async def _fetch(
     not_fetched = ctx.groups.check_offset_fetch(group_id)
     if not_fetched is not None:
         return not_fetched, []
+    if member is not None and (member[0] or member[1] >= 0):
+        # v9 names the member: in a consumer group of the next-generation protocol, only a member
+        # with its current epoch may read the group's offsets (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID)
+        stale = await ctx.call(consumer_groups.check_offset_fetch, ctx.broker, group_id, member[0], member[1])
+        if stale is not None:
+            return stale, []
     asked = asked_all
     hidden = {t for t, _ in asked or () if not access.shows(ctx, Api.OFFSET_FETCH, t)} if ctx.authorizer is not None else set()
     if asked is not None and hidden:

@@ -28,7 +28,7 @@ from typing import Any, Iterable
 
 from api.kafka import transaction_protocol
 from api.kafka.handlers import RequestContext, access, error_code
-from api.kafka.handlers.offsets import committed_offsets
+from api.kafka.handlers.offsets import committed_offsets, offset_commit_refusal
 from app.domain.acls import Api
 from app.domain.transactions import Result
 from app.errors import ErrorCode, TxlogError
@@ -153,8 +153,14 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
     code = 0
     attempted = bool(offsets) or not refused
     if ctx.api_version >= 3 and ctx.groups is not None and attempted:
-        fenced = ctx.groups.check_offset_commit(
-            request.group_id, request.generation_id, request.member_id, request.group_instance_id, transactional=True
+        fenced = await offset_commit_refusal(
+            ctx,
+            request.group_id,
+            request.generation_id,
+            request.member_id,
+            request.group_instance_id,
+            [(o.topic, o.partition) for o in offsets],
+            transactional=True,
         )
         if fenced is not None:
             code = fenced.kafka_code

@@ -47,12 +47,13 @@ with warnings.catch_warnings():
     from kafka.protocol.api_message import ApiMessage
     from kafka.protocol.data_container import DataContainer
 
-# The share-group APIs (KIP-932), which kafka-python 3.0.12 has no schema for: their message
-# definitions are ours (app/wire/kafka/schemas/*.json, in the form of Kafka's), loaded by
+# The share-group APIs (KIP-932) and the consumer-group APIs of the next-generation protocol
+# (KIP-848), which kafka-python 3.0.12 has no schema for: their message definitions are ours (app/wire/kafka/schemas/*.json, in the form of Kafka's), loaded by
 # kafka-python's own machinery (a message class reads the JSON file named as the class from the
 # package given as ``load_json``), so that they decode, build and encode as every other API does.
 # Only the versions Kafka 4.1+ serves and librdkafka's share consumer and admin client send: v1 of
-# the four share APIs (v0 was Kafka 4.0's early access, removed in 4.1), v0 of the offsets APIs.
+# the four share APIs (v0 was Kafka 4.0's early access, removed in 4.1), v0 of the offsets APIs;
+# v0–1 of ConsumerGroupHeartbeat and ConsumerGroupDescribe.
 _SCHEMAS = "app.wire.kafka.schemas"
 _SHARE_MESSAGES = (
     "ShareGroupHeartbeat",
@@ -62,6 +63,8 @@ _SHARE_MESSAGES = (
     "DescribeShareGroupOffsets",
     "AlterShareGroupOffsets",
     "DeleteShareGroupOffsets",
+    "ConsumerGroupHeartbeat",
+    "ConsumerGroupDescribe",
 )
 
 
