@@ -170,3 +170,15 @@ def own_postgres(tmp_path: Path) -> Iterator[EmbeddedPostgres]:
         yield pg
     finally:
         destroy_embedded(pg)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One real local Spark for the whole run (starting one costs seconds), reading the test
+    PostgreSQL over JDBC (the embedded server listens on 127.0.0.1): the Spark tests', and every
+    door's test that Spark reads what it wrote."""
+    from spark.session import spark_session
+
+    session = spark_session("txlog-tests", "local[2]", {"spark.sql.shuffle.partitions": "4"})
+    yield session
+    session.stop()

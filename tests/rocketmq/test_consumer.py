@@ -6,6 +6,7 @@ transactions never received; tag filters; the dead-letter topic; malformed recei
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -19,6 +20,7 @@ from app.domain.records import NewRecord
 from app.domain.share_partition import RecordState
 from app.services import Broker, fetch, produce, share_admin, share_configs
 from app.services import topics as topic_service
+from spark.reader import read_topic
 from tests.kafka.conftest import GatewayProcess
 from tests.rocketmq.conftest import RocketMQGatewayProcess, all_done, send
 from tests.support import ServerProcess, wait_until
@@ -110,11 +112,12 @@ def test_messages_from_every_door_are_received_and_acknowledged(
     assert consumer.receive(16, 30) == []  # nothing left, nothing delivered again
 
 
-def test_a_rocketmq_message_is_read_by_a_kafka_consumer_and_over_http_with_its_tag_keys_and_properties(
-    producer: Any, kafka_gateway: GatewayProcess, rocketmq_db: str, make_topic: Any, tmp_path: Any
+def test_a_rocketmq_message_is_read_by_a_kafka_consumer_over_http_and_by_spark_with_its_tag_keys_and_properties(
+    producer: Any, kafka_gateway: GatewayProcess, rocketmq_db: str, make_topic: Any, tmp_path: Any, spark: Any
 ) -> None:
-    """One log, every door: what a RocketMQ producer sends, a Kafka consumer (read_committed) and
-    the HTTP API read as the same record, the tag, keys and properties as headers."""
+    """One log, every door: what a RocketMQ producer sends, a Kafka consumer (read_committed), the
+    HTTP API and Spark (over JDBC, from ``txlog.committed_records``) read as the same record, the
+    tag, keys and properties as headers."""
     topic = make_topic(1)
     message = rocketmq.Message()
     message.topic = topic
@@ -153,6 +156,10 @@ def test_a_rocketmq_message_is_read_by_a_kafka_consumer_and_over_http_with_its_t
     [record] = answer.json()["records"]
     assert (record["offset"], record["value"]) == (0, "order 7")
     assert {k: v.encode() for k, v in record["headers"].items()} == expected
+
+    [row] = read_topic(spark, rocketmq_db, topic).collect()
+    assert (row["partition"], row["offset"], row["key"], bytes(row["value"])) == (0, 0, None, b"order 7")
+    assert {k: v.encode() for k, v in json.loads(row["headers"]).items()} == expected
 
 
 def test_a_message_not_acknowledged_comes_again_after_its_invisible_time(
