@@ -241,12 +241,28 @@ def test_a_regex_subscription_picks_up_a_topic_created_later(gateway: GatewayPro
         member.stop()
 
 
-def test_a_gateway_killed_under_a_running_group(database: str, store: Broker, tmp_path: Path) -> None:
+# A gateway's death is seen once its node lease runs out; the members' sessions must outlast that
+# and the clients' search for the next coordinator, as the defaults do (a 10 s lease, 45 s
+# sessions) — here a 2 s lease and 15 s sessions.
+FAILOVER_ENV = {**ENV, "TXLOG_KAFKA_CONSUMER_GROUP_SESSION_TIMEOUT_MS": "15000", "TXLOG_KAFKA_NODE_LEASE_MS": "2000"}
+
+
+def test_a_gateway_killed_under_a_running_group(pg_admin_url: str, template_db: str, tmp_path: Path) -> None:
     """Two gateways; the one coordinating the group is killed: the members find the other, which
-    carries on with their epochs (no member goes back to epoch 0, no reassignment)."""
+    carries on with their epochs (no member goes back to epoch 0, no reassignment). A database of
+    its own, so that the two are the whole cluster."""
+    with fresh_database(pg_admin_url, template_db) as database:
+        own = make_broker(database)
+        try:
+            _gateway_killed_under_a_running_group(database, own, tmp_path)
+        finally:
+            own.db.dispose()
+
+
+def _gateway_killed_under_a_running_group(database: str, store: Broker, tmp_path: Path) -> None:
     topic, group = new_topic(store), unique("g")
     write(store, topic, 3)
-    gateways = [GatewayProcess(database, env=ENV, node_id=n, log_path=tmp_path / f"gw{n}.log").start() for n in (11, 12)]
+    gateways = [GatewayProcess(database, env=FAILOVER_ENV, node_id=n, log_path=tmp_path / f"gw{n}.log").start() for n in (11, 12)]
     members: list[Member] = []
     try:
         bootstrap = ",".join(g.bootstrap for g in gateways)
