@@ -317,12 +317,12 @@ _PARTS: list[tuple[str, str]] = [
     ("record batch decode (CRC-32C, varints, records)", "decode_batches (app/wire/kafka/records/decode.py"),
     ("batch to the service's produce request", "produce_request (api/kafka/handlers/produce.py"),
     ("produce service and queries, own code", "(app/services/"),
-    ("request decode (kafka-python structs)", "decode_request (app/wire/kafka/protocol.py"),
+    ("request decode (kafka-python structs)", "decode_request (app/wire/kafka/requests.py"),
     (
         "response encode (Produce and Fetch written directly, others by kafka-python)",
-        "encode_response (app/wire/kafka/protocol.py",
+        "encode_response (app/wire/kafka/structs.py",
     ),
-    ("request header", "read_header (app/wire/kafka/protocol.py"),
+    ("request header", "read_header (app/wire/kafka/requests.py"),
 ]
 _PLACES: list[tuple[str, str]] = [
     ("socket reads and writes (asyncio streams)", "asyncio/streams.py"),

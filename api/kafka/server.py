@@ -73,7 +73,10 @@ from app.services.group_coordinator import GroupCoordinator
 from app.services.notify import AppendNotifier
 from app.services.security import Authorizer
 from app.storage.db import LoopConnections, SessionLimits
-from app.wire.kafka import protocol
+from app.wire.kafka.error_responses import api_versions_fallback, error_response
+from app.wire.kafka.messages import ApiKey, api_name, has_codec
+from app.wire.kafka.requests import HEADER_MIN_BYTES, FrameError, RequestHeader, decode_request, read_header
+from app.wire.kafka.structs import encode_response
 
 log = logging.getLogger("txlog.kafka")
 
@@ -308,7 +311,7 @@ class Gateway:
             pass  # the client went away, or sent no whole request for IDLE_TIMEOUT_S (or did not sign in in time)
         except CloseConnection as exc:
             log.info("closing the connection from %s: %s", client, exc)
-        except protocol.FrameError as exc:
+        except FrameError as exc:
             log.warning("closing the connection from %s: %s", client, exc)
         except Exception:
             log.exception("closing the connection from %s", client)
@@ -367,10 +370,10 @@ class Gateway:
             async with asyncio.timeout(max(wait_s, 0)):  # the next request, whole, within the idle time
                 prefix = await reader.readexactly(4)
                 size = int.from_bytes(prefix, "big", signed=True)
-                if size < (0 if session.raw_tokens else protocol.HEADER_MIN_BYTES):
-                    raise protocol.FrameError(f"a frame of {size} bytes is shorter than a request header")
+                if size < (0 if session.raw_tokens else HEADER_MIN_BYTES):
+                    raise FrameError(f"a frame of {size} bytes is shorter than a request header")
                 if size > max_frame:
-                    raise protocol.FrameError(f"a frame of {size} bytes is above the {max_frame} bytes allowed")
+                    raise FrameError(f"a frame of {size} bytes is above the {max_frame} bytes allowed")
                 frame = await reader.readexactly(size)
             if session.expired(time.monotonic()):
                 raise CloseConnection(f"Disconnecting expired channel: the session of {session.principal!r} ended")
@@ -391,7 +394,7 @@ class Gateway:
 
     async def _raw_token(self, token: bytes, client: str, session: Session) -> bytes:
         """A SASL token sent bare after a SaslHandshake v0, and its answer framed the same way."""
-        ctx = self._context(protocol.ApiKey.SaslAuthenticate, 0, 0, None, client, session)
+        ctx = self._context(ApiKey.SaslAuthenticate, 0, 0, None, client, session)
         try:
             answer, _ = await sasl_handlers.authenticate(ctx, token)
         except TxlogError:
@@ -429,7 +432,7 @@ class Gateway:
     async def answer(self, frame: bytes, client: str = "", session: Session | None = None) -> bytes | bytearray | None:
         """The framed answer to one request frame, or None (Produce with acks=0). Raises
         ``FrameError`` or ``CloseConnection`` when the connection must close instead."""
-        header = protocol.read_header(frame)
+        header = read_header(frame)
         if session is None:
             session = Session()
         if (
@@ -437,26 +440,24 @@ class Gateway:
             and session.principal is None
             and header.api_key not in sasl_handlers.BEFORE_AUTHENTICATION
         ):
-            raise CloseConnection(f"Unexpected Kafka request of type {protocol.api_name(header.api_key)} during SASL handshake")
-        if session.reauthenticating and header.api_key != protocol.ApiKey.SaslAuthenticate:
-            raise CloseConnection(
-                f"Unexpected Kafka request of type {protocol.api_name(header.api_key)} during SASL re-authentication"
-            )
+            raise CloseConnection(f"Unexpected Kafka request of type {api_name(header.api_key)} during SASL handshake")
+        if session.reauthenticating and header.api_key != ApiKey.SaslAuthenticate:
+            raise CloseConnection(f"Unexpected Kafka request of type {api_name(header.api_key)} during SASL re-authentication")
         route = self.routes.get(header.api_key)
         if route is None or not route[0].serves(header.api_version):
             return self._unsupported(frame, header)
-        request = protocol.decode_request(frame)
+        request = decode_request(frame)
         api, handler = route
         task = asyncio.current_task()
         ctx = self._context(header.api_key, header.api_version, header.correlation_id, header.client_id, client, session)
-        no_answer = header.api_key == protocol.ApiKey.Produce and request.body.acks == 0
+        no_answer = header.api_key == ApiKey.Produce and request.body.acks == 0
         try:
             body = await handler(ctx, request.body)
             if ctx.throttle_ms and task is not None:
                 self._muted[task] = ctx.throttle_ms
             if body is None and not no_answer:
                 raise RuntimeError(f"the {api.name} handler gave no answer")
-            return None if body is None else protocol.encode_response(header, body)
+            return None if body is None else encode_response(header, body)
         except TxlogError as exc:
             code, message = error_code(header.api_key, exc), exc.message
         except Exception:
@@ -464,21 +465,21 @@ class Gateway:
             code, message = ErrorCode.UNKNOWN_SERVER_ERROR, ErrorCode.UNKNOWN_SERVER_ERROR.value.default_message
         if no_answer:
             raise CloseConnection(f"Produce with acks=0 failed: {code.name}: {message}")
-        return protocol.error_response(header, code.kafka_code, message, request.body)
+        return error_response(header, code.kafka_code, message, request.body)
 
-    def _unsupported(self, frame: bytes, header: protocol.RequestHeader) -> bytes | bytearray:
+    def _unsupported(self, frame: bytes, header: RequestHeader) -> bytes | bytearray:
         code = ErrorCode.UNSUPPORTED_VERSION
-        name = protocol.api_name(header.api_key)
-        if header.api_key == protocol.ApiKey.ApiVersions:
-            return protocol.api_versions_fallback(header, self.api_keys, code.kafka_code)
-        if not protocol.has_codec(header.api_key, header.api_version):
+        name = api_name(header.api_key)
+        if header.api_key == ApiKey.ApiVersions:
+            return api_versions_fallback(header, self.api_keys, code.kafka_code)
+        if not has_codec(header.api_key, header.api_version):
             raise CloseConnection(f"{name} v{header.api_version} is not served (API key {header.api_key})")
-        request = protocol.decode_request(frame)
+        request = decode_request(frame)
         served = versions.BY_KEY.get(header.api_key)
         message = f"{name} v{header.api_version} is not served" + (
             f" (versions {served.min_version} to {served.max_version} are)" if served else ""
         )
-        answer = protocol.error_response(header, code.kafka_code, message, request.body)
+        answer = error_response(header, code.kafka_code, message, request.body)
         assert answer is not None
         return answer
 

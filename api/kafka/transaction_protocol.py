@@ -19,7 +19,7 @@ protocol's keeps the producer's epoch. The rules themselves are the services' (`
 from __future__ import annotations
 
 from app.errors import ErrorCode, TxlogError
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 
 FEATURE = "transaction.version"
 # The feature levels this gateway serves (Kafka 4.x's): 0 and 1 are the first protocol, 2 is V2.

@@ -17,7 +17,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 
 Handler = Callable[[Any, Any], Awaitable[dict | None]]
 

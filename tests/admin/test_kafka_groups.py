@@ -27,9 +27,10 @@ from app.errors import ErrorCode
 from app.services import Broker, retention
 from app.services.cluster import deregister_node, register_node
 from app.services.kafka_groups import describe_kafka_groups
-from app.wire.kafka import protocol
 from app.wire.kafka.admin_client import AdminConnection, GatewayUnreachable, describe_all_groups, error_name
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
+from app.wire.kafka.requests import FrameError, decode_request
+from app.wire.kafka.structs import encode_response
 from tests.admin.conftest import ADMIN_TOKEN, sign_in
 from tests.conftest import make_broker
 from tests.support import ServerProcess, free_port
@@ -166,7 +167,7 @@ class StandIn:
     def _serve(self, conn: socket.socket) -> None:
         # A client that gives up mid-request (the timeout tests) ends its connection quietly: this
         # daemon thread may outlive its test, and must not fail a later one.
-        with conn, contextlib.suppress(OSError, protocol.FrameError):
+        with conn, contextlib.suppress(OSError, FrameError):
             while True:
                 prefix = conn.recv(4, socket.MSG_WAITALL)
                 if len(prefix) < 4:
@@ -174,7 +175,7 @@ class StandIn:
                 frame = conn.recv(struct.unpack(">i", prefix)[0], socket.MSG_WAITALL)
                 if len(frame) < struct.unpack(">i", prefix)[0]:
                     return
-                request = protocol.decode_request(frame)
+                request = decode_request(frame)
                 header, body = request.header, request.body
                 self.requests.append((header.api_key, header.api_version))
                 if header.api_key == ApiKey.ApiVersions:
@@ -188,7 +189,7 @@ class StandIn:
                     known = {g["group_id"]: g for g in self.groups}
                     not_here = {"error_code": ErrorCode.NOT_COORDINATOR.kafka_code}
                     answer = {"groups": [known.get(gid, {"group_id": gid, **not_here}) for gid in body.groups]}
-                conn.sendall(protocol.encode_response(header, answer))
+                conn.sendall(encode_response(header, answer))
 
     def close(self) -> None:
         self.sock.close()

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from app.services import Broker
-from app.wire.kafka import protocol
+from app.wire.kafka.structs import decode_response, encode_request
 from tests.conftest import fresh_database, make_broker
 from tests.support import TxlogProcess, accepting, free_port
 
@@ -55,7 +55,7 @@ class GatewayProcess(TxlogProcess):
 
 
 class RawConnection:
-    """Frames over a plain socket: requests built with ``app.wire.kafka.protocol``, answers read back."""
+    """Frames over a plain socket: requests built with ``app.wire.kafka.structs``, answers read back."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -63,7 +63,7 @@ class RawConnection:
 
     def send(self, api_key: int, version: int, body: dict[str, Any] | None = None, client_id: str | None = "raw-test") -> int:
         self.correlation_id += 1
-        self.sock.sendall(protocol.encode_request(api_key, version, body or {}, self.correlation_id, client_id))
+        self.sock.sendall(encode_request(api_key, version, body or {}, self.correlation_id, client_id))
         return self.correlation_id
 
     def send_bytes(self, data: bytes) -> None:
@@ -94,7 +94,7 @@ class RawConnection:
         correlation_id = self.send(api_key, version, body)
         frame = self.read_frame()
         assert frame is not None, "the gateway closed the connection instead of answering"
-        got, answer = protocol.decode_response(api_key, version, frame)
+        got, answer = decode_response(api_key, version, frame)
         assert got == correlation_id
         return answer
 

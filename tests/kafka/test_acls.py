@@ -16,7 +16,7 @@ import pytest
 from app.domain.acl_bindings import CLUSTER_NAME, AclBinding, Operation, PatternType, PermissionType, ResourceType
 from app.errors import ErrorCode as E
 from app.services import Broker, security, topics
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 from tests.conftest import fresh_database, make_broker
 from tests.kafka.conftest import GatewayProcess, RawConnection
 from tests.kafka.test_transactions import batch, produce

@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from app.services import Broker, retention
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 from tests.conftest import make_broker
 from tests.kafka import test_agree
 from tests.kafka.conftest import GatewayProcess, RawConnection

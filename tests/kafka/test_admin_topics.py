@@ -29,7 +29,7 @@ from app.domain import topic_configs
 from app.errors import ErrorCode
 from app.services import retention, topics
 from app.storage.db import libpq_url
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 from tests.conftest import make_broker
 from tests.kafka import test_agree
 from tests.kafka.conftest import GatewayProcess

@@ -22,7 +22,7 @@ from sqlalchemy import text
 
 from app.errors import ErrorCode
 from app.services import Broker, fetch, topics
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 from tests.kafka.conftest import GatewayProcess, RawConnection
 from tests.kafka.test_transactions import add_partitions, batch, end_txn, init_producer_id, produce
 from tests.support import wait_until

@@ -28,7 +28,7 @@ import httpx
 import psycopg
 import pytest
 
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 from tests.conftest import fresh_database
 from tests.kafka.conftest import GatewayProcess
 from tests.kafka.test_fetch import Rec, confluent_consume, kafka_python_consume

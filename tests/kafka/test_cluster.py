@@ -27,7 +27,7 @@ from api.kafka.handlers import Node
 from app.domain.cluster import coordinator_of, leader_of
 from app.errors import DatabaseUnavailable, ErrorCode
 from app.services import cluster as registry
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 from tests.conftest import fresh_database, make_broker
 from tests.kafka.conftest import GatewayProcess
 from tests.support import wait_until

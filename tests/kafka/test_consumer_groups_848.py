@@ -30,7 +30,7 @@ from app.errors import ErrorCode as E
 from app.services import Broker, topics
 from app.services import produce as produce_service
 from app.services.produce import ProduceRequest
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 from tests.conftest import fresh_database, make_broker
 from tests.kafka.conftest import GatewayProcess
 from tests.support import ROOT, wait_until

@@ -22,7 +22,7 @@ from app.errors import ErrorCode
 from app.services import Broker, topics
 from app.services import produce as produce_service
 from app.services.produce import ProduceRequest
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 from app.wire.kafka.records.batch import HEADER_SIZE, RecordBatch
 from app.wire.kafka.records.decode import decode_batches
 from app.wire.kafka.records.encode import batch_runs, encode_records

@@ -15,8 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from api.kafka import versions
-from app.wire.kafka import protocol
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
+from app.wire.kafka.requests import HEADER_MIN_BYTES
+from app.wire.kafka.structs import encode_request
 from tests.conftest import fresh_database
 from tests.kafka.conftest import GatewayProcess, RawConnection
 
@@ -24,11 +25,11 @@ MAX_FRAME = 65_536
 
 # Valid requests of every served API, to cut short, mutate, or give a garbage body to.
 VALID = [
-    protocol.encode_request(ApiKey.ApiVersions, 3, {"client_software_name": "fuzz", "client_software_version": "1"}, 1),
-    protocol.encode_request(ApiKey.ApiVersions, 0, {}, 2),
-    protocol.encode_request(ApiKey.Metadata, 12, {"topics": [{"name": "fuzz-a"}, {"name": "fuzz-b"}]}, 3),
-    protocol.encode_request(ApiKey.Metadata, 1, {"topics": None}, 4),
-    protocol.encode_request(
+    encode_request(ApiKey.ApiVersions, 3, {"client_software_name": "fuzz", "client_software_version": "1"}, 1),
+    encode_request(ApiKey.ApiVersions, 0, {}, 2),
+    encode_request(ApiKey.Metadata, 12, {"topics": [{"name": "fuzz-a"}, {"name": "fuzz-b"}]}, 3),
+    encode_request(ApiKey.Metadata, 1, {"topics": None}, 4),
+    encode_request(
         ApiKey.CreateTopics,
         7,
         {
@@ -43,9 +44,9 @@ VALID = [
         },
         5,
     ),
-    protocol.encode_request(ApiKey.FindCoordinator, 4, {"key_type": 0, "coordinator_keys": ["g1", "g2"]}, 6),
-    protocol.encode_request(ApiKey.FindCoordinator, 0, {"key": "g"}, 7),
-    protocol.encode_request(
+    encode_request(ApiKey.FindCoordinator, 4, {"key_type": 0, "coordinator_keys": ["g1", "g2"]}, 6),
+    encode_request(ApiKey.FindCoordinator, 0, {"key": "g"}, 7),
+    encode_request(
         ApiKey.Produce,
         9,
         {
@@ -64,7 +65,7 @@ def framed(payload: bytes) -> bytes:
 
 
 random_bytes = st.binary(min_size=1, max_size=400)
-bad_sizes = st.one_of(st.integers(MAX_FRAME + 1, 2**31 - 1), st.integers(-(2**31), protocol.HEADER_MIN_BYTES - 1)).flatmap(
+bad_sizes = st.one_of(st.integers(MAX_FRAME + 1, 2**31 - 1), st.integers(-(2**31), HEADER_MIN_BYTES - 1)).flatmap(
     lambda size: st.binary(max_size=64).map(lambda tail: struct.pack(">i", size) + tail)
 )
 truncated = st.sampled_from(VALID).flatmap(lambda frame: st.integers(1, len(frame) - 1).map(lambda cut: frame[:cut]))
@@ -131,7 +132,7 @@ def sent_correlation_ids(data: bytes) -> list[int]:
     ids, pos = [], 0
     while pos + 4 <= len(data):
         size = struct.unpack_from(">i", data, pos)[0]
-        if size < protocol.HEADER_MIN_BYTES or pos + 4 + size > len(data):
+        if size < HEADER_MIN_BYTES or pos + 4 + size > len(data):
             break
         ids.append(struct.unpack_from(">i", data, pos + 8)[0])
         pos += 4 + size

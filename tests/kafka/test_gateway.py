@@ -27,8 +27,10 @@ from api.kafka.server import CloseConnection, Gateway
 from app.config import Settings
 from app.domain import topic_configs
 from app.errors import ErrorCode, TxlogError
-from app.wire.kafka import protocol
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.error_responses import error_body
+from app.wire.kafka.messages import ApiKey, has_codec
+from app.wire.kafka.requests import FrameError, RequestHeader, decode_request
+from app.wire.kafka.structs import build, decode_response, encode_request, encode_response
 from tests.conftest import fresh_database
 from tests.kafka.conftest import GatewayProcess, RawConnection
 from tests.support import ROOT, free_port, wait_until
@@ -63,30 +65,30 @@ def test_every_served_version_decodes_and_answers(api: versions.Api) -> None:
     """Each version in the table: a request decodes, a handler-shaped dict and an error build a
     valid answer of that version."""
     for version in range(api.min_version, api.max_version + 1):
-        assert protocol.has_codec(api.api_key, version)
-        frame = protocol.encode_request(api.api_key, version, {}, correlation_id=version + 1, client_id="t")
-        request = protocol.decode_request(frame[4:])
-        assert request.header == protocol.RequestHeader(api.api_key, version, version + 1, "t")
+        assert has_codec(api.api_key, version)
+        frame = encode_request(api.api_key, version, {}, correlation_id=version + 1, client_id="t")
+        request = decode_request(frame[4:])
+        assert request.header == RequestHeader(api.api_key, version, version + 1, "t")
         header = request.header
-        for body in ({}, protocol.error_body(api.api_key, version, 42, "bad", request.body)):
-            correlation_id, _answer = protocol.decode_response(api.api_key, version, protocol.encode_response(header, body)[4:])
+        for body in ({}, error_body(api.api_key, version, 42, "bad", request.body)):
+            correlation_id, _answer = decode_response(api.api_key, version, encode_response(header, body)[4:])
             assert correlation_id == version + 1
 
 
 def test_build_drops_fields_a_version_lacks_and_defaults_the_rest() -> None:
     body = {"throttle_time_ms": 5, "cluster_id": "c", "brokers": [{"node_id": 1, "host": "h", "port": 9, "rack": "r"}]}
-    v0 = protocol.build(ApiKey.Metadata, 0, body)
+    v0 = build(ApiKey.Metadata, 0, body)
     assert v0.brokers[0].node_id == 1 and v0.topics == []
     assert "throttle_time_ms" not in repr(v0) and "rack" not in repr(v0)
-    v12 = protocol.build(ApiKey.Metadata, 12, body)
+    v12 = build(ApiKey.Metadata, 12, body)
     assert (v12.throttle_time_ms, v12.cluster_id, v12.brokers[0].rack, v12.controller_id) == (5, "c", "r", -1)
     # Kafka's own names for the fields kafka-python renames are accepted, as Kafka's int32 bit set
-    topic = protocol.build(ApiKey.Metadata, 12, {"topics": [{"name": "t", "topic_authorized_operations": 0b1100}]}).topics[0]
+    topic = build(ApiKey.Metadata, 12, {"topics": [{"name": "t", "topic_authorized_operations": 0b1100}]}).topics[0]
     assert topic.authorized_operations == {2, 3}
     with pytest.raises(ValueError, match="no field 'brokerz'"):
-        protocol.build(ApiKey.Metadata, 12, {"brokerz": []})
+        build(ApiKey.Metadata, 12, {"brokerz": []})
     with pytest.raises(ValueError, match="expected a dict"):
-        protocol.build(ApiKey.Metadata, 12, {"brokers": [1]})
+        build(ApiKey.Metadata, 12, {"brokers": [1]})
 
 
 def test_error_body_mirrors_the_request_where_there_is_no_top_level_error() -> None:
@@ -98,8 +100,8 @@ def test_error_body_mirrors_the_request_where_there_is_no_top_level_error() -> N
             {"name": "b", "partition_data": [{"index": 1, "records": None}]},
         ],
     }
-    request = protocol.decode_request(protocol.encode_request(ApiKey.Produce, 9, produce)[4:]).body
-    body = protocol.error_body(ApiKey.Produce, 9, 47, "fenced", request)
+    request = decode_request(encode_request(ApiKey.Produce, 9, produce)[4:]).body
+    body = error_body(ApiKey.Produce, 9, 47, "fenced", request)
     assert body == {
         "responses": [
             {
@@ -116,20 +118,18 @@ def test_error_body_mirrors_the_request_where_there_is_no_top_level_error() -> N
         ]
     }
     # a top-level error code wins: FindCoordinator v3 has one, v4 answers per key
-    assert protocol.error_body(ApiKey.FindCoordinator, 3, 15, "x") == {"error_code": 15, "error_message": "x"}
-    keys = protocol.decode_request(
-        protocol.encode_request(ApiKey.FindCoordinator, 4, {"key_type": 0, "coordinator_keys": ["g1", "g2"]})[4:]
-    ).body
-    assert [c["key"] for c in protocol.error_body(ApiKey.FindCoordinator, 4, 15, None, keys)["coordinators"]] == ["g1", "g2"]
+    assert error_body(ApiKey.FindCoordinator, 3, 15, "x") == {"error_code": 15, "error_message": "x"}
+    keys = decode_request(encode_request(ApiKey.FindCoordinator, 4, {"key_type": 0, "coordinator_keys": ["g1", "g2"]})[4:]).body
+    assert [c["key"] for c in error_body(ApiKey.FindCoordinator, 4, 15, None, keys)["coordinators"]] == ["g1", "g2"]
     # v0-3 of AddPartitionsToTxn name partitions as plain numbers
-    add = protocol.decode_request(
-        protocol.encode_request(
+    add = decode_request(
+        encode_request(
             ApiKey.AddPartitionsToTxn,
             3,
             {"v3_and_below_transactional_id": "t", "v3_and_below_topics": [{"name": "a", "partitions": [0, 4]}]},
         )[4:]
     ).body
-    results = protocol.error_body(ApiKey.AddPartitionsToTxn, 3, 48, None, add)["results_by_topic_v3_and_below"]
+    results = error_body(ApiKey.AddPartitionsToTxn, 3, 48, None, add)["results_by_topic_v3_and_below"]
     assert results == [
         {
             "name": "a",
@@ -142,18 +142,18 @@ def test_error_body_mirrors_the_request_where_there_is_no_top_level_error() -> N
 
 
 def test_decode_request_refuses_what_does_not_decode() -> None:
-    frame = protocol.encode_request(ApiKey.Metadata, 1, {"topics": [{"name": "orders"}]})[4:]
-    assert protocol.decode_request(frame).body.topics[0].name == "orders"
+    frame = encode_request(ApiKey.Metadata, 1, {"topics": [{"name": "orders"}]})[4:]
+    assert decode_request(frame).body.topics[0].name == "orders"
     for bad in (frame[:9], frame[:-3], frame[:12]):  # shorter than a header, a name cut short, a header cut short
-        with pytest.raises(protocol.FrameError):
-            protocol.decode_request(bad)
+        with pytest.raises(FrameError):
+            decode_request(bad)
     unknown = struct.pack(">hhih", 999, 0, 1, -1)
-    with pytest.raises(protocol.FrameError, match="no codec"):
-        protocol.decode_request(unknown)
+    with pytest.raises(FrameError, match="no codec"):
+        decode_request(unknown)
     # librdkafka's Metadata v12 for every topic carries three bytes past the body; Kafka ignores them
     rdkafka = bytes.fromhex("0003000c00000003000772646b61666b610000000000010000")
-    request = protocol.decode_request(rdkafka)
-    assert request.header == protocol.RequestHeader(ApiKey.Metadata, 12, 3, "rdkafka")
+    request = decode_request(rdkafka)
+    assert request.header == RequestHeader(ApiKey.Metadata, 12, 3, "rdkafka")
     assert request.body.topics is None  # null: every topic, as the schema allows
 
 
@@ -162,19 +162,17 @@ def test_decode_request_refuses_a_null_the_schema_does_not_allow(version: int) -
     """The generated decoder reads a length of -1 (or a compact 0) as null for any array or string;
     where the schema allows no null the frame is malformed, not a request for a handler to trip on."""
     body = {"transactional_id": None, "acks": -1, "timeout_ms": 1000, "topic_data": [{"name": "t", "partition_data": []}]}
-    frame = protocol.encode_request(ApiKey.Produce, version, body)[4:]
-    assert protocol.decode_request(frame).body.topic_data[0].partition_data == []
+    frame = encode_request(ApiKey.Produce, version, body)[4:]
+    assert decode_request(frame).body.topic_data[0].partition_data == []
     # the empty array is the body's last field (flexible versions then carry two empty tag sections)
     null = frame[:-4] + b"\xff\xff\xff\xff" if version < 9 else frame[:-3] + b"\x00" + frame[-2:]
-    with pytest.raises(protocol.FrameError, match=r"partition_data is null"):
-        protocol.decode_request(null)
-    null_name = protocol.encode_request(ApiKey.Produce, version, {**body, "topic_data": [{"name": "t", "partition_data": []}]})[
-        4:
-    ]
+    with pytest.raises(FrameError, match=r"partition_data is null"):
+        decode_request(null)
+    null_name = encode_request(ApiKey.Produce, version, {**body, "topic_data": [{"name": "t", "partition_data": []}]})[4:]
     name_at = null_name.index(b"\x00\x01t" if version < 9 else b"\x02t")
     null_name = null_name[:name_at] + (b"\xff\xff" if version < 9 else b"\x00") + null_name[name_at + (3 if version < 9 else 2) :]
-    with pytest.raises(protocol.FrameError, match=r"name is null"):
-        protocol.decode_request(null_name)
+    with pytest.raises(FrameError, match=r"name is null"):
+        decode_request(null_name)
 
 
 # -- dispatch, in process (handlers replaced) ----------------------------------------------------
@@ -186,11 +184,11 @@ def dispatch() -> Gateway:
 
 
 def answer(gateway: Gateway, api_key: int, version: int, body: dict) -> object:
-    frame = protocol.encode_request(api_key, version, body, correlation_id=11)
+    frame = encode_request(api_key, version, body, correlation_id=11)
     raw = asyncio.run(gateway.answer(frame[4:], "127.0.0.1:5000"))
     if raw is None:
         return None
-    correlation_id, decoded = protocol.decode_response(api_key, version, raw[4:])
+    correlation_id, decoded = decode_response(api_key, version, raw[4:])
     assert correlation_id == 11
     return decoded
 
@@ -490,14 +488,14 @@ def test_apiversions_quirks(raw: RawConnection) -> None:
     raw.send_bytes(_frame(struct.pack(">hhih", ApiKey.ApiVersions, 99, 4242, 3) + b"abc" + os.urandom(20)))
     frame = raw.read_frame()
     assert frame is not None
-    correlation_id, got = protocol.decode_response(ApiKey.ApiVersions, 0, frame)
+    correlation_id, got = decode_response(ApiKey.ApiVersions, 0, frame)
     assert (correlation_id, got.error_code) == (4242, UNSUPPORTED_VERSION)
     assert [(k.api_key, k.min_version, k.max_version) for k in got.api_keys] == advertised
     # v3+ client software must look like Kafka's rule; the error is a v0 body too
     raw.send(ApiKey.ApiVersions, 3, {"client_software_name": "bad name!", "client_software_version": "1"})
     frame = raw.read_frame()
     assert frame is not None
-    got = protocol.decode_response(ApiKey.ApiVersions, 0, frame)[1]
+    got = decode_response(ApiKey.ApiVersions, 0, frame)[1]
     assert got.error_code == ErrorCode.INVALID_REQUEST.kafka_code and len(got.api_keys) == len(advertised)
     # the connection still serves
     assert raw.request(ApiKey.Metadata, 1, {"topics": []}).brokers[0].node_id == 0
@@ -544,7 +542,7 @@ def test_answers_leave_in_request_order(raw: RawConnection, topic_name: str) -> 
     for api_key, version, _ in sent:
         frame = raw.read_frame()
         assert frame is not None
-        answers.append(protocol.decode_response(api_key, 0 if version == 99 else version, frame))
+        answers.append(decode_response(api_key, 0 if version == 99 else version, frame))
     assert [correlation_id for correlation_id, _ in answers] == ids
     assert answers[1][1].topics[0].error_code == 0
     assert answers[4][1].topics[0].error_code == ErrorCode.TOPIC_ALREADY_EXISTS.kafka_code

@@ -35,8 +35,8 @@ from app.services import groups as groups_service
 from app.services import produce as produce_service
 from app.services import transactions as txn_service
 from app.services.produce import ProduceRequest
-from app.wire.kafka import protocol
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
+from app.wire.kafka.structs import decode_response
 from tests.conftest import fresh_database, make_broker
 from tests.kafka.conftest import GatewayProcess
 from tests.support import ROOT, wait_until
@@ -853,7 +853,7 @@ def test_a_join_waiting_when_the_gateway_stops_is_answered_not_coordinator(start
         assert gateway.stop() == 0
         frame = conn.read_frame()
         assert frame is not None, "the parked JoinGroup was not answered"
-        correlation_id, answer = protocol.decode_response(ApiKey.JoinGroup, 5, frame)
+        correlation_id, answer = decode_response(ApiKey.JoinGroup, 5, frame)
     assert (correlation_id, answer.error_code) == (sent, E.NOT_COORDINATOR.kafka_code)
     assert time.monotonic() - stopping < 5
 

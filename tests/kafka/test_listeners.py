@@ -22,7 +22,7 @@ from typing import Any, Iterator
 import pytest
 
 from app.services import security, topics
-from app.wire.kafka import protocol
+from app.wire.kafka.messages import ApiKey
 from tests.conftest import fresh_database, make_broker
 from tests.kafka.conftest import GatewayProcess, RawConnection
 from tests.kafka.tls import Authority, Pair
@@ -101,7 +101,7 @@ def cluster(pg_admin_url: str, template_db: str, certs: Certs, tmp_path_factory:
             found = Cluster(gateways, certs, made.token)
             with _plain(found, 0) as conn:  # both gateways see each other
                 wait_until(
-                    lambda: len(conn.request(protocol.ApiKey.Metadata, 1, {"topics": None}).brokers) == 2,
+                    lambda: len(conn.request(ApiKey.Metadata, 1, {"topics": None}).brokers) == 2,
                     30,
                     0.2,
                     "both gateways in Metadata",
@@ -129,16 +129,14 @@ def _tls_raw(cluster: Cluster, node: int, listener: str, pair: Pair | None = Non
 
 
 def _sign_in(conn: RawConnection, username: str, password: str) -> Any:
-    assert conn.request(protocol.ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code == 0
-    return conn.request(
-        protocol.ApiKey.SaslAuthenticate, 2, {"auth_bytes": b"\x00" + username.encode() + b"\x00" + password.encode()}
-    )
+    assert conn.request(ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code == 0
+    return conn.request(ApiKey.SaslAuthenticate, 2, {"auth_bytes": b"\x00" + username.encode() + b"\x00" + password.encode()})
 
 
 def _refused(conn: RawConnection) -> bool:
     """Whether the gateway ends the connection instead of answering (a TLS alert, a reset or EOF)."""
     try:
-        conn.send(protocol.ApiKey.ApiVersions, 0)
+        conn.send(ApiKey.ApiVersions, 0)
         return conn.read_frame() is None
     except (ssl.SSLError, ConnectionError, OSError):
         return True
@@ -154,25 +152,25 @@ def _brokers(answer: Any) -> list[tuple[int, str, int]]:
 def test_metadata_names_the_endpoints_of_the_listener_asked(cluster: Cluster) -> None:
     for node in (0, 1):
         with _plain(cluster, node) as conn:
-            assert _brokers(conn.request(protocol.ApiKey.Metadata, 1, {"topics": None})) == cluster.endpoints("PLAINTEXT")
+            assert _brokers(conn.request(ApiKey.Metadata, 1, {"topics": None})) == cluster.endpoints("PLAINTEXT")
         with _tls_raw(cluster, node, "SSL", cluster.certs.alice) as conn:
-            assert _brokers(conn.request(protocol.ApiKey.Metadata, 1, {"topics": None})) == cluster.endpoints("SSL")
+            assert _brokers(conn.request(ApiKey.Metadata, 1, {"topics": None})) == cluster.endpoints("SSL")
         with _tls_raw(cluster, node, "SASL_SSL") as conn:
             assert _sign_in(conn, "admin", ADMIN_TOKEN).error_code == 0
-            assert _brokers(conn.request(protocol.ApiKey.Metadata, 1, {"topics": None})) == cluster.endpoints("SASL_SSL")
+            assert _brokers(conn.request(ApiKey.Metadata, 1, {"topics": None})) == cluster.endpoints("SASL_SSL")
 
 
 def test_describe_cluster_and_find_coordinator_name_the_listeners_endpoints(cluster: Cluster) -> None:
     with _tls_raw(cluster, 1, "SSL", cluster.certs.alice) as conn:
-        described = conn.request(protocol.ApiKey.DescribeCluster, 0, {"include_cluster_authorized_operations": False})
+        described = conn.request(ApiKey.DescribeCluster, 0, {"include_cluster_authorized_operations": False})
         assert described.error_code == 0
         assert sorted((b.broker_id, b.host, b.port) for b in described.brokers) == cluster.endpoints("SSL")
-        found = conn.request(protocol.ApiKey.FindCoordinator, 1, {"key": f"g-{uuid.uuid4().hex}", "key_type": 0})
+        found = conn.request(ApiKey.FindCoordinator, 1, {"key": f"g-{uuid.uuid4().hex}", "key_type": 0})
         assert found.error_code == 0 and (found.node_id, found.host, found.port) in cluster.endpoints("SSL")
-        txn = conn.request(protocol.ApiKey.FindCoordinator, 1, {"key": "t", "key_type": 1})
+        txn = conn.request(ApiKey.FindCoordinator, 1, {"key": "t", "key_type": 1})
         assert (txn.node_id, txn.host, txn.port) == cluster.endpoints("SSL")[1]  # any gateway coordinates: the one asked
     with _plain(cluster, 0) as conn:
-        described = conn.request(protocol.ApiKey.DescribeCluster, 0, {"include_cluster_authorized_operations": False})
+        described = conn.request(ApiKey.DescribeCluster, 0, {"include_cluster_authorized_operations": False})
         assert sorted((b.broker_id, b.host, b.port) for b in described.brokers) == cluster.endpoints("PLAINTEXT")
 
 
@@ -180,7 +178,7 @@ def test_describe_configs_names_every_listener_of_a_broker(cluster: Cluster) -> 
     with _tls_raw(cluster, 0, "SSL", cluster.certs.alice) as conn:
         for node in (0, 1):
             answer = conn.request(
-                protocol.ApiKey.DescribeConfigs,
+                ApiKey.DescribeConfigs,
                 1,
                 {
                     "resources": [
@@ -217,9 +215,9 @@ def test_the_registry_records_every_listener_of_each_gateway(cluster: Cluster) -
 
 def test_a_client_certificate_maps_to_its_principal(cluster: Cluster) -> None:
     with _tls_raw(cluster, 0, "SSL", cluster.certs.alice) as conn:
-        assert conn.request(protocol.ApiKey.ApiVersions, 0).error_code == 0
+        assert conn.request(ApiKey.ApiVersions, 0).error_code == 0
         # a principal authenticated by its certificate has nothing to sign in to
-        assert conn.request(protocol.ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code == 34  # ILLEGAL_SASL_STATE
+        assert conn.request(ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code == 34  # ILLEGAL_SASL_STATE
 
 
 def test_certificates_that_name_no_active_principal_are_refused(cluster: Cluster) -> None:
@@ -235,19 +233,19 @@ def test_certificates_that_name_no_active_principal_are_refused(cluster: Cluster
             assert _refused(conn)
             raise ConnectionError("refused after the handshake")
     with _tls_raw(cluster, 0, "SSL", cluster.certs.alice) as conn:  # the listener goes on
-        assert conn.request(protocol.ApiKey.ApiVersions, 0).error_code == 0
+        assert conn.request(ApiKey.ApiVersions, 0).error_code == 0
 
 
 def test_a_sasl_ssl_listener_signs_in_with_sasl_over_tls(cluster: Cluster) -> None:
     with _tls_raw(cluster, 1, "SASL_SSL") as conn:
-        conn.send(protocol.ApiKey.Metadata, 1, {"topics": None})  # before sign-in: closed
+        conn.send(ApiKey.Metadata, 1, {"topics": None})  # before sign-in: closed
         assert conn.read_frame() is None
     with _tls_raw(cluster, 1, "SASL_SSL") as conn:
         failed = _sign_in(conn, cluster.certs.alice_name, "txlog_not_the_token")
         assert failed.error_code == 58
     with _tls_raw(cluster, 1, "SASL_SSL") as conn:
         assert _sign_in(conn, cluster.certs.alice_name, cluster.alice_token).error_code == 0
-        assert conn.request(protocol.ApiKey.Metadata, 1, {"topics": None}).brokers
+        assert conn.request(ApiKey.Metadata, 1, {"topics": None}).brokers
 
 
 def test_a_tls_client_that_never_finishes_its_handshake_is_cut_off(cluster: Cluster) -> None:
@@ -260,7 +258,7 @@ def test_a_tls_client_that_never_finishes_its_handshake_is_cut_off(cluster: Clus
         sock.sendall(b"\x16\x03\x01\x00\xff")  # a ClientHello's record header, and nothing more
         stalled.append(sock)
     with _plain(cluster, 0) as conn:  # meanwhile the others are served
-        assert conn.request(protocol.ApiKey.ApiVersions, 0).error_code == 0
+        assert conn.request(ApiKey.ApiVersions, 0).error_code == 0
     started = time.monotonic()
     for sock in stalled:
         with sock:
@@ -271,7 +269,7 @@ def test_a_tls_client_that_never_finishes_its_handshake_is_cut_off(cluster: Clus
     assert time.monotonic() - started < HANDSHAKE_TIMEOUT_MS / 1000 + 5
     assert len(os.listdir(f"/proc/{gateway.proc.pid}/task")) <= threads
     with _tls_raw(cluster, 0, "SSL", cluster.certs.alice) as conn:
-        assert conn.request(protocol.ApiKey.ApiVersions, 0).error_code == 0
+        assert conn.request(ApiKey.ApiVersions, 0).error_code == 0
 
 
 # --- clients -------------------------------------------------------------------------------------
@@ -512,13 +510,13 @@ def test_named_listeners_and_tls_flags(pg_admin_url: str, template_db: str, cert
         gateway.env["TXLOG_KAFKA_ADVERTISED_LISTENERS"] = f"EXTERNAL://localhost:{gateway.ports['EXTERNAL']}"
         with gateway:
             with gateway.connect() as conn:
-                assert _brokers(conn.request(protocol.ApiKey.Metadata, 1, {"topics": None})) == [
+                assert _brokers(conn.request(ApiKey.Metadata, 1, {"topics": None})) == [
                     (0, "127.0.0.1", gateway.ports["INTERNAL"])
                 ]
             sock = socket.create_connection(("127.0.0.1", gateway.ports["EXTERNAL"]), timeout=10)
             with RawConnection(_tls(certs).wrap_socket(sock, server_hostname="localhost")) as conn:  # no client certificate
-                assert _brokers(conn.request(protocol.ApiKey.Metadata, 1, {"topics": None})) == [
+                assert _brokers(conn.request(ApiKey.Metadata, 1, {"topics": None})) == [
                     (0, "localhost", gateway.ports["EXTERNAL"])
                 ]
-                assert conn.request(protocol.ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code == 34
+                assert conn.request(ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code == 34
             assert "listener EXTERNAL (SSL)" in gateway.log()

@@ -30,7 +30,7 @@ import pytest
 from api.kafka import versions
 from app.errors import ErrorCode as E
 from app.storage.embedded import EmbeddedPostgres
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 from tests.kafka.conftest import GatewayProcess, RawConnection
 from tests.kafka.test_fetch import fetch_body, list_offsets_body
 from tests.kafka.test_groups import _commit_body, _join

@@ -1,4 +1,4 @@
-"""The answers written directly (``protocol._direct_response``: Produce and Fetch) are, byte for
+"""The answers written directly (``direct_responses.direct_response``: Produce and Fetch) are, byte for
 byte, what kafka-python's generic codec writes for the same answer, in every version written so;
 and what they do not write goes to the generic path."""
 
@@ -9,8 +9,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.wire.kafka import protocol
-from app.wire.kafka.protocol import ApiKey, RequestHeader
+from app.wire.kafka.direct_responses import direct_response
+from app.wire.kafka.messages import ApiKey
+from app.wire.kafka.requests import RequestHeader
+from app.wire.kafka.structs import decode_response, encode_response, generic_response
 
 INT16 = st.integers(-(2**15), 2**15 - 1)
 INT32 = st.integers(-(2**31), 2**31 - 1)
@@ -18,7 +20,7 @@ INT64 = st.integers(-(2**63), 2**63 - 1)
 
 
 def optional(**fields: st.SearchStrategy) -> st.SearchStrategy:
-    """A dict of any of ``fields``: one left out takes the schema's default, as in ``protocol.build``."""
+    """A dict of any of ``fields``: one left out takes the schema's default, as in ``structs.build``."""
     return st.fixed_dictionaries({}, optional=fields)
 
 
@@ -67,14 +69,14 @@ fetch_answers = optional(
 
 
 def generic(header: RequestHeader, body: dict[str, Any]) -> bytes:
-    return protocol.generic_response(header.api_key, header.api_version, header.correlation_id, body)
+    return generic_response(header.api_key, header.api_version, header.correlation_id, body)
 
 
 def check_direct(header: RequestHeader, body: dict[str, Any]) -> Any:
-    direct = protocol._direct_response(header, body)
+    direct = direct_response(header, body)
     assert direct is not None
-    assert direct == generic(header, body) == protocol.encode_response(header, body)
-    got_id, decoded = protocol.decode_response(header.api_key, header.api_version, bytes(direct[4:]))
+    assert direct == generic(header, body) == encode_response(header, body)
+    got_id, decoded = decode_response(header.api_key, header.api_version, bytes(direct[4:]))
     assert got_id == header.correlation_id
     return decoded
 
@@ -110,16 +112,16 @@ def test_what_they_do_not_write_takes_the_generic_path() -> None:
         "record_errors": [{"batch_index": 1, "batch_index_error_message": "no"}],
     }
     body = {"responses": [{"name": "t", "partition_responses": [part]}]}
-    assert protocol._direct_response(header, body) is None
-    assert protocol.encode_response(header, body) == generic(header, body)
+    assert direct_response(header, body) is None
+    assert encode_response(header, body) == generic(header, body)
     fetch = RequestHeader(ApiKey.Fetch, 12, 7, "c")
     diverging = {"partition_index": 0, "diverging_epoch": {"epoch": 1, "end_offset": 3}}
     body = {"responses": [{"topic": "t", "partitions": [diverging]}]}
-    assert protocol._direct_response(fetch, body) is None
-    assert protocol.encode_response(fetch, body) == generic(fetch, body)
+    assert direct_response(fetch, body) is None
+    assert encode_response(fetch, body) == generic(fetch, body)
     # below the versions written directly (Produce below v3 is answered with an error)
     for version in (0, 2):
         old = RequestHeader(ApiKey.Produce, version, 7, "c")
         plain = {"responses": [{"name": "t", "partition_responses": [{"index": 0, "error_code": 35}]}]}
-        assert protocol._direct_response(old, plain) is None
-        assert protocol.encode_response(old, plain) == generic(old, plain)
+        assert direct_response(old, plain) is None
+        assert encode_response(old, plain) == generic(old, plain)

@@ -17,7 +17,7 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from app.services import topics
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 from tests.conftest import fresh_database, make_broker
 from tests.kafka.conftest import GatewayProcess, RawConnection
 from tests.support import wait_until

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import pytest
 
 from app.services import security, topics
-from app.wire.kafka import protocol
+from app.wire.kafka.messages import ApiKey
 from tests.conftest import fresh_database, make_broker
 from tests.kafka.conftest import GatewayProcess, RawConnection
 from tests.support import wait_until
@@ -60,16 +60,16 @@ def _plain(username: str, password: str) -> bytes:
 
 
 def _sign_in(conn: RawConnection, username: str, password: str, mechanism: str = "PLAIN", version: int = 2) -> Any:
-    shake = conn.request(protocol.ApiKey.SaslHandshake, 1, {"mechanism": mechanism})
+    shake = conn.request(ApiKey.SaslHandshake, 1, {"mechanism": mechanism})
     if shake.error_code:
         return shake
-    return conn.request(protocol.ApiKey.SaslAuthenticate, version, {"auth_bytes": _plain(username, password)})
+    return conn.request(ApiKey.SaslAuthenticate, version, {"auth_bytes": _plain(username, password)})
 
 
 def _answered(conn: RawConnection) -> bool:
     """Whether a Metadata request is still answered (False: the gateway closed the connection)."""
     try:
-        conn.send(protocol.ApiKey.Metadata, 1, {"topics": []})
+        conn.send(ApiKey.Metadata, 1, {"topics": []})
         return conn.read_frame() is not None
     except ConnectionError:
         return False
@@ -129,7 +129,7 @@ def test_re_authentication_with_another_mechanism_is_refused(reauth: GatewayProc
         started = time.monotonic()
         assert _sign_in(conn, "admin", ADMIN_TOKEN).error_code == 0
         wait_until(lambda: _answered(conn) and time.monotonic() - started > 1.2, 10, 0.2, "a second to pass")
-        assert conn.request(protocol.ApiKey.SaslHandshake, 1, {"mechanism": "SCRAM-SHA-512"}).error_code == 33
+        assert conn.request(ApiKey.SaslHandshake, 1, {"mechanism": "SCRAM-SHA-512"}).error_code == 33
         assert conn.closed_by_peer()
 
 
@@ -138,8 +138,8 @@ def test_only_sasl_authenticate_may_come_during_re_authentication(reauth: Gatewa
         started = time.monotonic()
         assert _sign_in(conn, "admin", ADMIN_TOKEN).error_code == 0
         wait_until(lambda: _answered(conn) and time.monotonic() - started > 1.2, 10, 0.2, "a second to pass")
-        assert conn.request(protocol.ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code == 0
-        conn.send(protocol.ApiKey.Metadata, 1, {"topics": []})
+        assert conn.request(ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code == 0
+        conn.send(ApiKey.Metadata, 1, {"topics": []})
         assert conn.read_frame() is None
 
 
@@ -150,7 +150,7 @@ def test_a_re_authentication_token_is_bounded_as_a_sign_in(reauth: GatewayProces
         started = time.monotonic()
         assert _sign_in(conn, "admin", ADMIN_TOKEN).error_code == 0
         wait_until(lambda: _answered(conn) and time.monotonic() - started > 1.2, 10, 0.2, "a second to pass")
-        assert conn.request(protocol.ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code == 0
+        assert conn.request(ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code == 0
         conn.send_bytes(struct.pack(">i", 100 * 1024 * 1024))  # a 100 MB token announced
         assert conn.closed_by_peer()
 
@@ -161,7 +161,7 @@ def test_a_second_re_authentication_within_a_second_is_illegal(reauth: GatewayPr
         assert _sign_in(conn, "admin", ADMIN_TOKEN).error_code == 0
         wait_until(lambda: _answered(conn) and time.monotonic() - started > 1.2, 10, 0.2, "a second to pass")
         assert _sign_in(conn, "admin", ADMIN_TOKEN).error_code == 0
-        assert conn.request(protocol.ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code == 34  # ILLEGAL_SASL_STATE
+        assert conn.request(ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code == 34  # ILLEGAL_SASL_STATE
 
 
 def test_a_principal_revoked_meanwhile_fails_re_authentication(reauth: GatewayProcess) -> None:

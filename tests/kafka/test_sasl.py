@@ -17,7 +17,7 @@ from typing import Iterator
 import pytest
 
 from app.services import security, topics
-from app.wire.kafka import protocol
+from app.wire.kafka.messages import ApiKey
 from tests.conftest import fresh_database, make_broker
 from tests.kafka.conftest import GatewayProcess, RawConnection
 
@@ -218,24 +218,24 @@ def _plain(username: str, password: str) -> bytes:
 
 def test_a_request_before_signing_in_closes_the_connection(secured: GatewayProcess) -> None:
     with secured.connect() as conn:
-        assert conn.request(protocol.ApiKey.ApiVersions, 0).error_code == 0  # allowed before sign-in
-        conn.send(protocol.ApiKey.Metadata, 1, {"topics": None})
+        assert conn.request(ApiKey.ApiVersions, 0).error_code == 0  # allowed before sign-in
+        conn.send(ApiKey.Metadata, 1, {"topics": None})
         assert conn.closed_by_peer()
     assert secured.alive()
 
 
 def test_sasl_handshake_v1_and_authenticate_then_requests_are_served(secured: GatewayProcess) -> None:
     with secured.connect() as conn:
-        shake = conn.request(protocol.ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"})
+        shake = conn.request(ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"})
         assert shake.error_code == 0 and "PLAIN" in shake.mechanisms
-        auth = conn.request(protocol.ApiKey.SaslAuthenticate, 2, {"auth_bytes": _plain("admin", ADMIN_TOKEN)})
+        auth = conn.request(ApiKey.SaslAuthenticate, 2, {"auth_bytes": _plain("admin", ADMIN_TOKEN)})
         assert auth.error_code == 0, auth.error_message
-        assert conn.request(protocol.ApiKey.Metadata, 1, {"topics": None}).brokers
+        assert conn.request(ApiKey.Metadata, 1, {"topics": None}).brokers
 
 
 def test_an_unknown_mechanism_is_named_and_closes(secured: GatewayProcess) -> None:
     with secured.connect() as conn:
-        shake = conn.request(protocol.ApiKey.SaslHandshake, 1, {"mechanism": "GSSAPI"})
+        shake = conn.request(ApiKey.SaslHandshake, 1, {"mechanism": "GSSAPI"})
         assert shake.error_code == 33  # UNSUPPORTED_SASL_MECHANISM
         assert "PLAIN" in shake.mechanisms
         assert conn.closed_by_peer()
@@ -243,26 +243,26 @@ def test_an_unknown_mechanism_is_named_and_closes(secured: GatewayProcess) -> No
 
 def test_a_wrong_token_is_sasl_authentication_failed_and_closes(secured: GatewayProcess) -> None:
     with secured.connect() as conn:
-        conn.request(protocol.ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"})
-        auth = conn.request(protocol.ApiKey.SaslAuthenticate, 1, {"auth_bytes": _plain("admin", "not-the-token")})
+        conn.request(ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"})
+        auth = conn.request(ApiKey.SaslAuthenticate, 1, {"auth_bytes": _plain("admin", "not-the-token")})
         assert auth.error_code == 58 and "Invalid username or password" in auth.error_message
         assert conn.closed_by_peer()
 
 
 def test_authenticate_without_a_handshake_is_illegal_sasl_state(secured: GatewayProcess) -> None:
     with secured.connect() as conn:
-        auth = conn.request(protocol.ApiKey.SaslAuthenticate, 0, {"auth_bytes": _plain("admin", ADMIN_TOKEN)})
+        auth = conn.request(ApiKey.SaslAuthenticate, 0, {"auth_bytes": _plain("admin", ADMIN_TOKEN)})
         assert auth.error_code == 34  # ILLEGAL_SASL_STATE
         assert conn.closed_by_peer()
 
 
 def test_handshake_v0_takes_bare_tokens(secured: GatewayProcess) -> None:
     with secured.connect() as conn:
-        assert conn.request(protocol.ApiKey.SaslHandshake, 0, {"mechanism": "PLAIN"}).error_code == 0
+        assert conn.request(ApiKey.SaslHandshake, 0, {"mechanism": "PLAIN"}).error_code == 0
         token = _plain("admin", ADMIN_TOKEN)
         conn.send_bytes(struct.pack(">i", len(token)) + token)
         assert conn.read_frame() == b""  # PLAIN's empty answer, bare
-        assert conn.request(protocol.ApiKey.Metadata, 1, {"topics": None}).brokers
+        assert conn.request(ApiKey.Metadata, 1, {"topics": None}).brokers
 
 
 def test_a_frame_above_the_sign_in_bound_closes_at_once(secured: GatewayProcess) -> None:
@@ -270,8 +270,8 @@ def test_a_frame_above_the_sign_in_bound_closes_at_once(secured: GatewayProcess)
         conn.send_bytes(struct.pack(">i", 100 * 1024 * 1024))  # a 100 MB token announced, never sent
         assert conn.closed_by_peer()
     with secured.connect() as conn:  # the gateway goes on
-        assert conn.request(protocol.ApiKey.ApiVersions, 0).error_code == 0
+        assert conn.request(ApiKey.ApiVersions, 0).error_code == 0
 
 
 def test_an_open_gateway_answers_a_handshake_illegal_sasl_state(raw: RawConnection) -> None:
-    assert raw.request(protocol.ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code == 34
+    assert raw.request(ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code == 34

@@ -41,7 +41,7 @@ from app.errors import ErrorCode
 from app.services import Broker, sasl, security
 from app.services import scram as scram_service
 from app.services.security import Authorizer
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 from tests.conftest import make_broker
 from tests.kafka.conftest import GatewayProcess, RawConnection
 from tests.kafka.test_sasl import ADMIN_TOKEN, _topic, secured

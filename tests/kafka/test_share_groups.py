@@ -23,8 +23,8 @@ from app.errors import ErrorCode as E
 from app.services import Broker, share_admin, share_configs
 from app.services import share as share_service
 from app.services import topics as topics_service
-from app.wire.kafka import protocol
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
+from app.wire.kafka.structs import decode_response
 from tests.conftest import fresh_database, make_broker
 from tests.kafka.conftest import GatewayProcess, RawConnection
 from tests.kafka.test_acls import (
@@ -479,7 +479,7 @@ def test_an_idle_share_fetch_waits_for_records(gateway: GatewayProcess, raw: Raw
     _produce(gateway.bootstrap, topic, [b"wake"], partitions=1)
     frame = raw.read_frame()
     assert frame is not None
-    got, woken = protocol.decode_response(ApiKey.ShareFetch, 1, frame)
+    got, woken = decode_response(ApiKey.ShareFetch, 1, frame)
     assert got == correlation and time.monotonic() - started < 15  # woken by the append, long before its MaxWaitMs
     assert [(a.first_offset, a.last_offset) for a in woken.responses[0].partitions[0].acquired_records] == [(0, 0)]
 
@@ -708,7 +708,7 @@ def test_share_fetch_waits_for_min_bytes_or_its_max_wait(gateway: GatewayProcess
     _produce(gateway.bootstrap, topic, [b"c" * 300, b"d" * 300, b"e" * 300], partitions=1)
     frame = raw.read_frame()
     assert frame is not None
-    got, answer = protocol.decode_response(ApiKey.ShareFetch, 1, frame)
+    got, answer = decode_response(ApiKey.ShareFetch, 1, frame)
     assert got == correlation and answer.error_code == 0
     offsets = [(o, count) for first, last, count in _acquired(answer)[0] for o in range(first, last + 1)]
     assert offsets == [(1, 1), (2, 1), (3, 1), (4, 1)]  # 1,200 bytes: the first record and the three appended after
@@ -761,7 +761,7 @@ def test_a_parked_share_fetch_wakes_when_another_members_records_come_back(start
             correlation = raw.send(ApiKey.ShareFetch, 1, _fetch_body(group, "b", 1, [], max_wait_ms=55_000))
             frame = raw.read_frame()
             assert frame is not None
-            got, woken = protocol.decode_response(ApiKey.ShareFetch, 1, frame)
+            got, woken = decode_response(ApiKey.ShareFetch, 1, frame)
             # answered with A's records, their second delivery: woken by A's lock deadline, before
             # its MaxWaitMs ended (a fetch that waits it out answers with nothing)
             assert got == correlation and _acquired(woken) == {0: [(0, 1, 2)]}
@@ -777,7 +777,7 @@ def test_a_parked_share_fetch_wakes_when_another_members_records_come_back(start
                 assert _heartbeat(other, group, "c", -1, None).error_code == 0
             frame = raw.read_frame()
             assert frame is not None
-            got, woken = protocol.decode_response(ApiKey.ShareFetch, 1, frame)
+            got, woken = decode_response(ApiKey.ShareFetch, 1, frame)
             assert got == correlation and _acquired(woken) == {0: [(2, 2, 1)]}
     finally:
         store.db.dispose()

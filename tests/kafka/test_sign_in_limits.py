@@ -16,7 +16,8 @@ from typing import Iterator
 
 import pytest
 
-from app.wire.kafka import protocol
+from app.wire.kafka.messages import ApiKey
+from app.wire.kafka.structs import encode_request
 from tests.conftest import fresh_database
 from tests.kafka.conftest import GatewayProcess, RawConnection
 from tests.support import wait_until
@@ -42,10 +43,10 @@ def guarded(pg_admin_url: str, template_db: str, tmp_path_factory: pytest.TempPa
 
 
 def _sign_in(conn: RawConnection, password: str = ADMIN_TOKEN, mechanism: str = "PLAIN") -> int:
-    shake = conn.request(protocol.ApiKey.SaslHandshake, 1, {"mechanism": mechanism})
+    shake = conn.request(ApiKey.SaslHandshake, 1, {"mechanism": mechanism})
     if shake.error_code:
         return int(shake.error_code)
-    auth = conn.request(protocol.ApiKey.SaslAuthenticate, 2, {"auth_bytes": b"\x00admin\x00" + password.encode()})
+    auth = conn.request(ApiKey.SaslAuthenticate, 2, {"auth_bytes": b"\x00admin\x00" + password.encode()})
     return int(auth.error_code)
 
 
@@ -55,7 +56,7 @@ def keeper(guarded: GatewayProcess) -> Iterator[RawConnection]:
     with guarded.connect() as conn:
         assert _sign_in(conn) == 0
         for _ in range(4):
-            assert conn.request(protocol.ApiKey.Metadata, 1, {"topics": None}).brokers
+            assert conn.request(ApiKey.Metadata, 1, {"topics": None}).brokers
         yield conn
 
 
@@ -65,7 +66,7 @@ def _threads(gateway: GatewayProcess) -> int:
 
 
 def _served(conn: RawConnection) -> bool:
-    return bool(conn.request(protocol.ApiKey.Metadata, 1, {"topics": None}).brokers)
+    return bool(conn.request(ApiKey.Metadata, 1, {"topics": None}).brokers)
 
 
 def _closed(sock: socket.socket) -> bool:
@@ -84,17 +85,17 @@ def test_bad_sign_ins_close_their_connection_only(guarded: GatewayProcess, keepe
         assert _sign_in(conn, mechanism="GSSAPI") == 33 and conn.closed_by_peer()
     assert _served(keeper)
     with guarded.connect() as conn:  # a request before signing in
-        conn.send(protocol.ApiKey.Produce, 9, {"acks": -1, "timeout_ms": 1000, "topic_data": []})
+        conn.send(ApiKey.Produce, 9, {"acks": -1, "timeout_ms": 1000, "topic_data": []})
         assert conn.read_frame() is None
     assert _served(keeper)
     with guarded.connect() as conn:  # a 100 MB token announced
-        assert conn.request(protocol.ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code == 0
+        assert conn.request(ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code == 0
         conn.send_bytes(struct.pack(">i", 100 * 1024 * 1024))
         assert conn.closed_by_peer()
     assert _served(keeper)
     with guarded.connect() as conn:  # garbage for a PLAIN token
-        assert conn.request(protocol.ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code == 0
-        auth = conn.request(protocol.ApiKey.SaslAuthenticate, 2, {"auth_bytes": b"\xff" * 1000})
+        assert conn.request(ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}).error_code == 0
+        auth = conn.request(ApiKey.SaslAuthenticate, 2, {"auth_bytes": b"\xff" * 1000})
         assert auth.error_code == 58 and conn.closed_by_peer()
     assert _served(keeper)
     with guarded.connect() as conn:  # bytes that are no request at all
@@ -106,9 +107,9 @@ def test_bad_sign_ins_close_their_connection_only(guarded: GatewayProcess, keepe
 
 
 def test_a_sign_in_trickled_byte_by_byte_is_cut_off_as_a_whole(guarded: GatewayProcess, keeper: RawConnection) -> None:
-    handshake = protocol.encode_request(protocol.ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}, 1, "slow")
+    handshake = encode_request(ApiKey.SaslHandshake, 1, {"mechanism": "PLAIN"}, 1, "slow")
     token = b"\x00admin\x00" + ADMIN_TOKEN.encode()
-    authenticate = protocol.encode_request(protocol.ApiKey.SaslAuthenticate, 2, {"auth_bytes": token}, 2, "slow")
+    authenticate = encode_request(ApiKey.SaslAuthenticate, 2, {"auth_bytes": token}, 2, "slow")
     stream = handshake + authenticate
     sock = socket.create_connection(("127.0.0.1", guarded.port), timeout=10)
     started = time.monotonic()

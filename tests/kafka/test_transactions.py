@@ -26,7 +26,7 @@ from app.domain.transactions import TxnState
 from app.errors import ErrorCode
 from app.services import Broker, fetch, groups, topics
 from app.services import transactions as txn_service
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 from app.wire.kafka.records.encode import encode_batch
 from tests.conftest import make_broker
 from tests.kafka.conftest import GatewayProcess, RawConnection

@@ -25,7 +25,7 @@ from app.domain.transactions import TxnState
 from app.errors import ErrorCode
 from app.services import Broker, topics
 from app.services import transactions as txn_service
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 from tests.kafka.conftest import GatewayProcess, RawConnection
 from tests.kafka.test_transactions import (
     INVALID_PRODUCER_EPOCH,

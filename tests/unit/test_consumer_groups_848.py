@@ -19,8 +19,9 @@ from app.domain.groups import consumer_group as cg
 from app.domain.groups.consumer_group import ConsumerGroup, ConsumerGroupConfig, HeartbeatRequest
 from app.domain.share_groups import Assignment, TopicMetadata
 from app.errors import ErrorCode, TxlogError
-from app.wire.kafka import protocol
-from app.wire.kafka.protocol import ApiKey, RequestHeader
+from app.wire.kafka.messages import ApiKey
+from app.wire.kafka.requests import RequestHeader, decode_request
+from app.wire.kafka.structs import decode_response, encode_request, encode_response
 
 T1 = TopicMetadata("t1", uuid.UUID(int=1), 4)
 T2 = TopicMetadata("t2", uuid.UUID(int=2), 2)
@@ -211,13 +212,13 @@ def test_the_answer_and_the_description_encode() -> None:
     group, answer = out.group, out.answer
     assert beat(group, "m1", 1, owned=group.members["m1"].assignment).answer.assignment is None  # unchanged
     for version in (0, 1):
-        framed = protocol.encode_response(RequestHeader(ApiKey.ConsumerGroupHeartbeat, version, 1, None), answer.body())
-        _, decoded = protocol.decode_response(ApiKey.ConsumerGroupHeartbeat, version, bytes(framed[4:]))
+        framed = encode_response(RequestHeader(ApiKey.ConsumerGroupHeartbeat, version, 1, None), answer.body())
+        _, decoded = decode_response(ApiKey.ConsumerGroupHeartbeat, version, bytes(framed[4:]))
         assert decoded.member_epoch == 1
         assert {t.topic_id: set(t.partitions) for t in decoded.assignment.topic_partitions} == {T1.topic_id: set(range(4))}
         described = cg.describe(group, version)
-        framed = protocol.encode_response(RequestHeader(ApiKey.ConsumerGroupDescribe, version, 1, None), {"groups": [described]})
-        _, decoded = protocol.decode_response(ApiKey.ConsumerGroupDescribe, version, bytes(framed[4:]))
+        framed = encode_response(RequestHeader(ApiKey.ConsumerGroupDescribe, version, 1, None), {"groups": [described]})
+        _, decoded = decode_response(ApiKey.ConsumerGroupDescribe, version, bytes(framed[4:]))
         [member] = decoded.groups[0].members
         assert (member.instance_id, member.member_epoch) == ("i", 1)
         assert [(t.topic_name, t.partitions) for t in member.target_assignment.topic_partitions] == [("t1", [0, 1, 2, 3])]
@@ -229,7 +230,7 @@ def test_the_answer_and_the_description_encode() -> None:
         "subscribed_topic_regex": "^t.*",
         "topic_partitions": [],
     }
-    decoded = protocol.decode_request(protocol.encode_request(ApiKey.ConsumerGroupHeartbeat, 1, body)[4:])
+    decoded = decode_request(encode_request(ApiKey.ConsumerGroupHeartbeat, 1, body)[4:])
     assert decoded.body.subscribed_topic_regex == "^t.*" and decoded.body.rebalance_timeout_ms == 300_000
 
 

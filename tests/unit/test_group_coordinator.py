@@ -1228,7 +1228,8 @@ from api.kafka.handlers import groups as h  # noqa: E402
 from app.services import consumer_groups as consumer_groups_service  # noqa: E402
 from app.services import groups as groups_service  # noqa: E402
 from app.services import share_groups as share_groups_service  # noqa: E402
-from app.wire.kafka import protocol  # noqa: E402
+from app.wire.kafka.requests import decode_request  # noqa: E402
+from app.wire.kafka.structs import decode_response, encode_request, encode_response  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -1246,7 +1247,7 @@ JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 1
 async def call(coord: GroupCoordinator, handler: Any, api_key: int, version: int, body: dict) -> Any:
     """A request through the gateway's codec: encoded as a client sends it (fields a version lacks
     are dropped), decoded, handled, and the answer encoded and decoded as the client reads it."""
-    request = protocol.decode_request(protocol.encode_request(api_key, version, body, correlation_id=7, client_id="cli")[4:])
+    request = decode_request(encode_request(api_key, version, body, correlation_id=7, client_id="cli")[4:])
     ctx = RequestContext(
         broker=None,
         node=Node(0, "127.0.0.1", 9092),
@@ -1258,7 +1259,7 @@ async def call(coord: GroupCoordinator, handler: Any, api_key: int, version: int
         groups=coord,
     )
     answer = await handler(ctx, request.body)
-    correlation_id, response = protocol.decode_response(api_key, version, protocol.encode_response(request.header, answer)[4:])
+    correlation_id, response = decode_response(api_key, version, encode_response(request.header, answer)[4:])
     assert correlation_id == 7
     return response
 

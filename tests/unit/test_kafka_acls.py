@@ -27,7 +27,7 @@ from app.domain.acl_bindings import PatternType as P
 from app.domain.acl_bindings import ResourceType as R
 from app.domain.acls import KAFKA_APIS, Api, item_denied, request_denied, shown
 from app.errors import ErrorCode, TxlogError
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 
 ALLOW, DENY = PermissionType.ALLOW, PermissionType.DENY
 

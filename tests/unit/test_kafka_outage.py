@@ -13,7 +13,7 @@ from api.kafka.handlers.bootstrap import KnownTopics
 from api.kafka.versions import BY_KEY
 from app.domain.log import TopicMetadata
 from app.errors import DatabaseUnavailable, ErrorCode, TxlogError
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 
 AWAY = DatabaseUnavailable("Database unavailable: connection refused")
 SLOW = TxlogError(ErrorCode.REQUEST_TIMED_OUT, "The database did not answer in time")

@@ -1,4 +1,4 @@
-"""The share-group APIs in the codec (``app.wire.kafka.protocol``, schemas in app/wire/kafka/schemas):
+"""The share-group APIs in the codec (``app.wire.kafka.messages``, schemas in app/wire/kafka/schemas):
 every request and response version the codec knows decodes what it encodes; an unknown tagged field
 is skipped; error bodies name every item asked for; and the first ShareGroupHeartbeat a real
 confluent-kafka ``ShareConsumer`` sends reads as Kafka reads it."""
@@ -16,8 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.wire.kafka import protocol
-from app.wire.kafka.protocol import ApiKey, RequestHeader
+from app.wire.kafka.direct_responses import uvarint
+from app.wire.kafka.error_responses import error_body
+from app.wire.kafka.messages import REQUESTS, RESPONSES, ApiKey, api_name, codec_versions, has_codec
+from app.wire.kafka.requests import RequestHeader, decode_request, read_header
+from app.wire.kafka.structs import build, decode_response, encode_request, encode_response
 
 SHARE_KEYS = {
     ApiKey.ShareGroupHeartbeat: (1, 1),
@@ -64,57 +67,57 @@ def _struct(schema: Any, version: int) -> st.SearchStrategy:
     return st.fixed_dictionaries({}, optional=fields)
 
 
-@pytest.mark.parametrize(("key", "version"), CASES, ids=[f"{protocol.api_name(k)}-v{v}" for k, v in CASES])
+@pytest.mark.parametrize(("key", "version"), CASES, ids=[f"{api_name(k)}-v{v}" for k, v in CASES])
 def test_the_codec_knows_exactly_the_versions_clients_send(key: int, version: int) -> None:
-    assert protocol.codec_versions(key) == SHARE_KEYS[key]
-    assert protocol.has_codec(key, version)
-    assert not protocol.has_codec(key, SHARE_KEYS[key][0] - 1)  # the share APIs' v0 was Kafka 4.0's early access
-    assert not protocol.has_codec(key, SHARE_KEYS[key][1] + 1)
+    assert codec_versions(key) == SHARE_KEYS[key]
+    assert has_codec(key, version)
+    assert not has_codec(key, SHARE_KEYS[key][0] - 1)  # the share APIs' v0 was Kafka 4.0's early access
+    assert not has_codec(key, SHARE_KEYS[key][1] + 1)
 
 
-@pytest.mark.parametrize(("key", "version"), CASES, ids=[f"{protocol.api_name(k)}-v{v}" for k, v in CASES])
+@pytest.mark.parametrize(("key", "version"), CASES, ids=[f"{api_name(k)}-v{v}" for k, v in CASES])
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_every_request_and_response_decodes_what_it_encodes(key: int, version: int, data: st.DataObject) -> None:
-    request_class = protocol._REQUESTS[key]
+    request_class = REQUESTS[key]
     request = data.draw(_struct(request_class._struct, version))
-    frame = protocol.encode_request(key, version, request, correlation_id=7, client_id="c")
-    decoded = protocol.decode_request(frame[4:])
+    frame = encode_request(key, version, request, correlation_id=7, client_id="c")
+    decoded = decode_request(frame[4:])
     assert decoded.header == RequestHeader(key, version, 7, "c")
-    assert decoded.body == protocol.build(request_class, version, request)
+    assert decoded.body == build(request_class, version, request)
 
-    response = data.draw(_struct(protocol._RESPONSES[key]._struct, version))
-    framed = protocol.encode_response(RequestHeader(key, version, 9, "c"), response)
-    correlation_id, answer = protocol.decode_response(key, version, bytes(framed[4:]))
+    response = data.draw(_struct(RESPONSES[key]._struct, version))
+    framed = encode_response(RequestHeader(key, version, 9, "c"), response)
+    correlation_id, answer = decode_response(key, version, bytes(framed[4:]))
     assert correlation_id == 9
-    assert answer == protocol.build(key, version, response)
+    assert answer == build(key, version, response)
 
 
 def _with_unknown_tag(frame: bytes) -> bytes:
     """``frame`` (size prefix included) with an unknown tagged field in its body's top-level tagged
     fields (the body's last byte, 0: none): Kafka skips tags it does not know, and so must we."""
     assert frame[-1] == 0
-    tagged = b"\x01" + protocol.uvarint(27) + protocol.uvarint(3) + b"abc"
+    tagged = b"\x01" + uvarint(27) + uvarint(3) + b"abc"
     body = frame[4:-1] + tagged
     return struct.pack(">i", len(body)) + body
 
 
-@pytest.mark.parametrize(("key", "version"), CASES, ids=[f"{protocol.api_name(k)}-v{v}" for k, v in CASES])
+@pytest.mark.parametrize(("key", "version"), CASES, ids=[f"{api_name(k)}-v{v}" for k, v in CASES])
 def test_an_unknown_tagged_field_is_skipped(key: int, version: int) -> None:
-    frame = protocol.encode_request(key, version, {})
-    plain = protocol.decode_request(frame[4:]).body
-    tagged = protocol.decode_request(_with_unknown_tag(frame)[4:]).body
+    frame = encode_request(key, version, {})
+    plain = decode_request(frame[4:]).body
+    tagged = decode_request(_with_unknown_tag(frame)[4:]).body
     assert tagged.to_dict() == plain.to_dict()
 
-    framed = bytes(protocol.encode_response(RequestHeader(key, version, 1, None), {"throttle_time_ms": 5}))
-    _, answer = protocol.decode_response(key, version, _with_unknown_tag(framed)[4:])
+    framed = bytes(encode_response(RequestHeader(key, version, 1, None), {"throttle_time_ms": 5}))
+    _, answer = decode_response(key, version, _with_unknown_tag(framed)[4:])
     assert answer.throttle_time_ms == 5
 
 
 def test_the_heartbeat_request_is_laid_out_as_kafkas() -> None:
     """Kafka's ShareGroupHeartbeatRequest v1, field by field: compact strings and arrays (length + 1),
     the nullable rack (0: null), the body's tagged fields; after request header v2."""
-    frame = protocol.encode_request(
+    frame = encode_request(
         ApiKey.ShareGroupHeartbeat,
         1,
         {"group_id": "g", "member_id": "m1", "member_epoch": 0, "rack_id": None, "subscribed_topic_names": ["t"]},
@@ -136,7 +139,7 @@ def test_the_heartbeat_response_is_laid_out_as_kafkas() -> None:
         "heartbeat_interval_ms": 5000,
         "assignment": {"topic_partitions": [{"topic_id": topic, "partitions": [0, 2]}]},
     }
-    framed = bytes(protocol.encode_response(RequestHeader(ApiKey.ShareGroupHeartbeat, 1, 3, "c"), body))
+    framed = bytes(encode_response(RequestHeader(ApiKey.ShareGroupHeartbeat, 1, 3, "c"), body))
     expected = (
         struct.pack(">i", 3)
         + b"\x00"  # correlation id, header tagged fields
@@ -155,19 +158,19 @@ def test_the_heartbeat_response_is_laid_out_as_kafkas() -> None:
     )
     assert framed == struct.pack(">i", len(expected)) + expected
     # and null: no assignment change
-    framed = bytes(protocol.encode_response(RequestHeader(ApiKey.ShareGroupHeartbeat, 1, 3, "c"), {"member_epoch": 4}))
+    framed = bytes(encode_response(RequestHeader(ApiKey.ShareGroupHeartbeat, 1, 3, "c"), {"member_epoch": 4}))
     assert framed[-2:] == b"\xff\x00"  # null assignment, body tagged fields
 
 
 def test_error_bodies_name_every_item_asked_for() -> None:
-    describe = protocol.decode_request(protocol.encode_request(ApiKey.ShareGroupDescribe, 1, {"group_ids": ["a", "b"]})[4:])
-    body = protocol.error_body(ApiKey.ShareGroupDescribe, 1, 16, "not the coordinator", describe.body)
+    describe = decode_request(encode_request(ApiKey.ShareGroupDescribe, 1, {"group_ids": ["a", "b"]})[4:])
+    body = error_body(ApiKey.ShareGroupDescribe, 1, 16, "not the coordinator", describe.body)
     assert [(g["group_id"], g["error_code"], g["error_message"]) for g in body["groups"]] == [
         ("a", 16, "not the coordinator"),
         ("b", 16, "not the coordinator"),
     ]
-    offsets = protocol.decode_request(
-        protocol.encode_request(
+    offsets = decode_request(
+        encode_request(
             ApiKey.DescribeShareGroupOffsets,
             0,
             {
@@ -178,24 +181,24 @@ def test_error_bodies_name_every_item_asked_for() -> None:
             },
         )[4:]
     )
-    body = protocol.error_body(ApiKey.DescribeShareGroupOffsets, 0, 16, None, offsets.body)
+    body = error_body(ApiKey.DescribeShareGroupOffsets, 0, 16, None, offsets.body)
     assert body["groups"][0]["error_code"] == body["groups"][1]["error_code"] == 16
     assert [(p["partition_index"], p["error_code"]) for p in body["groups"][0]["topics"][0]["partitions"]] == [(0, 16), (3, 16)]
     assert body["groups"][0]["topics"][0]["topic_name"] == "t"
     for key, version in CASES:  # top-level errors where the version has one
         if key not in (ApiKey.ShareGroupDescribe, ApiKey.DescribeShareGroupOffsets):
-            assert protocol.error_body(key, version, 15, "x") == {"error_code": 15, "error_message": "x"}
-        protocol.encode_response(RequestHeader(key, version, 0, None), protocol.error_body(key, version, 15, "x"))
+            assert error_body(key, version, 15, "x") == {"error_code": 15, "error_message": "x"}
+        encode_response(RequestHeader(key, version, 0, None), error_body(key, version, 15, "x"))
 
 
 def test_list_groups_filters_and_answers_share_groups() -> None:
-    request = protocol.decode_request(protocol.encode_request(ApiKey.ListGroups, 5, {"types_filter": ["share"]})[4:])
+    request = decode_request(encode_request(ApiKey.ListGroups, 5, {"types_filter": ["share"]})[4:])
     assert request.body.types_filter == ["share"]
-    framed = protocol.encode_response(
+    framed = encode_response(
         RequestHeader(ApiKey.ListGroups, 5, 1, None),
         {"groups": [{"group_id": "q", "protocol_type": "share", "group_state": "Stable", "group_type": "share"}]},
     )
-    _, answer = protocol.decode_response(ApiKey.ListGroups, 5, bytes(framed[4:]))
+    _, answer = decode_response(ApiKey.ListGroups, 5, bytes(framed[4:]))
     assert (answer.groups[0].group_type, answer.groups[0].protocol_type) == ("share", "share")
 
 
@@ -240,19 +243,19 @@ class _ShareBroker:
     def _serve(self, conn: socket.socket) -> None:
         with conn:
             while (frame := _read_frame(conn)) is not None:
-                header = protocol.read_header(frame)
+                header = read_header(frame)
                 if header.api_key == ApiKey.ShareGroupHeartbeat and self.heartbeat is None:
                     self.heartbeat = frame
                     self.heard.set()
                 body = self._answer(header)
                 if body is None:
                     continue  # not answered: the client waits
-                conn.sendall(protocol.encode_response(header, body))
+                conn.sendall(encode_response(header, body))
 
     def _answer(self, header: RequestHeader) -> dict[str, Any] | None:
         me = {"node_id": 0, "host": "127.0.0.1", "port": self.port}
         if header.api_key == ApiKey.ApiVersions:
-            if not protocol.has_codec(ApiKey.ApiVersions, header.api_version):
+            if not has_codec(ApiKey.ApiVersions, header.api_version):
                 return None
             served = [(ApiKey.ApiVersions, 0, 3), (ApiKey.Metadata, 0, 12), (ApiKey.FindCoordinator, 0, 6)]
             served += [
@@ -294,7 +297,7 @@ def test_a_share_consumers_first_heartbeat_reads_as_kafka_reads_it() -> None:
         consumer.close()
 
     assert broker.heartbeat is not None
-    request = protocol.decode_request(broker.heartbeat)
+    request = decode_request(broker.heartbeat)
     assert (request.header.api_key, request.header.api_version) == (ApiKey.ShareGroupHeartbeat, 1)
     body = request.body
     assert body.group_id == "workers"

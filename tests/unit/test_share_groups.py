@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from app.domain import share_groups as sg
 from app.domain.share_groups import HeartbeatRequest, ShareGroup, ShareGroupConfig, TopicMetadata
 from app.errors import ErrorCode, TxlogError
-from app.wire.kafka import protocol
-from app.wire.kafka.protocol import ApiKey, RequestHeader
+from app.wire.kafka.messages import ApiKey
+from app.wire.kafka.requests import RequestHeader
+from app.wire.kafka.structs import decode_response, encode_response
 
 T1 = TopicMetadata("t1", uuid.UUID(int=1), 2)
 T2 = TopicMetadata("t2", uuid.UUID(int=2), 1)
@@ -164,14 +165,14 @@ def test_a_description_names_the_topics_of_every_subscription_and_assignment() -
 def test_the_answer_and_the_description_encode() -> None:
     group = beat(beat(None, "m1", 0, ["t1", "t2"]).group, "m2", 0, ["t1"]).group
     answer = beat(group, "m1", 1).answer
-    framed = protocol.encode_response(RequestHeader(ApiKey.ShareGroupHeartbeat, 1, 1, None), answer.body())
-    _, decoded = protocol.decode_response(ApiKey.ShareGroupHeartbeat, 1, bytes(framed[4:]))
+    framed = encode_response(RequestHeader(ApiKey.ShareGroupHeartbeat, 1, 1, None), answer.body())
+    _, decoded = decode_response(ApiKey.ShareGroupHeartbeat, 1, bytes(framed[4:]))
     assert decoded.member_epoch == 2
     assert {t.topic_id: set(t.partitions) for t in decoded.assignment.topic_partitions} == answer.assignment
     described = sg.describe(group)
     assert (described["group_state"], described["assignor_name"], described["group_epoch"]) == ("Stable", "simple", 2)
-    framed = protocol.encode_response(RequestHeader(ApiKey.ShareGroupDescribe, 1, 1, None), {"groups": [described]})
-    _, decoded = protocol.decode_response(ApiKey.ShareGroupDescribe, 1, bytes(framed[4:]))
+    framed = encode_response(RequestHeader(ApiKey.ShareGroupDescribe, 1, 1, None), {"groups": [described]})
+    _, decoded = decode_response(ApiKey.ShareGroupDescribe, 1, bytes(framed[4:]))
     m2 = next(m for m in decoded.groups[0].members if m.member_id == "m2")
     assert [(t.topic_name, t.partitions) for t in m2.assignment.topic_partitions] == [
         ("t1", sorted(group.members["m2"].assignment[T1.topic_id]))

@@ -7,7 +7,7 @@ import pytest
 
 from api.kafka import transaction_protocol as tp
 from app.errors import ErrorCode, TxlogError
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ A handler is ``async def handle(ctx: RequestContext, request) -> dict | None``:
 - ``request`` is the decoded request; its fields are attributes named as in Kafka's JSON schemas,
   in snake_case (``request.topics[0].partition_data[0].records``).
 - It returns the response body as plain data: a dict of snake_case field names whose nested
-  structs are dicts and lists of dicts. ``app.wire.kafka.protocol`` builds the versioned response
+  structs are dicts and lists of dicts. ``app.wire.kafka.structs`` builds the versioned response
   from it, so fields a version does not have are dropped and absent ones take the schema's defaults.
 - ``None`` means no response (Produce with acks=0).
 - An exception becomes an error response for the whole request, coded from ``TxlogError.code``
@@ -27,7 +27,7 @@ from typing import Any, Callable, TypeVar
 
 from app.errors import DatabaseUnavailable, ErrorCode, TxlogError
 from app.services import Broker
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 
 T = TypeVar("T")
 

@@ -24,7 +24,7 @@ from app.domain.acls import Api
 from app.errors import ErrorCode, TxlogError
 from app.services import producers as producers_service
 from app.services import transactions as txn_service
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 
 # DescribeProducers' coordinator epoch: the epoch of the coordinator that wrote the producer's last
 # marker. One coordinator, in PostgreSQL, never moves: no epoch to tell (Kafka's "none yet").

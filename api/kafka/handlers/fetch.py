@@ -56,7 +56,7 @@ from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.services import fetch as fetch_service
 from app.services.notify import wait_for_records
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 from app.wire.kafka.records import encode
 from app.wire.kafka.records.batch import HEADER_SIZE
 

@@ -31,7 +31,7 @@ from app.domain.acls import Api
 from app.errors import ErrorCode, TxlogError
 from app.services import consumer_groups, share_groups
 from app.services import groups as groups_service
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 
 
 def _code(error: ErrorCode | None) -> int:

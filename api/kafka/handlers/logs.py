@@ -44,7 +44,7 @@ from app.domain.log import NO_EPOCH, NO_EPOCH_OFFSET, EpochEndOffset
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, retention
 from app.services import fetch as fetch_service
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 
 # The one log directory every gateway names: the records are in PostgreSQL, not under a path.
 LOG_DIR = "/txlog"

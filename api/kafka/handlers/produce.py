@@ -36,7 +36,7 @@ from app.domain.acls import Api
 from app.errors import ErrorCode, TxlogError
 from app.services import produce as produce_service
 from app.services.produce import ProduceRequest
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 from app.wire.kafka.records import decode
 from app.wire.kafka.records.batch import NO_PRODUCER_ID, RecordBatch
 from app.wire.kafka.records.decode import new_records

@@ -34,7 +34,7 @@ from typing import Any
 from api.kafka.handlers import RequestContext
 from app.errors import ErrorCode, TxlogError
 from app.services import sasl
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 
 log = logging.getLogger("txlog.kafka.sasl")
 

@@ -16,7 +16,7 @@ from app.domain.acl_bindings import Operation, ResourceType
 from app.domain.acls import Api
 from app.errors import ErrorCode, TxlogError
 from app.services import share_groups
-from app.wire.kafka import protocol
+from app.wire.kafka.error_responses import error_body
 
 # --- ShareGroupHeartbeat ------------------------------------------------------------------------
 
@@ -29,7 +29,7 @@ async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> dic
     if access.refused(ctx, Api.SHARE_GROUP_HEARTBEAT, "topics", subscribed or []):
         # As Kafka's broker answers it: the code alone, naming no topic (a client may not learn
         # which topics exist that it may not describe).
-        return protocol.error_body(ctx.api_key, ctx.api_version, ErrorCode.TOPIC_AUTHORIZATION_FAILED.kafka_code)
+        return error_body(ctx.api_key, ctx.api_version, ErrorCode.TOPIC_AUTHORIZATION_FAILED.kafka_code)
     answer = await ctx.call(
         share_groups.heartbeat,
         ctx.broker,

@@ -24,7 +24,7 @@ from app.domain import topic_configs
 from app.domain.acls import Api
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, topics
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 
 _TOPIC, _BROKER, _GROUP = 2, 4, 32  # config resource types (Kafka's ConfigResource.Type)
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from app.errors import ErrorCode
-from app.wire.kafka import protocol
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey, api_name
+from app.wire.kafka.structs import decode_response, encode_request
 
 CLIENT_ID = "txlog-admin"
 MAX_ANSWER_BYTES = 64 * 1024 * 1024  # a larger size prefix is not an answer
@@ -120,8 +120,8 @@ class AdminConnection:
     def request(self, api_key: int, version: int, body: Mapping[str, Any]) -> Any:
         """Send one request and wait for its answer (kafka-python's response struct)."""
         self._correlation_id += 1
-        frame = protocol.encode_request(api_key, version, body, self._correlation_id, self.client_id)
-        name = protocol.api_name(api_key)
+        frame = encode_request(api_key, version, body, self._correlation_id, self.client_id)
+        name = api_name(api_key)
         try:
             self._sock.settimeout(self._remaining())
             self._sock.sendall(frame)
@@ -136,7 +136,7 @@ class AdminConnection:
         except OSError as exc:
             raise GatewayUnreachable(self.address, f"{name}: {exc.strerror or exc}") from None
         try:
-            correlation_id, response = protocol.decode_response(api_key, version, answer)
+            correlation_id, response = decode_response(api_key, version, answer)
         except Exception as exc:  # anything the generated decoder raises: the answer is unreadable
             raise GatewayUnreachable(self.address, f"{name}: an unreadable answer ({type(exc).__name__})") from None
         if correlation_id != self._correlation_id:
@@ -170,7 +170,7 @@ class AdminConnection:
         """The highest version of ``api_key`` both sides have."""
         ours = CLIENT_VERSIONS[api_key]
         theirs = self.api_versions().get(api_key)
-        name = protocol.api_name(api_key)
+        name = api_name(api_key)
         if theirs is None:
             raise GatewayUnreachable(self.address, f"the gateway does not serve {name}")
         version = min(ours[1], theirs[1])

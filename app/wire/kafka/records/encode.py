@@ -18,7 +18,7 @@ import google_crc32c
 from app.domain.log import StoredRecord
 from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT
 from app.native import native
-from app.wire.kafka.protocol import uvarint
+from app.wire.kafka.direct_responses import uvarint
 from app.wire.kafka.records.batch import (
     _CONTROL_KEY,
     _CRC,
