@@ -131,14 +131,14 @@ def _open(
     partition: int,
     config: ShareConfigs | None,
     create: bool,
-    topic_id: uuid.UUID | None = None,
+    topic_id: uuid.UUID | None,
+    opened: share_store.OpenedSharePartition | None,
 ) -> _Opened:
-    """The share partition locked, with the log's status read once the lock is held and the
-    group's configs (read in the same statement, when ``config`` is not given): two statements.
-    Made first if the group never read it, when ``create``. ``topic_id``: the id the caller knows
-    the topic by — UNKNOWN_TOPIC_ID unless the topic of that name still has it (deleted and made
-    again, a topic has a new id), checked in the same statement."""
-    opened = share_store.share_partition_open(conn, group_id, topic, partition, with_configs=config is None)
+    """The share partition as ``share_store.share_partitions_open`` locked and read it (``opened``),
+    with the group's configs (read with it, when ``config`` is not given). Made first if the group
+    never read it, when ``create``. ``topic_id``: the id the caller knows the topic by —
+    UNKNOWN_TOPIC_ID unless the topic of that name still has it (deleted and made again, a topic
+    has a new id), checked in the same statement."""
     if opened is None:
         if topic_id is not None:
             found = topics_store.topics_metadata(conn, [topic], None)
@@ -157,8 +157,9 @@ def _open(
     if opened.status is None:
         raise unknown_partition(topic, partition)
     if config is None:
-        assert opened.configs is not None
-        config = config_of(opened.configs)
+        # Read with the partition's state when it was the first opened; else (the first was
+        # refused) now.
+        config = config_of(opened.configs if opened.configs is not None else share_store.share_group_configs(conn, group_id))
     return _Opened(opened.status, opened.state, sp.advance_log_start(opened.state, opened.status.log_start_offset), config)
 
 
@@ -250,7 +251,8 @@ def _serve(
     """Share partitions in one database transaction, each under its row lock, the locks taken in
     (topic, partition) order so that two such transactions never wait on each other: per
     partition its acknowledgements first, then its acquisition from the state they left; each
-    written once, the last write committing with it. The group's configs are read with the first
+    written once. Three round trips whatever the number of partitions: the locks and reads, the
+    records, the writes with the COMMIT (``share_partitions_open``, ``share_partitions_write``). The group's configs are read with the first
     partition's state when not given, and answered for the next transaction. A partition refused
     (unknown, its topic id changed) or an acknowledgement refused changes nothing of it and stops
     no other; an error of the database transaction fails them all (nothing of any was
@@ -258,11 +260,15 @@ def _serve(
     out: dict[int, _Served] = {}
     opened: dict[int, _Opened] = {}
     with broker.db.transaction() as conn:
-        for i in sorted(range(len(jobs)), key=lambda n: (jobs[n].topic, jobs[n].partition)):
+        order = sorted(range(len(jobs)), key=lambda n: (jobs[n].topic, jobs[n].partition))
+        found = share_store.share_partitions_open(
+            conn, group_id, [(jobs[i].topic, jobs[i].partition) for i in order], with_configs=config is None
+        )
+        for i, one in zip(order, found):
             job = jobs[i]
             try:
                 opened[i] = _open(
-                    conn, broker, group_id, job.topic, job.partition, config, job.ask is not None, topic_ids.get(job.topic)
+                    conn, broker, group_id, job.topic, job.partition, config, job.ask is not None, topic_ids.get(job.topic), one
                 )
             except TxlogError as exc:
                 if exc.code is ErrorCode.UNKNOWN_SERVER_ERROR:
@@ -273,7 +279,7 @@ def _serve(
                 )
                 continue
             config = opened[i].config
-        writes: list[tuple[_Job, sp.SharePartitionState, sp.SharePartitionState, bool]] = []
+        writes: list[share_store.SharePartitionWrite] = []
         for i, job in enumerate(jobs):
             if i not in opened:
                 continue
@@ -300,11 +306,8 @@ def _serve(
                 released = released or expired
             out[i] = (acked, got)
             if changed:
-                writes.append((job, o.stored, state, released))
-        for n, (job, stored, state, released) in enumerate(writes):
-            share_store.share_partition_write(
-                conn, group_id, job.topic, job.partition, stored, state, records_available=released, commit=n == len(writes) - 1
-            )
+                writes.append(share_store.SharePartitionWrite(job.topic, job.partition, o.stored, state, released))
+        share_store.share_partitions_write(conn, group_id, writes, commit=True)
     return [out[i] for i in range(len(jobs))], config
 
 
@@ -347,8 +350,9 @@ def fetch(
 ) -> tuple[list[ShareAcknowledged], list[ShareFetchPartition]]:
     """Kafka's ShareFetch whole: the ``acknowledgements`` (as ``acknowledge`` takes them) applied
     before acquiring, as ``acquire`` acquires — the acknowledgements and the first partition read
-    are one database transaction (``_serve``), the acknowledgements applied first. The acknowledgements' answers in the order
-    of ``acknowledgements``, and the acquisitions' in the order of ``partitions``. ``topic_ids``:
+    are one database transaction (``_serve``), the acknowledgements applied first. The
+    acknowledgements' answers in the order of ``acknowledgements``, and the acquisitions' in the
+    order of ``partitions``. ``topic_ids``:
     the ids the caller knows topics by (a Kafka client's), each partition of a topic whose name
     no longer has that id refused UNKNOWN_TOPIC_ID, checked under its lock."""
     if not member_id:
@@ -357,7 +361,6 @@ def fetch(
         raise TxlogError(ErrorCode.INVALID_REQUEST, "max_records and max_bytes must be positive")
     acks = dict(acknowledgements or {})
     ids = topic_ids or {}
-    read = set(partitions)
     # The configs are read in the first transaction, and kept for the rest.
     config: ShareConfigs | None = None
     acked: dict[tuple[str, int], ShareAcknowledged] = {}
@@ -370,28 +373,28 @@ def fetch(
                 acked[(job.topic, job.partition)] = answer
         return [got for _, got in served]
 
-    # The acknowledgements of partitions not read now ride with the first partition read: one
-    # database transaction (and one commit) for a consumer's acceptances and its next records.
-    first = [_Job(topic, partition, alone, None) for (topic, partition), alone in acks.items() if (topic, partition) not in read]
+    # Every acknowledgement rides with the first partition read: one database transaction (and
+    # one commit) for a consumer's acceptances and its next records, wherever each was. A partition
+    # read later is read after its acknowledgements all the same.
+    first = partitions[0] if partitions else None
+    pending = [
+        _Job(topic, partition, batches, None) for (topic, partition), batches in acks.items() if (topic, partition) != first
+    ]
     left = max_records
     out: list[ShareFetchPartition] = []
     for topic, partition in partitions:
-        batches = acks.get((topic, partition))
         if left <= 0:
-            if batches is not None:
-                serve([_Job(topic, partition, batches, None)])
             out.append(ShareFetchPartition(topic, partition))
             continue
-        got = serve([*first, _Job(topic, partition, batches, _Acquisition(left, max_bytes, isolation_level, lock_duration_ms))])[
-            -1
-        ]
-        first = []
+        ask = _Acquisition(left, max_bytes, isolation_level, lock_duration_ms)
+        got = serve([*pending, _Job(topic, partition, acks.get((topic, partition)) if not out else None, ask)])[-1]
+        pending = []
         assert got is not None
         if got.error is None:
             left -= sp.record_count(got.acquired)
         out.append(got)
-    if first:
-        serve(first)
+    if pending:
+        serve(pending)
     return [acked[key] for key in acks if key in acked], out
 
 

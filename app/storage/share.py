@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from psycopg.types.numeric import Int4, Int8
 from sqlalchemy import text
@@ -114,20 +114,36 @@ class OpenedSharePartition:
 def share_partition_open(
     conn: Connection, group_id: str, topic: str, partition: int, with_configs: bool = False
 ) -> OpenedSharePartition | None:
-    """``share_partition_lock`` for a share fetch or acknowledgement, in two statements: the row
-    lock, then (in a snapshot taken once it is held) the in-flight runs with the partition's
-    status, the topic's id and, ``with_configs``, the group's configs. None: the group never read
-    the partition."""
-    if not -(2**31) <= partition < 2**31:
-        return None
-    key = _key(group_id, topic, partition)
+    """``share_partitions_open`` of one share partition."""
+    return share_partitions_open(conn, group_id, [(topic, partition)], with_configs)[0]
+
+
+def share_partitions_open(
+    conn: Connection, group_id: str, partitions: Sequence[tuple[str, int]], with_configs: bool = False
+) -> list[OpenedSharePartition | None]:
+    """``share_partition_lock`` for a share fetch or acknowledgement, of each of ``partitions`` in
+    the order given, in two statements each: the row lock, then (in a snapshot taken once it is
+    held) the in-flight runs with the partition's status, the topic's id and, ``with_configs``,
+    the group's configs (read with the first partition only). All in one round trip (with the
+    transaction's BEGIN, when they are its first): pipelined, each statement still starts only
+    once the one before it has finished, so each reading statement's snapshot is taken with its
+    lock held. None for a partition the group never read."""
     pg = driver(conn)
-    # One round trip for both (and the transaction's BEGIN, when they are its first): pipelined,
-    # the reading statement still starts only once the locking one has finished, so its snapshot
-    # is taken with the lock held.
+    sent: list[tuple[tuple[str, int], Any, Any] | None] = []
     with pg.pipeline():
-        locking = pg.execute(_LOCK, key)
-        reading = pg.execute(_OPENED, {**key, "configs": with_configs}, binary=True)
+        for n, (topic, partition) in enumerate(partitions):
+            if not -(2**31) <= partition < 2**31:
+                sent.append(None)
+                continue
+            key = _key(group_id, topic, partition)
+            locking = pg.execute(_LOCK, key)
+            reading = pg.execute(_OPENED, {**key, "configs": with_configs and n == 0}, binary=True)
+            sent.append(((topic, partition), locking, reading))
+    return [None if one is None else _opened(*one, with_configs=with_configs and n == 0) for n, one in enumerate(sent)]
+
+
+def _opened(where: tuple[str, int], locking: Any, reading: Any, with_configs: bool) -> OpenedSharePartition | None:
+    topic, partition = where
     row = locking.fetchone()
     if row is None:
         return None
@@ -175,6 +191,18 @@ SET last_offset = EXCLUDED.last_offset, state = EXCLUDED.state, member_id = EXCL
 """
 
 
+@dataclass(frozen=True)
+class SharePartitionWrite:
+    """A share partition's move from ``old`` (as locked) to ``new``; ``records_available``: records
+    became available again (released, or their lock expired)."""
+
+    topic: str
+    partition: int
+    old: SharePartitionState
+    new: SharePartitionState
+    records_available: bool = False
+
+
 def share_partition_write(
     conn: Connection,
     group_id: str,
@@ -183,19 +211,39 @@ def share_partition_write(
     old: SharePartitionState,
     new: SharePartitionState,
     records_available: bool = False,
-    commit: bool = False,
 ) -> None:
-    """Persist the move from ``old`` (as locked) to ``new``: the window, and only the in-flight
-    rows that changed (``row_changes``). ``records_available``: records became available again
-    (released, or their lock expired), so share fetches waiting on the partition are woken, as
-    an append wakes them (the notification arrives once this commits). ``commit``: this is the
-    database transaction's last statement, and it commits with it."""
-    key: dict = _key(group_id, topic, partition)
-    deleted, upserted = row_changes(old, new)
+    """``share_partitions_write`` of one share partition, not committing."""
+    share_partitions_write(conn, group_id, [SharePartitionWrite(topic, partition, old, new, records_available)])
+
+
+def share_partitions_write(conn: Connection, group_id: str, writes: Sequence[SharePartitionWrite], commit: bool = False) -> None:
+    """Persist each move: the window, and only the in-flight rows that changed (``row_changes``),
+    one statement a share partition; where records became available again, share fetches waiting
+    on the partition are woken, as an append wakes them (the notification arrives once this
+    commits). ``commit``: these are the database transaction's last statements, and it commits
+    with them. All in one round trip, pipelined: the caller's transaction scope then ends with
+    nothing left to commit (a COMMIT with no transaction open sends nothing)."""
+    statements = [one for one in (_write_statement(group_id, w) for w in writes) if one is not None]
+    pg = driver(conn)
+    if not commit and len(statements) == 1:
+        pg.execute(*statements[0])
+        return
+    if not statements and not commit:
+        return
+    with pg.pipeline():
+        for sql, params in statements:
+            pg.execute(sql, params)
+        if commit:
+            pg.commit()
+
+
+def _write_statement(group_id: str, w: SharePartitionWrite) -> tuple[str, dict] | None:
+    key: dict = _key(group_id, w.topic, w.partition)
+    deleted, upserted = row_changes(w.old, w.new)
     parts: list[str] = []
-    if (old.start_offset, old.end_offset) != (new.start_offset, new.end_offset):
+    if (w.old.start_offset, w.old.end_offset) != (w.new.start_offset, w.new.end_offset):
         parts.append(_UPDATE)
-        key.update(start=Int8(new.start_offset), end=Int8(new.end_offset))
+        key.update(start=Int8(w.new.start_offset), end=Int8(w.new.end_offset))
     if deleted:
         parts.append(_DELETE_RANGES)
         key["firsts_deleted"] = list(deleted)
@@ -209,25 +257,17 @@ def share_partition_write(
             deadlines=[r.lock_deadline_ms for r in upserted],
             counts=[r.delivery_count for r in upserted],
         )
-    if not parts and not records_available:
-        return
+    if not parts and not w.records_available:
+        return None
     # One statement: each change a data-modifying WITH query (the rows deleted and those written
     # are distinct first offsets, so no row is changed twice), the notification its SELECT.
     sql = "WITH " + ", ".join(f"w{i} AS ({part})" for i, part in enumerate(parts)) + " " if parts else ""
-    if records_available:
-        key.update(channel=NOTIFY_CHANNEL, payload=f"{topic}:{partition}")
+    if w.records_available:
+        key.update(channel=NOTIFY_CHANNEL, payload=f"{w.topic}:{w.partition}")
         sql += "SELECT pg_notify(%(channel)s, %(payload)s)"
     else:
         sql += "SELECT 1"
-    pg = driver(conn)
-    if not commit:
-        pg.execute(sql, key)
-        return
-    # The write and the COMMIT in one round trip: the caller's transaction scope then ends with
-    # nothing left to commit (a COMMIT with no transaction open sends nothing).
-    with pg.pipeline():
-        pg.execute(sql, key)
-        pg.commit()
+    return sql, key
 
 
 _RESET = """
