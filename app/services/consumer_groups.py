@@ -163,7 +163,8 @@ def check_offset_commit(
     api_version: int,
 ) -> tuple[bool, ErrorCode | None]:
     """(whether the group is a consumer group of this protocol with members, the commit's refusal
-    if it is one): ``cg.validate_offset_commit``."""
+    if it is one): ``cg.validate_offset_commit``, without a lock. A commit that passes is checked
+    again where it is written (``offset_commit_fence``): a fence may fall between the two."""
     group = live_group(broker, group_id)
     if group is None:
         return False, None
@@ -172,6 +173,28 @@ def check_offset_commit(
     except TxlogError as exc:
         return True, exc.code
     return True, None
+
+
+def offset_commit_fence(
+    broker: Broker,
+    group_id: str,
+    member_id: str,
+    member_epoch: int,
+    partitions: Collection[tuple[str, int]],
+    transactional: bool,
+    api_version: int,
+    conn: Connection,
+) -> None:
+    """The member check of an OffsetCommit or TxnOffsetCommit (``cg.validate_offset_commit``),
+    inside the database transaction that writes its offsets (``conn``): the group's row is held
+    FOR SHARE from the check to the write's end, so a heartbeat or a fencing (FOR UPDATE) falls
+    either before the check, which then sees it, or after the write. Members past their deadlines
+    count as fenced; a group gone meanwhile has no members. Raises ``TxlogError`` as Kafka answers."""
+    group = store.consumer_group_share(conn, group_id) or cg.ConsumerGroup(group_id)
+    now = broker.now()
+    for expired in cg.expired_members(group, now):
+        group = cg.remove_member(group, expired, {})
+    cg.validate_offset_commit(group, member_id, member_epoch, partitions, transactional, api_version)
 
 
 def check_offset_fetch(broker: Broker, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode | None:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
+
+from sqlalchemy.engine import Connection
 
 from app import faults
 from app.domain import transactions as txn
@@ -209,6 +211,7 @@ def txn_offset_commit(
     offsets: Sequence[GroupOffset],
     principal: str | None = None,
     require_added: bool = False,
+    fence: Callable[[Connection], None] | None = None,
 ) -> TxnMetadata:
     """AddOffsetsToTxn and TxnOffsetCommit in one: the group joins the transaction and the offsets
     wait, invisible to the group, until the transaction commits (dropped if it aborts). A partition
@@ -218,7 +221,9 @@ def txn_offset_commit(
     have joined the open transaction already (``add_offsets_to_txn``), else INVALID_TXN_STATE, so a
     delayed commit of an ended transaction cannot open the next one. The consumer group's own
     fence (generation and member id, KIP-447) is the caller's: the gateway's group coordinator
-    checks it before calling; the offsets here are the transaction's."""
+    checks it before calling, and ``fence`` (a consumer group of the next-generation protocol:
+    ``consumer_groups.offset_commit_fence``) checks it again in the database transaction that
+    writes the offsets, after the producer's checks; the offsets here are the transaction's."""
     if not group_id or "\x00" in group_id:
         raise TxlogError(ErrorCode.INVALID_REQUEST, "group_id must be a non-empty string")
     offsets = last_per_partition(offsets)
@@ -229,6 +234,8 @@ def txn_offset_commit(
         if require_added:
             txn.check_group_added(meta, group_id)
         _check_partitions_exist(conn, [(o.topic, o.partition) for o in offsets])
+        if fence is not None:
+            fence(conn)
         event = txn.partitions_added(meta, (), broker.now(), groups=[group_id])
         if event:
             meta = coordinator.record(conn, broker, meta, event, principal=principal)

@@ -4,7 +4,8 @@ partitions, deadlines).
 
 The group row's lock (``consumer_group_lock``) is held for every change of the group: a heartbeat
 loads the group under it, applies the domain's rules (``app.domain.groups.consumer_group``) and
-writes back what changed, so any gateway serves any group and none holds its truth in memory.
+writes back what changed, so any gateway serves any group and none holds its truth in memory. An
+offset commit holds the row FOR SHARE (``consumer_group_share``) from its member check to its write.
 Deadlines are epoch milliseconds of the database's clock; the due ones are found through their
 indexes. The JSON forms of assignments and subscription metadata are the share groups' (an owned
 assignment adds each partition's epoch: topic id -> partition -> epoch).
@@ -77,8 +78,14 @@ def consumer_group_lock(conn: Connection, group_id: str, skip_locked: bool = Fal
 
 
 def consumer_group(conn: Connection, group_id: str) -> ConsumerGroup | None:
-    """The group as last written (no lock: for describing it and checking offset commits)."""
+    """The group as last written (no lock: for describing it)."""
     return _load(conn, group_id, "")
+
+
+def consumer_group_share(conn: Connection, group_id: str) -> ConsumerGroup | None:
+    """The group, its row locked FOR SHARE until the database transaction ends: no heartbeat or
+    fencing (which lock it FOR UPDATE) changes it meanwhile, while other offset commits share it."""
+    return _load(conn, group_id, " FOR SHARE")
 
 
 def consumer_group_create(conn: Connection, group_id: str) -> None:

@@ -152,8 +152,9 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
     offsets = [o for o in every if o.topic not in refused]
     code = 0
     attempted = bool(offsets) or not refused
+    fence = None
     if ctx.api_version >= 3 and ctx.groups is not None and attempted:
-        fenced = await offset_commit_refusal(
+        fenced, fence = await offset_commit_refusal(
             ctx,
             request.group_id,
             request.generation_id,
@@ -176,6 +177,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
                 offsets,
                 None,
                 not transaction_protocol.adds_to_transaction(ApiKey.TxnOffsetCommit, ctx.api_version),
+                fence,
             )
         except TxlogError as exc:
             code = _code(exc, "TxnOffsetCommit", ctx.api_version)
