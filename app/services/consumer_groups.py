@@ -50,9 +50,12 @@ def _topics(conn: Connection, names: frozenset[str] | None) -> dict[str, TopicMe
 def _fence_due(conn: Connection, group: cg.ConsumerGroup, now_ms: int) -> tuple[cg.ConsumerGroup, list[str]]:
     due = cg.expired_members(group, now_ms)
     if due:
-        topics = _topics(conn, cg.topics_needed(group))
+        version = topics_store.topics_version(conn)
+        needed = cg.topics_needed(group, topics_version=version)
+        topics = _topics(conn, needed)
         for member_id in due:
             group = cg.remove_member(group, member_id, topics)
+        group = cg.matched_at(group, needed, version)
     return group, due
 
 
@@ -69,14 +72,18 @@ def heartbeat(broker: Broker, request: cg.HeartbeatRequest) -> cg.HeartbeatAnswe
         stored = store.consumer_group_lock(conn, request.group_id)
         now = broker.now()
         group, gone = (None, []) if stored is None else _fence_due(conn, stored, now)
+        # A group subscribed by regular expression reads every topic only when the catalogue
+        # moved since it last did (``cg.topics_needed``): the version is read before the topics.
+        version = topics_store.topics_version(conn)
+        needed = cg.topics_needed(group, request, version)
         try:
-            outcome = cg.heartbeat(group, request, _topics(conn, cg.topics_needed(group, request)), now, config)
+            outcome = cg.heartbeat(group, request, _topics(conn, needed), now, config)
         except TxlogError as exc:
             error = exc
             if group is not None and gone:
                 store.consumer_group_save(conn, stored, group)
         else:
-            store.consumer_group_save(conn, stored, outcome.group)
+            store.consumer_group_save(conn, stored, cg.matched_at(outcome.group, needed, version))
             answer = outcome.answer
     if gone:
         log.info("consumer group %s: fenced %s", request.group_id, ", ".join(gone))

@@ -17,6 +17,7 @@ from app.services import consumer_groups, groups, sweeper, topics
 from app.services import transactions as txn_service
 from app.storage import consumer_groups as store
 from app.storage import groups as groups_store
+from app.storage import topics as topics_store
 from tests.conftest import make_broker
 from tests.support import wait_until
 
@@ -182,3 +183,32 @@ def _record_error(step, errors: list[BaseException]) -> None:  # type: ignore[no
         step()
     except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
         errors.append(exc)
+
+
+def test_a_regex_group_reads_every_topic_only_after_the_catalogue_changed(clocked_broker, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A heartbeat of a group subscribed by regular expression reads every topic's metadata only
+    when a topic was created or deleted, or grew, since the group last did; a topic created later
+    is still picked up at the next heartbeat."""
+    b = clocked_broker
+    for name in ("orders-1", "audit", "payments"):
+        topics.create_topic(b, name, 2)
+    read: list[object] = []
+    real = topics_store.topics_metadata
+    monkeypatch.setattr(
+        topics_store, "topics_metadata", lambda conn, names=None, **kw: read.append(names) or real(conn, names, **kw)
+    )
+    request = cg.HeartbeatRequest(G, "m1", 0, rebalance_timeout_ms=5_000, subscribed_topic_regex="orders-.*", owned={})
+    answer = consumer_groups.heartbeat(b, request)
+    assert read == [None] and answer.assignment is not None and len(answer.assignment) == 1
+    for _ in range(3):
+        answer = _beat(b, "m1", answer.member_epoch, {t: ps for t, ps in (answer.assignment or {}).items()})
+    assert read[1:] == [["orders-1"]] * 3  # the topics the group knows, not every topic
+    owned = {t: ps for t, ps in (answer.assignment or {}).items()} if answer.assignment else None
+    topics.create_topic(b, "orders-2", 1)
+    read.clear()
+    moved = _beat(b, "m1", answer.member_epoch, owned)
+    assert read == [None] and moved.member_epoch == answer.member_epoch + 1
+    assert moved.assignment is not None and sum(len(ps) for ps in moved.assignment.values()) == 3
+    read.clear()
+    _beat(b, "m1", moved.member_epoch, moved.assignment)
+    assert read == [["orders-1", "orders-2"]]

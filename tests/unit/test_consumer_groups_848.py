@@ -141,6 +141,32 @@ def test_a_regex_subscription_takes_the_topics_it_matches_whole() -> None:
     assert cg.member_topics(out.group.members["m1"], ["t1", "t12", "xt1"]) == {"t1"}
 
 
+def test_a_regex_group_reads_every_topic_only_when_the_catalogue_moved() -> None:
+    """While the topic catalogue stays at the version the group matched its expressions at, a
+    heartbeat reads the topics the group knows (and those named), not every topic; a catalogue
+    that moved, or an expression the group has not matched yet, reads every topic."""
+    request = HeartbeatRequest("g", "m1", 0, rebalance_timeout_ms=5_000, subscribed_topic_regex="t.", owned={})
+    assert cg.topics_needed(None, request, 7) is None
+    out = cg.heartbeat(None, request, {"t1": T1, "x": TopicMetadata("x", uuid.UUID(int=9), 1)}, 0, CONFIG)
+    group = cg.matched_at(out.group, None, 7)
+    assert group.topics_version == 7 and set(group.subscription_metadata) == {"t1"}
+    again = HeartbeatRequest("g", "m1", 1, owned=group.members["m1"].assignment)
+    assert cg.topics_needed(group, again, 7) == {"t1"}
+    assert cg.matched_at(group, frozenset({"t1"}), 7) is group
+    assert cg.topics_needed(group, again, 8) is None  # a topic created, deleted or grown since
+    same = HeartbeatRequest("g", "m1", 1, subscribed_topic_regex="t.", owned=group.members["m1"].assignment)
+    assert cg.topics_needed(group, same, 7) == {"t1"}
+    other = HeartbeatRequest("g", "m1", 1, subscribed_topic_regex="x.*", owned=group.members["m1"].assignment)
+    assert cg.topics_needed(group, other, 7) is None  # an expression not matched yet
+    named = HeartbeatRequest("g", "m2", 0, rebalance_timeout_ms=5_000, subscribed_topic_names=["t2"], owned={})
+    assert cg.topics_needed(group, named, 7) == {"t1", "t2"}
+    newcomer = HeartbeatRequest("g", "m2", 0, rebalance_timeout_ms=5_000, subscribed_topic_regex="t.", owned={})
+    assert cg.topics_needed(group, newcomer, 7) is None
+    # without expressions the catalogue's version does not matter
+    plain = beat(None, "m1", 0, ["t1"]).group
+    assert cg.topics_needed(plain, None, None) == {"t1"} and cg.matched_at(plain, frozenset({"t1"}), 3) is plain
+
+
 def test_leave_and_the_static_members_temporary_leave() -> None:
     group = beat(None, "m1", 0, ["t1"], instance_id="i1").group
     group = beat(group, "m2", 0, ["t1"]).group

@@ -120,6 +120,9 @@ class ConsumerGroup:
     # topic name -> metadata, for the subscribed topics that exist: a change of it bumps the epoch
     subscription_metadata: Mapping[str, TopicMetadata] = field(default_factory=dict)
     target_assignment: Mapping[str, Assignment] = field(default_factory=dict)
+    # the topic catalogue's version its regular expressions were last matched against every topic
+    # at (None: never); while the catalogue stays at it, the topics they match are those known
+    topics_version: int | None = None
 
     @property
     def state(self) -> str:
@@ -232,22 +235,46 @@ def subscription_metadata(members: Iterable[ConsumerMember], topics: Mapping[str
     return {name: topics[name] for name in sorted(names) if name in topics}
 
 
-def topics_needed(group: ConsumerGroup | None, request: HeartbeatRequest | None = None) -> frozenset[str] | None:
+def topics_needed(
+    group: ConsumerGroup | None, request: HeartbeatRequest | None = None, topics_version: int | None = None
+) -> frozenset[str] | None:
     """The topic names whose metadata ``heartbeat`` needs; None: every topic (a member subscribes
-    by regular expression)."""
+    by regular expression, and the topic catalogue is not at the version the group last matched
+    its expressions at, ``topics_version`` being the catalogue's now, or the request brings an
+    expression the group has not matched yet). While the catalogue stays at the group's version,
+    the topics the expressions match are among those the group knows: a heartbeat then reads
+    those, not every topic."""
     names: set[str] = set()
-    members = [] if group is None else list(group.members.values())
+    members = {} if group is None else dict(group.members)
+    member = None if request is None else members.get(request.member_id)
+    matched = group is not None and topics_version is not None and group.topics_version == topics_version
     if request is not None and request.subscribed_topic_regex:
-        return None
-    for m in members:
+        if member is None or member.subscribed_topic_regex != request.subscribed_topic_regex or not matched:
+            return None
+    regex = False
+    for m in members.values():
         replaced = request is not None and m.member_id == request.member_id
         if m.subscribed_topic_regex and not (replaced and request is not None and request.subscribed_topic_regex == ""):
-            return None
+            regex = True
         if not (replaced and request is not None and request.subscribed_topic_names is not None):
             names |= m.subscribed_topic_names
     if request is not None and request.subscribed_topic_names is not None:
         names |= set(request.subscribed_topic_names)
+    if regex or (request is not None and request.subscribed_topic_regex):
+        if not matched:
+            return None
+        assert group is not None
+        names |= set(group.subscription_metadata)
     return frozenset(names)
+
+
+def matched_at(group: ConsumerGroup, needed: frozenset[str] | None, topics_version: int | None) -> ConsumerGroup:
+    """The group after a heartbeat or fencing that read the topics ``topics_needed`` asked for:
+    its expressions matched against every topic at ``topics_version`` when it asked for every
+    topic, else as it was."""
+    if needed is not None or topics_version is None:
+        return group
+    return replace(group, topics_version=topics_version)
 
 
 def preferred_assignor(members: Iterable[ConsumerMember]) -> str:
