@@ -97,7 +97,9 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> dic
         return _added({tp: refused[tp[0]].code.kafka_code if tp[0] in refused else not_attempted for tp in asked})
     args = (request.v3_and_below_transactional_id, request.v3_and_below_producer_id, request.v3_and_below_producer_epoch, asked)
     try:
-        await ctx.loop_executor.run(functools.partial(txn_service.add_partitions_to_txn_steps, ctx.broker, *args, None))
+        version = transaction_protocol.transaction_version(ApiKey.AddPartitionsToTxn, ctx.api_version)
+        steps = functools.partial(txn_service.add_partitions_to_txn_steps, ctx.broker, *args, None, transaction_version=version)
+        await ctx.loop_executor.run(steps)
         codes = {tp: 0 for tp in asked}
     except TxlogError as exc:
         named: Iterable[tuple[str, int]] = exc.details.get("partitions", ())  # type: ignore[assignment]  # details hold plain values
