@@ -18,13 +18,14 @@ protocol's keeps the producer's epoch. The rules themselves are the services' (`
 
 from __future__ import annotations
 
+from app.domain import transactions as txn
 from app.errors import ErrorCode, TxlogError
 from app.wire.kafka.messages import ApiKey
 
 FEATURE = "transaction.version"
 # The feature levels this gateway serves (Kafka 4.x's): 0 and 1 are the first protocol, 2 is V2.
 SUPPORTED_LEVELS = (0, 2)
-V1, V2 = 1, 2
+V1, V2 = txn.V1, txn.V2
 
 # The first request version of transactions V2, by API.
 _FIRST_V2 = {ApiKey.Produce: 12, ApiKey.TxnOffsetCommit: 5, ApiKey.EndTxn: 5}

@@ -90,6 +90,11 @@ def check_transition(from_state: TxnState | None, to_state: TxnState) -> None:
 # (its next transaction has the next epoch).
 FenceReason = Literal["newer_epoch", "timed_out", "aborted_by_operator", "expired", "transaction_ended"]
 
+# The transaction protocols (Kafka's clientTransactionVersion): V1, of Kafka clients before
+# transactions V2, keeps the producer's epoch across its transactions; V2 (KIP-890) ends each
+# transaction with a new epoch.
+V1, V2 = 1, 2
+
 
 @dataclass(frozen=True)
 class TxnMetadata:
@@ -115,7 +120,7 @@ class TxnMetadata:
     # How the producer ends its transactions: 2 (Kafka's transactions V2, KIP-890; the HTTP API)
     # gives every transaction its own epoch; 1 (Kafka clients before V2) keeps the epoch across
     # transactions of one producer session.
-    transaction_version: int = 2
+    transaction_version: int = V2
 
 
 @dataclass(frozen=True)
@@ -136,7 +141,7 @@ class TxnEvent:
     last_producer_epoch: int | None = None
     result: Result | None = None
     reason: FenceReason | None = None
-    transaction_version: int = 2
+    transaction_version: int = V2
 
 
 def apply(meta: TxnMetadata | None, event: TxnEvent) -> TxnMetadata:
@@ -285,17 +290,35 @@ def _check_not_prepared(meta: TxnMetadata) -> None:
         )
 
 
+def check_transaction_version(transaction_version: int) -> None:
+    if transaction_version not in (V1, V2):
+        raise TxlogError(ErrorCode.INVALID_REQUEST, f"Unknown transaction version {transaction_version}")
+
+
 def partitions_added(
-    meta: TxnMetadata, partitions: Iterable[TopicPartition], now: int, groups: Iterable[str] = ()
+    meta: TxnMetadata, partitions: Iterable[TopicPartition], now: int, groups: Iterable[str] = (), transaction_version: int = V2
 ) -> TxnEvent | None:
     """AddPartitionsToTxn / AddOffsetsToTxn (explicit or by a transactional produce). Starts the
-    transaction if none is open. ``None`` when nothing changes."""
+    transaction if none is open. ``None`` when nothing changes.
+
+    ``transaction_version``: the protocol of the request that adds them — V1 for AddPartitionsToTxn
+    and AddOffsetsToTxn (and a batch or TxnOffsetCommit of a client before V2, which adds nothing:
+    its partition or group is in already), V2 for Produce v12 and TxnOffsetCommit v5 that add
+    theirs, and the HTTP API. It is recorded with the event as the transaction's version, from the
+    transaction's start: as Kafka's coordinator (4.x) records the adding request's
+    ``clientTransactionVersion`` with every transition that adds to a transaction. A request of one
+    protocol joining a transaction begun in the other is not refused, in Kafka neither: the version
+    becomes that of the latest request that added something (one that adds nothing changes
+    nothing), and the EndTxn that decides the transaction records its own (``prepared``)."""
+    check_transaction_version(transaction_version)
     new_parts = tuple(sorted(set(partitions) - (set(meta.partitions) if meta.state is S.ONGOING else set())))
     new_groups = tuple(sorted(set(groups) - (set(meta.groups) if meta.state is S.ONGOING else set())))
     if meta.state is S.ONGOING and not new_parts and not new_groups:
         return None
     _check_not_prepared(meta)
-    return _event(meta, S.ONGOING, now, partitions_added=new_parts, groups_added=new_groups)
+    return _event(
+        meta, S.ONGOING, now, partitions_added=new_parts, groups_added=new_groups, transaction_version=transaction_version
+    )
 
 
 def check_partition_added(meta: TxnMetadata, topic: str, partition: int) -> None:
@@ -343,15 +366,14 @@ def prepared_result(state: TxnState) -> Result:
 
 
 def prepared(
-    meta: TxnMetadata, result: Result, now: int, reason: FenceReason | None = None, transaction_version: int = 2
+    meta: TxnMetadata, result: Result, now: int, reason: FenceReason | None = None, transaction_version: int = V2
 ) -> TxnEvent:
     """EndTxn, a timeout, an operator abort or a fencing init decides the transaction's outcome.
     ``transaction_version`` 1 (an EndTxn from a client before transactions V2) keeps the producer's
     epoch once the transaction completes; the server's own aborts always move it on."""
-    if transaction_version not in (1, 2):
-        raise TxlogError(ErrorCode.INVALID_REQUEST, f"Unknown transaction version {transaction_version}")
+    check_transaction_version(transaction_version)
     if reason is not None:
-        transaction_version = 2
+        transaction_version = V2
     return _event(meta, prepare_state(result), now, reason=reason, transaction_version=transaction_version)
 
 
@@ -362,7 +384,7 @@ def completed(meta: TxnMetadata, now: int, new_producer_id: int | None = None) -
     if not meta.state.is_prepared:
         raise TxlogError(ErrorCode.INVALID_TXN_STATE, f"Transaction is in {meta.state.value}, not prepared")
     result = prepared_result(meta.state)
-    if meta.transaction_version == 1:
+    if meta.transaction_version == V1:
         pid, epoch = meta.producer_id, meta.producer_epoch
     else:
         pid, epoch = bumped(meta.producer_id, meta.producer_epoch, new_producer_id)

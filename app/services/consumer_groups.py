@@ -50,9 +50,12 @@ def _topics(conn: Connection, names: frozenset[str] | None) -> dict[str, TopicMe
 def _fence_due(conn: Connection, group: cg.ConsumerGroup, now_ms: int) -> tuple[cg.ConsumerGroup, list[str]]:
     due = cg.expired_members(group, now_ms)
     if due:
-        topics = _topics(conn, cg.topics_needed(group))
+        version = topics_store.topics_version(conn)
+        needed = cg.topics_needed(group, topics_version=version)
+        topics = _topics(conn, needed)
         for member_id in due:
             group = cg.remove_member(group, member_id, topics)
+        group = cg.matched_at(group, needed, version)
     return group, due
 
 
@@ -69,14 +72,18 @@ def heartbeat(broker: Broker, request: cg.HeartbeatRequest) -> cg.HeartbeatAnswe
         stored = store.consumer_group_lock(conn, request.group_id)
         now = broker.now()
         group, gone = (None, []) if stored is None else _fence_due(conn, stored, now)
+        # A group subscribed by regular expression reads every topic only when the catalogue
+        # moved since it last did (``cg.topics_needed``): the version is read before the topics.
+        version = topics_store.topics_version(conn)
+        needed = cg.topics_needed(group, request, version)
         try:
-            outcome = cg.heartbeat(group, request, _topics(conn, cg.topics_needed(group, request)), now, config)
+            outcome = cg.heartbeat(group, request, _topics(conn, needed), now, config)
         except TxlogError as exc:
             error = exc
             if group is not None and gone:
                 store.consumer_group_save(conn, stored, group)
         else:
-            store.consumer_group_save(conn, stored, outcome.group)
+            store.consumer_group_save(conn, stored, cg.matched_at(outcome.group, needed, version))
             answer = outcome.answer
     if gone:
         log.info("consumer group %s: fenced %s", request.group_id, ", ".join(gone))
@@ -163,7 +170,8 @@ def check_offset_commit(
     api_version: int,
 ) -> tuple[bool, ErrorCode | None]:
     """(whether the group is a consumer group of this protocol with members, the commit's refusal
-    if it is one): ``cg.validate_offset_commit``."""
+    if it is one): ``cg.validate_offset_commit``, without a lock. A commit that passes is checked
+    again where it is written (``offset_commit_fence``): a fence may fall between the two."""
     group = live_group(broker, group_id)
     if group is None:
         return False, None
@@ -172,6 +180,28 @@ def check_offset_commit(
     except TxlogError as exc:
         return True, exc.code
     return True, None
+
+
+def offset_commit_fence(
+    broker: Broker,
+    group_id: str,
+    member_id: str,
+    member_epoch: int,
+    partitions: Collection[tuple[str, int]],
+    transactional: bool,
+    api_version: int,
+    conn: Connection,
+) -> None:
+    """The member check of an OffsetCommit or TxnOffsetCommit (``cg.validate_offset_commit``),
+    inside the database transaction that writes its offsets (``conn``): the group's row is held
+    FOR SHARE from the check to the write's end, so a heartbeat or a fencing (FOR UPDATE) falls
+    either before the check, which then sees it, or after the write. Members past their deadlines
+    count as fenced; a group gone meanwhile has no members. Raises ``TxlogError`` as Kafka answers."""
+    group = store.consumer_group_share(conn, group_id) or cg.ConsumerGroup(group_id)
+    now = broker.now()
+    for expired in cg.expired_members(group, now):
+        group = cg.remove_member(group, expired, {})
+    cg.validate_offset_commit(group, member_id, member_epoch, partitions, transactional, api_version)
 
 
 def check_offset_fetch(broker: Broker, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode | None:

@@ -230,10 +230,12 @@ def join_if_unchanged(
     now: int,
     batches: Sequence[AppendBatch] = (),
     positions: Sequence[AppendPosition] = (),
+    transaction_version: int = txn.V2,
 ) -> Operation[tuple[TxnMetadata, list[int]] | None]:
     """Partitions joining the transaction — starting one if none is open — planned against the
     transaction as this process last wrote it (``meta``), recorded with ``batches`` (the batch that
-    adds its partition; none for AddPartitionsToTxn) by ``record_if_unchanged``. None, for the
+    adds its partition; none for AddPartitionsToTxn) by ``record_if_unchanged``, with the version
+    of the request that adds them (``txn.partitions_added``). None, for the
     locked path, when the producer is not the transaction's, the partitions are in it already (as
     remembered), or a limit needs counting under the locks (open transactions of a principal), or
     is exceeded; or when anything moved."""
@@ -243,7 +245,7 @@ def join_if_unchanged(
         txn.check_producer(meta, producer_id, producer_epoch)
     except TxlogError:
         return None
-    event = txn.partitions_added(meta, partitions, now)
+    event = txn.partitions_added(meta, partitions, now, transaction_version=transaction_version)
     if event is None or (principal is not None and not meta.state.is_open):
         return None
     if len(txn.apply(meta, event).partitions) > broker.settings.max_partitions_per_transaction:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
+
+from sqlalchemy.engine import Connection
 
 from app.domain.groups.offsets import GroupOffset, check_committable, last_per_partition
 from app.errors import ErrorCode, TxlogError
@@ -17,15 +19,21 @@ def _check_group(group_id: str) -> None:
         raise TxlogError(ErrorCode.INVALID_REQUEST, "A group id must be a non-empty string without NUL characters")
 
 
-def offset_commit(broker: Broker, group_id: str, offsets: Sequence[GroupOffset]) -> list[GroupOffset]:
+def offset_commit(
+    broker: Broker, group_id: str, offsets: Sequence[GroupOffset], fence: Callable[[Connection], None] | None = None
+) -> list[GroupOffset]:
     """OffsetCommit; a partition given more than once keeps its last offset. Answers the offsets
     as stored. Nothing is committed when some offset is negative or its metadata holds a NUL
     character, which PostgreSQL text cannot store (INVALID_REQUEST), or some partition does not
-    exist (UNKNOWN_TOPIC_OR_PARTITION); the error names them in ``details["partitions"]``."""
+    exist (UNKNOWN_TOPIC_OR_PARTITION); the error names them in ``details["partitions"]``.
+    ``fence``: the group's member check, run first in the database transaction that writes the
+    offsets (``consumer_groups.offset_commit_fence``), raising to refuse the commit."""
     _check_group(group_id)
     offsets = last_per_partition(offsets)
     check_committable(offsets, broker.settings.offset_metadata_max_bytes)
     with broker.db.transaction() as conn:
+        if fence is not None:
+            fence(conn)
         missing = topics_store.partitions_missing(conn, [(o.topic, o.partition) for o in offsets])
         if missing:
             raise TxlogError(

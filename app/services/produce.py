@@ -148,7 +148,7 @@ def append(
     if isinstance(plan, ProduceResult):
         return plan
     if meta is not None:
-        event = txn.partitions_added(meta, [(topic, partition)], now)
+        event = txn.partitions_added(meta, [(topic, partition)], now, transaction_version=_transaction_version(req))
         if event is not None:
             coordinator.record(conn, broker, meta, event, principal=req.principal)
     append_store.log_append(conn, [plan.batch], commit=commit)
@@ -348,11 +348,19 @@ def _joined_ahead(
             now,
             [plan.batch],
             [position],
+            _transaction_version(req),
         )
     except BaseException:
         last.forget(topic, partition, req.producer_id)
         raise
     return _joined(last, plan, position, written)
+
+
+def _transaction_version(req: ProduceRequest) -> int:
+    """The protocol a transactional batch joins its transaction in: V1 for a Kafka client's before
+    transactions V2 (its partition added by AddPartitionsToTxn), else V2 (Produce v12, the HTTP
+    API), recorded with the transaction when the batch adds its partition."""
+    return txn.V1 if req.require_added else txn.V2
 
 
 def _joining(

@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
+
+from sqlalchemy.engine import Connection
 
 from app import faults
 from app.domain import transactions as txn
@@ -128,12 +130,20 @@ def add_partitions_to_txn(
     producer_epoch: int,
     partitions: Sequence[TopicPartition],
     principal: str | None = None,
+    transaction_version: int = txn.V2,
 ) -> TxnMetadata:
     """AddPartitionsToTxn, blocking (``add_partitions_to_txn_steps``)."""
     return executor.run(
         broker,
         functools.partial(
-            add_partitions_to_txn_steps, broker, transactional_id, producer_id, producer_epoch, partitions, principal
+            add_partitions_to_txn_steps,
+            broker,
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            partitions,
+            principal,
+            transaction_version=transaction_version,
         ),
     )
 
@@ -146,10 +156,13 @@ def add_partitions_to_txn_steps(
     partitions: Sequence[TopicPartition],
     principal: str | None,
     now: int,
+    transaction_version: int = txn.V2,
 ) -> Operation[TxnMetadata]:
     """AddPartitionsToTxn. ``principal``: the authenticated requester, whose open transactions are
     limited when this starts one (``coordinator.record``). Answers the transaction's state with the
-    partitions asked for as its members (the locked path reads only those).
+    partitions asked for as its members (the locked path reads only those). ``transaction_version``:
+    the request's protocol, recorded with the transaction (V1 for a Kafka client's request, V2 for
+    the HTTP API's; ``txn.partitions_added``).
 
     Planned ahead against the transaction as this process last wrote it, if it did (Kafka clients
     before transactions V2 send one for every transaction): one conditional statement. Whatever
@@ -158,14 +171,21 @@ def add_partitions_to_txn_steps(
     remembered = last_appends.of(broker).txn(transactional_id)
     if remembered is not None:
         joined = yield from coordinator.join_if_unchanged(
-            broker, remembered, producer_id, producer_epoch, partitions, principal, now
+            broker, remembered, producer_id, producer_epoch, partitions, principal, now, transaction_version=transaction_version
         )
         if joined is not None:
             return _added(joined[0], partitions)
     return (
         yield Blocking(
             functools.partial(
-                _add_partitions_locked, broker, transactional_id, producer_id, producer_epoch, partitions, principal
+                _add_partitions_locked,
+                broker,
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                partitions,
+                principal,
+                transaction_version,
             )
         )
     )
@@ -178,12 +198,13 @@ def _add_partitions_locked(
     producer_epoch: int,
     partitions: Sequence[TopicPartition],
     principal: str | None,
+    transaction_version: int,
 ) -> TxnMetadata:
     with broker.db.transaction() as conn:
         meta = coordinator.locked(conn, transactional_id, partitions=list(partitions), groups=[])
         txn.check_producer(meta, producer_id, producer_epoch)
         _check_partitions_exist(conn, partitions)
-        event = txn.partitions_added(meta, partitions, broker.now())
+        event = txn.partitions_added(meta, partitions, broker.now(), transaction_version=transaction_version)
         return coordinator.record(conn, broker, meta, event, principal=principal) if event else meta
 
 
@@ -196,8 +217,10 @@ def add_offsets_to_txn(
     broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str, principal: str | None = None
 ) -> TxnMetadata:
     """AddOffsetsToTxn alone (Kafka clients before transactions V2 send it before TxnOffsetCommit):
-    the group joins the transaction, starting it if none is open."""
-    return txn_offset_commit(broker, transactional_id, producer_id, producer_epoch, group_id, (), principal)
+    the group joins the transaction, starting it if none is open, in the first protocol (V1)."""
+    return txn_offset_commit(
+        broker, transactional_id, producer_id, producer_epoch, group_id, (), principal, transaction_version=txn.V1
+    )
 
 
 def txn_offset_commit(
@@ -209,6 +232,8 @@ def txn_offset_commit(
     offsets: Sequence[GroupOffset],
     principal: str | None = None,
     require_added: bool = False,
+    fence: Callable[[Connection], None] | None = None,
+    transaction_version: int | None = None,
 ) -> TxnMetadata:
     """AddOffsetsToTxn and TxnOffsetCommit in one: the group joins the transaction and the offsets
     wait, invisible to the group, until the transaction commits (dropped if it aborts). A partition
@@ -218,7 +243,12 @@ def txn_offset_commit(
     have joined the open transaction already (``add_offsets_to_txn``), else INVALID_TXN_STATE, so a
     delayed commit of an ended transaction cannot open the next one. The consumer group's own
     fence (generation and member id, KIP-447) is the caller's: the gateway's group coordinator
-    checks it before calling; the offsets here are the transaction's."""
+    checks it before calling, and ``fence`` (a consumer group of the next-generation protocol:
+    ``consumer_groups.offset_commit_fence``) checks it again in the database transaction that
+    writes the offsets, after the producer's checks; the offsets here are the transaction's.
+    ``transaction_version``: the protocol the group joins in, recorded with the transaction
+    (``txn.partitions_added``); by default V1 with ``require_added``, else V2 (TxnOffsetCommit v5,
+    the HTTP API)."""
     if not group_id or "\x00" in group_id:
         raise TxlogError(ErrorCode.INVALID_REQUEST, "group_id must be a non-empty string")
     offsets = last_per_partition(offsets)
@@ -229,7 +259,10 @@ def txn_offset_commit(
         if require_added:
             txn.check_group_added(meta, group_id)
         _check_partitions_exist(conn, [(o.topic, o.partition) for o in offsets])
-        event = txn.partitions_added(meta, (), broker.now(), groups=[group_id])
+        if fence is not None:
+            fence(conn)
+        version = transaction_version or (txn.V1 if require_added else txn.V2)
+        event = txn.partitions_added(meta, (), broker.now(), groups=[group_id], transaction_version=version)
         if event:
             meta = coordinator.record(conn, broker, meta, event, principal=principal)
         if offsets:

@@ -4,7 +4,8 @@ partitions, deadlines).
 
 The group row's lock (``consumer_group_lock``) is held for every change of the group: a heartbeat
 loads the group under it, applies the domain's rules (``app.domain.groups.consumer_group``) and
-writes back what changed, so any gateway serves any group and none holds its truth in memory.
+writes back what changed, so any gateway serves any group and none holds its truth in memory. An
+offset commit holds the row FOR SHARE (``consumer_group_share``) from its member check to its write.
 Deadlines are epoch milliseconds of the database's clock; the due ones are found through their
 indexes. The JSON forms of assignments and subscription metadata are the share groups' (an owned
 assignment adds each partition's epoch: topic id -> partition -> epoch).
@@ -31,7 +32,10 @@ def _owned(value: Mapping[str, Any]) -> OwnedPartitions:
     return {uuid.UUID(t): {int(p): int(e) for p, e in ps.items()} for t, ps in value.items()}
 
 
-_GROUP = "SELECT group_epoch, assignment_epoch, subscription_metadata FROM txlog.consumer_group_metadata WHERE group_id = :g"
+_GROUP = (
+    "SELECT group_epoch, assignment_epoch, subscription_metadata, topics_version "
+    "FROM txlog.consumer_group_metadata WHERE group_id = :g"
+)
 _MEMBERS = """
 SELECT member_id, member_epoch, previous_member_epoch, state, rebalance_timeout_ms, subscribed_topic_names,
        subscribed_topic_regex, server_assignor, assignment, pending_revocation, target_assignment, session_deadline_ms,
@@ -44,7 +48,7 @@ def _load(conn: Connection, group_id: str, lock: str) -> ConsumerGroup | None:
     row = conn.execute(text(_GROUP + lock), {"g": group_id}).fetchone()
     if row is None:
         return None
-    group_epoch, assignment_epoch, metadata = row
+    group_epoch, assignment_epoch, metadata, topics_version = row
     members: dict[str, ConsumerMember] = {}
     target = {}
     for m in conn.execute(text(_MEMBERS), {"g": group_id}):
@@ -67,7 +71,7 @@ def _load(conn: Connection, group_id: str, lock: str) -> ConsumerGroup | None:
             m.client_host,
         )
         target[m.member_id] = assignment_of(m.target_assignment)
-    return ConsumerGroup(group_id, group_epoch, assignment_epoch, members, metadata_of(metadata), target)
+    return ConsumerGroup(group_id, group_epoch, assignment_epoch, members, metadata_of(metadata), target, topics_version)
 
 
 def consumer_group_lock(conn: Connection, group_id: str, skip_locked: bool = False) -> ConsumerGroup | None:
@@ -77,8 +81,14 @@ def consumer_group_lock(conn: Connection, group_id: str, skip_locked: bool = Fal
 
 
 def consumer_group(conn: Connection, group_id: str) -> ConsumerGroup | None:
-    """The group as last written (no lock: for describing it and checking offset commits)."""
+    """The group as last written (no lock: for describing it)."""
     return _load(conn, group_id, "")
+
+
+def consumer_group_share(conn: Connection, group_id: str) -> ConsumerGroup | None:
+    """The group, its row locked FOR SHARE until the database transaction ends: no heartbeat or
+    fencing (which lock it FOR UPDATE) changes it meanwhile, while other offset commits share it."""
+    return _load(conn, group_id, " FOR SHARE")
 
 
 def consumer_group_create(conn: Connection, group_id: str) -> None:
@@ -95,21 +105,23 @@ def consumer_group_create(conn: Connection, group_id: str) -> None:
 def consumer_group_save(conn: Connection, old: ConsumerGroup | None, new: ConsumerGroup) -> None:
     """Writes ``new`` over ``old`` (as loaded under the lock): the group row, the members that
     changed, and the removal of those gone."""
-    if old is None or (old.group_epoch, old.assignment_epoch, dict(old.subscription_metadata)) != (
+    if old is None or (old.group_epoch, old.assignment_epoch, dict(old.subscription_metadata), old.topics_version) != (
         new.group_epoch,
         new.assignment_epoch,
         dict(new.subscription_metadata),
+        new.topics_version,
     ):
         conn.execute(
             text(
                 "UPDATE txlog.consumer_group_metadata SET group_epoch = :ge, assignment_epoch = :ae, "
-                "subscription_metadata = CAST(:md AS jsonb), updated_at = now() WHERE group_id = :g"
+                "subscription_metadata = CAST(:md AS jsonb), topics_version = :tv, updated_at = now() WHERE group_id = :g"
             ),
             {
                 "g": new.group_id,
                 "ge": new.group_epoch,
                 "ae": new.assignment_epoch,
                 "md": metadata_json(new.subscription_metadata),
+                "tv": new.topics_version,
             },
         )
     old_members = {} if old is None else dict(old.members)

@@ -46,6 +46,17 @@ topics = Table(
     UniqueConstraint("topic_id", name="topics_topic_id_key"),
 )
 
+# The topic catalogue's version (one row): counted up by a trigger (migration 0019) in every
+# transaction that creates or deletes a topic or changes its partition count. A consumer group
+# subscribed by regular expression reads every topic again only when it moved.
+topics_version = Table(
+    "topics_version",
+    metadata,
+    Column("one", Boolean, primary_key=True, server_default=text("true")),
+    Column("version", BigInteger, nullable=False, server_default=text("0")),
+    CheckConstraint("one", name="topics_version_one_row"),
+)
+
 # One row per topic partition. Its row lock is the append lock: offsets are assigned while it is
 # held and it is held until commit, so offsets become visible in order (no holes for readers).
 partitions = Table(
@@ -654,6 +665,9 @@ consumer_group_metadata = Table(
     Column("subscription_metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("created_at", TS, nullable=False, server_default=text("now()")),
     Column("updated_at", TS, nullable=False, server_default=text("now()")),
+    # the topic catalogue's version (topics_version) its subscriptions were last resolved against
+    # every topic at; NULL: never
+    Column("topics_version", BigInteger, nullable=True),
 )
 
 # Its members: epochs and reconciliation state, subscriptions (names, regular expression, server

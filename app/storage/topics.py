@@ -68,6 +68,13 @@ def partitions_add(conn: Connection, name: str, current: int, total: int) -> Non
     )
 
 
+def topics_version(conn: Connection) -> int:
+    """The topic catalogue's version: it moves in every transaction that creates or deletes a topic
+    or changes a partition count (a trigger on ``txlog.topics``, migration 0019). Read it before
+    the topics it stands for."""
+    return int(conn.execute(text("SELECT version FROM txlog.topics_version")).scalar_one())
+
+
 def topics_metadata(
     conn: Connection, names: Sequence[str] | None = None, topic_ids: Sequence[uuid.UUID] | None = None
 ) -> list[TopicMetadata]:

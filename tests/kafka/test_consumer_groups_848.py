@@ -5,7 +5,10 @@ member at a time and every record read; a member killed with SIGKILL is fenced a
 timeout and its partitions move; a regex subscription picks up a topic created later; a gateway
 killed under a running group costs the members no rejoin (their epochs and assignments are in
 PostgreSQL, the next coordinator carries on); a classic group runs beside a consumer group, and
-each protocol is refused a group of the other. Raw frames check the offset-commit fence.
+each protocol is refused a group of the other; a static member restarted within its session gets
+its partitions back without the group epoch moving; ``group.remote.assignor: range`` assigns
+ranges. Raw frames check the offset-commit fence, and the fencing of a member that does not revoke
+within its rebalance timeout.
 
 Members run in threads of their own; a member that must die without leaving is a subprocess of
 this module (``python -m tests.kafka.test_consumer_groups_848``), killed with SIGKILL.
@@ -370,6 +373,119 @@ def test_offset_commits_fenced_by_member_epoch(gateway: GatewayProcess, store: B
         left = conn.request(ApiKey.ConsumerGroupHeartbeat, 1, {**beat, "member_epoch": -1})
         assert (left.error_code, left.member_epoch) == (0, -1)
         assert commit(9, "", -1) == 0  # an empty group takes a simple consumer's commit
+
+
+def _epochs(gateway: GatewayProcess, group: str) -> tuple[int, dict[str, tuple[str | None, int]]]:
+    """The group epoch, and each member's (instance id, member epoch) by member id."""
+    [described] = _described(gateway, group).groups
+    return described.group_epoch, {m.member_id: (m.instance_id, m.member_epoch) for m in described.members}
+
+
+def test_a_static_member_restarting_within_its_session_gets_its_partitions_back(gateway: GatewayProcess, store: Broker) -> None:
+    """A static member (``group.instance.id``) that closes leaves for a while (epoch -2), keeping
+    its assignment; restarted within the session timeout, it takes its place back with the same
+    partitions, and the group epoch does not move: the other member is not disturbed."""
+    topic, group = new_topic(store), unique("g")
+    write(store, topic, 2)
+    static = Member(gateway.bootstrap, group, [topic], **{"group.instance.id": "instance-a"}).start()
+    other = Member(gateway.bootstrap, group, [topic]).start()
+    members = [static, other]
+    try:
+        wait_until(lambda: all(len(m.assignment) == 3 for m in members) and _covers(members, topic), message="two members")
+        wait_until(lambda: _epochs(gateway, group)[0] == max(e for _, e in _epochs(gateway, group)[1].values()))
+        group_epoch, before = _epochs(gateway, group)
+        others = {k: v for k, v in before.items() if v[0] is None}
+        kept, kept_other = static.assignment, other.assignment
+        static.stop()
+        wait_until(lambda: any(e == -2 for _, e in _epochs(gateway, group)[1].values()), message="the static member away")
+        assert other.assignment == kept_other
+        again = Member(gateway.bootstrap, group, [topic], **{"group.instance.id": "instance-a"}).start()
+        members = [again, other]
+        wait_until(lambda: again.assignment == kept, message="its partitions back")
+        epoch_after, after = _epochs(gateway, group)
+        assert epoch_after == group_epoch
+        assert {k: v for k, v in after.items() if v[0] is None} == others  # the other member's epoch unchanged
+        assert [v for v in after.values() if v[0] == "instance-a"] == [v for v in before.values() if v[0] == "instance-a"]
+        assert other.assignment == kept_other and _exclusive(members)
+        assert not any(m.errors for m in members)
+    finally:
+        for m in members:
+            m.stop()
+
+
+def test_the_range_server_assignor_gives_ranges_of_each_topic(gateway: GatewayProcess, store: Broker) -> None:
+    """``group.remote.assignor: range``: each topic's partitions in contiguous ranges, members with
+    the same subscription getting the same partition numbers of co-partitioned topics."""
+    first, second, group = new_topic(store, 4), new_topic(store, 4), unique("g")
+    members = [Member(gateway.bootstrap, group, [first, second], **{"group.remote.assignor": "range"}).start() for _ in range(2)]
+    try:
+        wait_until(lambda: all(len(m.assignment) == 4 for m in members), timeout=60, message="two members")
+        [described] = _described(gateway, group).groups
+        assert described.assignor_name == "range"
+        by_member = {
+            m.member_id: {(t.topic_name, p) for t in m.assignment.topic_partitions for p in t.partitions}
+            for m in described.members
+        }
+        low, high = sorted(by_member)
+        assert by_member[low] == {(t, p) for t in (first, second) for p in (0, 1)}
+        assert by_member[high] == {(t, p) for t in (first, second) for p in (2, 3)}
+        assert {m.assignment for m in members} == {frozenset(a) for a in by_member.values()}
+    finally:
+        for m in members:
+            m.stop()
+
+
+def test_a_member_that_does_not_revoke_within_its_rebalance_timeout_is_fenced(gateway: GatewayProcess, store: Broker) -> None:
+    """Over raw frames, as librdkafka cannot be made to hold a revocation: a member asked to give a
+    partition up that keeps heartbeating with it owned is fenced at its rebalance timeout
+    (FENCED_MEMBER_EPOCH, or UNKNOWN_MEMBER_ID once the sweeper removed it), and the partitions
+    move to the other member."""
+    topic, group = new_topic(store, 2), unique("g")
+    slow, quick = str(uuid.uuid4()), str(uuid.uuid4())
+
+    def beat(conn: Any, member: str, epoch: int, owned: list[dict] | None, **join: Any) -> Any:
+        body = {
+            "group_id": group,
+            "member_id": member,
+            "member_epoch": epoch,
+            "rebalance_timeout_ms": join.get("rebalance_timeout_ms", -1),
+            "subscribed_topic_names": join.get("subscribed_topic_names"),
+            "topic_partitions": owned,
+        }
+        return conn.request(ApiKey.ConsumerGroupHeartbeat, 1, body)
+
+    def owned(answer: Any) -> list[dict]:
+        return [{"topic_id": t.topic_id, "partitions": list(t.partitions)} for t in answer.assignment.topic_partitions]
+
+    with gateway.connect() as conn:
+        joined = beat(conn, slow, 0, [], rebalance_timeout_ms=1000, subscribed_topic_names=[topic])
+        assert joined.error_code == 0 and sum(len(t.partitions) for t in joined.assignment.topic_partitions) == 2
+        holding = owned(joined)
+        other = beat(conn, quick, 0, [], rebalance_timeout_ms=30_000, subscribed_topic_names=[topic])
+        assert other.error_code == 0
+        asked = beat(conn, slow, joined.member_epoch, holding)
+        assert asked.error_code == 0 and asked.member_epoch == joined.member_epoch  # still revoking: its epoch kept
+        assert sum(len(t.partitions) for t in asked.assignment.topic_partitions) == 1
+
+        def fenced() -> Any:
+            answer = beat(conn, slow, joined.member_epoch, holding)  # still owning what it was asked to give up
+            return answer if answer.error_code != 0 else None
+
+        answer = wait_until(fenced, timeout=15, interval=0.2, message="the member fenced")
+        assert answer.error_code in (E.FENCED_MEMBER_EPOCH.kafka_code, E.UNKNOWN_MEMBER_ID.kafka_code)
+
+        def quick_owns_both() -> bool:
+            answer = beat(conn, quick, other_epoch[0], other_owned[0])
+            assert answer.error_code == 0
+            other_epoch[0] = answer.member_epoch
+            if answer.assignment is not None:
+                other_owned[0] = owned(answer)
+            return sum(len(t["partitions"]) for t in other_owned[0]) == 2
+
+        other_epoch, other_owned = [other.member_epoch], [owned(other) if other.assignment is not None else []]
+        wait_until(quick_owns_both, timeout=15, interval=0.2, message="the other member owning both partitions")
+        [described] = _described(gateway, group).groups
+        assert [m.member_id for m in described.members] == [quick]
 
 
 def main(argv: list[str]) -> None:

@@ -32,7 +32,7 @@ from app.services import Broker, groups, topics
 from tests.conftest import make_broker
 from tests.kafka.conftest import GatewayProcess
 from tests.kafka.test_fetch import write
-from tests.support import ROOT
+from tests.support import ROOT, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -54,9 +54,8 @@ class Setup:
     inputs: dict[int, list[bytes]] = field(default_factory=dict)
 
 
-@pytest.fixture
-def setup(start_gateway: Callable[..., GatewayProcess]) -> Iterator[Setup]:
-    g = start_gateway(kafka_node_lease_ms="3000")
+def _setup(start_gateway: Callable[..., GatewayProcess], **settings: str) -> Iterator[Setup]:
+    g = start_gateway(kafka_node_lease_ms="3000", **settings)
     store = make_broker(g.database_url)
     name = uuid.uuid4().hex[:8]
     s = Setup(g, store, f"in-{name}", f"out-{name}", f"copier-{name}", f"copier-{name}")
@@ -64,6 +63,23 @@ def setup(start_gateway: Callable[..., GatewayProcess]) -> Iterator[Setup]:
         topics.create_topic(store, t, PARTITIONS)
     yield s
     store.db.dispose()
+
+
+@pytest.fixture
+def setup(start_gateway: Callable[..., GatewayProcess]) -> Iterator[Setup]:
+    yield from _setup(start_gateway)
+
+
+@pytest.fixture
+def setup_848(start_gateway: Callable[..., GatewayProcess]) -> Iterator[Setup]:
+    """A gateway whose KIP-848 members are fenced 4 s after their last heartbeat, and whose sweeper
+    aborts timed-out transactions every second."""
+    yield from _setup(
+        start_gateway,
+        kafka_consumer_group_session_timeout_ms="4000",
+        kafka_consumer_group_heartbeat_interval_ms="500",
+        transaction_abort_check_interval_ms="1000",
+    )
 
 
 def produce_input(s: Setup, n: int) -> None:
@@ -88,7 +104,7 @@ def produce_input(s: Setup, n: int) -> None:
 class Copier:
     """One copier program, started again after each exit or kill; each run's output in its own log."""
 
-    def __init__(self, s: Setup, program: str, log_dir: Path, *extra: str) -> None:
+    def __init__(self, s: Setup, program: str, log_dir: Path, *extra: str, transactional_id: str | None = None) -> None:
         self.argv = [
             sys.executable,
             str(COPIERS[program]),
@@ -101,7 +117,7 @@ class Copier:
             "--group",
             s.group,
             "--transactional-id",
-            s.tid,
+            transactional_id or s.tid,
             "--ends",
             ",".join(map(str, s.ends)),
             *extra,
@@ -341,3 +357,63 @@ def test_a_copier_crashing_right_after_a_commit_copies_twice_only_when_its_offse
     else:
         assert got == transformed(s)
     assert group_offsets(s) == s.ends
+
+
+# -- two copiers in one KIP-848 group ------------------------------------------------------------
+
+
+def _members(s: Setup) -> dict[str, bool]:
+    """The group's members (KIP-848), each with whether it owns partitions."""
+    with s.store.db.read() as conn:
+        rows = conn.execute(
+            text("SELECT member_id, assignment FROM txlog.consumer_group_member_metadata WHERE group_id = :g"), {"g": s.group}
+        ).all()
+    return {member_id: any(assignment.values()) for member_id, assignment in rows}
+
+
+def test_two_subscribed_copiers_in_one_kip848_group_one_killed_with_kill_9_copy_exactly_once(
+    setup_848: Setup, tmp_path: Path
+) -> None:
+    """Two copiers subscribed in one consumer group of the next-generation protocol, each with a
+    transactional id of its own, share the input; one is killed with SIGKILL while both copy, its
+    transaction open. At its session timeout its member is fenced and its partitions move to the
+    other, which reads them from the offsets committed once the killed copier's transaction is
+    aborted at its timeout: every input record is in the output once, in order, nothing of an
+    aborted transaction visible, and the group's offsets are the input's ends."""
+    s = setup_848
+    produce_input(s, 12_000)
+    chaos = Chaos.draw(1, 0)
+    rng = random.Random(chaos.seed)
+    copiers = []
+    for name in ("a", "b"):
+        log_dir = tmp_path / name
+        log_dir.mkdir()
+        extra = ("--subscribe", "--max-batch", "50", "--pause-ms", str(PACE_MS), "--transaction-timeout-ms", "5000")
+        copiers.append(Copier(s, "confluent", log_dir, *extra, transactional_id=f"{s.tid}-{name}"))
+    killed, survivor = copiers
+    total = sum(s.ends)
+    try:
+        for c in copiers:
+            c.start()
+        assert wait_until(lambda: list(_members(s).values()) == [True, True], 60), _members(s)
+        copied_before = sum(group_offsets(s))
+        assert copied_before < 0.6 * total, f"the copiers were done before both owned partitions (seed {chaos.seed})"
+        moment = rng.uniform(copied_before / total + 0.05, 0.7)
+        assert wait_until(lambda: sum(group_offsets(s)) >= moment * total, 60)
+        time.sleep(rng.uniform(0, 0.1))  # anywhere in the copier's cycle
+        assert killed.poll() is None and sum(group_offsets(s)) < total, f"killed too late (seed {chaos.seed})"
+        killed.kill()
+        assert wait_until(lambda: group_offsets(s) == s.ends, 120), (
+            f"the survivor did not finish (seed {chaos.seed})\n{survivor.logs()}"
+        )
+        assert list(_members(s).values()) == [True]  # the killed copier's member fenced
+        assert survivor.poll() is None, survivor.logs()
+        assert survivor.proc is not None
+        survivor.proc.send_signal(signal.SIGTERM)
+        assert survivor.wait(30) == 0, survivor.logs()
+    finally:
+        for c in copiers:
+            c.kill()
+    print(f"seed {chaos.seed}: killed at {moment:.2f} of the input; aborted output records {aborted_output(s)}")
+    assert killed.exits == [-signal.SIGKILL]
+    check_exactly_once(s, survivor, chaos)

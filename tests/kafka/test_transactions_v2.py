@@ -277,3 +277,79 @@ def test_a_partition_or_group_missing_from_a_v1_transaction_is_transaction_abort
     assert txn_service.describe(store, tid).producer_epoch == e
     assert decisions(store, tid) == [("PrepareCommit", 1), ("CompleteCommit", 1)]
     assert committed_view(store, topic) == {0: values("in", 1), 1: []}
+
+
+# -- the version a transaction runs in --------------------------------------------------------------
+
+
+def joins(store: Broker, tid: str) -> list[tuple[tuple[tuple[str, int], ...], tuple[str, ...], int]]:
+    """(partitions added, groups added, transaction version) of each event that added to a
+    transaction of ``tid``."""
+    return [
+        (e.partitions_added, e.groups_added, e.transaction_version)
+        for e in txn_service.events(store, tid)
+        if e.to_state is TxnState.ONGOING
+    ]
+
+
+def add_offsets(raw: RawConnection, tid: str, pid: int, epoch: int, group: str) -> int:
+    body = {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "group_id": group}
+    return raw.request(ApiKey.AddOffsetsToTxn, 3, body).error_code
+
+
+def test_the_version_a_transaction_runs_in_is_recorded_when_it_starts_and_with_each_join(
+    raw: RawConnection, store: Broker, topic: str
+) -> None:
+    """Produce v12 and TxnOffsetCommit v5 add in V2, AddPartitionsToTxn and AddOffsetsToTxn in V1,
+    each recorded with the event that adds, from the transaction's start, not only with its end."""
+    tid, group = f"tid-{topic}", f"group-{topic}"
+    _, pid, e = init_producer_id(raw, tid, 5)
+    assert send(raw, tid, topic, 0, pid, e, 0, values("a", 1)) == (NONE, 0)
+    assert txn_offset_commit(raw, 5, tid, pid, e, group, topic, 1) == NONE
+    assert joins(store, tid) == [(((topic, 0),), (), 2), ((), (group,), 2)]
+    assert txn_service.describe(store, tid).transaction_version == 2
+    assert end_txn(raw, tid, pid, e, commit=True) == (NONE, pid, e + 1)
+    # the same producer's next transaction in the first protocol: V1 from its start
+    e += 1
+    assert add_partitions(raw, tid, pid, e, topic, 1) == [NONE]
+    assert txn_service.describe(store, tid).transaction_version == 1
+    assert add_offsets(raw, tid, pid, e, group) == NONE
+    assert produce(raw, topic, 1, batch(pid, e, 0, values("b", 1), transactional=True), tid, version=11) == (NONE, 0)
+    assert txn_offset_commit(raw, 4, tid, pid, e, group, topic, 2) == NONE
+    assert joins(store, tid)[2:] == [(((topic, 1),), (), 1), ((), (group,), 1)]  # the batch and commit add nothing
+    answer = raw.request(ApiKey.EndTxn, 4, {"transactional_id": tid, "producer_id": pid, "producer_epoch": e, "committed": True})
+    assert answer.error_code == NONE
+    assert decisions(store, tid)[-2:] == [("PrepareCommit", 1), ("CompleteCommit", 1)]
+    assert txn_service.describe(store, tid).producer_epoch == e
+    assert committed_view(store, topic) == {0: values("a", 1), 1: values("b", 1)}
+    assert group_offsets(store, group, topic)[0] == 2
+
+
+def test_a_request_of_one_protocol_joining_a_transaction_of_the_other_is_served_as_kafka_4_serves_it(
+    raw: RawConnection, store: Broker, topic: str
+) -> None:
+    """Kafka's coordinator (4.x) refuses neither: the transaction takes the version of the latest
+    request that added something to it (one that adds nothing changes nothing), and the EndTxn that
+    ends it decides with its own, keeping or moving the producer's epoch on."""
+    tid = f"tid-{topic}"
+    _, pid, e = init_producer_id(raw, tid, 5)
+    # V1 joining V2: a Produce v12 starts the transaction, AddPartitionsToTxn adds another partition
+    assert send(raw, tid, topic, 0, pid, e, 0, values("a", 1)) == (NONE, 0)
+    assert add_partitions(raw, tid, pid, e, topic, 1) == [NONE]
+    assert add_partitions(raw, tid, pid, e, topic, 0, 1) == [NONE, NONE]  # in already: nothing recorded
+    assert joins(store, tid) == [(((topic, 0),), (), 2), (((topic, 1),), (), 1)]
+    assert txn_service.describe(store, tid).transaction_version == 1
+    assert end_txn(raw, tid, pid, e, commit=True) == (NONE, pid, e + 1)  # EndTxn v5: V2's end
+    assert decisions(store, tid) == [("PrepareCommit", 2), ("CompleteCommit", 2)]
+    # V2 joining V1: AddPartitionsToTxn starts it, a Produce v12 adds another partition
+    e += 1
+    assert add_partitions(raw, tid, pid, e, topic, 0) == [NONE]
+    assert send(raw, tid, topic, 1, pid, e, 0, values("b", 1)) == (NONE, 1)  # after the first one's marker
+    assert send(raw, tid, topic, 0, pid, e, 0, values("c", 1)) == (NONE, 2)  # in already: nothing recorded
+    assert joins(store, tid)[2:] == [(((topic, 0),), (), 1), (((topic, 1),), (), 2)]
+    assert txn_service.describe(store, tid).transaction_version == 2
+    answer = raw.request(ApiKey.EndTxn, 4, {"transactional_id": tid, "producer_id": pid, "producer_epoch": e, "committed": True})
+    assert answer.error_code == NONE  # EndTxn v4: the first protocol's end, the epoch kept
+    assert decisions(store, tid)[-2:] == [("PrepareCommit", 1), ("CompleteCommit", 1)]
+    assert txn_service.describe(store, tid).producer_epoch == e
+    assert committed_view(store, topic) == {0: values("a", 1) + values("c", 1), 1: values("b", 1)}

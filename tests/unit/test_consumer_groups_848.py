@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from app.domain.groups import assignors, consumer_group_describe
 from app.domain.groups import consumer_group as cg
 from app.domain.groups.consumer_group import ConsumerGroup, ConsumerGroupConfig, HeartbeatRequest
 from app.domain.share_groups import Assignment, TopicMetadata
@@ -141,6 +142,32 @@ def test_a_regex_subscription_takes_the_topics_it_matches_whole() -> None:
     assert cg.member_topics(out.group.members["m1"], ["t1", "t12", "xt1"]) == {"t1"}
 
 
+def test_a_regex_group_reads_every_topic_only_when_the_catalogue_moved() -> None:
+    """While the topic catalogue stays at the version the group matched its expressions at, a
+    heartbeat reads the topics the group knows (and those named), not every topic; a catalogue
+    that moved, or an expression the group has not matched yet, reads every topic."""
+    request = HeartbeatRequest("g", "m1", 0, rebalance_timeout_ms=5_000, subscribed_topic_regex="t.", owned={})
+    assert cg.topics_needed(None, request, 7) is None
+    out = cg.heartbeat(None, request, {"t1": T1, "x": TopicMetadata("x", uuid.UUID(int=9), 1)}, 0, CONFIG)
+    group = cg.matched_at(out.group, None, 7)
+    assert group.topics_version == 7 and set(group.subscription_metadata) == {"t1"}
+    again = HeartbeatRequest("g", "m1", 1, owned=group.members["m1"].assignment)
+    assert cg.topics_needed(group, again, 7) == {"t1"}
+    assert cg.matched_at(group, frozenset({"t1"}), 7) is group
+    assert cg.topics_needed(group, again, 8) is None  # a topic created, deleted or grown since
+    same = HeartbeatRequest("g", "m1", 1, subscribed_topic_regex="t.", owned=group.members["m1"].assignment)
+    assert cg.topics_needed(group, same, 7) == {"t1"}
+    other = HeartbeatRequest("g", "m1", 1, subscribed_topic_regex="x.*", owned=group.members["m1"].assignment)
+    assert cg.topics_needed(group, other, 7) is None  # an expression not matched yet
+    named = HeartbeatRequest("g", "m2", 0, rebalance_timeout_ms=5_000, subscribed_topic_names=["t2"], owned={})
+    assert cg.topics_needed(group, named, 7) == {"t1", "t2"}
+    newcomer = HeartbeatRequest("g", "m2", 0, rebalance_timeout_ms=5_000, subscribed_topic_regex="t.", owned={})
+    assert cg.topics_needed(group, newcomer, 7) is None
+    # without expressions the catalogue's version does not matter
+    plain = beat(None, "m1", 0, ["t1"]).group
+    assert cg.topics_needed(plain, None, None) == {"t1"} and cg.matched_at(plain, frozenset({"t1"}), 3) is plain
+
+
 def test_leave_and_the_static_members_temporary_leave() -> None:
     group = beat(None, "m1", 0, ["t1"], instance_id="i1").group
     group = beat(group, "m2", 0, ["t1"]).group
@@ -171,7 +198,7 @@ def test_a_silent_member_is_fenced_at_its_session_timeout() -> None:
 def test_the_group_asks_for_the_assignor_most_members_ask_for() -> None:
     group = beat(None, "m1", 0, ["t1", "t2"], server_assignor="range").group
     group = beat(group, "m2", 0, ["t1", "t2"], server_assignor="range").group
-    assert group.assignor == cg.RANGE
+    assert group.assignor == assignors.RANGE
     target = group.target_assignment
     assert parts(target["m1"]) == {(1, 0), (1, 1), (2, 0)} and parts(target["m2"]) == {(1, 2), (1, 3), (2, 1)}
 
@@ -216,7 +243,7 @@ def test_the_answer_and_the_description_encode() -> None:
         _, decoded = decode_response(ApiKey.ConsumerGroupHeartbeat, version, bytes(framed[4:]))
         assert decoded.member_epoch == 1
         assert {t.topic_id: set(t.partitions) for t in decoded.assignment.topic_partitions} == {T1.topic_id: set(range(4))}
-        described = cg.describe(group, version)
+        described = consumer_group_describe.describe(group, version)
         framed = encode_response(RequestHeader(ApiKey.ConsumerGroupDescribe, version, 1, None), {"groups": [described]})
         _, decoded = decode_response(ApiKey.ConsumerGroupDescribe, version, bytes(framed[4:]))
         [member] = decoded.groups[0].members
@@ -253,10 +280,10 @@ def cases(draw: st.DrawFn) -> tuple[dict[str, list[str]], dict[str, TopicMetadat
 
 
 @settings(max_examples=300, deadline=None)
-@given(cases(), st.sampled_from(cg.ASSIGNORS))
+@given(cases(), st.sampled_from(assignors.ASSIGNORS))
 def test_assignment_properties(case: Any, name: str) -> None:
     subscriptions, topics, current = case
-    target = cg.assign(name, subscriptions, topics, current)
+    target = assignors.assign(name, subscriptions, topics, current)
     assert set(target) == set(subscriptions)
     owners: dict[tuple[uuid.UUID, int], str] = {}
     for member, assignment in target.items():
@@ -271,15 +298,15 @@ def test_assignment_properties(case: Any, name: str) -> None:
     }
     assert set(owners) == every
     counts = [sum(len(ps) for ps in a.values()) for a in target.values()]
-    if name == cg.UNIFORM and all(set(s) == set(subscriptions["m0"]) for s in subscriptions.values()):
+    if name == assignors.UNIFORM and all(set(s) == set(subscriptions["m0"]) for s in subscriptions.values()):
         assert max(counts) - min(counts) <= 1
-    assert cg.assign(name, subscriptions, topics, current) == target  # deterministic
+    assert assignors.assign(name, subscriptions, topics, current) == target  # deterministic
 
 
 def test_uniform_keeps_what_a_member_held_where_that_keeps_the_balance() -> None:
     subscriptions = {"a": ["t1"], "b": ["t1"]}
-    first = cg.assign_uniform(subscriptions, TOPICS, {})
-    third = cg.assign_uniform({**subscriptions, "c": ["t1"]}, TOPICS, first)
+    first = assignors.assign_uniform(subscriptions, TOPICS, {})
+    third = assignors.assign_uniform({**subscriptions, "c": ["t1"]}, TOPICS, first)
     for m in ("a", "b"):
         assert len(parts(first[m]) - parts(third[m])) <= 1
 
@@ -310,7 +337,7 @@ class ConsumerGroupModel(RuleBasedStateMachine):
         new_owned = out.answer.assignment if out.answer.assignment is not None else owned
         self.clients[member] = (out.answer.member_epoch, new_owned)
 
-    @rule(member=st.sampled_from(MEMBERS), topics=st.sampled_from(SUBSCRIPTIONS), assignor=st.sampled_from(cg.ASSIGNORS))
+    @rule(member=st.sampled_from(MEMBERS), topics=st.sampled_from(SUBSCRIPTIONS), assignor=st.sampled_from(assignors.ASSIGNORS))
     def join(self, member: str, topics: list[str], assignor: str) -> None:
         if member in self.clients:
             return

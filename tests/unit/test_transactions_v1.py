@@ -110,3 +110,37 @@ def test_a_group_must_be_in_the_open_transaction():
     assert error_of(txn.check_group_added, h.meta, "h").code is ErrorCode.INVALID_TXN_STATE
     h.end("abort")
     assert error_of(txn.check_group_added, h.meta, "g").code is ErrorCode.INVALID_TXN_STATE
+
+
+# --- the version a transaction runs in -----------------------------------------------------------------
+
+
+def test_the_version_is_the_adding_requests_from_the_transactions_start():
+    h = History()
+    h.step(txn.partitions_added(h.meta, [("t", 0)], h.tick(), transaction_version=txn.V1))
+    assert (h.meta.state, h.meta.transaction_version, h.events[-1].transaction_version) == (S.ONGOING, 1, 1)
+    h.step(txn.prepared(h.meta, "commit", h.tick(), transaction_version=txn.V1))
+    meta = h.complete()
+    assert (meta.transaction_version, meta.producer_epoch) == (1, 0)  # V1 keeps the epoch
+    # the next transaction starts in V2: recorded at its start, not left at the last one's V1
+    h.step(txn.partitions_added(h.meta, [("t", 1)], h.tick(), groups=["g"], transaction_version=txn.V2))
+    assert (h.meta.transaction_version, h.events[-1].transaction_version) == (2, 2)
+
+
+def test_a_request_of_the_other_protocol_joins_and_the_latest_that_adds_sets_the_version():
+    h = History()
+    h.step(txn.partitions_added(h.meta, [("t", 0)], h.tick(), transaction_version=txn.V2))
+    # in already: nothing changes, whatever the version
+    assert txn.partitions_added(h.meta, [("t", 0)], h.tick(), transaction_version=txn.V1) is None
+    h.step(txn.partitions_added(h.meta, [("t", 1)], h.tick(), transaction_version=txn.V1))
+    assert (h.meta.partitions, h.meta.transaction_version) == ((("t", 0), ("t", 1)), 1)
+    h.step(txn.partitions_added(h.meta, [], h.tick(), groups=["g"], transaction_version=txn.V2))
+    assert h.meta.transaction_version == 2
+    # the EndTxn's own version decides how the transaction ends
+    h.step(txn.prepared(h.meta, "abort", h.tick(), transaction_version=txn.V1))
+    assert (h.complete().transaction_version, h.meta.producer_epoch) == (1, 0)
+
+
+def test_an_unknown_transaction_version_is_an_invalid_request():
+    h = History()
+    assert error_of(txn.partitions_added, h.meta, [("t", 0)], h.tick(), (), 3).code is ErrorCode.INVALID_REQUEST

@@ -22,6 +22,7 @@ from api.kafka.handlers.share_groups import _classic_group_here
 from app.domain.acl_bindings import Operation, ResourceType
 from app.domain.acls import Api
 from app.domain.groups import consumer_group as cg
+from app.domain.groups import consumer_group_describe
 from app.errors import ErrorCode, TxlogError
 from app.services import consumer_groups
 from app.wire.kafka import protocol
@@ -80,7 +81,10 @@ async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> d
             message = f"Group {group_id} is not a consumer group." if classic else f"Group {group_id} not found."
             error = TxlogError(ErrorCode.GROUP_ID_NOT_FOUND, message)
         if error is None and group is not None:
-            if not all(access.allows(ctx, Operation.DESCRIBE, ResourceType.TOPIC, t) for t in cg.described_topics(group)):
+            if not all(
+                access.allows(ctx, Operation.DESCRIBE, ResourceType.TOPIC, t)
+                for t in consumer_group_describe.described_topics(group)
+            ):
                 error = TxlogError(
                     ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                     "The group has described topic(s) that the client is not authorized to describe.",
@@ -89,7 +93,7 @@ async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> d
             assert error is not None
             groups.append({"group_id": group_id, "error_code": _code(error), "error_message": error.message})
             continue
-        entry = cg.describe(group, ctx.api_version)
+        entry = consumer_group_describe.describe(group, ctx.api_version)
         if request.include_authorized_operations:
             entry["authorized_operations"] = access.operations(ctx, ResourceType.GROUP, group_id)
         groups.append({"error_code": 0, "error_message": None, **entry})

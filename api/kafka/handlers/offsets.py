@@ -45,7 +45,10 @@ OffsetDelete needs Delete on the group (the request's error) and Read on each to
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+import functools
+from typing import Any, Callable, Iterable, Sequence
+
+from sqlalchemy.engine import Connection
 
 from api.kafka.handlers import RequestContext, access, error_code
 from api.kafka.handlers.share_groups import _classic_group_here
@@ -121,39 +124,35 @@ async def offset_commit_refusal(
     group_instance_id: str | None,
     partitions: Sequence[tuple[str, int]],
     transactional: bool,
-) -> ErrorCode | None:
-    """Why an OffsetCommit (``transactional``: a TxnOffsetCommit) may not commit, None if it may:
-    NOT_COORDINATOR at another gateway; in a consumer group of the next-generation protocol
-    (KIP-848) with members, its member-epoch checks (``consumer_groups.check_offset_commit``:
-    UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH, UNSUPPORTED_VERSION below v9); otherwise the classic
-    coordinator's (``GroupCoordinator.check_offset_commit``). A group with classic members here
-    is classic without asking the database."""
+) -> tuple[ErrorCode | None, Callable[[Connection], None] | None]:
+    """Why an OffsetCommit (``transactional``: a TxnOffsetCommit) may not commit (None if it may),
+    and the check to run again where its offsets are written (None: none). NOT_COORDINATOR at
+    another gateway; in a consumer group of the next-generation protocol (KIP-848) with members,
+    its member-epoch checks (``consumer_groups.check_offset_commit``: UNKNOWN_MEMBER_ID,
+    STALE_MEMBER_EPOCH, UNSUPPORTED_VERSION below v9), made again in the database transaction of
+    the write under the group row's lock (``consumer_groups.offset_commit_fence``), so a member
+    fenced after the first check commits nothing; otherwise the classic coordinator's
+    (``GroupCoordinator.check_offset_commit``). A group with classic members here is classic
+    without asking the database."""
     not_here = ctx.groups.check_offset_fetch(group_id)
     if not_here is not None:
-        return not_here
+        return not_here, None
     if not _classic_group_here(ctx, group_id):
-        consumer, refusal = await ctx.call(
-            consumer_groups.check_offset_commit,
-            ctx.broker,
-            group_id,
-            member_id,
-            generation_id_or_member_epoch,
-            partitions,
-            transactional,
-            ctx.api_version,
-        )
+        check = (group_id, member_id, generation_id_or_member_epoch, partitions, transactional, ctx.api_version)
+        consumer, refusal = await ctx.call(consumer_groups.check_offset_commit, ctx.broker, *check)
         if consumer:
-            return refusal
-    return ctx.groups.check_offset_commit(
+            return refusal, functools.partial(consumer_groups.offset_commit_fence, ctx.broker, *check)
+    refusal = ctx.groups.check_offset_commit(
         group_id, generation_id_or_member_epoch, member_id, group_instance_id, transactional=transactional
     )
+    return refusal, None
 
 
 async def _commit(ctx: RequestContext, request: Any, offsets: Sequence[GroupOffset]) -> dict[TopicPartition, int]:
     """Each partition's error code (0: committed)."""
     if not request.group_id:
         return {(o.topic, o.partition): ErrorCode.INVALID_GROUP_ID.kafka_code for o in offsets}
-    fenced = await offset_commit_refusal(
+    fenced, fence = await offset_commit_refusal(
         ctx,
         request.group_id,
         request.generation_id_or_member_epoch,
@@ -168,7 +167,7 @@ async def _commit(ctx: RequestContext, request: Any, offsets: Sequence[GroupOffs
     remaining = list(offsets)
     while remaining:
         try:
-            await ctx.call(groups_service.offset_commit, ctx.broker, request.group_id, remaining)
+            await ctx.call(groups_service.offset_commit, ctx.broker, request.group_id, remaining, fence)
         except TxlogError as exc:
             # The service commits all or nothing and names the partitions it refused; the others
             # are committed on the next round, as Kafka commits a request partition by partition.

@@ -97,7 +97,9 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> dic
         return _added({tp: refused[tp[0]].code.kafka_code if tp[0] in refused else not_attempted for tp in asked})
     args = (request.v3_and_below_transactional_id, request.v3_and_below_producer_id, request.v3_and_below_producer_epoch, asked)
     try:
-        await ctx.loop_executor.run(functools.partial(txn_service.add_partitions_to_txn_steps, ctx.broker, *args, None))
+        version = transaction_protocol.transaction_version(ApiKey.AddPartitionsToTxn, ctx.api_version)
+        steps = functools.partial(txn_service.add_partitions_to_txn_steps, ctx.broker, *args, None, transaction_version=version)
+        await ctx.loop_executor.run(steps)
         codes = {tp: 0 for tp in asked}
     except TxlogError as exc:
         named: Iterable[tuple[str, int]] = exc.details.get("partitions", ())  # type: ignore[assignment]  # details hold plain values
@@ -152,8 +154,9 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
     offsets = [o for o in every if o.topic not in refused]
     code = 0
     attempted = bool(offsets) or not refused
+    fence = None
     if ctx.api_version >= 3 and ctx.groups is not None and attempted:
-        fenced = await offset_commit_refusal(
+        fenced, fence = await offset_commit_refusal(
             ctx,
             request.group_id,
             request.generation_id,
@@ -176,6 +179,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
                 offsets,
                 None,
                 not transaction_protocol.adds_to_transaction(ApiKey.TxnOffsetCommit, ctx.api_version),
+                fence,
             )
         except TxlogError as exc:
             code = _code(exc, "TxnOffsetCommit", ctx.api_version)

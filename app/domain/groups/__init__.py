@@ -10,4 +10,7 @@
 - ``coordinator``: the classic group coordinator's events (JoinGroup, SyncGroup, Heartbeat,
   LeaveGroup, timers, OffsetCommit's check, unload, delete), each a function to an ``Outcome``.
 - ``describe``: a group as DescribeGroups, ListGroups and the admin pages read it.
+- ``consumer_group``: a consumer group of the next-generation protocol (KIP-848): its state, the
+  heartbeat, fencing, and the member-epoch checks of offset commits and fetches; ``assignors``: its
+  server-side assignors (uniform, range); ``consumer_group_describe``: ConsumerGroupDescribe's view.
 """

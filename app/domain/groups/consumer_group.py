@@ -1,7 +1,8 @@
 """Kafka's consumer groups of the next-generation protocol (KIP-848, ConsumerGroupHeartbeat), as
 pure functions over plain data, no I/O: the group's state, the heartbeat, leaving, the expiry of
-sessions and rebalance timeouts, the server-side assignors, and the member-epoch checks of offset
-commits and fetches.
+sessions and rebalance timeouts, and the member-epoch checks of offset commits and fetches. The
+server-side assignors are ``app.domain.groups.assignors``'s; ConsumerGroupDescribe's view of a group
+is ``app.domain.groups.consumer_group_describe``'s.
 
 The coordinator alone decides who reads what. Every change of who is in the group, what they
 subscribe to (topic names or a regular expression), which server assignor they ask for, or of the
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Collection, Iterable, Mapping, Sequence
 
+from app.domain.groups.assignors import ASSIGNORS, assign
 from app.domain.share_groups import (
     NO_PARTITIONS,
     Assignment,
@@ -56,8 +58,6 @@ HEARTBEAT_INTERVAL_MS = 5_000  # group.consumer.heartbeat.interval.ms
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2  # a static member leaving for a while, keeping its assignment
-UNIFORM, RANGE = "uniform", "range"
-ASSIGNORS = (UNIFORM, RANGE)  # group.consumer.assignors: the first is the default
 GROUP_TYPE = "consumer"  # ListGroups' group type of a group of this protocol
 PROTOCOL_TYPE = "consumer"  # ListGroups' protocol type
 EMPTY, ASSIGNING, RECONCILING, STABLE = "Empty", "Assigning", "Reconciling", "Stable"  # the group's states
@@ -120,6 +120,9 @@ class ConsumerGroup:
     # topic name -> metadata, for the subscribed topics that exist: a change of it bumps the epoch
     subscription_metadata: Mapping[str, TopicMetadata] = field(default_factory=dict)
     target_assignment: Mapping[str, Assignment] = field(default_factory=dict)
+    # the topic catalogue's version its regular expressions were last matched against every topic
+    # at (None: never); while the catalogue stays at it, the topics they match are those known
+    topics_version: int | None = None
 
     @property
     def state(self) -> str:
@@ -232,22 +235,46 @@ def subscription_metadata(members: Iterable[ConsumerMember], topics: Mapping[str
     return {name: topics[name] for name in sorted(names) if name in topics}
 
 
-def topics_needed(group: ConsumerGroup | None, request: HeartbeatRequest | None = None) -> frozenset[str] | None:
+def topics_needed(
+    group: ConsumerGroup | None, request: HeartbeatRequest | None = None, topics_version: int | None = None
+) -> frozenset[str] | None:
     """The topic names whose metadata ``heartbeat`` needs; None: every topic (a member subscribes
-    by regular expression)."""
+    by regular expression, and the topic catalogue is not at the version the group last matched
+    its expressions at, ``topics_version`` being the catalogue's now, or the request brings an
+    expression the group has not matched yet). While the catalogue stays at the group's version,
+    the topics the expressions match are among those the group knows: a heartbeat then reads
+    those, not every topic."""
     names: set[str] = set()
-    members = [] if group is None else list(group.members.values())
+    members = {} if group is None else dict(group.members)
+    member = None if request is None else members.get(request.member_id)
+    matched = group is not None and topics_version is not None and group.topics_version == topics_version
     if request is not None and request.subscribed_topic_regex:
-        return None
-    for m in members:
+        if member is None or member.subscribed_topic_regex != request.subscribed_topic_regex or not matched:
+            return None
+    regex = False
+    for m in members.values():
         replaced = request is not None and m.member_id == request.member_id
         if m.subscribed_topic_regex and not (replaced and request is not None and request.subscribed_topic_regex == ""):
-            return None
+            regex = True
         if not (replaced and request is not None and request.subscribed_topic_names is not None):
             names |= m.subscribed_topic_names
     if request is not None and request.subscribed_topic_names is not None:
         names |= set(request.subscribed_topic_names)
+    if regex or (request is not None and request.subscribed_topic_regex):
+        if not matched:
+            return None
+        assert group is not None
+        names |= set(group.subscription_metadata)
     return frozenset(names)
+
+
+def matched_at(group: ConsumerGroup, needed: frozenset[str] | None, topics_version: int | None) -> ConsumerGroup:
+    """The group after a heartbeat or fencing that read the topics ``topics_needed`` asked for:
+    its expressions matched against every topic at ``topics_version`` when it asked for every
+    topic, else as it was."""
+    if needed is not None or topics_version is None:
+        return group
+    return replace(group, topics_version=topics_version)
 
 
 def preferred_assignor(members: Iterable[ConsumerMember]) -> str:
@@ -446,7 +473,8 @@ def with_target(group: ConsumerGroup) -> ConsumerGroup:
         return group
     live = {m.member_id: m for m in group.members.values()}
     subscriptions = {m.member_id: member_topics(m, group.subscription_metadata) for m in live.values()}
-    target = assign(group.assignor, subscriptions, group.subscription_metadata, group.target_assignment, live)
+    instance_ids = {m.member_id: m.instance_id for m in live.values()}
+    target = assign(group.assignor, subscriptions, group.subscription_metadata, group.target_assignment, instance_ids)
     return replace(group, target_assignment=target, assignment_epoch=group.group_epoch)
 
 
@@ -623,148 +651,3 @@ def validate_offset_fetch(group: ConsumerGroup, member_id: str | None, member_ep
             ErrorCode.STALE_MEMBER_EPOCH,
             f"The received member epoch {member_epoch} does not match the expected member epoch {member.member_epoch}.",
         )
-
-
-# -- describing ------------------------------------------------------------------------------------
-
-
-def described_topics(group: ConsumerGroup) -> frozenset[str]:
-    """The topics a description of the group names: its members' subscriptions and assignments."""
-    names = {t.topic_id: t.name for t in group.subscription_metadata.values()}
-    out: set[str] = set()
-    for m in group.members.values():
-        out |= m.subscribed_topic_names
-        out |= {names[t] for t in m.owned if t in names}
-    return frozenset(out)
-
-
-def describe(group: ConsumerGroup, version: int = 1) -> dict[str, Any]:
-    """The group as ConsumerGroupDescribe describes it (a ``groups`` entry, without
-    ``authorized_operations``, which is the caller's)."""
-    names = {t.topic_id: t.name for t in group.subscription_metadata.values()}
-    return {
-        "group_id": group.group_id,
-        "group_state": group.state,
-        "group_epoch": group.group_epoch,
-        "assignment_epoch": group.assignment_epoch,
-        "assignor_name": group.assignor,
-        "members": [
-            {
-                "member_id": m.member_id,
-                "instance_id": m.instance_id,
-                "rack_id": m.rack_id,
-                "member_epoch": m.member_epoch,
-                "client_id": m.client_id,
-                "client_host": m.client_host,
-                "subscribed_topic_names": sorted(m.subscribed_topic_names),
-                "subscribed_topic_regex": m.subscribed_topic_regex,
-                "assignment": {"topic_partitions": topic_partitions(m.assignment, names)},
-                "target_assignment": {
-                    "topic_partitions": topic_partitions(group.target_assignment.get(m.member_id, NO_PARTITIONS), names)
-                },
-                "member_type": 1 if version >= 1 else -1,  # 1: the consumer protocol (0 is classic)
-            }
-            for _, m in sorted(group.members.items())
-        ],
-    }
-
-
-# -- the assignors ---------------------------------------------------------------------------------
-
-
-def assign(
-    name: str,
-    subscriptions: Mapping[str, Collection[str]],
-    topics: Mapping[str, TopicMetadata],
-    current: Mapping[str, Assignment],
-    members: Mapping[str, ConsumerMember] | None = None,
-) -> dict[str, Assignment]:
-    """The target assignment of every member by the server assignor ``name`` (every member
-    present, each partition of a subscribed topic given to exactly one member subscribed to it)."""
-    if name == RANGE:
-        return assign_range(subscriptions, topics, members or {})
-    return assign_uniform(subscriptions, topics, current)
-
-
-def _partitions(names: Iterable[str], topics: Mapping[str, TopicMetadata]) -> list[tuple[uuid.UUID, int]]:
-    return [(topics[n].topic_id, p) for n in sorted(set(names)) if n in topics for p in range(topics[n].partitions)]
-
-
-def _as_assignment(held: Mapping[str, Iterable[tuple[uuid.UUID, int]]]) -> dict[str, Assignment]:
-    out: dict[str, Assignment] = {}
-    for member_id, tps in held.items():
-        by_topic: dict[uuid.UUID, set[int]] = {}
-        for t, p in tps:
-            by_topic.setdefault(t, set()).add(p)
-        out[member_id] = {t: frozenset(ps) for t, ps in sorted(by_topic.items())}
-    return out
-
-
-def assign_uniform(
-    subscriptions: Mapping[str, Collection[str]], topics: Mapping[str, TopicMetadata], current: Mapping[str, Assignment]
-) -> dict[str, Assignment]:
-    """Kafka's uniform assignor's aims: as even a spread of partitions over the members as their
-    subscriptions allow, each member keeping what it held where that keeps the balance. Members
-    by id, partitions by topic name and index, so the same input gives the same assignment."""
-    member_ids = sorted(subscriptions)
-    topic_of = {t.topic_id: name for name, t in topics.items()}
-    eligible: dict[tuple[uuid.UUID, int], list[str]] = {}
-    for member_id in member_ids:
-        for tp in _partitions(subscriptions[member_id], topics):
-            eligible.setdefault(tp, []).append(member_id)
-    ordered = sorted(eligible, key=lambda tp: (topic_of[tp[0]], tp[1]))
-    owner: dict[tuple[uuid.UUID, int], str] = {}
-    held: dict[str, list[tuple[uuid.UUID, int]]] = {m: [] for m in member_ids}
-    # 1. what each member held and may still hold
-    for member_id in member_ids:
-        for t, ps in sorted(current.get(member_id, NO_PARTITIONS).items()):
-            for p in sorted(ps):
-                if (t, p) in eligible and member_id in eligible[(t, p)] and (t, p) not in owner:
-                    owner[(t, p)] = member_id
-                    held[member_id].append((t, p))
-    # 2. the rest, each to the least loaded member that may take it
-    for tp in ordered:
-        if tp not in owner:
-            taker = min(eligible[tp], key=lambda m: (len(held[m]), m))
-            owner[tp] = taker
-            held[taker].append(tp)
-    # 3. from the most loaded to the least loaded, while that narrows the gap
-    moved = True
-    while moved:
-        moved = False
-        for tp in reversed(ordered):
-            giver = owner[tp]
-            taker = min(eligible[tp], key=lambda m: (len(held[m]), m))
-            if len(held[giver]) - len(held[taker]) > 1:
-                held[giver].remove(tp)
-                held[taker].append(tp)
-                owner[tp] = taker
-                moved = True
-    return _as_assignment(held)
-
-
-def assign_range(
-    subscriptions: Mapping[str, Collection[str]], topics: Mapping[str, TopicMetadata], members: Mapping[str, ConsumerMember]
-) -> dict[str, Assignment]:
-    """Kafka's range assignor: each topic's partitions in contiguous ranges over the members
-    subscribed to it (by instance id, else member id), the first ones taking one more when they
-    do not divide evenly; members with the same subscriptions get the same partition numbers of
-    co-partitioned topics."""
-
-    def key(member_id: str) -> tuple[str, str]:
-        member = members.get(member_id)
-        return (member.instance_id or member_id if member is not None else member_id, member_id)
-
-    held: dict[str, list[tuple[uuid.UUID, int]]] = {m: [] for m in subscriptions}
-    for name in sorted(topics):
-        subscribers = sorted((m for m, names in subscriptions.items() if name in names), key=key)
-        if not subscribers:
-            continue
-        count = topics[name].partitions
-        quota, extra = divmod(count, len(subscribers))
-        start = 0
-        for index, member_id in enumerate(subscribers):
-            size = quota + (1 if index < extra else 0)
-            held[member_id].extend((topics[name].topic_id, p) for p in range(start, start + size))
-            start += size
-    return _as_assignment(held)
