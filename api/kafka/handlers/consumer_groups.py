@@ -25,7 +25,7 @@ from app.domain.groups import consumer_group as cg
 from app.domain.groups import consumer_group_describe
 from app.errors import ErrorCode, TxlogError
 from app.services import consumer_groups
-from app.wire.kafka import protocol
+from app.wire.kafka.error_responses import error_body
 
 
 async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> dict:
@@ -38,7 +38,7 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
     subscribed = None if request.subscribed_topic_names is None else list(request.subscribed_topic_names)
     if access.refused(ctx, Api.CONSUMER_GROUP_HEARTBEAT, "topics", subscribed or []):
         # As Kafka's broker answers it: the code alone, naming no topic.
-        return protocol.error_body(ctx.api_key, ctx.api_version, ErrorCode.TOPIC_AUTHORIZATION_FAILED.kafka_code)
+        return error_body(ctx.api_key, ctx.api_version, ErrorCode.TOPIC_AUTHORIZATION_FAILED.kafka_code)
     owned = (
         None
         if request.topic_partitions is None

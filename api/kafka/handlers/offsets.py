@@ -58,7 +58,7 @@ from app.errors import ErrorCode, TxlogError
 from app.services import consumer_groups
 from app.services import groups as groups_service
 from app.services.groups import FetchedOffset
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 
 NO_OFFSET = -1
 NO_LEADER_EPOCH = -1

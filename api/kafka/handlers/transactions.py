@@ -33,7 +33,7 @@ from app.domain.acls import Api
 from app.domain.transactions import Result
 from app.errors import ErrorCode, TxlogError
 from app.services import transactions as txn_service
-from app.wire.kafka.protocol import ApiKey
+from app.wire.kafka.messages import ApiKey
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1

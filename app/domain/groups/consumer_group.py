@@ -171,7 +171,7 @@ class HeartbeatAnswer:
     assignment: Assignment | None = None
 
     def body(self) -> dict[str, Any]:
-        """The response body as the codec builds it (``app.wire.kafka.protocol.build``)."""
+        """The response body as the codec builds it (``app.wire.kafka.structs.build``)."""
         out: dict[str, Any] = {
             "member_id": self.member_id,
             "member_epoch": self.member_epoch,

@@ -5,7 +5,7 @@
   the only module that imports kafka-python), ``requests`` (a request's header and body, read),
   ``structs`` (a handler's plain data built into a response and encoded), ``direct_responses``
   (Produce's and Fetch's answers, written directly), ``error_responses`` (error answers and
-  ApiVersions' quirks). ``protocol`` re-exports their names from before they were split.
+  ApiVersions' quirks).
 - ``records``: record batches v2 (magic 2): decoding (CRC-32C, decompression), encoding, control batches.
 - ``admin_client``: a small synchronous Kafka client asking a gateway about its consumer groups.
 """
