@@ -567,6 +567,30 @@ OUTAGE: dict[int, Callable[[RawConnection, dict], None]] = {
         ).error_code,
         COORDINATOR,
     ),
+    ApiKey.ConsumerGroupHeartbeat: lambda raw, s: assert_code(
+        raw.request(
+            ApiKey.ConsumerGroupHeartbeat,
+            1,
+            {
+                "group_id": "outage-consumer",
+                "member_id": "m" * 22,
+                "member_epoch": 0,
+                "rebalance_timeout_ms": 5000,
+                "subscribed_topic_names": [TOPIC],
+                "topic_partitions": [],
+            },
+        ).error_code,
+        COORDINATOR,
+    ),
+    ApiKey.ConsumerGroupDescribe: lambda raw, s: assert_codes(
+        [
+            g.error_code
+            for g in raw.request(
+                ApiKey.ConsumerGroupDescribe, 1, {"group_ids": ["outage-consumer"], "include_authorized_operations": False}
+            ).groups
+        ],
+        LOADING,
+    ),
     ApiKey.ShareGroupDescribe: lambda raw, s: assert_codes(
         [
             g.error_code

@@ -209,7 +209,10 @@ def _read_frame(conn: socket.socket) -> bytes | None:
     def exactly(n: int) -> bytes | None:
         data = b""
         while len(data) < n:
-            chunk = conn.recv(n - len(data))
+            try:
+                chunk = conn.recv(n - len(data))
+            except ConnectionResetError:  # the client closed the connection abruptly, as librdkafka may
+                return None
             if not chunk:
                 return None
             data += chunk

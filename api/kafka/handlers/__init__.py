@@ -96,6 +96,9 @@ _STORAGE_AWAY = {
     ApiKey.DescribeShareGroupOffsets: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
     ApiKey.AlterShareGroupOffsets: ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ApiKey.DeleteShareGroupOffsets: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    # KIP-848 consumer groups, likewise: a heartbeat writes, a description reads.
+    ApiKey.ConsumerGroupHeartbeat: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ApiKey.ConsumerGroupDescribe: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
 }
 
 
