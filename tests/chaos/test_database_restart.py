@@ -47,6 +47,7 @@ PARTITIONS = 3
 REQUEST_TIMEOUT_MS = 5000
 OUTAGE_S = REQUEST_TIMEOUT_MS / 1000 + 3  # longer than every client's request timeout
 COPY_RECORDS = 1800  # per copier: at its pace, enough for the copiers to be mid-run at every fault
+HELD_BACK = 2 * PARTITIONS  # of each copier's input, produced only once the faults are over
 PROGRESS_S = 90  # how long a client may take to deliver again after PostgreSQL is back
 ACKS = "acks"
 PROGRAMS = {**COPIERS, "aiokafka": COPIERS["confluent"].with_name("copier_aiokafka.py")}
@@ -371,25 +372,28 @@ def _ordered_runs(records: list[tuple[int, bytes]]) -> bool:
     return True
 
 
-def produce_inputs(bootstrap: str, copiers: list[Copier]) -> dict[str, dict[int, list[bytes]]]:
-    from confluent_kafka import Producer
+def create_topics(bootstrap: str, copiers: list[Copier]) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topics = [ACKS, *(c.input for c in copiers), *(c.output for c in copiers)]
     for future in admin.create_topics([NewTopic(t, PARTITIONS) for t in topics]).values():
         future.result(30)
+
+
+def produce_inputs(bootstrap: str, copiers: list[Copier], numbers: range, inputs: dict[str, dict[int, list[bytes]]]) -> None:
+    """Each copier's input values ``numbers``, round-robin over the partitions, added to ``inputs``."""
+    from confluent_kafka import Producer
+
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
-    inputs: dict[str, dict[int, list[bytes]]] = {}
     for c in copiers:
-        inputs[c.input] = {p: [] for p in range(PARTITIONS)}
-        for i in range(COPY_RECORDS):
+        partitions = inputs.setdefault(c.input, {p: [] for p in range(PARTITIONS)})
+        for i in numbers:
             value = b"%s-%d" % (c.name.encode(), i)
             producer.produce(c.input, value, partition=i % PARTITIONS)
-            inputs[c.input][i % PARTITIONS].append(value)
+            partitions[i % PARTITIONS].append(value)
             producer.poll(0)
     assert producer.flush(60) == 0
-    return inputs
 
 
 @pytest.fixture
@@ -416,7 +420,11 @@ def test_kafka_clients_ride_through_postgresql_restarts_and_an_outage(
             stack.enter_context(g)
         bootstrap = ",".join(g.bootstrap for g in gateways)
         copiers = [Copier(name, bootstrap, tmp_path) for name in COPIER_RUNS]
-        inputs = produce_inputs(bootstrap, copiers)
+        create_topics(bootstrap, copiers)
+        # A copier finishes only once it has copied its whole input, and the last of it is written
+        # after the faults: every fault finds every copier still at work, however fast it copies.
+        inputs: dict[str, dict[int, list[bytes]]] = {}
+        produce_inputs(bootstrap, copiers, range(COPY_RECORDS - HELD_BACK), inputs)
         load = Load(bootstrap, [c.output for c in copiers], tmp_path)
         load.start()
         stack.callback(load.halt)
@@ -466,6 +474,7 @@ def test_kafka_clients_ride_through_postgresql_restarts_and_an_outage(
                 pg.start()
                 all_deliver(started, f"PostgreSQL's {fault}")
                 outages.append(f"{fault}: every producer delivered again {time.monotonic() - started:.1f} s after the start")
+            produce_inputs(bootstrap, copiers, range(COPY_RECORDS - HELD_BACK, COPY_RECORDS), inputs)
             for c in copiers:
                 c.proc.wait(600)
                 assert c.proc.returncode == 0, f"copier {c.name} exited {c.proc.returncode}\n{diagnosis()}"
