@@ -29,6 +29,9 @@ class Settings(BaseSettings):
     log_retention_ms: int = Field(-1, ge=-1)  # log.retention.ms
     log_retention_bytes: int = Field(-1, ge=-1)  # log.retention.bytes
     db_pool_size: int = Field(10, gt=0)
+    # uvicorn's access log, a line per HTTP request: off unless asked for (a busy worker spent 5-8%
+    # of its CPU on it; /metrics counts requests by route and status).
+    access_log: bool = False
     # Plain and idempotent batches arriving together in one process are appended in one database
     # transaction (a group commit), up to this many (1: each batch in its own).
     produce_group_commit_batches: int = Field(16, ge=1)

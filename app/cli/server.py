@@ -141,6 +141,7 @@ def serve(
             port=port,
             workers=workers,
             log_level=log_level,
+            access_log=settings.access_log,
             timeout_graceful_shutdown=5,
             ssl_certfile=tls_cert,
             ssl_keyfile=tls_key,
