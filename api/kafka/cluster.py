@@ -33,6 +33,11 @@ What leading a partition or coordinating a group means here:
   listeners registered with ``on_change`` run; the group coordinator then unloads the groups that
   moved, and their members find the new coordinator and join again.
 
+- **Read replicas** (KIP-392). A gateway on a hot standby (TXLOG_REPLICA_DATABASE_URL) registers
+  as a read replica, with its rack (TXLOG_KAFKA_RACK). The rules run over the other nodes only: a
+  read replica leads no partition and coordinates no group; it follows every partition (Metadata's
+  replicas), and a leader sends a consumer of its rack there (``preferred_read_replica``).
+
 If another process takes this node id (this process could not renew its lease in time, and its
 lease ended), this process is no longer that node: ``on_lost`` is called and the gateway stops.
 """

@@ -33,6 +33,10 @@
 - SIGTERM or SIGINT: give the node id up, stop accepting, let each request in progress be answered
   (a few seconds at most), close the connections.
 
+A read replica (TXLOG_REPLICA_DATABASE_URL, docs/read-replicas.md) reads Fetch and ListOffsets
+from that hot standby, on a pool of its own; everything else, its registration and its long
+polls' listener included, goes to the primary.
+
 ``Cluster`` is the view of the brokers that Metadata and FindCoordinator answer with: the live
 gateways of the node registry (``api.kafka.cluster``), in which ``serve`` takes its node id before
 it answers anyone and which it leaves when it stops; ``SingleNode`` (this process alone) where no

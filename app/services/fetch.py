@@ -23,7 +23,7 @@ from app.domain.records import (
     readable_end,
     take_within_limits,
 )
-from app.errors import ErrorCode, TxlogError
+from app.errors import DatabaseUnavailable, ErrorCode, TxlogError
 from app.services import Broker
 from app.storage import log as log_store
 
@@ -159,10 +159,14 @@ def fetch_log_on_replica(
     watermark but not past the primary's (``primary``: one statement there) is an empty page at the
     standby's status: the standby has not replayed that far yet, and the consumer asks again, as
     a Kafka follower answers an offset it has not replicated yet. Past the primary's too, the
-    standby's OFFSET_OUT_OF_RANGE."""
+    standby's OFFSET_OUT_OF_RANGE. A read the standby cancelled for its replay (a conflict with
+    recovery, SQLSTATE 40001: the only conflict a read-only transaction meets there) is the
+    standby's storage unavailable for the moment, retriable, as the database away is."""
     try:
         return fetch_log(replica, topic, partition, offset, max_bytes, isolation_level)
     except TxlogError as exc:
+        if exc.code is ErrorCode.CONCURRENT_TRANSACTIONS:
+            raise DatabaseUnavailable(f"The standby cancelled the read for its replay: {exc.message}") from exc
         replayed = exc.details.get("high_watermark")
         if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE or not isinstance(replayed, int) or offset <= replayed:
             raise
