@@ -144,6 +144,17 @@ class Settings(BaseSettings):
     kafka_consumer_group_max_size: int | None = Field(None, gt=0)
     # How long a gateway's entry in the node registry lives without renewal (renewed at a third).
     kafka_node_lease_ms: int = Field(10_000, gt=0)
+    # The gateway's rack, Kafka's broker.rack (Metadata shows it; a consumer whose client.rack is a
+    # read replica's is sent to fetch there, KIP-392). None: no rack.
+    kafka_rack: str | None = None
+    # A read replica gateway: the hot standby it serves Fetch and ListOffsets from (a libpq URL).
+    # The gateway registers as a read replica (leading no partition, coordinating no group);
+    # database_url stays the primary, for the registry and every other request. None: a gateway
+    # of the primary.
+    replica_database_url: str | None = None
+    # How often a read replica's long-polling fetch reads its standby again while it waits: the
+    # primary's append notifications come before the standby has replayed the append.
+    replica_poll_interval_ms: int = Field(50, gt=0, le=60_000)
     # The RocketMQ gateway (`txlog rocketmq`, docs/rocketmq.md): RocketMQ 5's gRPC protocol on the
     # port of RocketMQ's proxy (8081). Clients are routed to the advertised host (default: the
     # listen host, or the access point the client asked through when listening on every address).

@@ -33,6 +33,10 @@ class ErrorCode(Enum):
     LEADER_NOT_AVAILABLE = _Spec(
         5, 503, True, "There is no leader for this topic-partition as we are in the middle of a leadership election."
     )
+    # Only on the Kafka wire: a read replica gateway asked to append (it leads no partition).
+    NOT_LEADER_OR_FOLLOWER = _Spec(
+        6, 503, True, "For requests intended only for the leader, this error indicates that the broker is not the current leader."
+    )
     REQUEST_TIMED_OUT = _Spec(7, 503, True, "The request timed out.")
     MESSAGE_TOO_LARGE = _Spec(
         10, 413, False, "The request included a message larger than the max message size the server will accept."

@@ -11,8 +11,10 @@
    p50/p99 (writes bench/results/outbox.json).
 5. bench.share — share groups (KIP-932's queues) over HTTP and over Kafka's wire protocol against
    PgQueuer's dequeue + ack and pgmq's read + delete (writes bench/results/share.json and share.png).
+6. bench.replicas — read_committed consumers on two read replica gateways (hot standbys, KIP-392)
+   against the primary alone, in one run (writes bench/results/replicas.json).
 
-``--only share`` (or any of http,kafka,spark,outbox,share, comma-separated) runs those alone.
+``--only share`` (or any of http,kafka,spark,outbox,share,replicas, comma-separated) runs those alone.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import importlib.util
 import sys
 import time
 
-BENCHMARKS = ("http", "kafka", "share", "spark", "outbox")
+BENCHMARKS = ("http", "kafka", "share", "spark", "outbox", "replicas")
 
 
 def main() -> int:
@@ -72,6 +74,11 @@ def main() -> int:
 
         print("\n== bench.outbox", flush=True)
         outbox.main(["--quick"] if args.quick else [])
+    if "replicas" in only:
+        from bench import replicas
+
+        print("\n== bench.replicas", flush=True)
+        summaries.append(replicas.run(["--quick"] if args.quick else []))
     print(f"\nall benchmarks: {time.perf_counter() - started:.0f} s")
     print("summary: " + " ".join(summaries))
     return 0

@@ -33,6 +33,11 @@ What leading a partition or coordinating a group means here:
   listeners registered with ``on_change`` run; the group coordinator then unloads the groups that
   moved, and their members find the new coordinator and join again.
 
+- **Read replicas** (KIP-392). A gateway on a hot standby (TXLOG_REPLICA_DATABASE_URL) registers
+  as a read replica, with its rack (TXLOG_KAFKA_RACK). The rules run over the other nodes only: a
+  read replica leads no partition and coordinates no group; it follows every partition (Metadata's
+  replicas), and a leader sends a consumer of its rack there (``preferred_read_replica``).
+
 If another process takes this node id (this process could not renew its lease in time, and its
 lease ended), this process is no longer that node: ``on_lost`` is called and the gateway stops.
 """
@@ -63,22 +68,37 @@ Endpoints = dict[str, tuple[str, int]]  # listener name -> advertised (host, por
 
 @dataclass(frozen=True)
 class _View:
-    """The live nodes at one moment, by node id, and where each listens, by listener name."""
+    """The live nodes at one moment, by node id, where each listens, by listener name, and which
+    of them are read replicas."""
 
     nodes: tuple[Node, ...]
     endpoints: tuple[tuple[int, tuple[tuple[str, str, int], ...]], ...] = ()
+    replicas: frozenset[int] = frozenset()
 
     @property
     def ids(self) -> tuple[int, ...]:
-        return tuple(n.node_id for n in self.nodes)
+        """The nodes that lead partitions and coordinate groups: every live node but the read
+        replicas (the replicas alone, while no other node is known, so a question is answered)."""
+        leading = tuple(n.node_id for n in self.nodes if n.node_id not in self.replicas)
+        return leading or tuple(n.node_id for n in self.nodes)
+
+    def preferred_read_replica(self, topic: str, partition: int, client_rack: str | None) -> int:
+        """The read replica a consumer in ``client_rack`` fetches the partition from, or -1
+        (``app.domain.cluster.preferred_read_replica``)."""
+        if not self.replicas or not client_rack:
+            return -1
+        leader = rules.leader_of(topic, partition, self.ids)
+        racks = {n.node_id: n.rack for n in self.nodes}
+        return rules.preferred_read_replica(topic, partition, client_rack, leader, racks, self.replicas)
 
     def by_id(self, node_id: int) -> Node:
         return next(n for n in self.nodes if n.node_id == node_id)
 
     def on_listener(self, listener: str) -> dict[int, Node]:
         """The nodes that have ``listener``, as a client of that listener reaches them."""
+        racks = {n.node_id: n.rack for n in self.nodes}
         return {
-            node_id: Node(node_id, host, port)
+            node_id: Node(node_id, host, port, racks.get(node_id))
             for node_id, listeners in self.endpoints
             for name, host, port in listeners
             if name == listener
@@ -86,20 +106,30 @@ class _View:
 
 
 def _view(
-    rows: Iterable[tuple[int, str, int, Endpoints]], own: Node, own_listeners: Endpoints, kept: _View | None = None
+    rows: Iterable[registry.LiveNode], own: Node, own_listeners: Endpoints, kept: _View | None = None, own_replica: bool = False
 ) -> _View:
     """The registry's live nodes, with this one in any case (it is alive: it is answering), and
     the nodes of ``kept`` the registry no longer lists."""
     nodes = {n.node_id: n for n in kept.nodes} if kept else {}
     endpoints: dict[int, Endpoints] = {i: {name: (h, p) for name, h, p in e} for i, e in kept.endpoints} if kept else {}
-    for node_id, host, port, listeners in rows:
-        nodes[node_id] = Node(node_id, host, port)
-        endpoints[node_id] = dict(listeners)
+    replicas = set(kept.replicas) if kept else set()
+    for row in rows:
+        nodes[row.node_id] = Node(row.node_id, row.host, row.port, row.rack)
+        endpoints[row.node_id] = dict(row.listeners)
+        if row.read_replica:
+            replicas.add(row.node_id)
+        else:
+            replicas.discard(row.node_id)
     nodes[own.node_id] = own
     endpoints[own.node_id] = dict(own_listeners)
+    if own_replica:
+        replicas.add(own.node_id)
+    else:
+        replicas.discard(own.node_id)
     return _View(
         tuple(nodes[i] for i in sorted(nodes)),
         tuple((i, tuple(sorted((name, h, p) for name, (h, p) in endpoints.get(i, {}).items()))) for i in sorted(nodes)),
+        frozenset(replicas),
     )
 
 
@@ -145,6 +175,14 @@ class ListenerView:
     def listeners_of(self, node_id: int) -> list[tuple[str, str, int]]:
         return self.cluster.listeners_of(node_id)
 
+    def read_replicas(self) -> list[int]:
+        return self.cluster.read_replicas()
+
+    def preferred_read_replica(self, topic: str, partition: int, client_rack: str | None) -> int:
+        node_id = self.cluster.preferred_read_replica(topic, partition, client_rack)
+        # a replica without this listener cannot be reached by this client: it stays with the leader
+        return node_id if node_id in self._nodes()[1] else -1
+
 
 class RegistryCluster:
     """A ``server.Cluster`` over the node registry: this process's node, registered and renewed,
@@ -157,9 +195,13 @@ class RegistryCluster:
         *,
         on_lost: Callable[[], None] | None = None,
         listeners: dict[str, tuple[str, int, str]] | None = None,
+        read_replica: bool = False,
     ) -> None:
         self.broker = broker
-        self.node = node  # set the bound port before ``start`` when listening on port 0
+        self.node = node  # set the bound port before ``start`` when listening on port 0 (its rack: broker.rack)
+        # A read replica (TXLOG_REPLICA_DATABASE_URL): registered as one, it leads no partition
+        # and coordinates no group; clients in its rack are sent to it for their fetches.
+        self.read_replica = read_replica
         # This process's listeners, advertised: {name: (host, port, security protocol)} (the bound
         # ports set before ``start``); recorded in the registry for the other gateways.
         self.listeners = dict(listeners or {})
@@ -167,7 +209,7 @@ class RegistryCluster:
         self.cluster_id = ""
         self.lost: str | None = None  # why this process no longer holds its node id
         self._on_lost = on_lost
-        self._view = _view((), node, self._own_endpoints())
+        self._view = _view((), node, self._own_endpoints(), own_replica=read_replica)
         self._listeners: list[Callable[[list[Node]], Any]] = []
         self._registration: registry.NodeRegistration | None = None
         self._task: asyncio.Task | None = None
@@ -193,6 +235,17 @@ class RegistryCluster:
 
     def listeners_of(self, node_id: int) -> list[tuple[str, str, int]]:
         return next((list(e) for i, e in self._view.endpoints if i == node_id), [])
+
+    def read_replicas(self) -> list[int]:
+        """The live read replicas, in node id order: they follow every partition."""
+        return sorted(self._view.replicas)
+
+    def preferred_read_replica(self, topic: str, partition: int, client_rack: str | None) -> int:
+        """The read replica a consumer in ``client_rack`` fetches the partition from, or -1: its
+        leader. A read replica names none: a consumer it serves stays with it."""
+        if self.read_replica:
+            return -1
+        return self._view.preferred_read_replica(topic, partition, client_rack)
 
     def for_listener(self, name: str) -> ListenerView:
         """The cluster as the clients of listener ``name`` see it."""
@@ -234,6 +287,8 @@ class RegistryCluster:
                     node.port,
                     self.lease_ms,
                     {name: {"host": h, "port": p, "security_protocol": sp} for name, (h, p, sp) in self.listeners.items()},
+                    node.rack,
+                    self.read_replica,
                 )
                 break
             except TxlogError as exc:
@@ -248,7 +303,7 @@ class RegistryCluster:
                     warned = True
             await asyncio.sleep(self.interval_s)
         self.cluster_id = await asyncio.to_thread(registry.cluster_id, self.broker)
-        self._update(await asyncio.to_thread(registry.live_node_listeners, self.broker))
+        self._update(await asyncio.to_thread(registry.live_node_entries, self.broker))
         self._task = asyncio.create_task(self._beating(), name=f"txlog-kafka-node-{node.node_id}-lease")
 
     async def stop(self) -> None:
@@ -290,14 +345,14 @@ class RegistryCluster:
         kept = self._view if loop.time() < self._keep_until else None
         self._update(rows, kept)
 
-    def _renew_and_read(self, registration: registry.NodeRegistration) -> list[tuple[int, str, int, Endpoints]]:
+    def _renew_and_read(self, registration: registry.NodeRegistration) -> list[registry.LiveNode]:
         try:
             registry.renew_node(self.broker, registration, self.lease_ms)
         except TxlogError as exc:
             if exc.details.get("reason") == "node_id_in_use":
                 raise NodeIdInUse(exc.message) from None
             raise
-        return registry.live_node_listeners(self.broker)
+        return registry.live_node_entries(self.broker)
 
     async def _beating(self) -> None:
         while True:
@@ -315,11 +370,11 @@ class RegistryCluster:
             except Exception:
                 log.warning("could not renew node %d's lease", self.node.node_id, exc_info=True)
 
-    def _update(self, rows: list[tuple[int, str, int, Endpoints]], kept: _View | None = None) -> None:
-        view = _view(rows, self.node, self._own_endpoints(), kept)
+    def _update(self, rows: list[registry.LiveNode], kept: _View | None = None) -> None:
+        view = _view(rows, self.node, self._own_endpoints(), kept, self.read_replica)
         if view == self._view:
             return
-        moved = view.nodes != self._view.nodes
+        moved = view.nodes != self._view.nodes or view.replicas != self._view.replicas
         self._view = view
         if not moved:
             return  # only where some node listens changed: leaders and coordinators stay

@@ -33,6 +33,10 @@
 - SIGTERM or SIGINT: give the node id up, stop accepting, let each request in progress be answered
   (a few seconds at most), close the connections.
 
+A read replica (TXLOG_REPLICA_DATABASE_URL, docs/read-replicas.md) reads Fetch and ListOffsets
+from that hot standby, on a pool of its own; everything else, its registration and its long
+polls' listener included, goes to the primary.
+
 ``Cluster`` is the view of the brokers that Metadata and FindCoordinator answer with: the live
 gateways of the node registry (``api.kafka.cluster``), in which ``serve`` takes its node id before
 it answers anyone and which it leaves when it stops; ``SingleNode`` (this process alone) where no
@@ -72,7 +76,7 @@ from app.services.executor import LoopExecutor
 from app.services.group_coordinator import GroupCoordinator
 from app.services.notify import AppendNotifier
 from app.services.security import Authorizer
-from app.storage.db import LoopConnections, SessionLimits
+from app.storage.db import Database, LoopConnections, SessionLimits
 from app.wire.kafka.error_responses import api_versions_fallback, error_response
 from app.wire.kafka.messages import ApiKey, api_name, has_codec
 from app.wire.kafka.requests import HEADER_MIN_BYTES, FrameError, RequestHeader, decode_request, read_header
@@ -103,6 +107,14 @@ class Cluster(Protocol):
         advertised.listeners)."""
         ...
 
+    def read_replicas(self) -> list[int]:
+        """The live read replicas: they follow every partition and lead none."""
+        ...
+
+    def preferred_read_replica(self, topic: str, partition: int, client_rack: str | None) -> int:
+        """The read replica a consumer in ``client_rack`` fetches the partition from, or -1."""
+        ...
+
 
 class SingleNode:
     """A cluster of one node: this gateway leads every partition and coordinates every group."""
@@ -122,6 +134,12 @@ class SingleNode:
 
     def listeners_of(self, node_id: int) -> list[tuple[str, str, int]]:
         return [("PLAINTEXT", self.node.host, self.node.port)] if node_id == self.node.node_id else []
+
+    def read_replicas(self) -> list[int]:
+        return []
+
+    def preferred_read_replica(self, topic: str, partition: int, client_rack: str | None) -> int:
+        return -1
 
 
 class ListenError(OSError):
@@ -191,6 +209,9 @@ class Gateway:
         # Principals and ACLs (TXLOG_AUTH=token); None: no one is authenticated, all is allowed.
         self.authorizer = Authorizer(broker.db) if self.settings.auth == "token" else None
         self.quotas = quota_service.manager_from_settings(broker) if self.settings.database_url else None
+        # A read replica (TXLOG_REPLICA_DATABASE_URL): Fetch and ListOffsets read its hot standby,
+        # on a pool of their own; everything else goes to the primary (``broker``).
+        self.replica = replica_broker(self.settings) if self.settings.replica_database_url else None
         self._muted: dict[asyncio.Task, int] = {}  # connection -> throttle time of the answer just sent
         self.routes = versions.resolve()
         self.api_keys = versions.advertised()
@@ -232,7 +253,7 @@ class Gateway:
                 port = server.sockets[0].getsockname()[1]
                 bound[listener.name] = port
                 host, advertised_port = advertised.get(listener.name, (advertised_host(listener.host), 0))
-                node = Node(self.node.node_id, host, advertised_port or port)
+                node = Node(self.node.node_id, host, advertised_port or port, self.node.rack)
                 cluster = (
                     self.cluster.for_listener(listener.name)
                     if hasattr(self.cluster, "for_listener")
@@ -289,6 +310,8 @@ class Gateway:
         connections, self.loop_executor.connections = self.loop_executor.connections, None
         if connections is not None:
             await connections.close()
+        if self.replica is not None:
+            self.replica.db.dispose()
 
     # -- connections -------------------------------------------------------------------------------
 
@@ -425,6 +448,7 @@ class Gateway:
             principal=session.principal,
             session=session,
             quotas=self.quotas,
+            replica=self.replica,
         )
 
     # -- requests ----------------------------------------------------------------------------------
@@ -487,6 +511,12 @@ class Gateway:
 # -- the process -------------------------------------------------------------------------------------
 
 
+def replica_broker(settings: Settings) -> Broker:
+    """The hot standby a read replica gateway reads: TXLOG_REPLICA_DATABASE_URL with the pool and
+    session limits of the primary's. Only read transactions run on it."""
+    return Broker(Database.from_settings(settings.model_copy(update={"database_url": settings.replica_database_url})), settings)
+
+
 def parse_listen(listen: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:9092`` for IPv6) as a host and a port."""
     host, sep, port = listen.rpartition(":")
@@ -511,9 +541,11 @@ async def serve(broker: Broker, listeners: list[Listener], advertised: dict[str,
     with ThreadPoolExecutor(max_workers=settings.db_pool_size, thread_name_prefix="txlog-kafka") as executor:
         first = listeners[0]
         host, port = advertised[first.name]
-        node = Node(node_id, host, port)
+        node = Node(node_id, host, port, settings.kafka_rack or None)
         endpoints = {lst.name: (*advertised[lst.name], lst.security_protocol) for lst in listeners}
-        cluster = RegistryCluster(broker, node, on_lost=stop.set, listeners=endpoints)
+        cluster = RegistryCluster(
+            broker, node, on_lost=stop.set, listeners=endpoints, read_replica=bool(settings.replica_database_url)
+        )
         groups = GroupCoordinator.from_settings(settings, owns=cluster.owns)
         gateway = Gateway(broker, node, cluster=cluster, executor=executor, groups=groups)
         # the nodes changed: the groups that moved to another gateway are unloaded
@@ -528,7 +560,8 @@ async def serve(broker: Broker, listeners: list[Listener], advertised: dict[str,
                 file=sys.stderr,
                 flush=True,
             )
-        print(f"txlog kafka gateway as node {node_id}, serving {len(gateway.routes)} API keys", file=sys.stderr, flush=True)
+        role = f", a read replica in rack {node.rack}" if gateway.replica is not None else ""
+        print(f"txlog kafka gateway as node {node_id}{role}, serving {len(gateway.routes)} API keys", file=sys.stderr, flush=True)
         await stop.wait()
         log.info("stopping")
         await cluster.stop()

@@ -91,12 +91,15 @@ def kafka(
     found, advertised = gateway_listeners(load_settings(**overrides), insecure)
     with gateway_broker("kafka", database_url, overrides) as (broker, settings):
         # Transactions begun over the wire time out as those begun over HTTP: the sweeper aborts them.
-        sweeper = SweeperThread(broker)
-        sweeper.start()
+        # A read replica (TXLOG_REPLICA_DATABASE_URL) runs none: the gateways of the primary do.
+        sweeper = None if settings.replica_database_url else SweeperThread(broker)
+        if sweeper is not None:
+            sweeper.start()
         try:
             gateway.run(broker, found, advertised, settings.kafka_node_id)
         except (gateway.ListenError, gateway.NodeIdInUse) as exc:
             raise click.ClickException(str(exc)) from None
         finally:
-            sweeper.stop()
+            if sweeper is not None:
+                sweeper.stop()
     return 0

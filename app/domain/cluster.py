@@ -51,3 +51,20 @@ class KafkaNode:
     expires_at_ms: int
     # Every listener of the node: {listener name: {"host", "port", "security_protocol"}}.
     listeners: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, compare=False)
+    rack: str | None = None  # Kafka's broker.rack
+    read_replica: bool = False  # serves Fetch from a hot standby, leads nothing (``preferred_read_replica``)
+
+
+def preferred_read_replica(
+    topic: str, partition: int, client_rack: str | None, leader: int, racks: Mapping[int, str | None], replicas: Iterable[int]
+) -> int:
+    """The node a consumer in ``client_rack`` is told to fetch a partition from (Kafka's
+    RackAwareReplicaSelector, KIP-392), or -1: fetch from the leader. ``racks``: each live node's
+    rack; ``replicas``: the live read replicas, which follow every partition. A client without a
+    rack, or in the leader's rack, stays with the leader, and so does one in a rack without a
+    replica; otherwise a replica of its rack, the partitions spread over them as leadership is
+    (``leader_of``'s rule), so every gateway names the same one."""
+    if not client_rack or racks.get(leader) == client_rack:
+        return -1
+    in_rack = [node for node in sorted(set(replicas)) if node != leader and racks.get(node) == client_rack]
+    return leader_of(topic, partition, in_rack) if in_rack else -1

@@ -38,6 +38,8 @@ class NodeRegistration:
     token: str
     # Every listener of the process: {name: {"host", "port", "security_protocol"}} (advertised).
     listeners: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, compare=False)
+    rack: str | None = None  # Kafka's broker.rack
+    read_replica: bool = False  # a read replica: serves Fetch from a hot standby, leads nothing
 
 
 def _check_node(node_id: int, host: str, port: int, lease_ms: int) -> None:
@@ -53,7 +55,9 @@ def _check_node(node_id: int, host: str, port: int, lease_ms: int) -> None:
 
 def _claim(broker: Broker, reg: NodeRegistration, lease_ms: int) -> None:
     with broker.db.transaction() as conn:
-        if cluster_store.kafka_node_claim(conn, reg.node_id, reg.host, reg.port, reg.token, lease_ms, reg.listeners):
+        if cluster_store.kafka_node_claim(
+            conn, reg.node_id, reg.host, reg.port, reg.token, lease_ms, reg.listeners, reg.rack, reg.read_replica
+        ):
             return
         holder = cluster_store.kafka_node_get(conn, reg.node_id)
     where = f" ({holder.host}:{holder.port})" if holder else ""
@@ -66,17 +70,24 @@ def _claim(broker: Broker, reg: NodeRegistration, lease_ms: int) -> None:
 
 
 def register_node(
-    broker: Broker, node_id: int, host: str, port: int, lease_ms: int, listeners: Mapping[str, Mapping[str, Any]] | None = None
+    broker: Broker,
+    node_id: int,
+    host: str,
+    port: int,
+    lease_ms: int,
+    listeners: Mapping[str, Mapping[str, Any]] | None = None,
+    rack: str | None = None,
+    read_replica: bool = False,
 ) -> NodeRegistration:
     """Take ``node_id`` for this process, advertised at ``host``:``port`` (and at each of its
-    ``listeners``: {name: {"host", "port", "security_protocol"}}), for ``lease_ms`` (the
-    database's clock): INVALID_REQUEST (reason ``node_id_in_use``) while another process holds
-    it; the id of a process that stopped renewing is free once its lease ends. Keep it with
-    ``renew_node`` well within the lease."""
+    ``listeners``: {name: {"host", "port", "security_protocol"}}), in ``rack`` (None: none), a
+    ``read_replica`` or not, for ``lease_ms`` (the database's clock): INVALID_REQUEST (reason
+    ``node_id_in_use``) while another process holds it; the id of a process that stopped
+    renewing is free once its lease ends. Keep it with ``renew_node`` well within the lease."""
     _check_node(node_id, host, port, lease_ms)
     for endpoint in (listeners or {}).values():
         _check_node(node_id, str(endpoint.get("host", "")), int(endpoint.get("port", 0)), lease_ms)
-    reg = NodeRegistration(node_id, host, port, secrets.token_hex(16), dict(listeners or {}))
+    reg = NodeRegistration(node_id, host, port, secrets.token_hex(16), dict(listeners or {}), rack or None, read_replica)
     _claim(broker, reg, lease_ms)
     return reg
 
@@ -101,14 +112,39 @@ def live_nodes(broker: Broker) -> list[tuple[int, str, int]]:
         return [(n.node_id, n.host, n.port) for n in cluster_store.kafka_nodes_live(conn)]
 
 
-def live_node_listeners(broker: Broker) -> list[tuple[int, str, int, dict[str, tuple[str, int]]]]:
-    """``live_nodes`` with each node's advertised listeners: {listener name: (host, port)}. A
-    node registered without listeners (a gateway of an earlier version) lists none."""
+@dataclass(frozen=True)
+class LiveNode:
+    """A live node as the registry shows it."""
+
+    node_id: int
+    host: str
+    port: int
+    listeners: dict[str, tuple[str, int]]  # listener name -> advertised (host, port)
+    rack: str | None = None
+    read_replica: bool = False
+
+
+def live_node_entries(broker: Broker) -> list[LiveNode]:
+    """Every node whose lease runs, in node id order, with its advertised listeners, its rack and
+    whether it is a read replica. A node registered without listeners (a gateway of an earlier
+    version) lists none."""
     with broker.db.read() as conn:
         return [
-            (n.node_id, n.host, n.port, {name: (str(e["host"]), int(e["port"])) for name, e in n.listeners.items()})
+            LiveNode(
+                n.node_id,
+                n.host,
+                n.port,
+                {name: (str(e["host"]), int(e["port"])) for name, e in n.listeners.items()},
+                n.rack,
+                n.read_replica,
+            )
             for n in cluster_store.kafka_nodes_live(conn)
         ]
+
+
+def live_node_listeners(broker: Broker) -> list[tuple[int, str, int, dict[str, tuple[str, int]]]]:
+    """``live_nodes`` with each node's advertised listeners: {listener name: (host, port)}."""
+    return [(n.node_id, n.host, n.port, n.listeners) for n in live_node_entries(broker)]
 
 
 # --- RocketMQ gateways -----------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from app.domain.records import (
     readable_end,
     take_within_limits,
 )
-from app.errors import ErrorCode, TxlogError
+from app.errors import DatabaseUnavailable, ErrorCode, TxlogError
 from app.services import Broker
 from app.storage import log as log_store
 
@@ -137,6 +137,50 @@ def fetch_log(
         partition,
         rows,
         aborted,  # type: ignore[arg-type]  # aborted rows are transactional: producer id and first offset set
+        status.high_watermark,
+        status.last_stable_offset,
+        status.log_start_offset,
+    )
+
+
+def fetch_log_on_replica(
+    replica: Broker,
+    primary: Broker,
+    topic: str,
+    partition: int,
+    offset: int,
+    max_bytes: int = 1_048_576,
+    isolation_level: IsolationLevel = "read_uncommitted",
+) -> LogPage:
+    """``fetch_log`` on a hot standby (``replica``), a read replica's Fetch (KIP-392): the page,
+    high watermark and last stable offset of the standby's own snapshot, which streaming
+    replication never puts ahead of the primary's, and whose read_committed page holds no record
+    the primary has not committed or has aborted by then. An offset past the standby's high
+    watermark but not past the primary's (``primary``: one statement there) is an empty page at the
+    standby's status: the standby has not replayed that far yet, and the consumer asks again, as
+    a Kafka follower answers an offset it has not replicated yet. Past the primary's too, the
+    standby's OFFSET_OUT_OF_RANGE. A read the standby cancelled for its replay (a conflict with
+    recovery, SQLSTATE 40001: the only conflict a read-only transaction meets there) is the
+    standby's storage unavailable for the moment, retriable, as the database away is."""
+    try:
+        return fetch_log(replica, topic, partition, offset, max_bytes, isolation_level)
+    except TxlogError as exc:
+        if exc.code is ErrorCode.CONCURRENT_TRANSACTIONS:
+            raise DatabaseUnavailable(f"The standby cancelled the read for its replay: {exc.message}") from exc
+        replayed = exc.details.get("high_watermark")
+        if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE or not isinstance(replayed, int) or offset <= replayed:
+            raise
+        on_primary = partition_statuses(primary, [(topic, partition)]).get((topic, partition))
+        if on_primary is None or offset > on_primary.high_watermark:
+            raise
+        status = partition_statuses(replica, [(topic, partition)]).get((topic, partition))
+        if status is None:
+            raise
+    return LogPage(
+        topic,
+        partition,
+        [],
+        [] if isolation_level == "read_committed" else None,
         status.high_watermark,
         status.last_stable_offset,
         status.log_start_offset,

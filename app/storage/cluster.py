@@ -30,21 +30,31 @@ def cluster_id_create(conn: Connection) -> None:
 
 
 def kafka_node_claim(
-    conn: Connection, node_id: int, host: str, port: int, token: str, lease_ms: int, listeners: Mapping[str, Any] | None = None
+    conn: Connection,
+    node_id: int,
+    host: str,
+    port: int,
+    token: str,
+    lease_ms: int,
+    listeners: Mapping[str, Any] | None = None,
+    rack: str | None = None,
+    read_replica: bool = False,
 ) -> bool:
     """Take or renew ``node_id`` for the process ``token`` until ``lease_ms`` from now (the
     database's clock): granted when the id is free, its lease has ended, or ``token`` holds it
     already (a renewal, also after its lease ended if nobody took the id meanwhile). False when
     another process holds it, its lease running. ``listeners``: every listener of the process
-    ({name: {"host", "port", "security_protocol"}}), kept with the lease."""
+    ({name: {"host", "port", "security_protocol"}}), kept with the lease, as are its ``rack`` and
+    whether it is a ``read_replica``."""
     row = conn.execute(
         text(
             """
-            INSERT INTO txlog.kafka_nodes (node_id, host, port, process_token, registered_at, expires_at, listeners)
+            INSERT INTO txlog.kafka_nodes (node_id, host, port, process_token, registered_at, expires_at, listeners, rack, read_replica)
             VALUES (:node_id, :host, :port, :token, clock_timestamp(), clock_timestamp() + make_interval(secs => :lease_ms / 1000.0),
-                    CAST(:listeners AS jsonb))
+                    CAST(:listeners AS jsonb), :rack, :read_replica)
             ON CONFLICT (node_id) DO UPDATE
             SET host = EXCLUDED.host, port = EXCLUDED.port, process_token = EXCLUDED.process_token, listeners = EXCLUDED.listeners,
+                rack = EXCLUDED.rack, read_replica = EXCLUDED.read_replica,
                 registered_at = CASE WHEN txlog.kafka_nodes.process_token = EXCLUDED.process_token
                                      THEN txlog.kafka_nodes.registered_at ELSE EXCLUDED.registered_at END,
                 expires_at = EXCLUDED.expires_at
@@ -59,6 +69,8 @@ def kafka_node_claim(
             "token": token,
             "lease_ms": lease_ms,
             "listeners": json.dumps(dict(listeners or {})),
+            "rack": rack,
+            "read_replica": read_replica,
         },
     ).first()
     return row is not None
@@ -83,7 +95,7 @@ def kafka_nodes_live(conn: Connection) -> list[KafkaNode]:
     """The nodes whose lease runs, in node id order."""
     rows = conn.execute(
         text(
-            f"SELECT node_id, host, port, {_ms('expires_at')}, listeners FROM txlog.kafka_nodes "
+            f"SELECT node_id, host, port, {_ms('expires_at')}, listeners, rack, read_replica FROM txlog.kafka_nodes "
             "WHERE expires_at > clock_timestamp() ORDER BY node_id"
         )
     )

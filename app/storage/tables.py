@@ -476,6 +476,10 @@ kafka_nodes = Table(
     # answers a client with the endpoints of the listener it connected to.
     Column("listeners", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("expires_at", TS, nullable=False),
+    # The node's rack (Kafka's broker.rack; null: none), and whether it is a read replica: it
+    # serves Fetch and ListOffsets from a hot standby and leads no partition (KIP-392).
+    Column("rack", Text, nullable=True),
+    Column("read_replica", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint("node_id >= 0", name="kafka_nodes_node_id"),
     CheckConstraint("port BETWEEN 1 AND 65535", name="kafka_nodes_port"),
 )

@@ -95,8 +95,9 @@ class Node(EmbeddedPostgres):
         (self.pgdata / "pg_hba.conf").write_text(PG_HBA)
         self._append("postgresql.conf", PRIMARY_CONF)
 
-    def init_standby(self, primary: "Node") -> None:
-        """A base backup of ``primary`` (creating the replication slot), set up to stream from it."""
+    def init_standby(self, primary: "Node", slot: str = SLOT, application_name: str = SYNC_NAME) -> None:
+        """A base backup of ``primary`` (creating the replication slot ``slot``), set up to stream
+        from it under ``application_name`` (the defaults: the pair's one standby)."""
         self._prepare()
         self._run(
             "pg_basebackup",
@@ -112,7 +113,7 @@ class Node(EmbeddedPostgres):
             "stream",
             "-C",
             "-S",
-            SLOT,
+            slot,
             "--checkpoint=fast",
             timeout=120,
         )
@@ -120,8 +121,8 @@ class Node(EmbeddedPostgres):
             "postgresql.conf",
             f"""
 # standby of {primary.name}
-primary_conninfo = 'host=127.0.0.1 port={primary.port} user={REPLICATION_USER} application_name={SYNC_NAME}'
-primary_slot_name = '{SLOT}'
+primary_conninfo = 'host=127.0.0.1 port={primary.port} user={REPLICATION_USER} application_name={application_name}'
+primary_slot_name = '{slot}'
 hot_standby = on
 """,
         )

@@ -117,6 +117,7 @@ class Node:
     node_id: int
     host: str
     port: int
+    rack: str | None = None  # Kafka's broker.rack
 
 
 @dataclass
@@ -149,6 +150,9 @@ class RequestContext:
     # time a handler answered with: the connection is muted that long after the answer (KIP-219).
     quotas: Any = None
     throttle_ms: int = 0
+    # A read replica gateway's standby (a ``Broker`` over TXLOG_REPLICA_DATABASE_URL): Fetch and
+    # ListOffsets read there. None: this gateway reads the primary, as every other request does.
+    replica: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

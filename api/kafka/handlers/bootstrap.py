@@ -279,7 +279,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> dict:
         "endpoint_type": _BROKER_ENDPOINTS,
         "cluster_id": ctx.cluster.cluster_id,
         "controller_id": _controller_id(nodes),
-        "brokers": [{"broker_id": n.node_id, "host": n.host, "port": n.port, "rack": None, "is_fenced": False} for n in nodes],
+        "brokers": [{"broker_id": n.node_id, "host": n.host, "port": n.port, "rack": n.rack, "is_fenced": False} for n in nodes],
         # None: the codec's "not provided", INT32_MIN on the wire
         "authorized_operations": access.cluster_operations(ctx) if request.include_cluster_authorized_operations else None,
     }
@@ -347,23 +347,27 @@ def _create_if_absent(broker: Broker, name: str, partitions: int) -> topics.Topi
 
 
 def _broker(node: Node) -> dict:
-    return {"node_id": node.node_id, "host": node.host, "port": node.port, "rack": None}
+    return {"node_id": node.node_id, "host": node.host, "port": node.port, "rack": node.rack}
 
 
 def _topic(ctx: RequestContext, topic: topics.TopicMetadata, unavailable: bool = False) -> dict:
     """A topic's metadata; ``unavailable``: each partition LEADER_NOT_AVAILABLE (see ``handle_metadata``)."""
     name = topic.name
     answer = []
+    # The read replicas follow every partition, in sync as far as their standby has replayed: each
+    # partition's replicas and in-sync replicas, after its leader (KIP-392).
+    followers = ctx.cluster.read_replicas()
     for partition in range(topic.partitions):
         leader = ctx.cluster.leader_of(name, partition).node_id
+        replicas = [leader, *(node for node in followers if node != leader)]
         answer.append(
             {
                 "error_code": ErrorCode.LEADER_NOT_AVAILABLE.kafka_code if unavailable else 0,
                 "partition_index": partition,
                 "leader_id": leader,
                 "leader_epoch": LEADER_EPOCH,
-                "replica_nodes": [leader],
-                "isr_nodes": [leader],
+                "replica_nodes": replicas,
+                "isr_nodes": replicas,
                 "offline_replicas": [],
             }
         )
@@ -405,7 +409,8 @@ def _coordinator(ctx: RequestContext, key_type: int, key: str) -> dict:
     if key_type == _COORDINATOR_GROUP:
         node = ctx.cluster.coordinator_of(key)
     elif key_type == _COORDINATOR_TRANSACTION:
-        node = ctx.node
+        # A read replica coordinates no transaction: the gateway of the primary the rule names.
+        node = ctx.cluster.coordinator_of(key) if ctx.replica is not None else ctx.node
     else:
         return {
             "key": key,

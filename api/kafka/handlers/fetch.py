@@ -30,6 +30,15 @@ Fetch (v4 to v12, topics by name):
 Any gateway reads any partition, its leader in Metadata or not (no NOT_LEADER_OR_FOLLOWER): the
 log is one, in PostgreSQL (``api.kafka.cluster``).
 
+Read replicas (KIP-392, fetch from follower): a gateway of the primary answers a partition of a
+consumer that sends its rack (Fetch v11+, client.rack) with the read replica of that rack that the
+cluster names (``app.domain.cluster.preferred_read_replica``), and no records: the consumer fetches
+the partition there, and the fetch is answered at once, as Kafka's leader answers it. A read
+replica gateway (TXLOG_REPLICA_DATABASE_URL) reads its hot standby (``fetch.fetch_log_on_replica``)
+and names no other replica. Its long poll also reads the standby again every
+TXLOG_REPLICA_POLL_INTERVAL_MS: the primary's append notifications (LISTEN does not work on a
+standby) come before the standby has replayed the append.
+
 ACLs: each topic needs Read for Fetch, Describe for ListOffsets, else its partitions are
 TOPIC_AUTHORIZATION_FAILED (whether it exists or not), as Kafka answers them.
 
@@ -99,6 +108,7 @@ class _Read:
     size: int  # bytes of records in them
     failed: bool  # some partition answered an error
     storage_away: bool = False  # some partition could not be read: the database is away or too slow
+    redirected: bool = False  # some partition is answered with a preferred read replica
 
 
 async def handle_fetch(ctx: RequestContext, request: Any) -> dict:
@@ -114,22 +124,28 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> dict:
     quotas = ctx.quotas is not None and ctx.quotas.enabled
     max_bytes = fetch_max_bytes(ctx, request.max_bytes) if quotas else request.max_bytes
     reading = [0.0]  # seconds spent reading, not waiting for records: the request's handler time
+    rack = request.rack_id if ctx.api_version >= 11 else None
+    redirect = _redirects(ctx, wanted, refused, rack) if rack and ctx.replica is None else {}
 
     async def read_once() -> _Read:
         began = time.perf_counter()
         try:
-            return await ctx.call(_read, ctx.broker, wanted, max_bytes, isolation, refused)
+            return await ctx.call(_read, ctx.broker, wanted, max_bytes, isolation, refused, ctx.replica, redirect)
         finally:
             reading[0] += time.perf_counter() - began
 
+    poll_s = settings.replica_poll_interval_ms / 1000
     read = await wait_for_records(
         ctx.notifier if wanted else None,
         [(w.topic, w.partition) for w in wanted if w.topic not in refused],
         request.max_wait_ms,
         settings.max_fetch_wait_ms,
         settings.max_long_polls,
-        read_once if quotas else lambda: ctx.call(_read, ctx.broker, wanted, max_bytes, isolation, refused),
-        lambda read: read.size >= request.min_bytes or read.failed,
+        read_once
+        if quotas
+        else lambda: ctx.call(_read, ctx.broker, wanted, max_bytes, isolation, refused, ctx.replica, redirect),
+        lambda read: read.size >= request.min_bytes or read.failed or read.redirected,
+        (lambda read: poll_s) if ctx.replica is not None else None,
     )
     if quotas:
         ctx.throttle_ms = fetch_throttle(ctx, read.size, reading[0])
@@ -153,24 +169,71 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> dict:
     }
 
 
+def _redirects(
+    ctx: RequestContext, wanted: Sequence[_Wanted], refused: Mapping[str, TxlogError], rack: str
+) -> dict[tuple[str, int], int]:
+    """The partitions a consumer in ``rack`` is sent to a read replica for, and that replica."""
+    found = {}
+    for w in wanted:
+        if w.topic not in refused:
+            node_id = ctx.cluster.preferred_read_replica(w.topic, w.partition, rack)
+            if node_id >= 0:
+                found[(w.topic, w.partition)] = node_id
+    return found
+
+
 def _read(
-    broker: Broker, wanted: Sequence[_Wanted], max_bytes: int, isolation: IsolationLevel, refused: Mapping[str, TxlogError]
+    broker: Broker,
+    wanted: Sequence[_Wanted],
+    max_bytes: int,
+    isolation: IsolationLevel,
+    refused: Mapping[str, TxlogError],
+    replica: Broker | None = None,
+    redirect: Mapping[tuple[str, int], int] | None = None,
 ) -> _Read:
     """Each partition's page and its record batches, in the gateway's thread pool: the byte budget
     passes from one partition to the next, as a Kafka broker reads them. A topic ``refused`` is
-    answered its error, unread."""
+    answered its error, unread; a partition in ``redirect`` its preferred read replica and its
+    status, no records (one statement for all of them). ``replica``: the standby a read replica
+    gateway reads the log from."""
     answers = []
     left = max_bytes
     first_whole = True  # until a partition has records: its first record goes whatever its size
     failed = storage_away = False
+    statuses = {}
+    if redirect:
+        try:
+            statuses = fetch_service.partition_statuses(broker, list(redirect))
+        except TxlogError:
+            statuses = {}  # read each partition as usual below, and answer its error there
     for w in wanted:
         if w.topic in refused:
             answers.append(_partition_error(w.partition, refused[w.topic]))
             failed = True
             continue
+        status = statuses.get((w.topic, w.partition))
+        if status is not None and redirect is not None:
+            answers.append(
+                {
+                    "partition_index": w.partition,
+                    "error_code": 0,
+                    "high_watermark": status.high_watermark,
+                    "last_stable_offset": status.last_stable_offset,
+                    "log_start_offset": status.log_start_offset,
+                    "aborted_transactions": None,
+                    "preferred_read_replica": redirect[(w.topic, w.partition)],
+                    "records": b"",
+                }
+            )
+            continue
         limit = max(0, min(w.max_bytes, left))
         try:
-            page = fetch_service.fetch_log(broker, w.topic, w.partition, w.offset, max(limit, 1), isolation)
+            if replica is not None:
+                page = fetch_service.fetch_log_on_replica(
+                    replica, broker, w.topic, w.partition, w.offset, max(limit, 1), isolation
+                )
+            else:
+                page = fetch_service.fetch_log(broker, w.topic, w.partition, w.offset, max(limit, 1), isolation)
         except TxlogError as exc:
             answers.append(_partition_error(w.partition, exc))
             failed = True
@@ -199,7 +262,7 @@ def _read(
         if data:
             left -= len(data)
             first_whole = False
-    return _Read(answers, max_bytes - left, failed, storage_away)
+    return _Read(answers, max_bytes - left, failed, storage_away, bool(statuses))
 
 
 def _batches_within(rows: Sequence[Any], limit: int, first_whole: bool) -> tuple[bytes, int | None]:
@@ -258,7 +321,8 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> dict:
     repeated = {tp for tp, n in times.items() if n > 1}
     refused = access.refused(ctx, Api.DESCRIBE_TOPIC, "topic", (t for t, _, _ in asked))
     once = [a for a in asked if (a[0], a[1]) not in repeated and a[0] not in refused]
-    results = iter(await ctx.call(fetch_service.list_offsets, ctx.broker, once, isolation) if once else ())
+    # A read replica answers from its standby's snapshot, as it answers Fetch.
+    results = iter(await ctx.call(fetch_service.list_offsets, ctx.replica or ctx.broker, once, isolation) if once else ())
     topics = []
     for topic in request.topics:
         answers = []

@@ -12,8 +12,10 @@ with AddPartitionsToTxn; refused otherwise, TRANSACTION_ABORTABLE from v11 and I
 below, as Kafka's transaction verification answers it. From v12 (transactions V2) the batch adds
 its partition to the transaction itself (``api.kafka.transaction_protocol``).
 
-Any gateway appends to any partition, its leader in Metadata or not (no NOT_LEADER_OR_FOLLOWER):
-the log is one, in PostgreSQL, under the partition's row lock (``api.kafka.cluster``).
+Any gateway of the primary appends to any partition, its leader in Metadata or not (no
+NOT_LEADER_OR_FOLLOWER): the log is one, in PostgreSQL, under the partition's row lock
+(``api.kafka.cluster``). A read replica gateway (TXLOG_REPLICA_DATABASE_URL) leads no partition and
+answers every partition NOT_LEADER_OR_FOLLOWER, as a Kafka follower does.
 
 ACLs, as Kafka 3+: a request naming a transactional id needs Write on it (else the whole request
 is TRANSACTIONAL_ID_AUTHORIZATION_FAILED); each topic needs Write (else its partitions are
@@ -57,6 +59,10 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict | None:
         code = TxlogError(ErrorCode.UNSUPPORTED_VERSION, "Produce below v3 (message format v0/v1) is not supported")
     elif acks not in _ACKS:
         code = TxlogError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {acks}")
+    elif ctx.replica is not None:
+        # A read replica follows every partition and leads none: the client refreshes its metadata
+        # and sends the batch to the leader, as to a Kafka follower.
+        code = TxlogError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"Node {ctx.node.node_id} is a read replica and leads no partition")
     transactional_id = request.transactional_id if ctx.api_version >= 3 else None
     api = Api.PRODUCE if transactional_id is None else Api.PRODUCE_TRANSACTIONAL
     access.check(ctx, api, transactional_id=transactional_id)
