@@ -5,7 +5,9 @@
 #   system-deps.sh: also Java and the PostgreSQL JDBC driver (for Spark), Chromium (for page
 #     tests), libfaketime (runs a server with its clock set apart from the database's, for clock
 #     tests), kcat (a librdkafka command-line client, for the Kafka gateway's smoke test) and
-#     Node.js with npm (RocketMQ's Node.js client, installed by its test under .cache/node).
+#     Node.js with npm (RocketMQ's Node.js client, installed by its test under .cache/node), and
+#     Patroni with etcd (the automatic failover tests run a Patroni cluster of the bundled
+#     PostgreSQL, tests/replication/test_patroni_failover.py).
 # Skips what is present; says what is missing when it cannot install (no root, no apt).
 set -euo pipefail
 python=${PYTHON:-python3}
@@ -21,6 +23,8 @@ if [[ ${1:-} != build ]]; then
   command -v kcat >/dev/null 2>&1 || need+=(kcat)
   command -v node >/dev/null 2>&1 || need+=(nodejs)
   command -v npm >/dev/null 2>&1 || need+=(npm)
+  command -v patroni >/dev/null 2>&1 || need+=(patroni)
+  command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 fi
 ((${#need[@]})) || exit 0
 if [[ ${1:-} == build ]] && [[ $(id -u) -ne 0 ]] && ! sudo -n true 2>/dev/null; then
@@ -36,5 +40,5 @@ if command -v apt-get >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null \
     || [[ ${1:-} == build ]] || exit 1
 else
-  echo "warning: please install ${need[*]} (the C part, Spark, browser, clock and Kafka-client tests need them)" >&2
+  echo "warning: please install ${need[*]} (the C part, Spark, browser, clock, Kafka-client and failover tests need them)" >&2
 fi
