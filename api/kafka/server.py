@@ -33,7 +33,7 @@
 - SIGTERM or SIGINT: give the node id up, stop accepting, let each request in progress be answered
   (a few seconds at most), close the connections.
 
-A read replica (TXLOG_REPLICA_DATABASE_URL, docs/read-replicas.md) reads Fetch and ListOffsets
+A read replica (TXLOG_REPLICA_DATABASE_URL, docs/operations.md, Read replicas) reads Fetch and ListOffsets
 from that hot standby, on a pool of its own; everything else, its registration and its long
 polls' listener included, goes to the primary.
 
