@@ -62,7 +62,7 @@ from typing import Callable
 import psycopg
 
 from app.storage.db import libpq_url
-from bench import datasets, procs, report
+from bench import datasets, procs, profiles, report
 from bench.clients import ClientPool
 from bench.common import bench_database, reset
 from bench.harness import (
@@ -353,22 +353,10 @@ class Profile:
     def read(self) -> tuple[int, list[tuple[str, int]], list[tuple[str, int]], list[tuple[str, int]]]:
         """GIL samples in all, by bucket, and the functions most often on the stack (inclusive)
         and at its top (self)."""
-        total = 0
+        total, inclusive, own = profiles.function_counts(self.raw)
         buckets: Counter[str] = Counter()
-        inclusive: Counter[str] = Counter()
-        own: Counter[str] = Counter()
-        for line in self.raw.splitlines():
-            stack, _, count = line.rpartition(" ")
-            if not count.isdigit():
-                continue
-            n = int(count)
-            frames = [f for f in stack.split(";") if f and not f.startswith(("thread ", "process "))]
-            total += n
+        for frames, n in profiles.stacks(self.raw):
             buckets[bucket(frames)] += n
-            for f in {_short(f) for f in frames}:
-                inclusive[f] += n
-            if frames:
-                own[_short(frames[-1])] += n
         return total, buckets.most_common(), inclusive.most_common(30), own.most_common(20)
 
     def text(self) -> str:
@@ -403,12 +391,6 @@ class Profile:
         lines += ["", "functions at the top of its stack (self share):"]
         lines += [f"  {n / total:6.1%}  {f}" for f, n in own]
         return "\n".join(lines)
-
-
-def _short(frame: str) -> str:
-    """``function (path)``: the line number dropped, so a function's lines add up."""
-    name, _, where = frame.partition(" (")
-    return f"{name} ({where.rstrip(')').rsplit(':', 1)[0]})"
 
 
 # --- figures --------------------------------------------------------------------------------------
@@ -516,7 +498,7 @@ def run(argv: list[str] | None = None) -> str:
         stack.callback(pool.close)
         bench = Bench(cfg, url, gateways, pool)
         print(
-            f"txlog kafka (one process), confluent-kafka {_client_version()}, {cfg.clients} client processes, "
+            f"txlog kafka (one process), confluent-kafka {profiles.client_version()}, {cfg.clients} client processes, "
             f"{cfg.rounds} rounds of {cfg.warmup:g} s warm-up + {cfg.window:g} s windows; PostgreSQL {pg_version} {settings}",
             flush=True,
         )
@@ -554,7 +536,7 @@ def run(argv: list[str] | None = None) -> str:
         brokers_listed_with_two=listed,
         producer=KAFKA_PRODUCER,
         consumer=KAFKA_CONSUMER,
-        client=f"confluent-kafka {_client_version()}",
+        client=f"confluent-kafka {profiles.client_version()}",
     )
     notes = []
     for key in ("txn10/1", "txn10/8", "txn10/8x2"):
@@ -585,12 +567,6 @@ def run(argv: list[str] | None = None) -> str:
         extra={"profile": profiled.splitlines()} if profiled else None,
         notes=notes,
     )
-
-
-def _client_version() -> str:
-    import confluent_kafka
-
-    return f"{confluent_kafka.version()[0]} (librdkafka {confluent_kafka.libversion()[0]})"
 
 
 if __name__ == "__main__":

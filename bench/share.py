@@ -63,7 +63,7 @@ import orjson
 import psycopg
 
 from app.storage.db import libpq_url
-from bench import datasets, procs, report
+from bench import datasets, procs, profiles, report
 from bench.clients import ClientPool
 from bench.common import bench_database, reset
 from bench.harness import (
@@ -80,7 +80,7 @@ from bench.harness import (
 )
 from bench.http import PARTITIONS, RESULTS, Server, install_pgqueuer
 from bench.http_lanes import Http
-from bench.kafka import Gateway, _client_version, _short
+from bench.kafka import Gateway
 from bench.kafka_lanes import KAFKA_SHARE_CONSUMER
 from bench.lanes import BATCH, Lane
 from bench.postgres_lanes import PGMQ_QUEUE, PGMQ_VISIBILITY_S, PGQ_DEQUEUE
@@ -222,21 +222,7 @@ class Bench(Harness):
 def profile_text(key: str, window: Window, collapsed: str) -> str:
     """py-spy's collapsed stacks as the share of samples each function is on (inclusive) and at the
     top of (self), over every process sampled."""
-    total = 0
-    inclusive: dict[str, int] = {}
-    own: dict[str, int] = {}
-    for line in collapsed.splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not count.isdigit():
-            continue
-        n = int(count)
-        frames = [f for f in stack.split(";") if f and not f.startswith(("thread ", "process "))]
-        total += n
-        for f in {_short(f) for f in frames}:
-            inclusive[f] = inclusive.get(f, 0) + n
-        if frames:
-            top = _short(frames[-1])
-            own[top] = own.get(top, 0) + n
+    total, inclusive, own = profiles.function_counts(collapsed)
     per_batch = window.server_cpu / (window.rows / BATCH) * 1000 if window.rows else 0.0
     lines = [
         f"server profile, one {key} window of {window.seconds:g} s: {window.rate:,.0f} records/s, the server "
@@ -245,9 +231,9 @@ def profile_text(key: str, window: Window, collapsed: str) -> str:
         "",
         "functions on a GIL holder's stack (inclusive share):",
     ]
-    lines += [f"  {n / total:6.1%}  {f}" for f, n in sorted(inclusive.items(), key=lambda x: -x[1])[:40]]
+    lines += [f"  {n / total:6.1%}  {f}" for f, n in inclusive.most_common(40)]
     lines += ["", "functions at the top of its stack (self share):"]
-    lines += [f"  {n / total:6.1%}  {f}" for f, n in sorted(own.items(), key=lambda x: -x[1])[:25]]
+    lines += [f"  {n / total:6.1%}  {f}" for f, n in own.most_common(25)]
     return "\n".join(lines)
 
 
@@ -317,7 +303,7 @@ def run(argv: list[str] | None = None) -> str:
         stack.callback(pool.close)
         bench = Bench(cfg, url, serve, gateway, pool)
         print(
-            f"txlog serve --workers 2 and txlog kafka, confluent-kafka {_client_version()}, {cfg.clients} client "
+            f"txlog serve --workers 2 and txlog kafka, confluent-kafka {profiles.client_version()}, {cfg.clients} client "
             f"processes, {cfg.rounds} rounds of {cfg.warmup:g} s warm-up + {cfg.window:g} s windows; PostgreSQL "
             f"{pg_version} {settings}",
             flush=True,
@@ -351,7 +337,7 @@ def run(argv: list[str] | None = None) -> str:
         share_consumer=KAFKA_SHARE_CONSUMER,
         pgmq=bench.pgmq_version,
         pgmq_visibility_s=PGMQ_VISIBILITY_S,
-        client=f"confluent-kafka {_client_version()}",
+        client=f"confluent-kafka {profiles.client_version()}",
     )
     return publish(
         args.output,

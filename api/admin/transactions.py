@@ -11,7 +11,7 @@ from api.admin.auth import Action, Principal, Resource
 from api.admin.deps import broker, parse_duration_ms, require, viewer
 from api.admin.render import render, url
 from app.domain.transactions import OPEN_STATE_NAMES
-from app.services import Broker, transactions
+from app.services import Broker, transaction_aborts
 from app.services.inspect import transactions as inspect
 
 router = APIRouter(dependencies=[Depends(viewer)])
@@ -78,5 +78,5 @@ def abort(
 ) -> RedirectResponse:
     csrf.check(request, csrf_token)
     require(request, principal, Action.ABORT_TRANSACTION, Resource("transactional_id", tid))
-    transactions.abort_by_operator(b, tid)
+    transaction_aborts.abort_by_operator(b, tid)
     return RedirectResponse(url(request, "txn:detail", {"aborted": "1"}, tid=tid), status_code=303)

@@ -14,7 +14,7 @@ from api.v1.responses import errors
 from api.v1.routes import broker, txn_json
 from app.domain.acls import Api
 from app.errors import TxlogError
-from app.services import Broker, kafka_groups, producers, transactions
+from app.services import Broker, kafka_groups, producers, transaction_aborts
 from app.services.inspect import groups as inspect_groups
 from app.services.inspect import transactions as inspect_transactions
 
@@ -140,7 +140,7 @@ def abort_on_partition(topic: str, partition: int, body: s.PartitionAbortBody, b
     one, or the one of ``producer_id`` / starting at ``start_offset``). One its coordinator has open
     with this partition is aborted whole and its producer fenced (``transaction`` in the answer); a
     hanging one gets an ABORT marker on this partition alone (``marker_offset``)."""
-    r = transactions.abort_on_partition(b, topic, partition, body.producer_id, body.start_offset)
+    r = transaction_aborts.abort_on_partition(b, topic, partition, body.producer_id, body.start_offset)
     return {
         "topic": r.topic,
         "partition": r.partition,

@@ -22,7 +22,7 @@ from app.domain.partitioner import coordinator_partition
 from app.domain.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE
 from app.domain.records import Encoding, IsolationLevel, valid_text
 from app.domain.transactions import TxnEvent, TxnMetadata
-from app.services import Broker, groups, retention, topics, transactions
+from app.services import Broker, groups, retention, topics, transaction_aborts, transactions
 from app.services import fetch as fetch_service
 from app.services import produce as produce_service
 from app.services.notify import wait_for_records
@@ -477,7 +477,7 @@ def ended(result: str, outcome: transactions.EndTxnOutcome) -> Response:
     tags=["transactions"],
 )
 def abort_transaction(tid: str, b: Broker = Depends(broker)) -> dict:
-    return txn_json(transactions.abort_by_operator(b, tid), b)
+    return txn_json(transaction_aborts.abort_by_operator(b, tid), b)
 
 
 @router.get(

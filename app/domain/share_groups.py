@@ -115,7 +115,8 @@ class HeartbeatRequest:
 
 @dataclass(frozen=True)
 class HeartbeatAnswer:
-    """ShareGroupHeartbeat v1's answer; ``assignment`` None when the member's is unchanged."""
+    """ShareGroupHeartbeat v1's answer, and ConsumerGroupHeartbeat's (the same fields);
+    ``assignment`` None when the member's is unchanged."""
 
     member_id: str
     member_epoch: int

@@ -1,5 +1,5 @@
-"""InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn + TxnOffsetCommit, EndTxn, the operator's
-abort, and the read side (describe, list, events)."""
+"""InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn + TxnOffsetCommit, EndTxn, and the read side
+(describe, list, events). The operator's aborts are ``app.services.transaction_aborts``'s."""
 
 from __future__ import annotations
 
@@ -11,16 +11,14 @@ from typing import Callable, Sequence
 from sqlalchemy.engine import Connection
 
 from app import faults
+from app.domain import transaction_listing
 from app.domain import transactions as txn
 from app.domain.groups.offsets import GroupOffset, check_committable, last_per_partition
 from app.domain.limits import check_partitions_added
-from app.domain.log import unknown_partition
 from app.domain.transactions import Result, TopicPartition, TxnEvent, TxnMetadata, TxnState
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, coordinator, executor, last_appends
 from app.services.executor import Blocking, Operation
-from app.services.inspect import transactions as inspect_transactions
-from app.storage import append as append_store
 from app.storage import groups as groups_store
 from app.storage import producers as producers_store
 from app.storage import topics as topics_store
@@ -436,113 +434,6 @@ def end_txn_complete(
         return EndTxnOutcome(txn.complete_state(result), meta.producer_id, meta.producer_epoch)
 
 
-def abort_by_operator(broker: Broker, transactional_id: str) -> TxnMetadata:
-    """kafka-transactions.sh abort: abort the open transaction and fence its producer. A prepared
-    transaction keeps its decision (a PrepareCommit completes as a commit)."""
-    with broker.db.transaction() as conn:
-        meta = transactions_store.txn_get(conn, transactional_id, for_update=True)
-        if meta is None:
-            raise TxlogError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"Transactional id {transactional_id!r} not found")
-        if not meta.state.is_open:
-            raise TxlogError(
-                ErrorCode.INVALID_TXN_STATE, f"Transaction {transactional_id!r} is {meta.state.value}: nothing to abort"
-            )
-        return coordinator.finish_open(conn, broker, meta, "aborted_by_operator")
-
-
-@dataclass(frozen=True)
-class PartitionAbort:
-    """What ``abort_on_partition`` ended: the whole transaction through its coordinator
-    (``transaction`` set), or only the partition's open transaction by an ABORT marker."""
-
-    topic: str
-    partition: int
-    producer_id: int
-    producer_epoch: int
-    start_offset: int
-    transactional_id: str | None
-    marker_offset: int | None  # the ABORT marker written on the partition, without the coordinator
-    transaction: TxnMetadata | None  # the transaction as the coordinator's abort left it
-
-
-def abort_on_partition(
-    broker: Broker, topic: str, partition: int, producer_id: int | None = None, start_offset: int | None = None
-) -> PartitionAbort:
-    """kafka-transactions.sh abort ``--topic --partition --start-offset`` (or ``--producer-id``):
-    end the open transaction a producer holds on a partition. One the coordinator has open with
-    this partition is aborted through the coordinator, on every partition, its producer fenced —
-    never torn; one it does not (a hanging transaction) gets an ABORT marker on this partition
-    alone (Kafka's WriteTxnMarkers), which moves the last stable offset past it."""
-    found = [
-        o
-        for o in inspect_transactions.open_transactions(broker, topic, partition)
-        if (producer_id is None or o.producer_id == producer_id) and (start_offset is None or o.start_offset == start_offset)
-    ]
-    wanted = " and ".join(
-        w
-        for w in (
-            f"producer id {producer_id}" if producer_id is not None else "",
-            f"start offset {start_offset}" if start_offset is not None else "",
-        )
-        if w
-    )
-    if not found:
-        raise TxlogError(
-            ErrorCode.INVALID_TXN_STATE, f"No open transaction on {topic}-{partition}" + (f" with {wanted}" if wanted else "")
-        )
-    if len(found) > 1:
-        raise TxlogError(
-            ErrorCode.INVALID_REQUEST,
-            f"{len(found)} open transactions on {topic}-{partition}; name one by producer id or start offset: "
-            + ", ".join(f"producer id {o.producer_id} from offset {o.start_offset}" for o in found),
-        )
-    o = found[0]
-    if o.ongoing_at_coordinator:
-        assert o.transactional_id is not None
-        meta = abort_by_operator(broker, o.transactional_id)
-        return PartitionAbort(topic, partition, o.producer_id, o.producer_epoch, o.start_offset, o.transactional_id, None, meta)
-    with broker.db.transaction() as conn:
-        position = append_store.partition_lock_for_append(conn, topic, partition, o.producer_id)
-        entry = position.producer_state
-        if entry is None or entry.txn_first_offset != o.start_offset or entry.producer_epoch != o.producer_epoch:
-            raise TxlogError(
-                ErrorCode.CONCURRENT_TRANSACTIONS,
-                f"The open transaction of producer id {o.producer_id} on {topic}-{partition} changed meanwhile; look again",
-            )
-        marker = coordinator.write_marker(conn, topic, partition, position, o.producer_id, o.producer_epoch, False, broker.now())
-    return PartitionAbort(topic, partition, o.producer_id, o.producer_epoch, o.start_offset, o.transactional_id, marker, None)
-
-
-def write_abort_marker(
-    broker: Broker, topic: str, partition: int, producer_id: int, producer_epoch: int
-) -> PartitionAbort | None:
-    """Kafka's WriteTxnMarkers with an ABORT marker for one partition, as kafka-transactions.sh abort
-    sends it (the producer id and epoch DescribeProducers showed): the producer's open transaction
-    on the partition ends by ``abort_on_partition``, the one way an operator aborts — through the
-    coordinator when it has the transaction open there, else by a marker on this partition alone.
-    An epoch older than the open transaction's is INVALID_PRODUCER_EPOCH, as a partition refuses a
-    marker of a fenced epoch. ``None`` when the producer has no open transaction there: nothing to
-    abort. Kafka would append a marker that changes nothing and answer success; the answer is the
-    same, with nothing written."""
-    if "\x00" in topic:
-        raise unknown_partition(topic, partition)  # no topic's name has a NUL
-    open_here = [o for o in inspect_transactions.open_transactions(broker, topic, partition) if o.producer_id == producer_id]
-    if not open_here:
-        return None
-    if producer_epoch < open_here[0].producer_epoch:
-        raise TxlogError(
-            ErrorCode.INVALID_PRODUCER_EPOCH,
-            f"Producer id {producer_id} holds its open transaction on {topic}-{partition} at epoch "
-            f"{open_here[0].producer_epoch}, not the older {producer_epoch}",
-        )
-    try:
-        return abort_on_partition(broker, topic, partition, producer_id)
-    except TxlogError as exc:
-        if exc.code is ErrorCode.INVALID_TXN_STATE:
-            return None  # it ended meanwhile: nothing left to abort
-        raise
-
-
 # --- read side ------------------------------------------------------------------------------------
 
 
@@ -603,11 +494,11 @@ def list_transaction_states(
     pattern: str | None = None,
 ) -> tuple[list[TxnMetadata], tuple[str, ...]]:
     """Kafka's ListTransactions (kafka-transactions.sh list): every transactional id but the Dead
-    ones, filtered as ``txn.list_filter`` and ``txn.is_listed`` say — by Kafka's state names, by
+    ones, filtered as ``transaction_listing.list_filter`` and ``transaction_listing.is_listed`` say — by Kafka's state names, by
     producer id, running longer than ``duration_ms`` (negative: any), matching the whole of
     ``pattern``. Answers them (without their members) in id order, and the state names given that
     are unknown."""
-    f = txn.list_filter(state_names, producer_ids, duration_ms, pattern)
+    f = transaction_listing.list_filter(state_names, producer_ids, duration_ms, pattern)
     if f.matches_nothing:
         return [], f.unknown_states
     states = sorted(s.value for s in (f.states or set(TxnState) - {TxnState.DEAD}))
@@ -618,7 +509,7 @@ def list_transaction_states(
     with broker.db.read() as conn:
         while True:
             page = transactions_store.txn_page(conn, states, pids, after=after, limit=_LIST_PAGE)
-            found.extend(m for m in page if txn.is_listed(f, m, now))
+            found.extend(m for m in page if transaction_listing.is_listed(f, m, now))
             if len(page) < _LIST_PAGE:
                 return found, f.unknown_states
             after = page[-1].transactional_id

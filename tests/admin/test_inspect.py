@@ -10,7 +10,7 @@ from app.domain.groups.offsets import GroupOffset
 from app.domain.records import NewRecord
 from app.domain.transactions import OPEN_STATE_NAMES, TxnState
 from app.errors import ErrorCode, TxlogError
-from app.services import Broker, groups, retention, topics, transactions
+from app.services import Broker, groups, retention, topics, transaction_aborts, transactions
 from app.services.inspect import groups as inspect_groups
 from app.services.inspect.overview import overview
 from app.services.inspect.producers import producers_page
@@ -103,7 +103,7 @@ def test_alerts_for_timed_out_and_lso_holding_transactions(clocked_broker: Broke
     assert (held.topic, held.partition, held.last_stable_offset, held.high_watermark, held.waiting) == ("events", 1, 0, 3, 3)
     assert [a.transactional_id for a in hanging_transactions(b)] == ["short", "long"]
 
-    transactions.abort_by_operator(b, "short")
+    transaction_aborts.abort_by_operator(b, "short")
     long.end("commit")
     assert overview(b).alerts == []
 
@@ -223,7 +223,7 @@ def test_transaction_detail_partitions_pending_offsets_and_epoch_history(clocked
     assert [(e.producer_epoch, e.cause) for e in d.epochs] == [(0, "InitProducerId (new id)"), (1, "after a commit")]
     assert d.total_events == d.meta.version == len(d.events)
 
-    transactions.abort_by_operator(b, "ctp")
+    transaction_aborts.abort_by_operator(b, "ctp")
     d = transaction_detail(b, "ctp")
     assert d.meta.state is TxnState.COMPLETE_ABORT and d.pending_offsets == [] and d.alert is None
     assert d.partitions[0].first_offset is None and not d.partitions[0].holds_lso

@@ -80,9 +80,9 @@ def _fencing_held(broker, member: str, holding: threading.Event, release: thread
     """A fencing of ``member`` as the sweeper does it, holding the group row's lock, written but
     not committed, until ``release``."""
     with broker.db.transaction() as conn:
-        stored = store.consumer_group_lock(conn, G)
+        stored = store.GROUPS.lock(conn, G)
         assert stored is not None
-        store.consumer_group_save(conn, stored, cg.remove_member(stored, member, {}))
+        store.GROUPS.save(conn, stored, cg.remove_member(stored, member, {}))
         holding.set()
         release.wait(30)
 
@@ -159,9 +159,9 @@ def test_a_fencing_waits_for_an_offset_commit_checked_before_it(clocked_broker, 
 
     def fence_member() -> None:
         with other.db.transaction() as conn:
-            stored = store.consumer_group_lock(conn, G)
+            stored = store.GROUPS.lock(conn, G)
             assert stored is not None
-            store.consumer_group_save(conn, stored, cg.remove_member(stored, "m1", {}))
+            store.GROUPS.save(conn, stored, cg.remove_member(stored, "m1", {}))
         fenced.append("m1")
 
     fencing = threading.Thread(target=fence_member)

@@ -15,7 +15,7 @@ from app.domain.transactions import TxnState
 from app.errors import ErrorCode
 from app.services import fetch as fetch_service
 from app.services import produce as produce_service
-from app.services import sweeper, topics, transactions
+from app.services import sweeper, topics, transaction_aborts, transactions
 from app.services.produce import ProduceRequest
 from app.storage import log as log_store
 from tests.integration.test_log import _explain, _statements_of
@@ -149,7 +149,7 @@ def test_a_fenced_epoch_appends_nowhere_with_or_without_its_transactional_id(bro
 
     p.send("f", 0, "open")
     before_abort = copy.copy(p)
-    transactions.abort_by_operator(broker, "fenced")
+    transaction_aborts.abort_by_operator(broker, "fenced")
     err = error_of(plain_batch, broker, before_abort, "f", 2, before_abort.epoch, "zombie")
     assert (err.code, err.details["reason"]) == (ErrorCode.PRODUCER_FENCED, "aborted_by_operator")
     for partition in range(3):

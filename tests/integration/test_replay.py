@@ -13,7 +13,7 @@ from sqlalchemy import text
 from app.domain import transactions as txn
 from app.domain.transactions import TxnState
 from app.errors import TxlogError
-from app.services import sweeper, topics, transactions
+from app.services import sweeper, topics, transaction_aborts, transactions
 from app.storage import transactions as transactions_store
 from tests.integration.test_transactions import Producer, prepare_only
 
@@ -103,7 +103,7 @@ def rich_history(broker, clock) -> None:  # type: ignore[no-untyped-def]
     # an operator abort
     d = Producer(broker, "d")
     d.add(("t", 1), ("t", 2))
-    transactions.abort_by_operator(broker, "d")
+    transaction_aborts.abort_by_operator(broker, "d")
     d.init()
     # a crash between the steps of EndTxn, completed by the sweeper
     e = Producer(broker, "e")

@@ -18,7 +18,7 @@ from app.domain.records import CONTROL_ABORT, CONTROL_COMMIT, NewRecord
 from app.domain.transactions import TxnState
 from app.errors import ErrorCode, TxlogError
 from app.services import fetch as fetch_service
-from app.services import groups, topics, transactions
+from app.services import groups, topics, transaction_aborts, transactions
 from app.services import produce as produce_service
 from app.services.produce import ProduceRequest
 from app.storage import log as log_store
@@ -724,7 +724,7 @@ def test_operator_abort_aborts_and_fences_with_the_reason(broker, topic):
     p = Producer(broker, "tx")
     p.send(topic, 0, "a")
     p.commit_offsets("g", (topic, 0, 1))
-    meta = transactions.abort_by_operator(broker, "tx")
+    meta = transaction_aborts.abort_by_operator(broker, "tx")
     assert (meta.state, meta.producer_epoch, meta.fence_reason) == (S.COMPLETE_ABORT, 1, "aborted_by_operator")
     assert markers(broker, topic, 0) == [CONTROL_ABORT]
     assert read(broker, topic, 0) == []
@@ -745,12 +745,12 @@ def test_operator_abort_aborts_and_fences_with_the_reason(broker, topic):
 
 
 def test_operator_abort_of_nothing(broker, topic):
-    assert error_of(transactions.abort_by_operator, broker, "nobody").code is ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+    assert error_of(transaction_aborts.abort_by_operator, broker, "nobody").code is ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
     p = Producer(broker, "tx")
-    assert error_of(transactions.abort_by_operator, broker, "tx").code is ErrorCode.INVALID_TXN_STATE
+    assert error_of(transaction_aborts.abort_by_operator, broker, "tx").code is ErrorCode.INVALID_TXN_STATE
     p.send(topic, 0, "a")
     p.commit()
-    assert error_of(transactions.abort_by_operator, broker, "tx").code is ErrorCode.INVALID_TXN_STATE
+    assert error_of(transaction_aborts.abort_by_operator, broker, "tx").code is ErrorCode.INVALID_TXN_STATE
 
 
 # --- concurrency ------------------------------------------------------------------------------------

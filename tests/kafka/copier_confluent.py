@@ -94,33 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         return subscribed(args)
     WATCHDOG.stuck_after_s = args.stuck_after_s or WATCHDOG.stuck_after_s
     WATCHDOG.start()
-    debug = {"debug": args.debug} if args.debug else {}
     ends = args.ends
     partitions = [TopicPartition(args.input, p) for p in range(len(ends))]
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": args.bootstrap,
-            "group.id": args.group,
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": False,
-            "metadata.recovery.strategy": args.metadata_recovery,
-            **debug,
-        }
-    )
-    producer = Producer(
-        {
-            "bootstrap.servers": args.bootstrap,
-            "transactional.id": args.transactional_id,
-            "linger.ms": 5,
-            "transaction.timeout.ms": args.transaction_timeout_ms,
-            "metadata.recovery.strategy": args.metadata_recovery,
-            **debug,
-        }
-    )
+    consumer, producer = clients(args)
     try:
         # First the producer: its init fences a previous copier and ends its open transaction, so
         # that no offsets are pending when the committed ones are read.
@@ -131,16 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         consumer.assign([TopicPartition(args.input, p, o) for p, o in committed.items()])
         transactions = 0
         while any(committed[p] < end for p, end in enumerate(ends)):
-            messages = consumer.consume(args.max_batch, 0.5)
-            records = [m for m in messages if m.error() is None]
-            for m in messages:
-                if m.error() is not None:
-                    log(f"consume: {m.error()}")
+            records = consumed(consumer.consume(args.max_batch, 0.5))
             if not records:
                 continue
-            positions = dict(committed)
-            for m in records:
-                positions[m.partition()] = m.offset() + 1
+            positions = next_offsets(records, committed)
             if copy(args, consumer, producer, records, positions):
                 transactions += 1
                 crash_if_due(args, transactions)
@@ -160,25 +130,15 @@ def main(argv: list[str] | None = None) -> int:
         watched("close", consumer.close)
 
 
-@dataclass
-class Membership:
-    """What a subscribed copier owns, and the transaction it has in flight (its batch's records)."""
-
-    owned: set[int] = field(default_factory=set)
-    in_flight: list[Any] | None = None
-    stop: bool = False
-
-
-def subscribed(args: argparse.Namespace) -> int:
-    """--subscribe: copy the partitions the group gives this copier, until SIGTERM."""
-    state = Membership()
-    signal.signal(signal.SIGTERM, lambda *_: setattr(state, "stop", True))
+def clients(args: argparse.Namespace, **consumer_config: Any) -> tuple[Consumer, Producer]:
+    """The copier's consumer (read_committed, its offsets committed by the copier alone) and its
+    transactional producer."""
     debug = {"debug": args.debug} if args.debug else {}
     consumer = Consumer(
         {
             "bootstrap.servers": args.bootstrap,
             "group.id": args.group,
-            "group.protocol": "consumer",
+            **consumer_config,
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
@@ -198,6 +158,39 @@ def subscribed(args: argparse.Namespace) -> int:
             **debug,
         }
     )
+    return consumer, producer
+
+
+def consumed(messages: list[Any]) -> list[Any]:
+    """The records among what ``consume`` answered, its errors logged."""
+    for m in messages:
+        if m.error() is not None:
+            log(f"consume: {m.error()}")
+    return [m for m in messages if m.error() is None]
+
+
+def next_offsets(records: list[Any], since: dict[int, int]) -> dict[int, int]:
+    """The offsets to commit once ``records`` are copied: ``since`` moved past each record."""
+    positions = dict(since)
+    for m in records:
+        positions[m.partition()] = m.offset() + 1
+    return positions
+
+
+@dataclass
+class Membership:
+    """What a subscribed copier owns, and the transaction it has in flight (its batch's records)."""
+
+    owned: set[int] = field(default_factory=set)
+    in_flight: list[Any] | None = None
+    stop: bool = False
+
+
+def subscribed(args: argparse.Namespace) -> int:
+    """--subscribe: copy the partitions the group gives this copier, until SIGTERM."""
+    state = Membership()
+    signal.signal(signal.SIGTERM, lambda *_: setattr(state, "stop", True))
+    consumer, producer = clients(args, **{"group.protocol": "consumer"})
 
     def finish_in_flight(commit: bool) -> bool:
         """Ends the transaction in flight before partitions go: committed while they are still
@@ -237,16 +230,11 @@ def subscribed(args: argparse.Namespace) -> int:
         transactions = 0
         while not state.stop:
             messages = watched("consume", lambda: consumer.consume(args.max_batch, 0.5))
-            for m in messages:
-                if m.error() is not None:
-                    log(f"consume: {m.error()}")
             # Records of a partition revoked meanwhile are not this copier's to copy any more.
-            records = [m for m in messages if m.error() is None and m.partition() in state.owned]
+            records = [m for m in consumed(messages) if m.partition() in state.owned]
             if not records:
                 continue
-            positions: dict[int, int] = {}
-            for m in records:
-                positions[m.partition()] = m.offset() + 1
+            positions = next_offsets(records, {})
             state.in_flight = records
             if copy(args, consumer, producer, records, positions, finish=False):
                 if finish_in_flight(commit=True):

@@ -1,5 +1,5 @@
 """The rules of Kafka's ListTransactions and DescribeTransactions as the domain states them
-(``app.domain.transactions``: ``list_filter``, ``is_listed``, ``start_time_ms``,
+(``app.domain.transaction_listing``: ``list_filter``, ``is_listed``, ``start_time_ms``,
 ``described_partitions``): Kafka's state names, unknown ones answered back, producer ids, the
 duration over txnStartTimestamp (-1 for no transaction started), the pattern matched whole, Dead
 never listed, partitions only while a transaction is in flight."""
@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from app.domain import transactions as txn
+from app.domain import transaction_listing
 from app.domain.transactions import TxnMetadata, TxnState
 from app.errors import ErrorCode, TxlogError
 
@@ -34,7 +34,7 @@ def meta(tid: str = "orders-1", state: TxnState = S.ONGOING, pid: int = 7, start
 
 
 def listed(m: TxnMetadata, **filters: object) -> bool:
-    return txn.is_listed(txn.list_filter(**filters), m, NOW)  # type: ignore[arg-type]
+    return transaction_listing.is_listed(transaction_listing.list_filter(**filters), m, NOW)  # type: ignore[arg-type]
 
 
 def test_no_filter_lists_everything_but_dead() -> None:
@@ -44,12 +44,12 @@ def test_no_filter_lists_everything_but_dead() -> None:
 
 
 def test_state_names_are_kafkas_and_unknown_ones_are_answered_back() -> None:
-    f = txn.list_filter(["Ongoing", "Bogus", "ongoing", "Bogus"])
+    f = transaction_listing.list_filter(["Ongoing", "Bogus", "ongoing", "Bogus"])
     assert (f.states, f.unknown_states, f.matches_nothing) == (frozenset({S.ONGOING}), ("Bogus", "ongoing"), False)
     assert listed(meta(), state_names=["Ongoing", "Bogus"])
     assert not listed(meta(state=S.EMPTY), state_names=["Ongoing"])
-    only_unknown = txn.list_filter(["PrepareEpochFence"])
-    assert only_unknown.matches_nothing and not txn.is_listed(only_unknown, meta(), NOW)
+    only_unknown = transaction_listing.list_filter(["PrepareEpochFence"])
+    assert only_unknown.matches_nothing and not transaction_listing.is_listed(only_unknown, meta(), NOW)
     assert [s.value for s in TxnState] == [
         "Empty",
         "Ongoing",
@@ -93,13 +93,13 @@ def test_the_pattern_matches_the_whole_transactional_id() -> None:
 @pytest.mark.parametrize("pattern", ["(unclosed", "[z-a]", "*", r"(a)\1", "(?=a)a"])
 def test_a_pattern_that_does_not_compile_is_invalid_regular_expression(pattern: str) -> None:
     with pytest.raises(TxlogError) as info:
-        txn.list_filter(pattern=pattern)
+        transaction_listing.list_filter(pattern=pattern)
     assert info.value.code is ErrorCode.INVALID_REGULAR_EXPRESSION and info.value.code.kafka_code == 128
 
 
 def test_start_time_and_partitions_as_described() -> None:
-    assert txn.start_time_ms(meta(started=None)) == txn.NO_START_TIME == -1
-    assert txn.start_time_ms(meta(started=123)) == 123
+    assert transaction_listing.start_time_ms(meta(started=None)) == transaction_listing.NO_START_TIME == -1
+    assert transaction_listing.start_time_ms(meta(started=123)) == 123
     for state in TxnState:
         m = dataclasses.replace(meta(), state=state)
-        assert txn.described_partitions(m) == (m.partitions if state.is_open else ())
+        assert transaction_listing.described_partitions(m) == (m.partitions if state.is_open else ())

@@ -19,10 +19,11 @@ from __future__ import annotations
 from typing import Any
 
 from api.kafka.handlers import RequestContext, access, error_code
-from app.domain import transactions as txn
+from app.domain import transaction_listing
 from app.domain.acls import Api
 from app.errors import ErrorCode, TxlogError
 from app.services import producers as producers_service
+from app.services import transaction_aborts
 from app.services import transactions as txn_service
 from app.wire.kafka.messages import ApiKey
 
@@ -102,7 +103,7 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> dic
             )
             continue
         topics: dict[str, list[int]] = {}
-        for topic, partition in txn.described_partitions(answer):
+        for topic, partition in transaction_listing.described_partitions(answer):
             if access.shows(ctx, Api.DESCRIBE_TRANSACTIONS, topic):
                 topics.setdefault(topic, []).append(partition)
         states.append(
@@ -111,7 +112,7 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> dic
                 "transactional_id": tid,
                 "transaction_state": answer.state.value,
                 "transaction_timeout_ms": answer.timeout_ms,
-                "transaction_start_time_ms": txn.start_time_ms(answer),
+                "transaction_start_time_ms": transaction_listing.start_time_ms(answer),
                 "producer_id": answer.producer_id,
                 "producer_epoch": answer.producer_epoch,
                 "topics": [{"topic": t, "partitions": parts} for t, parts in topics.items()],
@@ -168,7 +169,7 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> dict:
     marker for a producer's open transaction on a partition (its producer id and epoch from
     DescribeProducers; the coordinator epoch is not checked: one coordinator, which never moves).
     Each partition's transaction ends through the operator's one abort
-    (``txn_service.write_abort_marker``): a transaction the coordinator has open there is aborted
+    (``transaction_aborts.write_abort_marker``): a transaction the coordinator has open there is aborted
     whole, on every partition, its producer fenced; a hanging one gets its marker on that partition.
     A producer with nothing open there is answered as Kafka answers: no error. A COMMIT marker is
     the coordinator's alone to write (a Kafka broker requires CLUSTER_ACTION, a broker's right):
@@ -191,7 +192,9 @@ async def _abort_marker(ctx: RequestContext, marker: Any, topic: str, partition:
     if marker.transaction_result:
         return ErrorCode.INVALID_REQUEST.kafka_code
     try:
-        await ctx.call(txn_service.write_abort_marker, ctx.broker, topic, partition, marker.producer_id, marker.producer_epoch)
+        await ctx.call(
+            transaction_aborts.write_abort_marker, ctx.broker, topic, partition, marker.producer_id, marker.producer_epoch
+        )
     except TxlogError as exc:
         return _code(ApiKey.WriteTxnMarkers, exc)
     return 0

@@ -17,9 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from api.kafka.handlers import RequestContext, access
-from api.kafka.handlers.share import _code
-from api.kafka.handlers.share_groups import _classic_group_here
-from app.domain.acl_bindings import Operation, ResourceType
+from api.kafka.handlers.share_groups import _classic_group_here, describe_groups
 from app.domain.acls import Api
 from app.domain.groups import consumer_group as cg
 from app.domain.groups import consumer_group_describe
@@ -66,35 +64,24 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
 
 
 async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> dict:
-    group_ids = list(request.group_ids)
-    refused = access.refused(ctx, Api.DESCRIBE_CONSUMER_GROUP, "group", group_ids)
-    allowed = [g for g in group_ids if g not in refused]
-    found = {d.group_id: d.group for d in await ctx.call(consumer_groups.describe, ctx.broker, allowed)} if allowed else {}
-    groups = []
-    for group_id in group_ids:
-        error: TxlogError | None = refused.get(group_id)
-        group = found.get(group_id)
-        if error is None and ctx.groups is not None and (not_here := ctx.groups.check_offset_fetch(group_id)) is not None:
-            error = TxlogError(not_here)
-        if error is None and group is None:
-            classic = _classic_group_here(ctx, group_id)
-            message = f"Group {group_id} is not a consumer group." if classic else f"Group {group_id} not found."
-            error = TxlogError(ErrorCode.GROUP_ID_NOT_FOUND, message)
-        if error is None and group is not None:
-            if not all(
-                access.allows(ctx, Operation.DESCRIBE, ResourceType.TOPIC, t)
-                for t in consumer_group_describe.described_topics(group)
-            ):
-                error = TxlogError(
-                    ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                    "The group has described topic(s) that the client is not authorized to describe.",
-                )
-        if error is not None or group is None:
-            assert error is not None
-            groups.append({"group_id": group_id, "error_code": _code(error), "error_message": error.message})
-            continue
-        entry = consumer_group_describe.describe(group, ctx.api_version)
-        if request.include_authorized_operations:
-            entry["authorized_operations"] = access.operations(ctx, ResourceType.GROUP, group_id)
-        groups.append({"error_code": 0, "error_message": None, **entry})
-    return {"throttle_time_ms": 0, "groups": groups}
+    def not_here(group_id: str) -> TxlogError | None:
+        code = ctx.groups.check_offset_fetch(group_id) if ctx.groups is not None else None
+        return None if code is None else TxlogError(code)
+
+    def missing(group_id: str) -> TxlogError:
+        classic = _classic_group_here(ctx, group_id)
+        return TxlogError(
+            ErrorCode.GROUP_ID_NOT_FOUND,
+            f"Group {group_id} is not a consumer group." if classic else f"Group {group_id} not found.",
+        )
+
+    return await describe_groups(
+        ctx,
+        request,
+        Api.DESCRIBE_CONSUMER_GROUP,
+        consumer_groups.describe,
+        consumer_group_describe.described_topics,
+        lambda group: consumer_group_describe.describe(group, ctx.api_version),
+        missing,
+        not_here,
+    )

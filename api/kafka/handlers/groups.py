@@ -22,7 +22,7 @@ Describe on the cluster, else only the groups it may describe.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 from api.kafka.handlers import RequestContext, access, error_code
 from api.kafka.handlers.share_groups import _classic_group_here
@@ -246,49 +246,37 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> dict:
         for g in listed
         if access.shows(ctx, Api.LIST_GROUPS, g.group_id)
     ]
-    # Share groups, each listed by the gateway FindCoordinator names for it (any gateway serves
-    # them; clients ask every broker and add the answers up, so each is listed once).
     states = {s.lower() for s in (request.states_filter if v >= 4 else ())}
     types = {t.lower() for t in (request.types_filter if v >= 5 else ())}
     # Consumer groups of the next-generation protocol, each listed by its coordinator as Kafka lists
     # them (protocol type and group type "consumer"), unless a classic group here holds the id.
     if not types or consumer_groups.GROUP_TYPE in types:
-        listed_ids = {g["group_id"] for g in groups}
-        for group_id, state in consumer:
-            if (
-                group_id in listed_ids
-                or (states and state.lower() not in states)
-                or not access.shows(ctx, Api.LIST_GROUPS, group_id)
-            ):
-                continue
-            if _coordinated_here(ctx, group_id):
-                groups.append(
-                    {
-                        "group_id": group_id,
-                        "protocol_type": consumer_groups.PROTOCOL_TYPE,
-                        "group_state": state,
-                        "group_type": consumer_groups.GROUP_TYPE,
-                    }
-                )
+        _list_coordinated(ctx, groups, consumer, states, consumer_groups.GROUP_TYPE, consumer_groups.PROTOCOL_TYPE)
+    # Share groups, each listed by the gateway FindCoordinator names for it (any gateway serves
+    # them; clients ask every broker and add the answers up, so each is listed once).
     if not types or share_groups.GROUP_TYPE in types:
-        listed_ids = {g["group_id"] for g in groups}
-        for group_id, state in await ctx.call(share_groups.list_groups, ctx.broker):
-            if (
-                group_id in listed_ids
-                or (states and state.lower() not in states)
-                or not access.shows(ctx, Api.LIST_GROUPS, group_id)
-            ):
-                continue
-            if _coordinated_here(ctx, group_id):
-                groups.append(
-                    {
-                        "group_id": group_id,
-                        "protocol_type": share_groups.PROTOCOL_TYPE,
-                        "group_state": state,
-                        "group_type": share_groups.GROUP_TYPE,
-                    }
-                )
+        shared = await ctx.call(share_groups.list_groups, ctx.broker)
+        _list_coordinated(ctx, groups, shared, states, share_groups.GROUP_TYPE, share_groups.PROTOCOL_TYPE)
     return {"throttle_time_ms": 0, "error_code": 0, "groups": groups}
+
+
+def _list_coordinated(
+    ctx: RequestContext,
+    groups: list[dict],
+    found: Iterable[tuple[str, str]],
+    states: set[str],
+    group_type: str,
+    protocol_type: str,
+) -> None:
+    """Adds to ListGroups' ``groups`` each group of ``found`` (its id and state) this gateway
+    coordinates, in one of ``states`` (any when none), that the principal may see and that is not
+    listed already."""
+    listed_ids = {g["group_id"] for g in groups}
+    for group_id, state in found:
+        if group_id in listed_ids or (states and state.lower() not in states) or not access.shows(ctx, Api.LIST_GROUPS, group_id):
+            continue
+        if _coordinated_here(ctx, group_id):
+            groups.append({"group_id": group_id, "protocol_type": protocol_type, "group_state": state, "group_type": group_type})
 
 
 def _coordinated_here(ctx: RequestContext, group_id: str) -> bool:

@@ -7,7 +7,7 @@ ACLs, as Kafka: ShareGroupHeartbeat Read on the group and Describe on each subsc
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Iterable, Sequence
 
 from api.kafka.handlers import RequestContext, access
 from api.kafka.handlers.share import _code
@@ -59,37 +59,53 @@ def _classic_group_here(ctx: RequestContext, group_id: str) -> bool:
 
 
 async def handle_share_group_describe(ctx: RequestContext, request: Any) -> dict:
+    return await describe_groups(
+        ctx,
+        request,
+        Api.DESCRIBE_SHARE_GROUP,
+        share_groups.describe,
+        sg.described_topics,
+        sg.describe,
+        lambda group_id: TxlogError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found."),
+    )
+
+
+async def describe_groups(
+    ctx: RequestContext,
+    request: Any,
+    api: Api,
+    describe: Callable[..., Sequence[Any]],
+    described_topics: Callable[[Any], Iterable[str]],
+    entry: Callable[[Any], dict],
+    missing: Callable[[str], TxlogError],
+    refusal: Callable[[str], TxlogError | None] = lambda group_id: None,
+) -> dict:
+    """ShareGroupDescribe's and ConsumerGroupDescribe's answer: each group as ``entry`` describes
+    it (``describe`` finds them), or its error: the ACLs' refusal, ``refusal``'s, ``missing``'s for
+    a group that is not one, or TOPIC_AUTHORIZATION_FAILED when the principal may not Describe a
+    topic the description names (``described_topics``, Kafka 4.1+)."""
     group_ids = list(request.group_ids)
-    refused = access.refused(ctx, Api.DESCRIBE_SHARE_GROUP, "group", group_ids)
+    refused = access.refused(ctx, api, "group", group_ids)
     allowed = [g for g in group_ids if g not in refused]
-    found = {d.group_id: d.group for d in await ctx.call(share_groups.describe, ctx.broker, allowed)} if allowed else {}
+    found = {d.group_id: d.group for d in await ctx.call(describe, ctx.broker, allowed)} if allowed else {}
     groups = []
     for group_id in group_ids:
-        if group_id in refused:
-            error = refused[group_id]
+        group = found.get(group_id)
+        error = refused[group_id] if group_id in refused else refusal(group_id)
+        if error is None and group is None:
+            error = missing(group_id)
+        if error is None and not all(
+            access.allows(ctx, Operation.DESCRIBE, ResourceType.TOPIC, t) for t in described_topics(group)
+        ):
+            error = TxlogError(
+                ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                "The group has described topic(s) that the client is not authorized to describe.",
+            )
+        if error is not None:
             groups.append({"group_id": group_id, "error_code": _code(error), "error_message": error.message})
             continue
-        group = found.get(group_id)
-        if group is None:
-            groups.append(
-                {
-                    "group_id": group_id,
-                    "error_code": ErrorCode.GROUP_ID_NOT_FOUND.kafka_code,
-                    "error_message": f"Group {group_id} not found.",
-                }
-            )
-            continue
-        if not all(access.allows(ctx, Operation.DESCRIBE, ResourceType.TOPIC, t) for t in sg.described_topics(group)):
-            groups.append(
-                {
-                    "group_id": group_id,
-                    "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED.kafka_code,
-                    "error_message": "The group has described topic(s) that the client is not authorized to describe.",
-                }
-            )
-            continue
-        entry = sg.describe(group)
+        described = entry(group)
         if request.include_authorized_operations:
-            entry["authorized_operations"] = access.operations(ctx, ResourceType.GROUP, group_id)
-        groups.append({"error_code": 0, "error_message": None, **entry})
+            described["authorized_operations"] = access.operations(ctx, ResourceType.GROUP, group_id)
+        groups.append({"error_code": 0, "error_message": None, **described})
     return {"throttle_time_ms": 0, "groups": groups}

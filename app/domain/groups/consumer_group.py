@@ -1,8 +1,9 @@
 """Kafka's consumer groups of the next-generation protocol (KIP-848, ConsumerGroupHeartbeat), as
 pure functions over plain data, no I/O: the group's state, the heartbeat, leaving, the expiry of
 sessions and rebalance timeouts, and the member-epoch checks of offset commits and fetches. The
-server-side assignors are ``app.domain.groups.assignors``'s; ConsumerGroupDescribe's view of a group
-is ``app.domain.groups.consumer_group_describe``'s.
+server-side assignors are ``app.domain.groups.assignors``'s; what the members subscribe to,
+``app.domain.groups.subscriptions``'s; ConsumerGroupDescribe's view of a group is
+``app.domain.groups.consumer_group_describe``'s.
 
 The coordinator alone decides who reads what. Every change of who is in the group, what they
 subscribe to (topic names or a regular expression), which server assignor they ask for, or of the
@@ -34,21 +35,13 @@ Time is passed in (``now_ms``). The topics are the caller's: a mapping of topic 
 
 from __future__ import annotations
 
-import re
 import uuid
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
-from typing import Any, Collection, Iterable, Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 from app.domain.groups.assignors import ASSIGNORS, assign
-from app.domain.share_groups import (
-    NO_PARTITIONS,
-    Assignment,
-    TopicMetadata,
-    check_member_epoch,
-    session_expired,
-    topic_partitions,
-)
+from app.domain.groups.subscriptions import compile_regex, member_topics, preferred_assignor, subscription_metadata
+from app.domain.share_groups import NO_PARTITIONS, Assignment, HeartbeatAnswer, TopicMetadata, check_member_epoch, session_expired
 from app.errors import ErrorCode, TxlogError
 
 # The broker's defaults (Kafka's ``group.consumer.*``).
@@ -162,77 +155,12 @@ class HeartbeatRequest:
 
 
 @dataclass(frozen=True)
-class HeartbeatAnswer:
-    """ConsumerGroupHeartbeat's answer; ``assignment`` None when the member's is unchanged."""
-
-    member_id: str
-    member_epoch: int
-    heartbeat_interval_ms: int
-    assignment: Assignment | None = None
-
-    def body(self) -> dict[str, Any]:
-        """The response body as the codec builds it (``app.wire.kafka.structs.build``)."""
-        out: dict[str, Any] = {
-            "member_id": self.member_id,
-            "member_epoch": self.member_epoch,
-            "heartbeat_interval_ms": self.heartbeat_interval_ms,
-        }
-        if self.assignment is not None:
-            out["assignment"] = {"topic_partitions": topic_partitions(self.assignment)}
-        return out
-
-
-@dataclass(frozen=True)
 class HeartbeatOutcome:
     group: ConsumerGroup  # the group as it becomes (to store)
     answer: HeartbeatAnswer
 
 
-# -- subscriptions ---------------------------------------------------------------------------------
-
-# What Kafka's RE2/J reads but Python's ``re`` reads otherwise or not at all: refused rather than
-# matched differently (Unicode classes, POSIX classes, \Q..\E quoting, \z, \C).
-_UNSERVED = re.compile(r"\\[pPQEzC]|\[\[:")
-# What RE2/J refuses itself (and Kafka answers INVALID_REGULAR_EXPRESSION): lookarounds and
-# backreferences.
-_NOT_RE2 = re.compile(r"\(\?<?[=!]|\(\?P=|\\[1-9]")
-
-
-@lru_cache(maxsize=256)
-def compile_regex(pattern: str) -> re.Pattern[str]:
-    """A subscription's regular expression, matched against whole topic names as Kafka matches
-    them; INVALID_REGULAR_EXPRESSION when it does not compile or uses syntax txlog cannot serve
-    as Kafka's RE2/J does."""
-    problem = None
-    if _UNSERVED.search(pattern) or _NOT_RE2.search(pattern):
-        problem = "unsupported syntax"
-    else:
-        try:
-            return re.compile(pattern)
-        except re.error as exc:
-            problem = str(exc)
-    raise TxlogError(
-        ErrorCode.INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex `{pattern}` is not a valid regular expression: {problem}."
-    )
-
-
-def member_topics(member: ConsumerMember, topics: Iterable[str]) -> frozenset[str]:
-    """The topic names the member subscribes to among ``topics`` (its names, and those its
-    regular expression matches whole)."""
-    names = set(member.subscribed_topic_names)
-    if member.subscribed_topic_regex:
-        pattern = compile_regex(member.subscribed_topic_regex)
-        names |= {t for t in topics if pattern.fullmatch(t)}
-    return frozenset(names)
-
-
-def subscription_metadata(members: Iterable[ConsumerMember], topics: Mapping[str, TopicMetadata]) -> dict[str, TopicMetadata]:
-    """The metadata of every existing topic some member subscribes to (a topic that does not exist
-    is left out: it is assigned once it is created, at the heartbeat that sees it)."""
-    names: set[str] = set()
-    for m in members:
-        names |= member_topics(m, topics)
-    return {name: topics[name] for name in sorted(names) if name in topics}
+# -- the topics a heartbeat reads ----------------------------------------------------------------
 
 
 def topics_needed(
@@ -277,17 +205,6 @@ def matched_at(group: ConsumerGroup, needed: frozenset[str] | None, topics_versi
     return replace(group, topics_version=topics_version)
 
 
-def preferred_assignor(members: Iterable[ConsumerMember]) -> str:
-    """The server assignor most members ask for (ties by name), else the default."""
-    counts: dict[str, int] = {}
-    for m in members:
-        if m.server_assignor:
-            counts[m.server_assignor] = counts.get(m.server_assignor, 0) + 1
-    if not counts:
-        return ASSIGNORS[0]
-    return min(counts, key=lambda name: (-counts[name], name))
-
-
 # -- the heartbeat -------------------------------------------------------------------------------
 
 
@@ -329,6 +246,19 @@ def validate_heartbeat(request: HeartbeatRequest) -> None:
 
 def _unknown(member_id: str, group_id: str) -> TxlogError:
     return TxlogError(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}.")
+
+
+def _check_instance(holder: ConsumerMember | None, request: HeartbeatRequest) -> ConsumerMember:
+    """The static member holding the request's instance id (``holder``), when it is the member the
+    request is from: UNKNOWN_MEMBER_ID when no member holds it, FENCED_INSTANCE_ID when another does."""
+    if holder is None:
+        raise TxlogError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {request.instance_id} is unknown.")
+    if holder.member_id != request.member_id:
+        raise TxlogError(
+            ErrorCode.FENCED_INSTANCE_ID,
+            f"Static member {request.member_id} with instance id {request.instance_id} was fenced by member {holder.member_id}.",
+        )
+    return holder
 
 
 def _subset(owned: Assignment | None, of: Assignment) -> bool:
@@ -441,14 +371,7 @@ def _member(
                     f"because the instance id is owned by {holder.member_id} member.",
                 )
         else:
-            if holder is None:
-                raise TxlogError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {request.instance_id} is unknown.")
-            if holder.member_id != request.member_id:
-                raise TxlogError(
-                    ErrorCode.FENCED_INSTANCE_ID,
-                    f"Static member {request.member_id} with instance id {request.instance_id} "
-                    f"was fenced by member {holder.member_id}.",
-                )
+            _check_instance(holder, request)
     if joining:
         if member is not None:
             # A member that lost its state (fenced, or restarted under the same id) starts over.
@@ -544,15 +467,7 @@ def _leave(
         raise TxlogError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {request.group_id} not found.")
     member = group.members.get(request.member_id)
     if request.instance_id is not None:
-        holder = group.by_instance(request.instance_id)
-        if holder is None:
-            raise TxlogError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {request.instance_id} is unknown.")
-        if holder.member_id != request.member_id:
-            raise TxlogError(
-                ErrorCode.FENCED_INSTANCE_ID,
-                f"Static member {request.member_id} with instance id {request.instance_id} was fenced by member {holder.member_id}.",
-            )
-        member = holder
+        member = _check_instance(group.by_instance(request.instance_id), request)
     if member is None:
         raise _unknown(request.member_id, group.group_id)
     if request.member_epoch == STATIC_LEAVE_EPOCH:
