@@ -62,7 +62,7 @@ chaos: $(STAMP) system-deps
 	  $(PY) -m pytest -q -s -p no:cacheprovider tests/acceptance/test_frozen_host.py || exit 1; \
 	done
 	$(PY) -m tests.chaos.gateway_restarts --strategy none
-	TXLOG_PATRONI_CHAOS=1 $(PY) -m pytest -q -s -p no:cacheprovider tests/replication/test_patroni_failover.py
+	$(PY) -m pytest -q -s -p no:cacheprovider tests/replication/test_patroni_failover.py tests/replication/patroni_host_loss.py
 	TXLOG_SPARK_CRASH_STEPS=all PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -s -p no:cacheprovider tests/spark/test_pipeline.py
 	TXLOG_FUZZ_CASES=200 $(PY) -m pytest -q -s -p no:cacheprovider tests/acceptance/test_openapi_fuzz.py
 

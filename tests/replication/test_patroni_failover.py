@@ -24,15 +24,14 @@ once; nothing of an aborted transaction is visible and each transaction is all o
 transaction is left Ongoing or Prepare* and the last stable offset reaches the high watermark;
 the time to recover is printed.
 
-``TXLOG_PATRONI_CHAOS=1`` (``make chaos``) adds the loss of the primary's whole host: its Patroni
-and its PostgreSQL killed at once, so the standby waits for the leader key's TTL; Patroni is
-started again on the old node, which rejoins as a standby.
+``make chaos`` adds the loss of the primary's whole host (tests/replication/patroni_host_loss.py):
+its Patroni and its PostgreSQL killed at once, so the standby waits for the leader key's TTL;
+Patroni is started again on the old node, which rejoins as a standby.
 """
 
 from __future__ import annotations
 
 import collections
-import os
 import random
 import threading
 import time
@@ -359,16 +358,3 @@ def test_a_frozen_primary_is_replaced_and_demoted_when_it_wakes(ha: HA) -> None:
         new.query("SELECT count(*) FROM split_brain_probe", database="txlog")[0][0] == 0
     )
     print(f"  a write sent to the woken old primary: {probe['result']}")
-
-
-@pytest.mark.skipif(not os.environ.get("TXLOG_PATRONI_CHAOS"), reason="make chaos (TXLOG_PATRONI_CHAOS=1)")
-def test_the_primary_host_dies_and_comes_back(ha: HA) -> None:
-    def host_dies(old: PatroniNode, new: PatroniNode) -> None:
-        old.kill_patroni()
-        old.kill9()
-
-    result = run_fault(ha, "host", host_dies)
-    old = result["old"]
-    assert not old.patroni_alive()
-    old.start_patroni()
-    rejoins(ha, old, result["new"], result["faulted_at"], "Patroni started again")
