@@ -110,20 +110,24 @@ class Load:
         self.failures: list[str] = []
         self.threads: list[threading.Thread] = []
 
-    def start(self) -> None:
-        runs: dict[str, Callable[[], Any]] = {
-            "confluent-none": lambda: self._confluent_producer(self.producers["confluent-none"], "none"),
-            "confluent-rebootstrap": lambda: self._confluent_producer(self.producers["confluent-rebootstrap"], "rebootstrap"),
-            "kafka-python": lambda: self._kafka_python_producer(self.producers["kafka-python"]),
+    def start(self, runs: dict[str, Callable[[], Any]] | None = None) -> None:
+        """Every client's thread, or those of ``runs`` (name -> what its thread runs)."""
+        runs = runs if runs is not None else self.runs()
+        for name, run in runs.items():
+            t = threading.Thread(target=self._guarded, args=(name, run), name=name, daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def runs(self) -> dict[str, Callable[[], Any]]:
+        return {
+            "confluent-none": lambda: self.confluent_producer(self.producers["confluent-none"], "none"),
+            "confluent-rebootstrap": lambda: self.confluent_producer(self.producers["confluent-rebootstrap"], "rebootstrap"),
+            "kafka-python": lambda: self.kafka_python_producer(self.producers["kafka-python"]),
             "aiokafka": lambda: asyncio.run(self._aiokafka_producer(self.producers["aiokafka"])),
             "read-confluent": lambda: self._confluent_consumer(self.read["confluent"]),
             "read-kafka-python": lambda: self._kafka_python_consumer(self.read["kafka-python"]),
             "read-aiokafka": lambda: asyncio.run(self._aiokafka_consumer(self.read["aiokafka"])),
         }
-        for name, run in runs.items():
-            t = threading.Thread(target=self._guarded, args=(name, run), name=name, daemon=True)
-            t.start()
-            self.threads.append(t)
 
     def _guarded(self, name: str, run: Callable[[], Any]) -> None:
         try:
@@ -155,12 +159,14 @@ class Load:
 
     # -- producers ---------------------------------------------------------------------------------
 
-    def _confluent_producer(self, log: Acked, recovery: str) -> None:
+    def confluent_producer(self, log: Acked, recovery: str, bootstrap: str | None = None) -> None:
+        """An idempotent confluent-kafka producer writing ``log``'s values to ACKS, through
+        ``bootstrap`` (the gateways' by default) until stopped."""
         from confluent_kafka import Producer
 
         p = Producer(
             {
-                "bootstrap.servers": self.bootstrap,
+                "bootstrap.servers": bootstrap or self.bootstrap,
                 "enable.idempotence": True,
                 "linger.ms": 5,
                 "request.timeout.ms": REQUEST_TIMEOUT_MS,
@@ -180,7 +186,8 @@ class Load:
             p.poll(0)
         assert p.flush(PROGRESS_S) == 0, f"{log.name}: records still undelivered"
 
-    def _kafka_python_producer(self, log: Acked) -> None:
+    def kafka_python_producer(self, log: Acked) -> None:
+        """An idempotent kafka-python producer writing ``log``'s values to ACKS until stopped."""
         from kafka import KafkaProducer
 
         p = KafkaProducer(
@@ -341,7 +348,7 @@ class Copier:
     def start(self, ends: list[int]) -> None:
         import subprocess
 
-        with open(self.log_path, "wb") as out:
+        with open(self.log_path, "ab") as out:  # a copier started again logs after the one before
             self.proc = subprocess.Popen(
                 [*self.argv, "--ends", ",".join(map(str, ends))],
                 cwd=ROOT,
