@@ -76,8 +76,11 @@ class KafkaDoors:
         self.followed = [ACKS, *(c.output for c in self.copiers)]
         self.load = Load(self.bootstrap, self.followed, log_dir)
         self.load.producers = {"confluent-lossy": Acked("confluent-lossy"), "kafka-python": Acked("kafka-python")}
+        self.load.pause_s = 0.2  # 25 values a second each: the HTTP load is the heavy one
         self.polls: dict[str, list[Poll]] = {name: [] for name in CONSUMERS}
         self.stack = contextlib.ExitStack()
+        for g in self.gateways:  # started by the caller, beside its servers
+            self.stack.callback(self._stop_gateway, g)
         self.supervising = threading.Event()
         self.consumers_stop = threading.Event()
 
@@ -86,9 +89,6 @@ class KafkaDoors:
     def start(self) -> None:
         for proxy in self.proxies:
             self.stack.enter_context(proxy)
-        for g in self.gateways:
-            g.start()
-            self.stack.callback(self._stop_gateway, g)
         create_topics(self.bootstrap, self.copiers)
         produce_inputs(self.bootstrap, self.copiers, range(self.records - HELD_BACK), self.inputs)
         producers = self.load.producers
@@ -121,9 +121,10 @@ class KafkaDoors:
             time.sleep(0.2)
 
     def _stop_gateway(self, g: GatewayProcess) -> None:
-        with contextlib.suppress(Exception):
-            g.signal_group(signal.SIGCONT)
-        g.stop()
+        if g.alive():
+            with contextlib.suppress(Exception):
+                g.signal_group(signal.SIGCONT)
+            g.stop()
 
     def close(self) -> None:
         self.stack.close()

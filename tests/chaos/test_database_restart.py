@@ -108,6 +108,7 @@ class Load:
             name: defaultdict(list) for name in ("confluent", "kafka-python", "aiokafka")
         }
         self.failures: list[str] = []
+        self.pause_s = 0.05  # between each producer's groups of five values
         self.threads: list[threading.Thread] = []
 
     def start(self, runs: dict[str, Callable[[], Any]] | None = None) -> None:
@@ -148,14 +149,14 @@ class Load:
         assert not [t.name for t in self.threads if t.is_alive()], "a client thread did not stop"
 
     def _values(self, log: Acked, pause: bool = True) -> Iterator[tuple[int, str]]:
-        """Five values, then a pause of 50 ms (the caller's when ``pause`` is false), until stopped."""
+        """Five values, then a pause of ``pause_s`` (the caller's when ``pause`` is false), until stopped."""
         i = 0
         while not self.stop.is_set():
             for _ in range(5):
                 yield i % PARTITIONS, f"{log.name}-{i}"
                 i += 1
             if pause:
-                time.sleep(0.05)
+                time.sleep(self.pause_s)
 
     # -- producers ---------------------------------------------------------------------------------
 

@@ -6,14 +6,22 @@ Two server hosts (``txlog serve --workers 2`` each) share one PostgreSQL. Under 
 - a consume-transform-produce process (``examples/consume_transform_produce.py``) reads ``in``
   read_committed and writes each record upper-cased to ``out`` in transactions that also commit
   its group's offsets, through another lossy proxy;
-- a read_committed consumer follows ``out``.
+- a read_committed consumer follows ``out``;
+- beside them, the Kafka doors (``kafka_doors.py``): two ``txlog kafka`` gateways on the same
+  database, confluent-kafka and kafka-python idempotent producers (confluent-kafka through lossy
+  proxies), a transactional copier of each library and read_committed consumers of both.
 
-Meanwhile the suite injects faults: ``kill -9`` of a worker and of a whole server (restarted on its
-port), SIGSTOP pauses, an immediate PostgreSQL restart, the transforming process killed with
-``kill -9`` mid-transaction (and started again), and a zombie: a second transforming process with
-the same transactional id, which fences the first.
+Meanwhile the suite injects faults (``Faults``: one function per kind, ``Faults.add`` plugs in
+another): ``kill -9`` of a worker, of a whole server and of a gateway (restarted on its ports),
+SIGSTOP pauses of a server and of a gateway, an immediate PostgreSQL restart, the transforming
+process killed with ``kill -9`` mid-transaction (and started again), and a zombie: a second
+transforming process with the same transactional id, which fences the first. After each fault
+every Kafka producer must deliver again.
 
-When the faults stop, an independent checker reads the log over SQL and HTTP and verifies:
+When the faults stop, the checker (``checker.py``) counts the anomalies Jepsen's Kafka workload
+names over every client's history, HTTP and Kafka alike, against the log read_committed; the run
+prints the load, the faults with their times and each count, and every count must be 0. Then an
+independent check of the HTTP load reads the log over SQL and HTTP and verifies:
 every acknowledged record present exactly once and nothing written twice; per-producer order;
 dense offsets; every input record transformed exactly once in ``out`` as read_committed, and
 nothing else (no aborted or never-committed record, not even part of a transaction); the group's
@@ -35,6 +43,7 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -52,7 +61,7 @@ from tests.chaos.kafka_doors import KafkaDoors
 from tests.chaos.test_database_restart import ACKS, quiet_clients  # noqa: F401 — the fixture, used below
 from tests.client.proxy import LossyProxy
 from tests.kafka.conftest import GatewayProcess
-from tests.support import ROOT, ServerProcess, destroy_embedded, wait_until, wait_while_progressing
+from tests.support import ROOT, ServerProcess, TxlogProcess, destroy_embedded, wait_until, wait_while_progressing
 from txlog import Consumer, KafkaException, Producer, TopicPartition
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("quiet_clients")]
@@ -390,11 +399,12 @@ def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(t
 
     try:
         migrate.upgrade(pg.url)
-        hosts = [ServerProcess(pg.url, workers=2, env=ENV, log_path=tmp_path / f"server-{i}.log").start() for i in range(2)]
+        hosts = [ServerProcess(pg.url, workers=2, env=ENV, log_path=tmp_path / f"server-{i}.log") for i in range(2)]
+        doors = KafkaDoors(pg.url, tmp_path, SECONDS, SEED)
+        start_together([*hosts, *doors.gateways])
         with httpx.Client(base_url=hosts[0].url, timeout=30) as api:
             for topic in ("in", "out"):
                 assert api.post("/v1/topics", json={"name": topic, "partitions": PARTITIONS}).status_code == 201
-        doors = KafkaDoors(pg.url, tmp_path, SECONDS, SEED)
         with (
             LossyProxy(hosts[0].port, drop_answer=0.05, seed=SEED) as producer_proxy,
             LossyProxy(hosts[1].port, drop_answer=0.05, seed=SEED + 1) as transformer_proxy,
@@ -540,6 +550,14 @@ def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(t
                 h.signal_group(signal.SIGCONT)
             h.kill()
         destroy_embedded(pg)
+
+
+def start_together(processes: list[TxlogProcess]) -> None:
+    """Start every process at once and wait for each to be ready (one after the other, a loaded
+    machine takes a minute)."""
+    with ThreadPoolExecutor(len(processes)) as pool:
+        for started in [pool.submit(p.start) for p in processes]:
+            started.result()
 
 
 def read_log(db_url: str) -> tuple[dict[tuple[str, int], list[tuple[int, str]]], set[tuple[str, int, int]]]:
