@@ -139,10 +139,12 @@ class KafkaDoors:
         )
         assert not self.load.failures, self.diagnosis()
 
-    def finish_copying(self, offsets: Callable[[], Any]) -> None:
-        """The faults are over: the last of each input, then every copier to its end, for as long
-        as their groups' ``offsets`` move."""
+    def release_tail(self) -> None:
+        """The faults are over: the last of each copier's input."""
         produce_inputs(self.bootstrap, self.copiers, range(self.records - HELD_BACK, self.records), self.inputs)
+
+    def wait_copied(self, offsets: Callable[[], Any]) -> None:
+        """Every copier at its end, waited for as long as their groups' ``offsets`` move."""
         wait_progressing(
             lambda: all(c.proc.poll() == 0 for c in self.copiers),
             lambda: (len(self.restarts), offsets()),
@@ -228,7 +230,7 @@ class KafkaDoors:
             committed, aborted = transactions(f"copier-{c.name}")
             out.append(
                 CopierHistory(
-                    f"{c.name} ({c.name.split('-')[0]})",
+                    c.name,
                     c.input,
                     c.output,
                     group_offsets(f"copier-{c.name}", c.input),

@@ -247,7 +247,10 @@ class Faults:
     """The fault schedule. A fault kind is one function that injects it, waits for it to pass and
     says what it did (or None when there was nothing to do); ``add`` plugs in another kind. Each
     kind runs once, in a random order, then kinds at random until the time is up; after each fault
-    every server and gateway is ready again before the next."""
+    every server and gateway is ready again before the next. A failover of the database between
+    PostgreSQL's replicas is such a kind: ``faults.add("fail over PostgreSQL", ...)``, the servers
+    and gateways then given the replicas' URL (``host=a,b target_session_attrs=read-write``) in
+    place of the one server's, its restart a fault of the cluster's leader."""
 
     def __init__(
         self,
@@ -425,7 +428,8 @@ def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(t
                 # their inputs.
                 load.stop.set()
                 doors.stop_producers()
-                mark("the Kafka producers finished")
+                doors.release_tail()
+                mark("the Kafka producers finished, the copiers' last input written")
                 for t in load.threads[:PRODUCERS]:
                     t.join(180)
                     assert not t.is_alive(), "a producer did not finish"
@@ -437,7 +441,7 @@ def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(t
                         offsets = api.get(f"/v1/groups/{group}/offsets").json()["offsets"]
                         return {o["partition"]: o["offset"] for o in offsets if o["topic"] == topic}
 
-                    doors.finish_copying(lambda: [group_offsets(f"copier-{c.name}", c.input) for c in doors.copiers])
+                    doors.wait_copied(lambda: [group_offsets(f"copier-{c.name}", c.input) for c in doors.copiers])
                     mark("the Kafka copiers done")
                     if not transformer.live():
                         transformer.spawn()
