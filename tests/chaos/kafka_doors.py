@@ -66,6 +66,8 @@ class KafkaDoors:
         self.bootstrap = ",".join(g.bootstrap for g in self.gateways)
         self.lossy_bootstrap = ",".join(f"127.0.0.1:{p.port}" for p in self.proxies)
         self.copiers = [Copier(name, self.bootstrap, log_dir) for name in COPIERS]
+        for c in self.copiers:  # a call blocked past its own timeout (10 s) is wedged: start again sooner
+            c.argv += ["--stuck-after-s", "15"]
         # At most 50 records a second each (batches of 10, 200 ms each): a few more than they copy
         # in the faults' window on a loaded machine.
         self.records = max(300, int(seconds * 25)) // PARTITIONS * PARTITIONS

@@ -12,7 +12,7 @@ Two server hosts (``txlog serve --workers 2`` each) share one PostgreSQL. Under 
   proxies), a transactional copier of each library and read_committed consumers of both.
 
 Meanwhile the suite injects faults (``Faults``: one function per kind, ``Faults.add`` plugs in
-another): ``kill -9`` of a worker, of a whole server and of a gateway (restarted on its ports),
+another; the gateways' faults on a schedule of their own, in the same window): ``kill -9`` of a worker, of a whole server and of a gateway (restarted on its ports),
 SIGSTOP pauses of a server and of a gateway, an immediate PostgreSQL restart, the transforming
 process killed with ``kill -9`` mid-transaction (and started again), and a zombie: a second
 transforming process with the same transactional id, which fences the first. After each fault
@@ -247,7 +247,9 @@ class Faults:
     """The fault schedule. A fault kind is one function that injects it, waits for it to pass and
     says what it did (or None when there was nothing to do); ``add`` plugs in another kind. Each
     kind runs once, in a random order, then kinds at random until the time is up; after each fault
-    every server and gateway is ready again before the next. A failover of the database between
+    every server and gateway is ready again before the next. Given ``gateways``, the schedule is
+    the Kafka doors' (their gateways killed and frozen), run beside the servers' and the
+    database's in the same window. A failover of the database between
     PostgreSQL's replicas is such a kind: ``faults.add("fail over PostgreSQL", ...)``, the servers
     and gateways then given the replicas' URL (``host=a,b target_session_attrs=read-write``) in
     place of the one server's, its restart a fault of the cluster's leader."""
@@ -259,13 +261,14 @@ class Faults:
         transformer: Transformer,
         rng: random.Random,
         gateways: list[GatewayProcess] | None = None,
+        started: float | None = None,
     ) -> None:
         self.pg = pg
         self.hosts = hosts
         self.gateways = gateways or []
         self.transformer = transformer
         self.rng = rng
-        self.started = time.monotonic()
+        self.started = started if started is not None else time.monotonic()
         self.injected: list[tuple[float, str]] = []  # (seconds since the start, what)
         self.kinds: dict[str, Callable[[], str | None]] = {
             "kill a worker": self.kill_worker,
@@ -276,8 +279,7 @@ class Faults:
             "zombie": self.zombie,
         }
         if self.gateways:
-            self.kinds["kill a gateway"] = self.kill_gateway
-            self.kinds["pause a gateway"] = self.pause_gateway
+            self.kinds = {"kill a gateway": self.kill_gateway, "pause a gateway": self.pause_gateway}
 
     def add(self, kind: str, inject: Callable[[], str | None]) -> None:
         """Another fault kind: ``inject`` does it and returns once it is over, saying what it did."""
@@ -351,7 +353,7 @@ class Faults:
             what = self.kinds[kind]()
             over = time.monotonic()
             wait_until(
-                lambda: all(ready(h) for h in self.hosts) and all(g.ready() for g in self.gateways),
+                lambda: all(g.ready() for g in self.gateways) if self.gateways else all(ready(h) for h in self.hosts),
                 60,
                 0.2,
                 "servers and gateways ready after a fault",
@@ -419,9 +421,14 @@ def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(t
             load.start()
             doors.wait_delivering(0, 90)
             mark("every client working")
-            faults = Faults(pg, hosts, transformer, rng, doors.gateways)
+            faults = Faults(pg, hosts, transformer, rng)
+            kafka_faults = Faults(pg, hosts, transformer, random.Random(SEED + 1), doors.gateways, faults.started)
             try:
-                faults.run(SECONDS, after_each=lambda since: doors.wait_delivering(since, 90))
+                with ThreadPoolExecutor(1) as lane:
+                    kafka_run = lane.submit(kafka_faults.run, SECONDS, lambda since: doors.wait_delivering(since, 90))
+                    faults.run(SECONDS, lambda since: doors.wait_delivering(since, 90))
+                    kafka_run.result()
+                injected = sorted(faults.injected + kafka_faults.injected)
                 mark("the faults over")
 
                 # Faults stop. The producers finish; the copiers and the transforming process drain
@@ -492,7 +499,7 @@ def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(t
                         ],
                         aborted=aborted,
                         log=final,
-                        faults=faults.injected,
+                        faults=injected,
                         followed={"http follower": {"out"}, **{f"kafka {name}": set(doors.followed) for name in doors.polls}},
                     )
 
@@ -531,7 +538,7 @@ def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(t
                     f"{exc}\nTXLOG_CHAOS_SEED={SEED}\nphases:\n"
                     + "\n".join(phases)
                     + "\nfaults:\n"
-                    + "\n".join(f"{t:6.1f} s  {w}" for t, w in faults.injected)
+                    + "\n".join(f"{t:6.1f} s  {w}" for t, w in sorted(faults.injected + kafka_faults.injected))
                     + f"\n{doors.diagnosis()}"
                 ) from None
         print(
