@@ -46,7 +46,7 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 bench: $(STAMP) system-deps $(BENCH_STAMP)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m bench $(if $(QUICK),--quick,) $(if $(ONLY),--only $(ONLY),)
 
-# Longer fault runs: the fault suite for CHAOS_SECONDS under a heavier load, a share group's
+# Longer fault runs: the fault suite (HTTP and Kafka doors) for CHAOS_SECONDS under a heavier load, a share group's
 # workers under faults for CHAOS_SECONDS (tests/chaos/test_share_group_faults.py), 10,000
 # transactions timing out together, a frozen server a few times over, and a confluent-kafka copier
 # through both gateways killed at once (tests/chaos/gateway_restarts.py), Patroni's failovers with

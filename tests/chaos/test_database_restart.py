@@ -108,22 +108,27 @@ class Load:
             name: defaultdict(list) for name in ("confluent", "kafka-python", "aiokafka")
         }
         self.failures: list[str] = []
+        self.pause_s = 0.05  # between each producer's groups of five values
         self.threads: list[threading.Thread] = []
 
-    def start(self) -> None:
-        runs: dict[str, Callable[[], Any]] = {
-            "confluent-none": lambda: self._confluent_producer(self.producers["confluent-none"], "none"),
-            "confluent-rebootstrap": lambda: self._confluent_producer(self.producers["confluent-rebootstrap"], "rebootstrap"),
-            "kafka-python": lambda: self._kafka_python_producer(self.producers["kafka-python"]),
+    def start(self, runs: dict[str, Callable[[], Any]] | None = None) -> None:
+        """Every client's thread, or those of ``runs`` (name -> what its thread runs)."""
+        runs = runs if runs is not None else self.runs()
+        for name, run in runs.items():
+            t = threading.Thread(target=self._guarded, args=(name, run), name=name, daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def runs(self) -> dict[str, Callable[[], Any]]:
+        return {
+            "confluent-none": lambda: self.confluent_producer(self.producers["confluent-none"], "none"),
+            "confluent-rebootstrap": lambda: self.confluent_producer(self.producers["confluent-rebootstrap"], "rebootstrap"),
+            "kafka-python": lambda: self.kafka_python_producer(self.producers["kafka-python"]),
             "aiokafka": lambda: asyncio.run(self._aiokafka_producer(self.producers["aiokafka"])),
             "read-confluent": lambda: self._confluent_consumer(self.read["confluent"]),
             "read-kafka-python": lambda: self._kafka_python_consumer(self.read["kafka-python"]),
             "read-aiokafka": lambda: asyncio.run(self._aiokafka_consumer(self.read["aiokafka"])),
         }
-        for name, run in runs.items():
-            t = threading.Thread(target=self._guarded, args=(name, run), name=name, daemon=True)
-            t.start()
-            self.threads.append(t)
 
     def _guarded(self, name: str, run: Callable[[], Any]) -> None:
         try:
@@ -144,23 +149,25 @@ class Load:
         assert not [t.name for t in self.threads if t.is_alive()], "a client thread did not stop"
 
     def _values(self, log: Acked, pause: bool = True) -> Iterator[tuple[int, str]]:
-        """Five values, then a pause of 50 ms (the caller's when ``pause`` is false), until stopped."""
+        """Five values, then a pause of ``pause_s`` (the caller's when ``pause`` is false), until stopped."""
         i = 0
         while not self.stop.is_set():
             for _ in range(5):
                 yield i % PARTITIONS, f"{log.name}-{i}"
                 i += 1
             if pause:
-                time.sleep(0.05)
+                time.sleep(self.pause_s)
 
     # -- producers ---------------------------------------------------------------------------------
 
-    def _confluent_producer(self, log: Acked, recovery: str) -> None:
+    def confluent_producer(self, log: Acked, recovery: str, bootstrap: str | None = None) -> None:
+        """An idempotent confluent-kafka producer writing ``log``'s values to ACKS, through
+        ``bootstrap`` (the gateways' by default) until stopped."""
         from confluent_kafka import Producer
 
         p = Producer(
             {
-                "bootstrap.servers": self.bootstrap,
+                "bootstrap.servers": bootstrap or self.bootstrap,
                 "enable.idempotence": True,
                 "linger.ms": 5,
                 "request.timeout.ms": REQUEST_TIMEOUT_MS,
@@ -180,7 +187,8 @@ class Load:
             p.poll(0)
         assert p.flush(PROGRESS_S) == 0, f"{log.name}: records still undelivered"
 
-    def _kafka_python_producer(self, log: Acked) -> None:
+    def kafka_python_producer(self, log: Acked) -> None:
+        """An idempotent kafka-python producer writing ``log``'s values to ACKS until stopped."""
         from kafka import KafkaProducer
 
         p = KafkaProducer(
@@ -341,7 +349,7 @@ class Copier:
     def start(self, ends: list[int]) -> None:
         import subprocess
 
-        with open(self.log_path, "wb") as out:
+        with open(self.log_path, "ab") as out:  # a copier started again logs after the one before
             self.proc = subprocess.Popen(
                 [*self.argv, "--ends", ",".join(map(str, ends))],
                 cwd=ROOT,

@@ -6,14 +6,22 @@ Two server hosts (``txlog serve --workers 2`` each) share one PostgreSQL. Under 
 - a consume-transform-produce process (``examples/consume_transform_produce.py``) reads ``in``
   read_committed and writes each record upper-cased to ``out`` in transactions that also commit
   its group's offsets, through another lossy proxy;
-- a read_committed consumer follows ``out``.
+- a read_committed consumer follows ``out``;
+- beside them, the Kafka doors (``kafka_doors.py``): two ``txlog kafka`` gateways on the same
+  database, confluent-kafka and kafka-python idempotent producers (confluent-kafka through lossy
+  proxies), a transactional copier of each library and read_committed consumers of both.
 
-Meanwhile the suite injects faults: ``kill -9`` of a worker and of a whole server (restarted on its
-port), SIGSTOP pauses, an immediate PostgreSQL restart, the transforming process killed with
-``kill -9`` mid-transaction (and started again), and a zombie: a second transforming process with
-the same transactional id, which fences the first.
+Meanwhile the suite injects faults (``Faults``: one function per kind, ``Faults.add`` plugs in
+another; the gateways' faults on a schedule of their own, in the same window): ``kill -9`` of a worker, of a whole server and of a gateway (restarted on its ports),
+SIGSTOP pauses of a server and of a gateway, an immediate PostgreSQL restart, the transforming
+process killed with ``kill -9`` mid-transaction (and started again), and a zombie: a second
+transforming process with the same transactional id, which fences the first. After each fault
+every Kafka producer must deliver again.
 
-When the faults stop, an independent checker reads the log over SQL and HTTP and verifies:
+When the faults stop, the checker (``checker.py``) counts the anomalies Jepsen's Kafka workload
+names over every client's history, HTTP and Kafka alike, against the log read_committed; the run
+prints the load, the faults with their times and each count, and every count must be 0. Then an
+independent check of the HTTP load reads the log over SQL and HTTP and verifies:
 every acknowledged record present exactly once and nothing written twice; per-producer order;
 dense offsets; every input record transformed exactly once in ``out`` as read_committed, and
 nothing else (no aborted or never-committed record, not even part of a transaction); the group's
@@ -35,8 +43,10 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import httpx
 import psycopg
@@ -44,11 +54,17 @@ import pytest
 
 from app.storage import migrate
 from app.storage.embedded import EmbeddedPostgres
+from tests.chaos import checker
+from tests.chaos.checker import Copier as CopierHistory
+from tests.chaos.checker import History, Poll
+from tests.chaos.kafka_doors import KafkaDoors
+from tests.chaos.test_database_restart import ACKS, quiet_clients  # noqa: F401 — the fixture, used below
 from tests.client.proxy import LossyProxy
-from tests.support import ROOT, ServerProcess, destroy_embedded, wait_until, wait_while_progressing
+from tests.kafka.conftest import GatewayProcess
+from tests.support import ROOT, ServerProcess, TxlogProcess, destroy_embedded, wait_until, wait_while_progressing
 from txlog import Consumer, KafkaException, Producer, TopicPartition
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("quiet_clients")]
 
 SECONDS = float(os.environ.get("TXLOG_CHAOS_SECONDS", "30"))
 # Each producer sends 20 records, then pauses this long: 0.1 s is about 200 records/s each.
@@ -83,6 +99,7 @@ class Load:
         self.logs: list[ProducerLog] = []
         self.threads: list[threading.Thread] = []
         self.seen: dict[int, list[tuple[int, str]]] = defaultdict(list)  # out partition -> (offset, source)
+        self.polls: list[Poll] = []  # the follower's, in poll order (one session: assigned once)
         self.consumer_problems: list[str] = []
 
     def start(self) -> None:
@@ -154,6 +171,7 @@ class Load:
                     continue
                 source = dict(msg.headers() or []).get("source", b"").decode()
                 self.seen[msg.partition()].append((msg.offset(), source))
+                self.polls.append(Poll("out", msg.partition(), msg.offset(), msg.value().decode()))
         except Exception as exc:  # noqa: BLE001 — the checker reports it
             self.consumer_problems.append(repr(exc))
         finally:
@@ -226,62 +244,128 @@ def ready(host: ServerProcess) -> bool:
 
 
 class Faults:
-    def __init__(self, pg: EmbeddedPostgres, hosts: list[ServerProcess], transformer: Transformer, rng: random.Random) -> None:
+    """The fault schedule. A fault kind is one function that injects it, waits for it to pass and
+    says what it did (or None when there was nothing to do); ``add`` plugs in another kind. Each
+    kind runs once, in a random order, then kinds at random until the time is up; after each fault
+    every server and gateway is ready again before the next. Given ``gateways``, the schedule is
+    the Kafka doors' (their gateways killed and frozen), run beside the servers' and the
+    database's in the same window. A failover of the database between
+    PostgreSQL's replicas is such a kind: ``faults.add("fail over PostgreSQL", ...)``, the servers
+    and gateways then given the replicas' URL (``host=a,b target_session_attrs=read-write``) in
+    place of the one server's, its restart a fault of the cluster's leader."""
+
+    def __init__(
+        self,
+        pg: EmbeddedPostgres,
+        hosts: list[ServerProcess],
+        transformer: Transformer,
+        rng: random.Random,
+        gateways: list[GatewayProcess] | None = None,
+        started: float | None = None,
+    ) -> None:
         self.pg = pg
         self.hosts = hosts
+        self.gateways = gateways or []
         self.transformer = transformer
         self.rng = rng
-        self.injected: list[str] = []
+        self.started = started if started is not None else time.monotonic()
+        self.injected: list[tuple[float, str]] = []  # (seconds since the start, what)
+        self.kinds: dict[str, Callable[[], str | None]] = {
+            "kill a worker": self.kill_worker,
+            "kill a server": self.kill_host,
+            "pause a server": self.pause_host,
+            "restart PostgreSQL": self.restart_postgres,
+            "kill the transformer": self.kill_transformer,
+            "zombie": self.zombie,
+        }
+        if self.gateways:
+            self.kinds = {"kill a gateway": self.kill_gateway, "pause a gateway": self.pause_gateway}
 
-    def kill_worker(self) -> None:
+    def add(self, kind: str, inject: Callable[[], str | None]) -> None:
+        """Another fault kind: ``inject`` does it and returns once it is over, saying what it did."""
+        self.kinds[kind] = inject
+
+    def kill_worker(self) -> str | None:
         host = self.rng.choice(self.hosts)
         pids = worker_pids(host)
-        if pids:
-            os.kill(self.rng.choice(pids), signal.SIGKILL)
-            self.injected.append(f"kill -9 a worker of :{host.port}")
+        if not pids:
+            return None
+        os.kill(self.rng.choice(pids), signal.SIGKILL)
+        return f"kill -9 a worker of :{host.port}"
 
-    def kill_host(self) -> None:
+    def kill_host(self) -> str:
         host = self.rng.choice(self.hosts)
         host.kill()
         time.sleep(self.rng.uniform(0.2, 1.5))
         host.start()
-        self.injected.append(f"kill -9 server :{host.port}, restarted")
+        return f"kill -9 server :{host.port}, restarted"
 
-    def pause_host(self) -> None:
+    def pause_host(self) -> str:
         host = self.rng.choice(self.hosts)
         host.signal_group(signal.SIGSTOP)
         pause = self.rng.uniform(1, 4)
         time.sleep(pause)
         host.signal_group(signal.SIGCONT)
-        self.injected.append(f"SIGSTOP server :{host.port} for {pause:.1f} s")
+        return f"SIGSTOP server :{host.port} for {pause:.1f} s"
 
-    def restart_postgres(self) -> None:
+    def restart_postgres(self) -> str:
         self.pg.kill()  # pg_ctl stop -m immediate: no checkpoint, crash recovery on start
         time.sleep(self.rng.uniform(0.2, 1.0))
         self.pg.start()
-        self.injected.append("PostgreSQL restarted in immediate mode")
+        return "PostgreSQL restarted in immediate mode"
 
-    def kill_transformer(self) -> None:
+    def kill_transformer(self) -> str:
         self.transformer.kill_all()
         self.transformer.spawn()
-        self.injected.append("kill -9 the transforming process mid-transaction, started again")
+        return "kill -9 the transforming process mid-transaction, started again"
 
-    def zombie(self) -> None:
+    def zombie(self) -> str:
         """A second instance with the same transactional id: it fences the first, which must stop
         without writing anything more."""
         older = self.transformer.live()
         self.transformer.spawn()
-        self.injected.append(f"a second transforming process with the same transactional id ({len(older)} fenced)")
+        return f"a second transforming process with the same transactional id ({len(older)} fenced)"
 
-    def run(self, seconds: float) -> None:
-        actions = [self.kill_worker, self.kill_host, self.pause_host, self.restart_postgres, self.kill_transformer, self.zombie]
+    def kill_gateway(self) -> str:
+        gateway = self.rng.choice(self.gateways)
+        gateway.kill()
+        time.sleep(self.rng.uniform(0.2, 1.5))
+        gateway.start()  # on its ports
+        return f"kill -9 Kafka gateway {gateway.node_id}, restarted"
+
+    def pause_gateway(self) -> str:
+        gateway = self.rng.choice(self.gateways)
+        gateway.signal_group(signal.SIGSTOP)
+        pause = self.rng.uniform(1, 4)
+        time.sleep(pause)
+        gateway.signal_group(signal.SIGCONT)
+        return f"SIGSTOP Kafka gateway {gateway.node_id} for {pause:.1f} s"
+
+    def run(self, seconds: float, after_each: Callable[[float], None] = lambda _since: None) -> None:
+        """Faults for ``seconds``; ``after_each(since)`` waits for the clients to work again after each."""
+        kinds = list(self.kinds)
         deadline = time.monotonic() + seconds
-        order = actions[:]  # every kind once, then at random
+        order = kinds[:]  # every kind once, then at random
         self.rng.shuffle(order)
         while order or time.monotonic() < deadline:  # every kind at least once, however short the run
-            action = order.pop() if order else self.rng.choice(actions)
-            action()
-            wait_until(lambda: all(ready(h) for h in self.hosts), 60, 0.2, "servers ready after a fault")
+            kind = order.pop() if order else self.rng.choice(kinds)
+            at = time.monotonic() - self.started
+            what = self.kinds[kind]()
+            over = time.monotonic()
+            wait_until(
+                lambda: all(g.ready() for g in self.gateways) if self.gateways else all(ready(h) for h in self.hosts),
+                60,
+                0.2,
+                "servers and gateways ready after a fault",
+            )
+            after_each(over)
+            if what is not None:
+                self.injected.append(
+                    (
+                        at,
+                        f"{what} (over after {over - self.started - at:.1f} s, clients working again {time.monotonic() - over:.1f} s later)",
+                    )
+                )
             time.sleep(self.rng.uniform(1.0, 3.0))
 
 
@@ -311,9 +395,18 @@ def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(t
     hosts: list[ServerProcess] = []
     transformer: Transformer | None = None
     load: Load | None = None
+    doors: KafkaDoors | None = None
+    began = time.monotonic()
+    phases: list[str] = []
+
+    def mark(what: str) -> None:
+        phases.append(f"{time.monotonic() - began:6.1f} s  {what}")
+
     try:
         migrate.upgrade(pg.url)
-        hosts = [ServerProcess(pg.url, workers=2, env=ENV, log_path=tmp_path / f"server-{i}.log").start() for i in range(2)]
+        hosts = [ServerProcess(pg.url, workers=2, env=ENV, log_path=tmp_path / f"server-{i}.log") for i in range(2)]
+        doors = KafkaDoors(pg.url, tmp_path, SECONDS, SEED)
+        start_together([*hosts, *doors.gateways])
         with httpx.Client(base_url=hosts[0].url, timeout=30) as api:
             for topic in ("in", "out"):
                 assert api.post("/v1/topics", json={"name": topic, "partitions": PARTITIONS}).status_code == 201
@@ -321,71 +414,146 @@ def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(t
             LossyProxy(hosts[0].port, drop_answer=0.05, seed=SEED) as producer_proxy,
             LossyProxy(hosts[1].port, drop_answer=0.05, seed=SEED + 1) as transformer_proxy,
         ):
+            doors.start()
             load = Load(hosts, producer_proxy.url)
             transformer = Transformer(transformer_proxy.url, tmp_path)
             transformer.spawn()
             load.start()
+            doors.wait_delivering(0, 90)
+            mark("every client working")
             faults = Faults(pg, hosts, transformer, rng)
-            faults.run(SECONDS)
+            kafka_faults = Faults(pg, hosts, transformer, random.Random(SEED + 1), doors.gateways, faults.started)
+            try:
+                with ThreadPoolExecutor(1) as lane:
+                    kafka_run = lane.submit(kafka_faults.run, SECONDS, lambda since: doors.wait_delivering(since, 90))
+                    faults.run(SECONDS, lambda since: doors.wait_delivering(since, 90))
+                    kafka_run.result()
+                injected = sorted(faults.injected + kafka_faults.injected)
+                mark("the faults over")
 
-            # Faults stop. The producers finish; the transforming process drains its input.
-            load.stop.set()
-            for t in load.threads[:PRODUCERS]:
-                t.join(180)
-                assert not t.is_alive(), "a producer did not finish"
-            if not transformer.live():
-                transformer.spawn()
-            in_end = {}
-            with httpx.Client(base_url=hosts[0].url, timeout=30) as api:
-                for p in range(PARTITIONS):
-                    in_end[p] = api.get("/v1/topics/in").json()["partitions"][p]["high_watermark"]
+                # Faults stop. The producers finish; the copiers and the transforming process drain
+                # their inputs.
+                load.stop.set()
+                doors.stop_producers()
+                doors.release_tail()
+                mark("the Kafka producers finished, the copiers' last input written")
+                for t in load.threads[:PRODUCERS]:
+                    t.join(180)
+                    assert not t.is_alive(), "a producer did not finish"
+                mark("the HTTP producers finished")
+                url = hosts[0].url
+                with httpx.Client(base_url=url, timeout=30) as api:
 
-                def undrained() -> int:
-                    got = {
-                        o["partition"]: o["offset"]
-                        for o in api.get(f"/v1/groups/{GROUP}/offsets").json()["offsets"]
-                        if o["topic"] == "in"
-                    }
-                    return sum(max(0, in_end[p] - got.get(p, 0)) for p in range(PARTITIONS))
+                    def group_offsets(group: str, topic: str) -> dict[int, int]:
+                        offsets = api.get(f"/v1/groups/{group}/offsets").json()["offsets"]
+                        return {o["partition"]: o["offset"] for o in offsets if o["topic"] == topic}
 
-                # The backlog left when the faults stop depends on the load and the machine (under
-                # `make chaos` it can be 10^5 records): wait while the transforming process works
-                # through it, and fail if it stops.
-                wait_while_progressing(undrained, 90, 0.5, "the transforming process consuming all of its input")
-            transformer.kill_all()
-            answers_lost = producer_proxy.dropped_answers + transformer_proxy.dropped_answers
+                    doors.wait_copied(lambda: [group_offsets(f"copier-{c.name}", c.input) for c in doors.copiers])
+                    mark("the Kafka copiers done")
+                    if not transformer.live():
+                        transformer.spawn()
+                    in_end = {}
+                    for p in range(PARTITIONS):
+                        in_end[p] = api.get("/v1/topics/in").json()["partitions"][p]["high_watermark"]
 
-        url = hosts[0].url
-        with httpx.Client(base_url=url, timeout=30) as api:
+                    def undrained() -> int:
+                        got = group_offsets(GROUP, "in")
+                        return sum(max(0, in_end[p] - got.get(p, 0)) for p in range(PARTITIONS))
 
-            def stable() -> bool:
-                parts = [p for t in ("in", "out") for p in api.get(f"/v1/topics/{t}").json()["partitions"]]
-                return all(p["last_stable_offset"] == p["high_watermark"] for p in parts)
+                    # The backlog left when the faults stop depends on the load and the machine (under
+                    # `make chaos` it can be 10^5 records): wait while the transforming process works
+                    # through it, and fail if it stops.
+                    wait_while_progressing(undrained, 90, 0.5, "the transforming process consuming all of its input")
+                    mark("the transforming process done")
+                    transformer.kill_all()
+                    answers_lost = producer_proxy.dropped_answers + transformer_proxy.dropped_answers
+                    kafka_answers_lost = sum(p.dropped_answers for p in doors.proxies)
 
-            wait_until(stable, 60, 0.5, "the last stable offset to catch up with the high watermark")
-        committed_out = {p: fetch_all(url, "out", p, "read_committed") for p in range(PARTITIONS)}
-        wait_until(
-            lambda: all(len(load.seen[p]) >= len(committed_out[p]) for p in range(PARTITIONS)),
-            60,
-            0.5,
-            "the read_committed consumer to reach the end of the output",
-        )
-        load.stop_following.set()
-        load.threads[-1].join(30)
+                    def stable() -> bool:
+                        topics = [t["name"] for t in api.get("/v1/topics").json()["topics"]]
+                        parts = [p for t in topics for p in api.get(f"/v1/topics/{t}").json()["partitions"]]
+                        return all(p["last_stable_offset"] == p["high_watermark"] for p in parts)
 
-        checked = check(pg.url, url, load, in_end, committed_out)
+                    wait_until(stable, 60, 0.5, "the last stable offset to catch up with the high watermark")
+                    committed_out = {p: fetch_all(url, "out", p, "read_committed") for p in range(PARTITIONS)}
+                    final, aborted = read_log(pg.url)
+                    history = History(
+                        acked={
+                            **{log.name: {v: ("in", p, o) for v, (p, o) in log.acked.items()} for log in load.logs},
+                            **{a.name: {v: (ACKS, p, o) for v, (p, o) in a.acked.items()} for a in doors.load.producers.values()},
+                        },
+                        produced={
+                            **{log.name: len(log.produced) for log in load.logs},
+                            **{a.name: len(a.acked) + len(a.failed) for a in doors.load.producers.values()},
+                        },
+                        copiers=[
+                            CopierHistory(
+                                "upper (HTTP)",
+                                "in",
+                                "out",
+                                group_offsets(GROUP, "in"),
+                                lambda _p, _o, v: v.upper(),
+                                *transactions(pg.url, TID),
+                            ),
+                            *doors.copier_histories(group_offsets, lambda tid: transactions(pg.url, tid)),
+                        ],
+                        aborted=aborted,
+                        log=final,
+                        faults=injected,
+                        followed={"http follower": {"out"}, **{f"kafka {name}": set(doors.followed) for name in doors.polls}},
+                    )
+
+                    def read_everything() -> int:
+                        """What the consumers still have to read."""
+                        behind = 0
+                        for consumer, topics in history.followed.items():
+                            polls = load.polls if consumer == "http follower" else doors.polls[consumer.removeprefix("kafka ")]
+                            places = {(p.topic, p.partition, p.offset) for p in polls}
+                            behind += sum(
+                                1
+                                for (t, p), records in final.items()
+                                if t in topics
+                                for o, _ in records
+                                if (t, p, o) not in places
+                            )
+                        return behind
+
+                    wait_while_progressing(read_everything, 60, 0.5, "every consumer to read every committed record")
+                    mark("every consumer at the end")
+                load.stop_following.set()
+                load.threads[-1].join(30)
+                doors.stop_consumers()
+                history.polls = {"http follower": [load.polls], **{f"kafka {n}": [p] for n, p in doors.polls.items()}}
+                result = checker.check(history)
+                print("phases:\n" + "\n".join(phases))
+                print(checker.summary(history, result))
+                print(
+                    f"answers lost by the proxies: {answers_lost} HTTP, {kafka_answers_lost} Kafka; "
+                    f"{transformer.started} transforming processes; {'; '.join(doors.restarts) or 'no copier started again'}"
+                )
+                assert result.ok(), f"anomalies (seed {SEED}):\n{result.report()}"
+                checked = check(pg.url, url, load, in_end, committed_out)
+            except AssertionError as exc:
+                raise AssertionError(
+                    f"{exc}\nTXLOG_CHAOS_SEED={SEED}\nphases:\n"
+                    + "\n".join(phases)
+                    + "\nfaults:\n"
+                    + "\n".join(f"{t:6.1f} s  {w}" for t, w in sorted(faults.injected + kafka_faults.injected))
+                    + f"\n{doors.diagnosis()}"
+                ) from None
         print(
-            f"load: {sum(len(l.acked) for l in load.logs)} records acknowledged to 'in' by {PRODUCERS} idempotent producers "
+            f"HTTP load: {sum(len(l.acked) for l in load.logs)} records acknowledged to 'in' by {PRODUCERS} idempotent producers "
             f"(+{sum(len(l.failed) for l in load.logs)} failed: {sum((l.errors for l in load.logs), Counter())}, producers replaced after {[f for l in load.logs for f in l.replaced][:3]}), {checked['transactions']} transactions committed by "
-            f"{transformer.started} transforming processes, {checked['read']} records followed read_committed; "
-            f"{answers_lost} answers lost by the proxies"
+            f"{transformer.started} transforming processes, {checked['read']} records followed read_committed"
         )
-        print("faults: " + "; ".join(faults.injected))
         print("invariants held: " + "; ".join(checked["invariants"]))
     finally:
         if load is not None:
             load.stop.set()
             load.stop_following.set()
+        if doors is not None:
+            doors.consumers_stop.set()
+            doors.close()
         if transformer is not None:
             transformer.kill_all()
         for h in hosts:
@@ -393,6 +561,44 @@ def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(t
                 h.signal_group(signal.SIGCONT)
             h.kill()
         destroy_embedded(pg)
+
+
+def start_together(processes: list[TxlogProcess]) -> None:
+    """Start every process at once and wait for each to be ready (one after the other, a loaded
+    machine takes a minute)."""
+    with ThreadPoolExecutor(len(processes)) as pool:
+        for started in [pool.submit(p.start) for p in processes]:
+            started.result()
+
+
+def read_log(db_url: str) -> tuple[dict[tuple[str, int], list[tuple[int, str]]], set[tuple[str, int, int]]]:
+    """Every topic's log as read_committed (every transaction ended), and its aborted records."""
+    final: dict[tuple[str, int], list[tuple[int, str]]] = defaultdict(list)
+    with psycopg.connect(db_url) as conn:
+        for topic, partition, offset, value in conn.execute(
+            "SELECT topic, partition, \"offset\", convert_from(value, 'UTF8') FROM txlog.committed_records "
+            'ORDER BY topic, partition, "offset"'
+        ):
+            final[(topic, partition)].append((offset, value))
+        aborted = {
+            (t, p, o)
+            for t, p, o in conn.execute(
+                'SELECT topic, partition, "offset" FROM txlog.log_records WHERE aborted AND control_type IS NULL'
+            )
+        }
+    return dict(final), aborted
+
+
+def transactions(db_url: str, transactional_id: str) -> tuple[int, int]:
+    """How many transactions of ``transactional_id`` committed, and how many aborted."""
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FILTER (WHERE to_state = 'CompleteCommit'), count(*) FILTER (WHERE to_state = 'CompleteAbort') "
+            "FROM txlog.transaction_events WHERE transactional_id = %s",
+            (transactional_id,),
+        ).fetchone()
+    assert row is not None
+    return row[0], row[1]
 
 
 def check(db_url: str, url: str, load: Load, in_end: dict[int, int], committed_out: dict[int, list[dict]]) -> dict:
