@@ -13,7 +13,7 @@ Kafka's own clients through them while the faults go on.
   copiers' outputs and of the HTTP transformer's output, from offset 0: one session per client,
   so their offsets must only go up.
 
-The producers, copiers and consumers are those of ``test_database_restart``."""
+The producers, copiers and consumers are those of ``tests.chaos.database_restarts``."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from tests.chaos.checker import Copier as CopierHistory
 from tests.chaos.checker import Poll
-from tests.chaos.test_database_restart import (
+from tests.chaos.database_restarts import (
     ACKS,
     REQUEST_TIMEOUT_MS,
     Acked,
@@ -41,7 +41,7 @@ from tests.kafka.conftest import GatewayProcess
 from tests.support import wait_until
 
 PARTITIONS = 3
-COPIERS = ("confluent-none", "kafka-python")  # names in test_database_restart.COPIER_RUNS
+COPIERS = ("confluent-none", "kafka-python")  # names in database_restarts.COPIER_RUNS
 HELD_BACK = 2 * PARTITIONS  # of each copier's input, written once the faults are over
 CONSUMERS = ("confluent", "kafka-python")
 ENV = {"TXLOG_KAFKA_NODE_LEASE_MS": "3000", "TXLOG_TRANSACTION_ABORT_CHECK_INTERVAL_MS": "300"}

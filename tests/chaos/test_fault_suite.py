@@ -57,8 +57,8 @@ from app.storage.embedded import EmbeddedPostgres
 from tests.chaos import checker
 from tests.chaos.checker import Copier as CopierHistory
 from tests.chaos.checker import History, Poll
+from tests.chaos.database_restarts import ACKS, quiet_clients  # noqa: F401 — the fixture, used below
 from tests.chaos.kafka_doors import KafkaDoors
-from tests.chaos.test_database_restart import ACKS, quiet_clients  # noqa: F401 — the fixture, used below
 from tests.client.proxy import LossyProxy
 from tests.kafka.conftest import GatewayProcess
 from tests.support import ROOT, ServerProcess, TxlogProcess, destroy_embedded, wait_until, wait_while_progressing

@@ -16,7 +16,11 @@ every acknowledged value is in the log exactly once where it was acknowledged an
 written twice, each output is its input transformed exactly once, and each consumer read every
 copy in order and nothing uncommitted (a group consumer may read records again from its committed
 offset after a rebalance: at least once, as Kafka's). Every producer's client objects are the ones created before the first fault: a client that
-lost its brokers would never deliver again."""
+lost its brokers would never deliver again.
+
+``make chaos`` runs this module by name (it is not a ``test_*.py``); the suite's slice of it is the
+fault suite's PostgreSQL restarts under its Kafka doors (tests/chaos/test_fault_suite.py), with the
+producers, copiers and consumers defined here."""
 
 from __future__ import annotations
 
