@@ -11,8 +11,11 @@
    p50/p99 (writes bench/results/outbox.json).
 5. bench.share — share groups (KIP-932's queues) over HTTP and over Kafka's wire protocol against
    PgQueuer's dequeue + ack and pgmq's read + delete (writes bench/results/share.json and share.png).
+6. bench.partitions — the same records over 1,000 partitions and over 8 over Kafka's wire protocol,
+   produce → read_committed latency, and disk per record beside Kafka's (writes
+   bench/results/partitions.json and partitions.png).
 
-``--only share`` (or any of http,kafka,spark,outbox,share, comma-separated) runs those alone.
+``--only share`` (or any of http,kafka,spark,outbox,share,partitions, comma-separated) runs those alone.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import importlib.util
 import sys
 import time
 
-BENCHMARKS = ("http", "kafka", "share", "spark", "outbox")
+BENCHMARKS = ("http", "kafka", "share", "spark", "outbox", "partitions")
 
 
 def main() -> int:
@@ -72,6 +75,11 @@ def main() -> int:
 
         print("\n== bench.outbox", flush=True)
         outbox.main(["--quick"] if args.quick else [])
+    if "partitions" in only:
+        from bench import partitions
+
+        print("\n== bench.partitions", flush=True)
+        summaries.append(partitions.run(["--quick"] if args.quick else []))
     print(f"\nall benchmarks: {time.perf_counter() - started:.0f} s")
     print("summary: " + " ".join(summaries))
     return 0
