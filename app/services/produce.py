@@ -104,192 +104,6 @@ def produce_steps(broker: Broker, topic: str, partition: int, req: ProduceReques
     return result
 
 
-# --- a request's partition batches together -------------------------------------------------------
-#
-# A Kafka Produce request carries a batch for each of its partitions, and its partitions are
-# answered together: its batches are appended together, each by the rules of one batch alone and
-# each answered on its own (a refusal — a sequence gap, a fenced epoch, a partition that does not
-# exist — refuses only its batch). Those planned ahead go in one conditional statement
-# (``appends_if_unchanged``); a transaction's first batches on their partitions join it in one
-# statement with their transition (``_joined_ahead``); the rest in one database transaction under
-# their locks, taken in (topic, partition) order (``_produce_locked_all``). One commit where there
-# was one per partition batch; and each answer, as ever, only once its batch is committed.
-
-
-PartitionBatch = tuple[str, int, ProduceRequest]  # topic, partition, the batch
-
-
-def produce_all_steps(broker: Broker, batches: Sequence[PartitionBatch], now: int) -> Operation[list[ProduceResult | TxlogError]]:
-    """``produce_steps`` of a request's batches (distinct partitions), appended together: each
-    batch's result, or the error that refused it. An error that is no refusal (the database's)
-    is the whole request's, as its COMMIT's would be."""
-    if len(batches) == 1 or len({(t, p) for t, p, _ in batches}) < len(batches):
-        # One partition, or a partition named twice (each batch then planned after the other's
-        # append): one batch at a time.
-        out: list[ProduceResult | TxlogError] = []
-        for topic, partition, req in batches:
-            try:
-                out.append((yield from produce_steps(broker, topic, partition, req, now)))
-            except TxlogError as exc:
-                out.append(exc)
-        return out
-    answers: list[ProduceResult | TxlogError | None] = [None] * len(batches)
-    sizes: dict[int, list[int]] = {}
-    for i, (_, _, req) in enumerate(batches):
-        try:
-            sizes[i] = _validate(broker, req)
-        except TxlogError as exc:
-            answers[i] = exc
-    last = last_appends.of(broker)
-    ahead: list[tuple[int, _Ahead]] = []
-    joining: list[int] = []
-    for i in sizes:
-        topic, partition, req = batches[i]
-        position = _remembered(last, topic, partition, req)
-        if position is None:
-            if req.transactional_id is not None and not req.require_added:
-                joining.append(i)
-            continue
-        planned = _ahead_at(topic, partition, req, now, sizes[i], position)
-        if planned is not None:
-            ahead.append((i, planned))
-    if ahead:
-        yield from _all_appended_ahead(last, ahead, answers)
-    if joining:
-        yield from _all_joined_ahead(broker, last, [(i, batches[i]) for i in joining], now, sizes, answers)
-    left = [i for i in sizes if answers[i] is None]
-    if left:
-        locked = yield Blocking(functools.partial(_produce_locked_all, broker, [(batches[i], sizes[i]) for i in left]))
-        for i, answer in zip(left, locked):
-            answers[i] = answer
-    faults.crash_point(faults.SERVER_CRASH_ENV, "produce_appended")
-    return answers  # type: ignore[return-value]  # every batch answered
-
-
-def _all_appended_ahead(
-    last: last_appends.LastAppends, ahead: list[tuple[int, _Ahead]], answers: list[ProduceResult | TxlogError | None]
-) -> Operation[None]:
-    """Batches planned ahead appended by one statement (``appends_if_unchanged``); each appended
-    one answered, the others left to the locked path."""
-    try:
-        log_starts = yield appends_if_unchanged([a for _, a in ahead])
-    except Exception:  # perhaps committed: the caller hears it; the memory is stale
-        for _, a in ahead:
-            last.forget(a.plan.batch.topic, a.plan.batch.partition, a.plan.batch.producer_id)
-        raise
-    for (i, a), log_start in zip(ahead, log_starts):
-        b = a.plan.batch
-        if log_start is None:
-            last.forget(b.topic, b.partition, b.producer_id)
-        else:
-            last.remember(b, a.position)
-            answers[i] = dataclasses.replace(a.plan.result, log_start_offset=log_start)
-
-
-def _all_joined_ahead(
-    broker: Broker,
-    last: last_appends.LastAppends,
-    joining: list[tuple[int, PartitionBatch]],
-    now: int,
-    sizes: dict[int, list[int]],
-    answers: list[ProduceResult | TxlogError | None],
-) -> Operation[None]:
-    """A transaction's first batches on their partitions (one transactional id: a request's),
-    joining it with their transition in one statement (``_joined_ahead``'s, for all of them);
-    left to the locked path if any of them cannot be planned so, or anything moved."""
-    planned = []
-    for i, (topic, partition, req) in joining:
-        found = _joining(last, topic, partition, req, now, sizes[i])
-        if found is None:
-            return
-        planned.append((i, found))
-    req = joining[0][1][2]
-    meta = planned[0][1][0]
-    plans = [plan for _, (_, _, plan) in planned]
-    positions = [position for _, (_, position, _) in planned]
-    try:
-        written = yield from coordinator.join_if_unchanged(
-            broker,
-            meta,
-            req.producer_id,  # type: ignore[arg-type]  # a transactional request has its producer id and epoch (checked by _validate)
-            req.producer_epoch,  # type: ignore[arg-type]  # (the same)
-            [(p.batch.topic, p.batch.partition) for p in plans],
-            req.principal,
-            now,
-            [p.batch for p in plans],
-            positions,
-            _transaction_version(req),
-        )
-    except BaseException:
-        for p in plans:
-            last.forget(p.batch.topic, p.batch.partition, p.batch.producer_id)
-        raise
-    for k, ((i, _), plan, position) in enumerate(zip(planned, plans, positions)):
-        one = None if written is None else (written[0], [written[1][k]])
-        answers[i] = _joined(last, plan, position, one)
-
-
-def _produce_locked_all(broker: Broker, items: Sequence[tuple[PartitionBatch, list[int]]]) -> list[ProduceResult | TxlogError]:
-    """Batches of distinct partitions appended under their locks, each answered as ``append``
-    would answer it alone: plain and idempotent ones in one database transaction (the group
-    commit's ``_append_group``: their locks in (topic, partition) order, one not waited for but
-    appended alone after), transactional ones in another (``_append_transactional``)."""
-    out: list[ProduceResult | TxlogError | None] = [None] * len(items)
-    plain = [k for k, ((_, _, req), _) in enumerate(items) if req.transactional_id is None]
-    transactional = [k for k, ((_, _, req), _) in enumerate(items) if req.transactional_id is not None]
-    if plain:
-        group: list[Pending[_Append, ProduceResult]] = [
-            Pending(_Append(t, p, req, sz), (t, p)) for k in plain for (t, p, req), sz in [items[k]]
-        ]
-        _append_group(broker, group)
-        for k, pending in zip(plain, group):
-            if pending.error is not None and not isinstance(pending.error, TxlogError):
-                raise pending.error
-            out[k] = pending.error if pending.error is not None else pending.result
-    if transactional:
-        for k, answer in zip(transactional, _append_transactional(broker, [items[k] for k in transactional])):
-            out[k] = answer
-    return out  # type: ignore[return-value]  # every batch answered
-
-
-def _append_transactional(broker: Broker, items: Sequence[tuple[PartitionBatch, list[int]]]) -> list[ProduceResult | TxlogError]:
-    """Transactional batches (distinct partitions) appended in one database transaction by
-    ``append``, in (topic, partition) order: the transaction's row locked first (by the first),
-    then each partition in turn, as every writer of a transaction's partitions locks them. If any
-    batch is refused, or the database transaction fails before its COMMIT, nothing of it was
-    committed and each batch is appended again alone, answered as alone (a refusal refuses only
-    its batch); a failed COMMIT is the caller's, as a lone append's would be."""
-    if len(items) == 1:
-        return [_alone_or_refused(broker, items[0])]
-    order = sorted(range(len(items)), key=lambda k: (items[k][0][0], items[k][0][1]))
-    out: list[ProduceResult | TxlogError | None] = [None] * len(items)
-    appended: list[tuple[AppendBatch, AppendPosition]] = []
-    statements_done = False
-    try:
-        with broker.db.transaction() as conn:
-            now = broker.now()
-            for k in order:
-                (topic, partition, req), sizes = items[k]
-                out[k] = append(conn, broker, topic, partition, req, now, sizes, appended=appended)
-            statements_done = True
-    except Exception:
-        if statements_done:  # the COMMIT failed: the caller hears it
-            raise
-        return [_alone_or_refused(broker, item) for item in items]
-    memory = last_appends.of(broker)
-    for batch, position in appended:
-        memory.remember(batch, position)
-    return out  # type: ignore[return-value]  # every batch answered
-
-
-def _alone_or_refused(broker: Broker, item: tuple[PartitionBatch, list[int]]) -> ProduceResult | TxlogError:
-    (topic, partition, req), sizes = item
-    try:
-        return _append_alone(broker, topic, partition, req, sizes)
-    except TxlogError as exc:
-        return exc
-
-
 def _produce_locked(broker: Broker, topic: str, partition: int, req: ProduceRequest, sizes: list[int]) -> ProduceResult:
     if req.transactional_id is None and broker.settings.produce_group_commit_batches > 1:
         return _group_commit(broker).submit(_Append(topic, partition, req, sizes), (topic, partition))
@@ -311,15 +125,13 @@ def append(
     sizes: list[int] | None = None,
     commit: bool = False,
     memory: last_appends.LastAppends | None = None,
-    appended: list[tuple[AppendBatch, AppendPosition]] | None = None,
 ) -> ProduceResult:
     """The append path inside a database transaction the caller holds (the caller validated the
     batch's size, or did not need to): every way into the log goes through here or through the
     group commit below, which share ``_planned`` — a produce, a committed half message, a row
     drained from the outbox — so the lock, producer and sequence rules live in one place. With
     ``commit`` the append is the transaction's last statement (and ``memory`` learns where
-    it left the partition); without it, ``appended`` (if given) learns the batch written and where,
-    for the caller to remember once it has committed."""
+    it left the partition)."""
     meta = None
     if req.transactional_id is not None:
         meta = coordinator.locked(conn, req.transactional_id, partitions=[(topic, partition)])
@@ -342,8 +154,6 @@ def append(
     append_store.log_append(conn, [plan.batch], commit=commit)
     if memory is not None and commit:
         memory.remember(plan.batch, position)
-    if appended is not None:
-        appended.append((plan.batch, position))
     return plan.result
 
 

@@ -1,11 +1,9 @@
 """Produce: each partition's record batch decoded, checked and appended by the produce service.
 
-A partition's answer follows the database commit of its batch (acks=1 and acks=-1 are the same
-thing here: an acknowledged batch is committed in PostgreSQL, which is as durable as the database
-is). The partitions of one request are answered together, so their batches are appended together
-(``app.services.produce.produce_all_steps``): one statement, or one database transaction, for all
-of them, where each partition's batch had a commit of its own; each batch is still checked by the
-rules of one batch alone and gets its own error code. A duplicate (a
+A partition's answer follows its own database commit (acks=1 and acks=-1 are the same thing here:
+an acknowledged batch is committed in PostgreSQL, which is as durable as the database is). The
+partitions of one request are appended concurrently, each in its own database transaction, as a
+Kafka broker appends each partition to its own log; each gets its own error code. A duplicate (a
 producer's retry of a batch already appended) is answered with the offsets it was given the first
 time.
 
@@ -63,32 +61,31 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict | None:
     api = Api.PRODUCE if transactional_id is None else Api.PRODUCE_TRANSACTIONAL
     access.check(ctx, api, transactional_id=transactional_id)
     refused = access.refused(ctx, api, "topic", (t.name for t in request.topic_data))
-    answers: list[tuple[str, dict] | None] = []
-    batches: list[tuple[int, Any, str, int]] = []  # (answer's index, records, topic, partition)
+    jobs = []
     for topic in request.topic_data:
         for part in topic.partition_data:
             if code is not None or topic.name in refused:
-                answers.append((topic.name, _error(part.index, code or refused[topic.name], ctx.api_version)))
+                jobs.append(_failed(topic.name, part.index, code or refused[topic.name], ctx.api_version))
             else:
-                batches.append((len(answers), part.records, topic.name, part.index))
-                answers.append(None)
-    if batches:
-        for i, appended in await _append(ctx, batches, transactional_id):
-            answers[i] = appended
+                jobs.append(_append(ctx, topic.name, part.index, part.records, transactional_id))
+    # One partition, as a producer's request mostly is: awaited as it is, without a task around it.
+    answers = [await jobs[0]] if len(jobs) == 1 else await asyncio.gather(*jobs)
     if ctx.quotas is not None and ctx.quotas.enabled:
         size = sum(len(part.records or b"") for topic in request.topic_data for part in topic.partition_data)
         ctx.throttle_ms = produce_throttle(ctx, size, time.perf_counter() - started)
     if acks == 0:
         return None
     by_topic: dict[str, list[dict]] = {}
-    for answered in answers:
-        assert answered is not None  # every partition answered
-        name, answer = answered
+    for name, answer in answers:
         by_topic.setdefault(name, []).append(answer)
     return {
         "responses": [{"name": name, "partition_responses": parts} for name, parts in by_topic.items()],
         "throttle_time_ms": ctx.throttle_ms,
     }
+
+
+async def _failed(topic: str, partition: int, exc: TxlogError, version: int) -> tuple[str, dict]:
+    return topic, _error(partition, exc, version)
 
 
 def _error(partition: int, exc: TxlogError, version: int) -> dict:
@@ -112,48 +109,24 @@ def _error(partition: int, exc: TxlogError, version: int) -> dict:
 
 
 async def _append(
-    ctx: RequestContext, batches: list[tuple[int, Any, str, int]], transactional_id: str | None
-) -> list[tuple[int, tuple[str, dict]]]:
-    """The request's partition batches, decoded (compressed ones in a thread, not on the loop) and
-    appended together by the produce service (``produce_all_steps``): each partition's answer."""
-    out: list[tuple[int, tuple[str, dict]]] = []
-    todo: list[tuple[int, str, int]] = []
-    requests: list[produce_service.PartitionBatch] = []
-    compressed = [b for b in batches if b[1] is None or decode.compressed(b[1])]
-    decoded: dict[int, ProduceRequest | TxlogError] = {}
-    if compressed:
-        done = await asyncio.gather(*(ctx.call(_request_or_error, ctx, data, transactional_id) for _, data, _, _ in compressed))
-        decoded = {i: req for (i, _, _, _), req in zip(compressed, done)}
-    for i, data, topic, partition in batches:
-        req = decoded[i] if i in decoded else _request_or_error(ctx, data, transactional_id)
-        if isinstance(req, TxlogError):
-            out.append((i, (topic, _error(partition, req, ctx.api_version))))
-        else:
-            todo.append((i, topic, partition))
-            requests.append((topic, partition, req))
-    if requests:
-        steps = functools.partial(produce_service.produce_all_steps, ctx.broker, requests)
-        results = await ctx.loop_executor.run(steps)
-        for (i, topic, partition), result in zip(todo, results):
-            if isinstance(result, TxlogError):
-                out.append((i, (topic, _error(partition, result, ctx.api_version))))
-            else:
-                answer = {
-                    "index": partition,
-                    "error_code": 0,
-                    "base_offset": result.base_offset,
-                    "log_append_time_ms": -1,  # CreateTime: the producer's timestamps are kept
-                    "log_start_offset": result.log_start_offset,
-                }
-                out.append((i, (topic, answer)))
-    return out
-
-
-def _request_or_error(ctx: RequestContext, data: bytes | None, transactional_id: str | None) -> ProduceRequest | TxlogError:
+    ctx: RequestContext, topic: str, partition: int, data: bytes | None, transactional_id: str | None
+) -> tuple[str, dict]:
     try:
-        return _request(ctx, data, transactional_id)
+        if data is None or decode.compressed(data):
+            req = await ctx.call(_request, ctx, data, transactional_id)  # decompressed in a thread, not on the loop
+        else:
+            req = _request(ctx, data, transactional_id)
+        steps = functools.partial(produce_service.produce_steps, ctx.broker, topic, partition, req)
+        result = await ctx.loop_executor.run(steps)
     except TxlogError as exc:
-        return exc
+        return topic, _error(partition, exc, ctx.api_version)
+    return topic, {
+        "index": partition,
+        "error_code": 0,
+        "base_offset": result.base_offset,
+        "log_append_time_ms": -1,  # CreateTime: the producer's timestamps are kept
+        "log_start_offset": result.log_start_offset,
+    }
 
 
 def _request(ctx: RequestContext, data: bytes | None, transactional_id: str | None) -> produce_service.ProduceRequest:
