@@ -97,7 +97,7 @@ class Bench(Harness):
             self.add(f"latency/{n}", self._latency_lanes(n, paced=True))
             self.add(f"latency_peak/{n}", self._latency_lanes(n, paced=False))
 
-    def prepare(self) -> None:
+    def prepare(self, groups: list[str]) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
 
         started = time.perf_counter()
@@ -107,7 +107,7 @@ class Bench(Harness):
         for future in admin.create_topics(topics).values():
             future.result(timeout=60)
         with psycopg.connect(self.url) as conn:
-            for parts in (FEW, MANY):
+            for parts in (FEW, MANY) if "consume" in groups else ():
                 shape = datasets.LogShape(TOTAL_TRANSACTIONS // parts, TXN_SIZE, 1)
                 for p in range(parts):
                     datasets.fill_log(conn, consume_topic(parts), p, shape, datasets.allocate_producer_ids(conn, 1))
@@ -120,8 +120,13 @@ class Bench(Harness):
                 assert len(self.ends[parts]) == parts
         datasets.vacuum(self.url)
         print(
-            f"set-up: topics of {FEW} and {MANY} partitions; consume logs of {TOTAL_TRANSACTIONS * TXN_SIZE:,} records "
-            f"over each, in transactions of {TXN_SIZE}, built in {time.perf_counter() - started:.1f} s",
+            f"set-up: topics of {FEW} and {MANY} partitions"
+            + (
+                f"; consume logs of {TOTAL_TRANSACTIONS * TXN_SIZE:,} records over each, in transactions of {TXN_SIZE}"
+                if self.ends
+                else ""
+            )
+            + f", built in {time.perf_counter() - started:.1f} s",
             flush=True,
         )
 
@@ -272,7 +277,7 @@ def run(argv: list[str] | None = None) -> str:
             f"{cfg.warmup:g} s warm-up + {cfg.window:g} s windows; PostgreSQL {pg_version} {settings}",  # type: ignore[attr-defined]
             flush=True,
         )
-        bench.prepare()
+        bench.prepare(args.only)
         bench.rounds(args.only)
         disk = disk_per_record(libpq_url(url))
         rows = figures(bench)
