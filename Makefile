@@ -42,7 +42,7 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(PIP) install -q -e '.[bench]'
 	touch $(BENCH_STAMP)
 
-# make bench QUICK=1: 3 short rounds, a few minutes in all; ONLY=share (or http,kafka,spark,outbox,replicas) runs those alone.
+# make bench QUICK=1: 3 short rounds, a few minutes in all; ONLY=share (or http,kafka,spark,outbox,replicas,partitions) runs those alone.
 bench: $(STAMP) system-deps $(BENCH_STAMP)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m bench $(if $(QUICK),--quick,) $(if $(ONLY),--only $(ONLY),)
 

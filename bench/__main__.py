@@ -13,8 +13,11 @@
    PgQueuer's dequeue + ack and pgmq's read + delete (writes bench/results/share.json and share.png).
 6. bench.replicas — read_committed consumers on two read replica gateways (hot standbys, KIP-392)
    against the primary alone, in one run (writes bench/results/replicas.json).
+7. bench.partitions — the same records over 1,000 partitions and over 8 over Kafka's wire protocol,
+   produce → read_committed latency, and disk per record beside Kafka's (writes
+   bench/results/partitions.json and partitions.png).
 
-``--only share`` (or any of http,kafka,spark,outbox,share,replicas, comma-separated) runs those alone.
+``--only share`` (or any of http,kafka,spark,outbox,share,replicas,partitions, comma-separated) runs those alone.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import importlib.util
 import sys
 import time
 
-BENCHMARKS = ("http", "kafka", "share", "spark", "outbox", "replicas")
+BENCHMARKS = ("http", "kafka", "share", "spark", "outbox", "replicas", "partitions")
 
 
 def main() -> int:
@@ -79,6 +82,11 @@ def main() -> int:
 
         print("\n== bench.replicas", flush=True)
         summaries.append(replicas.run(["--quick"] if args.quick else []))
+    if "partitions" in only:
+        from bench import partitions
+
+        print("\n== bench.partitions", flush=True)
+        summaries.append(partitions.run(["--quick"] if args.quick else []))
     print(f"\nall benchmarks: {time.perf_counter() - started:.0f} s")
     print("summary: " + " ".join(summaries))
     return 0

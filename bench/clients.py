@@ -20,7 +20,15 @@ from multiprocessing.connection import Connection
 from typing import Any, Callable
 
 from bench.http_lanes import FetchRunner, ProduceRunner, ShareAcquireRunner
-from bench.kafka_lanes import KafkaFetchRunner, KafkaProduceRunner, KafkaShareExplicitRunner, KafkaShareRunner
+from bench.kafka_lanes import (
+    KafkaFetchRunner,
+    KafkaLatencyRunner,
+    KafkaProduceRunner,
+    KafkaShareExplicitRunner,
+    KafkaShareRunner,
+    KafkaSpreadFetchRunner,
+    KafkaSpreadProduceRunner,
+)
 from bench.lanes import Lane, LaneResult, Runner
 from bench.postgres_lanes import PgmqRunner, PgqRunner, RawAppendRunner, RawFetchRunner
 
@@ -44,6 +52,9 @@ _RUNNERS: dict[str, Callable[[Lane], Runner]] = {
     "kafka_share_explicit": KafkaShareExplicitRunner,
     "kafka_produce": KafkaProduceRunner,
     "kafka_fetch": KafkaFetchRunner,
+    "kafka_spread_produce": KafkaSpreadProduceRunner,
+    "kafka_spread_fetch": KafkaSpreadFetchRunner,
+    "kafka_latency": KafkaLatencyRunner,
 }
 
 

@@ -237,3 +237,216 @@ class KafkaShareExplicitRunner(KafkaShareRunner):
         if failed:
             raise RuntimeError(f"acknowledgements refused: {failed[:3]}")
         return len(msgs)
+
+
+# --- many partitions (bench.partitions) -------------------------------------------------------------
+
+# The producer of the many-partitions rows: idempotent, linger 5 ms, 1 KiB values, librdkafka's own
+# batch limits — a partition's batch holds what accumulated for it while the requests before were in
+# flight, so the same records make batches of a few records over 1,000 partitions and of hundreds
+# over 8.
+KAFKA_SPREAD_PRODUCER: dict[str, Any] = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, "compression.type": "none"}
+SPREAD_CHUNK = 500  # records produced per step, round-robin over the lane's partitions
+SPREAD_OUTSTANDING = 10_000  # records produced and not yet acknowledged, at most, per producer
+
+
+class KafkaSpreadProduceRunner:
+    """A confluent-kafka idempotent producer writing the batch's records in turn to each of the
+    lane's partitions, keeping up to ``SPREAD_OUTSTANDING`` records unacknowledged: a step is
+    ``SPREAD_CHUNK`` records produced; counted are the records acknowledged meanwhile."""
+
+    def __init__(self, lane: Lane) -> None:
+        from confluent_kafka import Producer
+
+        self.lane = lane
+        self.partitions = list(lane.partitions)
+        self.keys, self.values = batch_keys(), batch_values()
+        self.acked = 0
+        self.failed: str | None = None
+        self.latencies: list[tuple[float, float]] = []
+        self.offset = 0
+        self.empty = 0
+        self.turn = 0
+        self.producer = Producer({"bootstrap.servers": lane.target, **KAFKA_SPREAD_PRODUCER, "on_delivery": self._delivered})
+        self.step()
+        self.producer.flush(60)
+        if self.failed:
+            raise RuntimeError(f"delivery failed: {self.failed}")
+        self.acked = 0
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.failed = self.failed or str(err)
+        else:
+            self.acked += 1
+
+    def step(self) -> int:
+        produce, topic, parts, n = self.producer.produce, self.lane.topic, self.partitions, len(self.partitions)
+        keys, values, turn = self.keys, self.values, self.turn
+        for i in range(turn, turn + SPREAD_CHUNK):
+            produce(topic, values[i % BATCH], keys[i % BATCH], partition=parts[i % n])
+        self.turn = turn + SPREAD_CHUNK
+        self.producer.poll(0)
+        while len(self.producer) > SPREAD_OUTSTANDING and not self.failed:
+            self.producer.poll(0.005)
+        if self.failed:
+            raise RuntimeError(f"delivery failed: {self.failed}")
+        done, self.acked = self.acked, 0
+        return done
+
+    def close(self) -> None:
+        left = self.producer.flush(60)
+        if left:
+            raise RuntimeError(f"{left} records not acknowledged at the end of the window")
+
+
+# A Fetch over many partitions brings at most 4 MiB (librdkafka's default is 50 MiB): over 1,000
+# partitions of 100 records that would be the whole log in one answer, the consumer's queue far
+# beyond the couple of pages it keeps (KAFKA_CONSUMER).
+KAFKA_SPREAD_CONSUMER: dict[str, Any] = {"fetch.max.bytes": 4 * 1_048_576}
+
+
+class KafkaSpreadFetchRunner:
+    """A confluent-kafka read_committed consumer of the lane's partitions by ``assign`` (no group)
+    from their starts; a partition whose record before its ``ends`` entry is delivered is sought
+    back to its start. Counted: records handed to the application."""
+
+    def __init__(self, lane: Lane) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        self.tp = TopicPartition
+        self.topic = lane.topic
+        self.end = dict(zip(lane.partitions, lane.ends))
+        self.consumer = Consumer(
+            {"bootstrap.servers": lane.target, "isolation.level": lane.mode, **KAFKA_CONSUMER, **KAFKA_SPREAD_CONSUMER}
+        )
+        self.consumer.assign([TopicPartition(self.topic, p, 0) for p in lane.partitions])
+        self.latencies: list[tuple[float, float]] = []
+        self.offset = 0
+        self.empty = 0
+        deadline = time.monotonic() + 60
+        while not self.step():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no records from {self.topic} in 60 s")
+        self.empty = 0
+
+    def step(self) -> int:
+        msgs = self.consumer.consume(PAGE, 1.0)
+        if not msgs:
+            self.empty += 1
+            return 0
+        wrapped = set()
+        for m in msgs:
+            if m.error() is not None:
+                raise RuntimeError(f"consume: {m.error()}")
+            p = m.partition()
+            if m.offset() + 1 >= self.end[p] and p not in wrapped:
+                wrapped.add(p)
+        for p in wrapped:
+            self.consumer.seek(self.tp(self.topic, p, 0))
+        return len(msgs)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+# The end-to-end lane's producer sends each record at once (linger 0): the latency measured is the
+# gateway's and the database's, not the client's wait for a fuller batch.
+KAFKA_LATENCY_PRODUCER: dict[str, Any] = {**KAFKA_SPREAD_PRODUCER, "linger.ms": 0}
+
+
+class KafkaLatencyRunner:
+    """Produce → visible to a read_committed consumer: an idempotent producer writing ``lane.rate``
+    records a second (0: as fast as ``SPREAD_OUTSTANDING`` unacknowledged records allow, the peak)
+    in turn to the lane's partitions, each value starting with the wall-clock time
+    it was produced at (8 bytes, nanoseconds), and a read_committed consumer of those partitions
+    (from their ends) in a thread of its own, noting for each record the time from its produce to
+    its delivery to the application. Counted: records acknowledged."""
+
+    def __init__(self, lane: Lane) -> None:
+        import threading
+
+        from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
+
+        self.lane = lane
+        self.partitions = list(lane.partitions)
+        self.keys, self.values = batch_keys(), [v[8:] for v in batch_values()]
+        self.latencies: list[tuple[float, float]] = []
+        self.offset = 0
+        self.empty = 0
+        self.acked = 0
+        self.failed: str | None = None
+        self.producer = Producer({"bootstrap.servers": lane.target, **KAFKA_LATENCY_PRODUCER, "on_delivery": self._delivered})
+        self.consumer = Consumer({"bootstrap.servers": lane.target, "isolation.level": "read_committed", **KAFKA_CONSUMER})
+        self.consumer.assign([TopicPartition(lane.topic, p, OFFSET_END) for p in self.partitions])
+        self.stopped = threading.Event()
+        self.seen = threading.Event()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        deadline = time.monotonic() + 60
+        while not self.seen.is_set():  # the consumer is at the end: a record produced now reaches it
+            self._produce(1)
+            self.producer.flush(10)
+            if self.seen.wait(0.5):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no record of {lane.topic} consumed in 60 s")
+        self.latencies.clear()
+        self.acked = 0
+        self.sent = 0
+        self.started = time.monotonic()
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.failed = self.failed or str(err)
+        else:
+            self.acked += 1
+
+    def _produce(self, n: int) -> None:
+        produce, topic, parts = self.producer.produce, self.lane.topic, self.partitions
+        for _ in range(n):
+            i = self.offset
+            self.offset += 1
+            value = time.time_ns().to_bytes(8, "big") + self.values[i % BATCH]
+            produce(topic, value, self.keys[i % BATCH], partition=parts[i % len(parts)])
+
+    def _read(self) -> None:
+        while not self.stopped.is_set():
+            msgs = self.consumer.consume(PAGE, 0.1)
+            now = time.time_ns()
+            at = time.monotonic()
+            for m in msgs:
+                if m.error() is not None:
+                    self.failed = self.failed or f"consume: {m.error()}"
+                    continue
+                sent = int.from_bytes(m.value()[:8], "big")
+                self.latencies.append((at, (now - sent) / 1e6))
+            if msgs:
+                self.seen.set()
+
+    def step(self) -> int:
+        if not self.lane.rate:
+            self._produce(SPREAD_CHUNK)
+            self.producer.poll(0)
+            while len(self.producer) > SPREAD_OUTSTANDING and not self.failed:
+                self.producer.poll(0.005)
+            if self.failed:
+                raise RuntimeError(self.failed)
+            done, self.acked = self.acked, 0
+            return done
+        due = int((time.monotonic() - self.started) * self.lane.rate) + 1 - self.sent
+        if due > 0:
+            self._produce(due)
+            self.sent += due
+        self.producer.poll(0)
+        if self.failed:
+            raise RuntimeError(self.failed)
+        time.sleep(max(0.0, self.started + (self.sent + 1) / self.lane.rate - time.monotonic()))
+        done, self.acked = self.acked, 0
+        return done
+
+    def close(self) -> None:
+        self.producer.flush(30)
+        self.stopped.set()
+        self.reader.join(10)
+        self.consumer.close()

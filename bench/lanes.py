@@ -36,7 +36,8 @@ class Lane:
     for the wire lanes, a database URL otherwise."""
 
     kind: str  # produce | raw_append | fetch | raw_fetch | pgq_enqueue | pgq_dequeue | pgmq_read | share_acquire
-    # | kafka_produce | kafka_fetch | kafka_share | kafka_share_explicit
+    # | kafka_produce | kafka_fetch | kafka_share | kafka_share_explicit | kafka_spread_produce | kafka_spread_fetch
+    # | kafka_latency
     target: str
     topic: str = ""
     partition: int = 0
@@ -47,6 +48,9 @@ class Lane:
     end: int = 0  # fetch: where the walk wraps (0: at the high watermark or LSO)
     start: int = 0  # fetch: where it wraps to (or the log start, if later)
     group: str = ""  # share lanes: the share group
+    partitions: tuple[int, ...] = ()  # spread lanes: the partitions, in turn (``partition`` is then unused)
+    ends: tuple[int, ...] = ()  # kafka_spread_fetch: where each of ``partitions`` wraps
+    rate: float = 0.0  # kafka_latency: records per second produced
 
 
 @dataclass
