@@ -6,8 +6,9 @@ filters by) — and ListOffsets."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 from sqlalchemy.engine import Connection
 
@@ -26,6 +27,7 @@ from app.domain.records import (
 from app.errors import DatabaseUnavailable, ErrorCode, TxlogError
 from app.services import Broker
 from app.storage import log as log_store
+from app.storage.db import translate_errors
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,92 @@ class LogPage:
     log_start_offset: int
 
 
+_T = TypeVar("_T")
+
+
+class LogReader:
+    """Kafka's Fetch of a request's partitions in one snapshot: one read-only transaction and one
+    status statement for all of them, then a statement for each partition with records to read —
+    rather than a transaction and two statements per partition, which made a Fetch of 1,000
+    partitions (most with nothing new) a thousand transactions.
+
+    A context manager whose enter and exit never raise: a database failure, on the way in or
+    while reading, is the error of every page asked for after it (the transaction is lost), as each
+    partition read alone would have met it. A partition's own errors (unknown, offset out of
+    range) are its own."""
+
+    def __init__(self, broker: Broker, partitions: Sequence[tuple[str, int]]) -> None:
+        self._scope = broker.db.read()
+        self._partitions = partitions
+        self._conn: Connection | None = None
+        self._statuses: dict[tuple[str, int], PartitionStatus] = {}
+        self._failed: TxlogError | None = None
+
+    def __enter__(self) -> LogReader:
+        try:
+            self._conn = self._scope.__enter__()
+        except TxlogError as exc:
+            self._failed = exc
+            return self
+        self._read(lambda conn: self._statuses.update(log_store.partition_statuses(conn, self._partitions)))
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(TxlogError):  # the pages were read; a lost COMMIT of a read changes none
+                self._scope.__exit__(None, None, None)
+
+    def page(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int = 1_048_576,
+        isolation_level: IsolationLevel = "read_uncommitted",
+        max_records: int = MAX_LOG_ROWS,
+    ) -> LogPage:
+        """One partition's page: every stored row from ``offset`` below the reader's end (the
+        last stable offset for read_committed, the high watermark for read_uncommitted) — data,
+        transaction markers and records of aborted transactions alike, as a Kafka broker sends its
+        log — within ``max_bytes`` of keys, values and headers (the log's positions) and
+        ``max_records`` rows, the first row always, however large, so a consumer always moves on.
+        For read_committed, the aborted transactions among the rows, read with them in the one
+        statement that reads the page (each row's aborted flag: ``views.page_aborted_keys``).
+        OFFSET_OUT_OF_RANGE below the log start or above the high watermark; at or past the
+        reader's end, an empty page."""
+        if max_records < 1 or max_bytes < 1:
+            raise TxlogError(ErrorCode.INVALID_REQUEST, "max_records and max_bytes must be positive")
+        if self._failed is not None:
+            raise self._failed
+        status = self._statuses.get((topic, partition))
+        if status is None:
+            raise unknown_partition(topic, partition)
+        _check_offset(status, offset)
+        rows = self._read(lambda conn: log_rows(conn, status, offset, max_bytes, isolation_level, max_records))
+        aborted = None
+        if isolation_level == "read_committed":
+            aborted = sorted({(r.producer_id, r.txn_first_offset) for r in rows if r.aborted}, key=lambda a: (a[1], a[0]))
+        return LogPage(
+            topic,
+            partition,
+            rows,
+            aborted,  # type: ignore[arg-type]  # aborted rows are transactional: producer id and first offset set
+            status.high_watermark,
+            status.last_stable_offset,
+            status.log_start_offset,
+        )
+
+    def _read(self, statement: Callable[[Connection], _T]) -> _T:
+        """A statement on the snapshot; its failure is the database's, and ends the snapshot."""
+        assert self._conn is not None
+        try:
+            with translate_errors():
+                return statement(self._conn)
+        except TxlogError as exc:
+            self._failed = exc
+            raise
+
+
 def fetch_log(
     broker: Broker,
     topic: str,
@@ -113,34 +201,9 @@ def fetch_log(
     isolation_level: IsolationLevel = "read_uncommitted",
     max_records: int = MAX_LOG_ROWS,
 ) -> LogPage:
-    """Kafka's Fetch of one partition: every stored row from ``offset`` below the reader's end (the
-    last stable offset for read_committed, the high watermark for read_uncommitted) — data,
-    transaction markers and records of aborted transactions alike, as a Kafka broker sends its log
-    — within ``max_bytes`` of keys, values and headers (the log's positions) and ``max_records``
-    rows, the first row always, however large, so a consumer always moves on. For read_committed,
-    the aborted transactions among the rows, read with them in the one statement that reads the
-    page (each row's aborted flag: ``views.page_aborted_keys``). Status and rows come from one snapshot.
-    OFFSET_OUT_OF_RANGE below the log start or above the high watermark; at or past the reader's
-    end, an empty page."""
-    if max_records < 1 or max_bytes < 1:
-        raise TxlogError(ErrorCode.INVALID_REQUEST, "max_records and max_bytes must be positive")
-    committed = isolation_level == "read_committed"
-    with broker.db.read() as conn:  # one snapshot: status and rows agree
-        status = log_store.partition_status(conn, topic, partition)
-        _check_offset(status, offset)
-        rows = log_rows(conn, status, offset, max_bytes, isolation_level, max_records)
-    aborted = None
-    if committed:
-        aborted = sorted({(r.producer_id, r.txn_first_offset) for r in rows if r.aborted}, key=lambda a: (a[1], a[0]))
-    return LogPage(
-        topic,
-        partition,
-        rows,
-        aborted,  # type: ignore[arg-type]  # aborted rows are transactional: producer id and first offset set
-        status.high_watermark,
-        status.last_stable_offset,
-        status.log_start_offset,
-    )
+    """Kafka's Fetch of one partition (``LogReader.page``), in a snapshot of its own."""
+    with LogReader(broker, [(topic, partition)]) as reader:
+        return reader.page(topic, partition, offset, max_bytes, isolation_level, max_records)
 
 
 def fetch_log_on_replica(

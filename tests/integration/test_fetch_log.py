@@ -287,3 +287,48 @@ def test_partition_statuses_of_several_partitions_in_one_read(broker, topic):
     assert set(got) == {(topic, 0), (topic, 1)}
     assert (got[(topic, 0)].high_watermark, got[(topic, 0)].last_stable_offset) == (2, 2)
     assert (got[(topic, 1)].high_watermark, got[(topic, 1)].last_stable_offset, got[(topic, 1)].open_transactions) == (1, 0, 1)
+
+
+# --- a Fetch of many partitions ----------------------------------------------------------------------
+
+
+def test_a_fetch_reads_its_partitions_in_one_snapshot_each_with_its_own_errors(broker, topic_name):
+    topics.create_topic(broker, topic_name, 4)
+    for p in range(4):
+        plain(broker, topic_name, p, f"p{p}-a", f"p{p}-b")
+    wanted = [(topic_name, p) for p in (0, 1, 2, 3, 7)]
+
+    def read_all():  # type: ignore[no-untyped-def]
+        with fetch_service.LogReader(broker, wanted) as reader:
+            plain(broker, topic_name, 1, "after the snapshot")
+            assert error_of(reader.page, topic_name, 7, 0).code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            assert error_of(reader.page, topic_name, 0, 3).code is ErrorCode.OFFSET_OUT_OF_RANGE
+            later = reader.page(topic_name, 1, 0)
+            assert [r.value for r in later.records] == [b"p1-a", b"p1-b"] and later.high_watermark == 2
+            assert reader.page(topic_name, 2, 2).records == []  # caught up: no statement of its own
+            assert [r.value for r in reader.page(topic_name, 3, 1).records] == [b"p3-b"]
+
+    statements = _statements_of(broker, read_all, touching=("txlog.partition_status", "WITH RECURSIVE budget"))
+    assert sum("txlog.partition_status" in st for st, _ in statements) == 1  # one status statement for all
+    assert sum("WITH RECURSIVE budget" in st for st, _ in statements) == 2  # a page statement per partition read
+    assert page(broker, topic_name, partition=1).high_watermark == 3
+
+
+def test_a_database_failure_fails_every_page_read_after_it(broker, topic_name):
+    topics.create_topic(broker, topic_name, 3)
+    for p in range(3):
+        plain(broker, topic_name, p, f"p{p}")
+    with fetch_service.LogReader(broker, [(topic_name, p) for p in range(3)]) as reader:
+        assert reader.page(topic_name, 0, 0).records
+        with broker.db.transaction() as conn:  # the reader's session ends under it
+            ended = conn.execute(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()"
+                )
+            ).scalar_one()
+        assert ended == 1
+        first = error_of(reader.page, topic_name, 1, 0)
+        assert first.code.retriable, first
+        assert error_of(reader.page, topic_name, 2, 0) is first
+    assert page(broker, topic_name, partition=2).records  # the next Fetch reads again

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import struct
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -52,6 +53,18 @@ class GatewayProcess(TxlogProcess):
 
     def connect(self, timeout: float = 10) -> "RawConnection":
         return RawConnection(socket.create_connection(("127.0.0.1", self.port), timeout=timeout))
+
+
+def polled_values(consumer: Any, count: int, timeout_s: float = 60) -> list[bytes]:
+    """The values a kafka-python ``KafkaConsumer`` polls until it has ``count`` of them (or more,
+    from the same poll) or ``timeout_s`` passed: a wait on the records, where the consumer's own
+    ``consumer_timeout_ms`` would count its connecting and joining on a loaded machine."""
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    while len(values) < count and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=500).values():
+            values.extend(r.value for r in records)
+    return values
 
 
 class RawConnection:

@@ -24,7 +24,7 @@ import pytest
 from app.services import security, topics
 from app.wire.kafka.messages import ApiKey
 from tests.conftest import fresh_database, make_broker
-from tests.kafka.conftest import GatewayProcess, RawConnection
+from tests.kafka.conftest import GatewayProcess, RawConnection, polled_values
 from tests.kafka.tls import Authority, Pair
 from tests.support import ROOT, free_port, wait_until
 
@@ -360,9 +360,9 @@ def test_kafka_python_produces_and_consumes(cluster: Cluster, listener: str) -> 
     for i in range(4):
         producer.send(topic, f"kp{i}".encode(), partition=i % 2).get(timeout=30)
     producer.close()
-    consumer = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=10_000, **conf)
+    consumer = KafkaConsumer(topic, auto_offset_reset="earliest", **conf)
     try:
-        assert sorted(m.value for m in consumer) == [f"kp{i}".encode() for i in range(4)]
+        assert sorted(polled_values(consumer, 4)) == [f"kp{i}".encode() for i in range(4)]
     finally:
         consumer.close()
 

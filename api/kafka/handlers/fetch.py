@@ -54,7 +54,7 @@ import asyncio
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from api.kafka.handlers import RequestContext, access, error_code
 from api.kafka.handlers.quotas import fetch_max_bytes, fetch_throttle
@@ -195,7 +195,34 @@ def _read(
     passes from one partition to the next, as a Kafka broker reads them. A topic ``refused`` is
     answered its error, unread; a partition in ``redirect`` its preferred read replica and its
     status, no records (one statement for all of them). ``replica``: the standby a read replica
-    gateway reads the log from."""
+    gateway reads the log from, a partition at a time; otherwise every partition is read in one
+    snapshot (``fetch_service.LogReader``)."""
+    if replica is not None:
+
+        def on_replica(w: _Wanted, limit: int) -> fetch_service.LogPage:
+            return fetch_service.fetch_log_on_replica(replica, broker, w.topic, w.partition, w.offset, limit, isolation)
+
+        return _read_pages(broker, wanted, max_bytes, refused, redirect, on_replica)
+    readable = [(w.topic, w.partition) for w in wanted if w.topic not in refused]
+    with fetch_service.LogReader(broker, readable) as reader:
+        return _read_pages(
+            broker,
+            wanted,
+            max_bytes,
+            refused,
+            redirect,
+            lambda w, limit: reader.page(w.topic, w.partition, w.offset, limit, isolation),
+        )
+
+
+def _read_pages(
+    broker: Broker,
+    wanted: Sequence[_Wanted],
+    max_bytes: int,
+    refused: Mapping[str, TxlogError],
+    redirect: Mapping[tuple[str, int], int] | None,
+    read_page: Callable[[_Wanted, int], fetch_service.LogPage],
+) -> _Read:
     answers = []
     left = max_bytes
     first_whole = True  # until a partition has records: its first record goes whatever its size
@@ -228,12 +255,7 @@ def _read(
             continue
         limit = max(0, min(w.max_bytes, left))
         try:
-            if replica is not None:
-                page = fetch_service.fetch_log_on_replica(
-                    replica, broker, w.topic, w.partition, w.offset, max(limit, 1), isolation
-                )
-            else:
-                page = fetch_service.fetch_log(broker, w.topic, w.partition, w.offset, max(limit, 1), isolation)
+            page = read_page(w, max(limit, 1))
         except TxlogError as exc:
             answers.append(_partition_error(w.partition, exc))
             failed = True
