@@ -266,8 +266,11 @@ class Faults:
         rng: random.Random,
         gateways: list[GatewayProcess] | None = None,
         started: float | None = None,
+        supervised: bool = False,
     ) -> None:
         self.pg = pg
+        self.supervised = supervised
+        self.started_again: list[str] = []  # processes a supervisor started again (``start_again``)
         self.hosts = hosts
         self.gateways = gateways or []
         self.transformer = transformer
@@ -290,6 +293,24 @@ class Faults:
         """Another fault kind: ``inject`` does it and returns once it is over, saying what it did."""
         self.kinds[kind] = inject
 
+    def start_again(self, process: TxlogProcess) -> None:
+        """Start a killed server or gateway again. Each checks the database's schema before it
+        serves and exits at once when no node accepts writes; on a cluster that may be failing over
+        meanwhile (``supervised``), one that exited so is started again until it serves, as a
+        supervisor (systemd's ``Restart=on-failure``) would."""
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                process.start()
+                return
+            except AssertionError:
+                if not self.supervised or process.alive() or time.monotonic() > deadline:
+                    raise
+                if "psycopg.OperationalError" not in process.log()[-5000:]:
+                    raise
+                where = process.log_path.name if process.log_path else process.name
+                self.started_again.append(f"{where} at {time.monotonic() - self.started:.1f} s")
+
     def kill_worker(self) -> str | None:
         host = self.rng.choice(self.hosts)
         pids = worker_pids(host)
@@ -302,7 +323,7 @@ class Faults:
         host = self.rng.choice(self.hosts)
         host.kill()
         time.sleep(self.rng.uniform(0.2, 1.5))
-        host.start()
+        self.start_again(host)
         return f"kill -9 server :{host.port}, restarted"
 
     def pause_host(self) -> str:
@@ -336,7 +357,7 @@ class Faults:
         gateway = self.rng.choice(self.gateways)
         gateway.kill()
         time.sleep(self.rng.uniform(0.2, 1.5))
-        gateway.start()  # on its ports
+        self.start_again(gateway)  # on its ports
         return f"kill -9 Kafka gateway {gateway.node_id}, restarted"
 
     def pause_gateway(self) -> str:
@@ -443,12 +464,14 @@ def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(t
             load.start()
             doors.wait_delivering(0, 90)
             mark("every client working")
-            faults = Faults(pg, hosts, transformer, rng)
+            faults = Faults(pg, hosts, transformer, rng, supervised=cluster is not None)
             if cluster is not None:
                 patroni = PatroniFaults(cluster, random.Random(SEED + 2), doors.wait_delivering)
                 for kind, inject in patroni.kinds().items():
                     faults.add(kind, inject)
-            kafka_faults = Faults(pg, hosts, transformer, random.Random(SEED + 1), doors.gateways, faults.started)
+            kafka_faults = Faults(
+                pg, hosts, transformer, random.Random(SEED + 1), doors.gateways, faults.started, supervised=cluster is not None
+            )
             try:
                 with ThreadPoolExecutor(1) as lane:
                     kafka_run = lane.submit(kafka_faults.run, SECONDS, lambda since: doors.wait_delivering(since, 90))
@@ -555,6 +578,8 @@ def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(t
                 print(checker.summary(history, result))
                 if patroni is not None:
                     print(patroni.summary())
+                    started_again = faults.started_again + kafka_faults.started_again
+                    print(f"started again after exiting at start, the database failing over: {started_again or 'none'}")
                 print(
                     f"answers lost by the proxies: {answers_lost} HTTP, {kafka_answers_lost} Kafka; "
                     f"{transformer.started} transforming processes; {'; '.join(doors.restarts) or 'no copier started again'}"
