@@ -28,6 +28,12 @@ nothing else (no aborted or never-committed record, not even part of a transacti
 offsets at the end of ``in``; the consumer never went backwards and never skipped a committed
 record; the last stable offset caught up with the high watermark.
 
+With ``TXLOG_CHAOS_HA=1`` (a run of its own under ``make chaos``) the database is a Patroni cluster
+of a primary and its synchronous standby (``patroni_faults.py``), every process given both nodes in
+one URL; PostgreSQL's faults are then its failover (the leader's PostgreSQL killed with ``kill -9``
+or frozen past Patroni's TTL) and a restart of the leader by Patroni, in place of the one server's
+immediate restart, and the run prints each failover's times.
+
 ``TXLOG_CHAOS_SECONDS`` sets how long faults are injected and ``TXLOG_CHAOS_PRODUCE_PAUSE_S`` the
 load (``make chaos`` runs longer and heavier; the suite's own run is bounded); a failing run
 prints its ``TXLOG_CHAOS_SEED`` to replay the same faults."""
