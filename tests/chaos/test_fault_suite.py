@@ -287,11 +287,12 @@ class Faults:
             "kill a worker": self.kill_worker,
             "kill a server": self.kill_host,
             "pause a server": self.pause_host,
+            "restart PostgreSQL": self.restart_postgres,
             "kill the transformer": self.kill_transformer,
             "zombie": self.zombie,
         }
-        if pg is not None:  # a cluster's database faults are its own (``add``)
-            self.kinds["restart PostgreSQL"] = self.restart_postgres
+        if pg is None:  # a cluster's database faults are its own (``add``)
+            del self.kinds["restart PostgreSQL"]
         if self.gateways:
             self.kinds = {"kill a gateway": self.kill_gateway, "pause a gateway": self.pause_gateway}
 
