@@ -46,9 +46,10 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 bench: $(STAMP) system-deps $(BENCH_STAMP)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m bench $(if $(QUICK),--quick,) $(if $(ONLY),--only $(ONLY),)
 
-# Longer fault runs: the fault suite (HTTP and Kafka doors) for CHAOS_SECONDS under a heavier load,
-# Kafka's clients through PostgreSQL restarts and an outage (tests/chaos/database_restarts.py), a
-# share group's workers under faults for CHAOS_SECONDS (tests/chaos/test_share_group_faults.py), 10,000
+# Longer fault runs: the fault suite (HTTP and Kafka doors) for CHAOS_SECONDS under a heavier load, then
+# again on a Patroni cluster (TXLOG_CHAOS_HA=1) with PostgreSQL's failovers among its faults, Kafka's
+# clients through PostgreSQL restarts and an outage (tests/chaos/database_restarts.py), a share
+# group's workers under faults for CHAOS_SECONDS (tests/chaos/test_share_group_faults.py), 10,000
 # transactions timing out together, a frozen server a few times over, and a confluent-kafka copier
 # through both gateways killed at once (tests/chaos/gateway_restarts.py), Patroni's failovers with
 # the loss of the primary's whole host added (tests/replication/test_patroni_failover.py), the Spark
@@ -57,6 +58,7 @@ CHAOS_ROUNDS ?= 3
 CHAOS_SECONDS ?= 300
 chaos: $(STAMP) system-deps
 	TXLOG_CHAOS_SECONDS=$(CHAOS_SECONDS) TXLOG_CHAOS_PRODUCE_PAUSE_S=0.03 $(PY) -m pytest -q -s -p no:cacheprovider tests/chaos --ignore=tests/chaos/test_share_group_faults.py
+	TXLOG_CHAOS_HA=1 TXLOG_CHAOS_SECONDS=$(CHAOS_SECONDS) TXLOG_CHAOS_PRODUCE_PAUSE_S=0.03 $(PY) -m pytest -q -s -p no:cacheprovider tests/chaos/test_fault_suite.py
 	$(PY) -m pytest -q -s -p no:cacheprovider tests/chaos/database_restarts.py
 	TXLOG_SHARE_CHAOS_SECONDS=$(CHAOS_SECONDS) $(PY) -m pytest -q -s -p no:cacheprovider tests/chaos/test_share_group_faults.py
 	TXLOG_SWEEPER_SCALE_N=10000 $(PY) -m pytest -q -s -p no:cacheprovider tests/integration/test_sweeper_scale.py

@@ -28,6 +28,12 @@ nothing else (no aborted or never-committed record, not even part of a transacti
 offsets at the end of ``in``; the consumer never went backwards and never skipped a committed
 record; the last stable offset caught up with the high watermark.
 
+With ``TXLOG_CHAOS_HA=1`` (a run of its own under ``make chaos``) the database is a Patroni cluster
+of a primary and its synchronous standby (``patroni_faults.py``), every process given both nodes in
+one URL; PostgreSQL's faults are then its failover (the leader's PostgreSQL killed with ``kill -9``
+or frozen past Patroni's TTL) and a restart of the leader by Patroni, in place of the one server's
+immediate restart, and the run prints each failover's times.
+
 ``TXLOG_CHAOS_SECONDS`` sets how long faults are injected and ``TXLOG_CHAOS_PRODUCE_PAUSE_S`` the
 load (``make chaos`` runs longer and heavier; the suite's own run is bounded); a failing run
 prints its ``TXLOG_CHAOS_SEED`` to replay the same faults."""
@@ -53,14 +59,16 @@ import psycopg
 import pytest
 
 from app.storage import migrate
-from app.storage.embedded import EmbeddedPostgres
+from app.storage.embedded import DATABASE, EmbeddedPostgres
 from tests.chaos import checker
 from tests.chaos.checker import Copier as CopierHistory
 from tests.chaos.checker import History, Poll
 from tests.chaos.database_restarts import ACKS, quiet_clients  # noqa: F401 — the fixture, used below
 from tests.chaos.kafka_doors import KafkaDoors
+from tests.chaos.patroni_faults import PatroniFaults
 from tests.client.proxy import LossyProxy
 from tests.kafka.conftest import GatewayProcess
+from tests.replication.patroni_cluster import PatroniCluster, have_patroni
 from tests.support import ROOT, ServerProcess, TxlogProcess, destroy_embedded, wait_until, wait_while_progressing
 from txlog import Consumer, KafkaException, Producer, TopicPartition
 
@@ -70,6 +78,8 @@ SECONDS = float(os.environ.get("TXLOG_CHAOS_SECONDS", "30"))
 # Each producer sends 20 records, then pauses this long: 0.1 s is about 200 records/s each.
 PRODUCE_PAUSE_S = float(os.environ.get("TXLOG_CHAOS_PRODUCE_PAUSE_S", "0.1"))
 SEED = int(os.environ.get("TXLOG_CHAOS_SEED", str(random.randrange(1 << 30))))
+# The database a Patroni cluster (tests/chaos/patroni_faults.py) that fails over among the faults.
+HA = os.environ.get("TXLOG_CHAOS_HA") == "1"
 PARTITIONS = 3
 PRODUCERS = 3
 GROUP = "upper"
@@ -256,14 +266,17 @@ class Faults:
 
     def __init__(
         self,
-        pg: EmbeddedPostgres,
+        pg: EmbeddedPostgres | None,
         hosts: list[ServerProcess],
         transformer: Transformer,
         rng: random.Random,
         gateways: list[GatewayProcess] | None = None,
         started: float | None = None,
+        supervised: bool = False,
     ) -> None:
         self.pg = pg
+        self.supervised = supervised
+        self.started_again: list[str] = []  # processes a supervisor started again (``start_again``)
         self.hosts = hosts
         self.gateways = gateways or []
         self.transformer = transformer
@@ -278,12 +291,32 @@ class Faults:
             "kill the transformer": self.kill_transformer,
             "zombie": self.zombie,
         }
+        if pg is None:  # a cluster's database faults are its own (``add``)
+            del self.kinds["restart PostgreSQL"]
         if self.gateways:
             self.kinds = {"kill a gateway": self.kill_gateway, "pause a gateway": self.pause_gateway}
 
     def add(self, kind: str, inject: Callable[[], str | None]) -> None:
         """Another fault kind: ``inject`` does it and returns once it is over, saying what it did."""
         self.kinds[kind] = inject
+
+    def start_again(self, process: TxlogProcess) -> None:
+        """Start a killed server or gateway again. Each checks the database's schema before it
+        serves and exits at once when no node accepts writes; on a cluster that may be failing over
+        meanwhile (``supervised``), one that exited so is started again until it serves, as a
+        supervisor (systemd's ``Restart=on-failure``) would."""
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                process.start()
+                return
+            except AssertionError:
+                if not self.supervised or process.alive() or time.monotonic() > deadline:
+                    raise
+                if "psycopg.OperationalError" not in process.log()[-5000:]:
+                    raise
+                where = process.log_path.name if process.log_path else process.name
+                self.started_again.append(f"{where} at {time.monotonic() - self.started:.1f} s")
 
     def kill_worker(self) -> str | None:
         host = self.rng.choice(self.hosts)
@@ -297,7 +330,7 @@ class Faults:
         host = self.rng.choice(self.hosts)
         host.kill()
         time.sleep(self.rng.uniform(0.2, 1.5))
-        host.start()
+        self.start_again(host)
         return f"kill -9 server :{host.port}, restarted"
 
     def pause_host(self) -> str:
@@ -309,6 +342,7 @@ class Faults:
         return f"SIGSTOP server :{host.port} for {pause:.1f} s"
 
     def restart_postgres(self) -> str:
+        assert self.pg is not None
         self.pg.kill()  # pg_ctl stop -m immediate: no checkpoint, crash recovery on start
         time.sleep(self.rng.uniform(0.2, 1.0))
         self.pg.start()
@@ -330,7 +364,7 @@ class Faults:
         gateway = self.rng.choice(self.gateways)
         gateway.kill()
         time.sleep(self.rng.uniform(0.2, 1.5))
-        gateway.start()  # on its ports
+        self.start_again(gateway)  # on its ports
         return f"kill -9 Kafka gateway {gateway.node_id}, restarted"
 
     def pause_gateway(self) -> str:
@@ -389,9 +423,17 @@ def fetch_all(url: str, topic: str, partition: int, isolation: str) -> list[dict
 
 def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(tmp_path: Path) -> None:
     rng = random.Random(SEED)
-    print(f"\nfault suite: seed {SEED}, faults for {SECONDS:.0f} s")
-    pg = EmbeddedPostgres(tmp_path / "pg")
-    pg.start()
+    print(f"\nfault suite: seed {SEED}, faults for {SECONDS:.0f} s{', PostgreSQL under Patroni' if HA else ''}")
+    if HA and not have_patroni():
+        pytest.skip("TXLOG_CHAOS_HA needs patroni and etcd (scripts/system-deps.sh installs them)")
+    pg: EmbeddedPostgres | None = None
+    cluster: PatroniCluster | None = None
+    if HA:
+        cluster = PatroniCluster(tmp_path / "cluster")
+    else:
+        pg = EmbeddedPostgres(tmp_path / "pg")
+        pg.start()
+    patroni: PatroniFaults | None = None
     hosts: list[ServerProcess] = []
     transformer: Transformer | None = None
     load: Load | None = None
@@ -403,9 +445,17 @@ def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(t
         phases.append(f"{time.monotonic() - began:6.1f} s  {what}")
 
     try:
-        migrate.upgrade(pg.url)
-        hosts = [ServerProcess(pg.url, workers=2, env=ENV, log_path=tmp_path / f"server-{i}.log") for i in range(2)]
-        doors = KafkaDoors(pg.url, tmp_path, SECONDS, SEED)
+        if cluster is not None:
+            cluster.start()
+            leader, _standby = cluster.healthy()
+            migrate.upgrade(leader.admin_url(DATABASE))
+            db_url = cluster.url
+        else:
+            assert pg is not None
+            migrate.upgrade(pg.url)
+            db_url = pg.url
+        hosts = [ServerProcess(db_url, workers=2, env=ENV, log_path=tmp_path / f"server-{i}.log") for i in range(2)]
+        doors = KafkaDoors(db_url, tmp_path, SECONDS, SEED)
         start_together([*hosts, *doors.gateways])
         with httpx.Client(base_url=hosts[0].url, timeout=30) as api:
             for topic in ("in", "out"):
@@ -421,8 +471,14 @@ def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(t
             load.start()
             doors.wait_delivering(0, 90)
             mark("every client working")
-            faults = Faults(pg, hosts, transformer, rng)
-            kafka_faults = Faults(pg, hosts, transformer, random.Random(SEED + 1), doors.gateways, faults.started)
+            faults = Faults(pg, hosts, transformer, rng, supervised=cluster is not None)
+            if cluster is not None:
+                patroni = PatroniFaults(cluster, random.Random(SEED + 2), doors.wait_delivering)
+                for kind, inject in patroni.kinds().items():
+                    faults.add(kind, inject)
+            kafka_faults = Faults(
+                pg, hosts, transformer, random.Random(SEED + 1), doors.gateways, faults.started, supervised=cluster is not None
+            )
             try:
                 with ThreadPoolExecutor(1) as lane:
                     kafka_run = lane.submit(kafka_faults.run, SECONDS, lambda since: doors.wait_delivering(since, 90))
@@ -476,7 +532,7 @@ def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(t
 
                     wait_until(stable, 60, 0.5, "the last stable offset to catch up with the high watermark")
                     committed_out = {p: fetch_all(url, "out", p, "read_committed") for p in range(PARTITIONS)}
-                    final, aborted = read_log(pg.url)
+                    final, aborted = read_log(db_url)
                     history = History(
                         acked={
                             **{log.name: {v: ("in", p, o) for v, (p, o) in log.acked.items()} for log in load.logs},
@@ -493,9 +549,9 @@ def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(t
                                 "out",
                                 group_offsets(GROUP, "in"),
                                 lambda _p, _o, v: v.upper(),
-                                *transactions(pg.url, TID),
+                                *transactions(db_url, TID),
                             ),
-                            *doors.copier_histories(group_offsets, lambda tid: transactions(pg.url, tid)),
+                            *doors.copier_histories(group_offsets, lambda tid: transactions(db_url, tid)),
                         ],
                         aborted=aborted,
                         log=final,
@@ -527,12 +583,16 @@ def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(t
                 result = checker.check(history)
                 print("phases:\n" + "\n".join(phases))
                 print(checker.summary(history, result))
+                if patroni is not None:
+                    print(patroni.summary())
+                    started_again = faults.started_again + kafka_faults.started_again
+                    print(f"started again after exiting at start, the database failing over: {started_again or 'none'}")
                 print(
                     f"answers lost by the proxies: {answers_lost} HTTP, {kafka_answers_lost} Kafka; "
                     f"{transformer.started} transforming processes; {'; '.join(doors.restarts) or 'no copier started again'}"
                 )
                 assert result.ok(), f"anomalies (seed {SEED}):\n{result.report()}"
-                checked = check(pg.url, url, load, in_end, committed_out)
+                checked = check(db_url, url, load, in_end, committed_out)
             except AssertionError as exc:
                 raise AssertionError(
                     f"{exc}\nTXLOG_CHAOS_SEED={SEED}\nphases:\n"
@@ -540,6 +600,7 @@ def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(t
                     + "\nfaults:\n"
                     + "\n".join(f"{t:6.1f} s  {w}" for t, w in sorted(faults.injected + kafka_faults.injected))
                     + f"\n{doors.diagnosis()}"
+                    + (f"\n{cluster.logs()}" if cluster is not None else "")
                 ) from None
         print(
             f"HTTP load: {sum(len(l.acked) for l in load.logs)} records acknowledged to 'in' by {PRODUCERS} idempotent producers "
@@ -560,7 +621,10 @@ def test_nothing_acknowledged_is_lost_and_nothing_aborted_is_read_under_faults(t
             with contextlib.suppress(Exception):
                 h.signal_group(signal.SIGCONT)
             h.kill()
-        destroy_embedded(pg)
+        if pg is not None:
+            destroy_embedded(pg)
+        if cluster is not None:
+            cluster.stop()
 
 
 def start_together(processes: list[TxlogProcess]) -> None:

@@ -288,6 +288,22 @@ class PatroniCluster:
             f"{standby.name} the synchronous standby of {primary.name}",
         )
 
+    def healthy(self) -> tuple[PatroniNode, PatroniNode]:
+        """The leader and its synchronous standby, once Patroni has both: the cluster can fail over
+        without losing anything acknowledged."""
+        leader = self.wait(self.leader, 60, "one leader")
+        standby = self.other(leader)
+        self.wait_synchronous(leader, standby)
+        return leader, standby
+
+    def restart_leader(self) -> PatroniNode:
+        """The leader's PostgreSQL restarted by its Patroni (``POST /restart``, as ``patronictl
+        restart`` does): a clean stop and start in place, the leader key kept."""
+        leader = self.wait(self.leader, 60, "one leader")
+        r = httpx.post(f"http://127.0.0.1:{leader.rest_port}/restart", json={}, timeout=120)
+        assert r.status_code == 200, f"Patroni refused the restart of {leader.name}: {r.status_code} {r.text}"
+        return leader
+
     def wait(self, predicate, timeout: float, message: str):  # type: ignore[no-untyped-def]
         """``wait_until``, with both nodes' logs in the failure."""
         try:

@@ -178,14 +178,6 @@ def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HA]:
         yield HA(cluster, server, gateway, api)
 
 
-def healthy(cluster: PatroniCluster) -> tuple[PatroniNode, PatroniNode]:
-    """The leader and its synchronous standby, once Patroni has both."""
-    leader = cluster.wait(cluster.leader, 60, "one leader")
-    standby = cluster.other(leader)
-    cluster.wait_synchronous(leader, standby)
-    return leader, standby
-
-
 def read_committed(bootstrap: str) -> dict[str, tuple[str, int, int]]:
     """Every record of both topics a confluent-kafka read_committed consumer sees through the
     gateway, value -> (topic, partition, offset); no value twice."""
@@ -225,7 +217,7 @@ def run_fault(ha: HA, name: str, fault: Callable[[PatroniNode, PatroniNode], Non
     """Load, ``fault(leader, standby)``, the standby promoted, load on the new primary; then the
     checks. Returns the old and new leader and when the fault began."""
     cluster, server, gateway, api = ha.cluster, ha.server, ha.gateway, ha.api
-    old, new = healthy(cluster)
+    old, new = cluster.healthy()
     processes = {**server.processes(), **gateway.processes()}
     phase, stop = Phase(), threading.Event()
     loads = [
