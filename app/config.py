@@ -29,6 +29,9 @@ class Settings(BaseSettings):
     log_retention_ms: int = Field(-1, ge=-1)  # log.retention.ms
     log_retention_bytes: int = Field(-1, ge=-1)  # log.retention.bytes
     db_pool_size: int = Field(10, gt=0)
+    # A server or gateway started while no database host accepts writes (down, restarting, failing
+    # over) waits this long for one before it gives up (exit 1).
+    startup_database_wait_ms: int = Field(60_000, ge=0)
     # uvicorn's access log, a line per HTTP request: off unless asked for (a busy worker spent 5-8%
     # of its CPU on it; /metrics counts requests by route and status).
     access_log: bool = False

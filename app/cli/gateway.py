@@ -42,8 +42,8 @@ def gateway_broker(command: str, database_url: str | None, overrides: dict[str, 
 
     url, server = resolve_database_url(database_url)
     try:
-        migrations.upgrade(url)
         settings = load_settings(database_url=url, **overrides)
+        migrations.upgrade_when_writable(url, settings.startup_database_wait_ms / 1000)
         broker = Broker(Database.from_settings(settings), settings)
         if settings.auth == "token" and settings.admin_token:
             security.ensure_admin_principal(broker.db, settings.admin_token)

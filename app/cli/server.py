@@ -114,7 +114,7 @@ def serve(
         rocketmq_listener(settings.model_copy(update={"auth": auth}), insecure)
     os.environ["TXLOG_AUTH"] = auth  # workers read their settings from the environment
     url, server = resolve_database_url(database_url)
-    migrations.upgrade(url)
+    migrations.upgrade_when_writable(url, settings.startup_database_wait_ms / 1000)
     os.environ["TXLOG_DATABASE_URL"] = url  # workers read their settings from the environment
     if workers > 1 and "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="txlog-metrics-")

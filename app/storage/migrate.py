@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 
+import psycopg
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 
 import migrations
@@ -24,6 +28,26 @@ def alembic_config(url: str) -> Config:
 
 def upgrade(url: str, revision: str = "head") -> None:
     command.upgrade(alembic_config(url), revision)
+
+
+def upgrade_when_writable(url: str, wait_s: float, revision: str = "head") -> None:
+    """``upgrade``, once a primary accepts the connection: a server or gateway started while its
+    database is away or failing over (refused, shutting down, or only standbys reachable, none
+    writable yet) waits for it, up to ``wait_s``, as a running one rides through the same outage;
+    then the last failure is raised. Any other failure is raised at once."""
+    deadline = time.monotonic() + wait_s
+    delay = 0.2
+    while True:
+        try:
+            upgrade(url, revision)
+            return
+        except (sa_exc.OperationalError, sa_exc.InternalError) as exc:
+            unreachable = isinstance(exc.orig, (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction))
+            if not unreachable or time.monotonic() + delay > deadline:
+                raise
+            print(f"txlog: waiting for the database to accept writes: {str(exc.orig).strip().splitlines()[0]}", file=sys.stderr)
+        time.sleep(delay)
+        delay = min(delay * 2, 2.0)
 
 
 def head_revision(url: str) -> str | None:

@@ -21,6 +21,7 @@ answer is written here."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -35,6 +36,7 @@ from tests.kafka.conftest import GatewayProcess, RawConnection
 from tests.kafka.test_fetch import fetch_body, list_offsets_body
 from tests.kafka.test_groups import _commit_body, _join
 from tests.kafka.test_transactions import batch, produce
+from tests.support import wait_until
 
 TOPIC, GROUP, TID, NODE = "outage", "outage-group", "outage-tx", 3
 STORAGE, TIMED_OUT, COORDINATOR, LOADING, LEADER = (
@@ -724,3 +726,27 @@ def test_every_api_answers_as_a_broker_whose_storage_is_away_and_serves_again_af
         ).error_code
         == 0
     )
+
+
+def test_a_gateway_started_while_its_database_is_away_waits_for_it(own_postgres: EmbeddedPostgres, tmp_path: Path) -> None:
+    """A gateway (or server) started during an outage or a failover waits for a writable database
+    (TXLOG_STARTUP_DATABASE_WAIT_MS) rather than exiting, as a running one rides it out."""
+    pg = own_postgres
+    pg.kill()
+    gateway = GatewayProcess(pg.url, log_path=tmp_path / "gateway.log")
+
+    def database_back() -> None:
+        wait_until(lambda: "waiting for the database" in gateway.log(), 60, 0.1, "the gateway to wait for the database")
+        pg.start()
+
+    back = threading.Thread(target=database_back)
+    back.start()
+    try:
+        gateway.start(timeout=120)
+        back.join()
+        with gateway.connect() as conn:
+            brokers = conn.request(ApiKey.Metadata, 12, {"topics": None}).brokers
+        assert [b.node_id for b in brokers] == [0]
+    finally:
+        back.join()
+        gateway.stop()
