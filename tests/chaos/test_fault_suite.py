@@ -74,7 +74,7 @@ from txlog import Consumer, KafkaException, Producer, TopicPartition
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("quiet_clients")]
 
-SECONDS = float(os.environ.get("TXLOG_CHAOS_SECONDS", "30"))
+SECONDS = float(os.environ.get("TXLOG_CHAOS_SECONDS", "20"))
 # Each producer sends 20 records, then pauses this long: 0.1 s is about 200 records/s each.
 PRODUCE_PAUSE_S = float(os.environ.get("TXLOG_CHAOS_PRODUCE_PAUSE_S", "0.1"))
 SEED = int(os.environ.get("TXLOG_CHAOS_SEED", str(random.randrange(1 << 30))))
