@@ -3,7 +3,16 @@
 - A frame is a 4-byte size and that many bytes. A size below a request header or above
   TXLOG_KAFKA_MAX_FRAME_BYTES, or a frame that does not decode, closes that connection only.
 - A connection is served one request at a time, as Kafka mutes a channel until it has answered:
-  answers leave in the order the requests came.
+  answers leave in the order the requests came. One exception: a Produce request read while
+  earlier Produce requests of the same connection are being appended, none of them naming a
+  partition it names, is appended at once beside them (up to ``PIPELINED_PRODUCE`` at a time),
+  so that the loop's group commit shares their commits; its answer still leaves after theirs.
+  A client sends a partition's batches in order and Kafka's sequences are per partition, so
+  appending distinct partitions together changes no outcome. A request naming a partition in
+  flight, and any other request, waits until every answer before it has left; so does every
+  Produce while client quotas are set (a throttled answer mutes the connection before the next
+  request is read). librdkafka puts one partition in each Produce request and keeps up to five
+  in flight with idempotence: over many partitions, several small batches to commit at once.
 - Every request is answered, an error included (a ``TxlogError`` with its Kafka code, anything
   else UNKNOWN_SERVER_ERROR, logged), except Produce with acks=0, which is never answered (and
   whose failure closes the connection, as Kafka does, so the client notices).
@@ -54,6 +63,8 @@ import socket
 import ssl
 import sys
 import time
+from collections import deque
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -87,6 +98,7 @@ log = logging.getLogger("txlog.kafka")
 IDLE_TIMEOUT_S = 600.0  # Kafka's connections.max.idle.ms
 SASL_MAX_RECEIVE_BYTES = 524_288  # Kafka's sasl.server.max.receive.size: a frame before sign-in
 SHUTDOWN_GRACE_S = 5.0  # how long a request in progress has to be answered at shutdown
+PIPELINED_PRODUCE = 5  # Produce requests of one connection appended at once (librdkafka's in-flight limit)
 CLUSTER_ID = "txlog"
 
 
@@ -144,6 +156,95 @@ class SingleNode:
 
 class ListenError(OSError):
     """The gateway cannot listen on the address it was given."""
+
+
+class _InFlight:
+    """The Produce requests of one connection appended while it reads on (``Gateway._serve``), and
+    the writing of their answers in the order the requests came.
+
+    A failure (a ``CloseConnection``, a lost socket) is kept in ``failure`` once the answers before
+    it have left; the connection's task then stops: at once if it is waiting in ``make_room`` or
+    ``drain``, by cancellation if it is reading the next request."""
+
+    def __init__(self, writer: asyncio.StreamWriter, connection: asyncio.Task, on_idle: Callable[[], None]) -> None:
+        self._writer = writer
+        self._connection = connection
+        self._on_idle = on_idle
+        self._entries: deque[tuple[asyncio.Task, frozenset[tuple[str, int]]]] = deque()
+        self.failure: BaseException | None = None
+        self.reading = False  # the connection waits for its next request
+        self.cancelled_connection = False
+
+    def __bool__(self) -> bool:
+        while self._entries and self._entries[0][0].done():
+            self._entries.popleft()
+        return bool(self._entries)
+
+    def add(self, answering: Coroutine[Any, Any, bytes | bytearray | None], partitions: frozenset[tuple[str, int]]) -> None:
+        previous = self._entries[-1][0] if self._entries else None
+        written = asyncio.create_task(self._write(asyncio.create_task(answering), previous))
+        written.add_done_callback(self._written)
+        self._entries.append((written, partitions))
+
+    async def make_room(self, partitions: frozenset[tuple[str, int]]) -> None:
+        """Wait until none in flight names one of ``partitions`` and there is room for one more."""
+        while self and (len(self._entries) >= PIPELINED_PRODUCE or any(partitions & named for _, named in self._entries)):
+            await self._wait(self._entries[0][0])
+
+    async def drain(self) -> None:
+        """Wait until every answer has left."""
+        if self:
+            await self._wait(self._entries[-1][0])
+
+    async def settle(self) -> None:
+        """Wait until every answer has left or failed."""
+        if self:
+            await asyncio.wait([self._entries[-1][0]])
+
+    async def _wait(self, written: asyncio.Task) -> None:
+        await asyncio.wait([written])
+        if self.failure is not None:
+            raise self.failure
+
+    async def _write(self, answering: asyncio.Task, previous: asyncio.Task | None) -> None:
+        try:
+            try:
+                answer = await answering
+                failure: BaseException | None = None
+            except Exception as exc:
+                answer, failure = None, exc
+            if previous is not None:
+                await asyncio.wait([previous])
+            if self.failure is not None:
+                return
+            if failure is None and answer is not None:
+                try:
+                    self._writer.write(answer)
+                    await self._writer.drain()
+                except Exception as exc:
+                    failure = exc
+            if failure is not None:
+                self.failure = failure
+                if self.reading:
+                    self.cancelled_connection = True
+                    self._connection.cancel()
+        except asyncio.CancelledError:
+            answering.cancel()
+            raise
+
+    def _written(self, written: asyncio.Task) -> None:
+        _retrieved(written)
+        if self.reading and self.failure is None and not self:
+            self._on_idle()  # the last answer left while the connection waits for a request
+
+    def cancel(self) -> None:
+        for written, _ in self._entries:
+            written.cancel()
+
+
+def _retrieved(task: asyncio.Task) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class CloseConnection(Exception):
@@ -379,6 +480,30 @@ class Gateway:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client: str, session: Session) -> None:
         task = asyncio.current_task()
         assert task is not None
+        in_flight = _InFlight(writer, task, functools.partial(self._connections.__setitem__, task, False))
+        try:
+            await self._serve_requests(reader, writer, client, session, task, in_flight)
+        except asyncio.CancelledError:
+            if not in_flight.cancelled_connection:
+                raise
+            task.uncancel()
+        except FrameError:
+            await in_flight.settle()  # the answers before a malformed request leave first
+            raise
+        finally:
+            in_flight.cancel()
+        if in_flight.failure is not None:
+            raise in_flight.failure
+
+    async def _serve_requests(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        client: str,
+        session: Session,
+        task: asyncio.Task,
+        in_flight: _InFlight,
+    ) -> None:
         while not self._closing:
             signing_in = self.authorizer is not None and session.principal is None
             # Before sign-in a frame is bounded as Kafka bounds it (sasl.server.max.receive.size),
@@ -390,6 +515,7 @@ class Gateway:
                 else (self.settings.kafka_max_frame_bytes)
             )
             wait_s = min(IDLE_TIMEOUT_S, session.sign_in_deadline - time.monotonic()) if signing_in else IDLE_TIMEOUT_S
+            in_flight.reading = True
             async with asyncio.timeout(max(wait_s, 0)):  # the next request, whole, within the idle time
                 prefix = await reader.readexactly(4)
                 size = int.from_bytes(prefix, "big", signed=True)
@@ -398,22 +524,47 @@ class Gateway:
                 if size > max_frame:
                     raise FrameError(f"a frame of {size} bytes is above the {max_frame} bytes allowed")
                 frame = await reader.readexactly(size)
+            in_flight.reading = False
             if session.expired(time.monotonic()):
                 raise CloseConnection(f"Disconnecting expired channel: the session of {session.principal!r} ended")
             self._connections[task] = True
-            if session.raw_tokens:
-                answer: bytes | bytearray | None = await self._raw_token(frame, client, session)
+            produce = None if session.raw_tokens else self._pipelinable(frame, session)
+            if produce is not None:
+                request, partitions = produce
+                await in_flight.make_room(partitions)
+                in_flight.add(self.answer(frame, client, session, request=request, connection=task), partitions)
             else:
-                answer = await self.answer(frame, client, session)
-            if answer is not None:
-                writer.write(answer)
-                await writer.drain()
-            if session.close_after_answer:
-                raise CloseConnection("after a failed SASL authentication")
-            self._connections[task] = False
+                await in_flight.drain()  # every answer before this one has left
+                if session.raw_tokens:
+                    answer: bytes | bytearray | None = await self._raw_token(frame, client, session)
+                else:
+                    answer = await self.answer(frame, client, session)
+                if answer is not None:
+                    writer.write(answer)
+                    await writer.drain()
+                if session.close_after_answer:
+                    raise CloseConnection("after a failed SASL authentication")
+            if not in_flight:
+                self._connections[task] = False
             throttle_ms = self._muted.pop(task, 0)
             if throttle_ms:  # KIP-219: answered at once, then nothing more is read for that long
                 await asyncio.sleep(throttle_ms / 1000)
+
+    def _pipelinable(self, frame: bytes, session: Session) -> tuple[Any, frozenset[tuple[str, int]]] | None:
+        """A signed-in connection's Produce request, decoded, and the partitions it names; None for
+        any other request (answered in turn)."""
+        header = read_header(frame)
+        if header.api_key != ApiKey.Produce or session.reauthenticating:
+            return None
+        if self.authorizer is not None and session.principal is None:
+            return None
+        if self.quotas is not None and self.quotas.enabled:
+            return None  # a throttled answer mutes the connection before its next request is read (KIP-219)
+        route = self.routes.get(header.api_key)
+        if route is None or not route[0].serves(header.api_version):
+            return None
+        request = decode_request(frame)
+        return request, frozenset((t.name, p.index) for t in request.body.topic_data for p in t.partition_data)
 
     async def _raw_token(self, token: bytes, client: str, session: Session) -> bytes:
         """A SASL token sent bare after a SaslHandshake v0, and its answer framed the same way."""
@@ -453,9 +604,18 @@ class Gateway:
 
     # -- requests ----------------------------------------------------------------------------------
 
-    async def answer(self, frame: bytes, client: str = "", session: Session | None = None) -> bytes | bytearray | None:
+    async def answer(
+        self,
+        frame: bytes,
+        client: str = "",
+        session: Session | None = None,
+        request: Any = None,
+        connection: asyncio.Task | None = None,
+    ) -> bytes | bytearray | None:
         """The framed answer to one request frame, or None (Produce with acks=0). Raises
-        ``FrameError`` or ``CloseConnection`` when the connection must close instead."""
+        ``FrameError`` or ``CloseConnection`` when the connection must close instead. ``request``:
+        the frame already decoded; ``connection``: the task serving the connection, muted by a
+        throttled answer (the current task when not given)."""
         header = read_header(frame)
         if session is None:
             session = Session()
@@ -470,9 +630,10 @@ class Gateway:
         route = self.routes.get(header.api_key)
         if route is None or not route[0].serves(header.api_version):
             return self._unsupported(frame, header)
-        request = decode_request(frame)
+        if request is None:
+            request = decode_request(frame)
         api, handler = route
-        task = asyncio.current_task()
+        task = connection or asyncio.current_task()
         ctx = self._context(header.api_key, header.api_version, header.correlation_id, header.client_id, client, session)
         no_answer = header.api_key == ApiKey.Produce and request.body.acks == 0
         try:
