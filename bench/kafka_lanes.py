@@ -361,7 +361,8 @@ class KafkaLatencyRunner:
     in turn to the lane's partitions, each value starting with the wall-clock time
     it was produced at (8 bytes, nanoseconds), and a read_committed consumer of those partitions
     (from their ends) in a thread of its own, noting for each record the time from its produce to
-    its delivery to the application. Counted: records acknowledged."""
+    its delivery to the application, and (``acks``) to its acknowledgement, the first part of that
+    time. Counted: records acknowledged."""
 
     def __init__(self, lane: Lane) -> None:
         import threading
@@ -372,6 +373,7 @@ class KafkaLatencyRunner:
         self.partitions = list(lane.partitions)
         self.keys, self.values = batch_keys(), [v[8:] for v in batch_values()]
         self.latencies: list[tuple[float, float]] = []
+        self.acks: list[tuple[float, float]] = []  # (acknowledged at, ms from produce): the first part of a latency
         self.offset = 0
         self.empty = 0
         self.acked = 0
@@ -392,6 +394,7 @@ class KafkaLatencyRunner:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"no record of {lane.topic} consumed in 60 s")
         self.latencies.clear()
+        self.acks.clear()
         self.acked = 0
         self.sent = 0
         # The pace counts from the first step, not from here: the window starts once every client
@@ -404,6 +407,8 @@ class KafkaLatencyRunner:
             self.failed = self.failed or str(err)
         else:
             self.acked += 1
+            # Noted when the producer's poll serves the report: at most a step after it came.
+            self.acks.append((time.monotonic(), (time.time_ns() - int.from_bytes(msg.value()[:8], "big")) / 1e6))
 
     def _produce(self, n: int) -> None:
         produce, topic, parts = self.producer.produce, self.lane.topic, self.partitions
