@@ -88,6 +88,7 @@ def _drive(runner: Runner, start: float, warm: float, end: float, out: LaneResul
         except Exception:
             out.error = out.error or traceback.format_exc()
     out.latencies_ms = [ms for at, ms in runner.latencies if warm <= at <= end]
+    out.acked_ms = [ms for at, ms in getattr(runner, "acks", ()) if warm <= at <= end]
     out.offset = runner.offset
     out.empty = runner.empty
 

@@ -144,6 +144,7 @@ class Window:
     empty: int
     machine_busy: float  # cores busy on the whole machine, on average
     machine_iowait: float  # cores idle waiting for I/O, on average
+    acked_ms: list[float] = field(default_factory=list)  # kafka_latency: produce → acknowledged
 
     @property
     def rate(self) -> float:
@@ -219,6 +220,7 @@ class Harness:
             empty=sum(res.empty for _, res in done),
             machine_busy=cores * (last[3][0] - first[3][0]) / total if total else 0.0,
             machine_iowait=cores * (last[3][1] - first[3][1]) / total if total else 0.0,
+            acked_ms=[ms for _, res in done for ms in res.acked_ms],
         )
 
     def run_rounds(

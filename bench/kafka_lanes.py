@@ -361,7 +361,8 @@ class KafkaLatencyRunner:
     in turn to the lane's partitions, each value starting with the wall-clock time
     it was produced at (8 bytes, nanoseconds), and a read_committed consumer of those partitions
     (from their ends) in a thread of its own, noting for each record the time from its produce to
-    its delivery to the application. Counted: records acknowledged."""
+    its delivery to the application, and (``acks``) to its acknowledgement, the first part of that
+    time. Counted: records acknowledged."""
 
     def __init__(self, lane: Lane) -> None:
         import threading
@@ -372,6 +373,7 @@ class KafkaLatencyRunner:
         self.partitions = list(lane.partitions)
         self.keys, self.values = batch_keys(), [v[8:] for v in batch_values()]
         self.latencies: list[tuple[float, float]] = []
+        self.acks: list[tuple[float, float]] = []  # (acknowledged at, ms from produce): the first part of a latency
         self.offset = 0
         self.empty = 0
         self.acked = 0
@@ -392,15 +394,21 @@ class KafkaLatencyRunner:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"no record of {lane.topic} consumed in 60 s")
         self.latencies.clear()
+        self.acks.clear()
         self.acked = 0
         self.sent = 0
-        self.started = time.monotonic()
+        # The pace counts from the first step, not from here: the window starts once every client
+        # is set up, and records "due" for that wait, sent at once, were a burst that queued in the
+        # client (and in the gateway) for the whole window.
+        self.started: float | None = None
 
     def _delivered(self, err: Any, msg: Any) -> None:
         if err is not None:
             self.failed = self.failed or str(err)
         else:
             self.acked += 1
+            # Noted when the producer's poll serves the report: at most a step after it came.
+            self.acks.append((time.monotonic(), (time.time_ns() - int.from_bytes(msg.value()[:8], "big")) / 1e6))
 
     def _produce(self, n: int) -> None:
         produce, topic, parts = self.producer.produce, self.lane.topic, self.partitions
@@ -411,8 +419,14 @@ class KafkaLatencyRunner:
             produce(topic, value, self.keys[i % BATCH], partition=parts[i % len(parts)])
 
     def _read(self) -> None:
+        # A record is noted as soon as the client hands it over: ``poll`` returns with the first
+        # one, then ``consume`` with no timeout takes what else is there. (``consume(PAGE, 0.1)``
+        # returns only once it has PAGE records or its 0.1 s passed, which added up to 100 ms.)
         while not self.stopped.is_set():
-            msgs = self.consumer.consume(PAGE, 0.1)
+            first = self.consumer.poll(0.1)
+            if first is None:
+                continue
+            msgs = [first, *self.consumer.consume(PAGE - 1, 0)]
             now = time.time_ns()
             at = time.monotonic()
             for m in msgs:
@@ -434,6 +448,8 @@ class KafkaLatencyRunner:
                 raise RuntimeError(self.failed)
             done, self.acked = self.acked, 0
             return done
+        if self.started is None:
+            self.started = time.monotonic()
         due = int((time.monotonic() - self.started) * self.lane.rate) + 1 - self.sent
         if due > 0:
             self._produce(due)

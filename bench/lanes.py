@@ -57,6 +57,7 @@ class Lane:
 class LaneResult:
     rows: int = 0  # records completed inside the window
     latencies_ms: list[float] = field(default_factory=list)  # EndTxn, inside the window
+    acked_ms: list[float] = field(default_factory=list)  # kafka_latency: produce → acknowledged, inside the window
     offset: int = 0  # fetch: where the walk stopped
     empty: int = 0  # dequeues (PgQueuer, pgmq, share acquisitions) that found nothing to take
     error: str | None = None

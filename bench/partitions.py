@@ -15,6 +15,8 @@ windows, medians of the ratios within each round).
   half the peak rate of the same producers (measured unpaced in the rounds before), each
   record's value carrying the wall-clock time it was produced; the producer sends at once
   (linger 0), so the figure is the gateway's and the database's, not a client's wait for a batch.
+  A note splits it: produce → acknowledged (the delivery report), beside the rate each paced
+  producer held.
 - *disk per record*: after the windows, ``VACUUM`` and ``pg_total_relation_size`` of the log
   table (its indexes and TOAST) ÷ the bytes of its records' keys, values and headers, beside the
   size of the same records as Kafka's record batches v2 (uncompressed, batches of 20 records,
@@ -242,6 +244,24 @@ def figures(bench: Bench) -> list[report.Row]:
     return [r for r in rows if r.cells]
 
 
+def acknowledged_note(bench: Bench) -> str | None:
+    """The first part of the end-to-end time, produce → acknowledged (the delivery report), and the
+    rate each paced producer held against the one it was given: a producer that falls behind
+    queues records in the client, and every later record waits for them."""
+    parts = []
+    for n in (1, 8):
+        ws = bench.workloads[f"latency/{n}"].windows
+        acked = [ms for w in ws for ms in w.acked_ms]
+        if not ws or not acked:
+            continue
+        held = report.median([w.rate for w in ws]) or 0.0
+        parts.append(
+            f"{n} producer(s): produce → acknowledged p50 {report.percentile(acked, 50):.1f} / p99 "
+            f"{report.percentile(acked, 99):.1f} ms, {held:,.0f} of {bench.rates[n]:,.0f} records/s held"
+        )
+    return "end to end at half the peak rate, " + "; ".join(parts) if parts else None
+
+
 def parse(argv: list[str] | None) -> tuple[object, argparse.Namespace]:
     ap = argparse.ArgumentParser(prog="python -m bench.partitions", description=__doc__.split("\n\n")[0])
     round_arguments(ap, "3 rounds of 0.8 s windows (a few minutes)", GROUPS)
@@ -317,6 +337,9 @@ def run(argv: list[str] | None = None) -> str:
         f"{disk['heap_bytes'] / disk['payload_bytes']:.2f}); Kafka's record batches v2 for the same records "
         f"(batches of {KAFKA_BATCH}) {disk['kafka_per_payload_byte']:.2f}"
     ]
+    acknowledged = acknowledged_note(bench)
+    if acknowledged:
+        notes.append(acknowledged)
     return publish(
         args.output,
         "partitions",

@@ -105,6 +105,24 @@ class LogPage:
     last_stable_offset: int
     log_start_offset: int
 
+    @classmethod
+    def of(cls, status: PartitionStatus, records: list[StoredRecord], isolation_level: IsolationLevel) -> LogPage:
+        """The page of ``records`` read at ``status``: for read_committed, with the aborted
+        transactions among them (each row's aborted flag), in first-offset order; for
+        read_uncommitted, none."""
+        aborted = None
+        if isolation_level == "read_committed":
+            aborted = sorted({(r.producer_id, r.txn_first_offset) for r in records if r.aborted}, key=lambda a: (a[1], a[0]))
+        return cls(
+            status.topic,
+            status.partition,
+            records,
+            aborted,  # type: ignore[arg-type]  # aborted rows are transactional: producer id and first offset set
+            status.high_watermark,
+            status.last_stable_offset,
+            status.log_start_offset,
+        )
+
 
 _T = TypeVar("_T")
 
@@ -168,18 +186,7 @@ class LogReader:
             raise unknown_partition(topic, partition)
         _check_offset(status, offset)
         rows = self._read(lambda conn: log_rows(conn, status, offset, max_bytes, isolation_level, max_records))
-        aborted = None
-        if isolation_level == "read_committed":
-            aborted = sorted({(r.producer_id, r.txn_first_offset) for r in rows if r.aborted}, key=lambda a: (a[1], a[0]))
-        return LogPage(
-            topic,
-            partition,
-            rows,
-            aborted,  # type: ignore[arg-type]  # aborted rows are transactional: producer id and first offset set
-            status.high_watermark,
-            status.last_stable_offset,
-            status.log_start_offset,
-        )
+        return LogPage.of(status, rows, isolation_level)
 
     def _read(self, statement: Callable[[Connection], _T]) -> _T:
         """A statement on the snapshot; its failure is the database's, and ends the snapshot."""
@@ -239,15 +246,7 @@ def fetch_log_on_replica(
         status = partition_statuses(replica, [(topic, partition)]).get((topic, partition))
         if status is None:
             raise
-    return LogPage(
-        topic,
-        partition,
-        [],
-        [] if isolation_level == "read_committed" else None,
-        status.high_watermark,
-        status.last_stable_offset,
-        status.log_start_offset,
-    )
+    return LogPage.of(status, [], isolation_level)
 
 
 def log_rows(

@@ -86,20 +86,30 @@ class AppendNotifier:
         except Exception as exc:  # the database is away: the fetch itself will say so, or time out
             log.debug("cannot take a listening lease on %s-%s: %s", topic, partition, exc)
 
+    def subscribe(self, topic: str, partition: int) -> contextlib.AbstractAsyncContextManager[Subscription]:
+        return self.subscribe_all([(topic, partition)])
+
     @contextlib.asynccontextmanager
-    async def subscribe(self, topic: str, partition: int) -> AsyncIterator[Subscription]:
-        key = f"{topic}:{partition}"
+    async def subscribe_all(self, partitions: Sequence[tuple[str, int]]) -> AsyncIterator[Subscription]:
+        """One wait on appends to any of ``partitions``: one subscription fired by each of them,
+        counted once in ``waiting`` however many partitions it covers (the bound on long polls is
+        on fetches waiting, and a fetch of 1,000 partitions is one of them)."""
+        unique = list(dict.fromkeys(partitions))
+        keys = [f"{topic}:{partition}" for topic, partition in unique]
         sub = Subscription()
-        self._subs[key].add(sub)
+        for key in keys:
+            self._subs[key].add(sub)
         self.waiting += 1
         try:
-            await self._ensure_lease(topic, partition)
+            for topic, partition in unique:
+                await self._ensure_lease(topic, partition)
             yield sub
         finally:
             self.waiting -= 1
-            self._subs[key].discard(sub)
-            if not self._subs[key]:
-                del self._subs[key]
+            for key in keys:
+                self._subs[key].discard(sub)
+                if not self._subs[key]:
+                    del self._subs[key]
 
     def _wake_all(self) -> None:
         for subs in self._subs.values():
@@ -156,30 +166,17 @@ async def wait_for_records(
     deadline = min(deadline, time.monotonic() + wait_ms / 1000)
     if deadline <= time.monotonic():
         return reading
-    async with contextlib.AsyncExitStack() as stack:
-        subscriptions = [await stack.enter_async_context(notifier.subscribe(t, p)) for t, p in dict.fromkeys(partitions)]
+    # One subscription for all the partitions: an append to any of them fires it, and a wait is one
+    # event and one timer however many partitions the fetch has.
+    async with notifier.subscribe_all(partitions) as subscription:
         reading = await read()
         while not enough(reading) and (left := deadline - time.monotonic()) > 0:
             due = due_in(reading) if due_in is not None else None
             if due is not None and due < left:
                 # Read again when it is due (at least a moment on: a deadline just passed is
                 # taken by that reading, never met again by the next).
-                await _woken(subscriptions, max(due, MIN_DUE_S))
-            elif not await _woken(subscriptions, left):
+                await subscription.wait(max(due, MIN_DUE_S))
+            elif not await subscription.wait(left):
                 break
             reading = await read()
     return reading
-
-
-async def _woken(subscriptions: Sequence[Subscription], timeout: float) -> bool:
-    """Whether an append to one of the subscriptions' partitions came within ``timeout`` seconds."""
-    if len(subscriptions) == 1:
-        return await subscriptions[0].wait(timeout)
-    waits = [asyncio.ensure_future(s.wait(timeout)) for s in subscriptions]
-    try:
-        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        return any(w.result() for w in done)
-    finally:
-        for w in waits:
-            w.cancel()
-        await asyncio.gather(*waits, return_exceptions=True)

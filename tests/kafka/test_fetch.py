@@ -12,6 +12,7 @@ import time
 import uuid
 from typing import Any, NamedTuple
 
+import psycopg
 import pytest
 
 from api.kafka.handlers import fetch as fetch_handler
@@ -29,6 +30,7 @@ from app.wire.kafka.records.encode import batch_runs, encode_records
 from tests.conftest import make_broker
 from tests.integration.test_transactions import Producer
 from tests.kafka.conftest import GatewayProcess, RawConnection
+from tests.support import wait_until
 
 T0 = 1_700_000_000_000
 HEADERS = (("h", b"\x00\xff"), ("h", None), ("trace", b"t-1"))
@@ -397,6 +399,51 @@ def test_a_partition_in_error_answers_at_once(raw: RawConnection, topic: str) ->
     took, answer = timed_fetch(raw, 12, fetch_body([(topic, 0, 0), (topic, 7, 0)], max_wait_ms=5000))
     assert took < 2.0
     assert [p.error_code for p in answer.responses[0].partitions] == [0, UNKNOWN]
+
+
+def test_a_long_poll_of_many_partitions_is_one_of_the_long_polls_bounded(start_gateway: Any) -> None:
+    """TXLOG_MAX_LONG_POLLS bounds the fetches waiting, not their partitions: with a bound of 2, a
+    read_committed fetch of three partitions waiting leaves room for another, which an append
+    from another connection wakes, as it then wakes the first."""
+    gateway = start_gateway(max_long_polls="2")
+    store = make_broker(gateway.database_url)
+    answers: dict[str, Any] = {}
+
+    def fetch(name: str, conn: RawConnection, partitions: list[tuple[str, int, int]]) -> None:
+        answers[name] = conn.request(
+            ApiKey.Fetch, 12, fetch_body(partitions, isolation=READ_COMMITTED, max_wait_ms=60_000)
+        ).responses
+
+    def listened(topic: str) -> int:
+        row = outside.execute("SELECT count(*) FROM txlog.fetch_listeners WHERE topic = %s", (topic,)).fetchone()
+        return row[0] if row else 0
+
+    try:
+        topics.create_topic(store, "wide", 3)
+        topics.create_topic(store, "narrow", 1)
+        with (
+            gateway.connect() as first,
+            gateway.connect() as second,
+            psycopg.connect(gateway.database_url, autocommit=True) as outside,
+        ):
+            wide = threading.Thread(target=fetch, args=("wide", first, [("wide", p, 0) for p in range(3)]), daemon=True)
+            wide.start()
+            wait_until(lambda: listened("wide") == 3, message="the fetch of three partitions to wait")
+            narrow = threading.Thread(target=fetch, args=("narrow", second, [("narrow", 0, 0)]), daemon=True)
+            narrow.start()
+            # It waits once its gateway listens on its partition (or, over the bound, is answered at once).
+            wait_until(lambda: "narrow" in answers or listened("narrow") == 1, message="the second fetch to wait or answer")
+            write(store, "narrow", 0, "late")
+            narrow.join(30)
+            write(store, "wide", 2, "wide-late")
+            wide.join(30)
+    finally:
+        store.db.dispose()
+    (narrow_topic,) = answers["narrow"]
+    assert [r.value for b in decode_batches(narrow_topic.partitions[0].records) for r in b.records] == [b"late"]
+    (wide_topic,) = answers["wide"]
+    got = {p.partition_index: [r.value for b in decode_batches(p.records) for r in b.records] for p in wide_topic.partitions}
+    assert got == {0: [], 1: [], 2: [b"wide-late"]}
 
 
 # -- raw frames ----------------------------------------------------------------------------------

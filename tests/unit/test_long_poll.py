@@ -19,13 +19,15 @@ class FakeNotifier:
         self.subs: dict[tuple[str, int], set[Subscription]] = {}
 
     @contextlib.asynccontextmanager
-    async def subscribe(self, topic: str, partition: int) -> AsyncIterator[Subscription]:
+    async def subscribe_all(self, partitions: list[tuple[str, int]]) -> AsyncIterator[Subscription]:
         sub = Subscription()
-        self.subs.setdefault((topic, partition), set()).add(sub)
+        for tp in partitions:
+            self.subs.setdefault(tp, set()).add(sub)
         try:
             yield sub
         finally:
-            self.subs[(topic, partition)].discard(sub)
+            for tp in partitions:
+                self.subs[tp].discard(sub)
 
     def fire(self, topic: str, partition: int) -> None:
         for sub in self.subs.get((topic, partition), ()):
