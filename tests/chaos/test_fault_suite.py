@@ -52,7 +52,7 @@ from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 import httpx
 import psycopg
@@ -282,7 +282,7 @@ class Faults:
         self.injected: list[tuple[float, str]] = []  # (seconds since the start, what)
         self.kinds: dict[str, Callable[[], str | None]] = {
             "kill a worker": self.kill_worker,
-            "kill a server": self.kill_host,
+            "kill a server": lambda: self.kill_one(self.hosts, lambda host: f"server :{host.port}"),
             "pause a server": self.pause_host,
             "restart PostgreSQL": self.restart_postgres,
             "kill the transformer": self.kill_transformer,
@@ -291,7 +291,10 @@ class Faults:
         if pg is None:  # a cluster's database faults are its own (``add``)
             del self.kinds["restart PostgreSQL"]
         if self.gateways:
-            self.kinds = {"kill a gateway": self.kill_gateway, "pause a gateway": self.pause_gateway}
+            self.kinds = {
+                "kill a gateway": lambda: self.kill_one(self.gateways, lambda gateway: f"Kafka gateway {gateway.node_id}"),
+                "pause a gateway": self.pause_gateway,
+            }
 
     def add(self, kind: str, inject: Callable[[], str | None]) -> None:
         """Another fault kind: ``inject`` does it and returns once it is over, saying what it did."""
@@ -311,12 +314,14 @@ class Faults:
         os.kill(self.rng.choice(pids), signal.SIGKILL)
         return f"kill -9 a worker of :{host.port}"
 
-    def kill_host(self) -> str:
-        host = self.rng.choice(self.hosts)
-        host.kill()
+    def kill_one(self, processes: Sequence[TxlogProcess], label: Callable[[Any], str]) -> str:
+        """``kill -9`` one of ``processes`` (a server's whole process group, or a gateway), then
+        start it again on its ports; ``label`` names it in the schedule."""
+        process = self.rng.choice(processes)
+        process.kill()
         time.sleep(self.rng.uniform(0.2, 1.5))
-        self.start_again(host)
-        return f"kill -9 server :{host.port}, restarted"
+        self.start_again(process)
+        return f"kill -9 {label(process)}, restarted"
 
     def pause_host(self) -> str:
         host = self.rng.choice(self.hosts)
@@ -344,13 +349,6 @@ class Faults:
         older = self.transformer.live()
         self.transformer.spawn()
         return f"a second transforming process with the same transactional id ({len(older)} fenced)"
-
-    def kill_gateway(self) -> str:
-        gateway = self.rng.choice(self.gateways)
-        gateway.kill()
-        time.sleep(self.rng.uniform(0.2, 1.5))
-        self.start_again(gateway)  # on its ports
-        return f"kill -9 Kafka gateway {gateway.node_id}, restarted"
 
     def pause_gateway(self) -> str:
         gateway = self.rng.choice(self.gateways)
