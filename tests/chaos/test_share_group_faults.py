@@ -1,7 +1,9 @@
 """A share group (KIP-932's queue on the log) under faults: every committed record settled once, by an
 acknowledgement the server took or by archiving with its reason; nothing aborted ever delivered.
 
-Two Kafka gateways (``txlog kafka``) and two HTTP servers (``txlog serve``) share one PostgreSQL.
+Two Kafka gateways (``txlog kafka``) and two HTTP servers (``txlog serve``) share one PostgreSQL
+database: a fresh one of the run's server, cloned from the migrated template (no fault here stops
+PostgreSQL, so the test needs no server of its own to start and migrate).
 Worker processes (``tests/chaos/share_worker.py``) consume one topic of several partitions through
 ONE share group, some with confluent-kafka's ShareConsumer through the gateways, some with txlog's
 ShareConsumer over HTTP. Each decides from a record's value and delivery count alone: most are
@@ -55,28 +57,24 @@ import contextlib
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import psycopg
 import pytest
 
-from app.storage import migrate
-from app.storage.embedded import EmbeddedPostgres
 from tests.chaos.share_worker import ACCEPT, REJECT, RELEASE, decide, kind_of
 from tests.kafka.conftest import GatewayProcess
-from tests.support import ROOT, ServerProcess, destroy_embedded, wait_while_progressing
+from tests.support import ROOT, ServerProcess, wait_while_progressing
 
 pytestmark = pytest.mark.slow
 
@@ -343,29 +341,13 @@ class Faults:
 # --- the test -------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def postgres() -> Iterator[EmbeddedPostgres]:
-    """A PostgreSQL of the test's own, outside pytest's temporary directory: a pytest started
-    meanwhile on the machine makes that directory its owner's alone again, and the server, running
-    as a user of its own, would lose its data directory."""
-    pg = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="txlog-share-faults-")) / "pg")
-    pg.start()
-    try:
-        migrate.upgrade(pg.url)
-        yield pg
-    finally:
-        destroy_embedded(pg)
-        shutil.rmtree(pg.data_dir.parent, ignore_errors=True)
-
-
-def test_share_group_settles_every_committed_record_once_under_faults(postgres: EmbeddedPostgres, tmp_path: Path) -> None:
+def test_share_group_settles_every_committed_record_once_under_faults(db_url: str, tmp_path: Path) -> None:
     rng = random.Random(SEED)
     print(f"\nshare group faults: seed {SEED}, faults for {SECONDS:.0f} s")
-    pg = postgres
-    with psycopg.connect(pg.url, autocommit=True) as conn:
+    with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute(AUDIT)
-    gateways = [GatewayProcess(pg.url, env=ENV, log_path=tmp_path / f"gateway-{n}.log", node_id=n) for n in (1, 2)]
-    servers = [ServerProcess(pg.url, env=ENV, log_path=tmp_path / f"server-{n}.log") for n in (1, 2)]
+    gateways = [GatewayProcess(db_url, env=ENV, log_path=tmp_path / f"gateway-{n}.log", node_id=n) for n in (1, 2)]
+    servers = [ServerProcess(db_url, env=ENV, log_path=tmp_path / f"server-{n}.log") for n in (1, 2)]
     with contextlib.ExitStack() as stack:
         for process in (*gateways, *servers):
             stack.callback(lambda p=process: p.kill() if isinstance(p, ServerProcess) else p.stop(signal.SIGKILL))
@@ -404,7 +386,7 @@ def test_share_group_settles_every_committed_record_once_under_faults(postgres: 
                 w.start()
 
         def unsettled() -> int:
-            with psycopg.connect(pg.url) as conn:
+            with psycopg.connect(db_url) as conn:
                 return unsettled_records(conn)
 
         try:
@@ -416,7 +398,7 @@ def test_share_group_settles_every_committed_record_once_under_faults(postgres: 
             w.note_crash()
             w.kill()
         crashes = [f"WORKER ENDED: {w.name}, {crash}" for w in workers for crash in w.crashes]
-        with psycopg.connect(pg.url) as conn:
+        with psycopg.connect(db_url) as conn:
             state = read_state(conn)
     report = check(state, [w.name for w in workers], [read_log(w.log_path) for w in workers], load.produced, faults.frozen)
     print(
