@@ -52,8 +52,9 @@ bench: $(STAMP) system-deps $(BENCH_STAMP)
 # group's workers under faults for CHAOS_SECONDS (tests/chaos/test_share_group_faults.py), 10,000
 # transactions timing out together, a frozen server a few times over, and a confluent-kafka copier
 # through both gateways killed at once (tests/chaos/gateway_restarts.py), Patroni's failovers with
-# the loss of the primary's whole host added (tests/replication/test_patroni_failover.py), the Spark
-# pipeline crashed at every step, and schemathesis with 200 generated requests per operation.
+# a frozen primary and the loss of the primary's whole host added (tests/replication/), the Spark
+# pipeline crashed at every step, 12 servers killed under transactions (tests/acceptance/test_crash.py),
+# and schemathesis with 200 generated requests per operation.
 CHAOS_ROUNDS ?= 3
 CHAOS_SECONDS ?= 300
 chaos: $(STAMP) system-deps
@@ -66,8 +67,9 @@ chaos: $(STAMP) system-deps
 	  $(PY) -m pytest -q -s -p no:cacheprovider tests/acceptance/test_frozen_host.py || exit 1; \
 	done
 	$(PY) -m tests.chaos.gateway_restarts --strategy none
-	$(PY) -m pytest -q -s -p no:cacheprovider tests/replication/test_patroni_failover.py tests/replication/patroni_host_loss.py
+	$(PY) -m pytest -q -s -p no:cacheprovider tests/replication/test_patroni_failover.py tests/replication/patroni_stall.py tests/replication/patroni_host_loss.py
 	TXLOG_SPARK_CRASH_STEPS=all PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -s -p no:cacheprovider tests/spark/test_pipeline.py
+	TXLOG_CRASH_ROUNDS=12 $(PY) -m pytest -q -s -p no:cacheprovider tests/acceptance/test_crash.py
 	TXLOG_FUZZ_CASES=200 $(PY) -m pytest -q -s -p no:cacheprovider tests/acceptance/test_openapi_fuzz.py
 
 clean:
