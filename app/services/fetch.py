@@ -357,8 +357,8 @@ def _record_for_time(conn, status: PartitionStatus, timestamp: int) -> tuple[int
     return (offset, found_ms) if found_ms is not None else None
 
 
-def listen(broker: Broker, topic: str, partition: int, lease_ms: int) -> bool:
-    """Ask appends to ``topic``-``partition`` to notify long-polling fetches for ``lease_ms``
-    (see ``storage.log.fetch_listener_register``); False if there is no such partition."""
+def listen(broker: Broker, partitions: Sequence[tuple[str, int]], lease_ms: int) -> set[tuple[str, int]]:
+    """Ask appends to each of ``partitions`` to notify long-polling fetches for ``lease_ms`` (see
+    ``storage.log.fetch_listeners_register``); the partitions that exist, which got the lease."""
     with broker.db.transaction() as conn:
-        return log_store.fetch_listener_register(conn, topic, partition, lease_ms)
+        return log_store.fetch_listeners_register(conn, partitions, lease_ms)

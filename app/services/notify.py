@@ -55,10 +55,14 @@ RENEW_BELOW_S = 65.0
 
 class AppendNotifier:
     def __init__(
-        self, database_url: str, listen: Callable[[str, int, int], bool], run_blocking: RunBlocking | None = None
+        self,
+        database_url: str,
+        listen: Callable[[Sequence[tuple[str, int]], int], set[tuple[str, int]]],
+        run_blocking: RunBlocking | None = None,
     ) -> None:
-        """``listen(topic, partition, lease_ms)`` takes or renews the process's lease (blocking: it
-        runs through ``run_blocking``, by default ``asyncio.to_thread``)."""
+        """``listen(partitions, lease_ms)`` takes or renews the process's lease on each partition,
+        answering those that exist (blocking: it runs through ``run_blocking``, by default
+        ``asyncio.to_thread``)."""
         self.database_url = database_url
         self._listen = listen
         self._run_blocking: RunBlocking = run_blocking or asyncio.to_thread
@@ -76,15 +80,20 @@ class AppendNotifier:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
 
-    async def _ensure_lease(self, topic: str, partition: int) -> None:
+    async def _ensure_leases(self, partitions: Sequence[tuple[str, int]]) -> None:
+        """The process's lease on each of ``partitions`` that has less than RENEW_BELOW_S left,
+        taken or renewed for all of them in one statement."""
         now = time.monotonic()
-        if self._leases.get((topic, partition), 0.0) - now >= RENEW_BELOW_S:
+        due = [key for key in partitions if self._leases.get(key, 0.0) - now < RENEW_BELOW_S]
+        if not due:
             return
         try:
-            if await self._run_blocking(self._listen, topic, partition, int(LEASE_S * 1000)):
-                self._leases[(topic, partition)] = now + LEASE_S
+            granted = await self._run_blocking(self._listen, due, int(LEASE_S * 1000))
         except Exception as exc:  # the database is away: the fetch itself will say so, or time out
-            log.debug("cannot take a listening lease on %s-%s: %s", topic, partition, exc)
+            log.debug("cannot take listening leases on %d partitions: %s", len(due), exc)
+            return
+        for key in granted:
+            self._leases[key] = now + LEASE_S
 
     def subscribe(self, topic: str, partition: int) -> contextlib.AbstractAsyncContextManager[Subscription]:
         return self.subscribe_all([(topic, partition)])
@@ -101,8 +110,7 @@ class AppendNotifier:
             self._subs[key].add(sub)
         self.waiting += 1
         try:
-            for topic, partition in unique:
-                await self._ensure_lease(topic, partition)
+            await self._ensure_leases(unique)
             yield sub
         finally:
             self.waiting -= 1

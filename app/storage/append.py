@@ -114,7 +114,7 @@ _LOCK_FOR_APPEND_SKIP_LOCKED = _LOCK_FOR_APPEND.rstrip() + " SKIP LOCKED\n"
 # binary (packed arrays: bytes as they are, no hex text to build and parse): the batches' fields as
 # arrays of one element per batch (``b``), their records as arrays of one element per record, each
 # with its batch's ordinal. Long-polling fetches are notified only when some process has registered
-# to listen on the partition (``fetch_listeners``, see ``fetch_listener_register``): an append
+# to listen on the partition (``fetch_listeners``, see ``fetch_listeners_register``): an append
 # nobody waits for takes no notify lock. It answers how many batches it appended.
 #
 # The conditional form (``log_append_if_unchanged``, one batch) needs no lock taken before it: its

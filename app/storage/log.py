@@ -261,28 +261,35 @@ def partition_offset_at_position(conn: Connection, topic: str, partition: int, p
     return row[0]
 
 
-def fetch_listener_register(conn: Connection, topic: str, partition: int, lease_ms: int) -> bool:
-    """Appends to this partition notify for ``lease_ms`` from now (False: no such partition).
-    Taken under a key-share lock of the partition row, so it waits for an append in flight to
-    commit: every append that commits after it sees the lease, every one before is readable."""
-    row = conn.execute(
+def fetch_listeners_register(conn: Connection, partitions: Sequence[tuple[str, int]], lease_ms: int) -> set[tuple[str, int]]:
+    """Appends to each of ``partitions`` notify for ``lease_ms`` from now; the partitions that
+    exist (the others get no lease), in one statement. Taken under a key-share lock of each
+    partition row, in (topic, partition) order as appends lock them, so it waits for an append in
+    flight to commit: every append that commits after it sees the lease, every one before is
+    readable."""
+    if not partitions:
+        return set()
+    wanted = sorted(set(partitions))
+    rows = conn.execute(
         text(
             """
             WITH p AS (
-                SELECT topic, partition FROM txlog.partitions
-                WHERE topic = :topic AND partition = :partition
-                FOR KEY SHARE
+                SELECT p.topic, p.partition FROM txlog.partitions p
+                JOIN unnest(CAST(:topics AS text[]), CAST(:parts AS int[])) AS w(topic, partition)
+                  ON p.topic = w.topic AND p.partition = w.partition
+                ORDER BY p.topic, p.partition
+                FOR KEY SHARE OF p
             )
             INSERT INTO txlog.fetch_listeners (topic, partition, expires_at)
             SELECT topic, partition, clock_timestamp() + make_interval(secs => :lease_ms / 1000.0) FROM p
             ON CONFLICT (topic, partition) DO UPDATE
             SET expires_at = greatest(txlog.fetch_listeners.expires_at, EXCLUDED.expires_at)
-            RETURNING 1
+            RETURNING topic, partition
             """
         ),
-        {"topic": topic, "partition": partition, "lease_ms": lease_ms},
-    ).first()
-    return row is not None
+        {"topics": [t for t, _ in wanted], "parts": [p for _, p in wanted], "lease_ms": lease_ms},
+    ).all()
+    return {(topic, partition) for topic, partition in rows}
 
 
 @contextlib.asynccontextmanager

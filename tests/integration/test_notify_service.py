@@ -28,11 +28,11 @@ def test_an_append_wakes_the_subscription_of_its_partition_only(broker, db_url):
     ran_in: list[str] = []
     pool = ThreadPoolExecutor(2, thread_name_prefix="gateway-pool")
 
-    def listen(topic: str, partition: int, lease_ms: int) -> bool:
+    def listen(partitions: list[tuple[str, int]], lease_ms: int) -> set[tuple[str, int]]:
         import threading
 
         ran_in.append(threading.current_thread().name)
-        return fetch_service.listen(broker, topic, partition, lease_ms)
+        return fetch_service.listen(broker, partitions, lease_ms)
 
     async def run_in_pool(fn, *args):  # type: ignore[no-untyped-def]
         return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args))
