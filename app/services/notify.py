@@ -21,6 +21,9 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Sequence, TypeVar
 
 from app.domain.limits import long_poll_wait_ms
 from app.storage.log import append_notifications
+from app.storage.topics import deleted_topic_payload
+
+DELETED_TOPIC_SUFFIX = deleted_topic_payload("")  # a topic's deletion: every lease on it is gone
 
 log = logging.getLogger("txlog.notify")
 
@@ -119,6 +122,15 @@ class AppendNotifier:
                 if not self._subs[key]:
                     del self._subs[key]
 
+    def _topic_deleted(self, topic: str) -> None:
+        """The topic's leases went with it: forgotten, so that a topic made again under the name
+        is leased anew; its waiters wake and read that it is gone."""
+        self._leases = {key: ends for key, ends in self._leases.items() if key[0] != topic}
+        for key, subs in list(self._subs.items()):
+            if key.rpartition(":")[0] == topic:
+                for sub in list(subs):
+                    sub.fire()
+
     def _wake_all(self) -> None:
         for subs in self._subs.values():
             for sub in subs:
@@ -132,6 +144,9 @@ class AppendNotifier:
                     backoff = 0.1
                     self._wake_all()  # anything missed while disconnected: let waiters re-read
                     async for payload in payloads:
+                        if payload.endswith(DELETED_TOPIC_SUFFIX):
+                            self._topic_deleted(payload[: -len(DELETED_TOPIC_SUFFIX)])
+                            continue
                         for sub in list(self._subs.get(payload, ())):
                             sub.fire()
             except asyncio.CancelledError:

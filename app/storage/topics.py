@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection
 from app.domain.log import TopicMetadata
 from app.errors import ErrorCode, TxlogError
 from app.storage._sql import OPEN_STATES_SQL
+from app.storage.log import NOTIFY_CHANNEL
 
 
 def topic_insert(conn: Connection, name: str, partitions: int, config: dict) -> bool:
@@ -154,3 +155,14 @@ def topic_delete(conn: Connection, name: str) -> None:
     for statement in _DELETE_WITH_TOPIC:
         conn.execute(statement, params)
     conn.execute(text("DELETE FROM txlog.topics WHERE name = :name"), params)  # its partitions and fetch listeners with it
+    # Every process forgets its listening leases on the topic (they went with it), so a topic made
+    # again under the name is leased anew by the next long poll (``notify.AppendNotifier``).
+    conn.execute(
+        text("SELECT pg_notify(:channel, :payload)"), {"channel": NOTIFY_CHANNEL, "payload": deleted_topic_payload(name)}
+    )
+
+
+def deleted_topic_payload(name: str) -> str:
+    """The notification a topic's deletion sends on the append channel (appends send
+    ``topic:partition``)."""
+    return f"{name}:*"

@@ -74,3 +74,32 @@ def test_by_default_the_lease_is_taken_in_a_worker_thread(broker, db_url):
             await notifier.stop()
 
     assert asyncio.run(scenario()) is True
+
+
+def test_a_topic_deleted_and_made_again_is_leased_anew(broker, db_url):
+    """The lease rows go with a deleted topic; every notifier forgets its leases on it (the deletion
+    notifies), so appends to a topic made again under the name wake the next long poll at once."""
+    topics.create_topic(broker, "again", 1)
+
+    def append() -> None:
+        produce_service.produce(broker, "again", 0, ProduceRequest([NewRecord(None, b"z")]))
+
+    async def scenario() -> tuple[bool, bool, bool]:
+        notifier = AppendNotifier(db_url, functools.partial(fetch_service.listen, broker))
+        notifier.start()
+        try:
+            async with notifier.subscribe("again", 0) as sub:
+                await asyncio.to_thread(append)
+                before = await sub.wait(10)
+            async with notifier.subscribe("again", 0) as sub:
+                await asyncio.to_thread(topics.delete_topic, broker, "again")
+                deleted = await sub.wait(10)  # the deletion's notification was handled
+            await asyncio.to_thread(topics.create_topic, broker, "again", 1)
+            async with notifier.subscribe("again", 0) as sub:
+                await asyncio.to_thread(append)
+                after = await sub.wait(10)
+            return before, deleted, after
+        finally:
+            await notifier.stop()
+
+    assert asyncio.run(scenario()) == (True, True, True)
