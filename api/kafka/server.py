@@ -525,6 +525,9 @@ class Gateway:
                     raise FrameError(f"a frame of {size} bytes is above the {max_frame} bytes allowed")
                 frame = await reader.readexactly(size)
             in_flight.reading = False
+            throttle_ms = self._muted.pop(task, 0)
+            if throttle_ms:  # a Produce appended beside others was throttled as this request came in
+                await asyncio.sleep(throttle_ms / 1000)
             if session.expired(time.monotonic()):
                 raise CloseConnection(f"Disconnecting expired channel: the session of {session.principal!r} ended")
             self._connections[task] = True

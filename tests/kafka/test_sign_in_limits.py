@@ -111,8 +111,10 @@ def test_a_sign_in_trickled_byte_by_byte_is_cut_off_as_a_whole(guarded: GatewayP
     token = b"\x00admin\x00" + ADMIN_TOKEN.encode()
     authenticate = encode_request(ApiKey.SaslAuthenticate, 2, {"auth_bytes": token}, 2, "slow")
     stream = handshake + authenticate
-    sock = socket.create_connection(("127.0.0.1", guarded.port), timeout=10)
+    # Before connecting: the gateway's sign-in time runs from its accept, which may come before
+    # this thread runs again after the connection is made.
     started = time.monotonic()
+    sock = socket.create_connection(("127.0.0.1", guarded.port), timeout=10)
     with sock:
         sock.settimeout(0.2)  # one byte each time the gateway has said nothing for 0.2 s
         for i in range(len(stream)):
