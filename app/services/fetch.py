@@ -176,17 +176,29 @@ class LogReader:
         For read_committed, the aborted transactions among the rows, read with them in the one
         statement that reads the page (each row's aborted flag: ``views.page_aborted_keys``).
         OFFSET_OUT_OF_RANGE below the log start or above the high watermark; at or past the
-        reader's end, an empty page."""
-        if max_records < 1 or max_bytes < 1:
-            raise TxlogError(ErrorCode.INVALID_REQUEST, "max_records and max_bytes must be positive")
+        reader's end, an empty page. ``max_bytes`` 0: no rows, the partition's status alone, read
+        by no statement of its own (a Fetch's partitions once its byte budget is spent)."""
+        if max_records < 1 or max_bytes < 0:
+            raise TxlogError(ErrorCode.INVALID_REQUEST, "max_records must be positive, max_bytes not negative")
         if self._failed is not None:
             raise self._failed
         status = self._statuses.get((topic, partition))
         if status is None:
             raise unknown_partition(topic, partition)
         _check_offset(status, offset)
+        if max_bytes == 0:
+            return LogPage.of(status, [], isolation_level)
         rows = self._read(lambda conn: log_rows(conn, status, offset, max_bytes, isolation_level, max_records))
         return LogPage.of(status, rows, isolation_level)
+
+    def record_sizes(self, wanted: Sequence[tuple[str, int, int]]) -> dict[tuple[str, int, int], int]:
+        """What the record at each (topic, partition, offset) counts against a page's
+        ``max_bytes`` (its keys, values and headers), for each that is stored, in the reader's
+        snapshot: one statement for all of them, so that a Fetch whose byte budget is nearly spent
+        need not read a page of each partition left to learn that its first record cannot fit."""
+        if self._failed is not None:
+            raise self._failed
+        return self._read(lambda conn: log_store.record_sizes(conn, wanted))
 
     def _read(self, statement: Callable[[Connection], _T]) -> _T:
         """A statement on the snapshot; its failure is the database's, and ends the snapshot."""

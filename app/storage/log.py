@@ -68,6 +68,37 @@ def partition_statuses(conn: Connection, wanted: Sequence[tuple[str, int]]) -> d
     return {(r[0], r[1]): PartitionStatus(*r) for r in rows}
 
 
+def record_sizes(conn: Connection, wanted: Sequence[tuple[str, int, int]]) -> dict[tuple[str, int, int], int]:
+    """What the record at each (topic, partition, offset) of ``wanted`` that is stored adds to its
+    partition's log position (keys, values and headers; a control record nothing): the position
+    of the next offset, or the partition's next position past its last record, less its own. One
+    statement, two primary-key lookups a partition; the rows themselves are not read out."""
+    wanted = [(t, p, o) for t, p, o in wanted if -(2**31) <= p < 2**31]  # no other partition number exists
+    if not wanted:
+        return {}
+    rows = (
+        driver(conn)
+        .execute(
+            _RECORD_SIZES,
+            {"topics": [t for t, _, _ in wanted], "parts": [p for _, p, _ in wanted], "offsets": [o for _, _, o in wanted]},
+            binary=True,
+        )
+        .fetchall()
+    )
+    return {(r[0], r[1], r[2]): r[3] for r in rows}
+
+
+_RECORD_SIZES = """
+SELECT w.topic, w.partition, w."offset",
+       COALESCE((SELECT n.position FROM txlog.records n
+                 WHERE n.topic = w.topic AND n.partition = w.partition AND n."offset" = w."offset" + 1),
+                p.next_position) - r.position
+FROM unnest(CAST(%(topics)s AS text[]), CAST(%(parts)s AS int[]), CAST(%(offsets)s AS bigint[])) AS w(topic, partition, "offset")
+JOIN txlog.records r ON r.topic = w.topic AND r.partition = w.partition AND r."offset" = w."offset"
+JOIN txlog.partitions p ON p.topic = w.topic AND p.partition = w.partition
+"""
+
+
 def partition_status_all(conn: Connection, topic: str | None = None) -> list[PartitionStatus]:
     where = " WHERE topic = :topic" if topic is not None else ""
     rows = conn.execute(text(_STATUS_SELECT + where + " ORDER BY topic, partition"), {"topic": topic})

@@ -111,7 +111,8 @@ def test_offsets_outside_the_log_are_out_of_range(broker, topic):
     got = page(broker, topic, 2)
     assert offsets(got) == [2] and got.log_start_offset == 2
     assert error_of(page, broker, "nope").code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    assert error_of(page, broker, topic, 0, max_bytes=0).code is ErrorCode.INVALID_REQUEST
+    assert error_of(page, broker, topic, 2, max_bytes=-1).code is ErrorCode.INVALID_REQUEST
+    assert error_of(page, broker, topic, 2, max_records=0).code is ErrorCode.INVALID_REQUEST
 
 
 # --- the byte budget -----------------------------------------------------------------------------------
@@ -312,6 +313,31 @@ def test_a_fetch_reads_its_partitions_in_one_snapshot_each_with_its_own_errors(b
     assert sum("txlog.partition_status" in st for st, _ in statements) == 1  # one status statement for all
     assert sum("WITH RECURSIVE budget" in st for st, _ in statements) == 2  # a page statement per partition read
     assert page(broker, topic_name, partition=1).high_watermark == 3
+
+
+def test_record_sizes_are_what_records_count_against_a_budget_and_a_spent_budget_reads_no_page(broker, topic_name):
+    topics.create_topic(broker, topic_name, 2)
+    plain(broker, topic_name, 0, "a" * 10, headers=(("h", b"123"), ("n", None)))  # 0
+    p = Producer(broker, "tx")
+    p.send(topic_name, 0, "b" * 30)  # 1
+    p.abort()  # 2: ABORT
+    plain(broker, topic_name, 0, "", "c" * 7)  # 3, 4: the last, sized by the partition's next position
+    rows = page(broker, topic_name).records
+    wanted = [(topic_name, 0, o) for o in range(6)] + [(topic_name, 1, 0), ("nope", 0, 0), (topic_name, 0, -1)]
+
+    def read_all():  # type: ignore[no-untyped-def]
+        with fetch_service.LogReader(broker, [(topic_name, 0), (topic_name, 1)]) as reader:
+            sizes = reader.record_sizes(wanted)
+            unread = reader.page(topic_name, 0, 1, max_bytes=0, isolation_level="read_committed")
+            assert error_of(reader.page, topic_name, 0, 6, max_bytes=0).code is ErrorCode.OFFSET_OUT_OF_RANGE
+        return sizes, unread
+
+    statements = _statements_of(broker, read_all, touching=("WITH RECURSIVE budget", 'AS w(topic, partition, "offset")'))
+    assert len(statements) == 1  # the sizes in one statement; the page of no bytes reads none
+    sizes, unread = read_all()
+    assert sizes == {(topic_name, 0, r.offset): r.size for r in rows}  # the marker's 0; none but stored records
+    assert [sizes[(topic_name, 0, o)] for o in range(5)] == [10 + 1 + 3 + 1, len(rows[1].key or b"") + 30, 0, 0, 7]
+    assert (unread.records, unread.aborted_transactions, unread.high_watermark) == ([], [], 5)
 
 
 def test_a_database_failure_fails_every_page_read_after_it(broker, topic_name):

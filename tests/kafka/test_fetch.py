@@ -17,10 +17,11 @@ import pytest
 
 from api.kafka.handlers import fetch as fetch_handler
 from api.kafka.handlers.fetch import _batches_within
-from app.domain.log import StoredRecord
+from app.domain.log import PartitionStatus, StoredRecord
 from app.domain.records import NewRecord
 from app.errors import ErrorCode
 from app.services import Broker, topics
+from app.services import fetch as fetch_service
 from app.services import produce as produce_service
 from app.services.produce import ProduceRequest
 from app.wire.kafka.messages import ApiKey
@@ -634,6 +635,56 @@ def test_a_page_is_cut_at_the_longest_head_within_the_limit(headers_every: int) 
             kept = _longest_head(rows, limit, first_whole)
             assert last == (rows[kept - 1].offset if kept else None), (limit, first_whole)
             assert data == encode_records(rows[:kept])
+
+
+def _log_of(sizes: list[int]) -> list[StoredRecord]:
+    """A partition's log of plain records with values of ``sizes`` bytes, from offset 0."""
+    rows, position = [], 0
+    for offset, size in enumerate(sizes):
+        rows.append(StoredRecord(offset, None, b"v" * size, None, None, T0, None, None, None, False, None, position, None, False))
+        position += size
+    return rows
+
+
+def test_a_partition_whose_first_record_cannot_fit_what_is_left_is_answered_unread() -> None:
+    """Once the request's budget bounds what the partitions left may get, those whose first record
+    cannot fit in what is left are answered their offsets without reading a page: every answer is
+    the one reading each page gives, for budgets ending anywhere among the partitions."""
+    logs = {
+        0: _log_of([3000] * 4),
+        1: _log_of([900, 10]),
+        2: _log_of([5000]),
+        3: _log_of([40, 40, 40]),
+        4: [],
+        5: _log_of([700] * 3),
+    }
+    wanted = [fetch_handler._Wanted("t", p, 0, 4000) for p in logs] + [fetch_handler._Wanted("t", 5, 1, 4000)]
+    read: list[tuple[int, int]] = []
+
+    def read_page(w: Any, limit: int) -> fetch_service.LogPage:
+        read.append((w.partition, limit))
+        log = logs[w.partition]
+        rows = log[w.offset :] if limit else []
+        rows = [r for i, r in enumerate(rows) if i == 0 or r.position - rows[0].position <= limit]
+        if len(rows) > 1 and rows[-1].position + rows[-1].size - rows[0].position > limit:
+            rows.pop()  # as a page is cut: the last row may not end past the budget
+        return fetch_service.LogPage.of(PartitionStatus("t", w.partition, 0, len(log), len(log)), rows, "read_uncommitted")
+
+    def record_sizes(left: Any) -> dict[tuple[str, int, int], int]:
+        return {
+            (w.topic, w.partition, w.offset): logs[w.partition][w.offset].size for w in left if w.offset < len(logs[w.partition])
+        }
+
+    pages_each = pages_sized = 0  # pages read (a budget of 0 reads none)
+    for max_bytes in range(1, 14_000, 61):
+        read.clear()
+        each = fetch_handler._read_pages(None, wanted, max_bytes, {}, None, read_page)  # type: ignore[arg-type]  # no redirect: no broker
+        pages_each += sum(1 for _, limit in read if limit)
+        read.clear()
+        sized = fetch_handler._read_pages(None, wanted, max_bytes, {}, None, read_page, record_sizes)  # type: ignore[arg-type]
+        pages_sized += sum(1 for _, limit in read if limit)
+        assert sized == each, max_bytes
+    assert pages_sized < pages_each - 100, (pages_sized, pages_each)  # those the spent budgets left unread
 
 
 def test_an_unknown_isolation_level_is_refused(raw: RawConnection, topic: str) -> None:

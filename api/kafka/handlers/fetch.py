@@ -14,6 +14,10 @@ Fetch (v4 to v12, topics by name):
   and batch headers counted at their largest). Each partition gets at most its
   ``partition_max_bytes`` and what is left of the request's ``max_bytes``; the first record of the
   first partition that has any is sent whatever its size, so a consumer always moves on (KIP-74).
+  Once what is left of the request's budget bounds the partitions after, a partition whose first
+  record cannot fit in it is answered its offsets and no records, its log not read (one statement
+  sizes all those first records): a consumer of 1,000 partitions gets a few dozen partitions'
+  records a Fetch, and would otherwise pay a page statement for each of the others.
   Records are stored one per row, so that first record is a batch of its own when it alone is
   above the limit, where Kafka would send the whole batch the producer wrote.
 - No incremental fetch sessions: ``session_id`` is always 0, which every client takes as "send the
@@ -80,6 +84,9 @@ _SESSIONLESS = 0
 # too); and the two lengths of each header.
 _RECORD_OVERHEAD_MAX = 5 + 1 + 10 + 5 + 5 + 5 + 5
 _HEADER_OVERHEAD_MAX = 5 + 5
+# A budget below this holds no record batch: what is left of a Fetch's max_bytes once it is
+# smaller reads no more rows, only the statuses of the partitions still to answer.
+_SMALLEST_BATCH = HEADER_SIZE + _RECORD_OVERHEAD_MAX
 
 
 def _isolation(level: int) -> IsolationLevel:
@@ -212,6 +219,7 @@ def _read(
             refused,
             redirect,
             lambda w, limit: reader.page(w.topic, w.partition, w.offset, limit, isolation),
+            lambda left: reader.record_sizes([(w.topic, w.partition, w.offset) for w in left if w.topic not in refused]),
         )
 
 
@@ -222,10 +230,16 @@ def _read_pages(
     refused: Mapping[str, TxlogError],
     redirect: Mapping[tuple[str, int], int] | None,
     read_page: Callable[[_Wanted, int], fetch_service.LogPage],
+    record_sizes: Callable[[Sequence[_Wanted]], Mapping[tuple[str, int, int], int]] | None = None,
 ) -> _Read:
+    """``record_sizes``: the sizes of the records the partitions left start at, asked once the
+    request's budget rather than a partition's own bounds what the next may get: a partition whose
+    first record cannot fit in what is left is then answered its status, unread. Without it, each
+    is read (a read replica's partitions)."""
     answers = []
     left = max_bytes
     first_whole = True  # until a partition has records: its first record goes whatever its size
+    heads: Mapping[tuple[str, int, int], int] | None = None  # record_sizes of the partitions left, once asked
     failed = storage_away = False
     statuses = {}
     if redirect:
@@ -233,7 +247,7 @@ def _read_pages(
             statuses = fetch_service.partition_statuses(broker, list(redirect))
         except TxlogError:
             statuses = {}  # read each partition as usual below, and answer its error there
-    for w in wanted:
+    for i, w in enumerate(wanted):
         if w.topic in refused:
             answers.append(_partition_error(w.partition, refused[w.topic]))
             failed = True
@@ -254,8 +268,18 @@ def _read_pages(
             )
             continue
         limit = max(0, min(w.max_bytes, left))
+        if first_whole:
+            limit = max(limit, 1)  # the first record goes whatever its size
+        else:
+            if heads is None and record_sizes is not None and limit < w.max_bytes:
+                try:
+                    heads = record_sizes(wanted[i:])
+                except TxlogError:
+                    heads = {}  # each page read below meets the error and answers it
+            if limit < _SMALLEST_BATCH + (heads or {}).get((w.topic, w.partition, w.offset), 0):
+                limit = 0  # its first record cannot fit, so _batches_within would keep none: its status alone
         try:
-            page = read_page(w, max(limit, 1))
+            page = read_page(w, limit)
         except TxlogError as exc:
             answers.append(_partition_error(w.partition, exc))
             failed = True
