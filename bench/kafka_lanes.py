@@ -331,7 +331,10 @@ class KafkaSpreadFetchRunner:
         self.empty = 0
 
     def step(self) -> int:
-        msgs = self.consumer.consume(PAGE, 1.0)
+        # A short wait: a consumer of one partition whose records left before the wrap are fewer
+        # than PAGE gets them only when the wait ends (nothing more comes until the seek), and
+        # with 1 s it read its partition once a second (45,040 records/s for eight consumers).
+        msgs = self.consumer.consume(PAGE, 0.05)
         if not msgs:
             self.empty += 1
             return 0
