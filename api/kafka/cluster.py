@@ -48,13 +48,68 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Protocol
 
 from api.kafka.handlers import Node
 from app.domain import cluster as rules
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker
 from app.services import cluster as registry
+
+CLUSTER_ID = "txlog"
+
+
+class Cluster(Protocol):
+    """Which nodes clients see, which one leads a partition and which one coordinates a group.
+    Every node must answer the same for the same live nodes."""
+
+    cluster_id: str
+
+    def list_nodes(self) -> list[Node]: ...
+
+    def leader_of(self, topic: str, partition: int) -> Node: ...
+
+    def coordinator_of(self, key: str) -> Node: ...
+
+    def listeners_of(self, node_id: int) -> list[tuple[str, str, int]]:
+        """Where a node is advertised: (listener name, host, port), by name (Kafka's
+        advertised.listeners)."""
+        ...
+
+    def read_replicas(self) -> list[int]:
+        """The live read replicas: they follow every partition and lead none."""
+        ...
+
+    def preferred_read_replica(self, topic: str, partition: int, client_rack: str | None) -> int:
+        """The read replica a consumer in ``client_rack`` fetches the partition from, or -1."""
+        ...
+
+
+class SingleNode:
+    """A cluster of one node: this gateway leads every partition and coordinates every group."""
+
+    def __init__(self, node: Node, cluster_id: str = CLUSTER_ID) -> None:
+        self.node = node
+        self.cluster_id = cluster_id
+
+    def list_nodes(self) -> list[Node]:
+        return [self.node]
+
+    def leader_of(self, topic: str, partition: int) -> Node:
+        return self.node
+
+    def coordinator_of(self, key: str) -> Node:
+        return self.node
+
+    def listeners_of(self, node_id: int) -> list[tuple[str, str, int]]:
+        return [("PLAINTEXT", self.node.host, self.node.port)] if node_id == self.node.node_id else []
+
+    def read_replicas(self) -> list[int]:
+        return []
+
+    def preferred_read_replica(self, topic: str, partition: int, client_rack: str | None) -> int:
+        return -1
+
 
 log = logging.getLogger("txlog.kafka.cluster")
 
@@ -134,7 +189,7 @@ def _view(
 
 
 class ListenerView:
-    """The cluster as the clients of one listener see it (a ``server.Cluster``), as Kafka answers
+    """The cluster as the clients of one listener see it (a ``Cluster``), as Kafka answers
     Metadata, FindCoordinator and DescribeCluster with the endpoints of the listener the client
     connected to: each node at its address on that listener, a node without that listener left
     out. Leaders and coordinators are the cluster's, whatever the listener: a partition led by a
@@ -185,7 +240,7 @@ class ListenerView:
 
 
 class RegistryCluster:
-    """A ``server.Cluster`` over the node registry: this process's node, registered and renewed,
+    """A ``Cluster`` over the node registry: this process's node, registered and renewed,
     and the live nodes read on the same beat. ``start`` before serving, ``stop`` at a clean stop."""
 
     def __init__(

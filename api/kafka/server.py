@@ -5,7 +5,7 @@
 - A connection is served one request at a time, as Kafka mutes a channel until it has answered:
   answers leave in the order the requests came. One exception: a Produce request read while
   earlier Produce requests of the same connection are being appended, none of them naming a
-  partition it names, is appended at once beside them (up to ``PIPELINED_PRODUCE`` at a time),
+  partition it names, is appended at once beside them (up to ``in_flight.PIPELINED_PRODUCE`` at a time),
   so that the loop's group commit shares their commits; its answer still leaves after theirs.
   A client sends a partition's batches in order and Kafka's sequences are per partition, so
   appending distinct partitions together changes no outcome. A request naming a partition in
@@ -47,7 +47,7 @@ from that hot standby, on a pool of its own; everything else, its registration a
 polls' listener included, goes to the primary.
 
 ``Cluster`` is the view of the brokers that Metadata and FindCoordinator answer with: the live
-gateways of the node registry (``api.kafka.cluster``), in which ``serve`` takes its node id before
+gateways of the node registry (``api.kafka.cluster``), in which ``process.serve`` takes its node id before
 it answers anyone and which it leaves when it stops; ``SingleNode`` (this process alone) where no
 registry is used.
 """
@@ -58,23 +58,19 @@ import asyncio
 import contextlib
 import functools
 import logging
-import signal
 import socket
 import ssl
-import sys
 import time
-from collections import deque
-from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any
 
 from api.kafka import versions
-from api.kafka.cluster import NodeIdInUse, RegistryCluster
+from api.kafka.cluster import Cluster, SingleNode
 from api.kafka.handlers import Node, RequestContext, error_code
 from api.kafka.handlers import sasl as sasl_handlers
 from api.kafka.handlers.bootstrap import KnownTopics
 from api.kafka.handlers.sasl import Session
-from app import memory
+from api.kafka.in_flight import InFlight
 from app.config import Settings
 from app.domain import ssl_principal
 from app.domain.acl_bindings import ANONYMOUS
@@ -84,7 +80,6 @@ from app.services import Broker
 from app.services import fetch as fetch_service
 from app.services import quotas as quota_service
 from app.services.executor import LoopExecutor
-from app.services.group_coordinator import GroupCoordinator
 from app.services.notify import AppendNotifier
 from app.services.security import Authorizer
 from app.storage.db import Database, LoopConnections, SessionLimits
@@ -98,153 +93,10 @@ log = logging.getLogger("txlog.kafka")
 IDLE_TIMEOUT_S = 600.0  # Kafka's connections.max.idle.ms
 SASL_MAX_RECEIVE_BYTES = 524_288  # Kafka's sasl.server.max.receive.size: a frame before sign-in
 SHUTDOWN_GRACE_S = 5.0  # how long a request in progress has to be answered at shutdown
-PIPELINED_PRODUCE = 5  # Produce requests of one connection appended at once (librdkafka's in-flight limit)
-CLUSTER_ID = "txlog"
-
-
-class Cluster(Protocol):
-    """Which nodes clients see, which one leads a partition and which one coordinates a group.
-    Every node must answer the same for the same live nodes."""
-
-    cluster_id: str
-
-    def list_nodes(self) -> list[Node]: ...
-
-    def leader_of(self, topic: str, partition: int) -> Node: ...
-
-    def coordinator_of(self, key: str) -> Node: ...
-
-    def listeners_of(self, node_id: int) -> list[tuple[str, str, int]]:
-        """Where a node is advertised: (listener name, host, port), by name (Kafka's
-        advertised.listeners)."""
-        ...
-
-    def read_replicas(self) -> list[int]:
-        """The live read replicas: they follow every partition and lead none."""
-        ...
-
-    def preferred_read_replica(self, topic: str, partition: int, client_rack: str | None) -> int:
-        """The read replica a consumer in ``client_rack`` fetches the partition from, or -1."""
-        ...
-
-
-class SingleNode:
-    """A cluster of one node: this gateway leads every partition and coordinates every group."""
-
-    def __init__(self, node: Node, cluster_id: str = CLUSTER_ID) -> None:
-        self.node = node
-        self.cluster_id = cluster_id
-
-    def list_nodes(self) -> list[Node]:
-        return [self.node]
-
-    def leader_of(self, topic: str, partition: int) -> Node:
-        return self.node
-
-    def coordinator_of(self, key: str) -> Node:
-        return self.node
-
-    def listeners_of(self, node_id: int) -> list[tuple[str, str, int]]:
-        return [("PLAINTEXT", self.node.host, self.node.port)] if node_id == self.node.node_id else []
-
-    def read_replicas(self) -> list[int]:
-        return []
-
-    def preferred_read_replica(self, topic: str, partition: int, client_rack: str | None) -> int:
-        return -1
 
 
 class ListenError(OSError):
     """The gateway cannot listen on the address it was given."""
-
-
-class _InFlight:
-    """The Produce requests of one connection appended while it reads on (``Gateway._serve``), and
-    the writing of their answers in the order the requests came.
-
-    A failure (a ``CloseConnection``, a lost socket) is kept in ``failure`` once the answers before
-    it have left; the connection's task then stops: at once if it is waiting in ``make_room`` or
-    ``drain``, by cancellation if it is reading the next request."""
-
-    def __init__(self, writer: asyncio.StreamWriter, connection: asyncio.Task, on_idle: Callable[[], None]) -> None:
-        self._writer = writer
-        self._connection = connection
-        self._on_idle = on_idle
-        self._entries: deque[tuple[asyncio.Task, frozenset[tuple[str, int]]]] = deque()
-        self.failure: BaseException | None = None
-        self.reading = False  # the connection waits for its next request
-        self.cancelled_connection = False
-
-    def __bool__(self) -> bool:
-        while self._entries and self._entries[0][0].done():
-            self._entries.popleft()
-        return bool(self._entries)
-
-    def add(self, answering: Coroutine[Any, Any, bytes | bytearray | None], partitions: frozenset[tuple[str, int]]) -> None:
-        previous = self._entries[-1][0] if self._entries else None
-        written = asyncio.create_task(self._write(asyncio.create_task(answering), previous))
-        written.add_done_callback(self._written)
-        self._entries.append((written, partitions))
-
-    async def make_room(self, partitions: frozenset[tuple[str, int]]) -> None:
-        """Wait until none in flight names one of ``partitions`` and there is room for one more."""
-        while self and (len(self._entries) >= PIPELINED_PRODUCE or any(partitions & named for _, named in self._entries)):
-            await self._wait(self._entries[0][0])
-
-    async def drain(self) -> None:
-        """Wait until every answer has left."""
-        if self:
-            await self._wait(self._entries[-1][0])
-
-    async def settle(self) -> None:
-        """Wait until every answer has left or failed."""
-        if self:
-            await asyncio.wait([self._entries[-1][0]])
-
-    async def _wait(self, written: asyncio.Task) -> None:
-        await asyncio.wait([written])
-        if self.failure is not None:
-            raise self.failure
-
-    async def _write(self, answering: asyncio.Task, previous: asyncio.Task | None) -> None:
-        try:
-            try:
-                answer = await answering
-                failure: BaseException | None = None
-            except Exception as exc:
-                answer, failure = None, exc
-            if previous is not None:
-                await asyncio.wait([previous])
-            if self.failure is not None:
-                return
-            if failure is None and answer is not None:
-                try:
-                    self._writer.write(answer)
-                    await self._writer.drain()
-                except Exception as exc:
-                    failure = exc
-            if failure is not None:
-                self.failure = failure
-                if self.reading:
-                    self.cancelled_connection = True
-                    self._connection.cancel()
-        except asyncio.CancelledError:
-            answering.cancel()
-            raise
-
-    def _written(self, written: asyncio.Task) -> None:
-        _retrieved(written)
-        if self.reading and self.failure is None and not self:
-            self._on_idle()  # the last answer left while the connection waits for a request
-
-    def cancel(self) -> None:
-        for written, _ in self._entries:
-            written.cancel()
-
-
-def _retrieved(task: asyncio.Task) -> None:
-    if not task.cancelled():
-        task.exception()
 
 
 class CloseConnection(Exception):
@@ -480,7 +332,7 @@ class Gateway:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client: str, session: Session) -> None:
         task = asyncio.current_task()
         assert task is not None
-        in_flight = _InFlight(writer, task, functools.partial(self._connections.__setitem__, task, False))
+        in_flight = InFlight(writer, task, functools.partial(self._connections.__setitem__, task, False))
         try:
             await self._serve_requests(reader, writer, client, session, task, in_flight)
         except asyncio.CancelledError:
@@ -502,7 +354,7 @@ class Gateway:
         client: str,
         session: Session,
         task: asyncio.Task,
-        in_flight: _InFlight,
+        in_flight: InFlight,
     ) -> None:
         while not self._closing:
             signing_in = self.authorizer is not None and session.principal is None
@@ -675,100 +527,13 @@ class Gateway:
 # -- the process -------------------------------------------------------------------------------------
 
 
-def replica_broker(settings: Settings) -> Broker:
-    """The hot standby a read replica gateway reads: TXLOG_REPLICA_DATABASE_URL with the pool and
-    session limits of the primary's. Only read transactions run on it."""
-    return Broker(Database.from_settings(settings.model_copy(update={"database_url": settings.replica_database_url})), settings)
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:9092`` for IPv6) as a host and a port."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise ValueError(f"expected HOST:PORT, not {listen!r}")
-    return host.strip("[]"), int(port)
-
-
 def advertised_host(host: str) -> str:
     """The host clients are told to connect to when none is set: the listen host, or this machine's
     name when listening on every address."""
     return socket.getfqdn() if host in ("0.0.0.0", "::", "") else host
 
 
-async def serve(broker: Broker, listeners: list[Listener], advertised: dict[str, tuple[str, int]], node_id: int) -> None:
-    """Run a gateway on ``listeners`` until SIGTERM or SIGINT."""
-    settings = broker.settings
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    with ThreadPoolExecutor(max_workers=settings.db_pool_size, thread_name_prefix="txlog-kafka") as executor:
-        first = listeners[0]
-        host, port = advertised[first.name]
-        node = Node(node_id, host, port, settings.kafka_rack or None)
-        endpoints = {lst.name: (*advertised[lst.name], lst.security_protocol) for lst in listeners}
-        cluster = RegistryCluster(
-            broker, node, on_lost=stop.set, listeners=endpoints, read_replica=bool(settings.replica_database_url)
-        )
-        groups = GroupCoordinator.from_settings(settings, owns=cluster.owns)
-        gateway = Gateway(broker, node, cluster=cluster, executor=executor, groups=groups)
-        # the nodes changed: the groups that moved to another gateway are unloaded
-        cluster.on_change(lambda nodes: groups.resign())
-        bound = await _start_node(gateway, cluster, listeners, advertised)
-        memory.settle()
-        for listener in listeners:
-            shown = gateway.listeners[listener.name].node
-            print(
-                f"txlog kafka gateway listener {listener.name} ({listener.security_protocol}) on "
-                f"{listener.host or '*'}:{bound[listener.name]} ({shown.host}:{shown.port} for clients)",
-                file=sys.stderr,
-                flush=True,
-            )
-        role = f", a read replica in rack {node.rack}" if gateway.replica is not None else ""
-        print(f"txlog kafka gateway as node {node_id}{role}, serving {len(gateway.routes)} API keys", file=sys.stderr, flush=True)
-        await stop.wait()
-        log.info("stopping")
-        await cluster.stop()
-        await gateway.stop()
-    if cluster.lost is not None:
-        raise NodeIdInUse(f"stopped, no longer node {node_id}: {cluster.lost}")
-
-
-async def _start_node(
-    gateway: Gateway, cluster: RegistryCluster, listeners: list[Listener], advertised: dict[str, tuple[str, int]]
-) -> dict[str, int]:
-    """Take the node id and listen; the bound ports. A node id held by another live process stops
-    the start before the ports are bound (after, when a listener's port is 0: the registry must
-    show the bound one)."""
-    ephemeral = any(advertised[listener.name][1] == 0 for listener in listeners)
-    if not ephemeral:
-        await cluster.start()
-    try:
-        bound = await gateway.start_listeners(listeners, advertised)
-    except ListenError:
-        await cluster.stop()
-        raise
-    if ephemeral:
-        cluster.listeners = {
-            name: (listening.node.host, listening.node.port, listening.listener.security_protocol)
-            for name, listening in gateway.listeners.items()
-        }
-        first = gateway.listeners[listeners[0].name].node
-        gateway.node = cluster.node = first
-        try:
-            await cluster.start()
-        except BaseException:
-            await gateway.stop()
-            raise
-    return bound
-
-
-def run(broker: Broker, listeners: list[Listener], advertised: dict[str, tuple[str, int]], node_id: int) -> None:
-    """``serve`` on uvloop when it is installed."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
-        asyncio.run(serve(broker, listeners, advertised, node_id))
-        return
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(serve(broker, listeners, advertised, node_id))
+def replica_broker(settings: Settings) -> Broker:
+    """The hot standby a read replica gateway reads: TXLOG_REPLICA_DATABASE_URL with the pool and
+    session limits of the primary's. Only read transactions run on it."""
+    return Broker(Database.from_settings(settings.model_copy(update={"database_url": settings.replica_database_url})), settings)

@@ -72,7 +72,7 @@ def kafka(
 ) -> int:
     """Run the Kafka wire gateway: Kafka clients (librdkafka, kafka-python, aiokafka, Java) produce
     and consume over Kafka's protocol, with the same guarantees as the HTTP API."""
-    from api.kafka import server as gateway
+    from api.kafka import process as gateway
     from app.config import load_settings
     from app.services.sweeper import SweeperThread
 

@@ -41,7 +41,7 @@ def gateway_listeners(settings: Settings, insecure: bool) -> tuple[list[Listener
     listeners, advertised.listeners, listener.security.protocol.map) or else the one listener of
     TXLOG_KAFKA_LISTEN (PLAINTEXT, SASL_PLAINTEXT with TXLOG_AUTH=token); refused as
     ``app.domain.listeners.refusals`` says, some unless ``--insecure``."""
-    from api.kafka.server import advertised_host, parse_listen
+    from api.kafka.process import advertised_host, parse_listen
 
     authenticated = settings.auth != "none"
     try:
@@ -98,7 +98,7 @@ def refuse_open_gateway(listen: str, auth: str, insecure: bool) -> None:
 def rocketmq_listener(settings: Settings, insecure: bool) -> tuple[str, int]:
     """The RocketMQ gateway's address (TXLOG_ROCKETMQ_LISTEN): with TXLOG_AUTH=token every call is
     signed by a principal (``api.rocketmq.identity``); without, loopback only unless ``--insecure``."""
-    from api.kafka.server import parse_listen
+    from api.kafka.process import parse_listen
 
     try:
         host, port = parse_listen(settings.rocketmq_listen)

@@ -1,5 +1,5 @@
 """A connection's Produce requests for distinct partitions are appended while the ones before them
-are (``api.kafka.server``, ``PIPELINED_PRODUCE``), their answers still in the order they came: raw
+are (``api.kafka.server``, ``in_flight.PIPELINED_PRODUCE``), their answers still in the order they came: raw
 frames sent back to back, as librdkafka sends up to five with idempotence."""
 
 from __future__ import annotations
