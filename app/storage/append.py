@@ -21,7 +21,7 @@ from app.storage._sql import ONGOING_SQL, _compact, _ms
 from app.storage.arrays import bytea_array, int4_array, int8_array, text_array
 from app.storage.db import driver
 from app.storage.groups import PENDING_OFFSETS_CTES
-from app.storage.log import NOTIFY_CHANNEL
+from app.storage.log import NOTIFY_CHANNEL, is_partition_number
 from app.storage.statements import Statement
 from app.storage.transactions import TXN_COLUMNS_NO_MEMBERS, TXN_RECORD_CTES, txn_from_row, txn_record_params
 
@@ -46,7 +46,7 @@ def partitions_lock_for_append(
     # A partition number beyond int4 names no partition; asked as -1, which none has.
     params = {
         "topics": text_array([t for t, _, _ in wanted]),
-        "parts": int4_array([p if -(2**31) <= p < 2**31 else -1 for _, p, _ in wanted]),
+        "parts": int4_array([p if is_partition_number(p) else -1 for _, p, _ in wanted]),
         "pids": int8_array([pid for _, _, pid in wanted]),
     }
     raw = driver(conn)

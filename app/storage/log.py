@@ -22,9 +22,14 @@ from app.storage.views import page_aborted
 NOTIFY_CHANNEL = "txlog_append"
 
 
+def is_partition_number(partition: int) -> bool:
+    """Whether the partition columns (int) can hold ``partition``: no other number names a partition."""
+    return -(2**31) <= partition < 2**31
+
+
 def _partition(topic: str, partition: int) -> Int4:
     """A partition number sent binary; one that no int column can hold names no partition."""
-    if not -(2**31) <= partition < 2**31:
+    if not is_partition_number(partition):
         raise unknown_partition(topic, partition)
     return Int4(partition)
 
@@ -52,7 +57,7 @@ def partition_status(conn: Connection, topic: str, partition: int) -> PartitionS
 
 def partition_statuses(conn: Connection, wanted: Sequence[tuple[str, int]]) -> dict[tuple[str, int], PartitionStatus]:
     """The status of each of ``wanted`` that exists (one statement, a primary-key lookup each)."""
-    wanted = [(t, p) for t, p in wanted if -(2**31) <= p < 2**31]  # no other partition number exists
+    wanted = [(t, p) for t, p in wanted if is_partition_number(p)]
     if not wanted:
         return {}
     rows = (
@@ -73,7 +78,7 @@ def record_sizes(conn: Connection, wanted: Sequence[tuple[str, int, int]]) -> di
     partition's log position (keys, values and headers; a control record nothing): the position
     of the next offset, or the partition's next position past its last record, less its own. One
     statement, two primary-key lookups a partition; the rows themselves are not read out."""
-    wanted = [(t, p, o) for t, p, o in wanted if -(2**31) <= p < 2**31]  # no other partition number exists
+    wanted = [(t, p, o) for t, p, o in wanted if is_partition_number(p)]
     if not wanted:
         return {}
     rows = (

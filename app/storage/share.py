@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection
 from app.domain.log import PartitionStatus
 from app.domain.share_partition import InFlightRange, RecordState, SharePartitionState, row_changes
 from app.storage.db import driver
-from app.storage.log import _STATUS_SELECT, NOTIFY_CHANNEL
+from app.storage.log import _STATUS_SELECT, NOTIFY_CHANNEL, is_partition_number
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ def share_partitions_open(
     sent: list[tuple[tuple[str, int], Any, Any] | None] = []
     with pg.pipeline():
         for n, (topic, partition) in enumerate(partitions):
-            if not -(2**31) <= partition < 2**31:
+            if not is_partition_number(partition):
                 sent.append(None)
                 continue
             key = _key(group_id, topic, partition)
