@@ -115,6 +115,18 @@ def test_inconsistent_offsets_acknowledged_at_another_offset() -> None:
     only(h, "inconsistent offsets")
 
 
+def test_an_acknowledgement_without_an_offset_holds_if_the_record_is_in_that_partition() -> None:
+    h = clean()
+    h.acked["p"]["a2"] = ("in", 0, None)
+    assert check(h).ok()
+
+
+def test_inconsistent_offsets_acknowledged_without_an_offset_in_another_partition() -> None:
+    h = clean()
+    h.acked["p"]["a2"] = ("in", 1, None)
+    only(h, "inconsistent offsets")
+
+
 def test_unseen_a_committed_value_a_consumer_that_ran_to_the_end_never_polled() -> None:
     h = clean()
     h.polls["c"][0] = [p for p in h.polls["c"][0] if p.value != "A3"]
