@@ -157,6 +157,10 @@ def _read(obj: dict[str, Any], model: type[BaseModel]) -> tuple[dict[str, Any], 
         if tid is not None and (type(tid) is not str or not 1 <= len(tid) <= MAX_TRANSACTIONAL_ID_LENGTH):
             raise _Unusual
         fields["transactional_id"] = tid
+        commit = obj.get("commit", False)
+        if type(commit) is not bool:
+            raise _Unusual
+        fields["commit"] = commit
     return fields, _records(obj.get("records"), encoding)
 
 

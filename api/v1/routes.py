@@ -22,7 +22,7 @@ from app.domain.partitioner import coordinator_partition
 from app.domain.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE
 from app.domain.records import Encoding, IsolationLevel, valid_text
 from app.domain.transactions import TxnEvent, TxnMetadata
-from app.services import Broker, groups, retention, topics, transaction_aborts, transactions
+from app.services import Broker, committed_produce, groups, retention, topics, transaction_aborts, transactions
 from app.services import fetch as fetch_service
 from app.services import produce as produce_service
 from app.services.notify import wait_for_records
@@ -155,12 +155,13 @@ def delete_records(topic: str, partition: int, body: s.DeleteRecordsBody, b: Bro
 # --- produce --------------------------------------------------------------------------------------
 
 
-def produced(topic: str, result: produce_service.ProduceResult) -> Response:
+def produced(topic: str, result: produce_service.ProduceResult, ended: transactions.EndTxnOutcome | None = None) -> Response:
+    """A produce's answer; ``ended``: the transaction it committed."""
     if result.duplicate:
         DUPLICATES.labels(topic).inc()
     else:
         RECORDS_APPENDED.labels(topic).inc(result.last_offset - result.base_offset + 1)
-    out = {
+    out: dict[str, object] = {
         "base_offset": result.base_offset,
         "last_offset": result.last_offset,
         "log_append_time_ms": result.log_append_time_ms,
@@ -169,6 +170,9 @@ def produced(topic: str, result: produce_service.ProduceResult) -> Response:
     }
     if result.partition is not None:
         out["partition"] = result.partition
+    if ended is not None:
+        TXN_ENDED.labels("commit").inc()
+        out["transaction"] = _end_answer(ended)
     return Response(orjson.dumps(out), media_type="application/json")
 
 
@@ -204,19 +208,24 @@ async def produce(topic: str, partition: int, request: Request) -> Response:
 async def produce_batch(request: Request, topic: str, partition: int, raw: bytes) -> Response:
     """The answer to a produce to a partition with body ``raw`` (also served by ``api.v1.hot``)."""
     started = time.perf_counter()
-    req = produce_request(request, topic, raw)
-    steps = functools.partial(produce_service.produce_steps, request.app.state.broker, topic, partition, req)
-    answer = produced(topic, await request.app.state.loop_executor.run(steps))
+    req, commit = produce_request(request, topic, raw)
+    broker, run = request.app.state.broker, request.app.state.loop_executor.run
+    if commit:
+        done = await run(functools.partial(committed_produce.produce_committed_steps, broker, topic, partition, req))
+        answer = produced(topic, done.produced, done.ended)
+    else:
+        answer = produced(topic, await run(functools.partial(produce_service.produce_steps, broker, topic, partition, req)))
     return quotas.spend(request, answer, PRODUCER_BYTE_RATE, len(raw), time.perf_counter() - started)
 
 
-def produce_request(request: Request, topic: str, raw: bytes) -> produce_service.ProduceRequest:
+def produce_request(request: Request, topic: str, raw: bytes) -> tuple[produce_service.ProduceRequest, bool]:
     """The batch a produce to a partition asks for, once its body is read and the principal may
-    send it."""
+    send it, and whether it commits its transaction."""
     fields, records = codec.produce_body(raw, s.ProduceBody)
+    commit = fields.pop("commit")
     tid = fields["transactional_id"]
     authorize(request, produce_api(fields["producer_id"], tid), {"topic": topic, "transactional_id": tid})
-    return produce_service.ProduceRequest(records=records, principal=principal_of(request), **fields)
+    return produce_service.ProduceRequest(records=records, principal=principal_of(request), **fields), commit
 
 
 @router.post(
@@ -465,8 +474,12 @@ async def end_transaction(request: Request, tid: str, body: s.EndTxnBody) -> Res
 def ended(result: str, outcome: transactions.EndTxnOutcome) -> Response:
     """The answer to an EndTxn that ended its transaction so."""
     TXN_ENDED.labels(result).inc()
-    answer = {"state": outcome.state.value, "producer_id": outcome.producer_id, "producer_epoch": outcome.producer_epoch}
-    return Response(orjson.dumps(answer), media_type="application/json")
+    return Response(orjson.dumps(_end_answer(outcome)), media_type="application/json")
+
+
+def _end_answer(outcome: transactions.EndTxnOutcome) -> dict[str, object]:
+    """``EndTxnResponse``."""
+    return {"state": outcome.state.value, "producer_id": outcome.producer_id, "producer_epoch": outcome.producer_epoch}
 
 
 @router.post(

@@ -109,11 +109,22 @@ class ProduceBody(Model):
     transactional_id: str | None = Field(None, min_length=1, max_length=MAX_TRANSACTIONAL_ID_LENGTH)
     encoding: Literal["utf8", "base64"] = "utf8"
     records: list[RecordIn] = Field(min_length=1, max_length=MAX_BODY_RECORDS)
+    commit: bool = Field(
+        False,
+        description="With a transactional_id: commit the transaction with this batch, as an EndTxn "
+        "with result commit right after it would, in one request (the answer adds `transaction`).",
+    )
 
 
 class PlainProduceBody(Model):
     encoding: Literal["utf8", "base64"] = "utf8"
     records: list[RecordIn] = Field(min_length=1, max_length=MAX_BODY_RECORDS)
+
+
+class EndTxnResponse(Model):
+    state: str
+    producer_id: int
+    producer_epoch: int
 
 
 class ProduceResponse(Model):
@@ -123,6 +134,7 @@ class ProduceResponse(Model):
     log_start_offset: int
     duplicate: bool = False
     partition: int | None = None
+    transaction: EndTxnResponse | None = None  # a produce that commits its transaction: the end's answer
 
 
 class InitProducerBody(Model):
@@ -163,12 +175,6 @@ class TxnOffsetsBody(TxnProducer):
 
 class EndTxnBody(TxnProducer):
     result: Literal["commit", "abort"]
-
-
-class EndTxnResponse(Model):
-    state: str
-    producer_id: int
-    producer_epoch: int
 
 
 class GroupOffsetsBody(Model):

@@ -173,7 +173,9 @@ class AppendBatch:
     .txnindex). Transactional records and markers carry ``txn_first_offset``, the first offset of
     their transaction on the partition. ``producer_state``: the producer's state after the batch,
     to save. ``sizes``: the records' sizes when the caller has them already (control records
-    count 0)."""
+    count 0). ``trailing_marker``: the batch's last record is the marker (a control record of this
+    type, no sequence) that ends the transaction its other records belong to — a batch that
+    commits its transaction, stored exactly as the batch followed by its marker."""
 
     topic: str
     partition: int
@@ -190,12 +192,17 @@ class AppendBatch:
     aborted_first_offset: int | None = None
     txn_first_offset: int | None = None
     sizes: Sequence[int] | None = None
+    trailing_marker: int | None = None
 
     def record_sizes(self) -> Sequence[int]:
         """What each record adds to the partition's log position (a control record nothing)."""
         if self.control_type is not None:
             return [0] * len(self.records)
-        return self.sizes if self.sizes is not None else record_sizes(self.records)
+        if self.sizes is not None:
+            return self.sizes
+        if self.trailing_marker is not None:
+            return [*record_sizes(self.records[:-1]), 0]
+        return record_sizes(self.records)
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ class ProduceResult:
     partition: int | None = None
 
 
-def _validate(broker: Broker, req: ProduceRequest) -> list[int]:
+def validate(broker: Broker, req: ProduceRequest) -> list[int]:
     """Refuse a malformed batch; the records' sizes otherwise."""
     if not req.records:
         raise TxlogError(ErrorCode.INVALID_RECORD, "A batch must contain at least one record")
@@ -96,7 +96,7 @@ def produce(broker: Broker, topic: str, partition: int, req: ProduceRequest) -> 
 def produce_steps(broker: Broker, topic: str, partition: int, req: ProduceRequest, now: int) -> Operation[ProduceResult]:
     """Produce: the batch appended as planned ahead (below) if it can be, else under the locks
     (``append``; plain and idempotent batches in a group commit)."""
-    sizes = _validate(broker, req)
+    sizes = validate(broker, req)
     result = yield from _appended_ahead(broker, topic, partition, req, now, sizes)
     if result is None:
         result = yield Blocking(functools.partial(_produce_locked, broker, topic, partition, req, sizes))
@@ -135,7 +135,7 @@ def append(
     meta = None
     if req.transactional_id is not None:
         meta = coordinator.locked(conn, req.transactional_id, partitions=[(topic, partition)])
-        txn.check_producer(meta, req.producer_id, req.producer_epoch)  # type: ignore[arg-type]  # a transactional request has its producer id and epoch (checked by _validate)
+        txn.check_producer(meta, req.producer_id, req.producer_epoch)  # type: ignore[arg-type]  # a transactional request has its producer id and epoch (checked by validate)
         if meta.state.is_prepared:
             raise TxlogError(
                 ErrorCode.CONCURRENT_TRANSACTIONS, f"Transaction is in {meta.state.value}; produce after it completes (retriable)"
@@ -176,7 +176,7 @@ def _planned(
     if owner is not None:
         # The producer id is a transactional id's: fenced epochs write nowhere, and while its
         # transaction is open every batch of it belongs to that transaction.
-        txn.check_batch_producer(owner.transactional_id, owner.meta, owner.retire_reason, pid, epoch)  # type: ignore[arg-type]  # an owned producer id comes with its epoch (checked by _validate)
+        txn.check_batch_producer(owner.transactional_id, owner.meta, owner.retire_reason, pid, epoch)  # type: ignore[arg-type]  # an owned producer id comes with its epoch (checked by validate)
         if not transactional and owner.meta is not None and owner.meta.state.is_open:
             raise TxlogError(
                 ErrorCode.INVALID_TXN_STATE,
@@ -186,12 +186,12 @@ def _planned(
     state = None
     last_offset = base_offset + len(req.records) - 1
     if pid is not None:
-        decision = check_append(entry, pid, epoch, seq, len(req.records))  # type: ignore[arg-type]  # pid given: epoch and sequence too (checked by _validate)
+        decision = check_append(entry, pid, epoch, seq, len(req.records))  # type: ignore[arg-type]  # pid given: epoch and sequence too (checked by validate)
         if isinstance(decision, Duplicate):
             b = decision.batch
             return ProduceResult(b.first_offset, b.last_offset, b.timestamp_ms, log_start, duplicate=True)
         assert isinstance(decision, Append)
-        state = after_append(entry, pid, epoch, decision, base_offset, last_offset, now, transactional)  # type: ignore[arg-type]  # pid given: epoch and sequence too (checked by _validate)
+        state = after_append(entry, pid, epoch, decision, base_offset, last_offset, now, transactional)  # type: ignore[arg-type]  # pid given: epoch and sequence too (checked by validate)
     batch = AppendBatch(
         topic,
         partition,
@@ -248,7 +248,7 @@ class _Ahead:
 def _ahead_at(
     topic: str, partition: int, req: ProduceRequest, now: int, sizes: list[int], position: AppendPosition
 ) -> _Ahead | None:
-    plan = _append_planned(topic, partition, req, now, sizes, position)
+    plan = append_planned(topic, partition, req, now, sizes, position)
     return _Ahead(plan, position, req.transactional_id) if plan is not None else None
 
 
@@ -269,7 +269,7 @@ def _remembered(last: last_appends.LastAppends, topic: str, partition: int, req:
     return position
 
 
-def _append_planned(
+def append_planned(
     topic: str, partition: int, req: ProduceRequest, now: int, sizes: list[int], position: AppendPosition
 ) -> _Plan | None:
     """``_planned`` against a remembered position, if the plan is an append: a refusal or a
@@ -341,7 +341,7 @@ def _joined_ahead(
         written = yield from coordinator.join_if_unchanged(
             broker,
             meta,
-            req.producer_id,  # type: ignore[arg-type]  # a transactional request has its producer id and epoch (checked by _validate)
+            req.producer_id,  # type: ignore[arg-type]  # a transactional request has its producer id and epoch (checked by validate)
             req.producer_epoch,  # type: ignore[arg-type]  # (the same)
             [(topic, partition)],
             req.principal,
@@ -372,7 +372,7 @@ def _joining(
     meta, position = last.txn(req.transactional_id), last.get(topic, partition, req.producer_id)  # type: ignore[arg-type]  # only transactional requests come here
     if meta is None or position is None:
         return None
-    plan = _append_planned(topic, partition, req, now, sizes, position)
+    plan = append_planned(topic, partition, req, now, sizes, position)
     return None if plan is None else (meta, position, plan)
 
 

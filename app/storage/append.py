@@ -139,10 +139,10 @@ _BATCHES = """unnest(
             CAST(%(b_control)b AS int[]), CAST(%(b_txn_first)b AS bigint[]), CAST(%(b_state_epoch)b AS int[]),
             CAST(%(b_state)b AS text[]), CAST(%(b_state_txn_first)b AS bigint[]), CAST(%(b_aborted_first)b AS bigint[]),
             CAST(%(b_append_ts)b AS bigint[]), CAST(%(b_was_epoch)b AS int[]), CAST(%(b_was_state)b AS text[]),
-            CAST(%(b_was_txn_first)b AS bigint[])
+            CAST(%(b_was_txn_first)b AS bigint[]), CAST(%(b_marker)b AS int[])
         ) WITH ORDINALITY AS b(topic, partition, base, next, base_position, next_position, pid, epoch, seq, txn,
                                control, txn_first, state_epoch, state, state_txn_first, aborted_first, append_ts,
-                               was_epoch, was_state, was_txn_first, i)"""
+                               was_epoch, was_state, was_txn_first, marker, i)"""
 
 # The conditional forms' batches: each kept only if its partition (locked here) and its producer
 # are as it was planned against, and a transactional batch's transaction is in ``t`` (below) with
@@ -212,8 +212,9 @@ _KEPT_WITH_TXN = """b AS MATERIALIZED (SELECT * FROM kept WHERE (SELECT count(*)
               AND g.group_id <> ALL(CAST(%(added_groups)s AS text[]))
         ), """
 
-# What an append writes: the records, each partition's next offset and log position, the
-# producers' states, the aborted transactions' index.
+# What an append writes: the records (a batch's last one its transaction's marker when the batch
+# ends its transaction: ``marker``), each partition's next offset and log position, the producers'
+# states, the aborted transactions' index.
 _APPENDED = """, appended AS (
         INSERT INTO txlog.records (topic, partition, "offset", key, value, headers, header_keys, header_values,
                                    "timestamp", producer_id, producer_epoch, sequence, is_transactional,
@@ -222,8 +223,10 @@ _APPENDED = """, appended AS (
                CASE WHEN u.hs IS NOT NULL THEN (CAST(%(hk)b AS text[]))[u.hs:u.he] END,
                CASE WHEN u.hs IS NOT NULL THEN (CAST(%(hv)b AS bytea[]))[u.hs:u.he] END,
                to_timestamp(u.ts / CAST(1000 AS float8)), b.pid, b.epoch,
-               CASE WHEN b.seq IS NULL THEN NULL ELSE ((b.seq + u.off - b.base) %% 2147483648)::int END,
-               b.txn = 1, b.control, u.pos, b.txn_first
+               CASE WHEN b.seq IS NULL OR (b.marker IS NOT NULL AND u.off = b.next - 1) THEN NULL
+                    ELSE ((b.seq + u.off - b.base) %% 2147483648)::int END,
+               b.txn = 1, CASE WHEN b.marker IS NOT NULL AND u.off = b.next - 1 THEN b.marker ELSE b.control END,
+               u.pos, b.txn_first
         FROM unnest(CAST(%(batch)b AS int[]), CAST(%(offsets)b AS bigint[]), CAST(%(keys)b AS bytea[]),
                     CAST(%(values)b AS bytea[]), CAST(%(headers)b AS text[]), CAST(%(hstart)b AS int[]),
                     CAST(%(hend)b AS int[]), CAST(%(ts)b AS bigint[]), CAST(%(positions)b AS bigint[]))
@@ -395,6 +398,7 @@ def _log_append_params(batches: Sequence[AppendBatch], planned_against: Sequence
         "b_was_epoch": int4_array([s.producer_epoch if s else None for s in planned_against]),
         "b_was_state": text_array([_batches_json(s) if s else None for s in planned_against]),
         "b_was_txn_first": int8_array([s.txn_first_offset if s else None for s in planned_against]),
+        "b_marker": int4_array([b.trailing_marker for b in batches]),
         "batch": int4_array(batch_of),
         "offsets": int8_array(offsets),
         "keys": bytea_array(keys),

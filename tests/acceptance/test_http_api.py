@@ -591,6 +591,37 @@ def test_producer_and_transaction_endpoints(api, topic_name):
     assert [e["version"] for e in events["events"]] == sorted(e["version"] for e in events["events"])
 
 
+def test_a_produce_that_commits_its_transaction(api, topic_name):
+    """``"commit": true``: the batch and its transaction's commit in one request, answered with the
+    end's answer (the next epoch); the same request again is answered alike and writes nothing; a
+    commit without a transactional id, or not a boolean, is refused."""
+    create(api, topic_name)
+    tid = f"tx-{topic_name}"
+    p = api.post("/v1/producers", json={"transactional_id": tid}).json()
+    for n in range(3):
+        body = {**p, "transactional_id": tid, "base_sequence": 0, "records": [{"value": f"v{n}"}], "commit": True}
+        done = api.post(records_url(topic_name), json=body)
+        assert done.status_code == 200, done.text
+        answer = done.json()
+        assert (answer["base_offset"], answer["duplicate"]) == (2 * n, False)
+        assert answer["transaction"] == {"state": "CompleteCommit", "producer_id": p["producer_id"], "producer_epoch": n + 1}
+        again = api.post(records_url(topic_name), json=body).json()
+        assert again == {**answer, "duplicate": True}
+        p = {k: answer["transaction"][k] for k in ("producer_id", "producer_epoch")}
+    committed = api.get(records_url(topic_name), params={"isolation_level": "read_committed"}).json()
+    assert [(r["offset"], r["value"]) for r in committed["records"]] == [(0, "v0"), (2, "v1"), (4, "v2")]
+    assert committed["last_stable_offset"] == committed["high_watermark"] == 6
+    assert [e["to_state"] for e in api.get(f"/v1/transactions/{tid}/events").json()["events"]][-3:] == [
+        "Ongoing",
+        "PrepareCommit",
+        "CompleteCommit",
+    ]
+    plain = {"producer_id": p["producer_id"], "producer_epoch": p["producer_epoch"], "base_sequence": 0, "records": [{"value": "x"}]}
+    assert_error(api.post(records_url(topic_name), json={**plain, "commit": True}), 400, "INVALID_REQUEST")
+    assert_error(api.post(records_url(topic_name), json={**plain, "transactional_id": tid, "commit": "maybe"}), 422, "INVALID_REQUEST")
+    assert "commit" in api.get("/openapi.json").json()["components"]["schemas"]["ProduceBody"]["properties"]
+
+
 def test_transaction_error_envelopes(api, topic_name):
     tid = f"tx-{topic_name}"
     assert_error(api.get(f"/v1/transactions/{tid}"), 404, "TRANSACTIONAL_ID_NOT_FOUND")
