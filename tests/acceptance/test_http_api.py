@@ -616,9 +616,16 @@ def test_a_produce_that_commits_its_transaction(api, topic_name):
         "PrepareCommit",
         "CompleteCommit",
     ]
-    plain = {"producer_id": p["producer_id"], "producer_epoch": p["producer_epoch"], "base_sequence": 0, "records": [{"value": "x"}]}
+    plain = {
+        "producer_id": p["producer_id"],
+        "producer_epoch": p["producer_epoch"],
+        "base_sequence": 0,
+        "records": [{"value": "x"}],
+    }
     assert_error(api.post(records_url(topic_name), json={**plain, "commit": True}), 400, "INVALID_REQUEST")
-    assert_error(api.post(records_url(topic_name), json={**plain, "transactional_id": tid, "commit": "maybe"}), 422, "INVALID_REQUEST")
+    assert_error(
+        api.post(records_url(topic_name), json={**plain, "transactional_id": tid, "commit": "maybe"}), 422, "INVALID_REQUEST"
+    )
     assert "commit" in api.get("/openapi.json").json()["components"]["schemas"]["ProduceBody"]["properties"]
 
 

@@ -77,7 +77,9 @@ def producer_state(broker, partition: int) -> list[tuple]:  # type: ignore[no-un
 def history(broker, tid: str) -> list[tuple]:  # type: ignore[no-untyped-def]
     with broker.db.read() as conn:
         events = transactions_store.txn_events(conn, tid)
-    return [(e.from_state, e.to_state, e.producer_epoch, len(e.partitions_added), e.result, e.transaction_version) for e in events]
+    return [
+        (e.from_state, e.to_state, e.producer_epoch, len(e.partitions_added), e.result, e.transaction_version) for e in events
+    ]
 
 
 def status(broker, partition: int) -> tuple[int, int]:  # type: ignore[no-untyped-def]
