@@ -104,8 +104,8 @@ FETCH_LOG = datasets.LogShape(transactions=200, txn_size=100, producers=1)  # pe
 
 # A round: each group's windows in this order, every baseline right before what it is compared with.
 GROUPS = {
-    "produce1": ["raw_append/1", "plain/1", "idempotent/1", "pgq_enqueue/1", "txn10/1", "txn1/1"],
-    "produce8": ["raw_append/8", "plain/8", "idempotent/8", "pgq_enqueue/8", "txn10/8", "txn1/8"],
+    "produce1": ["raw_append/1", "plain/1", "idempotent/1", "pgq_enqueue/1", "txn10/1", "txn1/1", "txn1c/1"],
+    "produce8": ["raw_append/8", "plain/8", "idempotent/8", "pgq_enqueue/8", "txn10/8", "txn1/8", "txn1c/8"],
     "fetch1": ["raw_fetch/1", "read_committed/1", "read_uncommitted/1", "pgq_dequeue/1"],
     "fetch8": ["raw_fetch/8", "read_committed/8", "read_uncommitted/8", "pgq_dequeue/8"],
     "scale": [
@@ -210,7 +210,7 @@ class Bench(Harness):
     def prepare(self) -> None:
         started = time.perf_counter()
         main, big = Http(self.main.target), Http(self.big.target)
-        for name in ("b-plain", "b-idem", "b-txn10", "b-txn1", "b-fetch"):
+        for name in ("b-plain", "b-idem", "b-txn10", "b-txn1", "b-txn1c", "b-fetch"):
             main.call("POST", "/v1/topics", b'{"name":"%s","partitions":%d}' % (name.encode(), PARTITIONS))
         main.call("POST", "/v1/topics", b'{"name":"scale","partitions":1}')
         big.call("POST", "/v1/topics", b'{"name":"scale","partitions":2}')  # 1: the short log beside the long one
@@ -274,6 +274,7 @@ class Bench(Harness):
                 ("idempotent", "b-idem", "idempotent", 0),
                 ("txn10", "b-txn10", "transactional", 10),
                 ("txn1", "b-txn1", "transactional", 1),
+                ("txn1c", "b-txn1c", "committed", 1),
             ):
                 self._add(f"{key}/{n}", self._produce_lanes(f"{key}-{n}", m, topic, mode, every, n))
             self._add(f"pgq_enqueue/{n}", self._lanes("pgq_enqueue", self.main_url, n), after=self._drop_enqueued)
@@ -408,6 +409,13 @@ def figures(bench: Bench) -> list[report.Row]:
         ),
         ratio(
             "txn1_idem", "transactional, commit every batch ÷ idempotent", "txn1/{n}", "idempotent/{n}", report.Goal(">=", 0.8)
+        ),
+        ratio(
+            "txn1c_idem",
+            'transactional, each batch committing its transaction ("commit": true) ÷ idempotent',
+            "txn1c/{n}",
+            "idempotent/{n}",
+            report.Goal(">=", 0.8),
         ),
     ]
     endtxn = report.Row("endtxn_ms", "EndTxn p50 / p99 ms (commit every batch)", "ms")

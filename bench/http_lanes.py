@@ -62,9 +62,9 @@ class ProduceRunner:
         self.head = head + b',"producer_id":'
         self.tail = b"}"
         init = b"{}"
-        if lane.mode == "transactional":
+        if lane.mode in ("transactional", "committed"):
             tid = orjson.dumps(lane.transactional_id)
-            self.tail = b',"transactional_id":' + tid + b"}"
+            self.tail = b',"transactional_id":' + tid + (b',"commit":true}' if lane.mode == "committed" else b"}")
             init = b'{"transactional_id":' + tid + b"}"
         out = orjson.loads(self.http.call("POST", "/v1/producers", init))
         self.pid, self.epoch = out["producer_id"], out["producer_epoch"]
@@ -74,7 +74,11 @@ class ProduceRunner:
             self.http.call("POST", self.path, self.plain)
             return BATCH
         ids = b'%d,"producer_epoch":%d,"base_sequence":%d' % (self.pid, self.epoch, self.seq)
-        self.http.call("POST", self.path, self.head + ids + self.tail)
+        answer = self.http.call("POST", self.path, self.head + ids + self.tail)
+        if self.lane.mode == "committed":  # the batch committed its transaction: the next one's epoch
+            ended = orjson.loads(answer)["transaction"]
+            self.pid, self.epoch = ended["producer_id"], ended["producer_epoch"]
+            return BATCH
         self.seq += BATCH
         if self.lane.mode == "transactional":
             self.open_batches += 1

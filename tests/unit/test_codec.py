@@ -24,7 +24,7 @@ def test_the_common_body_becomes_records():
     fields, records = codec.produce_body(
         body(producer_id=7, producer_epoch=1, base_sequence=5, records=[{"key": "k", "value": "v"}, {"value": None}]), ProduceBody
     )
-    assert fields == {"producer_id": 7, "producer_epoch": 1, "base_sequence": 5, "transactional_id": None}
+    assert fields == {"producer_id": 7, "producer_epoch": 1, "base_sequence": 5, "transactional_id": None, "commit": False}
     assert records == [NewRecord(b"k", b"v"), NewRecord(None, None)]
 
 
@@ -55,6 +55,8 @@ def test_what_the_model_accepts_and_the_fast_path_does_not_take_is_read_as_the_m
     )
     assert (fields["producer_id"], fields["base_sequence"]) == (7, 0)
     assert records == [NewRecord(None, b"v", (), 12)]
+    for sent, read in ((True, True), ("true", True), (0, False)):
+        assert codec.produce_body(body(commit=sent, records=[{"value": "v"}]), ProduceBody)[0]["commit"] is read
 
 
 @pytest.mark.parametrize(
