@@ -126,6 +126,7 @@ class Sender:
     _producer_id: int | None
     _producer_epoch: int | None
     _pid_wanted: bool
+    _txn_sent: bool
     _work: queue.SimpleQueue[_Batch | None]
 
     # --- delivery reports -----------------------------------------------------------------------
@@ -254,6 +255,7 @@ class Sender:
                 pq.next_sequence = (pq.next_sequence + len(b.records)) % (INT32_MAX + 1)
             if self._transactional_id is not None:
                 body["transactional_id"] = self._transactional_id
+                self._txn_sent = True
             b.body = body
         earlier = False
         for x in pq.in_flight:

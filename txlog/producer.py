@@ -23,7 +23,7 @@ from app.domain.partitioner import partition_for_key
 from txlog import _config, _timing
 from txlog._config import INT32_MAX, Spec
 from txlog._http import Transport, segment
-from txlog._sender import PartitionQueue
+from txlog._sender import PartitionQueue, _Batch
 from txlog._transactions import IN_TXN, UNINIT, Transactions, state_error
 from txlog.errors import KafkaError, KafkaException
 from txlog.message import TIMESTAMP_CREATE_TIME, Message, b64, to_bytes, to_headers
@@ -127,6 +127,8 @@ class Producer(Transactions):
         self._txn_error: KafkaError | None = None  # the abortable error of the current transaction
         self._purging = False
         self._txn_state = UNINIT
+        self._txn_sent = False  # a batch or offsets of the current transaction went to the server
+        self._committing_batch: _Batch | None = None  # the batch a commit_transaction() sends with its commit
         self._producer_id: int | None = None
         self._producer_epoch: int | None = None
         self._pid_wanted = False  # an idempotent producer asks for its id when it first sends

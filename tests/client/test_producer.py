@@ -13,6 +13,7 @@ import pytest
 
 from app.domain.partitioner import partition_for_key
 from tests.client.logs import create_topic, group_offsets, read_partition, read_topic
+from tests.client.proxy import LossyProxy
 from tests.support import wait_until
 from txlog import KafkaError, KafkaException, Producer, TopicPartition
 
@@ -309,6 +310,42 @@ def test_a_failed_batch_makes_the_transaction_abortable_not_fatal(server, topic_
     p.close()
     assert [r["value"] for r in read_partition(server.url, topic_name, 1)] == [b"after"]
     assert read_partition(server.url, topic_name, 0) == []
+
+
+def test_a_transaction_of_one_batch_is_committed_with_it_in_one_request(server, topic_name):
+    """A transaction whose records are one batch not sent yet is committed with that batch
+    (``"commit": true``): one request, where two batches and their end are three. Through a proxy
+    that loses a third of the answers, every such transaction is committed once, its records once."""
+    create_topic(server.url, topic_name, 2)
+    with LossyProxy(server.port, drop_answer=0.0) as proxy:
+        reports = Reports()
+        p = Producer({"url": proxy.url, "transactional.id": _tid(), "linger.ms": 60_000, "on_delivery": reports})
+        p.init_transactions()
+        for n, partitions in enumerate([(0,), (0, 1), (1,)]):
+            p.begin_transaction()
+            for partition in partitions:
+                p.produce(topic_name, value=f"a{n}-{partition}".encode(), partition=partition)
+            before = proxy.answers  # (the first produce to a topic asks for its partitions)
+            p.commit_transaction()
+            assert proxy.answers - before == (1 if len(partitions) == 1 else 3)
+        p.close()
+        assert reports.errors == [] and all(msg.offset() is not None for _, msg in reports.items)
+    tid = _tid()
+    with LossyProxy(server.port, drop_answer=0.3, seed=5) as proxy:
+        reports = Reports()
+        p = Producer({"url": proxy.url, "transactional.id": tid, "linger.ms": 60_000, "on_delivery": reports})
+        p.init_transactions()
+        for n in range(30):
+            p.begin_transaction()
+            p.produce(topic_name, value=f"b{n}".encode(), partition=n % 2)
+            p.commit_transaction()
+        p.close()
+        assert proxy.dropped_answers > 0
+    assert reports.errors == []
+    committed = [r["value"].decode() for part in read_topic(server.url, topic_name, 2).values() for r in part]
+    assert sorted(v for v in committed if v.startswith("b")) == sorted(f"b{n}" for n in range(30))
+    txn = httpx.get(f"{server.url}/v1/transactions/{tid}", timeout=10).json()
+    assert (txn["state"], txn["producer_epoch"]) == ("CompleteCommit", 30)
 
 
 def test_offsets_sent_to_a_transaction_commit_with_it(server, topic_name):
