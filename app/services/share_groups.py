@@ -20,6 +20,7 @@ from app.domain import share_groups as sg
 from app.domain.share_configs import config_of
 from app.errors import ErrorCode, TxlogError
 from app.services import Broker, member_epoch_groups, share_admin, share_locks
+from app.services.executor import Operation
 from app.services.member_epoch_groups import DescribedGroup
 from app.storage import share as share_store
 from app.storage import share_groups as store
@@ -111,14 +112,13 @@ def while_empty(broker: Broker, group_id: str, change: Callable[[Connection], T]
         return change(conn)
 
 
-def is_member(broker: Broker, group_id: str, member_id: str) -> bool:
+def is_member_steps(group_id: str, member_id: str, now: int) -> Operation[bool]:
     """Whether ``member_id`` is in the share group now (joined, its session not ended): what a
     Kafka client's ShareFetch and ShareAcknowledge need (``sg.in_group``). One key lookup, one
-    statement in autocommit (its own snapshot; no BEGIN or COMMIT round trips: every ShareFetch
-    asks)."""
-    with broker.db.autocommit() as conn:
-        deadline = store.share_member_session_deadline(conn, group_id, member_id)
-    return sg.in_group(deadline, broker.now())
+    statement in autocommit (every ShareFetch asks), awaited on the caller's event loop where it
+    has a connection (``app.services.executor``)."""
+    deadline = yield store.share_member_session_deadline(group_id, member_id)
+    return sg.in_group(deadline, now)
 
 
 def is_share_group(broker: Broker, group_id: str) -> bool:

@@ -17,6 +17,7 @@ from sqlalchemy.engine import Connection
 
 from app.domain.share_groups import ShareGroup, ShareMember
 from app.storage.member_epoch_groups import SUBSCRIBED_TOPIC_NAMES, Column, MemberEpochGroups, assignment_json, assignment_of
+from app.storage.statements import Statement
 
 GROUPS: MemberEpochGroups[ShareGroup, ShareMember] = MemberEpochGroups(
     "txlog.share_group_metadata",
@@ -61,12 +62,13 @@ def groups_with_expired_sessions(conn: Connection, now_ms: int, limit: int) -> l
     return [r[0] for r in rows]
 
 
-def share_member_session_deadline(conn: Connection, group_id: str, member_id: str) -> int | None:
+def share_member_session_deadline(group_id: str, member_id: str) -> Statement[int | None]:
     """The member's session deadline (one key lookup), None if the group has no such member."""
-    return conn.execute(
-        text("SELECT session_deadline_ms FROM txlog.share_group_member_metadata WHERE group_id = :g AND member_id = :m"),
+    return Statement(
+        "SELECT (SELECT session_deadline_ms FROM txlog.share_group_member_metadata WHERE group_id = %(g)s AND member_id = %(m)s)",
         {"g": group_id, "m": member_id},
-    ).scalar()
+        lambda row: row[0],
+    )
 
 
 def share_group_exists(conn: Connection, group_id: str) -> bool:

@@ -32,6 +32,7 @@ per partition.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import uuid
@@ -135,7 +136,7 @@ async def _check_member(ctx: RequestContext, group_id: str, member_id: str) -> N
     their member; membership is in PostgreSQL here, so the session is held only while the member
     is in the group, and the gateway's session of such a member goes. The client opens a new
     session (epoch 0) once it has joined again."""
-    if await ctx.call(share_groups.is_member, ctx.broker, group_id, member_id):
+    if await ctx.loop_executor.run(functools.partial(share_groups.is_member_steps, group_id, member_id)):
         return
     SESSIONS.drop(ctx.node.node_id, group_id, member_id)
     raise TxlogError(
