@@ -160,20 +160,13 @@ class Transactions(Sender):
         must be aborted (or the producer is fenced)."""
         topic, partition = b.tp
         path = f"/v1/topics/{segment(topic)}/partitions/{partition}/records"
-        attempt = 0
-        while True:
-            try:
-                answer, err = self._transport.post(path, b.body), None
-            except KafkaException as exc:
-                answer, err = None, exc.args[0]
-            if err is None or not err.retriable():
-                break
-            attempt += 1
-            delay = _timing.backoff(attempt, self._backoff_s, self._backoff_max_s)
-            remaining = _timing.remaining(deadline)
-            if remaining is not None and remaining <= delay:
-                raise KafkaException(err.with_flags(retriable=True))
-            time.sleep(delay)
+        assert b.body is not None  # started (``_batch_with_commit``)
+        try:
+            answer, err = self._coordinator_call(path, b.body, _timing.remaining(deadline)), None
+        except KafkaException as exc:
+            answer, err = None, exc.args[0]
+            if err.retriable():
+                raise
         with self._cond:
             self._committing_batch = None
             self._completed(b, answer, err)

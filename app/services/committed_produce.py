@@ -26,7 +26,7 @@ import functools
 from dataclasses import dataclass
 
 from app.domain import transactions as txn
-from app.domain.log import AppendBatch, AppendPosition
+from app.domain.log import AppendBatch
 from app.domain.producer_state import Duplicate, after_marker, check_append
 from app.domain.records import CONTROL_COMMIT, NewRecord
 from app.errors import ErrorCode, TxlogError
@@ -94,20 +94,11 @@ def _committed_ahead(
 ) -> Operation[CommittedProduce | None]:
     """The batch and the commit planned ahead and written by one statement; None, having written
     nothing, for the two operations."""
-    memory = last_appends.of(broker)
-    planned = _planned(broker, memory, topic, partition, req, now, sizes)
+    planned = _planned(broker, last_appends.of(broker), topic, partition, req, now, sizes)
     if planned is None:
         return None
-    meta, events, batches, positions, result = planned
-    written = None
-    try:
-        written = yield from coordinator.record_if_unchanged(broker, meta, events, batches, positions, "commit")
-    finally:
-        for b, position in zip(batches, positions):
-            if written is not None:
-                memory.remember(b, position)
-            else:
-                memory.forget(b.topic, b.partition, b.producer_id)
+    meta, completion, result = planned
+    written = yield from coordinator.completed_if_unchanged(broker, meta, completion)
     if written is None:
         return None
     new, log_starts = written
@@ -123,11 +114,12 @@ def _planned(
     req: produce.ProduceRequest,
     now: int,
     sizes: list[int],
-) -> tuple[txn.TxnMetadata, tuple[txn.TxnEvent, ...], list[AppendBatch], list[AppendPosition], produce.ProduceResult] | None:
-    """The transaction's events (the partition joining it if it is not in it, the decision, the
-    completion), its batches (this one ending with its partition's marker first, then the markers
-    of its other partitions) and the positions they were planned against; None when anything is
-    not remembered or needs the locks (a refusal, a limit to count, a new producer id)."""
+) -> tuple[txn.TxnMetadata, coordinator.Completion, produce.ProduceResult] | None:
+    """The transaction's end planned ahead: its events (the partition joining it if it is not in
+    it, the decision, the completion), its batches (this one ending with its partition's marker
+    first, then the markers of its other partitions) and the positions they were planned against;
+    None when anything is not remembered or needs the locks (a refusal, a limit to count, a new
+    producer id)."""
     tid, pid, epoch = req.transactional_id, req.producer_id, req.producer_epoch
     assert tid is not None and pid is not None and epoch is not None
     meta, position = memory.txn(tid), memory.get(topic, partition, pid)
@@ -158,7 +150,7 @@ def _planned(
         batches.append(coordinator.marker(t, p, at, pid, epoch, True, now))
         positions.append(at)
     events = ((added,) if added is not None else ()) + (decision, txn.completed(prepared, now, None))
-    return meta, events, batches, positions, plan.result
+    return meta, coordinator.Completion(events, batches, positions, "commit"), plan.result
 
 
 def _ending_with_marker(batch: AppendBatch, now: int) -> AppendBatch:

@@ -167,18 +167,27 @@ def complete_if_unchanged(broker: Broker, meta: TxnMetadata, decision: TxnEvent,
     planned = _completion_planned(broker, meta, decision, now)
     if planned is None:
         return None
+    written = yield from completed_if_unchanged(broker, meta, planned)
+    return written[0] if written is not None else None
+
+
+def completed_if_unchanged(
+    broker: Broker, meta: TxnMetadata, planned: Completion
+) -> Operation[tuple[TxnMetadata, list[int]] | None]:
+    """``planned`` written by ``record_if_unchanged``; this process then remembers where its
+    batches left their partitions, or forgets them if it was not written."""
     written = None
     try:
         written = yield from record_if_unchanged(broker, meta, *planned.record_args())
     finally:
         planned.remember(broker, written is not None)
-    return written[0] if written is not None else None
+    return written
 
 
 @dataclass(frozen=True)
-class _Completion:
-    """A transaction's end planned ahead: the events, its markers and the positions they were
-    planned against."""
+class Completion:
+    """A transaction's end planned ahead: the events, its markers (a marker may end a batch of the
+    transaction: ``AppendBatch.trailing_marker``) and the positions they were planned against."""
 
     events: tuple[TxnEvent, ...]
     markers: list[AppendBatch]
@@ -200,7 +209,7 @@ class _Completion:
                 memory.forget(m.topic, m.partition, m.producer_id)
 
 
-def _completion_planned(broker: Broker, meta: TxnMetadata, decision: TxnEvent, now: int) -> _Completion | None:
+def _completion_planned(broker: Broker, meta: TxnMetadata, decision: TxnEvent, now: int) -> Completion | None:
     if meta.state is not TxnState.ONGOING or not meta.partitions:
         return None
     prepared = txn.apply(meta, decision)
@@ -217,7 +226,7 @@ def _completion_planned(broker: Broker, meta: TxnMetadata, decision: TxnEvent, n
         marker(t, p, position, meta.producer_id, meta.producer_epoch, commit, now)
         for (t, p), position in zip(partitions, positions)
     ]
-    return _Completion((decision, txn.completed(prepared, now, None)), markers, positions, "commit" if commit else "abort")
+    return Completion((decision, txn.completed(prepared, now, None)), markers, positions, "commit" if commit else "abort")
 
 
 def join_if_unchanged(
